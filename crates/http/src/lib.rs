@@ -1,0 +1,20 @@
+//! HTTP/1.1 wire codec shared by the load generator and (later) the server.
+//!
+//! Owns: request encoding ([`request`]), the chunked transfer-coding decoder ([`chunked`]) and the
+//! incremental response parser ([`response`]). Does not own sockets, buffers across reads, timing
+//! or statistics: callers feed bytes and act on the events returned.
+
+pub mod chunked;
+pub mod request;
+pub mod response;
+
+pub use chunked::{ChunkError, ChunkedDecoder};
+pub use request::{HeaderArg, RequestError, RequestSpec};
+pub use response::{ParseError, Response, ResponseParser, Step};
+
+/// Whether `b` may appear in an RFC 9110 `token` (method, header name).
+pub(crate) fn is_tchar(b: u8) -> bool {
+    matches!(b,
+        b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`'
+        | b'|' | b'~' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z')
+}

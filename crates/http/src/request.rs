@@ -1,0 +1,136 @@
+//! Request encoding: a request is turned into bytes once, before the run, and written as is.
+//!
+//! Owns the validation of user-supplied methods and header lines (no CR, LF or NUL can reach the
+//! wire) and the defaults: `Host` from the URL and `Content-Length` when there is a body, each
+//! replaced when the user gives the same header.
+
+use thiserror::Error;
+
+/// Why a request cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RequestError {
+    #[error("method {0:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)")]
+    Method(String),
+    #[error("header {0:?} has no ':' between name and value; write it as 'Name: value'")]
+    HeaderNoColon(String),
+    #[error("header name {0:?} is not an HTTP token")]
+    HeaderName(String),
+    #[error("header {0:?} has a CR, LF or NUL byte in its value")]
+    HeaderValue(String),
+}
+
+/// One `Name: value` header given by the user (`-H`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderArg {
+    pub name: String,
+    pub value: String,
+}
+
+impl HeaderArg {
+    /// Parses `Name: value`; the value is trimmed of surrounding blanks.
+    pub fn parse(line: &str) -> Result<Self, RequestError> {
+        let (name, value) =
+            line.split_once(':').ok_or_else(|| RequestError::HeaderNoColon(line.to_string()))?;
+        if name.is_empty() || !name.bytes().all(crate::is_tchar) {
+            return Err(RequestError::HeaderName(name.to_string()));
+        }
+        let value = value.trim_matches(|c| c == ' ' || c == '\t');
+        if value.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+            return Err(RequestError::HeaderValue(line.to_string()));
+        }
+        Ok(Self { name: name.to_string(), value: value.to_string() })
+    }
+}
+
+/// Everything that makes up one request on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSpec {
+    pub method: String,
+    /// Origin-form target: path and optional `?query`.
+    pub target: String,
+    /// Default `Host` value, normally the URL's authority.
+    pub host: String,
+    pub headers: Vec<HeaderArg>,
+    pub body: Vec<u8>,
+}
+
+impl RequestSpec {
+    /// Whether responses to this request never carry a body (RFC 9110 section 9.3.2).
+    pub fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+
+    /// Validates the method and encodes the request as HTTP/1.1 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, RequestError> {
+        if self.method.is_empty() || !self.method.bytes().all(crate::is_tchar) {
+            return Err(RequestError::Method(self.method.clone()));
+        }
+        let has = |name: &str| self.headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
+        let mut out = Vec::with_capacity(64 + self.target.len() + self.body.len());
+        let mut line = |parts: &[&[u8]]| {
+            for p in parts {
+                out.extend_from_slice(p);
+            }
+            out.extend_from_slice(b"\r\n");
+        };
+        line(&[self.method.as_bytes(), b" ", self.target.as_bytes(), b" HTTP/1.1"]);
+        if !has("host") {
+            line(&[b"Host: ", self.host.as_bytes()]);
+        }
+        for h in &self.headers {
+            line(&[h.name.as_bytes(), b": ", h.value.as_bytes()]);
+        }
+        let wants_length = !self.body.is_empty() || matches!(self.method.as_str(), "POST" | "PUT");
+        if wants_length && !has("content-length") && !has("transfer-encoding") {
+            let len = self.body.len().to_string();
+            line(&[b"Content-Length: ", len.as_bytes()]);
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.body);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(method: &str, headers: &[&str], body: &[u8]) -> RequestSpec {
+        RequestSpec {
+            method: method.into(),
+            target: "/a?b=1".into(),
+            host: "127.0.0.1:8080".into(),
+            headers: headers.iter().map(|h| HeaderArg::parse(h).unwrap()).collect(),
+            body: body.to_vec(),
+        }
+    }
+
+    #[test]
+    fn get_has_only_host() {
+        let bytes = spec("GET", &[], b"").encode().unwrap();
+        assert_eq!(bytes, b"GET /a?b=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
+    }
+
+    #[test]
+    fn user_headers_replace_defaults() {
+        let bytes = spec("POST", &["host: example", "Content-Length: 2"], b"hi").encode().unwrap();
+        assert_eq!(bytes, b"POST /a?b=1 HTTP/1.1\r\nhost: example\r\nContent-Length: 2\r\n\r\nhi");
+    }
+
+    #[test]
+    fn body_gets_content_length() {
+        let bytes = spec("PATCH", &["X-A:  v "], b"abc").encode().unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("X-A: v\r\n"), "{text}");
+        assert!(text.ends_with("Content-Length: 3\r\n\r\nabc"), "{text}");
+    }
+
+    #[test]
+    fn bad_header_lines_are_rejected() {
+        assert!(matches!(HeaderArg::parse("NoColon"), Err(RequestError::HeaderNoColon(_))));
+        assert!(matches!(HeaderArg::parse(": v"), Err(RequestError::HeaderName(_))));
+        assert!(matches!(HeaderArg::parse("A B: v"), Err(RequestError::HeaderName(_))));
+        assert!(matches!(HeaderArg::parse("A: v\r\nX: y"), Err(RequestError::HeaderValue(_))));
+        assert_eq!(spec("G T", &[], b"").encode(), Err(RequestError::Method("G T".into())));
+    }
+}
