@@ -1,1 +1,58 @@
-fn main(){}
+//! `qpslab`: the command-line front end. Parses flags, calls the libraries, prints, and maps the
+//! outcome to the exit codes of the design brief (0 ok, 1 checks failed, 2 usage/configuration).
+
+mod args;
+mod load_cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// How a command ended, as the exit code tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    ChecksFailed,
+}
+
+/// An error that is the user's to fix: bad flag, unreachable target, missing permission.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    match run(cli) {
+        Ok(Outcome::Passed) => ExitCode::SUCCESS,
+        Ok(Outcome::ChecksFailed) => ExitCode::from(1),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qpslab: error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
+        args::Command::Load(a) => load_cmd::run(a),
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -32,12 +32,21 @@ pub enum ChunkError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Reading hex digits of a chunk size; `digits` so far.
-    Size { value: u64, digits: u8 },
+    Size {
+        value: u64,
+        digits: u8,
+    },
     /// After the size: optional whitespace, then `;ext` or CR.
-    Extension { value: u64 },
+    Extension {
+        value: u64,
+    },
     /// Saw CR ending the size line.
-    SizeLf { value: u64 },
-    Data { remaining: u64 },
+    SizeLf {
+        value: u64,
+    },
+    Data {
+        remaining: u64,
+    },
     DataCr,
     DataLf,
     /// At the start of a trailer line (or of the final empty line).
@@ -94,7 +103,8 @@ impl ChunkedDecoder {
                 i += take as usize;
                 self.data_bytes += take;
                 let left = remaining - take;
-                self.state = if left == 0 { State::DataCr } else { State::Data { remaining: left } };
+                self.state =
+                    if left == 0 { State::DataCr } else { State::Data { remaining: left } };
                 continue;
             }
             if self.state == State::Done {

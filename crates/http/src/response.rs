@@ -297,7 +297,10 @@ fn parse_content_length(value: &[u8]) -> Result<u64, ParseError> {
         }
         let mut n: u64 = 0;
         for &d in item {
-            n = n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))).ok_or_else(bad)?;
+            n = n
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(u64::from(d - b'0')))
+                .ok_or_else(bad)?;
         }
         if result.is_some_and(|r| r != n) {
             return Err(ParseError::ConflictingContentLength);

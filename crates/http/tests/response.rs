@@ -76,7 +76,8 @@ fn interim_responses_are_skipped_and_counted() {
 fn bodiless_responses() {
     let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n";
     assert_eq!(parse_reads(&[head], true, true).unwrap(), vec![resp(200, true, 0)]);
-    let input = b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n\r\n";
+    let input =
+        b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n\r\n";
     assert_eq!(whole(input).unwrap(), vec![resp(204, true, 0), resp(304, true, 0)]);
 }
 
@@ -88,7 +89,8 @@ fn connection_persistence() {
     assert_eq!(whole(http10).unwrap(), vec![resp(200, false, 0)]);
     let http10_ka = b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
     assert_eq!(whole(http10_ka).unwrap(), vec![resp(200, true, 0)]);
-    let both = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    let both =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
     assert_eq!(whole(both).unwrap(), vec![resp(200, false, 0)]);
 }
 

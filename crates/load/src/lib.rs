@@ -1,1 +1,186 @@
-//! x
+//! qpslab's HTTP/1.1 load engine.
+//!
+//! Owns: running a validated [`LoadConfig`] on per-thread event loops ([`run`]), exact request
+//! accounting and latency recording ([`stats`]), and turning the merged result into the report
+//! users and scripts read ([`report`]). Does not own flag parsing, printing or exit codes: the
+//! CLI does.
+
+pub mod config;
+pub mod cpus;
+mod pacer;
+mod poll;
+pub mod report;
+pub mod stats;
+mod worker;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use thiserror::Error;
+
+pub use config::{ConfigError, LoadConfig, LoadOptions, Target};
+pub use report::Report;
+pub use stats::{ErrorClass, Recorder};
+pub use worker::{CpuTime, ThreadProgress};
+
+/// Why a run could not start or ran into trouble outside the request accounting.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot connect to {url} ({addr}): {reason}; is a server listening there?")]
+    Unreachable { url: String, addr: std::net::SocketAddr, reason: String },
+    #[error("thread {thread}: {source}")]
+    Thread { thread: usize, source: std::io::Error },
+}
+
+/// Live counters, summed over threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Since the start of measurement (zero during warm-up).
+    pub elapsed: Duration,
+    pub warming_up: bool,
+    pub sent: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// Everything a run measured, merged over threads.
+#[derive(Debug)]
+pub struct RunResult {
+    pub rec: Recorder,
+    pub in_flight_at_stop: u64,
+    /// From the end of warm-up to the last thread's stop.
+    pub duration: Duration,
+    /// Worker threads' CPU time during measurement.
+    pub cpu: CpuTime,
+    pub started_at: SystemTime,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Asks a running [`run`] to stop early, as at the end of its duration. Async-signal-safe: a
+/// SIGINT handler may call it.
+pub fn request_stop() {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Checks that every target accepts a TCP connection, so a wrong port fails in milliseconds
+/// instead of after the whole duration.
+pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
+    let wait = cfg.timeout.min(Duration::from_secs(3));
+    for t in &cfg.targets {
+        TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
+            url: t.url.clone(),
+            addr: t.addr,
+            reason: stats::io_message(&e),
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs the load and returns the merged measurements. `on_progress` is called about once a
+/// second from the calling thread; it sees the same counters whatever it does with them.
+pub fn run(
+    cfg: &LoadConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<RunResult, LoadError> {
+    STOP.store(false, Ordering::Relaxed);
+    let wires = cfg.targets.iter().map(|t| t.request.repeat(cfg.pipeline)).collect();
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+    let measure_start = start + cfg.warmup;
+    let shared = worker::Shared {
+        cfg,
+        wires,
+        measure_start,
+        stop_at: cfg.duration.map(|d| measure_start + d),
+        stop_flag: &STOP,
+    };
+    let progress: Vec<ThreadProgress> =
+        (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
+    let (done_tx, done_rx) = mpsc::channel();
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..cfg.threads)
+            .map(|i| {
+                let (shared, progress, done) = (&shared, &progress[i], done_tx.clone());
+                std::thread::Builder::new()
+                    .name(format!("qpslab-load-{i}"))
+                    .spawn_scoped(scope, move || {
+                        let result = run_thread(shared, i, progress);
+                        let _ = done.send(());
+                        result
+                    })
+                    .map_err(|source| LoadError::Thread { thread: i, source })
+            })
+            .collect();
+        let mut running = handles.iter().filter(|h| h.is_ok()).count();
+        let mut next = Instant::now() + Duration::from_secs(1);
+        while running > 0 {
+            match done_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(()) => running -= 1,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    on_progress(&sum_progress(&progress, measure_start));
+                    next += Duration::from_secs(1);
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| match h?.join() {
+                Ok(r) => r.map_err(|source| LoadError::Thread { thread: i, source }),
+                Err(_) => Err(LoadError::Thread {
+                    thread: i,
+                    source: std::io::Error::other("load thread panicked"),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let mut rec = Recorder::default();
+    let mut in_flight_at_stop = 0;
+    let mut cpu = CpuTime::default();
+    let mut ended = measure_start;
+    for o in &outcomes {
+        rec.merge(&o.rec);
+        in_flight_at_stop += o.in_flight;
+        cpu = cpu + o.cpu;
+        ended = ended.max(o.ended);
+    }
+    Ok(RunResult {
+        rec,
+        in_flight_at_stop,
+        duration: ended.saturating_duration_since(measure_start),
+        cpu,
+        started_at,
+    })
+}
+
+fn run_thread(
+    shared: &worker::Shared<'_>,
+    i: usize,
+    progress: &ThreadProgress,
+) -> std::io::Result<worker::ThreadOutcome> {
+    if let Some(cpus) = &shared.cfg.cpus {
+        cpus::pin_current_thread(cpus[i % cpus.len()])?;
+    }
+    worker::Worker::new(shared, i, progress)?.run()
+}
+
+fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress {
+    let now = Instant::now();
+    let mut p = Progress {
+        elapsed: now.saturating_duration_since(measure_start),
+        warming_up: now < measure_start,
+        ..Progress::default()
+    };
+    for t in threads {
+        p.sent += t.sent.load(Ordering::Relaxed);
+        p.completed += t.completed.load(Ordering::Relaxed);
+        p.failed += t.failed.load(Ordering::Relaxed);
+    }
+    p
+}

@@ -1,0 +1,111 @@
+//! `qpslab load`: options in, report out.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Context;
+use qpslab_load::report::{encode_histogram, RunMeta};
+use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
+
+use crate::args::LoadArgs;
+use crate::{Outcome, UsageError};
+
+pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
+    let opts = LoadOptions {
+        urls: vec![a.url],
+        threads: a.threads,
+        connections: Some(a.connections),
+        duration: a.duration,
+        requests: a.requests,
+        headers: a.headers,
+        method: a.method,
+        body: a.body,
+        timeout: a.timeout,
+        warmup: a.warmup,
+        cpus: a.cpus,
+        accept_status: a.accept_status,
+        max_error_rate: a.max_error_rate,
+    };
+    let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
+    qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
+    install_sigint_handler();
+
+    let tty = std::io::stderr().is_terminal();
+    let mut last = Progress::default();
+    let mut on_progress = |p: &Progress| {
+        if tty {
+            print_progress(p, &last);
+        }
+        last = *p;
+    };
+    let result = qpslab_load::run(&cfg, &mut on_progress).map_err(|e| match e {
+        LoadError::Config(_) | LoadError::Unreachable { .. } => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => anyhow::Error::new(other),
+    })?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let meta = RunMeta {
+        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
+        command: std::env::args().collect(),
+        kernel: kernel_release(),
+    };
+    let report = Report::new(&cfg, &result, &meta);
+    if let Some(path) = &a.hdr_out {
+        std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
+            .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(report.render_text().as_bytes())?;
+    }
+    out.flush()?;
+    Ok(if report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
+}
+
+fn print_progress(p: &Progress, last: &Progress) {
+    if p.warming_up {
+        eprint!("\r\x1b[Kwarming up...");
+        return;
+    }
+    let rate = (p.completed.saturating_sub(last.completed)) as f64
+        / (p.elapsed.saturating_sub(last.elapsed).max(Duration::from_millis(1))).as_secs_f64();
+    eprint!(
+        "\r\x1b[K[{:>4.0}s] sent {}  completed {}  rate {:.0}/s  errors {}",
+        p.elapsed.as_secs_f64(),
+        p.sent,
+        p.completed,
+        rate,
+        p.failed
+    );
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    qpslab_load::request_stop();
+    // A second Ctrl-C ends the process the usual way.
+    // SAFETY: signal() is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}
+
+/// Ctrl-C stops the run early and still prints the results, as wrk does.
+fn install_sigint_handler() {
+    // SAFETY: the handler only stores an atomic and resets the disposition.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+}
+
+fn kernel_release() -> String {
+    // SAFETY: utsname is plain data; uname fills it with NUL-terminated strings.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is valid and writable.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::new();
+    }
+    // SAFETY: uname NUL-terminates release.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    release.to_string_lossy().into_owned()
+}

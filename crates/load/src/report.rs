@@ -1,0 +1,390 @@
+//! The result of a run as users and scripts see it: the typed JSON contract of the design brief
+//! (`qpslab load --json`), the human summary, and the pass/fail check behind the exit code.
+//!
+//! Does not measure anything: it only arranges a [`RunResult`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::config::LoadConfig;
+use crate::stats::ErrorClass;
+use crate::RunResult;
+
+/// Busy share of the generator's threads at or above which the generator, not the target, may
+/// have set the rate.
+pub const GENERATOR_BOUND_RATIO: f64 = 0.9;
+
+/// Provenance the caller supplies (so rendering stays deterministic in tests).
+#[derive(Debug, Clone, Default)]
+pub struct RunMeta {
+    pub version: String,
+    pub command: Vec<String>,
+    pub kernel: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub version: String,
+    pub command: Vec<String>,
+    pub started_at: String,
+    pub kernel: String,
+    pub duration_s: f64,
+    pub targets: Vec<String>,
+    pub config: ConfigReport,
+    pub requests: Requests,
+    pub status: BTreeMap<String, u64>,
+    pub errors: BTreeMap<&'static str, u64>,
+    pub error_examples: BTreeMap<&'static str, String>,
+    pub throughput_rps: f64,
+    pub bytes: Bytes,
+    pub connections: Connections,
+    pub latency_us: Latency,
+    /// The latency histogram, HdrHistogram V2 compressed and base64-encoded.
+    pub latency_hdr: String,
+    pub generator: Generator,
+    pub check: Check,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    pub threads: usize,
+    pub connections: usize,
+    pub mode: &'static str,
+    pub duration_s: Option<f64>,
+    pub requests: Option<u64>,
+    pub timeout_s: f64,
+    pub warmup_s: f64,
+    pub pipeline: usize,
+    pub cpus: Option<Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Requests {
+    /// Issued: committed to a connection (including ones whose connect then failed).
+    pub sent: u64,
+    /// Final responses, any status: `ok + bad_status`.
+    pub completed: u64,
+    /// Status < 400, or listed in `--accept-status`.
+    pub ok: u64,
+    /// Ended without a response (connect, read, write, timeout, parse): the sum of `errors`.
+    pub failed: u64,
+    /// Responses >= 400 not accepted by `--accept-status`; they count against the error rate.
+    pub bad_status: u64,
+    pub in_flight_at_stop: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Bytes {
+    pub read: u64,
+    pub written: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Connections {
+    pub connects: u64,
+    pub reconnects: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub min: u64,
+    pub mean: f64,
+    pub stdev: f64,
+    pub p50: u64,
+    pub p75: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub p9999: u64,
+    pub max: u64,
+    /// Share of samples within one standard deviation of the mean (wrk's `+/- Stdev`).
+    pub within_stdev: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Generator {
+    pub threads: usize,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    /// CPU time of the load threads over their wall time.
+    pub busy_ratio: f64,
+    pub verdict: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub passed: bool,
+    /// `(failed + bad_status) / sent`.
+    pub error_rate: f64,
+    pub max_error_rate: f64,
+    pub reason: Option<String>,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let (mean, stdev) = (h.mean(), h.stdev());
+        let within: u64 = h
+            .iter_recorded()
+            .filter(|v| (v.value_iterated_to() as f64 - mean).abs() <= stdev)
+            .map(|v| v.count_at_value())
+            .sum();
+        Self {
+            min: h.min(),
+            mean,
+            stdev,
+            p50: h.value_at_quantile(0.5),
+            p75: h.value_at_quantile(0.75),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            p9999: h.value_at_quantile(0.9999),
+            max: h.max(),
+            within_stdev: within as f64 / h.len() as f64,
+        }
+    }
+}
+
+/// Encodes a histogram the way HdrHistogram tools exchange them: V2, deflate, base64.
+pub fn encode_histogram(h: &Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    match V2DeflateSerializer::new().serialize(h, &mut bytes) {
+        Ok(_) => base64::engine::general_purpose::STANDARD.encode(bytes),
+        Err(_) => String::new(),
+    }
+}
+
+impl Report {
+    pub fn new(cfg: &LoadConfig, result: &RunResult, meta: &RunMeta) -> Self {
+        let rec = &result.rec;
+        let secs = result.duration.as_secs_f64();
+        let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let requests = Requests {
+            sent: rec.sent,
+            completed: rec.completed,
+            ok: rec.ok,
+            failed: rec.failed,
+            bad_status: rec.bad_status(),
+            in_flight_at_stop: result.in_flight_at_stop,
+        };
+        let busy_ratio = if secs > 0.0 {
+            result.cpu.total().as_secs_f64() / (secs * cfg.threads as f64)
+        } else {
+            0.0
+        };
+        let verdict = if busy_ratio >= GENERATOR_BOUND_RATIO { "generator-bound" } else { "ok" };
+        let mut errors = BTreeMap::new();
+        let mut error_examples = BTreeMap::new();
+        for class in ErrorClass::ALL {
+            errors.insert(class.name(), rec.errors[class as usize]);
+            if let Some(ex) = &rec.examples[class as usize] {
+                error_examples.insert(class.name(), ex.clone());
+            }
+        }
+        Self {
+            version: meta.version.clone(),
+            command: meta.command.clone(),
+            started_at: humantime::format_rfc3339_millis(result.started_at).to_string(),
+            kernel: meta.kernel.clone(),
+            duration_s: secs,
+            targets: cfg.targets.iter().map(|t| t.url.clone()).collect(),
+            config: ConfigReport {
+                threads: cfg.threads,
+                connections: cfg.connections,
+                mode: cfg.mode(),
+                duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+                requests: cfg.requests,
+                timeout_s: cfg.timeout.as_secs_f64(),
+                warmup_s: cfg.warmup.as_secs_f64(),
+                pipeline: cfg.pipeline,
+                cpus: cfg.cpus.clone(),
+            },
+            requests,
+            status: rec.statuses().map(|(c, n)| (c.to_string(), n)).collect(),
+            errors,
+            error_examples,
+            throughput_rps: per_sec(rec.completed),
+            bytes: Bytes { read: rec.bytes_read, written: rec.bytes_written },
+            connections: Connections { connects: rec.connects, reconnects: rec.reconnects },
+            latency_us: Latency::from_histogram(&rec.latency),
+            latency_hdr: encode_histogram(&rec.latency),
+            generator: Generator {
+                threads: cfg.threads,
+                cpu_user_s: result.cpu.user.as_secs_f64(),
+                cpu_sys_s: result.cpu.sys.as_secs_f64(),
+                busy_ratio,
+                verdict,
+            },
+            check: check(&requests, cfg.max_error_rate),
+        }
+    }
+
+    /// The wrk-style summary block.
+    pub fn render_text(&self) -> String {
+        let mut s = String::new();
+        let r = &self.requests;
+        let l = &self.latency_us;
+        let c = &self.config;
+        let _ = writeln!(
+            s,
+            "{} test @ {}",
+            match c.requests {
+                Some(n) => format!("{n}-request"),
+                None => fmt_secs(c.duration_s.unwrap_or(self.duration_s)),
+            },
+            self.targets.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "  {} {} and {} connections, {} loop, keep-alive",
+            c.threads,
+            plural(c.threads as u64, "thread", "threads"),
+            c.connections,
+            c.mode
+        );
+        let _ = writeln!(s, "  Latency     Avg       Stdev     Min       Max       +/- Stdev");
+        let _ = writeln!(
+            s,
+            "            {:<9} {:<9} {:<9} {:<9} {:.2}%",
+            fmt_us(l.mean),
+            fmt_us(l.stdev),
+            fmt_us(l.min as f64),
+            fmt_us(l.max as f64),
+            l.within_stdev * 100.0
+        );
+        let _ = writeln!(s, "  Latency Distribution");
+        for (label, v) in [
+            ("50%", l.p50),
+            ("75%", l.p75),
+            ("90%", l.p90),
+            ("99%", l.p99),
+            ("99.9%", l.p999),
+            ("99.99%", l.p9999),
+            ("max", l.max),
+        ] {
+            let _ = writeln!(s, "  {label:>7}  {}", fmt_us(v as f64));
+        }
+        let _ = writeln!(
+            s,
+            "  {} requests in {}, {} read, {} written",
+            r.completed,
+            fmt_secs(self.duration_s),
+            fmt_bytes(self.bytes.read as f64),
+            fmt_bytes(self.bytes.written as f64)
+        );
+        let _ = writeln!(s, "Requests/sec: {:.2}", self.throughput_rps);
+        let transfer =
+            if self.duration_s > 0.0 { self.bytes.read as f64 / self.duration_s } else { 0.0 };
+        let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
+        let _ = writeln!(
+            s,
+            "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects)",
+            self.connections.connects,
+            r.sent,
+            r.ok,
+            r.failed + r.bad_status,
+            r.in_flight_at_stop,
+            self.connections.reconnects
+        );
+        if !self.status.is_empty() {
+            let parts: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let _ = writeln!(s, "Status:  {}", parts.join(", "));
+        }
+        let errs: Vec<String> = self
+            .errors
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(k, n)| match self.error_examples.get(k) {
+                Some(ex) => format!("{k}: {n} ({ex})"),
+                None => format!("{k}: {n}"),
+            })
+            .collect();
+        if !errs.is_empty() {
+            let _ = writeln!(s, "Errors:  {}", errs.join(", "));
+        }
+        let g = &self.generator;
+        let _ = write!(
+            s,
+            "Generator: {:.2}s user + {:.2}s sys on {} {}, busy {:.1}%",
+            g.cpu_user_s,
+            g.cpu_sys_s,
+            g.threads,
+            plural(g.threads as u64, "thread", "threads"),
+            g.busy_ratio * 100.0
+        );
+        if g.verdict == "generator-bound" {
+            let _ = write!(
+                s,
+                ": generator-bound, the rate is only a lower bound of the target's capacity; \
+                 add generator threads (-t) or machines"
+            );
+        }
+        s.push('\n');
+        if let Some(reason) = &self.check.reason {
+            let _ = writeln!(s, "FAILED: {reason}");
+        }
+        s
+    }
+}
+
+fn check(r: &Requests, max_error_rate: f64) -> Check {
+    let bad = r.failed + r.bad_status;
+    let error_rate = if r.sent > 0 { bad as f64 / r.sent as f64 } else { 0.0 };
+    let reason = if r.sent == 0 {
+        Some("no request was sent".to_string())
+    } else if r.completed == 0 {
+        Some("no response was received".to_string())
+    } else if error_rate > max_error_rate {
+        Some(format!(
+            "error rate {:.4}% ({bad} of {} requests) is above --max-error-rate {}",
+            error_rate * 100.0,
+            r.sent,
+            max_error_rate
+        ))
+    } else {
+        None
+    };
+    Check { passed: reason.is_none(), error_rate, max_error_rate, reason }
+}
+
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// Microseconds in the largest unit that keeps them above 1: `35.2us`, `1.23ms`, `2.50s`.
+pub fn fmt_us(us: f64) -> String {
+    let (v, unit) = if us >= 1e6 {
+        (us / 1e6, "s")
+    } else if us >= 1e3 {
+        (us / 1e3, "ms")
+    } else {
+        (us, "us")
+    };
+    format!("{v:.2}{unit}")
+}
+
+fn fmt_secs(s: f64) -> String {
+    format!("{s:.2}s")
+}
+
+fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.2}{}", UNITS[i])
+}

@@ -1,0 +1,187 @@
+//! Per-thread recording: request counters, error classes with one example each, status codes
+//! and the latency histogram. Recording is a few additions and one histogram increment; merging
+//! and summarising happen once, at the end.
+
+use hdrhistogram::Histogram;
+
+/// Highest latency the histogram tracks, in microseconds (60 s); larger values saturate.
+pub const MAX_LATENCY_US: u64 = 60_000_000;
+/// Significant decimal digits the histogram keeps.
+pub const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// Why a request failed, as reported in `errors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    Connect = 0,
+    Read = 1,
+    Write = 2,
+    Timeout = 3,
+    Parse = 4,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 5] =
+        [Self::Connect, Self::Read, Self::Write, Self::Timeout, Self::Parse];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Timeout => "timeout",
+            Self::Parse => "parse",
+        }
+    }
+}
+
+/// Status codes are three digits (httparse rejects others), so a flat array indexes them.
+const STATUS_SLOTS: usize = 1000;
+
+pub fn new_histogram() -> Histogram<u64> {
+    // 1 us .. 60 s at 3 significant digits: fixed bounds, so recording never allocates.
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGNIFICANT_DIGITS)
+        .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
+}
+
+/// Everything one thread measured.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    /// Requests issued (committed to a connection).
+    pub sent: u64,
+    /// Final responses received (any status).
+    pub completed: u64,
+    /// Responses with status < 400, or listed in `--accept-status`.
+    pub ok: u64,
+    /// Requests that ended without a response: sum of `errors`.
+    pub failed: u64,
+    pub errors: [u64; 5],
+    pub examples: [Option<String>; 5],
+    pub status: Box<[u64; STATUS_SLOTS]>,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Successful TCP connects.
+    pub connects: u64,
+    /// Connections reopened after the server closed one or an error.
+    pub reconnects: u64,
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self {
+            sent: 0,
+            completed: 0,
+            ok: 0,
+            failed: 0,
+            errors: [0; 5],
+            examples: Default::default(),
+            status: Box::new([0; STATUS_SLOTS]),
+            bytes_read: 0,
+            bytes_written: 0,
+            connects: 0,
+            reconnects: 0,
+            latency: new_histogram(),
+        }
+    }
+}
+
+impl Recorder {
+    #[inline]
+    pub fn response(&mut self, status: u16, ok: bool, latency_us: u64) {
+        self.completed += 1;
+        self.ok += u64::from(ok);
+        if let Some(slot) = self.status.get_mut(usize::from(status)) {
+            *slot += 1;
+        }
+        self.latency.saturating_record(latency_us.max(1));
+    }
+
+    /// Counts `n` failed requests of `class`; the message is built only for the first one.
+    pub fn failure(&mut self, class: ErrorClass, n: u64, message: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        self.failed += n;
+        self.errors[class as usize] += n;
+        let example = &mut self.examples[class as usize];
+        if example.is_none() {
+            *example = Some(message());
+        }
+    }
+
+    pub fn merge(&mut self, other: &Recorder) {
+        self.sent += other.sent;
+        self.completed += other.completed;
+        self.ok += other.ok;
+        self.failed += other.failed;
+        for i in 0..self.errors.len() {
+            self.errors[i] += other.errors[i];
+            if self.examples[i].is_none() {
+                self.examples[i].clone_from(&other.examples[i]);
+            }
+        }
+        for (a, b) in self.status.iter_mut().zip(other.status.iter()) {
+            *a += b;
+        }
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.connects += other.connects;
+        self.reconnects += other.reconnects;
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.latency.add(&other.latency);
+    }
+
+    /// Non-zero status counts, by code.
+    pub fn statuses(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.status.iter().enumerate().filter(|(_, &n)| n > 0).map(|(c, &n)| (c as u16, n))
+    }
+
+    /// Responses with a status that is not counted as ok.
+    pub fn bad_status(&self) -> u64 {
+        self.completed - self.ok
+    }
+}
+
+/// Formats an I/O error the way reports show it: `connection reset by peer`.
+pub fn io_message(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_adds_everything() {
+        let mut a = Recorder { sent: 3, ..Recorder::default() };
+        a.response(200, true, 10);
+        a.failure(ErrorClass::Read, 2, || "first".into());
+        let mut b = Recorder { sent: 2, ..Recorder::default() };
+        b.response(404, false, 20);
+        b.failure(ErrorClass::Read, 1, || "second".into());
+        b.failure(ErrorClass::Timeout, 1, || "late".into());
+        a.merge(&b);
+        assert_eq!((a.sent, a.completed, a.ok, a.failed), (5, 2, 1, 4));
+        assert_eq!(a.errors, [0, 3, 0, 1, 0]);
+        assert_eq!(a.examples[1].as_deref(), Some("first"));
+        assert_eq!(a.examples[3].as_deref(), Some("late"));
+        assert_eq!(a.statuses().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);
+        assert_eq!(a.latency.len(), 2);
+        assert_eq!(a.bad_status(), 1);
+    }
+
+    #[test]
+    fn io_messages_are_short() {
+        let e = std::io::Error::from_raw_os_error(libc::ECONNRESET);
+        assert_eq!(io_message(&e), "connection reset by peer");
+    }
+}

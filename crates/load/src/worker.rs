@@ -1,0 +1,633 @@
+//! One load thread: an epoll loop over the thread's own connections.
+//!
+//! Owns the connection state machine (closed -> connecting -> open), the exact accounting of each
+//! request from commit to response, failure or stop, per-request timeouts (counted when they
+//! expire), and reconnects. The pacer decides when a free slot may take a request; the connection
+//! policy (keep-alive, for now) decides what happens after a response; the target picker decides
+//! where a connection goes. Steady state per request: one read, one parse, one histogram record,
+//! one write; no allocation, lock or log.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use qpslab_http::ResponseParser;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::LoadConfig;
+use crate::pacer::Pacer;
+use crate::poll::{self, Epoll};
+use crate::stats::{io_message, ErrorClass, Recorder};
+
+/// Pause before reopening a connection whose connect failed, so a dead target is not hammered.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// Longest gap between timer checks; timeouts fire within this much of their expiry.
+const MAX_TICK: Duration = Duration::from_millis(10);
+/// Per-thread read buffer. Responses are parsed in place; only a split head is copied.
+const READ_BUF: usize = 64 * 1024;
+
+/// Counters a thread publishes for live progress, at most once per tick.
+#[derive(Debug, Default)]
+pub struct ThreadProgress {
+    pub sent: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub connected: AtomicBool,
+}
+
+/// CPU time a thread used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTime {
+    pub user: Duration,
+    pub sys: Duration,
+}
+
+impl CpuTime {
+    pub fn of_current_thread() -> Self {
+        // SAFETY: rusage is plain data; getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+            return Self::default();
+        }
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        Self { user: tv(ru.ru_utime), sys: tv(ru.ru_stime) }
+    }
+
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            user: self.user.saturating_sub(earlier.user),
+            sys: self.sys.saturating_sub(earlier.sys),
+        }
+    }
+
+    pub fn total(self) -> Duration {
+        self.user + self.sys
+    }
+}
+
+impl std::ops::Add for CpuTime {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self { user: self.user + other.user, sys: self.sys + other.sys }
+    }
+}
+
+/// What a thread hands back when it stops.
+#[derive(Debug)]
+pub(crate) struct ThreadOutcome {
+    pub rec: Recorder,
+    /// Counted requests still unanswered when the run stopped.
+    pub in_flight: u64,
+    pub cpu: CpuTime,
+    pub ended: Instant,
+}
+
+/// Run-wide, read-only inputs of every thread.
+#[derive(Debug)]
+pub(crate) struct Shared<'a> {
+    pub cfg: &'a LoadConfig,
+    /// Per target: its request repeated `pipeline` times, so k requests go out in one write.
+    pub wires: Vec<Vec<u8>>,
+    pub measure_start: Instant,
+    pub stop_at: Option<Instant>,
+    pub stop_flag: &'a AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    sent_at: Instant,
+    /// Issued after warm-up: counts in every figure.
+    counted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Closed,
+    Connecting,
+    Open,
+}
+
+#[derive(Debug)]
+struct Conn {
+    sock: Option<Socket>,
+    /// Bumped on every close, so events of a closed socket are not taken for its successor's.
+    gen: u32,
+    target: usize,
+    phase: Phase,
+    parser: ResponseParser,
+    /// Unconsumed bytes of a response head split across reads.
+    carry: Vec<u8>,
+    inflight: VecDeque<Req>,
+    /// Requests committed while the connection was being opened.
+    waiting: u64,
+    waiting_counted: bool,
+    write_pos: usize,
+    write_end: usize,
+    out_armed: bool,
+    opened_at: Instant,
+    retry_at: Option<Instant>,
+    ever_connected: bool,
+}
+
+/// What parsing a read's worth of bytes left the connection in.
+enum Absorbed {
+    Keep,
+    /// The server ends the connection after this response.
+    Close,
+}
+
+pub(crate) struct Worker<'a> {
+    shared: &'a Shared<'a>,
+    progress: &'a ThreadProgress,
+    epoll: Epoll,
+    conns: Vec<Conn>,
+    pacer: Pacer,
+    rec: Recorder,
+    buf: Box<[u8]>,
+    /// Requests committed and not yet answered or failed.
+    outstanding: u64,
+    measuring: bool,
+    tick: Duration,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        shared: &'a Shared<'a>,
+        index: usize,
+        progress: &'a ThreadProgress,
+    ) -> io::Result<Self> {
+        let cfg = shared.cfg;
+        let now = Instant::now();
+        let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
+        let conns = (0..cfg.connections_of(index))
+            .map(|i| Conn {
+                sock: None,
+                gen: 0,
+                // Round-robin target picker over the run's global connection numbers.
+                target: (first_conn + i) % cfg.targets.len(),
+                phase: Phase::Closed,
+                parser: ResponseParser::default(),
+                carry: Vec::new(),
+                inflight: VecDeque::with_capacity(cfg.pipeline),
+                waiting: 0,
+                waiting_counted: false,
+                write_pos: 0,
+                write_end: 0,
+                out_armed: false,
+                opened_at: now,
+                retry_at: None,
+                ever_connected: false,
+            })
+            .collect();
+        Ok(Self {
+            shared,
+            progress,
+            epoll: Epoll::new()?,
+            conns,
+            pacer: Pacer::closed(cfg.requests_of(index)),
+            rec: Recorder::default(),
+            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+            outstanding: 0,
+            measuring: false,
+            tick: (cfg.timeout / 10).clamp(Duration::from_millis(1), MAX_TICK),
+        })
+    }
+
+    pub(crate) fn run(mut self) -> io::Result<ThreadOutcome> {
+        let mut cpu_start = CpuTime::of_current_thread();
+        let mut now = Instant::now();
+        self.measuring = now >= self.shared.measure_start;
+        for idx in 0..self.conns.len() {
+            self.issue(idx, now);
+        }
+        let mut events = vec![poll::empty_event(); 1024];
+        let mut next_tick = now + self.tick;
+        loop {
+            let wake = self.shared.stop_at.map_or(next_tick, |s| s.min(next_tick));
+            let n = self.epoll.wait(&mut events, ms_until(now, wake))?;
+            for ev in &events[..n] {
+                self.dispatch(ev.u64, ev.events);
+            }
+            now = Instant::now();
+            if !self.measuring && now >= self.shared.measure_start {
+                self.measuring = true;
+                cpu_start = CpuTime::of_current_thread();
+            }
+            if now >= next_tick {
+                self.on_tick(now);
+                next_tick = now + self.tick;
+            }
+            let timed_out = self.shared.stop_at.is_some_and(|s| now >= s);
+            let drained = self.pacer.exhausted() && self.outstanding == 0;
+            if timed_out || drained || self.shared.stop_flag.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        self.publish();
+        let in_flight = self.conns.iter().map(Conn::counted_outstanding).sum();
+        let cpu = CpuTime::of_current_thread().since(cpu_start);
+        Ok(ThreadOutcome { rec: self.rec, in_flight, cpu, ended: now })
+    }
+
+    fn token(&self, idx: usize) -> u64 {
+        (u64::from(self.conns[idx].gen) << 32) | idx as u64
+    }
+
+    fn dispatch(&mut self, token: u64, events: u32) {
+        let idx = (token & 0xffff_ffff) as usize;
+        let gen = (token >> 32) as u32;
+        let Some(c) = self.conns.get(idx) else { return };
+        if c.gen != gen {
+            return;
+        }
+        match c.phase {
+            Phase::Closed => {}
+            Phase::Connecting => {
+                if events & (poll::OUT | poll::ERR) != 0 {
+                    self.finish_connect(idx);
+                }
+            }
+            Phase::Open => {
+                if events & poll::OUT != 0 {
+                    self.flush(idx);
+                }
+                if events & (poll::IN | poll::ERR) != 0 && self.conns[idx].gen == gen {
+                    self.on_readable(idx);
+                }
+            }
+        }
+    }
+
+    /// Gives the connection as many requests as the pacer allows.
+    fn issue(&mut self, idx: usize, now: Instant) {
+        let counted = now >= self.shared.measure_start;
+        let depth = self.shared.cfg.pipeline as u64;
+        let c = &mut self.conns[idx];
+        match c.phase {
+            Phase::Connecting => {}
+            Phase::Closed => {
+                if c.retry_at.is_some_and(|t| now < t) {
+                    return;
+                }
+                let k = self.pacer.grant(1);
+                if k == 0 {
+                    return;
+                }
+                c.retry_at = None;
+                c.waiting = k;
+                c.waiting_counted = counted;
+                self.commit(k, counted);
+                self.connect(idx, now);
+            }
+            Phase::Open => {
+                if c.write_pos != c.write_end {
+                    return;
+                }
+                let free = depth - c.inflight.len() as u64;
+                let k = self.pacer.grant(free);
+                if k == 0 {
+                    return;
+                }
+                self.start_write(idx, k, counted, now);
+                self.commit(k, counted);
+                self.flush(idx);
+            }
+        }
+    }
+
+    fn commit(&mut self, k: u64, counted: bool) {
+        self.outstanding += k;
+        if counted {
+            self.rec.sent += k;
+        }
+    }
+
+    fn start_write(&mut self, idx: usize, k: u64, counted: bool, now: Instant) {
+        let c = &mut self.conns[idx];
+        for _ in 0..k {
+            c.inflight.push_back(Req { sent_at: now, counted });
+        }
+        c.write_pos = 0;
+        c.write_end = k as usize * self.shared.cfg.targets[c.target].request.len();
+    }
+
+    fn connect(&mut self, idx: usize, now: Instant) {
+        let addr = self.shared.cfg.targets[self.conns[idx].target].addr;
+        let opened = (|| {
+            let sock = Socket::new(
+                Domain::for_address(addr),
+                Type::STREAM.nonblocking().cloexec(),
+                Some(Protocol::TCP),
+            )?;
+            sock.set_nodelay(true)?;
+            match sock.connect(&SockAddr::from(addr)) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+                Err(e) => return Err(e),
+            }
+            Ok(sock)
+        })();
+        let sock = match opened {
+            Ok(s) => s,
+            Err(e) => return self.fail(idx, ErrorClass::Connect, &e, now),
+        };
+        let token = self.token(idx);
+        if let Err(e) = self.epoll.add(sock.as_raw_fd(), token, poll::IN | poll::OUT) {
+            return self.fail(idx, ErrorClass::Connect, &e, now);
+        }
+        let c = &mut self.conns[idx];
+        c.sock = Some(sock);
+        c.phase = Phase::Connecting;
+        c.out_armed = true;
+        c.opened_at = now;
+    }
+
+    fn finish_connect(&mut self, idx: usize) {
+        let now = Instant::now();
+        let c = &mut self.conns[idx];
+        let Some(sock) = &c.sock else { return };
+        let status = match sock.take_error() {
+            Ok(None) => Ok(()),
+            Ok(Some(e)) | Err(e) => Err(e),
+        };
+        if let Err(e) = status {
+            return self.fail(idx, ErrorClass::Connect, &e, now);
+        }
+        c.phase = Phase::Open;
+        if self.measuring {
+            self.rec.connects += 1;
+            self.rec.reconnects += u64::from(c.ever_connected);
+        }
+        c.ever_connected = true;
+        self.progress.connected.store(true, Ordering::Relaxed);
+        let waiting = std::mem::take(&mut c.waiting);
+        let counted = c.waiting_counted;
+        if waiting > 0 {
+            self.start_write(idx, waiting, counted, now);
+            // Leaves OUT armed until the write completes, so it is disarmed once, in flush.
+            self.flush(idx);
+        } else {
+            self.set_interest(idx, false);
+        }
+        if self.conns[idx].phase == Phase::Open {
+            self.issue(idx, now);
+        }
+    }
+
+    /// Arms or disarms write interest, only when it changes.
+    fn set_interest(&mut self, idx: usize, out: bool) {
+        let token = self.token(idx);
+        let c = &mut self.conns[idx];
+        if c.out_armed == out {
+            return;
+        }
+        let Some(sock) = &c.sock else { return };
+        let events = if out { poll::IN | poll::OUT } else { poll::IN };
+        if self.epoll.modify(sock.as_raw_fd(), token, events).is_ok() {
+            c.out_armed = out;
+        }
+    }
+
+    /// Writes what is pending of the current batch.
+    fn flush(&mut self, idx: usize) {
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = &c.sock else { return };
+            if c.write_pos == c.write_end {
+                return self.set_interest(idx, false);
+            }
+            let wire = &self.shared.wires[c.target][c.write_pos..c.write_end];
+            match (&*sock).write(wire) {
+                Ok(n) => {
+                    c.write_pos += n;
+                    if self.measuring {
+                        self.rec.bytes_written += n as u64;
+                    }
+                    if c.write_pos == c.write_end {
+                        c.write_pos = 0;
+                        c.write_end = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return self.set_interest(idx, true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail(idx, ErrorClass::Write, &e, Instant::now()),
+            }
+        }
+    }
+
+    fn on_readable(&mut self, idx: usize) {
+        let mut now;
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = &c.sock else { return };
+            let n = match (&*sock).read(&mut self.buf) {
+                Ok(0) => return self.on_eof(idx),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    now = Instant::now();
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.fail(idx, ErrorClass::Read, &e, Instant::now()),
+            };
+            now = Instant::now();
+            if self.measuring {
+                self.rec.bytes_read += n as u64;
+            }
+            match self.absorb(idx, n, now) {
+                Ok(Absorbed::Keep) => {}
+                Ok(Absorbed::Close) => {
+                    self.close_after_response(idx, now);
+                    break;
+                }
+                Err(msg) => return self.fail_with(idx, ErrorClass::Parse, msg, now),
+            }
+            if n < self.buf.len() {
+                break;
+            }
+        }
+        self.issue(idx, now);
+    }
+
+    /// Parses `buf[..n]` (after any carried head bytes) and records every complete response.
+    fn absorb(&mut self, idx: usize, n: usize, now: Instant) -> Result<Absorbed, String> {
+        let c = &mut self.conns[idx];
+        let head = self.shared.cfg.targets[c.target].head;
+        let carried = !c.carry.is_empty();
+        if carried {
+            c.carry.extend_from_slice(&self.buf[..n]);
+        }
+        let mut carry = std::mem::take(&mut c.carry);
+        let data: &[u8] = if carried { &carry } else { &self.buf[..n] };
+        let mut off = 0;
+        let mut outcome = Absorbed::Keep;
+        while off < data.len() {
+            let step = c.parser.feed(&data[off..], head).map_err(|e| e.to_string())?;
+            off += step.consumed;
+            let Some(resp) = step.response else { break };
+            let Some(req) = c.inflight.pop_front() else {
+                return Err("response received with no request in flight".into());
+            };
+            self.outstanding -= 1;
+            if req.counted {
+                let ok = resp.status < 400 || self.shared.cfg.accept_status.contains(resp.status);
+                let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+                self.rec.response(resp.status, ok, us);
+            }
+            if !resp.keep_alive {
+                outcome = Absorbed::Close;
+                break;
+            }
+        }
+        if carried {
+            carry.drain(..off);
+        } else {
+            carry.extend_from_slice(&self.buf[off..n]);
+        }
+        c.carry = carry;
+        Ok(outcome)
+    }
+
+    fn on_eof(&mut self, idx: usize) {
+        let now = Instant::now();
+        let c = &mut self.conns[idx];
+        match c.parser.eof(c.carry.len()) {
+            Ok(Some(resp)) => {
+                if let Some(req) = c.inflight.pop_front() {
+                    self.outstanding -= 1;
+                    if req.counted {
+                        let ok = resp.status < 400
+                            || self.shared.cfg.accept_status.contains(resp.status);
+                        let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+                        self.rec.response(resp.status, ok, us);
+                    }
+                }
+                self.close_after_response(idx, now);
+            }
+            Ok(None) if c.inflight.is_empty() && c.waiting == 0 => {
+                // The server closed an idle keep-alive connection: reopen, nothing failed.
+                self.close(idx);
+            }
+            Ok(None) => self.fail_with(
+                idx,
+                ErrorClass::Read,
+                "connection closed by the server before the response".into(),
+                now,
+            ),
+            Err(e) => return self.fail_with(idx, ErrorClass::Read, e.to_string(), now),
+        }
+        self.issue(idx, now);
+    }
+
+    /// The server announced the close (`Connection: close`, or a close-delimited body).
+    /// Requests pipelined behind that response can no longer be answered.
+    fn close_after_response(&mut self, idx: usize, now: Instant) {
+        if self.conns[idx].inflight.is_empty() {
+            self.close(idx);
+        } else {
+            self.fail_with(
+                idx,
+                ErrorClass::Read,
+                "server closed the connection with pipelined requests unanswered".into(),
+                now,
+            );
+        }
+    }
+
+    fn fail(&mut self, idx: usize, class: ErrorClass, err: &io::Error, now: Instant) {
+        self.fail_with(idx, class, io_message(err), now);
+    }
+
+    /// Fails every request on the connection, closes it and opens it again when there is work.
+    fn fail_with(&mut self, idx: usize, class: ErrorClass, msg: String, now: Instant) {
+        let c = &self.conns[idx];
+        let counted = c.counted_outstanding();
+        self.outstanding -= c.inflight.len() as u64 + c.waiting;
+        self.rec.failure(class, counted, || msg);
+        self.close(idx);
+        if class == ErrorClass::Connect {
+            self.conns[idx].retry_at = Some(now + CONNECT_BACKOFF);
+        }
+        self.issue(idx, now);
+    }
+
+    fn close(&mut self, idx: usize) {
+        let c = &mut self.conns[idx];
+        // Dropping the socket closes it, which also removes it from the epoll set.
+        c.sock = None;
+        c.gen = c.gen.wrapping_add(1);
+        c.phase = Phase::Closed;
+        c.parser.reset();
+        c.carry.clear();
+        c.inflight.clear();
+        c.waiting = 0;
+        c.write_pos = 0;
+        c.write_end = 0;
+        c.out_armed = false;
+    }
+
+    /// Timer work: expired requests and connects, connect retries, progress.
+    fn on_tick(&mut self, now: Instant) {
+        let timeout = self.shared.cfg.timeout;
+        for idx in 0..self.conns.len() {
+            let c = &self.conns[idx];
+            match c.phase {
+                Phase::Open => {
+                    if c.inflight.front().is_some_and(|r| now.duration_since(r.sent_at) >= timeout)
+                    {
+                        let msg = format!("no response within {}", fmt_duration(timeout));
+                        self.fail_with(idx, ErrorClass::Timeout, msg, now);
+                    }
+                }
+                Phase::Connecting => {
+                    if now.duration_since(c.opened_at) >= timeout {
+                        let msg = format!("connect timed out after {}", fmt_duration(timeout));
+                        self.fail_with(idx, ErrorClass::Connect, msg, now);
+                    }
+                }
+                Phase::Closed => {
+                    if c.retry_at.is_some_and(|t| now >= t) {
+                        self.issue(idx, now);
+                    }
+                }
+            }
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.progress.sent.store(self.rec.sent, Ordering::Relaxed);
+        self.progress.completed.store(self.rec.completed, Ordering::Relaxed);
+        self.progress.failed.store(self.rec.failed, Ordering::Relaxed);
+    }
+}
+
+impl Conn {
+    fn counted_outstanding(&self) -> u64 {
+        let inflight = self.inflight.iter().filter(|r| r.counted).count() as u64;
+        inflight + if self.waiting_counted { self.waiting } else { 0 }
+    }
+}
+
+/// Milliseconds from `now` to `wake`, rounded up so the loop does not spin before a deadline.
+fn ms_until(now: Instant, wake: Instant) -> i32 {
+    let d = wake.saturating_duration_since(now);
+    d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+}
+
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
