@@ -1,0 +1,292 @@
+//! The load engine against real servers on loopback: nginx for exact counts, scripted servers
+//! for every way a response can go wrong.
+
+mod support;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use support::nginx::Nginx;
+use support::scripted::{trickle, After, Scripted};
+use support::{opts, run};
+
+#[test]
+fn exact_request_count_matches_nginx_access_log() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    o.requests = Some(20_000);
+    o.connections = Some(10);
+    o.threads = Some(2);
+    let report = run(&o);
+    assert_eq!(report.requests.completed, 20_000);
+    assert_eq!(report.requests.ok, 20_000);
+    assert_eq!(report.status.get("200"), Some(&20_000));
+    let log = nginx.access_log(20_000);
+    assert_eq!(log.len(), 20_000, "nginx saw exactly the requests we sent");
+    // nginx closes a keep-alive connection after 1000 requests (keepalive_requests): with 10
+    // connections and 20000 requests every connection is reopened at least once.
+    assert!(report.connections.reconnects >= 10, "{:?}", report.connections);
+    assert_eq!(report.errors.values().sum::<u64>(), 0);
+}
+
+#[test]
+fn status_counts_match_nginx_for_a_mix_of_200_and_404() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/mix"));
+    o.requests = Some(3000);
+    o.max_error_rate = 1.0;
+    let report = run(&o);
+    let log = nginx.access_log(3000);
+    assert_eq!(log.len(), 3000);
+    let count = |code: &str| log.iter().filter(|l| l.starts_with(code)).count() as u64;
+    let (n200, n404) = (count("200 "), count("404 "));
+    assert!(n200 > 0 && n404 > 0, "the mix has both: {n200} {n404}");
+    assert_eq!(report.status.get("200").copied().unwrap_or(0), n200);
+    assert_eq!(report.status.get("404").copied().unwrap_or(0), n404);
+    assert_eq!(report.requests.ok, n200);
+    assert_eq!(report.requests.bad_status, n404);
+    assert!(!report.check.passed || report.check.error_rate > 0.0);
+}
+
+#[test]
+fn accepted_status_counts_as_ok_and_passes_the_check() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/404"));
+    o.requests = Some(500);
+    let failing = run(&o);
+    assert_eq!(failing.requests.bad_status, 500);
+    assert!(!failing.check.passed);
+    o.accept_status = Some("404".into());
+    let passing = run(&o);
+    assert_eq!(passing.requests.ok, 500);
+    assert!(passing.check.passed, "{:?}", passing.check);
+}
+
+#[test]
+fn one_kib_bodies_and_head_requests() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/1k"));
+    o.requests = Some(1000);
+    let get = run(&o);
+    assert_eq!(get.requests.ok, 1000);
+    assert!(get.bytes.read >= 1000 * 1024, "{:?}", get.bytes);
+    // HEAD responses carry Content-Length: 1024 but no body; a parser waiting for the body
+    // would time out here.
+    o.method = "HEAD".into();
+    let head = run(&o);
+    assert_eq!(head.requests.ok, 1000);
+    assert!(head.bytes.read < 1000 * 1024, "{:?}", head.bytes);
+    let log = nginx.access_log(2000);
+    assert_eq!(log.iter().filter(|l| l.contains(" HEAD ")).count(), 1000);
+}
+
+#[test]
+fn post_body_reaches_the_server() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(100);
+    o.method = "POST".into();
+    o.body = Some("x".repeat(300));
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 100);
+    assert_eq!(server.requests(), 100);
+    assert_eq!(server.body_bytes(), 100 * 300);
+}
+
+#[test]
+fn duration_run_ends_on_time_and_warmup_is_excluded() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    o.duration = Some(Duration::from_millis(800));
+    o.warmup = Duration::from_millis(400);
+    let started = Instant::now();
+    let report = run(&o);
+    let wall = started.elapsed();
+    assert!(wall >= Duration::from_millis(1200), "{wall:?}");
+    assert!(wall < Duration::from_millis(2500), "{wall:?}");
+    assert!((report.duration_s - 0.8).abs() < 0.2, "{}", report.duration_s);
+    let log = nginx.access_log(0);
+    // The server also answered the warm-up requests (and some in flight at stop).
+    assert!(
+        (log.len() as u64) > report.requests.completed,
+        "log {} completed {}",
+        log.len(),
+        report.requests.completed
+    );
+    assert!(report.requests.completed > 0);
+    // The first connects happened during warm-up; the ones measured are nginx's reconnects
+    // after its keepalive_requests limit.
+    assert_eq!(report.connections.connects, report.connections.reconnects);
+}
+
+fn write(stream: &mut std::net::TcpStream, bytes: &[u8]) {
+    let _ = stream.write_all(bytes);
+}
+
+#[test]
+fn chunked_responses_written_a_few_bytes_at_a_time() {
+    let server = Scripted::start(|_, s| {
+        let body = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
+        let _ = trickle(s, body, 3);
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(40);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 40);
+    assert_eq!(server.requests(), 40);
+    assert_eq!(report.requests.failed, 0, "{:?}", report.error_examples);
+}
+
+#[test]
+fn close_delimited_bodies_reconnect_transparently() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nbody until close");
+        After::Close
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(60);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 60, "{:?}", report.error_examples);
+    assert_eq!(server.requests(), 60);
+    assert_eq!(report.connections.connects, 60);
+    assert_eq!(report.connections.reconnects, 60 - 4);
+}
+
+#[test]
+fn connection_close_header_reconnects_transparently() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+        After::Close
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(50);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 50);
+    assert_eq!(server.connections(), 50);
+    assert_eq!(report.connections.reconnects, 50 - 4);
+}
+
+#[test]
+fn reset_after_request_counts_read_errors() {
+    let server = Scripted::start(|_, _| After::Reset);
+    let mut o = opts(&server.url());
+    o.requests = Some(30);
+    let report = run(&o);
+    assert_eq!(report.errors["read"], 30, "{:?}", report.error_examples);
+    assert_eq!(report.requests.failed, 30);
+    assert_eq!(server.requests(), 30);
+    assert_eq!(report.error_examples["read"], "connection reset by peer");
+    assert!(!report.check.passed);
+}
+
+#[test]
+fn stalled_requests_time_out_at_expiry() {
+    let server = Scripted::start(|_, _| After::Stall);
+    let mut o = opts(&server.url());
+    o.requests = Some(4);
+    o.timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let report = run(&o);
+    let wall = started.elapsed();
+    assert_eq!(report.errors["timeout"], 4);
+    assert_eq!(report.error_examples["timeout"], "no response within 300ms");
+    // Counted when the timeout expires, not whenever a late reply might come.
+    assert!(wall >= Duration::from_millis(300), "{wall:?}");
+    assert!(wall < Duration::from_millis(900), "{wall:?}");
+}
+
+#[test]
+fn some_stalls_in_a_timed_run() {
+    // Every 10th request stalls: those time out, the rest complete, the run ends on time.
+    let server = Scripted::start(|n, s| {
+        if n % 10 == 9 {
+            return After::Stall;
+        }
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.duration = Some(Duration::from_millis(1000));
+    o.timeout = Duration::from_millis(200);
+    let started = Instant::now();
+    let report = run(&o);
+    assert!(started.elapsed() < Duration::from_millis(1800), "{:?}", started.elapsed());
+    let stalled = server.requests() / 10;
+    let r = &report.requests;
+    assert!(report.errors["timeout"] > 0);
+    // Every stalled request either timed out or was still in flight at stop.
+    assert!(report.errors["timeout"] <= stalled, "{} > {stalled}", report.errors["timeout"]);
+    assert!(report.errors["timeout"] + r.in_flight_at_stop >= stalled);
+    assert_eq!(r.ok, r.completed);
+}
+
+#[test]
+fn garbage_status_lines_are_parse_errors() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(20);
+    let report = run(&o);
+    assert_eq!(report.errors["parse"], 20);
+    assert_eq!(server.requests(), 20);
+    assert!(report.error_examples["parse"].contains("invalid response head"));
+}
+
+#[test]
+fn eof_mid_body_is_a_read_error() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly a few bytes");
+        After::Close
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(25);
+    let report = run(&o);
+    assert_eq!(report.errors["read"], 25);
+    assert_eq!(report.error_examples["read"], "connection closed in the response body");
+}
+
+#[test]
+fn interim_responses_are_not_counted() {
+    let server = Scripted::start(|_, s| {
+        write(s, b"HTTP/1.1 100 Continue\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(2));
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.requests = Some(20);
+    let report = run(&o);
+    assert_eq!(report.requests.completed, 20);
+    assert_eq!(report.status.len(), 1);
+}
+
+#[test]
+fn unreachable_target_fails_preflight_at_once() {
+    let port = support::free_port();
+    let cfg =
+        qpslab_load::LoadConfig::from_options(&opts(&format!("http://127.0.0.1:{port}/"))).unwrap();
+    let started = Instant::now();
+    let err = qpslab_load::preflight(&cfg).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(err.to_string().contains("connection refused"), "{err}");
+}
+
+#[test]
+fn target_going_away_counts_connect_errors_with_backoff() {
+    // Nothing listens: without preflight, every request fails to connect, and the backoff keeps
+    // the failure rate bounded (about 100/s per connection).
+    let port = support::free_port();
+    let mut o = opts(&format!("http://127.0.0.1:{port}/"));
+    o.duration = Some(Duration::from_millis(300));
+    let report = run(&o);
+    let connect = report.errors["connect"];
+    assert!(connect > 0);
+    assert!(connect < 4 * 60, "backoff limits retries: {connect}");
+    assert_eq!(report.error_examples["connect"], "connection refused");
+}
