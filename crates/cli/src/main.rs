@@ -6,7 +6,7 @@ mod load_cmd;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 
 /// How a command ended, as the exit code tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,10 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_exit(&e),
+    };
     match run(cli) {
         Ok(Outcome::Passed) => ExitCode::SUCCESS,
         Ok(Outcome::ChecksFailed) => ExitCode::from(1),
@@ -42,6 +45,27 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Help and version print as clap renders them; usage errors become one line and exit 2.
+fn usage_exit(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
+    let text = e.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .collect();
+    eprintln!("qpslab: error: {} (see qpslab --help)", message.join(" "));
+    ExitCode::from(2)
 }
 
 fn run(cli: args::Cli) -> anyhow::Result<Outcome> {

@@ -1,0 +1,167 @@
+//! The `qpslab` binary: exit codes, one-line errors naming the flag, and the JSON contract.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn qpslab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qpslab")).args(args).output().expect("run qpslab")
+}
+
+/// Asserts exit code 2 and a single stderr line that mentions `needle`.
+fn usage_error(args: &[&str], needle: &str) {
+    let out = qpslab(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "args {args:?}: {stderr}");
+    assert!(stderr.contains(needle), "args {args:?}: {stderr:?} lacks {needle:?}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr:?}");
+    assert!(out.stdout.is_empty());
+}
+
+/// A loopback server answering `n` keep-alive requests with 200 (enough for the tests here).
+fn tiny_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..i + 4);
+                        if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn invalid_url() {
+    usage_error(&["load", "-n", "1", "not a url"], "URL");
+    usage_error(&["load", "-n", "1", "http://"], "URL");
+}
+
+#[test]
+fn unsupported_scheme() {
+    usage_error(&["load", "-n", "1", "https://127.0.0.1/"], "TLS is not supported yet");
+    usage_error(&["load", "-n", "1", "ftp://127.0.0.1/"], "unsupported scheme");
+}
+
+#[test]
+fn unreachable_target_fails_at_once() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let started = Instant::now();
+    usage_error(&["load", "-d", "30s", &url], "connection refused");
+    assert!(started.elapsed() < Duration::from_secs(5), "not after the whole duration");
+}
+
+#[test]
+fn fewer_connections_than_threads() {
+    usage_error(&["load", "-t", "4", "-c", "2", "http://127.0.0.1:1/"], "--connections");
+}
+
+#[test]
+fn zero_duration() {
+    usage_error(&["load", "-d", "0s", "http://127.0.0.1:1/"], "--duration");
+    usage_error(&["load", "-d", "0", "http://127.0.0.1:1/"], "--duration");
+}
+
+#[test]
+fn missing_body_file() {
+    usage_error(
+        &["load", "--body", "@/nonexistent/body.json", "http://127.0.0.1:1/"],
+        "--body: cannot read body file",
+    );
+}
+
+#[test]
+fn other_bad_flags_name_the_flag() {
+    usage_error(&["load", "-H", "NoColon", "http://127.0.0.1:1/"], "--header");
+    usage_error(&["load", "--accept-status", "4xx", "http://127.0.0.1:1/"], "--accept-status");
+    usage_error(&["load", "--cpus", "100000", "http://127.0.0.1:1/"], "--cpus");
+    usage_error(&["load", "--timeout", "soon", "http://127.0.0.1:1/"], "--timeout");
+    usage_error(&["load", "-m", "GE T", "http://127.0.0.1:1/"], "method");
+}
+
+#[test]
+fn json_output_follows_the_contract() {
+    let port = tiny_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = qpslab(&["load", "-n", "500", "-c", "5", "-t", "1", "--json", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    for key in [
+        "version", "command", "started_at", "duration_s", "targets", "config", "requests",
+        "status", "errors", "error_examples", "throughput_rps", "bytes", "latency_us",
+        "generator",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["requests"]["sent"], 500);
+    assert_eq!(v["requests"]["completed"], 500);
+    assert_eq!(v["requests"]["ok"], 500);
+    assert_eq!(v["requests"]["failed"], 0);
+    assert_eq!(v["requests"]["in_flight_at_stop"], 0);
+    assert_eq!(v["status"]["200"], 500);
+    assert_eq!(v["config"]["mode"], "closed");
+    assert_eq!(v["config"]["threads"], 1);
+    assert_eq!(v["config"]["connections"], 5);
+    for key in ["connect", "read", "write", "timeout", "parse"] {
+        assert_eq!(v["errors"][key], 0, "{key}");
+    }
+    for key in ["min", "mean", "stdev", "p50", "p75", "p90", "p99", "p999", "p9999", "max"] {
+        assert!(v["latency_us"][key].is_number(), "{key}");
+    }
+    let verdict = v["generator"]["verdict"].as_str().unwrap();
+    assert!(verdict == "ok" || verdict == "generator-bound");
+    assert!(v["generator"]["busy_ratio"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn hdr_out_writes_a_v2_histogram() {
+    let port = tiny_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lat.hdr");
+    let out = qpslab(&["load", "-n", "200", "-c", "2", "--hdr-out", path.to_str().unwrap(), &url]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&path).unwrap();
+    // "HISTFAAA" is the base64 of the V2 deflate cookie every HdrHistogram tool recognises.
+    assert!(text.starts_with("HISTFAAA"), "{text}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Requests/sec:"), "{text}");
+    assert!(text.contains("TOTALS:  2 connect, 200 requests, 200 success, 0 fail"), "{text}");
+}
+
+#[test]
+fn failed_checks_exit_1() {
+    // A server that resets every connection: the run completes, its checks fail.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut s = stream;
+            let _ = s.read(&mut [0u8; 1024]);
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = qpslab(&["load", "-n", "20", "-c", "2", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("FAILED: "), "{text}");
+    assert!(text.contains("read: "), "{text}");
+}
