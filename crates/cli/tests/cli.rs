@@ -102,10 +102,22 @@ fn json_output_follows_the_contract() {
     let url = format!("http://127.0.0.1:{port}/");
     let out = qpslab(&["load", "-n", "500", "-c", "5", "-t", "1", "--json", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
     for key in [
-        "version", "command", "started_at", "duration_s", "targets", "config", "requests",
-        "status", "errors", "error_examples", "throughput_rps", "bytes", "latency_us",
+        "version",
+        "command",
+        "started_at",
+        "duration_s",
+        "targets",
+        "config",
+        "requests",
+        "status",
+        "errors",
+        "error_examples",
+        "throughput_rps",
+        "bytes",
+        "latency_us",
         "generator",
     ] {
         assert!(v.get(key).is_some(), "missing {key}");

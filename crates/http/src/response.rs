@@ -81,11 +81,26 @@ enum State {
     Body { body: Body, pending: Response },
 }
 
+/// Heads up to this size are remembered for the identical-head fast path.
+const CACHED_HEAD_MAX: usize = 1024;
+
+/// The last head parsed on the connection, and what it meant.
+#[derive(Debug, Clone, Default)]
+struct HeadCache {
+    bytes: Vec<u8>,
+    head: Option<Head>,
+}
+
 /// Parses a stream of responses on one connection.
+///
+/// Benchmark targets send the same head again and again (nginx's changes only with `Date`, once
+/// a second). A head byte-identical to the previous one has the same meaning, so it is matched
+/// with one comparison instead of being parsed again; any difference takes the full parse.
 #[derive(Debug, Clone)]
 pub struct ResponseParser {
     state: State,
     max_head: usize,
+    cache: HeadCache,
 }
 
 impl Default for ResponseParser {
@@ -96,7 +111,7 @@ impl Default for ResponseParser {
 
 impl ResponseParser {
     pub fn new(max_head: usize) -> Self {
-        Self { state: State::Head { interim: 0 }, max_head }
+        Self { state: State::Head { interim: 0 }, max_head, cache: HeadCache::default() }
     }
 
     /// Forgets any partial response (the connection was closed).
@@ -196,7 +211,26 @@ impl ResponseParser {
     }
 
     /// Parses one head; `None` when it is not complete yet.
-    fn parse_head(&self, buf: &[u8]) -> Result<Option<(usize, Head)>, ParseError> {
+    fn parse_head(&mut self, buf: &[u8]) -> Result<Option<(usize, Head)>, ParseError> {
+        if let Some(head) = self.cache.head {
+            let n = self.cache.bytes.len();
+            if buf.len() >= n && buf[..n] == self.cache.bytes[..] {
+                return Ok(Some((n, head)));
+            }
+        }
+        let parsed = self.parse_head_fully(buf)?;
+        if let Some((n, head)) = parsed {
+            self.cache.head = None;
+            if n <= CACHED_HEAD_MAX {
+                self.cache.bytes.clear();
+                self.cache.bytes.extend_from_slice(&buf[..n]);
+                self.cache.head = Some(head);
+            }
+        }
+        Ok(parsed)
+    }
+
+    fn parse_head_fully(&self, buf: &[u8]) -> Result<Option<(usize, Head)>, ParseError> {
         let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut []);
         let n = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -227,7 +261,7 @@ enum Framing {
     UntilClose,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Head {
     status: u16,
     keep_alive: bool,
