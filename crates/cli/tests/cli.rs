@@ -1,5 +1,7 @@
 //! The `qpslab` binary: exit codes, one-line errors naming the flag, and the JSON contract.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output};

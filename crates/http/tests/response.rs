@@ -1,5 +1,7 @@
 //! Response parser: framing cases, and every split of a response stream parses the same.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 use proptest::prelude::*;
 use qpslab_http::{ParseError, Response, ResponseParser};
 

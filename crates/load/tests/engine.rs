@@ -1,6 +1,8 @@
 //! The load engine against real servers on loopback: nginx for exact counts, scripted servers
 //! for every way a response can go wrong.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 mod support;
 
 use std::io::Write;
