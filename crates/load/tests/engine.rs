@@ -292,3 +292,33 @@ fn target_going_away_counts_connect_errors_with_backoff() {
     assert!(connect < 4 * 60, "backoff limits retries: {connect}");
     assert_eq!(report.error_examples["connect"], "connection refused");
 }
+
+#[test]
+fn threads_are_pinned_to_the_listed_cpus() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    o.threads = Some(2);
+    o.cpus = Some("1,0".into());
+    o.duration = Some(Duration::from_millis(600));
+    let runner = std::thread::spawn(move || run(&o));
+    let mut seen = std::collections::BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline && seen.len() < 2 {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let allowed = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_string());
+            if let (Some(name), Some(allowed)) = (comm.trim().strip_prefix("qpslab-load-"), allowed)
+            {
+                seen.insert(name.to_string(), allowed);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runner.join().unwrap();
+    assert_eq!(seen.get("0").map(String::as_str), Some("1"), "{seen:?}");
+    assert_eq!(seen.get("1").map(String::as_str), Some("0"), "{seen:?}");
+}

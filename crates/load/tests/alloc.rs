@@ -1,0 +1,61 @@
+//! The steady state allocates nothing per request. A separate test binary (the only exception
+//! to one per crate) because it installs a counting global allocator and must run alone in its
+//! process for the count to mean anything.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_for(url: &str, requests: u64) -> u64 {
+    let mut o = support::opts(url);
+    o.requests = Some(requests);
+    o.connections = Some(20);
+    let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let result = qpslab_load::run(&cfg, &mut |_| {}).unwrap();
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    assert_eq!(result.rec.ok, requests);
+    after - before
+}
+
+#[test]
+fn no_allocation_per_request() {
+    let nginx = support::nginx::Nginx::start();
+    let url = nginx.url("/1k");
+    // nginx closes each connection after 1000 requests, so reconnects are part of the steady
+    // state being checked too.
+    let short = allocations_for(&url, 2_000);
+    let long = allocations_for(&url, 40_000);
+    let extra = long.saturating_sub(short);
+    assert!(extra < 100, "38,000 more requests made {extra} more allocations ({short} vs {long})");
+}
