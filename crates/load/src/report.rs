@@ -388,3 +388,90 @@ fn fmt_bytes(b: f64) -> String {
     }
     format!("{v:.2}{}", UNITS[i])
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::config::LoadOptions;
+    use crate::stats::Recorder;
+    use crate::CpuTime;
+
+    /// A run with fixed numbers: 1000 requests, 990 answered (980 ok, 10 bad), 8 failed, 2 in
+    /// flight; latencies 100..=1079 us.
+    fn fixed_result(cpu_secs: f64) -> (LoadConfig, RunResult) {
+        let opts = LoadOptions {
+            urls: vec!["http://127.0.0.1:8080/".into()],
+            threads: Some(2),
+            connections: Some(100),
+            duration: Some(Duration::from_secs(10)),
+            ..LoadOptions::default()
+        };
+        let cfg = LoadConfig::from_options(&opts).unwrap();
+        let mut rec = Recorder { sent: 1000, ..Recorder::default() };
+        for i in 0..990u64 {
+            let status = if i < 980 { 200 } else { 503 };
+            rec.response(status, status < 400, 100 + i);
+        }
+        rec.failure(ErrorClass::Read, 5, || "connection reset by peer".into());
+        rec.failure(ErrorClass::Timeout, 3, || "no response within 5s".into());
+        rec.bytes_read = 150_000;
+        rec.bytes_written = 41_000;
+        rec.connects = 103;
+        rec.reconnects = 3;
+        let half = Duration::from_secs_f64(cpu_secs / 2.0);
+        let result = RunResult {
+            rec,
+            in_flight_at_stop: 2,
+            duration: Duration::from_secs(10),
+            cpu: CpuTime { user: half, sys: half },
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+        };
+        (cfg, result)
+    }
+
+    fn meta() -> RunMeta {
+        RunMeta {
+            version: "0.1.0 (test)".into(),
+            command: vec!["qpslab".into(), "load".into()],
+            kernel: "6.1.0".into(),
+        }
+    }
+
+    #[test]
+    fn text_summary() {
+        let (cfg, result) = fixed_result(4.0);
+        let report = Report::new(&cfg, &result, &meta());
+        insta::assert_snapshot!(report.render_text());
+    }
+
+    #[test]
+    fn json_contract() {
+        let (cfg, result) = fixed_result(4.0);
+        let report = Report::new(&cfg, &result, &meta());
+        insta::assert_json_snapshot!(report);
+    }
+
+    #[test]
+    fn busy_generator_is_called_generator_bound() {
+        // 2 threads x 10 s = 20 CPU-seconds available; 18.5 used is 92.5% busy.
+        let (cfg, result) = fixed_result(18.5);
+        let report = Report::new(&cfg, &result, &meta());
+        assert_eq!(report.generator.verdict, "generator-bound");
+        assert!(report.render_text().contains("generator-bound, the rate is only a lower bound"));
+        let (cfg, result) = fixed_result(17.0);
+        assert_eq!(Report::new(&cfg, &result, &meta()).generator.verdict, "ok");
+    }
+
+    #[test]
+    fn check_thresholds() {
+        let (mut cfg, result) = fixed_result(1.0);
+        // 8 failed + 10 bad statuses of 1000 sent: 1.8%.
+        let failing = Report::new(&cfg, &result, &meta());
+        assert!(!failing.check.passed);
+        assert!((failing.check.error_rate - 0.018).abs() < 1e-12);
+        cfg.max_error_rate = 0.02;
+        assert!(Report::new(&cfg, &result, &meta()).check.passed);
+    }
+}
