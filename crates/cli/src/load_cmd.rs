@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Context;
-use qpslab_load::report::{encode_histogram, RunMeta};
+use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
 
 use crate::args::LoadArgs;
@@ -50,7 +50,11 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let meta = RunMeta {
         version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
         command: std::env::args().collect(),
-        kernel: kernel_release(),
+        host: HostInfo {
+            kernel: kernel_release(),
+            cpu_model: cpu_model(),
+            online_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        },
     };
     let report = Report::new(&cfg, &result, &meta);
     if let Some(path) = &a.hdr_out {
@@ -96,6 +100,19 @@ extern "C" fn on_sigint(_: libc::c_int) {
 fn install_sigint_handler() {
     // SAFETY: the handler only stores an atomic and resets the disposition.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+}
+
+/// The first `model name` of /proc/cpuinfo (until the host crate owns host facts).
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|v| v.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default()
 }
 
 fn kernel_release() -> String {

@@ -179,3 +179,36 @@ fn failed_checks_exit_1() {
     assert!(text.contains("FAILED: "), "{text}");
     assert!(text.contains("read: "), "{text}");
 }
+
+#[test]
+fn descriptor_limit_is_raised_to_the_hard_limit() {
+    let port = tiny_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = Command::new("prlimit")
+        .args(["--nofile=100:4096", env!("CARGO_BIN_EXE_qpslab"), "load", "-t1", "-c300"])
+        .args(["-n", "600", &url])
+        .output()
+        .expect("prlimit (util-linux) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("TOTALS:  300 connect, 600 requests, 600 success, 0 fail"), "{text}");
+}
+
+#[test]
+fn descriptor_limit_too_low_is_a_usage_error() {
+    // As nobody, the hard limit cannot be raised: the run must refuse at once, with the numbers.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["prlimit", "--nofile=100:100", env!("CARGO_BIN_EXE_qpslab"), "load", "-c", "500"])
+        .args(["-n", "1", "http://127.0.0.1:9/"])
+        .output()
+        .expect("setpriv and prlimit (util-linux) run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("Permission denied") {
+        eprintln!("skipped: the test binary is not executable by nobody here: {stderr}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--connections: 500 connections need about"), "{stderr}");
+    assert!(stderr.contains("file descriptors but the limit is 100 (hard 100)"), "{stderr}");
+}

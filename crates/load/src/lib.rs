@@ -47,6 +47,16 @@ pub struct Progress {
     pub failed: u64,
 }
 
+/// Counters at one per-second sample, summed over threads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    /// Seconds since the start of measurement.
+    pub elapsed_s: f64,
+    pub sent: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
 /// Everything a run measured, merged over threads.
 #[derive(Debug)]
 pub struct RunResult {
@@ -57,6 +67,9 @@ pub struct RunResult {
     /// Worker threads' CPU time during measurement.
     pub cpu: CpuTime,
     pub started_at: SystemTime,
+    /// Cumulative counters once a second during measurement (from the live progress counters,
+    /// which threads publish every 10 ms or so).
+    pub intervals: Vec<Interval>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -67,9 +80,11 @@ pub fn request_stop() {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Checks that every target accepts a TCP connection, so a wrong port fails in milliseconds
-/// instead of after the whole duration.
+/// Checks that the run can start: the descriptor limit fits the connections, and every target
+/// accepts a TCP connection, so a wrong port fails in milliseconds instead of after the whole
+/// duration.
 pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
+    ensure_fd_limit(cfg.connections, cfg.threads)?;
     let wait = cfg.timeout.min(Duration::from_secs(3));
     for t in &cfg.targets {
         TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
@@ -87,7 +102,9 @@ pub fn run(
     cfg: &LoadConfig,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, LoadError> {
+    ensure_fd_limit(cfg.connections, cfg.threads)?;
     STOP.store(false, Ordering::Relaxed);
+    let mut intervals = Vec::new();
     let wires = cfg.targets.iter().map(|t| t.request.repeat(cfg.pipeline)).collect();
     let started_at = SystemTime::now();
     let start = Instant::now();
@@ -122,7 +139,16 @@ pub fn run(
             match done_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Ok(()) => running -= 1,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    on_progress(&sum_progress(&progress, measure_start));
+                    let p = sum_progress(&progress, measure_start);
+                    if !p.warming_up {
+                        intervals.push(Interval {
+                            elapsed_s: p.elapsed.as_secs_f64(),
+                            sent: p.sent,
+                            completed: p.completed,
+                            failed: p.failed,
+                        });
+                    }
+                    on_progress(&p);
                     next += Duration::from_secs(1);
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -156,7 +182,38 @@ pub fn run(
         duration: ended.saturating_duration_since(measure_start),
         cpu,
         started_at,
+        intervals,
     })
+}
+
+/// Descriptors a run needs besides one per connection and one epoll set per thread (std
+/// streams, the preflight, files the caller has open).
+const FD_MARGIN: u64 = 64;
+
+/// Raises the soft RLIMIT_NOFILE (and, with the privilege, the hard one) so that `connections`
+/// over `threads` fit; fails with the numbers when they cannot.
+pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<(), ConfigError> {
+    let needed = (connections + threads) as u64 + FD_MARGIN;
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    let raised = libc::rlimit { rlim_cur: needed, rlim_max: lim.rlim_max.max(needed) };
+    // SAFETY: `raised` is a valid rlimit; raising the hard limit needs CAP_SYS_RESOURCE and
+    // fails cleanly without it.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "--connections",
+        format!(
+            "{connections} connections need about {needed} file descriptors but the limit is {} \
+             (hard {}); raise it with 'ulimit -n {needed}' (or LimitNOFILE= for a service) or \
+             use fewer connections",
+            lim.rlim_cur, lim.rlim_max
+        ),
+    ))
 }
 
 fn run_thread(

@@ -24,7 +24,26 @@ pub const GENERATOR_BOUND_RATIO: f64 = 0.9;
 pub struct RunMeta {
     pub version: String,
     pub command: Vec<String>,
+    pub host: HostInfo,
+}
+
+/// Where the generator ran.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HostInfo {
     pub kernel: String,
+    pub cpu_model: String,
+    pub online_cpus: usize,
+}
+
+/// One row per second of measurement.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct IntervalRow {
+    /// End of the interval, in seconds since the start of measurement.
+    pub t_s: f64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Responses per second within the interval.
+    pub rps: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -32,7 +51,7 @@ pub struct Report {
     pub version: String,
     pub command: Vec<String>,
     pub started_at: String,
-    pub kernel: String,
+    pub host: HostInfo,
     pub duration_s: f64,
     pub targets: Vec<String>,
     pub config: ConfigReport,
@@ -48,6 +67,8 @@ pub struct Report {
     pub latency_hdr: String,
     pub generator: Generator,
     pub check: Check,
+    /// Per-second rows beside the summary.
+    pub intervals: Vec<IntervalRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -192,7 +213,7 @@ impl Report {
             version: meta.version.clone(),
             command: meta.command.clone(),
             started_at: humantime::format_rfc3339_millis(result.started_at).to_string(),
-            kernel: meta.kernel.clone(),
+            host: meta.host.clone(),
             duration_s: secs,
             targets: cfg.targets.iter().map(|t| t.url.clone()).collect(),
             config: ConfigReport {
@@ -223,6 +244,7 @@ impl Report {
                 verdict,
             },
             check: check(&requests, cfg.max_error_rate),
+            intervals: interval_rows(&result.intervals),
         }
     }
 
@@ -334,6 +356,25 @@ impl Report {
     }
 }
 
+fn interval_rows(samples: &[crate::Interval]) -> Vec<IntervalRow> {
+    let mut prev = crate::Interval { elapsed_s: 0.0, sent: 0, completed: 0, failed: 0 };
+    samples
+        .iter()
+        .map(|s| {
+            let dt = s.elapsed_s - prev.elapsed_s;
+            let done = s.completed - prev.completed.min(s.completed);
+            let row = IntervalRow {
+                t_s: s.elapsed_s,
+                completed: done,
+                failed: s.failed - prev.failed.min(s.failed),
+                rps: if dt > 0.0 { done as f64 / dt } else { 0.0 },
+            };
+            prev = *s;
+            row
+        })
+        .collect()
+}
+
 fn check(r: &Requests, max_error_rate: f64) -> Check {
     let bad = r.failed + r.bad_status;
     let error_rate = if r.sent > 0 { bad as f64 / r.sent as f64 } else { 0.0 };
@@ -427,6 +468,10 @@ mod tests {
             duration: Duration::from_secs(10),
             cpu: CpuTime { user: half, sys: half },
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+            intervals: vec![
+                crate::Interval { elapsed_s: 1.0, sent: 100, completed: 99, failed: 1 },
+                crate::Interval { elapsed_s: 2.001, sent: 300, completed: 297, failed: 2 },
+            ],
         };
         (cfg, result)
     }
@@ -435,7 +480,7 @@ mod tests {
         RunMeta {
             version: "0.1.0 (test)".into(),
             command: vec!["qpslab".into(), "load".into()],
-            kernel: "6.1.0".into(),
+            host: HostInfo { kernel: "6.1.0".into(), cpu_model: "Test CPU".into(), online_cpus: 2 },
         }
     }
 
