@@ -254,6 +254,32 @@ impl ResponseParser {
     }
 }
 
+/// Parses a whole connection's worth of reads, the way a caller keeping unconsumed tails does,
+/// then the close. The reference driver for tests and fuzzing; the load engine does the same
+/// incrementally, without the intermediate copies.
+pub fn parse_reads(chunks: &[&[u8]], head_request: bool) -> Result<Vec<Response>, ParseError> {
+    let mut parser = ResponseParser::default();
+    let mut carry: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        carry.extend_from_slice(chunk);
+        let mut off = 0;
+        while off < carry.len() {
+            let step = parser.feed(&carry[off..], head_request)?;
+            off += step.consumed;
+            match step.response {
+                Some(r) => out.push(r),
+                None => break,
+            }
+        }
+        carry.drain(..off);
+    }
+    if let Some(r) = parser.eof(carry.len())? {
+        out.push(r);
+    }
+    Ok(out)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
     Length(u64),

@@ -3,40 +3,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use proptest::prelude::*;
+use qpslab_http::response::parse_reads;
 use qpslab_http::{ParseError, Response, ResponseParser};
 
-/// Feeds `chunks` as successive reads the way the load engine does (keeping the unconsumed tail),
-/// then signals EOF when `eof` is set.
-fn parse_reads(chunks: &[&[u8]], head: bool, eof: bool) -> Result<Vec<Response>, ParseError> {
-    let mut parser = ResponseParser::default();
-    let mut carry: Vec<u8> = Vec::new();
-    let mut out = Vec::new();
-    for chunk in chunks {
-        carry.extend_from_slice(chunk);
-        let mut off = 0;
-        loop {
-            let step = parser.feed(&carry[off..], head)?;
-            off += step.consumed;
-            match step.response {
-                Some(r) => out.push(r),
-                None => break,
-            }
-            if off == carry.len() {
-                break;
-            }
-        }
-        carry.drain(..off);
-    }
-    if eof {
-        if let Some(r) = parser.eof(carry.len())? {
-            out.push(r);
-        }
-    }
-    Ok(out)
-}
-
 fn whole(input: &[u8]) -> Result<Vec<Response>, ParseError> {
-    parse_reads(&[input], false, true)
+    parse_reads(&[input], false)
 }
 
 fn resp(status: u16, keep_alive: bool, body_bytes: u64) -> Response {
@@ -77,7 +48,7 @@ fn interim_responses_are_skipped_and_counted() {
 #[test]
 fn bodiless_responses() {
     let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n";
-    assert_eq!(parse_reads(&[head], true, true).unwrap(), vec![resp(200, true, 0)]);
+    assert_eq!(parse_reads(&[head], true).unwrap(), vec![resp(200, true, 0)]);
     let input =
         b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n\r\n";
     assert_eq!(whole(input).unwrap(), vec![resp(204, true, 0), resp(304, true, 0)]);
@@ -180,7 +151,7 @@ fn whole_stream_parses() {
 fn byte_at_a_time() {
     let s = stream();
     let chunks: Vec<&[u8]> = s.chunks(1).collect();
-    assert_eq!(parse_reads(&chunks, false, true).unwrap(), expected());
+    assert_eq!(parse_reads(&chunks, false).unwrap(), expected());
 }
 
 proptest! {
@@ -196,7 +167,7 @@ proptest! {
             chunks.push(&s[start..c]);
             start = c;
         }
-        prop_assert_eq!(parse_reads(&chunks, false, true).unwrap(), expected());
+        prop_assert_eq!(parse_reads(&chunks, false).unwrap(), expected());
     }
 
     /// Arbitrary bytes never panic and never report more responses than heads they contain.
@@ -204,6 +175,6 @@ proptest! {
     fn arbitrary_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..512),
                                     split in 0usize..512) {
         let split = split.min(data.len());
-        let _ = parse_reads(&[&data[..split], &data[split..]], false, true);
+        let _ = parse_reads(&[&data[..split], &data[split..]], false);
     }
 }

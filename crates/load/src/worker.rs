@@ -13,10 +13,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use qpslab_http::ResponseParser;
+use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::LoadConfig;
+use crate::config::{LoadConfig, StatusSet};
 use crate::pacer::Pacer;
 use crate::poll::{self, Epoll};
 use crate::stats::{io_message, ErrorClass, Recorder};
@@ -477,11 +477,7 @@ impl<'a> Worker<'a> {
                 return Err("response received with no request in flight".into());
             };
             self.outstanding -= 1;
-            if req.counted {
-                let ok = resp.status < 400 || self.shared.cfg.accept_status.contains(resp.status);
-                let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
-                self.rec.response(resp.status, ok, us);
-            }
+            record(&mut self.rec, &self.shared.cfg.accept_status, req, resp, now);
             if !resp.keep_alive {
                 outcome = Absorbed::Close;
                 break;
@@ -503,12 +499,7 @@ impl<'a> Worker<'a> {
             Ok(Some(resp)) => {
                 if let Some(req) = c.inflight.pop_front() {
                     self.outstanding -= 1;
-                    if req.counted {
-                        let ok = resp.status < 400
-                            || self.shared.cfg.accept_status.contains(resp.status);
-                        let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
-                        self.rec.response(resp.status, ok, us);
-                    }
+                    record(&mut self.rec, &self.shared.cfg.accept_status, req, resp, now);
                 }
                 self.close_after_response(idx, now);
             }
@@ -614,6 +605,16 @@ impl Conn {
     fn counted_outstanding(&self) -> u64 {
         let inflight = self.inflight.iter().filter(|r| r.counted).count() as u64;
         inflight + if self.waiting_counted { self.waiting } else { 0 }
+    }
+}
+
+/// Records a response to a counted request: status, ok-ness, latency from the write.
+#[inline]
+fn record(rec: &mut Recorder, accept: &StatusSet, req: Req, resp: Response, now: Instant) {
+    if req.counted {
+        let ok = resp.status < 400 || accept.contains(resp.status);
+        let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+        rec.response(resp.status, ok, us);
     }
 }
 
