@@ -1,15 +1,18 @@
 //! HTTP/1.1 wire codec shared by the load generator and (later) the server.
 //!
-//! Owns: request encoding ([`request`]), the chunked transfer-coding decoder ([`chunked`]) and the
+//! Owns: request encoding ([`request`]), request-head parsing with the server's limits and
+//! smuggling rules ([`request_head`]), the chunked transfer-coding decoder ([`chunked`]) and the
 //! incremental response parser ([`response`]). Does not own sockets, buffers across reads, timing
 //! or statistics: callers feed bytes and act on the events returned.
 
 pub mod chunked;
 pub mod request;
+pub mod request_head;
 pub mod response;
 
 pub use chunked::{ChunkError, ChunkedDecoder};
 pub use request::{HeaderArg, RequestError, RequestSpec};
+pub use request_head::{parse_request, BodyFraming, Method, Reject, RequestHead, RequestLimits};
 pub use response::{ParseError, Response, ResponseParser, Step};
 
 /// Whether `b` may appear in an RFC 9110 `token` (method, header name).
