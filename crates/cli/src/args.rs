@@ -19,6 +19,155 @@ pub struct Cli {
 pub enum Command {
     /// HTTP/1.1 load generator: closed-loop keep-alive load against one URL, exact accounting
     Load(LoadArgs),
+    /// Benchmark target: a minimal, fast HTTP/1.1 server (plaintext `ok`, httpterm-style controls)
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (repeatable: several addresses at once)
+    #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    pub listen: Vec<String>,
+
+    /// Worker threads, one epoll loop each; auto = online CPUs
+    #[arg(short, long, value_name = "N|auto", default_value = "auto")]
+    pub workers: String,
+
+    /// Pin worker i to the i-th CPU of this list (e.g. 0 or 0-3)
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
+    /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
+    /// with EPOLLEXCLUSIVE)
+    #[arg(long, value_name = "MODE", default_value = "reuseport")]
+    pub accept: String,
+
+    /// Listen backlog (capped by net.core.somaxconn; a warning says by how much)
+    #[arg(long, value_name = "N", default_value_t = 65535)]
+    pub backlog: u32,
+
+    /// Connections per worker; beyond it new connections wait in the kernel's queue
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_conns: usize,
+
+    /// Requests per connection before the server closes it [default: unlimited]
+    #[arg(long, value_name = "N")]
+    pub keepalive_requests: Option<u64>,
+
+    /// Close a keep-alive connection idle this long
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// One total deadline for a request's header section (not reset per byte)
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// Deadline for reading a request body
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+
+    /// Longest request line (414 beyond)
+    #[arg(long, value_name = "BYTES", default_value = "8KiB", value_parser = parse_size)]
+    pub max_request_line: u64,
+
+    /// Largest header section (431 beyond)
+    #[arg(long, value_name = "BYTES", default_value = "16KiB", value_parser = parse_size)]
+    pub max_header_bytes: u64,
+
+    /// Most header fields (431 beyond)
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_headers: usize,
+
+    /// Largest request body (413 beyond)
+    #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_size)]
+    pub max_body: u64,
+
+    /// Response body size in bytes (the body repeats `ok\n`)
+    #[arg(long, value_name = "N", default_value = "3", value_parser = parse_size)]
+    pub body_size: u64,
+
+    /// Response status
+    #[arg(long, value_name = "CODE", default_value_t = 200)]
+    pub status: u16,
+
+    /// Print a stats line to stderr every interval (open connections, requests/s)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub stats_every: Option<Duration>,
+
+    /// With --stats-every, a line per worker too
+    #[arg(long)]
+    pub per_worker: bool,
+
+    /// Print the totals at exit as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ServeArgs {
+    /// Converts flags into the server's options; errors name the flag.
+    pub fn to_options(&self) -> Result<qpslab_serve::ServeOptions, String> {
+        let workers = match self.workers.as_str() {
+            "auto" => None,
+            n => Some(
+                n.parse::<usize>()
+                    .map_err(|_| format!("--workers: {n:?} is not a number; give N or auto"))?,
+            ),
+        };
+        let cpus = match &self.cpus {
+            None => None,
+            Some(list) => {
+                let cpus =
+                    qpslab_sys::cpus::parse_cpu_list(list).map_err(|e| format!("--cpus: {e}"))?;
+                let allowed = qpslab_sys::cpus::allowed_cpus();
+                if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+                    return Err(format!(
+                        "--cpus: CPU {bad} is not available to this process (allowed: {allowed:?})"
+                    ));
+                }
+                Some(cpus)
+            }
+        };
+        let accept = qpslab_serve::AcceptMode::parse(&self.accept).map_err(|e| e.to_string())?;
+        let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        Ok(qpslab_serve::ServeOptions {
+            listen: self.listen.clone(),
+            workers,
+            cpus,
+            accept,
+            backlog: self.backlog,
+            max_conns: self.max_conns,
+            keepalive_requests: self.keepalive_requests.unwrap_or(u64::MAX),
+            idle_timeout: self.idle_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            limits: qpslab_http::RequestLimits {
+                max_request_line: usize_of(self.max_request_line),
+                max_header_bytes: usize_of(self.max_header_bytes),
+                max_headers: self.max_headers,
+            },
+            max_body: self.max_body,
+            body_size: self.body_size,
+            status: self.status,
+        })
+    }
+}
+
+/// `4096`, `8KiB`, `1MiB`, `2k`, `1G`: bytes with an optional binary suffix.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 =
+        num.parse().map_err(|_| format!("{s:?} is not a size; write e.g. 8KiB or 4096"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}; use KiB, MiB or GiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +256,16 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8KiB"), Ok(8192));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert!(parse_size("8XB").is_err());
+        assert!(parse_size("-1").is_err());
+    }
 
     #[test]
     fn durations() {

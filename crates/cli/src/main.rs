@@ -3,6 +3,7 @@
 
 mod args;
 mod load_cmd;
+mod serve_cmd;
 
 use std::process::ExitCode;
 
@@ -71,6 +72,7 @@ fn usage_exit(e: &clap::Error) -> ExitCode {
 fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         args::Command::Load(a) => load_cmd::run(a),
+        args::Command::Serve(a) => serve_cmd::run(a),
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use qpslab_http::{HeaderArg, RequestSpec};
 use thiserror::Error;
 
-use crate::cpus::{allowed_cpus, parse_cpu_list};
+use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
 
 /// A configuration error: which flag (or argument) and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -6,9 +6,7 @@
 //! CLI does.
 
 pub mod config;
-pub mod cpus;
 mod pacer;
-mod poll;
 pub mod report;
 pub mod stats;
 mod worker;
@@ -194,26 +192,16 @@ const FD_MARGIN: u64 = 64;
 /// over `threads` fit; fails with the numbers when they cannot.
 pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<(), ConfigError> {
     let needed = (connections + threads) as u64 + FD_MARGIN;
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= needed {
-        return Ok(());
-    }
-    let raised = libc::rlimit { rlim_cur: needed, rlim_max: lim.rlim_max.max(needed) };
-    // SAFETY: `raised` is a valid rlimit; raising the hard limit needs CAP_SYS_RESOURCE and
-    // fails cleanly without it.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-        return Ok(());
-    }
-    Err(ConfigError::new(
-        "--connections",
-        format!(
-            "{connections} connections need about {needed} file descriptors but the limit is {} \
-             (hard {}); raise it with 'ulimit -n {needed}' (or LimitNOFILE= for a service) or \
-             use fewer connections",
-            lim.rlim_cur, lim.rlim_max
-        ),
-    ))
+    qpslab_sys::nofile::raise_to(needed).map_err(|(soft, hard)| {
+        ConfigError::new(
+            "--connections",
+            format!(
+                "{connections} connections need about {needed} file descriptors but the limit \
+                 is {soft} (hard {hard}); raise it with 'ulimit -n {needed}' (or LimitNOFILE= \
+                 for a service) or use fewer connections"
+            ),
+        )
+    })
 }
 
 fn run_thread(
@@ -222,7 +210,7 @@ fn run_thread(
     progress: &ThreadProgress,
 ) -> std::io::Result<worker::ThreadOutcome> {
     if let Some(cpus) = &shared.cfg.cpus {
-        cpus::pin_current_thread(cpus[i % cpus.len()])?;
+        qpslab_sys::cpus::pin_current_thread(cpus[i % cpus.len()])?;
     }
     worker::Worker::new(shared, i, progress)?.run()
 }

@@ -18,8 +18,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{LoadConfig, StatusSet};
 use crate::pacer::Pacer;
-use crate::poll::{self, Epoll};
 use crate::stats::{io_message, ErrorClass, Recorder};
+use qpslab_sys::epoll::{self as poll, Epoll};
 
 /// Pause before reopening a connection whose connect failed, so a dead target is not hammered.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);

@@ -28,7 +28,7 @@ pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
     let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
     if rc != 0 {
-        return (0..crate::config::online_cpus()).collect();
+        return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
     }
     // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()

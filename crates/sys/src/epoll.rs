@@ -1,20 +1,24 @@
-//! A minimal level-triggered epoll wrapper: the only readiness API the engine needs.
+//! A minimal level-triggered epoll wrapper: the only readiness API the engine and server need.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-pub(crate) const IN: u32 = libc::EPOLLIN as u32;
-pub(crate) const OUT: u32 = libc::EPOLLOUT as u32;
-pub(crate) const ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+pub const IN: u32 = libc::EPOLLIN as u32;
+pub const OUT: u32 = libc::EPOLLOUT as u32;
+pub const ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+/// Wake one waiter only (for a listener shared by several epoll sets).
+pub const EXCLUSIVE: u32 = libc::EPOLLEXCLUSIVE as u32;
 
-pub(crate) type Event = libc::epoll_event;
+pub type Event = libc::epoll_event;
 
-pub(crate) struct Epoll {
+/// An epoll set owned by one thread.
+#[derive(Debug)]
+pub struct Epoll {
     fd: OwnedFd,
 }
 
 impl Epoll {
-    pub(crate) fn new() -> io::Result<Self> {
+    pub fn new() -> io::Result<Self> {
         // SAFETY: epoll_create1 takes no pointers.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -35,16 +39,20 @@ impl Epoll {
         }
     }
 
-    pub(crate) fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+    pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
     }
 
-    pub(crate) fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
     }
 
     /// Waits up to `timeout_ms`; returns how many entries of `events` were filled.
-    pub(crate) fn wait(&self, events: &mut [Event], timeout_ms: i32) -> io::Result<usize> {
+    pub fn wait(&self, events: &mut [Event], timeout_ms: i32) -> io::Result<usize> {
         let max = events.len().min(i32::MAX as usize) as i32;
         // SAFETY: the kernel writes at most `max` entries into `events`.
         let n =
@@ -57,6 +65,6 @@ impl Epoll {
     }
 }
 
-pub(crate) fn empty_event() -> Event {
+pub fn empty_event() -> Event {
     libc::epoll_event { events: 0, u64: 0 }
 }

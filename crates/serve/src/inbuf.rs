@@ -1,0 +1,82 @@
+//! A connection's input buffer: read into its free tail, parse from its filled part, consume
+//! from the front. Allocated and zeroed once, compacted instead of reallocated, grown only for
+//! a head larger than what it holds (up to the configured limits).
+
+#[derive(Debug, Default)]
+pub(crate) struct InBuf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl InBuf {
+    pub(crate) fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    pub(crate) fn filled_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.start..self.end]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.start += n.min(self.len());
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Free space to read into, at least `min` bytes: compacts, then grows if it must.
+    pub(crate) fn spare(&mut self, min: usize) -> &mut [u8] {
+        if self.data.len() - self.end < min {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.data.len() - self.end < min {
+                self.data.resize(self.end + min, 0);
+            }
+        }
+        &mut self.data[self.end..]
+    }
+
+    /// Marks `n` bytes of the spare space as filled.
+    pub(crate) fn filled_by(&mut self, n: usize) {
+        self.end += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_consume_compact() {
+        let mut b = InBuf::default();
+        let s = b.spare(8);
+        s[..5].copy_from_slice(b"hello");
+        b.filled_by(5);
+        b.consume(2);
+        assert_eq!(b.filled(), b"llo");
+        let cap = b.spare(1).len();
+        assert!(cap >= 1);
+        let s = b.spare(6);
+        s[..3].copy_from_slice(b"abc");
+        b.filled_by(3);
+        assert_eq!(b.filled(), b"lloabc");
+        b.consume(6);
+        assert!(b.is_empty());
+    }
+}

@@ -1,0 +1,166 @@
+//! qpslab's benchmark target: a minimal, fast HTTP/1.1 server that no client can crash or stall.
+//!
+//! Owns: binding listeners in nginx's accept modes ([`config::AcceptMode`]), one epoll worker
+//! per thread (optionally pinned), the responses (plaintext by default, httpterm-style controls
+//! in the query string), robustness limits and deadlines, live counters and a drain on stop.
+//! Does not own flag parsing or printing: the CLI does.
+
+pub mod config;
+pub mod date;
+mod inbuf;
+pub mod listen;
+mod respond;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+pub use config::{AcceptMode, ConfigError, ServeConfig, ServeOptions};
+pub use worker::{WorkerStats, WorkerTotals};
+
+/// Why the server could not start or a worker failed.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("--listen {addr}: cannot listen there: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("--cpus: cannot pin worker {worker} to CPU {cpu}: {source}")]
+    Pin { worker: usize, cpu: usize, source: std::io::Error },
+    #[error("worker {worker}: {source}")]
+    Worker { worker: usize, source: std::io::Error },
+}
+
+/// Descriptors kept free besides connections (listeners, epoll sets, std streams).
+const FD_MARGIN: u64 = 64;
+
+/// A bound server, ready to run.
+#[derive(Debug)]
+pub struct Server {
+    cfg: ServeConfig,
+    listeners: listen::Listeners,
+    addrs: Vec<SocketAddr>,
+}
+
+/// Live counters, one entry per worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerSnapshot {
+    pub requests: u64,
+    pub open: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub timeouts: u64,
+}
+
+impl Server {
+    /// Binds every listen address (port 0 picks a free port, shared by all workers). Raises the
+    /// descriptor limit towards what `--max-conns` allows, as far as the hard limit permits.
+    pub fn bind(cfg: ServeConfig) -> Result<Self, ServeError> {
+        let wanted = (cfg.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
+        qpslab_sys::nofile::raise_towards(wanted);
+        let (listeners, addrs) =
+            listen::bind(&cfg).map_err(|(addr, source)| ServeError::Bind { addr, source })?;
+        Ok(Self { cfg, listeners, addrs })
+    }
+
+    /// The addresses actually bound, in `--listen` order.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    pub fn config(&self) -> &ServeConfig {
+        &self.cfg
+    }
+
+    /// Runs the workers until `stop` is set, then drains (in-flight responses finish, within
+    /// 1.5 s) and returns each worker's totals. `on_interval` is called every `interval` from
+    /// the calling thread with each worker's live counters.
+    pub fn run(
+        &self,
+        stop: &AtomicBool,
+        interval: Option<Duration>,
+        on_interval: &mut dyn FnMut(&[WorkerSnapshot]),
+    ) -> Result<Vec<WorkerTotals>, ServeError> {
+        let cfg = &self.cfg;
+        let stats: Vec<WorkerStats> = (0..cfg.workers).map(|_| WorkerStats::default()).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..cfg.workers)
+                .map(|i| {
+                    let (listeners, stats) = (self.listeners.of_worker(i), &stats[i]);
+                    std::thread::Builder::new()
+                        .name(format!("qpslab-serve-{i}"))
+                        .spawn_scoped(scope, move || run_worker(cfg, i, listeners, stop, stats))
+                        .map_err(|source| ServeError::Worker { worker: i, source })
+                })
+                .collect();
+            let mut next = interval.map(|d| Instant::now() + d);
+            while handles.iter().any(|h| h.as_ref().is_ok_and(|h| !h.is_finished())) {
+                std::thread::sleep(Duration::from_millis(20));
+                if let (Some(at), Some(every)) = (next, interval) {
+                    if Instant::now() >= at {
+                        on_interval(&snapshot(&stats));
+                        next = Some(at + every);
+                    }
+                }
+            }
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(i, h)| match h?.join() {
+                    Ok(r) => r,
+                    Err(_) => Err(ServeError::Worker {
+                        worker: i,
+                        source: std::io::Error::other("worker panicked"),
+                    }),
+                })
+                .collect()
+        })
+    }
+}
+
+fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerSnapshot> {
+    stats
+        .iter()
+        .map(|s| WorkerSnapshot {
+            requests: s.requests.load(Ordering::Relaxed),
+            open: s.open.load(Ordering::Relaxed),
+            accepted: s.accepted.load(Ordering::Relaxed),
+            rejected: s.rejected.load(Ordering::Relaxed),
+            timeouts: s.timeouts.load(Ordering::Relaxed),
+        })
+        .collect()
+}
+
+fn run_worker(
+    cfg: &ServeConfig,
+    i: usize,
+    listeners: &[socket2::Socket],
+    stop: &AtomicBool,
+    stats: &WorkerStats,
+) -> Result<WorkerTotals, ServeError> {
+    if let Some(cpus) = &cfg.cpus {
+        let cpu = cpus[i % cpus.len()];
+        qpslab_sys::cpus::pin_current_thread(cpu).map_err(|source| ServeError::Pin {
+            worker: i,
+            cpu,
+            source,
+        })?;
+    }
+    let worker = worker::Worker::new(cfg, listeners, stop, stats)
+        .map_err(|source| ServeError::Worker { worker: i, source })?;
+    worker.run().map_err(|source| ServeError::Worker { worker: i, source })
+}
+
+/// Sums worker totals.
+pub fn total(workers: &[WorkerTotals]) -> WorkerTotals {
+    workers.iter().fold(WorkerTotals::default(), |a, w| WorkerTotals {
+        requests: a.requests + w.requests,
+        accepted: a.accepted + w.accepted,
+        rejected: a.rejected + w.rejected,
+        timeouts: a.timeouts + w.timeouts,
+        accept_errors: a.accept_errors + w.accept_errors,
+    })
+}

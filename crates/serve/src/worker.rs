@@ -1,0 +1,778 @@
+//! One server worker: an epoll loop over its listeners and connections.
+//!
+//! Owns the connection life cycle: accept (with EMFILE back-off and the per-worker connection
+//! cap), reading into the connection's buffer, parsing pipelined requests in order, reading and
+//! discarding request bodies within limits, delayed responses (`t=`), writing every response a
+//! read produced in one write, bounded output (reading pauses while too much is pending), the
+//! header, body, idle and write deadlines, lingering close after errors, and draining on stop.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use qpslab_http::{parse_request, BodyFraming, ChunkedDecoder};
+use socket2::Socket;
+
+use crate::config::ServeConfig;
+use crate::date::{imf_fixdate, now_secs, DATE_LEN};
+use crate::inbuf::InBuf;
+use crate::respond::{
+    push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
+};
+use qpslab_sys::epoll::{self as poll, Epoll};
+
+/// Tokens with this bit are listeners; the rest are connection slots.
+const LISTENER: u64 = 1 << 63;
+/// Timer granularity for deadlines (delays have their own exact timer).
+const TICK: Duration = Duration::from_millis(100);
+/// Pending output above which a connection's input is not read.
+const OUT_HIGH: usize = 256 * 1024;
+/// Read size; also the least free space offered to a read.
+const READ_CHUNK: usize = 4096;
+/// Connections accepted per readiness event, so one busy listener cannot starve the rest.
+const ACCEPT_BATCH: usize = 64;
+/// How long accepting pauses after EMFILE/ENFILE.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// How long a closing connection's input is drained so the error response is not lost to a
+/// reset.
+const LINGER: Duration = Duration::from_secs(2);
+/// How long a stopping worker lets in-flight responses finish.
+const DRAIN: Duration = Duration::from_millis(1500);
+/// Request heads up to this size are remembered for the identical-request fast path.
+const CACHED_HEAD_MAX: usize = 512;
+
+/// Counters a worker publishes every tick, read by the stats printer and at exit.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub requests: AtomicU64,
+    pub open: AtomicU64,
+    pub accepted: AtomicU64,
+    /// Requests refused with an error status (400, 413, 414, 431, 501, 505, ...).
+    pub rejected: AtomicU64,
+    /// Connections closed at a header, body, idle or write deadline.
+    pub timeouts: AtomicU64,
+    /// accept() failures other than EAGAIN (EMFILE, ENFILE, ...).
+    pub accept_errors: AtomicU64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    requests: u64,
+    accepted: u64,
+    rejected: u64,
+    timeouts: u64,
+    accept_errors: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Between requests or reading a head.
+    Head,
+    /// Reading (and discarding) a request body; the plan waits for its end.
+    Body,
+    /// Waiting for a `t=` delay to pass before answering.
+    Delayed,
+    /// Response sent, write side shut: draining input until EOF or the linger deadline.
+    Lingering,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    Idle,
+    Header,
+    Body,
+    Write,
+    Linger,
+}
+
+#[derive(Debug)]
+enum BodyLeft {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    left: u64,
+    sent: u64,
+    chunked: bool,
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    sock: Option<TcpStream>,
+    gen: u32,
+    inbuf: InBuf,
+    out: Vec<u8>,
+    out_pos: usize,
+    phase: PhaseCell,
+    plan: Option<Plan>,
+    body: Option<BodyLeft>,
+    stream: Option<Stream>,
+    requests: u64,
+    close_after: bool,
+    /// Error response: linger after it instead of closing at once.
+    linger_after: bool,
+    deadline: Option<(Instant, Deadline)>,
+    interest: u32,
+    cache_bytes: Vec<u8>,
+    cache_plan: Option<Plan>,
+}
+
+/// `Phase` with a default, so a slot can be `Default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PhaseCell(Phase);
+
+impl Default for PhaseCell {
+    fn default() -> Self {
+        PhaseCell(Phase::Head)
+    }
+}
+
+/// What a worker counted, returned when it stops.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerTotals {
+    pub requests: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub timeouts: u64,
+    pub accept_errors: u64,
+}
+
+pub(crate) struct Worker<'a> {
+    cfg: &'a ServeConfig,
+    listeners: &'a [Socket],
+    stop: &'a AtomicBool,
+    stats: &'a WorkerStats,
+    epoll: Epoll,
+    conns: Vec<Conn>,
+    free: Vec<usize>,
+    open: usize,
+    delays: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    template: Template,
+    date: [u8; DATE_LEN],
+    date_secs: u64,
+    counters: Counters,
+    accepting: bool,
+    accept_resume: Option<Instant>,
+    draining_since: Option<Instant>,
+    last_accept_log: Option<Instant>,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        cfg: &'a ServeConfig,
+        listeners: &'a [Socket],
+        stop: &'a AtomicBool,
+        stats: &'a WorkerStats,
+    ) -> io::Result<Self> {
+        let date_secs = now_secs();
+        let date = imf_fixdate(date_secs);
+        let mut w = Self {
+            cfg,
+            listeners,
+            stop,
+            stats,
+            epoll: Epoll::new()?,
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            delays: BinaryHeap::new(),
+            template: Template::new(cfg, &date),
+            date,
+            date_secs,
+            counters: Counters::default(),
+            accepting: false,
+            accept_resume: None,
+            draining_since: None,
+            last_accept_log: None,
+        };
+        w.set_accepting(true)?;
+        Ok(w)
+    }
+
+    fn set_accepting(&mut self, on: bool) -> io::Result<()> {
+        if self.accepting == on {
+            return Ok(());
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            let fd = l.as_raw_fd();
+            if on {
+                let exclusive = self.cfg.accept == crate::config::AcceptMode::Exclusive;
+                let flags = poll::IN | if exclusive { poll::EXCLUSIVE } else { 0 };
+                self.epoll.add(fd, LISTENER | i as u64, flags)?;
+            } else {
+                self.epoll.delete(fd)?;
+            }
+        }
+        self.accepting = on;
+        Ok(())
+    }
+
+    pub(crate) fn run(mut self) -> io::Result<WorkerTotals> {
+        let mut events = vec![poll::empty_event(); 512];
+        let mut now = Instant::now();
+        let mut next_tick = now + TICK;
+        loop {
+            let mut wake = next_tick;
+            if let Some(Reverse((t, _, _))) = self.delays.peek() {
+                wake = wake.min(*t);
+            }
+            let n = self.epoll.wait(&mut events, ms_until(now, wake))?;
+            for ev in &events[..n] {
+                let (token, flags) = (ev.u64, ev.events);
+                if token & LISTENER != 0 {
+                    self.accept((token & !LISTENER) as usize);
+                } else {
+                    self.on_event(token, flags);
+                }
+            }
+            now = Instant::now();
+            self.fire_delays(now);
+            if now >= next_tick {
+                self.on_tick(now);
+                next_tick = now + TICK;
+            }
+            if let Some(since) = self.draining_since {
+                if self.open == 0 || now.duration_since(since) >= DRAIN {
+                    break;
+                }
+            }
+        }
+        for idx in 0..self.conns.len() {
+            self.close(idx);
+        }
+        self.publish();
+        let c = self.counters;
+        Ok(WorkerTotals {
+            requests: c.requests,
+            accepted: c.accepted,
+            rejected: c.rejected,
+            timeouts: c.timeouts,
+            accept_errors: c.accept_errors,
+        })
+    }
+
+    fn accept(&mut self, li: usize) {
+        let Some(listener) = self.listeners.get(li) else { return };
+        for _ in 0..ACCEPT_BATCH {
+            if self.open >= self.cfg.max_conns {
+                // Leave further connections in the kernel's queue (or to other workers) until
+                // a slot frees up.
+                let _ = self.set_accepting(false);
+                self.log_accept("--max-conns reached; not accepting until a connection closes");
+                return;
+            }
+            // SAFETY: accept4 with null address pointers only returns a descriptor.
+            let fd = unsafe {
+                libc::accept4(
+                    listener.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return,
+                    Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                        self.counters.accept_errors += 1;
+                        let _ = self.set_accepting(false);
+                        self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                        self.log_accept(&format!(
+                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
+                        ));
+                        return;
+                    }
+                    _ => {
+                        self.counters.accept_errors += 1;
+                        return;
+                    }
+                }
+            }
+            // SAFETY: fd is a fresh descriptor that nothing else owns.
+            let sock = unsafe { TcpStream::from_raw_fd(fd) };
+            let _ = sock.set_nodelay(true);
+            self.counters.accepted += 1;
+            self.add_conn(sock);
+        }
+    }
+
+    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
+    fn log_accept(&mut self, msg: &str) {
+        let now = Instant::now();
+        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.last_accept_log = Some(now);
+            eprintln!("qpslab serve: {msg}");
+        }
+    }
+
+    fn add_conn(&mut self, sock: TcpStream) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(Conn::default());
+                self.conns.len() - 1
+            }
+        };
+        let token = token(idx, self.conns[idx].gen);
+        if self.epoll.add(sock.as_raw_fd(), token, poll::IN).is_err() {
+            self.free.push(idx);
+            return;
+        }
+        let now = Instant::now();
+        let c = &mut self.conns[idx];
+        c.sock = Some(sock);
+        c.phase = PhaseCell(Phase::Head);
+        c.interest = poll::IN;
+        // A connection that sends nothing is closed at the header deadline.
+        c.deadline = Some((now + self.cfg.header_timeout, Deadline::Header));
+        self.open += 1;
+    }
+
+    fn on_event(&mut self, token: u64, flags: u32) {
+        let idx = (token & 0xffff_ffff) as usize;
+        let gen = (token >> 32) as u32;
+        let live = |w: &Self| w.conns.get(idx).is_some_and(|c| c.gen == gen && c.sock.is_some());
+        if !live(self) {
+            return;
+        }
+        if flags & poll::OUT != 0 {
+            self.flush(idx);
+        }
+        if flags & (poll::IN | poll::ERR) != 0 && live(self) {
+            self.on_readable(idx);
+        }
+    }
+
+    fn on_readable(&mut self, idx: usize) {
+        let max_head = self.cfg.limits.max_request_line + self.cfg.limits.max_header_bytes;
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = c.sock.as_ref() else { return };
+            let lingering = c.phase.0 == Phase::Lingering;
+            if lingering {
+                c.inbuf.clear();
+            }
+            // Never hold more than a maximal head plus a read: the parser rejects larger heads.
+            if c.inbuf.len() > max_head + READ_CHUNK {
+                break;
+            }
+            let spare = c.inbuf.spare(READ_CHUNK);
+            let room = spare.len();
+            match (&*sock).read(spare) {
+                Ok(0) => return self.close(idx),
+                Ok(n) => {
+                    c.inbuf.filled_by(n);
+                    if n < room {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(idx),
+            }
+        }
+        if self.conns[idx].phase.0 == Phase::Lingering {
+            self.conns[idx].inbuf.clear();
+            return;
+        }
+        self.drive(idx);
+    }
+
+    /// Processes buffered input and writes the output, until neither makes progress.
+    fn drive(&mut self, idx: usize) {
+        loop {
+            let handled = self.consume(idx);
+            self.flush(idx);
+            let c = &self.conns[idx];
+            if handled == 0 || c.sock.is_none() || c.inbuf.is_empty() || self.paused(idx) {
+                break;
+            }
+        }
+        self.update_interest(idx);
+    }
+
+    /// Whether the connection must not take more input now.
+    fn paused(&self, idx: usize) -> bool {
+        let c = &self.conns[idx];
+        c.close_after
+            || c.stream.is_some()
+            || c.out.len() - c.out_pos > OUT_HIGH
+            || matches!(c.phase.0, Phase::Delayed | Phase::Lingering)
+    }
+
+    /// Parses and answers buffered requests in order. Returns how many steps it made.
+    fn consume(&mut self, idx: usize) -> usize {
+        let now = Instant::now();
+        let mut steps = 0;
+        while !self.conns[idx].inbuf.is_empty() && !self.paused(idx) {
+            match self.conns[idx].phase.0 {
+                Phase::Body => {
+                    if !self.read_body(idx, now) {
+                        break;
+                    }
+                }
+                Phase::Head => match self.next_request(idx, now) {
+                    Ok(Some(plan)) => self.start_request(idx, plan, now),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.reject(idx, e);
+                        break;
+                    }
+                },
+                Phase::Delayed | Phase::Lingering => break,
+            }
+            steps += 1;
+        }
+        steps
+    }
+
+    /// The plan of the next complete request head, consuming it; `None` if incomplete.
+    fn next_request(&mut self, idx: usize, now: Instant) -> Result<Option<Plan>, ErrorReply> {
+        let cfg = self.cfg;
+        let c = &mut self.conns[idx];
+        if !matches!(c.deadline, Some((_, Deadline::Header))) {
+            // One total deadline per head, from its first byte; not reset per byte.
+            c.deadline = Some((now + cfg.header_timeout, Deadline::Header));
+        }
+        if let Some(plan) = c.cache_plan {
+            let n = c.cache_bytes.len();
+            if c.inbuf.filled().starts_with(&c.cache_bytes) {
+                c.inbuf.consume(n);
+                return Ok(Some(plan));
+            }
+        }
+        let parsed = match parse_request(c.inbuf.filled_mut(), &cfg.limits) {
+            Ok(None) => return Ok(None),
+            Ok(Some((n, head))) => (n, Plan::new(&head, cfg)),
+            Err(r) => return Err(ErrorReply { status: r.status, reason: r.reason }),
+        };
+        let (n, plan) = parsed;
+        let plan = plan?;
+        c.cache_plan = None;
+        if n <= CACHED_HEAD_MAX {
+            c.cache_bytes.clear();
+            c.cache_bytes.extend_from_slice(&c.inbuf.filled()[..n]);
+            c.cache_plan = Some(plan);
+        }
+        c.inbuf.consume(n);
+        Ok(Some(plan))
+    }
+
+    fn start_request(&mut self, idx: usize, plan: Plan, now: Instant) {
+        self.counters.requests += 1;
+        let cfg = self.cfg;
+        let c = &mut self.conns[idx];
+        c.requests += 1;
+        if plan.expect_continue {
+            c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        match plan.request_body {
+            BodyFraming::None => self.respond(idx, plan, now),
+            BodyFraming::Length(n) => {
+                c.plan = Some(plan);
+                c.body = Some(BodyLeft::Length(n));
+                c.phase = PhaseCell(Phase::Body);
+                c.deadline = Some((now + cfg.body_timeout, Deadline::Body));
+            }
+            BodyFraming::Chunked => {
+                c.plan = Some(plan);
+                c.body = Some(BodyLeft::Chunked(ChunkedDecoder::new()));
+                c.phase = PhaseCell(Phase::Body);
+                c.deadline = Some((now + cfg.body_timeout, Deadline::Body));
+            }
+        }
+    }
+
+    /// Discards buffered body bytes; answers when the body is complete. False: need more.
+    fn read_body(&mut self, idx: usize, now: Instant) -> bool {
+        let max_body = self.cfg.max_body;
+        let c = &mut self.conns[idx];
+        let data = c.inbuf.filled();
+        let (used, done) = match c.body.as_mut() {
+            Some(BodyLeft::Length(left)) => {
+                let take = (*left).min(data.len() as u64);
+                *left -= take;
+                (take as usize, *left == 0)
+            }
+            Some(BodyLeft::Chunked(dec)) => match dec.decode(data) {
+                Ok(p) if dec.data_bytes() > max_body => {
+                    let _ = p;
+                    let e = ErrorReply { status: 413, reason: "request body too large" };
+                    self.reject(idx, e);
+                    return false;
+                }
+                Ok(p) => (p.consumed, p.done),
+                Err(_) => {
+                    let e = ErrorReply { status: 400, reason: "malformed chunked body" };
+                    self.reject(idx, e);
+                    return false;
+                }
+            },
+            None => (0, true),
+        };
+        c.inbuf.consume(used);
+        if !done {
+            return false;
+        }
+        c.body = None;
+        c.phase = PhaseCell(Phase::Head);
+        if let Some(plan) = c.plan.take() {
+            self.respond(idx, plan, now);
+        }
+        true
+    }
+
+    /// Writes the response (or schedules it, for `t=`).
+    fn respond(&mut self, idx: usize, plan: Plan, now: Instant) {
+        let cfg = self.cfg;
+        let draining = self.draining_since.is_some();
+        let c = &mut self.conns[idx];
+        if plan.delay_ms > 0 {
+            let until = now + Duration::from_millis(u64::from(plan.delay_ms));
+            c.plan = Some(Plan { delay_ms: 0, ..plan });
+            c.phase = PhaseCell(Phase::Delayed);
+            c.deadline = None;
+            self.delays.push(Reverse((until, idx, c.gen)));
+            return;
+        }
+        let close = !plan.keep_alive || c.requests >= cfg.keepalive_requests || draining;
+        if self.template.matches(&plan, close) {
+            c.out.extend_from_slice(&self.template.bytes);
+        } else {
+            write_head(&mut c.out, &plan, close, &self.date);
+            if plan.head_only || matches!(plan.status, 204 | 304) {
+            } else if plan.streams_body() {
+                c.stream = Some(Stream { left: plan.body_len, sent: 0, chunked: plan.chunked });
+            } else if plan.chunked {
+                if plan.body_len > 0 {
+                    push_chunk(&mut c.out, plan.body_len as usize, 0);
+                }
+                push_chunk(&mut c.out, 0, 0);
+            } else {
+                push_body(&mut c.out, plan.body_len as usize, 0);
+            }
+        }
+        c.phase = PhaseCell(Phase::Head);
+        c.deadline = Some((now + cfg.idle_timeout, Deadline::Idle));
+        if close {
+            c.close_after = true;
+        }
+    }
+
+    /// Answers with an error status and closes after it (lingering).
+    fn reject(&mut self, idx: usize, e: ErrorReply) {
+        self.counters.rejected += 1;
+        let c = &mut self.conns[idx];
+        write_error(&mut c.out, e.status, e.reason, &self.date);
+        c.inbuf.clear();
+        c.body = None;
+        c.plan = None;
+        c.phase = PhaseCell(Phase::Head);
+        c.close_after = true;
+        c.linger_after = true;
+    }
+
+    /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
+    fn flush(&mut self, idx: usize) {
+        let now = Instant::now();
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = c.sock.as_ref() else { return };
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+                let Some(s) = c.stream.as_mut() else { break };
+                if s.left == 0 {
+                    if s.chunked {
+                        push_chunk(&mut c.out, 0, s.sent);
+                    }
+                    c.stream = None;
+                    continue;
+                }
+                let n = s.left.min(BODY_PIECE as u64) as usize;
+                if s.chunked {
+                    push_chunk(&mut c.out, n, s.sent);
+                } else {
+                    push_body(&mut c.out, n, s.sent);
+                }
+                s.left -= n as u64;
+                s.sent += n as u64;
+                continue;
+            }
+            match (&*sock).write(&c.out[c.out_pos..]) {
+                Ok(n) => c.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !matches!(c.deadline, Some((_, Deadline::Write))) {
+                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
+                    }
+                    self.update_interest(idx);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(idx),
+            }
+        }
+        let c = &mut self.conns[idx];
+        if matches!(c.deadline, Some((_, Deadline::Write))) {
+            c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Idle));
+        }
+        if c.close_after && c.phase.0 != Phase::Lingering {
+            if c.linger_after {
+                if let Some(sock) = c.sock.as_ref() {
+                    let _ = sock.shutdown(Shutdown::Write);
+                }
+                c.phase = PhaseCell(Phase::Lingering);
+                c.inbuf.clear();
+                c.deadline = Some((now + LINGER, Deadline::Linger));
+            } else {
+                return self.close(idx);
+            }
+        }
+        self.update_interest(idx);
+    }
+
+    /// Reads only when input may be taken; writes are polled only while output is pending.
+    fn update_interest(&mut self, idx: usize) {
+        let paused_input = {
+            let c = &self.conns[idx];
+            c.phase.0 != Phase::Lingering && self.paused(idx)
+        };
+        let c = &mut self.conns[idx];
+        let Some(sock) = c.sock.as_ref() else { return };
+        let pending = c.out_pos < c.out.len() || c.stream.is_some();
+        let mut want = if paused_input { 0 } else { poll::IN };
+        if pending {
+            want |= poll::OUT;
+        }
+        if want != c.interest {
+            if self.epoll.modify(sock.as_raw_fd(), token(idx, c.gen), want).is_ok() {
+                c.interest = want;
+            }
+        }
+    }
+
+    fn fire_delays(&mut self, now: Instant) {
+        while let Some(&Reverse((t, idx, gen))) = self.delays.peek() {
+            if t > now {
+                break;
+            }
+            self.delays.pop();
+            let c = &mut self.conns[idx];
+            if c.gen != gen || c.sock.is_none() || c.phase.0 != Phase::Delayed {
+                continue;
+            }
+            c.phase = PhaseCell(Phase::Head);
+            if let Some(plan) = c.plan.take() {
+                self.respond(idx, plan, now);
+            }
+            self.drive(idx);
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        let secs = now_secs();
+        if secs != self.date_secs {
+            self.date_secs = secs;
+            self.date = imf_fixdate(secs);
+            self.template.set_date(&self.date);
+        }
+        if self.accept_resume.is_some_and(|t| now >= t) && self.draining_since.is_none() {
+            self.accept_resume = None;
+            let _ = self.set_accepting(true);
+        }
+        if !self.accepting
+            && self.accept_resume.is_none()
+            && self.draining_since.is_none()
+            && self.open < self.cfg.max_conns
+        {
+            let _ = self.set_accepting(true);
+        }
+        for idx in 0..self.conns.len() {
+            let c = &self.conns[idx];
+            if c.sock.is_none() {
+                continue;
+            }
+            if let Some((t, kind)) = c.deadline {
+                if now >= t {
+                    if matches!(kind, Deadline::Header | Deadline::Body | Deadline::Write) {
+                        self.counters.timeouts += 1;
+                    }
+                    self.close(idx);
+                }
+            }
+        }
+        if self.draining_since.is_none() && self.stop.load(Ordering::Relaxed) {
+            self.start_draining(now);
+        }
+        self.publish();
+    }
+
+    /// Stop accepting; close idle connections; let the others finish their responses.
+    fn start_draining(&mut self, now: Instant) {
+        self.draining_since = Some(now);
+        let _ = self.set_accepting(false);
+        for idx in 0..self.conns.len() {
+            let c = &mut self.conns[idx];
+            if c.sock.is_none() {
+                continue;
+            }
+            let busy = c.out_pos < c.out.len()
+                || c.stream.is_some()
+                || matches!(c.phase.0, Phase::Body | Phase::Delayed);
+            if busy {
+                c.close_after = true;
+            } else {
+                self.close(idx);
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let c = &mut self.conns[idx];
+        if c.sock.take().is_none() {
+            return;
+        }
+        c.gen = c.gen.wrapping_add(1);
+        c.inbuf.clear();
+        c.out.clear();
+        c.out_pos = 0;
+        c.phase = PhaseCell(Phase::Head);
+        c.plan = None;
+        c.body = None;
+        c.stream = None;
+        c.requests = 0;
+        c.close_after = false;
+        c.linger_after = false;
+        c.deadline = None;
+        c.interest = 0;
+        self.open -= 1;
+        self.free.push(idx);
+    }
+
+    fn publish(&self) {
+        let c = &self.counters;
+        self.stats.requests.store(c.requests, Ordering::Relaxed);
+        self.stats.accepted.store(c.accepted, Ordering::Relaxed);
+        self.stats.rejected.store(c.rejected, Ordering::Relaxed);
+        self.stats.timeouts.store(c.timeouts, Ordering::Relaxed);
+        self.stats.accept_errors.store(c.accept_errors, Ordering::Relaxed);
+        self.stats.open.store(self.open as u64, Ordering::Relaxed);
+    }
+}
+
+fn token(idx: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | idx as u64
+}
+
+fn ms_until(now: Instant, wake: Instant) -> i32 {
+    let d = wake.saturating_duration_since(now);
+    d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+}
