@@ -36,7 +36,11 @@ enum State {
         value: u64,
         digits: u8,
     },
-    /// After the size: optional whitespace, then `;ext` or CR.
+    /// Blanks after the size: only more blanks or `;` may follow (BWS before an extension).
+    SizeWs {
+        value: u64,
+    },
+    /// Inside `;ext`, up to CR.
     Extension {
         value: u64,
     },
@@ -131,9 +135,15 @@ impl ChunkedDecoder {
                 None if digits == 0 => return Err(ChunkError::EmptySize),
                 None => match b {
                     b'\r' => State::SizeLf { value },
-                    b';' | b' ' | b'\t' => State::Extension { value },
+                    b';' => State::Extension { value },
+                    b' ' | b'\t' => State::SizeWs { value },
                     _ => return Err(ChunkError::SizeByte(b)),
                 },
+            },
+            State::SizeWs { value } => match b {
+                b' ' | b'\t' => State::SizeWs { value },
+                b';' => State::Extension { value },
+                _ => return Err(ChunkError::SizeByte(b)),
             },
             State::Extension { value } => match b {
                 b'\r' => State::SizeLf { value },
@@ -200,7 +210,7 @@ mod tests {
 
     #[test]
     fn simple_body_with_extension_and_trailers() {
-        let body = b"5;name=\"v\"\r\nhello\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\nY: 2\r\n\r\nNEXT";
+        let body = b"5;name=\"v\"\r\nhello\r\n3 ; a=b\r\nabc\r\n0\r\nX-Sum: 1\r\nY: 2\r\n\r\nNEXT";
         let (consumed, done, data) = decode_all(body).unwrap();
         assert!(done);
         assert_eq!(data, 8);
@@ -229,6 +239,8 @@ mod tests {
             (b"+5\r\n", ChunkError::EmptySize),
             (b"-5\r\n", ChunkError::EmptySize),
             (b"1_0\r\n", ChunkError::SizeByte(b'_')),
+            (b"1 0\r\n", ChunkError::SizeByte(b'0')),
+            (b"5 \r\n", ChunkError::SizeByte(b'\r')),
             (b"11111111111111111\r\n", ChunkError::SizeTooLong),
             (b"5\nhello", ChunkError::SizeByte(b'\n')),
             (b"5\r\rhello", ChunkError::LineEnd),

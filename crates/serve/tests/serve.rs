@@ -1,0 +1,392 @@
+//! The server against raw bytes (every row of shared/http-bad-inputs.md), real clients (curl,
+//! wrk, h2load, ab, qpslab load), pipelining, trickling, many connections, the accept modes,
+//! several listen addresses and pinning.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{exchange, opts, read_all, still_serves, TestServer};
+
+const WAIT: Duration = Duration::from_millis(1500);
+const SHORT: Duration = Duration::from_millis(300);
+
+/// One row of the table: raw bytes, the status expected (0: any refusal or a plain close), and
+/// whether the server must close the connection after it.
+struct Row {
+    name: &'static str,
+    bytes: Vec<u8>,
+    status: u16,
+    closes: bool,
+}
+
+fn row(name: &'static str, bytes: &[u8], status: u16, closes: bool) -> Row {
+    Row { name, bytes: bytes.to_vec(), status, closes }
+}
+
+fn bad_input_rows() -> Vec<Row> {
+    let long_line = [&b"GET /"[..], &b"a".repeat(9000), b" HTTP/1.1\r\nHost: t\r\n\r\n"].concat();
+    let big_header =
+        [&b"GET / HTTP/1.1\r\nHost: t\r\nX: "[..], &b"v".repeat(17000), b"\r\n\r\n"].concat();
+    let many = [&b"GET / HTTP/1.1\r\nHost: t\r\n"[..], &b"X: y\r\n".repeat(101), b"\r\n"].concat();
+    let long_method = [&b"A".repeat(100)[..], b" / HTTP/1.1\r\nHost: t\r\n\r\n"].concat();
+    let post = |extra: &str, body: &str| {
+        format!("POST / HTTP/1.1\r\nHost: t\r\n{extra}\r\n{body}").into_bytes()
+    };
+    let te = |v: &str| post(&format!("Transfer-Encoding: {v}\r\n"), "0\r\n\r\n");
+    let cl = |v: &str| post(&format!("Content-Length: {v}\r\n"), "");
+    let chunk = |body: &str| post("Transfer-Encoding: chunked\r\n", body);
+    vec![
+        row("no Host", b"GET / HTTP/1.1\r\n\r\n", 400, true),
+        row("two Host", b"GET / HTTP/1.1\r\nHost: t\r\nHost: t\r\n\r\n", 400, true),
+        row("Host list", b"GET / HTTP/1.1\r\nHost: a, b\r\n\r\n", 400, true),
+        row("Host userinfo", b"GET / HTTP/1.1\r\nHost: u@t\r\n\r\n", 400, true),
+        row("Host path", b"GET / HTTP/1.1\r\nHost: t/p\r\n\r\n", 400, true),
+        row("Host empty", b"GET / HTTP/1.1\r\nHost:\r\n\r\n", 400, true),
+        row("space before colon", b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length : 5\r\n\r\n", 400, true),
+        row("obs-fold", b"GET / HTTP/1.1\r\nHost: t\r\nX: a\r\n  b\r\n\r\n", 400, true),
+        row("bare CR line end", b"GET / HTTP/1.1\rHost: t\r\n\r\n", 400, true),
+        row("bare CR in value", b"GET / HTTP/1.1\r\nHost: t\r\nX: a\rb\r\n\r\n", 400, true),
+        row("NUL in value", b"GET / HTTP/1.1\r\nHost: t\r\nX: a\x00b\r\n\r\n", 400, true),
+        row("CTL in value", b"GET / HTTP/1.1\r\nHost: t\r\nX: a\x01b\r\n\r\n", 400, true),
+        row("NUL in URL", b"GET /\x00 HTTP/1.1\r\nHost: t\r\n\r\n", 400, true),
+        row("name with [", b"GET / HTTP/1.1\r\nHost: t\r\n[x]: b\r\n\r\n", 400, true),
+        row("name with tab", b"GET / HTTP/1.1\r\nHost: t\r\nX\tY: b\r\n\r\n", 400, true),
+        row("name non-ASCII", b"GET / HTTP/1.1\r\nHost: t\r\nX\xc3\xa9: b\r\n\r\n", 400, true),
+        row("empty name", b"GET / HTTP/1.1\r\nHost: t\r\n: b\r\n\r\n", 400, true),
+        row("line without colon", b"GET / HTTP/1.1\r\nHost: t\r\nNoColon\r\n\r\n", 400, true),
+        row("space before first header", b"GET / HTTP/1.1\r\n Host: t\r\n\r\n", 400, true),
+        row("no target", b"GET HTTP/1.1\r\nHost: t\r\n\r\n", 400, true),
+        row("space in target", b"GET /a b HTTP/1.1\r\nHost: t\r\n\r\n", 400, true),
+        row("tab in target", b"GET /a\tb HTTP/1.1\r\nHost: t\r\n\r\n", 400, true),
+        row("lowercase version", b"GET / http/1.1\r\nHost: t\r\n\r\n", 400, true),
+        row("HTTP/1", b"GET / HTTP/1\r\nHost: t\r\n\r\n", 400, true),
+        row("HTTP/01.1", b"GET / HTTP/01.1\r\nHost: t\r\n\r\n", 400, true),
+        row("HTTP/0.9", b"GET /\r\n\r\n", 400, true),
+        row("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505, true),
+        row("HTTP/3.0", b"GET / HTTP/3.0\r\nHost: t\r\n\r\n", 505, true),
+        row("h2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, true),
+        row("HTTP/1.2 served as 1.1", b"GET / HTTP/1.2\r\nHost: t\r\n\r\n", 200, false),
+        row("leading empty lines", b"\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n", 200, false),
+        row("request line too long", &long_line, 414, true),
+        row("header too large", &big_header, 431, true),
+        row("too many headers", &many, 431, true),
+        row("unknown method", b"FOO / HTTP/1.1\r\nHost: t\r\n\r\n", 501, true),
+        row("absurdly long method", &long_method, 501, true),
+        row("CL +5", &cl("+5"), 400, true),
+        row("CL -1", &cl("-1"), 400, true),
+        row("CL 0x5", &cl("0x5"), 400, true),
+        row("CL 1_0", &cl("1_0"), 400, true),
+        row("CL 1 0", &cl("1 0"), 400, true),
+        row("CL empty", &cl(""), 400, true),
+        row("CL overflow", &cl("99999999999999999999999"), 400, true),
+        row("two different CL", &post("Content-Length: 5\r\nContent-Length: 6\r\n", "hello"), 400, true),
+        row("CL 5, 6", &cl("5, 6"), 400, true),
+        row("CL and TE", &post("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"), 400, true),
+        row("TE unknown", &te("gzip"), 501, true),
+        row("TE identity", &te("identity"), 501, true),
+        row("TE xchunked", &te("xchunked"), 501, true),
+        row("TE chunked not last", &te("chunked, gzip"), 400, true),
+        row("TE empty", &te(""), 400, true),
+        row("TE with VT", &te("\x0bchunked"), 400, true),
+        row("TE with NUL", &te("chun\x00ked"), 400, true),
+        row("TE odd spacing", &te("chu nked"), 400, true),
+        row("TE in HTTP/1.0", b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, true),
+        row("chunk size 0x", &chunk("0x5\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk size +", &chunk("+5\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk size -", &chunk("-5\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk size _", &chunk("1_0\r\n0123456789abcdef\r\n0\r\n\r\n"), 400, true),
+        row("chunk size spaces", &chunk("1 0\r\n0123456789abcdef\r\n0\r\n\r\n"), 400, true),
+        row("chunk size 17 digits", &chunk("00000000000000005\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk bare LF", &chunk("5\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk bare CR", &chunk("5\rhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk data too long", &chunk("2\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("chunk missing CRLF", &chunk("5\r\nhello0\r\n\r\n"), 400, true),
+        row("chunk bad extension", &chunk("5;a\x01b\r\nhello\r\n0\r\n\r\n"), 400, true),
+        row("body over limit (CL)", &cl("2000000"), 413, true),
+        row("Expect unknown", &post("Expect: tea\r\nContent-Length: 1\r\n", "x"), 417, true),
+        row("binary garbage", b"\x00\x01\x02\x03\xff\xfe\r\n\r\n", 400, true),
+        row("TLS ClientHello", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03abcdefgh", 400, true),
+        row("Upgrade websocket ignored", b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 200, false),
+        row("Upgrade h2c ignored", b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", 200, false),
+        row("Upgrade via POST ignored", b"POST / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nhi", 200, false),
+        row("absolute-form", b"GET http://t/ HTTP/1.1\r\nHost: t\r\n\r\n", 200, false),
+    ]
+}
+
+#[test]
+fn every_bad_input_row() {
+    let server = TestServer::start(opts());
+    let mut failures = Vec::new();
+    for r in bad_input_rows() {
+        let e = exchange(server.addr(), &r.bytes, Duration::from_millis(600));
+        let statuses = e.statuses();
+        let status_ok = statuses.first() == Some(&r.status);
+        let close_ok = !r.closes || e.closed;
+        if !status_ok || !close_ok {
+            failures.push(format!(
+                "{}: got {statuses:?} closed={} ({:?})",
+                r.name,
+                e.closed,
+                e.text()
+            ));
+        }
+        still_serves(server.addr());
+    }
+    assert!(failures.is_empty(), "rows failing:\n{}", failures.join("\n"));
+    let totals = server.stop();
+    assert!(totals.rejected >= 60, "{totals:?}");
+}
+
+#[test]
+fn get_with_a_body_is_read_and_discarded_not_parsed_as_a_request() {
+    let server = TestServer::start(opts());
+    // The body looks like a request: it must be discarded, not answered.
+    let body = "GET /?c=404 HTTP/1.1\r\nHost: t\r\n\r\n";
+    let req = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}GET /?c=201 HTTP/1.1\r\nHost: t\r\n\r\n",
+        body.len()
+    );
+    let e = exchange(server.addr(), req.as_bytes(), SHORT);
+    assert_eq!(e.statuses(), vec![200, 201], "{}", e.text());
+}
+
+#[test]
+fn chunked_request_bodies_are_discarded_within_limits() {
+    let server = TestServer::start(opts());
+    let ok = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: v\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_eq!(exchange(server.addr(), ok, SHORT).statuses(), vec![200, 200]);
+    // Running total over --max-body (1 MiB): 413 and close.
+    let mut big = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..20 {
+        big.extend_from_slice(b"10000\r\n");
+        big.extend_from_slice(&[b'x'; 0x10000]);
+        big.extend_from_slice(b"\r\n");
+    }
+    let e = exchange(server.addr(), &big, WAIT);
+    assert_eq!(e.statuses(), vec![413]);
+    assert!(e.closed);
+}
+
+#[test]
+fn expect_100_continue() {
+    let server = TestServer::start(opts());
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+        .unwrap();
+    let first = read_all(&mut s, SHORT);
+    assert_eq!(first.statuses(), vec![100], "{}", first.text());
+    s.write_all(b"hello").unwrap();
+    assert_eq!(read_all(&mut s, SHORT).statuses(), vec![200]);
+}
+
+#[test]
+fn connection_close_ignores_the_rest_of_the_pipeline() {
+    let server = TestServer::start(opts());
+    let req =
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    let e = exchange(server.addr(), req, WAIT);
+    assert_eq!(e.statuses(), vec![200]);
+    assert!(e.text().contains("Connection: close\r\n"));
+    assert!(e.closed);
+}
+
+#[test]
+fn http10_semantics() {
+    let server = TestServer::start(opts());
+    let e = exchange(server.addr(), b"GET /?chunked=1&s=5 HTTP/1.0\r\n\r\n", WAIT);
+    assert_eq!(e.statuses(), vec![200]);
+    assert!(e.closed, "HTTP/1.0 without keep-alive closes");
+    assert!(e.text().contains("Content-Length: 5\r\n"), "never chunked: {}", e.text());
+    let req = b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    let e = exchange(server.addr(), req, SHORT);
+    assert_eq!(e.statuses(), vec![200, 200]);
+    assert!(!e.closed, "keep-alive was asked for");
+    assert_eq!(e.text().matches("Connection: keep-alive\r\n").count(), 2);
+    let e = exchange(
+        server.addr(),
+        b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
+        WAIT,
+    );
+    assert_eq!(e.statuses(), vec![200], "no 1xx for HTTP/1.0");
+}
+
+#[test]
+fn head_has_get_headers_and_no_body() {
+    let server = TestServer::start(opts());
+    let e = exchange(
+        server.addr(),
+        b"HEAD /?s=1000 HTTP/1.1\r\nHost: t\r\n\r\nGET /?c=202 HTTP/1.1\r\nHost: t\r\n\r\n",
+        SHORT,
+    );
+    assert_eq!(e.statuses(), vec![200, 202]);
+    let t = e.text();
+    let first = &t[..t.find("HTTP/1.1 202").unwrap()];
+    assert!(first.contains("Content-Length: 1000\r\n"));
+    assert!(first.ends_with("\r\n\r\n"), "no body after the HEAD response: {first:?}");
+}
+
+#[test]
+fn sixteen_pipelined_requests_in_order() {
+    let server = TestServer::start(opts());
+    let mut req = Vec::new();
+    for i in 0..16 {
+        req.extend_from_slice(
+            format!("GET /?c={} HTTP/1.1\r\nHost: t\r\n\r\n", 200 + i).as_bytes(),
+        );
+    }
+    let e = exchange(server.addr(), &req, SHORT);
+    assert_eq!(e.statuses(), (200..216).collect::<Vec<u16>>());
+}
+
+#[test]
+fn request_trickled_one_byte_at_a_time() {
+    let server = TestServer::start(opts());
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.set_nodelay(true).unwrap();
+    for b in b"GET /?s=4 HTTP/1.1\r\nHost: t\r\n\r\n" {
+        s.write_all(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let e = read_all(&mut s, SHORT);
+    assert_eq!(e.statuses(), vec![200]);
+    assert!(e.text().ends_with("\r\n\r\nok\no"));
+}
+
+#[test]
+fn slow_and_silent_clients_are_closed_at_their_deadline() {
+    let server = TestServer::start(opts());
+    let addr = server.addr();
+    // Connect and send nothing.
+    let started = Instant::now();
+    let e = exchange(addr, b"", WAIT);
+    assert!(e.closed && e.bytes.is_empty());
+    let silent = started.elapsed();
+    // Slowloris: a byte every 50 ms never finishes the head; the deadline is not reset per byte.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let started = Instant::now();
+    let mut closed_after = None;
+    for b in b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+        if s.write_all(&[*b]).is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let slow = closed_after.unwrap_or_else(|| {
+        let e = read_all(&mut s, WAIT);
+        assert!(e.closed);
+        started.elapsed()
+    });
+    // Body shorter than Content-Length, then silence.
+    let started = Instant::now();
+    let e = exchange(addr, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc", WAIT);
+    assert!(e.closed);
+    let body = started.elapsed();
+    for (what, t) in [("silent", silent), ("slowloris", slow), ("short body", body)] {
+        assert!(
+            t >= Duration::from_millis(350) && t < Duration::from_millis(1000),
+            "{what}: {t:?}"
+        );
+    }
+    let totals = server.stop();
+    assert!(totals.timeouts >= 3, "{totals:?}");
+}
+
+#[test]
+fn query_controls() {
+    let server = TestServer::start(opts());
+    let e = exchange(server.addr(), b"GET /any/path?s=10&c=503 HTTP/1.1\r\nHost: t\r\n\r\n", SHORT);
+    assert_eq!(e.statuses(), vec![503]);
+    assert!(e.text().ends_with("Content-Length: 10\r\n\r\nok\nok\nok\no"), "{}", e.text());
+    let e = exchange(server.addr(), b"GET /?chunked=1&s=5 HTTP/1.1\r\nHost: t\r\n\r\n", SHORT);
+    assert!(
+        e.text().ends_with("Transfer-Encoding: chunked\r\n\r\n5\r\nok\nok\r\n0\r\n\r\n"),
+        "{}",
+        e.text()
+    );
+    let e = exchange(server.addr(), b"GET /?k=0 HTTP/1.1\r\nHost: t\r\n\r\n", WAIT);
+    assert!(e.closed && e.text().contains("Connection: close"));
+    let e = exchange(server.addr(), b"GET /?s=nope HTTP/1.1\r\nHost: t\r\n\r\n", WAIT);
+    assert_eq!(e.statuses(), vec![400]);
+    assert!(e.text().ends_with("s= must be a size from 0 to 1073741824\n"), "{}", e.text());
+    let e = exchange(server.addr(), b"GET /?c=204&s=9 HTTP/1.1\r\nHost: t\r\n\r\n", SHORT);
+    assert!(!e.text().contains("Content-Length"), "{}", e.text());
+}
+
+#[test]
+fn delays_do_not_block_other_connections_or_reorder_responses() {
+    let server = TestServer::start(opts());
+    let addr = server.addr();
+    let started = Instant::now();
+    let slow = std::thread::spawn(move || {
+        exchange(
+            addr,
+            b"GET /?t=600&c=201 HTTP/1.1\r\nHost: t\r\n\r\nGET /?c=202 HTTP/1.1\r\nHost: t\r\n\r\n",
+            Duration::from_millis(900),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let fast_started = Instant::now();
+    let e = exchange(addr, b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", WAIT);
+    assert_eq!(e.statuses(), vec![200]);
+    assert!(fast_started.elapsed() < Duration::from_millis(200), "{:?}", fast_started.elapsed());
+    let e = slow.join().unwrap();
+    assert_eq!(e.statuses(), vec![201, 202], "pipelined after a delay: still in order");
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}
+
+#[test]
+fn large_bodies_stream_intact() {
+    let server = TestServer::start(opts());
+    for (q, len) in [("s=5000000", 5_000_000usize), ("s=100000&chunked=1", 100_000)] {
+        let req = format!("GET /?{q} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let e = exchange(server.addr(), req.as_bytes(), WAIT);
+        let t = e.bytes;
+        let head_end = t.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let mut body = t[head_end..].to_vec();
+        if q.contains("chunked") {
+            body = qpslab_dechunk(&body);
+        }
+        assert_eq!(body.len(), len, "{q}");
+        assert!(body.chunks(3).all(|c| b"ok\n".starts_with(c)), "{q}: pattern intact");
+    }
+}
+
+/// Decodes a chunked body with the crate's decoder's framing rules (sizes and CRLFs).
+fn qpslab_dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap(), 16).unwrap();
+        b = &b[nl + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
+
+#[test]
+fn output_is_bounded_when_the_client_does_not_read() {
+    let server = TestServer::start(opts());
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    // 64 requests for 1 MiB each, never reading: the server must stop reading, not buffer
+    // 64 MiB, and keep serving others.
+    let req = b"GET /?s=1048576 HTTP/1.1\r\nHost: t\r\n\r\n".repeat(64);
+    s.set_write_timeout(Some(Duration::from_millis(500))).unwrap();
+    let _ = s.write_all(&req);
+    still_serves(server.addr());
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap();
+    assert!(rss_kb < 200_000, "RSS {rss_kb} kB: output is not bounded");
+}
