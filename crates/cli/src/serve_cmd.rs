@@ -19,11 +19,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let opts = a.to_options().map_err(UsageError)?;
     let cfg = ServeConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
+    let server = Server::bind(cfg).map_err(|e| UsageError(e.to_string()))?;
+    let cfg = server.config();
     if let Some(w) = backlog_warning(Path::new("/"), cfg.backlog) {
         eprintln!("qpslab serve: warning: {w}");
     }
-    let server = Server::bind(cfg).map_err(|e| UsageError(e.to_string()))?;
-    let cfg = server.config();
     let addrs: Vec<String> = server.local_addrs().iter().map(ToString::to_string).collect();
     eprintln!(
         "qpslab serve: listening on {} ({} {}, accept {}{})",

@@ -26,12 +26,21 @@ pub use worker::{WorkerStats, WorkerTotals};
 pub enum ServeError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("--listen {addr}: cannot listen there: {source}")]
+    #[error("--listen {addr}: cannot listen there: {}", os_message(source))]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("--cpus: cannot pin worker {worker} to CPU {cpu}: {source}")]
     Pin { worker: usize, cpu: usize, source: std::io::Error },
     #[error("worker {worker}: {source}")]
     Worker { worker: usize, source: std::io::Error },
+}
+
+/// `Address already in use`, without the `(os error 98)` suffix.
+fn os_message(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
 }
 
 /// Descriptors kept free besides connections (listeners, epoll sets, std streams).

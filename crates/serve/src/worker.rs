@@ -652,10 +652,10 @@ impl<'a> Worker<'a> {
         if pending {
             want |= poll::OUT;
         }
-        if want != c.interest {
-            if self.epoll.modify(sock.as_raw_fd(), token(idx, c.gen), want).is_ok() {
-                c.interest = want;
-            }
+        if want != c.interest
+            && self.epoll.modify(sock.as_raw_fd(), token(idx, c.gen), want).is_ok()
+        {
+            c.interest = want;
         }
     }
 

@@ -390,3 +390,142 @@ fn output_is_bounded_when_the_client_does_not_read() {
         .unwrap();
     assert!(rss_kb < 200_000, "RSS {rss_kb} kB: output is not bounded");
 }
+
+fn run_tool(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd} must be installed (scripts/test installs it): {e}"));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd} {args:?} failed: {text}");
+    text
+}
+
+fn number_after(text: &str, label: &str) -> u64 {
+    let at = text.find(label).unwrap_or_else(|| panic!("no {label:?} in {text}")) + label.len();
+    text[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn curl_http11_and_http10() {
+    let server = TestServer::start(opts());
+    let url = server.url("/?s=6");
+    let out = run_tool("curl", &["-sS", "-i", &url, &url]);
+    assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
+    let out = run_tool("curl", &["-sS", "-i", "--http1.0", &url]);
+    assert!(out.contains("HTTP/1.1 200 OK") && out.ends_with("ok\nok\n"), "{out}");
+    assert_eq!(server.stop().requests, 3);
+}
+
+#[test]
+fn wrk_sees_only_2xx() {
+    let server = TestServer::start(opts());
+    let out = run_tool("wrk", &["-t1", "-c20", "-d1s", &server.url("/")]);
+    assert!(!out.contains("Non-2xx"), "{out}");
+    assert!(!out.contains("Socket errors"), "{out}");
+    let n: u64 = out
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in {out}"));
+    let totals = server.stop();
+    // wrk stops without waiting for in-flight requests: the server saw at least as many.
+    assert!(totals.requests >= n && totals.requests <= n + 20, "wrk {n}, server {totals:?}");
+}
+
+#[test]
+fn h2load_h1_sees_only_2xx() {
+    let server = TestServer::start(opts());
+    let out = run_tool("h2load", &["--h1", "-n", "5000", "-c", "10", &server.url("/")]);
+    assert!(out.contains("5000 succeeded, 0 failed, 0 errored"), "{out}");
+    assert!(out.contains("status codes: 5000 2xx"), "{out}");
+    assert_eq!(server.stop().requests, 5000);
+}
+
+#[test]
+fn ab_http10_keep_alive() {
+    let server = TestServer::start(opts());
+    let out = run_tool("ab", &["-k", "-n", "3000", "-c", "10", &server.url("/")]);
+    assert_eq!(number_after(&out, "Complete requests:"), 3000, "{out}");
+    assert_eq!(number_after(&out, "Failed requests:"), 0, "{out}");
+    assert_eq!(number_after(&out, "Keep-Alive requests:"), 3000, "{out}");
+    assert!(!out.contains("Non-2xx"), "{out}");
+    assert_eq!(server.stop().requests, 3000);
+}
+
+fn qpslab_load(url: &str, requests: u64, connections: usize) -> qpslab_load::RunResult {
+    let o = qpslab_load::LoadOptions {
+        urls: vec![url.to_string()],
+        threads: Some(1),
+        connections: Some(connections),
+        requests: Some(requests),
+        ..qpslab_load::LoadOptions::default()
+    };
+    let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+    qpslab_load::run(&cfg, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn qpslab_load_counts_match() {
+    let server = TestServer::start(opts());
+    let r = qpslab_load(&server.url("/"), 20_000, 50);
+    assert_eq!(r.rec.ok, 20_000);
+    assert_eq!(r.rec.failed, 0);
+    assert_eq!(server.stop().requests, 20_000);
+}
+
+#[test]
+fn each_accept_mode_serves_with_several_workers() {
+    for mode in [
+        qpslab_serve::AcceptMode::Reuseport,
+        qpslab_serve::AcceptMode::Shared,
+        qpslab_serve::AcceptMode::Exclusive,
+    ] {
+        let mut o = opts();
+        o.workers = Some(2);
+        o.accept = mode;
+        let server = TestServer::start(o);
+        let r = qpslab_load(&server.url("/"), 4000, 40);
+        assert_eq!(r.rec.ok, 4000, "{mode:?}");
+        let totals = server.stop();
+        assert_eq!(totals.requests, 4000, "{mode:?}");
+        assert_eq!(totals.accepted, 40, "{mode:?}");
+    }
+}
+
+#[test]
+fn several_listen_addresses() {
+    let mut o = opts();
+    o.listen = vec!["127.0.0.1:0".into(), "127.0.0.2:0".into(), "[::1]:0".into()];
+    o.workers = Some(2);
+    let server = TestServer::start(o);
+    assert_eq!(server.addrs.len(), 3);
+    for addr in server.addrs.clone() {
+        let url = format!("http://{addr}/");
+        let r = qpslab_load(&url, 500, 4);
+        assert_eq!(r.rec.ok, 500, "{addr}");
+    }
+    assert_eq!(server.stop().requests, 1500);
+}
+
+#[test]
+fn workers_are_pinned_to_the_listed_cpus() {
+    let mut o = opts();
+    o.workers = Some(2);
+    o.cpus = Some(vec![1, 0]);
+    let server = TestServer::start(o);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut seen = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+        if let (Some(i), Some(a)) = (comm.trim().strip_prefix("qpslab-serve-"), allowed) {
+            seen.insert(i.to_string(), a.trim().to_string());
+        }
+    }
+    drop(server);
+    // Other tests' servers may run in this process too; ours are the ones pinned.
+    assert!(seen.values().any(|a| a == "1") && seen.values().any(|a| a == "0"), "{seen:?}");
+}
