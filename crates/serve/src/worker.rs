@@ -118,7 +118,8 @@ struct Conn {
     /// Error response: linger after it instead of closing at once.
     linger_after: bool,
     deadline: Option<(Instant, Deadline)>,
-    interest: u32,
+    /// Edge-triggered readiness: data may be waiting (cleared by a short read or EAGAIN).
+    readable: bool,
     cache_bytes: Vec<u8>,
     cache_plan: Option<Plan>,
 }
@@ -161,6 +162,9 @@ pub(crate) struct Worker<'a> {
     accept_resume: Option<Instant>,
     draining_since: Option<Instant>,
     last_accept_log: Option<Instant>,
+    /// Taken once per epoll batch: deadlines need no finer clock, and it saves a clock read
+    /// per request.
+    now: Instant,
 }
 
 impl<'a> Worker<'a> {
@@ -190,6 +194,7 @@ impl<'a> Worker<'a> {
             accept_resume: None,
             draining_since: None,
             last_accept_log: None,
+            now: Instant::now(),
         };
         w.set_accepting(true)?;
         Ok(w)
@@ -216,6 +221,7 @@ impl<'a> Worker<'a> {
     pub(crate) fn run(mut self) -> io::Result<WorkerTotals> {
         let mut events = vec![poll::empty_event(); 512];
         let mut now = Instant::now();
+        self.now = now;
         let mut next_tick = now + TICK;
         loop {
             let mut wake = next_tick;
@@ -223,6 +229,8 @@ impl<'a> Worker<'a> {
                 wake = wake.min(*t);
             }
             let n = self.epoll.wait(&mut events, ms_until(now, wake))?;
+            now = Instant::now();
+            self.now = now;
             for ev in &events[..n] {
                 let (token, flags) = (ev.u64, ev.events);
                 if token & LISTENER != 0 {
@@ -231,7 +239,6 @@ impl<'a> Worker<'a> {
                     self.on_event(token, flags);
                 }
             }
-            now = Instant::now();
             self.fire_delays(now);
             if now >= next_tick {
                 self.on_tick(now);
@@ -284,7 +291,7 @@ impl<'a> Worker<'a> {
                     Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
                         self.counters.accept_errors += 1;
                         let _ = self.set_accepting(false);
-                        self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                        self.accept_resume = Some(self.now + ACCEPT_PAUSE);
                         self.log_accept(&format!(
                             "accept: {e}; pausing accepts for 100 ms, open connections are served"
                         ));
@@ -306,7 +313,7 @@ impl<'a> Worker<'a> {
 
     /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
     fn log_accept(&mut self, msg: &str) {
-        let now = Instant::now();
+        let now = self.now;
         if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
             self.last_accept_log = Some(now);
             eprintln!("qpslab serve: {msg}");
@@ -322,15 +329,17 @@ impl<'a> Worker<'a> {
             }
         };
         let token = token(idx, self.conns[idx].gen);
-        if self.epoll.add(sock.as_raw_fd(), token, poll::IN).is_err() {
+        // Registered once, edge-triggered for both directions (as nginx does): no epoll_ctl per
+        // request, and no re-poll of every ready socket on each epoll_wait.
+        if self.epoll.add(sock.as_raw_fd(), token, poll::IN | poll::OUT | poll::EDGE).is_err() {
             self.free.push(idx);
             return;
         }
-        let now = Instant::now();
+        let now = self.now;
         let c = &mut self.conns[idx];
         c.sock = Some(sock);
         c.phase = PhaseCell(Phase::Head);
-        c.interest = poll::IN;
+        c.readable = false;
         // A connection that sends nothing is closed at the header deadline.
         c.deadline = Some((now + self.cfg.header_timeout, Deadline::Header));
         self.open += 1;
@@ -343,60 +352,98 @@ impl<'a> Worker<'a> {
         if !live(self) {
             return;
         }
-        if flags & poll::OUT != 0 {
-            self.flush(idx);
+        if flags & (poll::IN | poll::ERR) != 0 {
+            self.conns[idx].readable = true;
         }
-        if flags & (poll::IN | poll::ERR) != 0 && live(self) {
-            self.on_readable(idx);
+        if flags & poll::OUT != 0 {
+            let c = &self.conns[idx];
+            if c.out_pos < c.out.len() || c.stream.is_some() {
+                self.flush(idx);
+            }
+        }
+        if live(self) {
+            self.drive(idx);
         }
     }
 
-    fn on_readable(&mut self, idx: usize) {
+    /// Reads what the socket has, while input may be taken. Returns the bytes read; closes the
+    /// connection on EOF or error.
+    fn read_input(&mut self, idx: usize) -> usize {
         let max_head = self.cfg.limits.max_request_line + self.cfg.limits.max_header_bytes;
+        let mut total = 0;
         loop {
             let c = &mut self.conns[idx];
-            let Some(sock) = c.sock.as_ref() else { return };
-            let lingering = c.phase.0 == Phase::Lingering;
-            if lingering {
+            let Some(sock) = c.sock.as_ref() else { return total };
+            if c.phase.0 == Phase::Lingering {
                 c.inbuf.clear();
             }
             // Never hold more than a maximal head plus a read: the parser rejects larger heads.
+            // Readiness stays set, so the rest is read once the buffer is consumed.
             if c.inbuf.len() > max_head + READ_CHUNK {
-                break;
+                return total;
             }
             let spare = c.inbuf.spare(READ_CHUNK);
             let room = spare.len();
             match (&*sock).read(spare) {
-                Ok(0) => return self.close(idx),
+                Ok(0) => {
+                    self.close(idx);
+                    return total;
+                }
                 Ok(n) => {
                     c.inbuf.filled_by(n);
+                    total += n;
                     if n < room {
-                        break;
+                        // A short read drained the socket: the next arrival is a new edge.
+                        c.readable = false;
+                        return total;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    return total;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close(idx),
+                Err(_) => {
+                    self.close(idx);
+                    return total;
+                }
             }
         }
-        if self.conns[idx].phase.0 == Phase::Lingering {
-            self.conns[idx].inbuf.clear();
-            return;
-        }
-        self.drive(idx);
     }
 
-    /// Processes buffered input and writes the output, until neither makes progress.
+    /// Reads, parses, answers and writes until the connection waits for the network.
     fn drive(&mut self, idx: usize) {
         loop {
-            let handled = self.consume(idx);
+            let c = &self.conns[idx];
+            if c.sock.is_none() {
+                return;
+            }
+            if c.phase.0 == Phase::Lingering {
+                if c.readable {
+                    self.read_input(idx);
+                    if let Some(c) = self.conns.get_mut(idx) {
+                        c.inbuf.clear();
+                    }
+                }
+                return;
+            }
+            let mut progress = 0;
+            if c.readable && !self.paused(idx) {
+                progress += self.read_input(idx);
+            }
+            if self.conns[idx].sock.is_none() {
+                return;
+            }
+            progress += self.consume(idx);
             self.flush(idx);
             let c = &self.conns[idx];
-            if handled == 0 || c.sock.is_none() || c.inbuf.is_empty() || self.paused(idx) {
-                break;
+            if progress == 0 || c.sock.is_none() || self.paused(idx) {
+                return;
+            }
+            if !c.readable && c.inbuf.is_empty() {
+                return;
             }
         }
-        self.update_interest(idx);
     }
 
     /// Whether the connection must not take more input now.
@@ -410,7 +457,7 @@ impl<'a> Worker<'a> {
 
     /// Parses and answers buffered requests in order. Returns how many steps it made.
     fn consume(&mut self, idx: usize) -> usize {
-        let now = Instant::now();
+        let now = self.now;
         let mut steps = 0;
         while !self.conns[idx].inbuf.is_empty() && !self.paused(idx) {
             match self.conns[idx].phase.0 {
@@ -582,7 +629,7 @@ impl<'a> Worker<'a> {
 
     /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
     fn flush(&mut self, idx: usize) {
-        let now = Instant::now();
+        let now = self.now;
         loop {
             let c = &mut self.conns[idx];
             let Some(sock) = c.sock.as_ref() else { return };
@@ -613,7 +660,6 @@ impl<'a> Worker<'a> {
                     if !matches!(c.deadline, Some((_, Deadline::Write))) {
                         c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
                     }
-                    self.update_interest(idx);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -633,29 +679,8 @@ impl<'a> Worker<'a> {
                 c.inbuf.clear();
                 c.deadline = Some((now + LINGER, Deadline::Linger));
             } else {
-                return self.close(idx);
+                self.close(idx);
             }
-        }
-        self.update_interest(idx);
-    }
-
-    /// Reads only when input may be taken; writes are polled only while output is pending.
-    fn update_interest(&mut self, idx: usize) {
-        let paused_input = {
-            let c = &self.conns[idx];
-            c.phase.0 != Phase::Lingering && self.paused(idx)
-        };
-        let c = &mut self.conns[idx];
-        let Some(sock) = c.sock.as_ref() else { return };
-        let pending = c.out_pos < c.out.len() || c.stream.is_some();
-        let mut want = if paused_input { 0 } else { poll::IN };
-        if pending {
-            want |= poll::OUT;
-        }
-        if want != c.interest
-            && self.epoll.modify(sock.as_raw_fd(), token(idx, c.gen), want).is_ok()
-        {
-            c.interest = want;
         }
     }
 
@@ -752,7 +777,7 @@ impl<'a> Worker<'a> {
         c.close_after = false;
         c.linger_after = false;
         c.deadline = None;
-        c.interest = 0;
+        c.readable = false;
         self.open -= 1;
         self.free.push(idx);
     }

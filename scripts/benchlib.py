@@ -1,0 +1,91 @@
+"""Shared pieces of the benchmark scripts: nginx as a pinned target, wrk output, process CPU
+time, callgrind totals. Traffic goes to 127.0.0.1 only."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QPSLAB = os.path.join(ROOT, "target", "release", "qpslab")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--locked", "-q"], cwd=ROOT, check=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_listening(port, proc, what):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit(f"{what} did not start listening on port {port}")
+
+
+def nginx_conf(workdir, port):
+    conf = os.path.join(workdir, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 100000000;
+    client_body_temp_path {workdir};
+    server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200; }} }}
+}}
+""")
+    return conf
+
+
+def start_nginx(workdir, port, cpu, prefix=()):
+    """nginx, one process (master_process off), `return 200`, pinned to `cpu`."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    conf = nginx_conf(workdir, port)
+    cmd = list(prefix) + ["taskset", "-c", str(cpu), nginx, "-p", workdir, "-c", conf]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(port, proc, "nginx")
+    return proc
+
+
+def wrk_requests(out):
+    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if not m:
+        sys.exit(f"cannot read wrk output:\n{out}")
+    secs = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    return int(m.group(1)), secs
+
+
+def process_cpu_seconds(pid):
+    """user + sys CPU seconds of a whole process (all threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def callgrind_totals(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    sys.exit(f"no callgrind totals in {path}")
