@@ -62,7 +62,8 @@ def start_nginx(workdir, port, cpu, prefix=()):
     """nginx, one process (master_process off), `return 200`, pinned to `cpu`."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     conf = nginx_conf(workdir, port)
-    cmd = list(prefix) + ["taskset", "-c", str(cpu), nginx, "-p", workdir, "-c", conf]
+    # taskset outside any prefix (valgrind), so the prefix runs nginx itself, not taskset.
+    cmd = ["taskset", "-c", str(cpu)] + list(prefix) + [nginx, "-p", workdir, "-c", conf]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_listening(port, proc, "nginx")
     return proc
