@@ -42,6 +42,9 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 const LINGER: Duration = Duration::from_secs(2);
 /// How long a stopping worker lets in-flight responses finish.
 const DRAIN: Duration = Duration::from_millis(1500);
+/// Bytes one connection may write per turn; then it yields so that a fast reader of a huge
+/// body cannot stall the worker's other connections.
+const FLUSH_BUDGET: usize = 256 * 1024;
 /// Request heads up to this size are remembered for the identical-request fast path.
 const CACHED_HEAD_MAX: usize = 512;
 
@@ -120,6 +123,8 @@ struct Conn {
     deadline: Option<(Instant, Deadline)>,
     /// Edge-triggered readiness: data may be waiting (cleared by a short read or EAGAIN).
     readable: bool,
+    /// Used its write budget; waits in the worker's yielded list for its next turn.
+    yielded: bool,
     cache_bytes: Vec<u8>,
     cache_plan: Option<Plan>,
 }
@@ -162,6 +167,10 @@ pub(crate) struct Worker<'a> {
     accept_resume: Option<Instant>,
     draining_since: Option<Instant>,
     last_accept_log: Option<Instant>,
+    /// Connections that used their write budget, to be driven again after this batch; the
+    /// second vector keeps the first one's capacity across batches.
+    yielded: Vec<(usize, u32)>,
+    yielded_next: Vec<(usize, u32)>,
     /// Taken once per epoll batch: deadlines need no finer clock, and it saves a clock read
     /// per request.
     now: Instant,
@@ -195,6 +204,8 @@ impl<'a> Worker<'a> {
             draining_since: None,
             last_accept_log: None,
             now: Instant::now(),
+            yielded: Vec::new(),
+            yielded_next: Vec::new(),
         };
         w.set_accepting(true)?;
         Ok(w)
@@ -228,7 +239,8 @@ impl<'a> Worker<'a> {
             if let Some(Reverse((t, _, _))) = self.delays.peek() {
                 wake = wake.min(*t);
             }
-            let n = self.epoll.wait(&mut events, ms_until(now, wake))?;
+            let timeout = if self.yielded.is_empty() { ms_until(now, wake) } else { 0 };
+            let n = self.epoll.wait(&mut events, timeout)?;
             now = Instant::now();
             self.now = now;
             for ev in &events[..n] {
@@ -239,6 +251,7 @@ impl<'a> Worker<'a> {
                     self.on_event(token, flags);
                 }
             }
+            self.resume_yielded();
             self.fire_delays(now);
             if now >= next_tick {
                 self.on_tick(now);
@@ -630,6 +643,10 @@ impl<'a> Worker<'a> {
     /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
     fn flush(&mut self, idx: usize) {
         let now = self.now;
+        let mut written = 0;
+        if self.conns[idx].yielded {
+            return;
+        }
         loop {
             let c = &mut self.conns[idx];
             let Some(sock) = c.sock.as_ref() else { return };
@@ -655,7 +672,21 @@ impl<'a> Worker<'a> {
                 continue;
             }
             match (&*sock).write(&c.out[c.out_pos..]) {
-                Ok(n) => c.out_pos += n,
+                Ok(n) => {
+                    c.out_pos += n;
+                    written += n;
+                    // Idle and write deadlines are for a client that stops reading: progress
+                    // moves them.
+                    if matches!(c.deadline, Some((_, Deadline::Write | Deadline::Idle))) {
+                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
+                    }
+                    let more = c.out_pos < c.out.len() || c.stream.is_some();
+                    if written >= FLUSH_BUDGET && more {
+                        c.yielded = true;
+                        self.yielded.push((idx, c.gen));
+                        return;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if !matches!(c.deadline, Some((_, Deadline::Write))) {
                         c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
@@ -682,6 +713,21 @@ impl<'a> Worker<'a> {
                 self.close(idx);
             }
         }
+    }
+
+    /// Gives connections that yielded their turn another one.
+    fn resume_yielded(&mut self) {
+        std::mem::swap(&mut self.yielded, &mut self.yielded_next);
+        let mut list = std::mem::take(&mut self.yielded_next);
+        for &(idx, gen) in &list {
+            if self.conns[idx].gen == gen && self.conns[idx].sock.is_some() {
+                self.conns[idx].yielded = false;
+                self.flush(idx);
+                self.drive(idx);
+            }
+        }
+        list.clear();
+        self.yielded_next = list;
     }
 
     fn fire_delays(&mut self, now: Instant) {
@@ -778,6 +824,7 @@ impl<'a> Worker<'a> {
         c.linger_after = false;
         c.deadline = None;
         c.readable = false;
+        c.yielded = false;
         self.open -= 1;
         self.free.push(idx);
     }

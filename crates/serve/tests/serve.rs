@@ -529,3 +529,32 @@ fn workers_are_pinned_to_the_listed_cpus() {
     // Other tests' servers may run in this process too; ours are the ones pinned.
     assert!(seen.values().any(|a| a == "1") && seen.values().any(|a| a == "0"), "{seen:?}");
 }
+
+#[test]
+fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections() {
+    // Regression: the write deadline once ran from the first blocked write and cut off any
+    // download longer than the idle timeout; a short one makes the test show it.
+    let mut o = opts();
+    o.idle_timeout = Duration::from_millis(500);
+    let server = TestServer::start(o);
+    let addr = server.addr();
+    let downloader = std::thread::spawn(move || {
+        let e = exchange(
+            addr,
+            b"GET /?s=150000000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            WAIT,
+        );
+        e.bytes.len()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut worst = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let e = exchange(addr, b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", WAIT);
+        assert_eq!(e.statuses(), vec![200]);
+        worst = worst.max(started.elapsed());
+    }
+    assert!(worst < Duration::from_millis(100), "slowest answer during the download: {worst:?}");
+    let got = downloader.join().unwrap();
+    assert!(got > 150_000_000, "downloaded {got} bytes");
+}
