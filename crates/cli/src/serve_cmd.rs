@@ -55,17 +55,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
                 s.timeouts
             )
         };
-        let sum = |v: &[WorkerSnapshot]| {
-            v.iter().fold(WorkerSnapshot::default(), |a, s| WorkerSnapshot {
-                requests: a.requests + s.requests,
-                open: a.open + s.open,
-                accepted: a.accepted + s.accepted,
-                rejected: a.rejected + s.rejected,
-                timeouts: a.timeouts + s.timeouts,
-            })
-        };
         let t = now.duration_since(started).as_secs_f64();
-        eprintln!("{}", line(format!("[{t:>6.1}s]"), &sum(snap), &sum(&prev.1)));
+        eprintln!(
+            "{}",
+            line(format!("[{t:>6.1}s]"), &WorkerSnapshot::sum(snap), &WorkerSnapshot::sum(&prev.1))
+        );
         if per_worker {
             for (i, (s, p)) in snap.iter().zip(&prev.1).enumerate() {
                 eprintln!("{}", line(format!("  worker {i}"), s, p));

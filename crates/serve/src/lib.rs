@@ -130,6 +130,19 @@ impl Server {
     }
 }
 
+impl WorkerSnapshot {
+    /// The counters of several workers added up.
+    pub fn sum(workers: &[WorkerSnapshot]) -> WorkerSnapshot {
+        workers.iter().fold(WorkerSnapshot::default(), |a, s| WorkerSnapshot {
+            requests: a.requests + s.requests,
+            open: a.open + s.open,
+            accepted: a.accepted + s.accepted,
+            rejected: a.rejected + s.rejected,
+            timeouts: a.timeouts + s.timeouts,
+        })
+    }
+}
+
 fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerSnapshot> {
     stats
         .iter()
