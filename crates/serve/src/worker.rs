@@ -125,6 +125,10 @@ struct Conn {
     readable: bool,
     /// Used its write budget; waits in the worker's yielded list for its next turn.
     yielded: bool,
+    /// The peer shut down its writing side: read on to EOF instead of stopping at a short read.
+    peer_closed: bool,
+    /// EOF was read: answer what is buffered, then close.
+    eof: bool,
     cache_bytes: Vec<u8>,
     cache_plan: Option<Plan>,
 }
@@ -344,7 +348,8 @@ impl<'a> Worker<'a> {
         let token = token(idx, self.conns[idx].gen);
         // Registered once, edge-triggered for both directions (as nginx does): no epoll_ctl per
         // request, and no re-poll of every ready socket on each epoll_wait.
-        if self.epoll.add(sock.as_raw_fd(), token, poll::IN | poll::OUT | poll::EDGE).is_err() {
+        let events = poll::IN | poll::OUT | poll::RDHUP | poll::EDGE;
+        if self.epoll.add(sock.as_raw_fd(), token, events).is_err() {
             self.free.push(idx);
             return;
         }
@@ -365,8 +370,12 @@ impl<'a> Worker<'a> {
         if !live(self) {
             return;
         }
-        if flags & (poll::IN | poll::ERR) != 0 {
+        if flags & (poll::IN | poll::ERR | poll::RDHUP) != 0 {
             self.conns[idx].readable = true;
+        }
+        if flags & (poll::RDHUP | poll::ERR) != 0 {
+            // Data and FIN can arrive in one edge: a short read is then not "drained".
+            self.conns[idx].peer_closed = true;
         }
         if flags & poll::OUT != 0 {
             let c = &self.conns[idx];
@@ -399,13 +408,14 @@ impl<'a> Worker<'a> {
             let room = spare.len();
             match (&*sock).read(spare) {
                 Ok(0) => {
-                    self.close(idx);
+                    c.eof = true;
+                    c.readable = false;
                     return total;
                 }
                 Ok(n) => {
                     c.inbuf.filled_by(n);
                     total += n;
-                    if n < room {
+                    if n < room && !c.peer_closed {
                         // A short read drained the socket: the next arrival is a new edge.
                         c.readable = false;
                         return total;
@@ -424,7 +434,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Reads, parses, answers and writes until the connection waits for the network.
+    /// Reads, parses, answers and writes until the connection waits for the network; closes it
+    /// once the peer has closed and everything buffered was answered.
     fn drive(&mut self, idx: usize) {
         loop {
             let c = &self.conns[idx];
@@ -434,28 +445,34 @@ impl<'a> Worker<'a> {
             if c.phase.0 == Phase::Lingering {
                 if c.readable {
                     self.read_input(idx);
-                    if let Some(c) = self.conns.get_mut(idx) {
-                        c.inbuf.clear();
-                    }
+                    self.conns[idx].inbuf.clear();
                 }
-                return;
+                break;
             }
             let mut progress = 0;
             if c.readable && !self.paused(idx) {
                 progress += self.read_input(idx);
             }
-            if self.conns[idx].sock.is_none() {
-                return;
-            }
             progress += self.consume(idx);
             self.flush(idx);
             let c = &self.conns[idx];
             if progress == 0 || c.sock.is_none() || self.paused(idx) {
-                return;
+                break;
             }
             if !c.readable && c.inbuf.is_empty() {
-                return;
+                break;
             }
+        }
+        self.close_if_finished(idx);
+    }
+
+    /// After EOF: close once every buffered request is answered and written. A request cut
+    /// short by the EOF can never complete, so it does not hold the connection open.
+    fn close_if_finished(&mut self, idx: usize) {
+        let c = &self.conns[idx];
+        let written = c.out_pos == c.out.len() && c.stream.is_none();
+        if c.sock.is_some() && c.eof && written && c.phase.0 != Phase::Delayed {
+            self.close(idx);
         }
     }
 
@@ -825,6 +842,8 @@ impl<'a> Worker<'a> {
         c.deadline = None;
         c.readable = false;
         c.yielded = false;
+        c.peer_closed = false;
+        c.eof = false;
         self.open -= 1;
         self.free.push(idx);
     }

@@ -558,3 +558,21 @@ fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections() {
     let got = downloader.join().unwrap();
     assert!(got > 150_000_000, "downloaded {got} bytes");
 }
+
+#[test]
+fn a_client_half_close_is_seen_at_once() {
+    // Regression for edge-triggered reads: a request and its FIN can arrive together; a short
+    // read must not be taken for "drained" when the peer has closed.
+    let mut o = opts();
+    o.idle_timeout = Duration::from_secs(30);
+    let server = TestServer::start(o);
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /?c=201 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let started = Instant::now();
+    let e = read_all(&mut s, Duration::from_secs(3));
+    assert_eq!(e.statuses(), vec![200, 201], "requests sent before the FIN are answered");
+    assert!(e.closed, "the server closed after the client's FIN");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+}

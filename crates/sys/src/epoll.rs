@@ -6,6 +6,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub const IN: u32 = libc::EPOLLIN as u32;
 pub const OUT: u32 = libc::EPOLLOUT as u32;
 pub const ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+/// The peer shut down its writing side (half-close or close).
+pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 /// Edge-triggered: report a change of readiness once.
 pub const EDGE: u32 = libc::EPOLLET as u32;
 /// Wake one waiter only (for a listener shared by several epoll sets).
