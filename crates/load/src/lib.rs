@@ -131,27 +131,8 @@ pub fn run(
                     .map_err(|source| LoadError::Thread { thread: i, source })
             })
             .collect();
-        let mut running = handles.iter().filter(|h| h.is_ok()).count();
-        let mut next = Instant::now() + Duration::from_secs(1);
-        while running > 0 {
-            match done_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                Ok(()) => running -= 1,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let p = sum_progress(&progress, measure_start);
-                    if !p.warming_up {
-                        intervals.push(Interval {
-                            elapsed_s: p.elapsed.as_secs_f64(),
-                            sent: p.sent,
-                            completed: p.completed,
-                            failed: p.failed,
-                        });
-                    }
-                    on_progress(&p);
-                    next += Duration::from_secs(1);
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        }
+        let running = handles.iter().filter(|h| h.is_ok()).count();
+        intervals = watch(&done_rx, running, &progress, measure_start, on_progress);
         handles
             .into_iter()
             .enumerate()
@@ -202,6 +183,39 @@ pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<(), ConfigE
             ),
         )
     })
+}
+
+/// Waits for `running` threads to report done; once a second, samples their counters for the
+/// progress callback and the per-second interval rows.
+fn watch(
+    done: &mpsc::Receiver<()>,
+    mut running: usize,
+    progress: &[ThreadProgress],
+    measure_start: Instant,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Vec<Interval> {
+    let mut intervals = Vec::new();
+    let mut next = Instant::now() + Duration::from_secs(1);
+    while running > 0 {
+        match done.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Ok(()) => running -= 1,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let p = sum_progress(progress, measure_start);
+                if !p.warming_up {
+                    intervals.push(Interval {
+                        elapsed_s: p.elapsed.as_secs_f64(),
+                        sent: p.sent,
+                        completed: p.completed,
+                        failed: p.failed,
+                    });
+                }
+                on_progress(&p);
+                next += Duration::from_secs(1);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    intervals
 }
 
 fn run_thread(

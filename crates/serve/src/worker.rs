@@ -8,9 +8,8 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::io::{self, Read};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,10 +19,11 @@ use socket2::Socket;
 use crate::config::ServeConfig;
 use crate::date::{imf_fixdate, now_secs, DATE_LEN};
 use crate::inbuf::InBuf;
-use crate::respond::{
-    push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
-};
+use crate::respond::{ErrorReply, Plan, Template};
 use qpslab_sys::epoll::{self as poll, Epoll};
+
+mod accept;
+mod output;
 
 /// Tokens with this bit are listeners; the rest are connection slots.
 const LISTENER: u64 = 1 << 63;
@@ -215,24 +215,6 @@ impl<'a> Worker<'a> {
         Ok(w)
     }
 
-    fn set_accepting(&mut self, on: bool) -> io::Result<()> {
-        if self.accepting == on {
-            return Ok(());
-        }
-        for (i, l) in self.listeners.iter().enumerate() {
-            let fd = l.as_raw_fd();
-            if on {
-                let exclusive = self.cfg.accept == crate::config::AcceptMode::Exclusive;
-                let flags = poll::IN | if exclusive { poll::EXCLUSIVE } else { 0 };
-                self.epoll.add(fd, LISTENER | i as u64, flags)?;
-            } else {
-                self.epoll.delete(fd)?;
-            }
-        }
-        self.accepting = on;
-        Ok(())
-    }
-
     pub(crate) fn run(mut self) -> io::Result<WorkerTotals> {
         let mut events = vec![poll::empty_event(); 512];
         let mut now = Instant::now();
@@ -279,88 +261,6 @@ impl<'a> Worker<'a> {
             timeouts: c.timeouts,
             accept_errors: c.accept_errors,
         })
-    }
-
-    fn accept(&mut self, li: usize) {
-        let Some(listener) = self.listeners.get(li) else { return };
-        for _ in 0..ACCEPT_BATCH {
-            if self.open >= self.cfg.max_conns {
-                // Leave further connections in the kernel's queue (or to other workers) until
-                // a slot frees up.
-                let _ = self.set_accepting(false);
-                self.log_accept("--max-conns reached; not accepting until a connection closes");
-                return;
-            }
-            // SAFETY: accept4 with null address pointers only returns a descriptor.
-            let fd = unsafe {
-                libc::accept4(
-                    listener.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        self.counters.accept_errors += 1;
-                        let _ = self.set_accepting(false);
-                        self.accept_resume = Some(self.now + ACCEPT_PAUSE);
-                        self.log_accept(&format!(
-                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
-                        ));
-                        return;
-                    }
-                    _ => {
-                        self.counters.accept_errors += 1;
-                        return;
-                    }
-                }
-            }
-            // SAFETY: fd is a fresh descriptor that nothing else owns.
-            let sock = unsafe { TcpStream::from_raw_fd(fd) };
-            let _ = sock.set_nodelay(true);
-            self.counters.accepted += 1;
-            self.add_conn(sock);
-        }
-    }
-
-    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
-    fn log_accept(&mut self, msg: &str) {
-        let now = self.now;
-        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
-            self.last_accept_log = Some(now);
-            eprintln!("qpslab serve: {msg}");
-        }
-    }
-
-    fn add_conn(&mut self, sock: TcpStream) {
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.push(Conn::default());
-                self.conns.len() - 1
-            }
-        };
-        let token = token(idx, self.conns[idx].gen);
-        // Registered once, edge-triggered for both directions (as nginx does): no epoll_ctl per
-        // request, and no re-poll of every ready socket on each epoll_wait.
-        let events = poll::IN | poll::OUT | poll::RDHUP | poll::EDGE;
-        if self.epoll.add(sock.as_raw_fd(), token, events).is_err() {
-            self.free.push(idx);
-            return;
-        }
-        let now = self.now;
-        let c = &mut self.conns[idx];
-        c.sock = Some(sock);
-        c.phase = PhaseCell(Phase::Head);
-        c.readable = false;
-        // A connection that sends nothing is closed at the header deadline.
-        c.deadline = Some((now + self.cfg.header_timeout, Deadline::Header));
-        self.open += 1;
     }
 
     fn on_event(&mut self, token: u64, flags: u32) {
@@ -605,146 +505,6 @@ impl<'a> Worker<'a> {
             self.respond(idx, plan, now);
         }
         true
-    }
-
-    /// Writes the response (or schedules it, for `t=`).
-    fn respond(&mut self, idx: usize, plan: Plan, now: Instant) {
-        let cfg = self.cfg;
-        let draining = self.draining_since.is_some();
-        let c = &mut self.conns[idx];
-        if plan.delay_ms > 0 {
-            let until = now + Duration::from_millis(u64::from(plan.delay_ms));
-            c.plan = Some(Plan { delay_ms: 0, ..plan });
-            c.phase = PhaseCell(Phase::Delayed);
-            c.deadline = None;
-            self.delays.push(Reverse((until, idx, c.gen)));
-            return;
-        }
-        let close = !plan.keep_alive || c.requests >= cfg.keepalive_requests || draining;
-        if self.template.matches(&plan, close) {
-            c.out.extend_from_slice(&self.template.bytes);
-        } else {
-            write_head(&mut c.out, &plan, close, &self.date);
-            if plan.head_only || matches!(plan.status, 204 | 304) {
-            } else if plan.streams_body() {
-                c.stream = Some(Stream { left: plan.body_len, sent: 0, chunked: plan.chunked });
-            } else if plan.chunked {
-                if plan.body_len > 0 {
-                    push_chunk(&mut c.out, plan.body_len as usize, 0);
-                }
-                push_chunk(&mut c.out, 0, 0);
-            } else {
-                push_body(&mut c.out, plan.body_len as usize, 0);
-            }
-        }
-        c.phase = PhaseCell(Phase::Head);
-        c.deadline = Some((now + cfg.idle_timeout, Deadline::Idle));
-        if close {
-            c.close_after = true;
-        }
-    }
-
-    /// Answers with an error status and closes after it (lingering).
-    fn reject(&mut self, idx: usize, e: ErrorReply) {
-        self.counters.rejected += 1;
-        let c = &mut self.conns[idx];
-        write_error(&mut c.out, e.status, e.reason, &self.date);
-        c.inbuf.clear();
-        c.body = None;
-        c.plan = None;
-        c.phase = PhaseCell(Phase::Head);
-        c.close_after = true;
-        c.linger_after = true;
-    }
-
-    /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
-    fn flush(&mut self, idx: usize) {
-        let now = self.now;
-        let mut written = 0;
-        if self.conns[idx].yielded {
-            return;
-        }
-        loop {
-            let c = &mut self.conns[idx];
-            let Some(sock) = c.sock.as_ref() else { return };
-            if c.out_pos == c.out.len() {
-                c.out.clear();
-                c.out_pos = 0;
-                let Some(s) = c.stream.as_mut() else { break };
-                if s.left == 0 {
-                    if s.chunked {
-                        push_chunk(&mut c.out, 0, s.sent);
-                    }
-                    c.stream = None;
-                    continue;
-                }
-                let n = s.left.min(BODY_PIECE as u64) as usize;
-                if s.chunked {
-                    push_chunk(&mut c.out, n, s.sent);
-                } else {
-                    push_body(&mut c.out, n, s.sent);
-                }
-                s.left -= n as u64;
-                s.sent += n as u64;
-                continue;
-            }
-            match (&*sock).write(&c.out[c.out_pos..]) {
-                Ok(n) => {
-                    c.out_pos += n;
-                    written += n;
-                    // Idle and write deadlines are for a client that stops reading: progress
-                    // moves them.
-                    if matches!(c.deadline, Some((_, Deadline::Write | Deadline::Idle))) {
-                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
-                    }
-                    let more = c.out_pos < c.out.len() || c.stream.is_some();
-                    if written >= FLUSH_BUDGET && more {
-                        c.yielded = true;
-                        self.yielded.push((idx, c.gen));
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !matches!(c.deadline, Some((_, Deadline::Write))) {
-                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
-                    }
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close(idx),
-            }
-        }
-        let c = &mut self.conns[idx];
-        if matches!(c.deadline, Some((_, Deadline::Write))) {
-            c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Idle));
-        }
-        if c.close_after && c.phase.0 != Phase::Lingering {
-            if c.linger_after {
-                if let Some(sock) = c.sock.as_ref() {
-                    let _ = sock.shutdown(Shutdown::Write);
-                }
-                c.phase = PhaseCell(Phase::Lingering);
-                c.inbuf.clear();
-                c.deadline = Some((now + LINGER, Deadline::Linger));
-            } else {
-                self.close(idx);
-            }
-        }
-    }
-
-    /// Gives connections that yielded their turn another one.
-    fn resume_yielded(&mut self) {
-        std::mem::swap(&mut self.yielded, &mut self.yielded_next);
-        let mut list = std::mem::take(&mut self.yielded_next);
-        for &(idx, gen) in &list {
-            if self.conns[idx].gen == gen && self.conns[idx].sock.is_some() {
-                self.conns[idx].yielded = false;
-                self.flush(idx);
-                self.drive(idx);
-            }
-        }
-        list.clear();
-        self.yielded_next = list;
     }
 
     fn fire_delays(&mut self, now: Instant) {
