@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use qpslab_serve::{listen::backlog_warning, ServeConfig, Server, WorkerSnapshot};
+use qpslab_serve::{listen::backlog_warning, ServeConfig, ServeReport, Server, WorkerSnapshot};
 
 use crate::args::ServeArgs;
 use crate::{Outcome, UsageError};
@@ -72,16 +72,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let all = qpslab_serve::total(&totals);
     let mut out = std::io::stdout().lock();
     if a.json {
-        let v = serde_json::json!({
-            "version": format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
-            "listen": addrs,
-            "workers": cfg.workers,
-            "accept": cfg.accept.name(),
-            "duration_s": elapsed.as_secs_f64(),
-            "totals": all,
-            "per_worker": totals,
-        });
-        serde_json::to_writer_pretty(&mut out, &v)?;
+        let report = ServeReport {
+            version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
+            listen: addrs,
+            workers: cfg.workers,
+            accept: cfg.accept.name(),
+            duration_s: elapsed.as_secs_f64(),
+            totals: all,
+            per_worker: totals,
+        };
+        serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
         writeln!(

@@ -95,24 +95,38 @@ impl Server {
     ) -> Result<Vec<WorkerTotals>, ServeError> {
         let cfg = &self.cfg;
         let stats: Vec<WorkerStats> = (0..cfg.workers).map(|_| WorkerStats::default()).collect();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..cfg.workers)
                 .map(|i| {
-                    let (listeners, stats) = (self.listeners.of_worker(i), &stats[i]);
+                    let (listeners, stats, done) =
+                        (self.listeners.of_worker(i), &stats[i], done_tx.clone());
                     std::thread::Builder::new()
                         .name(format!("qpslab-serve-{i}"))
-                        .spawn_scoped(scope, move || run_worker(cfg, i, listeners, stop, stats))
+                        .spawn_scoped(scope, move || {
+                            let r = run_worker(cfg, i, listeners, stop, stats);
+                            let _ = done.send(());
+                            r
+                        })
                         .map_err(|source| ServeError::Worker { worker: i, source })
                 })
                 .collect();
+            let mut running = handles.iter().filter(|h| h.is_ok()).count();
             let mut next = interval.map(|d| Instant::now() + d);
-            while handles.iter().any(|h| h.as_ref().is_ok_and(|h| !h.is_finished())) {
-                std::thread::sleep(Duration::from_millis(20));
-                if let (Some(at), Some(every)) = (next, interval) {
-                    if Instant::now() >= at {
-                        on_interval(&snapshot(&stats));
-                        next = Some(at + every);
+            while running > 0 {
+                // Sleeps until a worker ends or the next stats line is due; no polling.
+                let wait = next.map_or(Duration::from_secs(3600), |at| {
+                    at.saturating_duration_since(Instant::now())
+                });
+                match done_rx.recv_timeout(wait) {
+                    Ok(()) => running -= 1,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if let (Some(at), Some(every)) = (next, interval) {
+                            on_interval(&snapshot(&stats));
+                            next = Some(at + every);
+                        }
                     }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             }
             handles
@@ -174,6 +188,18 @@ fn run_worker(
     let worker = worker::Worker::new(cfg, listeners, stop, stats)
         .map_err(|source| ServeError::Worker { worker: i, source })?;
     worker.run().map_err(|source| ServeError::Worker { worker: i, source })
+}
+
+/// What `qpslab serve --json` prints when the server stops.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeReport {
+    pub version: String,
+    pub listen: Vec<String>,
+    pub workers: usize,
+    pub accept: &'static str,
+    pub duration_s: f64,
+    pub totals: WorkerTotals,
+    pub per_worker: Vec<WorkerTotals>,
 }
 
 /// Sums worker totals.
