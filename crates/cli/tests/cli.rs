@@ -392,3 +392,25 @@ fn serve_stats_lines() {
     assert!(err.contains("  worker 1 open "), "{err}");
     assert!(out.contains("served 2000 requests"), "{out}");
 }
+
+#[test]
+fn sigint_stops_a_load_run_early_with_results() {
+    let port = tiny_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    let child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+        .args(["load", "-c", "4", "-t", "1", "-d", "30s", "--json", &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let started = Instant::now();
+    // SAFETY: kill() on the PID of our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stopped_early"], true);
+    assert!(v["duration_s"].as_f64().unwrap() < 5.0);
+    assert!(v["requests"]["completed"].as_u64().unwrap() > 0);
+}

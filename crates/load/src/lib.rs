@@ -68,6 +68,8 @@ pub struct RunResult {
     /// Cumulative counters once a second during measurement (from the live progress counters,
     /// which threads publish every 10 ms or so).
     pub intervals: Vec<Interval>,
+    /// [`request_stop`] ended the run before its duration or request count.
+    pub stopped_early: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -162,6 +164,7 @@ pub fn run(
         cpu,
         started_at,
         intervals,
+        stopped_early: STOP.load(Ordering::Relaxed),
     })
 }
 

@@ -69,6 +69,8 @@ pub struct Report {
     pub check: Check,
     /// Per-second rows beside the summary.
     pub intervals: Vec<IntervalRow>,
+    /// Stopped by SIGINT before the configured duration or request count.
+    pub stopped_early: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -245,6 +247,7 @@ impl Report {
             },
             check: check(&requests, cfg.max_error_rate),
             intervals: interval_rows(&result.intervals),
+            stopped_early: result.stopped_early,
         }
     }
 
@@ -256,12 +259,17 @@ impl Report {
         let c = &self.config;
         let _ = writeln!(
             s,
-            "{} test @ {}",
+            "{} test @ {}{}",
             match c.requests {
                 Some(n) => format!("{n}-request"),
                 None => fmt_secs(c.duration_s.unwrap_or(self.duration_s)),
             },
-            self.targets.join(", ")
+            self.targets.join(", "),
+            if self.stopped_early {
+                format!(" (stopped early, after {})", fmt_secs(self.duration_s))
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             s,
@@ -472,6 +480,7 @@ mod tests {
                 crate::Interval { elapsed_s: 1.0, sent: 100, completed: 99, failed: 1 },
                 crate::Interval { elapsed_s: 2.001, sent: 300, completed: 297, failed: 2 },
             ],
+            stopped_early: false,
         };
         (cfg, result)
     }
