@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use qpslab_serve::{listen::backlog_warning, ServeConfig, ServeReport, Server, WorkerSnapshot};
+use qpslab_serve::{listen::backlog_warning, ServeConfig, ServeReport, Server, WorkerCounters};
 
 use crate::args::ServeArgs;
 use crate::{Outcome, UsageError};
@@ -39,13 +39,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let started = Instant::now();
-    let mut last: Option<(Instant, Vec<WorkerSnapshot>)> = None;
+    let mut last: Option<(Instant, Vec<WorkerCounters>)> = None;
     let per_worker = a.per_worker;
-    let mut print_stats = |snap: &[WorkerSnapshot]| {
+    let mut print_stats = |snap: &[WorkerCounters]| {
         let now = Instant::now();
-        let prev = last.take().unwrap_or((started, vec![WorkerSnapshot::default(); snap.len()]));
+        let prev = last.take().unwrap_or((started, vec![WorkerCounters::default(); snap.len()]));
         let secs = now.duration_since(prev.0).as_secs_f64().max(1e-3);
-        let line = |label: String, s: &WorkerSnapshot, p: &WorkerSnapshot| {
+        let line = |label: String, s: &WorkerCounters, p: &WorkerCounters| {
             format!(
                 "{label} open {} req/s {:.0} requests {} rejected {} timeouts {}",
                 s.open,
@@ -58,7 +58,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         let t = now.duration_since(started).as_secs_f64();
         eprintln!(
             "{}",
-            line(format!("[{t:>6.1}s]"), &WorkerSnapshot::sum(snap), &WorkerSnapshot::sum(&prev.1))
+            line(format!("[{t:>6.1}s]"), &WorkerCounters::sum(snap), &WorkerCounters::sum(&prev.1))
         );
         if per_worker {
             for (i, (s, p)) in snap.iter().zip(&prev.1).enumerate() {
@@ -69,7 +69,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     };
     let totals = server.run(&STOP, a.stats_every, &mut print_stats)?;
     let elapsed = started.elapsed();
-    let all = qpslab_serve::total(&totals);
+    let all = WorkerCounters::sum(&totals);
     let mut out = std::io::stdout().lock();
     if a.json {
         let report = ServeReport {

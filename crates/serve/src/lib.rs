@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 pub use config::{AcceptMode, ConfigError, ServeConfig, ServeOptions};
-pub use worker::{WorkerStats, WorkerTotals};
+pub use worker::{WorkerCounters, WorkerStats};
 
 /// Why the server could not start or a worker failed.
 #[derive(Debug, Error)]
@@ -54,16 +54,6 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
 }
 
-/// Live counters, one entry per worker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkerSnapshot {
-    pub requests: u64,
-    pub open: u64,
-    pub accepted: u64,
-    pub rejected: u64,
-    pub timeouts: u64,
-}
-
 impl Server {
     /// Binds every listen address (port 0 picks a free port, shared by all workers). Raises the
     /// descriptor limit towards what `--max-conns` allows, as far as the hard limit permits.
@@ -91,8 +81,8 @@ impl Server {
         &self,
         stop: &AtomicBool,
         interval: Option<Duration>,
-        on_interval: &mut dyn FnMut(&[WorkerSnapshot]),
-    ) -> Result<Vec<WorkerTotals>, ServeError> {
+        on_interval: &mut dyn FnMut(&[WorkerCounters]),
+    ) -> Result<Vec<WorkerCounters>, ServeError> {
         let cfg = &self.cfg;
         let stats: Vec<WorkerStats> = (0..cfg.workers).map(|_| WorkerStats::default()).collect();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -144,28 +134,16 @@ impl Server {
     }
 }
 
-impl WorkerSnapshot {
-    /// The counters of several workers added up.
-    pub fn sum(workers: &[WorkerSnapshot]) -> WorkerSnapshot {
-        workers.iter().fold(WorkerSnapshot::default(), |a, s| WorkerSnapshot {
-            requests: a.requests + s.requests,
-            open: a.open + s.open,
-            accepted: a.accepted + s.accepted,
-            rejected: a.rejected + s.rejected,
-            timeouts: a.timeouts + s.timeouts,
-        })
-    }
-}
-
-fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerSnapshot> {
+fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
     stats
         .iter()
-        .map(|s| WorkerSnapshot {
+        .map(|s| WorkerCounters {
             requests: s.requests.load(Ordering::Relaxed),
             open: s.open.load(Ordering::Relaxed),
             accepted: s.accepted.load(Ordering::Relaxed),
             rejected: s.rejected.load(Ordering::Relaxed),
             timeouts: s.timeouts.load(Ordering::Relaxed),
+            accept_errors: s.accept_errors.load(Ordering::Relaxed),
         })
         .collect()
 }
@@ -176,7 +154,7 @@ fn run_worker(
     listeners: &[socket2::Socket],
     stop: &AtomicBool,
     stats: &WorkerStats,
-) -> Result<WorkerTotals, ServeError> {
+) -> Result<WorkerCounters, ServeError> {
     if let Some(cpus) = &cfg.cpus {
         let cpu = cpus[i % cpus.len()];
         qpslab_sys::cpus::pin_current_thread(cpu).map_err(|source| ServeError::Pin {
@@ -198,17 +176,6 @@ pub struct ServeReport {
     pub workers: usize,
     pub accept: &'static str,
     pub duration_s: f64,
-    pub totals: WorkerTotals,
-    pub per_worker: Vec<WorkerTotals>,
-}
-
-/// Sums worker totals.
-pub fn total(workers: &[WorkerTotals]) -> WorkerTotals {
-    workers.iter().fold(WorkerTotals::default(), |a, w| WorkerTotals {
-        requests: a.requests + w.requests,
-        accepted: a.accepted + w.accepted,
-        rejected: a.rejected + w.rejected,
-        timeouts: a.timeouts + w.timeouts,
-        accept_errors: a.accept_errors + w.accept_errors,
-    })
+    pub totals: WorkerCounters,
+    pub per_worker: Vec<WorkerCounters>,
 }

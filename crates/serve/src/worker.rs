@@ -143,14 +143,30 @@ impl Default for PhaseCell {
     }
 }
 
-/// What a worker counted, returned when it stops.
+/// A worker's counters: sampled live for `--stats-every`, and returned when it stops.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct WorkerTotals {
+pub struct WorkerCounters {
     pub requests: u64,
+    /// Connections open (at the sample; 0 once the worker has stopped).
+    pub open: u64,
     pub accepted: u64,
     pub rejected: u64,
     pub timeouts: u64,
     pub accept_errors: u64,
+}
+
+impl WorkerCounters {
+    /// The counters of several workers added up.
+    pub fn sum(workers: &[WorkerCounters]) -> WorkerCounters {
+        workers.iter().fold(WorkerCounters::default(), |a, w| WorkerCounters {
+            requests: a.requests + w.requests,
+            open: a.open + w.open,
+            accepted: a.accepted + w.accepted,
+            rejected: a.rejected + w.rejected,
+            timeouts: a.timeouts + w.timeouts,
+            accept_errors: a.accept_errors + w.accept_errors,
+        })
+    }
 }
 
 pub(crate) struct Worker<'a> {
@@ -215,7 +231,7 @@ impl<'a> Worker<'a> {
         Ok(w)
     }
 
-    pub(crate) fn run(mut self) -> io::Result<WorkerTotals> {
+    pub(crate) fn run(mut self) -> io::Result<WorkerCounters> {
         let mut events = vec![poll::empty_event(); 512];
         let mut now = Instant::now();
         self.now = now;
@@ -254,8 +270,9 @@ impl<'a> Worker<'a> {
         }
         self.publish();
         let c = self.counters;
-        Ok(WorkerTotals {
+        Ok(WorkerCounters {
             requests: c.requests,
+            open: 0,
             accepted: c.accepted,
             rejected: c.rejected,
             timeouts: c.timeouts,

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use qpslab_serve::{ServeConfig, ServeOptions, Server, WorkerTotals};
+use qpslab_serve::{ServeConfig, ServeOptions, Server, WorkerCounters};
 
 pub struct TestServer {
     pub addrs: Vec<SocketAddr>,
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<Vec<WorkerTotals>>>,
+    handle: Option<JoinHandle<Vec<WorkerCounters>>>,
 }
 
 /// Options for tests: one worker on 127.0.0.1:0 with short deadlines.
@@ -49,12 +49,12 @@ impl TestServer {
     }
 
     /// Stops the server and returns its totals; fails if it takes more than 2 s.
-    pub fn stop(mut self) -> WorkerTotals {
+    pub fn stop(mut self) -> WorkerCounters {
         self.stop.store(true, Ordering::Relaxed);
         let started = Instant::now();
         let totals = self.handle.take().unwrap().join().unwrap();
         assert!(started.elapsed() < Duration::from_secs(2), "stopped in {:?}", started.elapsed());
-        qpslab_serve::total(&totals)
+        WorkerCounters::sum(&totals)
     }
 }
 
