@@ -53,7 +53,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         host: HostInfo {
             kernel: kernel_release(),
             cpu_model: cpu_model(),
-            online_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            online_cpus: online_cpus(),
         },
     };
     let report = Report::new(&cfg, &result, &meta);
@@ -113,6 +113,13 @@ fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_default()
+}
+
+/// CPUs online on the host (not the ones this process may use: under taskset they differ).
+fn online_cpus() -> usize {
+    // SAFETY: sysconf takes no pointers.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(0)
 }
 
 fn kernel_release() -> String {
