@@ -21,6 +21,23 @@ pub enum Command {
     Load(LoadArgs),
     /// Benchmark target: a minimal, fast HTTP/1.1 server (plaintext `ok`, httpterm-style controls)
     Serve(ServeArgs),
+    /// What the host is: CPUs, SMT, NUMA, NICs, queues, IRQs, RPS/XPS, sysctls (read-only)
+    Host(HostArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Read DIR/proc and DIR/sys instead of the live host (a tree from scripts/capture-host)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
+
+    /// Include loopback
+    #[arg(long)]
+    pub all: bool,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! outcome to the exit codes of the design brief (0 ok, 1 checks failed, 2 usage/configuration).
 
 mod args;
+mod host_cmd;
 mod load_cmd;
 mod serve_cmd;
 
@@ -73,6 +74,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         args::Command::Load(a) => load_cmd::run(a),
         args::Command::Serve(a) => serve_cmd::run(a),
+        args::Command::Host(a) => host_cmd::run(a),
     }
 }
 

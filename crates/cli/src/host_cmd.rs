@@ -1,0 +1,25 @@
+//! `qpslab host`: read the host model and print it.
+
+use std::io::Write;
+
+use qpslab_host::{render::host_text, Host, Root};
+
+use crate::args::HostArgs;
+use crate::{Outcome, UsageError};
+
+pub fn run(a: HostArgs) -> anyhow::Result<Outcome> {
+    let root = Root::new(&a.root);
+    let mut host =
+        Host::read(&root).map_err(|e| UsageError(format!("--root {}: {e}", a.root.display())))?;
+    if !a.all {
+        host.nics.retain(|n| n.name != "lo");
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &host)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", host_text(&host, a.all))?;
+    }
+    Ok(Outcome::Passed)
+}

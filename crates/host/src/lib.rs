@@ -1,0 +1,16 @@
+//! qpslab's view of the host: pure parsers of /proc and /sys text ([`parse`], [`cpuset`]), the
+//! host model read from an injectable root ([`host`], [`nic`]), counter samples ([`sample`]) and
+//! the doctor's rules ([`doctor`]), with text rendering ([`render`]). Nothing here writes to the
+//! host; `tune` (planned) owns writes.
+
+pub mod cpuset;
+pub mod fsroot;
+pub mod host;
+pub mod nic;
+pub mod parse;
+pub mod render;
+pub mod synth;
+
+pub use cpuset::CpuSet;
+pub use fsroot::{ReadError, Root};
+pub use host::Host;
