@@ -53,7 +53,7 @@ impl Root {
         let mut names: Vec<String> = std::fs::read_dir(self.path(rel))
             .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default();
-        names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+        names.sort_by_key(|n| natural_key(n));
         names
     }
 }

@@ -1,5 +1,7 @@
 //! `Host::read` on a tree captured from a real machine and on synthetic trees of bigger ones.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 use qpslab_host::render::host_text;
 use qpslab_host::synth::Shape;
 use qpslab_host::{CpuSet, Host, Root};
