@@ -4,11 +4,13 @@
 //! host; `tune` (planned) owns writes.
 
 pub mod cpuset;
+pub mod doctor;
 pub mod fsroot;
 pub mod host;
 pub mod nic;
 pub mod parse;
 pub mod render;
+pub mod sample;
 pub mod synth;
 
 pub use cpuset::CpuSet;

@@ -260,15 +260,7 @@ pub struct Counters {
     pub dev: BTreeMap<String, (u64, u64, u64, u64)>,
 }
 
-/// TcpExt counters the doctor reads.
-pub const TCPEXT: &[&str] = &[
-    "ListenOverflows",
-    "ListenDrops",
-    "TCPReqQFullDoCookies",
-    "TCPReqQFullDrop",
-    "TCPBacklogDrop",
-    "TCPTimeouts",
-];
+use crate::sample::TCPEXT;
 
 impl Counters {
     /// All counters zero.
@@ -386,4 +378,25 @@ fn write(dir: &Path, rel: &str, text: &str) -> io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text)
+}
+
+/// Writes (or rewrites) a process under `proc/PID`: its threads' CPU ticks, `fds` open
+/// descriptors and a soft RLIMIT_NOFILE of `nofile`.
+pub fn write_process(dir: &Path, pid: u32, comm: &str, threads: &[(u32, u64)], fds: usize, nofile: u64) -> io::Result<()> {
+    let base = format!("proc/{pid}");
+    write(dir, &format!("{base}/comm"), &format!("{comm}\n"))?;
+    for (tid, ticks) in threads {
+        write(dir, &format!("{base}/task/{tid}/stat"), &format!("{tid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0 1 0 0\n"))?;
+    }
+    let fd_dir = dir.join(format!("{base}/fd"));
+    let _ = std::fs::remove_dir_all(&fd_dir);
+    std::fs::create_dir_all(&fd_dir)?;
+    for fd in 0..fds {
+        std::fs::write(fd_dir.join(fd.to_string()), "")?;
+    }
+    write(
+        dir,
+        &format!("{base}/limits"),
+        &format!("Limit                     Soft Limit           Hard Limit           Units\nMax open files            {nofile}                 {nofile}                 files\n"),
+    )
 }

@@ -1,0 +1,148 @@
+//! One sample of the kernel counters the doctor reads, taken under an injectable root. A sample
+//! is plain data; the doctor compares the first and last and looks at each interval.
+
+use crate::cpuset::CpuSet;
+use crate::fsroot::{ReadError, Root};
+use crate::parse::{self, CpuTimes, IfCounters, IrqLine, SockStat, SoftnetRow};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Which side of the experiment a watched process is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Server,
+    Client,
+}
+
+/// A process the doctor follows (all its threads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watch {
+    pub pid: u32,
+    pub role: Role,
+}
+
+/// A watched process at one instant.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcSample {
+    pub pid: u32,
+    pub comm: String,
+    /// (tid, CPU ticks) per thread.
+    pub threads: Vec<(u32, u64)>,
+    pub open_fds: Option<usize>,
+    pub nofile_soft: Option<u64>,
+    pub allowed_cpus: Option<usize>,
+}
+
+/// TcpExt counters (from /proc/net/netstat) the doctor reads.
+pub const TCPEXT: &[&str] =
+    &["ListenOverflows", "ListenDrops", "TCPReqQFullDoCookies", "TCPReqQFullDrop", "TCPBacklogDrop", "TCPTimeouts"];
+
+/// Everything read at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Time since sampling began.
+    pub at: Duration,
+    pub cpu: Vec<CpuTimes>,
+    pub net_rx: BTreeMap<usize, u64>,
+    pub net_tx: BTreeMap<usize, u64>,
+    /// The NIC queue IRQs asked for.
+    pub irqs: Vec<IrqLine>,
+    /// smp_affinity of those IRQs, as read.
+    pub irq_affinity: BTreeMap<u32, CpuSet>,
+    pub softnet: Vec<SoftnetRow>,
+    pub tcpext: BTreeMap<String, i64>,
+    pub retrans_segs: i64,
+    pub out_segs: i64,
+    pub sockstat: SockStat,
+    pub dev: Vec<IfCounters>,
+    /// Watched processes that still exist, by PID.
+    pub procs: BTreeMap<u32, ProcSample>,
+    /// fs.file-nr: allocated handles and the maximum.
+    pub file_nr: Option<(u64, u64)>,
+}
+
+impl Sample {
+    /// Reads a sample under `root`. Only /proc/stat is required.
+    pub fn read(root: &Root, nic_irqs: &BTreeSet<u32>, watch: &[Watch], at: Duration) -> Result<Sample, ReadError> {
+        let cpu = parse::proc_stat(&root.read("proc/stat")?);
+        let softirqs = root.read_opt("proc/softirqs").map(|t| parse::softirqs(&t)).unwrap_or_default();
+        let irqs: Vec<IrqLine> = root
+            .read_opt("proc/interrupts")
+            .map(|t| parse::interrupts(&t))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|l| nic_irqs.contains(&l.irq))
+            .collect();
+        let irq_affinity = nic_irqs
+            .iter()
+            .filter_map(|irq| {
+                let m = root.read_opt(&format!("proc/irq/{irq}/smp_affinity"))?;
+                Some((*irq, CpuSet::parse_mask(&m).ok()?))
+            })
+            .collect();
+        let netstat = root.read_opt("proc/net/netstat").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
+        let snmp = root.read_opt("proc/net/snmp").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
+        let tcp = snmp.get("Tcp");
+        Ok(Sample {
+            at,
+            cpu,
+            net_rx: softirqs.get("NET_RX").cloned().unwrap_or_default(),
+            net_tx: softirqs.get("NET_TX").cloned().unwrap_or_default(),
+            irqs,
+            irq_affinity,
+            softnet: root.read_opt("proc/net/softnet_stat").map(|t| parse::softnet_stat(&t)).unwrap_or_default(),
+            tcpext: netstat
+                .get("TcpExt")
+                .map(|t| t.iter().filter(|(k, _)| TCPEXT.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect())
+                .unwrap_or_default(),
+            retrans_segs: tcp.and_then(|t| t.get("RetransSegs").copied()).unwrap_or(0),
+            out_segs: tcp.and_then(|t| t.get("OutSegs").copied()).unwrap_or(0),
+            sockstat: root.read_opt("proc/net/sockstat").map(|t| parse::sockstat(&t)).unwrap_or_default(),
+            dev: root.read_opt("proc/net/dev").map(|t| parse::net_dev(&t)).unwrap_or_default(),
+            procs: watch.iter().filter_map(|w| Some((w.pid, read_proc(root, w.pid)?))).collect(),
+            file_nr: root.read_opt("proc/sys/fs/file-nr").and_then(|t| {
+                let v: Vec<u64> = t.split_ascii_whitespace().filter_map(|f| f.parse().ok()).collect();
+                Some((*v.first()?, *v.get(2)?))
+            }),
+        })
+    }
+}
+
+/// A process's threads and descriptors; None when it is gone.
+fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
+    let base = format!("proc/{pid}");
+    let comm = root.read_opt(&format!("{base}/comm"))?;
+    let threads = root
+        .list(&format!("{base}/task"))
+        .iter()
+        .filter_map(|tid| {
+            let text = root.read_opt(&format!("{base}/task/{tid}/stat"))?;
+            Some((tid.parse().ok()?, parse::task_stat(&text)?.1))
+        })
+        .collect();
+    let fd_dir = root.path(&format!("{base}/fd"));
+    Some(ProcSample {
+        pid,
+        comm,
+        threads,
+        open_fds: std::fs::read_dir(fd_dir).ok().map(|d| d.count()),
+        nofile_soft: root.read_opt(&format!("{base}/limits")).and_then(|t| parse::max_open_files(&t)),
+        allowed_cpus: root.read_opt(&format!("{base}/status")).and_then(|t| {
+            let list = t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+            Some(CpuSet::parse_list(list.trim()).ok()?.len())
+        }),
+    })
+}
+
+/// Clock ticks per second (USER_HZ), the unit of /proc/stat and /proc/PID/stat.
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}

@@ -1,0 +1,270 @@
+//! Every doctor rule on synthetic counter sequences: a fixture tree is written, sampled, its
+//! counters are moved the way the seeds' symptoms move them, and sampled again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Severity};
+use qpslab_host::sample::{Role, Sample, Watch};
+use qpslab_host::synth::{write_process, Counters, Shape};
+use qpslab_host::{Host, Root};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A synthetic machine whose counters advance one second per step.
+struct Run {
+    dir: tempfile::TempDir,
+    shape: Shape,
+    counters: Counters,
+    samples: Vec<Sample>,
+    watch: Vec<Watch>,
+}
+
+impl Run {
+    fn new(shape: Shape) -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        shape.write(dir.path()).unwrap();
+        let counters = Counters::idle(&shape);
+        let mut run = Run { dir, shape, counters, samples: Vec::new(), watch: Vec::new() };
+        run.sample();
+        run
+    }
+
+    fn root(&self) -> Root {
+        Root::new(self.dir.path())
+    }
+
+    fn host(&self) -> Host {
+        Host::read(&self.root()).unwrap()
+    }
+
+    fn sample(&mut self) {
+        let host = self.host();
+        let irqs: BTreeSet<u32> = host.nics.iter().flat_map(|n| n.irq_numbers()).collect();
+        let at = Duration::from_secs(self.samples.len() as u64);
+        self.samples.push(Sample::read(&self.root(), &irqs, &self.watch, at).unwrap());
+    }
+
+    /// Moves the counters with `f`, writes them, and samples (one second later).
+    fn step(&mut self, f: impl FnOnce(&mut Counters, &std::path::Path)) {
+        f(&mut self.counters, self.dir.path());
+        self.counters.write(&self.shape, self.dir.path()).unwrap();
+        self.sample();
+    }
+
+    fn findings_with(&self, ctx: &Context) -> Vec<Finding> {
+        let roles: BTreeMap<u32, Role> = self.watch.iter().map(|w| (w.pid, w.role)).collect();
+        let summary = summarize(&self.samples, &roles, 100.0);
+        diagnose(&self.host(), &self.samples, &summary, ctx)
+    }
+
+    fn findings(&self) -> Vec<Finding> {
+        self.findings_with(&Context::default())
+    }
+}
+
+fn named<'a>(f: &'a [Finding], name: &str) -> Option<&'a Finding> {
+    f.iter().find(|x| x.name == name)
+}
+
+fn four_cpus() -> Shape {
+    Shape { packages: 1, cores_per_package: 4, threads_per_core: 1, ..Shape::small_virtio() }
+}
+
+/// Seed 002: one CPU's softirq at 95% while the others idle.
+#[test]
+fn softirq_concentrated_on_one_cpu() {
+    let mut run = Run::new(four_cpus());
+    run.step(|c, _| {
+        c.advance_cpus(100, |cpu| if cpu == 1 { (0, 5, 95, 0) } else { (20, 10, 0, 70) });
+        c.net_rx[1] += 200_000;
+        c.net_rx[0] += 1_000;
+    });
+    let f = run.findings();
+    let hot = named(&f, "softirq-concentrated").expect("finding");
+    assert_eq!(hot.severity, Severity::Critical);
+    assert!(hot.summary.contains("CPU 1") && hot.summary.contains("95%"), "{}", hot.summary);
+    assert!(hot.evidence.iter().any(|e| e.contains("200000/s")), "{:?}", hot.evidence);
+    assert!(hot.evidence.iter().any(|e| e.contains("CPUs 0,2-3 idle 70%")), "{:?}", hot.evidence);
+}
+
+#[test]
+fn softirq_busy_everywhere_or_below_the_threshold_is_not_concentration() {
+    let mut run = Run::new(four_cpus());
+    run.step(|c, _| c.advance_cpus(100, |_| (0, 10, 90, 0)));
+    assert!(named(&run.findings(), "softirq-concentrated").is_none(), "no CPU has headroom");
+    let mut run = Run::new(four_cpus());
+    run.step(|c, _| c.advance_cpus(100, |cpu| if cpu == 1 { (0, 30, 70, 0) } else { (0, 0, 0, 100) }));
+    assert!(named(&run.findings(), "softirq-concentrated").is_none(), "70% is under the threshold");
+}
+
+/// Seeds 000/001: a NIC with one queue and RPS off.
+#[test]
+fn single_rx_queue_without_rps() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.step(|c, _| {
+        c.dev.insert("eth0".into(), (50_000_000, 40_000, 30_000_000, 35_000));
+    });
+    let f = run.findings();
+    let q = named(&f, "single-rx-queue").expect("finding");
+    assert_eq!(q.severity, Severity::Warning);
+    assert!(q.evidence.iter().any(|e| e.contains("75000 packets/s")), "{:?}", q.evidence);
+
+    // Idle NIC: still reported, as information.
+    let mut idle = Run::new(Shape::small_virtio());
+    idle.step(|_, _| {});
+    assert_eq!(named(&idle.findings(), "single-rx-queue").unwrap().severity, Severity::Info);
+
+    // RPS on: nothing to say.
+    std::fs::write(run.dir.path().join("sys/class/net/eth0/queues/rx-0/rps_cpus"), "2\n").unwrap();
+    assert!(named(&run.findings(), "single-rx-queue").is_none());
+}
+
+/// Seeds 000/001: every queue's IRQ on CPU 0.
+#[test]
+fn all_queue_irqs_on_one_cpu() {
+    let mut run = Run::new(Shape::two_nodes_two_nics());
+    run.step(|c, _| {
+        c.irq_counts.get_mut(&100).unwrap()[0] += 5000;
+        c.irq_counts.get_mut(&101).unwrap()[0] += 5000;
+        c.dev.insert("eth0".into(), (1, 20_000, 1, 20_000));
+    });
+    let f = run.findings();
+    let eth0 = f.iter().find(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0")).expect("eth0 finding");
+    assert!(eth0.summary.contains("go to CPU 0"), "{}", eth0.summary);
+    assert_eq!(eth0.severity, Severity::Warning);
+
+    // Spread by hand: queue 1 now interrupts CPU 2.
+    let mut run = Run::new(Shape::two_nodes_two_nics());
+    run.step(|c, _| {
+        c.irq_counts.get_mut(&100).unwrap()[0] += 5000;
+        c.irq_counts.get_mut(&101).unwrap()[2] += 5000;
+    });
+    assert!(!run.findings().iter().any(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0")));
+}
+
+#[test]
+fn irqbalance_moving_hand_pinned_irqs() {
+    let mut run = Run::new(Shape::two_nodes_two_nics());
+    std::fs::create_dir_all(run.dir.path().join("proc/4242")).unwrap();
+    std::fs::write(run.dir.path().join("proc/4242/comm"), "irqbalance\n").unwrap();
+    run.step(|_, _| {});
+    assert!(named(&run.findings(), "irqbalance-vs-pinning").is_none(), "running alone is fine");
+    let journal = Context { journal_active: true, ..Context::default() };
+    assert!(named(&run.findings_with(&journal), "irqbalance-vs-pinning").is_some());
+
+    run.step(|_, dir| std::fs::write(dir.join("proc/irq/100/smp_affinity"), "00000004\n").unwrap());
+    let f = run.findings();
+    let ib = named(&f, "irqbalance-vs-pinning").expect("finding");
+    assert!(ib.evidence.iter().any(|e| e.contains("IRQ 100 moved from CPUs 0-31 to 2")), "{:?}", ib.evidence);
+    assert!(ib.evidence.iter().any(|e| e.contains("pid 4242")));
+}
+
+/// Seed 001: "Possible SYN flooding", accept queue overflows.
+#[test]
+fn accept_queue_overflow_and_syn_cookies() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.step(|c, _| {
+        *c.tcpext.get_mut("ListenOverflows").unwrap() += 120;
+        *c.tcpext.get_mut("ListenDrops").unwrap() += 120;
+        *c.tcpext.get_mut("TCPReqQFullDoCookies").unwrap() += 30;
+    });
+    let f = run.findings();
+    let aq = named(&f, "accept-queue-overflow").expect("accept");
+    assert_eq!(aq.severity, Severity::Critical);
+    assert!(aq.evidence.iter().any(|e| e.contains("ListenOverflows +120")));
+    assert!(aq.evidence.iter().any(|e| e.contains("somaxconn = 4096")));
+    let syn = named(&f, "syn-queue-full").expect("syn");
+    assert_eq!(syn.severity, Severity::Warning);
+    assert!(syn.evidence.iter().any(|e| e.contains("TCPReqQFullDoCookies +30")));
+    assert_eq!(f[0].severity, Severity::Critical, "findings are sorted worst first");
+}
+
+#[test]
+fn softnet_drops_and_time_squeeze() {
+    let mut run = Run::new(four_cpus());
+    run.step(|c, _| {
+        c.softnet[2] = (100_000, 7, 40);
+    });
+    let f = run.findings();
+    let drops = named(&f, "softnet-backlog-drops").expect("drops");
+    assert!(drops.evidence.iter().any(|e| e.contains("dropped +7")) && drops.evidence.iter().any(|e| e.contains("netdev_max_backlog = 1000")));
+    let sq = named(&f, "softnet-time-squeeze").expect("squeeze");
+    assert!(sq.evidence.iter().any(|e| e.contains("time_squeeze +40")) && sq.evidence.iter().any(|e| e.contains("netdev_budget = 300")));
+}
+
+/// Seed 001: "Too many open files".
+#[test]
+fn descriptor_limit_close() {
+    let mut run = Run::new(Shape::small_virtio());
+    write_process(run.dir.path(), 700, "nginx", &[(700, 0)], 900, 1024).unwrap();
+    write_process(run.dir.path(), 701, "calm", &[(701, 0)], 10, 1024).unwrap();
+    run.watch = vec![Watch { pid: 700, role: Role::Server }, Watch { pid: 701, role: Role::Server }];
+    run.samples.clear();
+    run.sample();
+    run.step(|_, _| {});
+    let f = run.findings();
+    let fd: Vec<&Finding> = f.iter().filter(|x| x.name == "fd-limit-close").collect();
+    assert_eq!(fd.len(), 1, "{f:?}");
+    assert!(fd[0].evidence[0].contains("900 descriptors open at peak, soft RLIMIT_NOFILE 1024"));
+}
+
+#[test]
+fn ephemeral_port_pressure_on_the_client() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.step(|c, _| c.sockstat.tcp_tw = 20_000);
+    let f = run.findings();
+    let p = named(&f, "ephemeral-ports").expect("finding");
+    assert_eq!(p.severity, Severity::Warning);
+    assert!(p.evidence[0].contains("20000 (71% of the 28232 ports"), "{:?}", p.evidence);
+    let ctx = Context { addr_not_available: 12, ..Context::default() };
+    assert_eq!(named(&run.findings_with(&ctx), "ephemeral-ports").unwrap().severity, Severity::Critical);
+}
+
+fn two_sides(client_pct: u64, server_pct: u64, steps: usize, pps: impl Fn(usize) -> u64) -> Run {
+    let mut run = Run::new(Shape::small_virtio());
+    run.watch = vec![Watch { pid: 500, role: Role::Client }, Watch { pid: 600, role: Role::Server }];
+    let write = |run: &Run, k: u64| {
+        write_process(run.dir.path(), 500, "qpslab", &[(500, 0), (501, client_pct * k)], 20, 20000).unwrap();
+        write_process(run.dir.path(), 600, "nginx", &[(600, server_pct * k)], 20, 20000).unwrap();
+    };
+    write(&run, 0);
+    run.samples.clear();
+    run.sample();
+    let mut packets = 0;
+    for k in 1..=steps {
+        write(&run, k as u64);
+        packets += pps(k);
+        run.step(|c, _| {
+            c.dev.insert("lo".into(), (packets * 100, packets, packets * 100, packets));
+        });
+    }
+    run
+}
+
+/// Seed 000: the client machine at 100% while the server idles.
+#[test]
+fn client_bound_server_bound_latency_bound() {
+    let f = two_sides(98, 40, 2, |_| 10_000).findings();
+    let c = named(&f, "client-bound").expect("client-bound");
+    assert!(c.evidence.iter().any(|e| e.contains("qpslab (pid 500): 0.98 CPUs over 1 busy thread(s), 98% of capacity")), "{:?}", c.evidence);
+    assert!(named(&f, "server-bound").is_none());
+
+    let f = two_sides(60, 97, 2, |_| 10_000).findings();
+    assert!(named(&f, "server-bound").is_some() && named(&f, "client-bound").is_none());
+
+    let f = two_sides(30, 30, 4, |_| 10_000).findings();
+    let l = named(&f, "latency-bound").expect("latency-bound");
+    assert!(l.evidence.iter().any(|e| e.contains("packets/s flat at 20000")), "{:?}", l.evidence);
+
+    // Neither saturated but the rate swings: no verdict.
+    let f = two_sides(30, 30, 4, |k| if k % 2 == 0 { 2_000 } else { 20_000 }).findings();
+    assert!(named(&f, "latency-bound").is_none());
+}
+
+#[test]
+fn a_quiet_machine_has_nothing_serious() {
+    let mut run = Run::new(Shape::two_packages_24_queues());
+    run.step(|c, _| c.advance_cpus(100, |_| (1, 1, 0, 98)));
+    let f = run.findings();
+    assert!(f.iter().all(|x| x.severity == Severity::Info), "{f:?}");
+}
