@@ -23,6 +23,36 @@ pub enum Command {
     Serve(ServeArgs),
     /// What the host is: CPUs, SMT, NUMA, NICs, queues, IRQs, RPS/XPS, sysctls (read-only)
     Host(HostArgs),
+    /// Sample kernel counters while load runs (for a duration or while a command runs) and name
+    /// the bottleneck, with evidence and the remedy
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Read DIR/proc and DIR/sys instead of the live host
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
+
+    /// Time between samples
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// Sample for this long (or give a command after --)
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Server process to follow (all its threads); repeatable or comma-separated
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+
+    /// Print JSON (the command's stdout then goes to stderr)
+    #[arg(long)]
+    pub json: bool,
+
+    /// Command to run while sampling (the load generator); its exit code passes through
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! outcome to the exit codes of the design brief (0 ok, 1 checks failed, 2 usage/configuration).
 
 mod args;
+mod doctor_cmd;
 mod host_cmd;
 mod load_cmd;
 mod serve_cmd;
@@ -15,6 +16,8 @@ use clap::Parser as _;
 pub enum Outcome {
     Passed,
     ChecksFailed,
+    /// Pass a child's exit code through (`doctor -- COMMAND`).
+    Code(u8),
 }
 
 /// An error that is the user's to fix: bad flag, unreachable target, missing permission.
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(Outcome::Passed) => ExitCode::SUCCESS,
         Ok(Outcome::ChecksFailed) => ExitCode::from(1),
+        Ok(Outcome::Code(c)) => ExitCode::from(c),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qpslab: error: {e:#}");
@@ -75,6 +79,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Load(a) => load_cmd::run(a),
         args::Command::Serve(a) => serve_cmd::run(a),
         args::Command::Host(a) => host_cmd::run(a),
+        args::Command::Doctor(a) => doctor_cmd::run(a),
     }
 }
 

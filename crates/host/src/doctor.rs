@@ -159,11 +159,15 @@ fn pct(x: f64) -> String {
 
 /// Summarises the samples (at least two).
 pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) -> Summary {
-    let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return Summary::default() };
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Summary::default();
+    };
     let secs = (last.at - first.at).as_secs_f64();
     let cpus = cpu_shares(first, last);
     let rate_map = |a: &BTreeMap<usize, u64>, b: &BTreeMap<usize, u64>| {
-        b.iter().map(|(c, v)| (*c, per_s(v.saturating_sub(a.get(c).copied().unwrap_or(0)), secs))).collect()
+        b.iter()
+            .map(|(c, v)| (*c, per_s(v.saturating_sub(a.get(c).copied().unwrap_or(0)), secs)))
+            .collect()
     };
     let irqs = last
         .irqs
@@ -193,8 +197,11 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
             })
             .collect()
     };
-    let mut tcp: BTreeMap<String, i64> =
-        last.tcpext.iter().map(|(k, v)| (k.clone(), v - first.tcpext.get(k).copied().unwrap_or(0))).collect();
+    let mut tcp: BTreeMap<String, i64> = last
+        .tcpext
+        .iter()
+        .map(|(k, v)| (k.clone(), v - first.tcpext.get(k).copied().unwrap_or(0)))
+        .collect();
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
     Summary {
@@ -204,7 +211,10 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         net_rx_per_s: rate_map(&first.net_rx, &last.net_rx),
         net_tx_per_s: rate_map(&first.net_tx, &last.net_tx),
         irqs,
-        softnet_processed_per_s: softnet_delta(|r| r.processed).into_iter().map(|(c, d)| (c, per_s(d, secs))).collect(),
+        softnet_processed_per_s: softnet_delta(|r| r.processed)
+            .into_iter()
+            .map(|(c, d)| (c, per_s(d, secs)))
+            .collect(),
         softnet_dropped: softnet_delta(|r| r.dropped).values().sum(),
         softnet_time_squeeze: softnet_delta(|r| r.time_squeeze).values().sum(),
         tcp,
@@ -212,7 +222,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         tcp_tw_max: samples.iter().map(|s| s.sockstat.tcp_tw).max().unwrap_or(0),
         tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
         interfaces: if_rates(first, last, secs),
-        processes: proc_summaries(first, last, roles, secs, tick_hz),
+        processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
 }
@@ -251,35 +261,44 @@ fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
         .collect()
 }
 
-fn proc_summaries(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, secs: f64, hz: f64) -> Vec<ProcSummary> {
-    let cpus_of = |ticks: u64| ticks as f64 / hz / secs.max(1e-9);
+fn proc_summaries(samples: &[&Sample], roles: &BTreeMap<u32, Role>, hz: f64) -> Vec<ProcSummary> {
     roles
         .iter()
         .filter_map(|(pid, role)| {
-            // A process that exited mid-run is summarised up to its last sample.
-            let end = b.procs.get(pid)?;
-            let start = a.procs.get(pid);
-            let thread_cpu: Vec<f64> = end
-                .threads
+            // A process that started late or exited early is summarised over the samples that
+            // saw it.
+            let seen: Vec<(&Sample, &crate::sample::ProcSample)> =
+                samples.iter().filter_map(|&s| Some((s, s.procs.get(pid)?))).collect();
+            let (&(s0, first), &(s1, last)) = (seen.first()?, seen.last()?);
+            let secs = (s1.at - s0.at).as_secs_f64().max(1e-9);
+            let cpus_of = |ticks: u64| ticks as f64 / hz / secs;
+            let mut threads: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            for (_, p) in &seen {
+                for &(tid, t) in &p.threads {
+                    threads.entry(tid).and_modify(|e| e.1 = t).or_insert((t, t));
+                }
+            }
+            // A thread first seen after the first sample started from zero.
+            let thread_cpu: Vec<f64> = threads
                 .iter()
-                .map(|(tid, t)| {
-                    let before = start.and_then(|s| s.threads.iter().find(|x| x.0 == *tid)).map_or(0, |x| x.1);
-                    cpus_of(t.saturating_sub(before))
+                .map(|(tid, (a, b))| {
+                    let start = if first.threads.iter().any(|x| x.0 == *tid) { *a } else { 0 };
+                    cpus_of(b.saturating_sub(start))
                 })
                 .collect();
-            let cpu: f64 = thread_cpu.iter().sum();
+            let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
             let busy_threads = thread_cpu.iter().filter(|&&c| c >= 0.1).count();
-            let capacity = busy_threads.max(1).min(end.allowed_cpus.unwrap_or(usize::MAX).max(1));
+            let capacity = busy_threads.max(1).min(last.allowed_cpus.unwrap_or(usize::MAX).max(1));
             Some(ProcSummary {
                 pid: *pid,
                 role: *role,
-                comm: end.comm.clone(),
+                comm: last.comm.clone(),
                 cpu,
                 busiest_thread: thread_cpu.iter().copied().fold(0.0, f64::max),
                 busy_threads,
                 busy_ratio: cpu / capacity as f64,
-                open_fds: end.open_fds,
-                nofile_soft: end.nofile_soft,
+                open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
+                nofile_soft: last.nofile_soft,
             })
         })
         .collect()
@@ -289,7 +308,7 @@ fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) ->
     let secs = (b.at - a.at).as_secs_f64();
     let shares = cpu_shares(a, b);
     let pps = if_rates(a, b, secs).iter().map(|i| i.rx_pps + i.tx_pps).sum();
-    let procs = proc_summaries(a, b, roles, secs, hz);
+    let procs = proc_summaries(&[a, b], roles, hz);
     let side = |r: Role| procs.iter().filter(|p| p.role == r).map(|p| p.cpu).sum();
     IntervalRow {
         t_s: b.at.as_secs_f64(),
@@ -312,15 +331,21 @@ pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Contex
     descriptors(samples, summary, &mut out);
     ports(host, summary, ctx, &mut out);
     bound(summary, ctx, &mut out);
-    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }
 
 fn softirq_concentrated(s: &Summary, out: &mut Vec<Finding>) {
-    let Some(hot) = s.cpus.iter().filter(|c| c.softirq >= SOFTIRQ_HOT).max_by(|a, b| a.softirq.total_cmp(&b.softirq)) else {
+    let Some(hot) = s
+        .cpus
+        .iter()
+        .filter(|c| c.softirq >= SOFTIRQ_HOT)
+        .max_by(|a, b| a.softirq.total_cmp(&b.softirq))
+    else {
         return;
     };
-    let idle: Vec<&crate::doctor::CpuShare> = s.cpus.iter().filter(|c| c.cpu != hot.cpu && c.idle >= HEADROOM_IDLE).collect();
+    let idle: Vec<&crate::doctor::CpuShare> =
+        s.cpus.iter().filter(|c| c.cpu != hot.cpu && c.idle >= HEADROOM_IDLE).collect();
     if idle.is_empty() {
         return;
     }
@@ -346,7 +371,8 @@ fn nic_layout(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
         if nic.rps_on() {
             continue;
         }
-        let pps = s.interfaces.iter().find(|i| i.name == nic.name).map_or(0.0, |i| i.rx_pps + i.tx_pps);
+        let pps =
+            s.interfaces.iter().find(|i| i.name == nic.name).map_or(0.0, |i| i.rx_pps + i.tx_pps);
         let severity = if pps >= BUSY_NIC_PPS { Severity::Warning } else { Severity::Info };
         let traffic = format!("{} carried {:.0} packets/s during the window", nic.name, pps);
         if nic.rx.len() == 1 {
@@ -388,7 +414,8 @@ fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &mut Vec<Find
         .iter()
         .filter_map(|(irq, now)| {
             let before = first.irq_affinity.get(irq)?;
-            (before != now).then(|| format!("IRQ {irq} moved from CPUs {before} to {now} during the run"))
+            (before != now)
+                .then(|| format!("IRQ {irq} moved from CPUs {before} to {now} during the run"))
         })
         .collect();
     if moved.is_empty() && !ctx.journal_active {
@@ -534,7 +561,10 @@ fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
         host.sysctl("net.ipv4.ip_local_port_range").unwrap_or("?")
     )];
     if ctx.addr_not_available > 0 {
-        evidence.push(format!("{} connects failed with \"Cannot assign requested address\"", ctx.addr_not_available));
+        evidence.push(format!(
+            "{} connects failed with \"Cannot assign requested address\"",
+            ctx.addr_not_available
+        ));
     }
     out.push(Finding {
         name: "ephemeral-ports",
@@ -548,10 +578,20 @@ fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
 fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     let side = |r: Role| s.processes.iter().filter(|p| p.role == r).collect::<Vec<_>>();
     let (servers, clients) = (side(Role::Server), side(Role::Client));
-    let saturated = |ps: &[&ProcSummary]| !ps.is_empty() && ps.iter().any(|p| p.busy_ratio >= SATURATED);
+    let saturated =
+        |ps: &[&ProcSummary]| !ps.is_empty() && ps.iter().any(|p| p.busy_ratio >= SATURATED);
     let describe = |ps: &[&ProcSummary]| {
         ps.iter()
-            .map(|p| format!("{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity", p.comm, p.pid, p.cpu, p.busy_threads, pct(p.busy_ratio)))
+            .map(|p| {
+                format!(
+                    "{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity",
+                    p.comm,
+                    p.pid,
+                    p.cpu,
+                    p.busy_threads,
+                    pct(p.busy_ratio)
+                )
+            })
             .collect::<Vec<_>>()
     };
     let idle_cpus = s.cpus.iter().filter(|c| c.idle >= HEADROOM_IDLE).count();
@@ -565,6 +605,16 @@ fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
             summary: "the load generator is saturated while the server has headroom: this measures the client, not the server".into(),
             evidence,
             remedy: "add generator threads (`qpslab load -t`) on free CPUs, or more client machines".into(),
+        });
+    } else if server_sat && client_sat {
+        let mut evidence = describe(&servers);
+        evidence.extend(describe(&clients));
+        out.push(Finding {
+            name: "both-saturated",
+            severity: Severity::Info,
+            summary: "the server and the load generator both use all the CPU they have: the rate is bounded by both".into(),
+            evidence,
+            remedy: "give each side more CPUs (more server workers, more generator threads) or put the generator on another machine".into(),
         });
     } else if server_sat {
         let mut evidence = describe(&servers);
@@ -590,7 +640,11 @@ fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
         if cv <= FLAT_CV && mean > 0.0 {
             let mut evidence = describe(&clients);
             evidence.extend(describe(&servers));
-            evidence.push(format!("{what} flat at {mean:.0} (variation {:.1}% over {} intervals)", cv * 100.0, rates.len()));
+            evidence.push(format!(
+                "{what} flat at {mean:.0} (variation {:.1}% over {} intervals)",
+                cv * 100.0,
+                rates.len()
+            ));
             out.push(Finding {
                 name: "latency-bound",
                 severity: Severity::Info,

@@ -132,3 +132,81 @@ pub fn host_text(host: &Host, all: bool) -> String {
     );
     o
 }
+
+/// A doctor report as text: the summary, then the findings worst first.
+pub fn doctor_text(
+    summary: &crate::doctor::Summary,
+    findings: &[crate::doctor::Finding],
+) -> String {
+    let p = |x: f64| format!("{:>4.0}%", x * 100.0);
+    let mut o = String::new();
+    let _ = writeln!(o, "window     {:.1} s, {} samples", summary.duration_s, summary.samples);
+    let _ = writeln!(o, "cpu     user   sys  soft   irq  idle   NET_RX/s   NET_TX/s");
+    for c in &summary.cpus {
+        let _ = writeln!(
+            o,
+            "  {:<4} {} {} {} {} {} {:>10.0} {:>10.0}",
+            c.cpu,
+            p(c.user),
+            p(c.system),
+            p(c.softirq),
+            p(c.irq),
+            p(c.idle),
+            summary.net_rx_per_s.get(&c.cpu).copied().unwrap_or(0.0),
+            summary.net_tx_per_s.get(&c.cpu).copied().unwrap_or(0.0)
+        );
+    }
+    for i in summary.interfaces.iter().filter(|i| i.rx_pps + i.tx_pps > 0.0) {
+        let _ = writeln!(
+            o,
+            "net  {:<6} rx {:.0} pkt/s {:.1} MB/s  tx {:.0} pkt/s {:.1} MB/s",
+            i.name,
+            i.rx_pps,
+            i.rx_bytes_per_s / 1e6,
+            i.tx_pps,
+            i.tx_bytes_per_s / 1e6
+        );
+    }
+    let tcp: Vec<String> = summary.tcp.iter().map(|(k, v)| format!("{k} +{v}")).collect();
+    let _ = writeln!(o, "tcp  {}", tcp.join(", "));
+    let _ = writeln!(
+        o,
+        "sock tcp inuse {} (end), time_wait max {}, orphan max {}; softnet dropped +{}, time_squeeze +{}",
+        summary.tcp_inuse, summary.tcp_tw_max, summary.tcp_orphan_max, summary.softnet_dropped, summary.softnet_time_squeeze
+    );
+    for pr in &summary.processes {
+        let _ = writeln!(
+            o,
+            "proc {} (pid {}, {}) {:.2} CPUs, {} busy thread(s), busiest {:.2}, {} of capacity{}",
+            pr.comm,
+            pr.pid,
+            match pr.role {
+                crate::sample::Role::Server => "server",
+                crate::sample::Role::Client => "client",
+            },
+            pr.cpu,
+            pr.busy_threads,
+            pr.busiest_thread,
+            p(pr.busy_ratio).trim(),
+            pr.open_fds.map_or(String::new(), |f| format!(", {f} fds"))
+        );
+    }
+    if findings.is_empty() {
+        let _ = writeln!(o, "\nfindings: none");
+    } else {
+        let _ = writeln!(o, "\nfindings:");
+    }
+    for f in findings {
+        let sev = match f.severity {
+            crate::doctor::Severity::Info => "info",
+            crate::doctor::Severity::Warning => "warning",
+            crate::doctor::Severity::Critical => "critical",
+        };
+        let _ = writeln!(o, "  [{sev}] {}: {}", f.name, f.summary);
+        for e in &f.evidence {
+            let _ = writeln!(o, "      evidence: {e}");
+        }
+        let _ = writeln!(o, "      remedy:   {}", f.remedy);
+    }
+    o
+}

@@ -28,7 +28,10 @@ pub struct Watch {
 pub struct ProcSample {
     pub pid: u32,
     pub comm: String,
-    /// (tid, CPU ticks) per thread.
+    /// CPU ticks of the whole process, exited threads included (/proc/PID/stat); an exited
+    /// process that was not reaped yet still shows its final total.
+    pub ticks: u64,
+    /// (tid, CPU ticks) per live thread.
     pub threads: Vec<(u32, u64)>,
     pub open_fds: Option<usize>,
     pub nofile_soft: Option<u64>,
@@ -36,8 +39,14 @@ pub struct ProcSample {
 }
 
 /// TcpExt counters (from /proc/net/netstat) the doctor reads.
-pub const TCPEXT: &[&str] =
-    &["ListenOverflows", "ListenDrops", "TCPReqQFullDoCookies", "TCPReqQFullDrop", "TCPBacklogDrop", "TCPTimeouts"];
+pub const TCPEXT: &[&str] = &[
+    "ListenOverflows",
+    "ListenDrops",
+    "TCPReqQFullDoCookies",
+    "TCPReqQFullDrop",
+    "TCPBacklogDrop",
+    "TCPTimeouts",
+];
 
 /// Everything read at one instant.
 #[derive(Debug, Clone, Default)]
@@ -65,9 +74,15 @@ pub struct Sample {
 
 impl Sample {
     /// Reads a sample under `root`. Only /proc/stat is required.
-    pub fn read(root: &Root, nic_irqs: &BTreeSet<u32>, watch: &[Watch], at: Duration) -> Result<Sample, ReadError> {
+    pub fn read(
+        root: &Root,
+        nic_irqs: &BTreeSet<u32>,
+        watch: &[Watch],
+        at: Duration,
+    ) -> Result<Sample, ReadError> {
         let cpu = parse::proc_stat(&root.read("proc/stat")?);
-        let softirqs = root.read_opt("proc/softirqs").map(|t| parse::softirqs(&t)).unwrap_or_default();
+        let softirqs =
+            root.read_opt("proc/softirqs").map(|t| parse::softirqs(&t)).unwrap_or_default();
         let irqs: Vec<IrqLine> = root
             .read_opt("proc/interrupts")
             .map(|t| parse::interrupts(&t))
@@ -82,8 +97,12 @@ impl Sample {
                 Some((*irq, CpuSet::parse_mask(&m).ok()?))
             })
             .collect();
-        let netstat = root.read_opt("proc/net/netstat").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
-        let snmp = root.read_opt("proc/net/snmp").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
+        let netstat = root
+            .read_opt("proc/net/netstat")
+            .map(|t| parse::keyed_counters(&t))
+            .unwrap_or_default();
+        let snmp =
+            root.read_opt("proc/net/snmp").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
         let tcp = snmp.get("Tcp");
         Ok(Sample {
             at,
@@ -92,18 +111,30 @@ impl Sample {
             net_tx: softirqs.get("NET_TX").cloned().unwrap_or_default(),
             irqs,
             irq_affinity,
-            softnet: root.read_opt("proc/net/softnet_stat").map(|t| parse::softnet_stat(&t)).unwrap_or_default(),
+            softnet: root
+                .read_opt("proc/net/softnet_stat")
+                .map(|t| parse::softnet_stat(&t))
+                .unwrap_or_default(),
             tcpext: netstat
                 .get("TcpExt")
-                .map(|t| t.iter().filter(|(k, _)| TCPEXT.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect())
+                .map(|t| {
+                    t.iter()
+                        .filter(|(k, _)| TCPEXT.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect()
+                })
                 .unwrap_or_default(),
             retrans_segs: tcp.and_then(|t| t.get("RetransSegs").copied()).unwrap_or(0),
             out_segs: tcp.and_then(|t| t.get("OutSegs").copied()).unwrap_or(0),
-            sockstat: root.read_opt("proc/net/sockstat").map(|t| parse::sockstat(&t)).unwrap_or_default(),
+            sockstat: root
+                .read_opt("proc/net/sockstat")
+                .map(|t| parse::sockstat(&t))
+                .unwrap_or_default(),
             dev: root.read_opt("proc/net/dev").map(|t| parse::net_dev(&t)).unwrap_or_default(),
             procs: watch.iter().filter_map(|w| Some((w.pid, read_proc(root, w.pid)?))).collect(),
             file_nr: root.read_opt("proc/sys/fs/file-nr").and_then(|t| {
-                let v: Vec<u64> = t.split_ascii_whitespace().filter_map(|f| f.parse().ok()).collect();
+                let v: Vec<u64> =
+                    t.split_ascii_whitespace().filter_map(|f| f.parse().ok()).collect();
                 Some((*v.first()?, *v.get(2)?))
             }),
         })
@@ -123,12 +154,19 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
         })
         .collect();
     let fd_dir = root.path(&format!("{base}/fd"));
+    let ticks = root
+        .read_opt(&format!("{base}/stat"))
+        .and_then(|t| parse::task_stat(&t))
+        .map_or(0, |t| t.1);
     Some(ProcSample {
         pid,
         comm,
+        ticks,
         threads,
         open_fds: std::fs::read_dir(fd_dir).ok().map(|d| d.count()),
-        nofile_soft: root.read_opt(&format!("{base}/limits")).and_then(|t| parse::max_open_files(&t)),
+        nofile_soft: root
+            .read_opt(&format!("{base}/limits"))
+            .and_then(|t| parse::max_open_files(&t)),
         allowed_cpus: root.read_opt(&format!("{base}/status")).and_then(|t| {
             let list = t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
             Some(CpuSet::parse_list(list.trim()).ok()?.len())
@@ -144,5 +182,35 @@ pub fn ticks_per_second() -> f64 {
         t as f64
     } else {
         100.0
+    }
+}
+
+/// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
+/// sample; at least two samples are returned. The first is taken at once.
+pub fn sample_until(
+    root: &Root,
+    nic_irqs: &BTreeSet<u32>,
+    watch: &[Watch],
+    interval: Duration,
+    mut stop: impl FnMut() -> bool,
+) -> Result<Vec<Sample>, ReadError> {
+    let start = std::time::Instant::now();
+    let mut samples = vec![Sample::read(root, nic_irqs, watch, Duration::ZERO)?];
+    let mut next = interval;
+    loop {
+        let stopping = stop();
+        let now = start.elapsed();
+        if stopping || now >= next {
+            samples.push(Sample::read(root, nic_irqs, watch, now)?);
+            next += interval;
+            if stopping {
+                return Ok(samples);
+            }
+        }
+        std::thread::sleep(
+            Duration::from_millis(20)
+                .min(next.saturating_sub(start.elapsed()))
+                .max(Duration::from_millis(1)),
+        );
     }
 }

@@ -382,12 +382,29 @@ fn write(dir: &Path, rel: &str, text: &str) -> io::Result<()> {
 
 /// Writes (or rewrites) a process under `proc/PID`: its threads' CPU ticks, `fds` open
 /// descriptors and a soft RLIMIT_NOFILE of `nofile`.
-pub fn write_process(dir: &Path, pid: u32, comm: &str, threads: &[(u32, u64)], fds: usize, nofile: u64) -> io::Result<()> {
+pub fn write_process(
+    dir: &Path,
+    pid: u32,
+    comm: &str,
+    threads: &[(u32, u64)],
+    fds: usize,
+    nofile: u64,
+) -> io::Result<()> {
     let base = format!("proc/{pid}");
     write(dir, &format!("{base}/comm"), &format!("{comm}\n"))?;
     for (tid, ticks) in threads {
-        write(dir, &format!("{base}/task/{tid}/stat"), &format!("{tid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0 1 0 0\n"))?;
+        write(
+            dir,
+            &format!("{base}/task/{tid}/stat"),
+            &format!("{tid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0 1 0 0\n"),
+        )?;
     }
+    let total: u64 = threads.iter().map(|t| t.1).sum();
+    write(
+        dir,
+        &format!("{base}/stat"),
+        &format!("{pid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {total} 0 0 0 20 0 1 0 1 0 0\n"),
+    )?;
     let fd_dir = dir.join(format!("{base}/fd"));
     let _ = std::fs::remove_dir_all(&fd_dir);
     std::fs::create_dir_all(&fd_dir)?;

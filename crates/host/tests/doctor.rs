@@ -93,7 +93,9 @@ fn softirq_busy_everywhere_or_below_the_threshold_is_not_concentration() {
     run.step(|c, _| c.advance_cpus(100, |_| (0, 10, 90, 0)));
     assert!(named(&run.findings(), "softirq-concentrated").is_none(), "no CPU has headroom");
     let mut run = Run::new(four_cpus());
-    run.step(|c, _| c.advance_cpus(100, |cpu| if cpu == 1 { (0, 30, 70, 0) } else { (0, 0, 0, 100) }));
+    run.step(|c, _| {
+        c.advance_cpus(100, |cpu| if cpu == 1 { (0, 30, 70, 0) } else { (0, 0, 0, 100) })
+    });
     assert!(named(&run.findings(), "softirq-concentrated").is_none(), "70% is under the threshold");
 }
 
@@ -129,7 +131,10 @@ fn all_queue_irqs_on_one_cpu() {
         c.dev.insert("eth0".into(), (1, 20_000, 1, 20_000));
     });
     let f = run.findings();
-    let eth0 = f.iter().find(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0")).expect("eth0 finding");
+    let eth0 = f
+        .iter()
+        .find(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0"))
+        .expect("eth0 finding");
     assert!(eth0.summary.contains("go to CPU 0"), "{}", eth0.summary);
     assert_eq!(eth0.severity, Severity::Warning);
 
@@ -139,7 +144,10 @@ fn all_queue_irqs_on_one_cpu() {
         c.irq_counts.get_mut(&100).unwrap()[0] += 5000;
         c.irq_counts.get_mut(&101).unwrap()[2] += 5000;
     });
-    assert!(!run.findings().iter().any(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0")));
+    assert!(!run
+        .findings()
+        .iter()
+        .any(|x| x.name == "irqs-on-one-cpu" && x.summary.contains("eth0")));
 }
 
 #[test]
@@ -155,7 +163,11 @@ fn irqbalance_moving_hand_pinned_irqs() {
     run.step(|_, dir| std::fs::write(dir.join("proc/irq/100/smp_affinity"), "00000004\n").unwrap());
     let f = run.findings();
     let ib = named(&f, "irqbalance-vs-pinning").expect("finding");
-    assert!(ib.evidence.iter().any(|e| e.contains("IRQ 100 moved from CPUs 0-31 to 2")), "{:?}", ib.evidence);
+    assert!(
+        ib.evidence.iter().any(|e| e.contains("IRQ 100 moved from CPUs 0-31 to 2")),
+        "{:?}",
+        ib.evidence
+    );
     assert!(ib.evidence.iter().any(|e| e.contains("pid 4242")));
 }
 
@@ -187,9 +199,15 @@ fn softnet_drops_and_time_squeeze() {
     });
     let f = run.findings();
     let drops = named(&f, "softnet-backlog-drops").expect("drops");
-    assert!(drops.evidence.iter().any(|e| e.contains("dropped +7")) && drops.evidence.iter().any(|e| e.contains("netdev_max_backlog = 1000")));
+    assert!(
+        drops.evidence.iter().any(|e| e.contains("dropped +7"))
+            && drops.evidence.iter().any(|e| e.contains("netdev_max_backlog = 1000"))
+    );
     let sq = named(&f, "softnet-time-squeeze").expect("squeeze");
-    assert!(sq.evidence.iter().any(|e| e.contains("time_squeeze +40")) && sq.evidence.iter().any(|e| e.contains("netdev_budget = 300")));
+    assert!(
+        sq.evidence.iter().any(|e| e.contains("time_squeeze +40"))
+            && sq.evidence.iter().any(|e| e.contains("netdev_budget = 300"))
+    );
 }
 
 /// Seed 001: "Too many open files".
@@ -198,7 +216,8 @@ fn descriptor_limit_close() {
     let mut run = Run::new(Shape::small_virtio());
     write_process(run.dir.path(), 700, "nginx", &[(700, 0)], 900, 1024).unwrap();
     write_process(run.dir.path(), 701, "calm", &[(701, 0)], 10, 1024).unwrap();
-    run.watch = vec![Watch { pid: 700, role: Role::Server }, Watch { pid: 701, role: Role::Server }];
+    run.watch =
+        vec![Watch { pid: 700, role: Role::Server }, Watch { pid: 701, role: Role::Server }];
     run.samples.clear();
     run.sample();
     run.step(|_, _| {});
@@ -217,14 +236,19 @@ fn ephemeral_port_pressure_on_the_client() {
     assert_eq!(p.severity, Severity::Warning);
     assert!(p.evidence[0].contains("20000 (71% of the 28232 ports"), "{:?}", p.evidence);
     let ctx = Context { addr_not_available: 12, ..Context::default() };
-    assert_eq!(named(&run.findings_with(&ctx), "ephemeral-ports").unwrap().severity, Severity::Critical);
+    assert_eq!(
+        named(&run.findings_with(&ctx), "ephemeral-ports").unwrap().severity,
+        Severity::Critical
+    );
 }
 
 fn two_sides(client_pct: u64, server_pct: u64, steps: usize, pps: impl Fn(usize) -> u64) -> Run {
     let mut run = Run::new(Shape::small_virtio());
-    run.watch = vec![Watch { pid: 500, role: Role::Client }, Watch { pid: 600, role: Role::Server }];
+    run.watch =
+        vec![Watch { pid: 500, role: Role::Client }, Watch { pid: 600, role: Role::Server }];
     let write = |run: &Run, k: u64| {
-        write_process(run.dir.path(), 500, "qpslab", &[(500, 0), (501, client_pct * k)], 20, 20000).unwrap();
+        write_process(run.dir.path(), 500, "qpslab", &[(500, 0), (501, client_pct * k)], 20, 20000)
+            .unwrap();
         write_process(run.dir.path(), 600, "nginx", &[(600, server_pct * k)], 20, 20000).unwrap();
     };
     write(&run, 0);
@@ -246,11 +270,21 @@ fn two_sides(client_pct: u64, server_pct: u64, steps: usize, pps: impl Fn(usize)
 fn client_bound_server_bound_latency_bound() {
     let f = two_sides(98, 40, 2, |_| 10_000).findings();
     let c = named(&f, "client-bound").expect("client-bound");
-    assert!(c.evidence.iter().any(|e| e.contains("qpslab (pid 500): 0.98 CPUs over 1 busy thread(s), 98% of capacity")), "{:?}", c.evidence);
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e
+                .contains("qpslab (pid 500): 0.98 CPUs over 1 busy thread(s), 98% of capacity")),
+        "{:?}",
+        c.evidence
+    );
     assert!(named(&f, "server-bound").is_none());
 
     let f = two_sides(60, 97, 2, |_| 10_000).findings();
     assert!(named(&f, "server-bound").is_some() && named(&f, "client-bound").is_none());
+
+    let f = two_sides(95, 97, 2, |_| 10_000).findings();
+    assert!(named(&f, "both-saturated").is_some() && named(&f, "server-bound").is_none());
 
     let f = two_sides(30, 30, 4, |_| 10_000).findings();
     let l = named(&f, "latency-bound").expect("latency-bound");
