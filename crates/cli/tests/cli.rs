@@ -414,3 +414,83 @@ fn sigint_stops_a_load_run_early_with_results() {
     assert!(v["duration_s"].as_f64().unwrap() < 5.0);
     assert!(v["requests"]["completed"].as_u64().unwrap() > 0);
 }
+
+fn fixture_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/tests/fixtures/linux-6.18-virtio-2cpu")
+}
+
+#[test]
+fn host_reads_a_captured_tree_and_the_live_host() {
+    let root = fixture_root();
+    let out = qpslab(&["host", "--root", root.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rx-0   irq 38 virtio2-input.0  affinity 0-1 effective 1"), "{text}");
+    let out = qpslab(&["host", "--json", "--all"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["online"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(v["nics"].as_array().unwrap().iter().any(|n| n["name"] == "lo"), "--all includes lo");
+    usage_error(&["host", "--root", "/nonexistent-root"], "--root /nonexistent-root");
+}
+
+#[test]
+fn doctor_bad_flags() {
+    usage_error(&["doctor"], "--duration");
+    usage_error(&["doctor", "-d", "1s", "--", "true"], "exclude each other");
+    usage_error(&["doctor", "-d", "1s", "--pid", "999999999"], "--pid 999999999");
+    usage_error(&["doctor", "-d", "1s", "--interval", "0s"], "--interval");
+    usage_error(&["doctor", "--", "/nonexistent/command"], "cannot run");
+}
+
+/// Counters that change between samples while the command runs: the command itself rewrites
+/// the fixture's netstat with 40 more listen overflows.
+#[test]
+fn doctor_on_a_tree_that_changes_while_a_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    qpslab_host::synth::Shape::small_virtio().write(root).unwrap();
+    let mut later = qpslab_host::synth::Counters::idle(&qpslab_host::synth::Shape::small_virtio());
+    *later.tcpext.get_mut("ListenOverflows").unwrap() = 40;
+    let staged = tempfile::tempdir().unwrap();
+    later.write(&qpslab_host::synth::Shape::small_virtio(), staged.path()).unwrap();
+    let script = format!(
+        "sleep 0.3; cp {}/proc/net/netstat {}/proc/net/netstat; sleep 0.3; exit 7",
+        staged.path().display(),
+        root.display()
+    );
+    let out = qpslab(&["doctor", "--root", root.to_str().unwrap(), "--interval", "100ms", "--json", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(7), "the command's exit code passes through");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["command_exit_code"], 7);
+    assert_eq!(v["summary"]["tcp"]["ListenOverflows"], 40);
+    let names: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names[0], "accept-queue-overflow", "{names:?}");
+}
+
+/// A real run: qpslab serve pinned to CPU 0, `qpslab load` pinned to CPU 1 as the command.
+#[test]
+fn doctor_follows_a_real_server_and_load() {
+    let server = ServeChild::start(&["taskset", "-c", "0"], &["-w", "1"]);
+    let pid = server.child.id().to_string();
+    let url = server.url("/");
+    let out = qpslab(&[
+        "doctor", "--interval", "250ms", "--pid", &pid, "--json", "--", "taskset", "-c", "1",
+        env!("CARGO_BIN_EXE_qpslab"), "load", "-t1", "-c20", "-d1500ms", &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let procs = v["summary"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    for p in procs {
+        assert!(p["cpu"].as_f64().unwrap() > 0.2, "each side used CPU: {p}");
+    }
+    let lo = v["summary"]["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "lo").unwrap();
+    assert!(lo["rx_pps"].as_f64().unwrap() > 1000.0, "{lo}");
+    assert!(v["summary"]["intervals"].as_array().unwrap().len() >= 5);
+    let names: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(
+        names.iter().any(|n| ["server-bound", "client-bound", "both-saturated", "latency-bound"].contains(n)),
+        "a verdict on the bottleneck: {names:?}"
+    );
+}
