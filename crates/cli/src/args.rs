@@ -26,6 +26,40 @@ pub enum Command {
     /// Sample kernel counters while load runs (for a duration or while a command runs) and name
     /// the bottleneck, with evidence and the remedy
     Doctor(DoctorArgs),
+    /// The main job: start a target on loopback (or take URL), load it from the other CPUs while
+    /// the doctor samples, and print throughput, latency, each side's CPU and the findings
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// An external target (load + doctor only); without it a server is started on loopback
+    #[arg(value_name = "URL")]
+    pub url: Option<String>,
+
+    /// Server to start when no URL is given: builtin (qpslab serve) or nginx (from PATH)
+    #[arg(long, value_name = "KIND", default_value = "builtin")]
+    pub target: String,
+
+    /// Measured duration
+    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Total connections [default: 100 per generator thread]
+    #[arg(short, long, value_name = "N")]
+    pub connections: Option<usize>,
+
+    /// Unmeasured load before the run
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero)]
+    pub warmup: Duration,
+
+    /// Doctor sampling interval
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Context;
+use qpslab_host::facts;
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
 
@@ -47,15 +48,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     if tty {
         eprint!("\r\x1b[K");
     }
-    let meta = RunMeta {
-        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
-        command: std::env::args().collect(),
-        host: HostInfo {
-            kernel: kernel_release(),
-            cpu_model: cpu_model(),
-            online_cpus: online_cpus(),
-        },
-    };
+    let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
     if let Some(path) = &a.hdr_out {
         std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
@@ -72,7 +65,20 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     Ok(if report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
 }
 
-fn print_progress(p: &Progress, last: &Progress) {
+/// Provenance for reports: version, git commit, command line, kernel, CPU.
+pub fn run_meta() -> RunMeta {
+    RunMeta {
+        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
+        command: std::env::args().collect(),
+        host: HostInfo {
+            kernel: facts::kernel_release(),
+            cpu_model: facts::cpu_model(),
+            online_cpus: facts::online_cpus(),
+        },
+    }
+}
+
+pub fn print_progress(p: &Progress, last: &Progress) {
     if p.warming_up {
         eprint!("\r\x1b[Kwarming up...");
         return;
@@ -100,36 +106,4 @@ extern "C" fn on_sigint(_: libc::c_int) {
 fn install_sigint_handler() {
     // SAFETY: the handler only stores an atomic and resets the disposition.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-}
-
-/// The first `model name` of /proc/cpuinfo (until the host crate owns host facts).
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .and_then(|v| v.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default()
-}
-
-/// CPUs online on the host (not the ones this process may use: under taskset they differ).
-fn online_cpus() -> usize {
-    // SAFETY: sysconf takes no pointers.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(0)
-}
-
-fn kernel_release() -> String {
-    // SAFETY: utsname is plain data; uname fills it with NUL-terminated strings.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is valid and writable.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return String::new();
-    }
-    // SAFETY: uname NUL-terminates release.
-    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
-    release.to_string_lossy().into_owned()
 }

@@ -2,6 +2,7 @@
 //! outcome to the exit codes of the design brief (0 ok, 1 checks failed, 2 usage/configuration).
 
 mod args;
+mod bench_cmd;
 mod doctor_cmd;
 mod host_cmd;
 mod load_cmd;
@@ -80,6 +81,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Serve(a) => serve_cmd::run(a),
         args::Command::Host(a) => host_cmd::run(a),
         args::Command::Doctor(a) => doctor_cmd::run(a),
+        args::Command::Bench(a) => bench_cmd::run(a),
     }
 }
 

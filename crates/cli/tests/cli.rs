@@ -416,7 +416,8 @@ fn sigint_stops_a_load_run_early_with_results() {
 }
 
 fn fixture_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/tests/fixtures/linux-6.18-virtio-2cpu")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../host/tests/fixtures/linux-6.18-virtio-2cpu")
 }
 
 #[test]
@@ -459,12 +460,24 @@ fn doctor_on_a_tree_that_changes_while_a_command_runs() {
         staged.path().display(),
         root.display()
     );
-    let out = qpslab(&["doctor", "--root", root.to_str().unwrap(), "--interval", "100ms", "--json", "--", "sh", "-c", &script]);
+    let out = qpslab(&[
+        "doctor",
+        "--root",
+        root.to_str().unwrap(),
+        "--interval",
+        "100ms",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     assert_eq!(out.status.code(), Some(7), "the command's exit code passes through");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["command_exit_code"], 7);
     assert_eq!(v["summary"]["tcp"]["ListenOverflows"], 40);
-    let names: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert_eq!(names[0], "accept-queue-overflow", "{names:?}");
 }
 
@@ -475,8 +488,22 @@ fn doctor_follows_a_real_server_and_load() {
     let pid = server.child.id().to_string();
     let url = server.url("/");
     let out = qpslab(&[
-        "doctor", "--interval", "250ms", "--pid", &pid, "--json", "--", "taskset", "-c", "1",
-        env!("CARGO_BIN_EXE_qpslab"), "load", "-t1", "-c20", "-d1500ms", &url,
+        "doctor",
+        "--interval",
+        "250ms",
+        "--pid",
+        &pid,
+        "--json",
+        "--",
+        "taskset",
+        "-c",
+        "1",
+        env!("CARGO_BIN_EXE_qpslab"),
+        "load",
+        "-t1",
+        "-c20",
+        "-d1500ms",
+        &url,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -485,12 +512,128 @@ fn doctor_follows_a_real_server_and_load() {
     for p in procs {
         assert!(p["cpu"].as_f64().unwrap() > 0.2, "each side used CPU: {p}");
     }
-    let lo = v["summary"]["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "lo").unwrap();
+    let lo =
+        v["summary"]["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "lo").unwrap();
     assert!(lo["rx_pps"].as_f64().unwrap() > 1000.0, "{lo}");
     assert!(v["summary"]["intervals"].as_array().unwrap().len() >= 5);
-    let names: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert!(
-        names.iter().any(|n| ["server-bound", "client-bound", "both-saturated", "latency-bound"].contains(n)),
+        names.iter().any(
+            |n| ["server-bound", "client-bound", "both-saturated", "latency-bound"].contains(n)
+        ),
         "a verdict on the bottleneck: {names:?}"
     );
+}
+
+/// The main job end to end, short: the built-in server on one CPU, the generator on the other.
+#[test]
+fn bench_builtin_end_to_end_json() {
+    let out =
+        qpslab(&["bench", "-d", "1500ms", "--warmup", "200ms", "--interval", "250ms", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let load = &v["load"];
+    for field in [
+        "version",
+        "command",
+        "started_at",
+        "duration_s",
+        "targets",
+        "config",
+        "requests",
+        "status",
+        "errors",
+        "throughput_rps",
+        "bytes",
+        "latency_us",
+        "generator",
+    ] {
+        assert!(!load[field].is_null(), "load.{field} missing");
+    }
+    let r = &load["requests"];
+    assert!(r["ok"].as_u64().unwrap() > 1000, "{r}");
+    assert_eq!(r["failed"], 0);
+    assert_eq!(
+        r["sent"].as_u64().unwrap(),
+        r["completed"].as_u64().unwrap()
+            + r["failed"].as_u64().unwrap()
+            + r["in_flight_at_stop"].as_u64().unwrap()
+    );
+    assert_eq!(v["target"]["kind"], "builtin");
+    assert!(v["server_cpu"].as_f64().unwrap() > 0.1, "server CPU measured: {}", v["server_cpu"]);
+    assert!(v["generator_cpu"].as_f64().unwrap() > 0.1);
+    assert!(v["requests_per_server_cpu_s"].as_f64().unwrap() > 1000.0);
+    let server: Vec<u64> =
+        v["target"]["cpus"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    let generator: Vec<u64> =
+        v["generator_cpus"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert!(!server.is_empty() && !generator.is_empty());
+    if std::thread::available_parallelism().unwrap().get() > 1 {
+        assert!(
+            server.iter().all(|c| !generator.contains(c)),
+            "disjoint CPUs: {server:?} {generator:?}"
+        );
+    }
+    let findings = v["doctor"]["findings"].as_array().unwrap();
+    assert!(findings.iter().all(
+        |f| f["evidence"].as_array().is_some_and(|e| !e.is_empty()) && f["remedy"].is_string()
+    ));
+    // The built-in server was stopped by PID.
+    let pid = v["target"]["pids"][0].as_u64().unwrap();
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "server {pid} still running");
+}
+
+#[test]
+fn bench_nginx_and_url_and_text() {
+    let out = qpslab(&[
+        "bench",
+        "--target",
+        "nginx",
+        "-d",
+        "1s",
+        "--warmup",
+        "0s",
+        "--interval",
+        "250ms",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["target"]["kind"], "nginx");
+    assert!(v["target"]["pids"].as_array().unwrap().len() >= 2, "master and worker followed");
+    assert!(v["load"]["requests"]["ok"].as_u64().unwrap() > 1000);
+    for pid in v["target"]["pids"].as_array().unwrap() {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "nginx {pid} still running"
+        );
+    }
+
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let out = qpslab(&["bench", &server.url("/"), "-d", "1s", "--warmup", "0s", "-c", "10"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("target      {}", server.url("/"))), "{text}");
+    assert!(
+        text.contains("throughput")
+            && text.contains("latency     p50")
+            && text.contains("findings"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_bad_flags() {
+    usage_error(&["bench", "--target", "apache"], "--target");
+    usage_error(&["bench", "http://127.0.0.1:1/", "--target", "nginx"], "--target");
+    usage_error(&["bench", "-d", "0s"], "--duration");
+    usage_error(&["bench", "http://127.0.0.1:1/", "-d", "1s"], "127.0.0.1:1");
+    let out = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+        .args(["bench", "--target", "nginx"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nginx is not on PATH"));
 }

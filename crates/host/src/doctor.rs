@@ -323,6 +323,8 @@ fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) ->
 /// Applies every rule.
 pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
+    // The verdict first: among findings of equal severity it is the headline.
+    bound(summary, ctx, &mut out);
     softirq_concentrated(summary, &mut out);
     nic_layout(host, summary, &mut out);
     irqbalance(host, samples, ctx, &mut out);
@@ -330,7 +332,6 @@ pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Contex
     softnet(host, summary, &mut out);
     descriptors(samples, summary, &mut out);
     ports(host, summary, ctx, &mut out);
-    bound(summary, ctx, &mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

@@ -5,6 +5,7 @@
 
 pub mod cpuset;
 pub mod doctor;
+pub mod facts;
 pub mod fsroot;
 pub mod host;
 pub mod nic;

@@ -191,6 +191,13 @@ pub fn doctor_text(
             pr.open_fds.map_or(String::new(), |f| format!(", {f} fds"))
         );
     }
+    o.push_str(&findings_text(findings));
+    o
+}
+
+/// The findings, worst first, with evidence and remedy.
+pub fn findings_text(findings: &[crate::doctor::Finding]) -> String {
+    let mut o = String::new();
     if findings.is_empty() {
         let _ = writeln!(o, "\nfindings: none");
     } else {

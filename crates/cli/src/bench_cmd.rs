@@ -1,0 +1,63 @@
+//! `qpslab bench`: target + load + doctor in one command.
+
+use std::io::{IsTerminal, Write};
+
+use qpslab_lab::{bench, render_text, BenchError, BenchOptions, TargetKind};
+use qpslab_load::Progress;
+
+use crate::args::BenchArgs;
+use crate::load_cmd::{print_progress, run_meta};
+use crate::{Outcome, UsageError};
+
+pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
+    let target = match a.target.as_str() {
+        "builtin" => TargetKind::Builtin,
+        "nginx" => TargetKind::Nginx,
+        other => return Err(UsageError(format!("--target {other:?}: use builtin or nginx")).into()),
+    };
+    if a.url.is_some() && a.target != "builtin" {
+        return Err(UsageError(
+            "--target starts a server; it cannot be combined with a URL".into(),
+        )
+        .into());
+    }
+    if a.duration.is_zero() {
+        return Err(UsageError("--duration must be more than 0 (e.g. 10s)".into()).into());
+    }
+    if a.interval.is_zero() {
+        return Err(UsageError("--interval must be more than 0 (e.g. 1s)".into()).into());
+    }
+    let opts = BenchOptions {
+        url: a.url,
+        target,
+        duration: a.duration,
+        connections: a.connections,
+        warmup: a.warmup,
+        interval: a.interval,
+        serve_exe: std::env::current_exe()?,
+        meta: run_meta(),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = Progress::default();
+    let mut on_progress = |p: &Progress| {
+        if tty {
+            print_progress(p, &last);
+        }
+        last = *p;
+    };
+    let report = bench(&opts, &mut on_progress).map_err(|e| match e {
+        BenchError::Usage(m) => anyhow::Error::new(UsageError(m)),
+        other => anyhow::Error::new(other),
+    })?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(render_text(&report).as_bytes())?;
+    }
+    Ok(if report.load.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
+}

@@ -1,0 +1,219 @@
+//! Bench targets started on loopback: the built-in server (`qpslab serve` as a child process)
+//! and nginx from PATH with a generated configuration. Each is stopped by its PID.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::BenchError;
+
+/// A running target.
+#[derive(Debug)]
+pub struct Running {
+    pub kind: &'static str,
+    pub addr: SocketAddr,
+    /// Every process of the target (nginx: master and workers).
+    pub pids: Vec<u32>,
+    child: Child,
+    /// nginx's prefix directory (config, pid, logs), removed on drop.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Running {
+    /// `http://ADDR/`.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// SIGTERM to our child, then wait (SIGKILL after 3 s).
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        // SAFETY: kill() on the PID of our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(3) {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.terminate();
+        }
+    }
+}
+
+/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with one worker per CPU, pinned.
+pub fn builtin(serve_exe: &Path, cpus: &[usize]) -> Result<Running, BenchError> {
+    let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+    let mut child = Command::new(serve_exe)
+        .args([
+            "serve",
+            "-l",
+            "127.0.0.1:0",
+            "-w",
+            &cpus.len().to_string(),
+            "--cpus",
+            &list.join(","),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
+        })?;
+    let Some(stderr) = child.stderr.take() else {
+        return Err(BenchError::Target("serve: no stderr pipe".into()));
+    };
+    let mut reader = BufReader::new(stderr);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = child.wait();
+            return Err(BenchError::Target(format!(
+                "the built-in server exited before listening: {}",
+                line.trim()
+            )));
+        }
+        if let Some(addr) =
+            line.split("listening on ").nth(1).and_then(|r| r.split([' ', ',']).next())
+        {
+            let addr: SocketAddr = addr.parse().map_err(|_| {
+                BenchError::Target(format!("unexpected serve output: {}", line.trim()))
+            })?;
+            // Drain the rest of stderr so the server never blocks on a full pipe.
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = reader.read_to_end(&mut sink);
+            });
+            let pid = child.id();
+            return Ok(Running { kind: "builtin", addr, pids: vec![pid], child, _dir: None });
+        }
+    }
+}
+
+/// The nginx executable on PATH.
+pub fn find_nginx() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
+}
+
+/// nginx's `worker_cpu_affinity` masks: one binary mask per worker, CPU 0 rightmost.
+pub fn nginx_affinity(cpus: &[usize]) -> String {
+    let width = cpus.iter().max().map_or(1, |m| m + 1);
+    cpus.iter()
+        .map(|&c| (0..width).rev().map(|b| if b == c { '1' } else { '0' }).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The generated nginx configuration: `return 200`, one worker per CPU, pinned, reuseport,
+/// access_log off, keepalive_requests high (the seeds' target).
+pub fn nginx_config(dir: &Path, port: u16, cpus: &[usize]) -> String {
+    let d = dir.display();
+    format!(
+        "worker_processes {workers};\nworker_cpu_affinity {affinity};\nworker_rlimit_nofile 65536;\n\
+         pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n\
+         events {{ worker_connections 16384; }}\n\
+         http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
+         \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
+         \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         \x20 server {{\n    listen 127.0.0.1:{port} reuseport backlog=4096;\n\
+         \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
+        workers = cpus.len(),
+        affinity = nginx_affinity(cpus),
+    )
+}
+
+/// Starts nginx from PATH on a free loopback port with the generated configuration.
+pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
+    let exe = find_nginx().ok_or_else(|| {
+        BenchError::Usage(
+            "--target nginx: nginx is not on PATH (install it, e.g. apt-get install nginx-light)"
+                .into(),
+        )
+    })?;
+    let dir =
+        tempfile::tempdir().map_err(|e| BenchError::Target(format!("temporary directory: {e}")))?;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| BenchError::Target(format!("no free port: {e}")))?
+        .port();
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(&conf, nginx_config(dir.path(), port, cpus))
+        .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
+    let child = Command::new(&exe)
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| BenchError::Target(format!("cannot start {}: {e}", exe.display())))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut running = Running { kind: "nginx", addr, pids: vec![child.id()], child, _dir: None };
+    let start = Instant::now();
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let workers = children_of(running.child.id());
+            if workers.len() >= cpus.len() {
+                running.pids.extend(workers);
+                break;
+            }
+        }
+        if let Ok(Some(status)) = running.child.try_wait() {
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            return Err(BenchError::Target(format!("nginx exited ({status}): {}", log.trim())));
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(BenchError::Target(format!("nginx did not listen on {addr} within 5 s")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    running._dir = Some(dir);
+    Ok(running)
+}
+
+/// PIDs whose parent is `pid` (from /proc/*/stat).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).ok().is_some_and(|s| {
+                let after = s.rfind(')').map_or("", |i| &s[i + 1..]);
+                after.split_ascii_whitespace().nth(1).and_then(|pp| pp.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_masks_are_binary_with_cpu_0_rightmost() {
+        assert_eq!(nginx_affinity(&[0]), "1");
+        assert_eq!(nginx_affinity(&[0, 2]), "001 100");
+        assert_eq!(nginx_affinity(&[1]), "10");
+    }
+}
