@@ -233,6 +233,9 @@ fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
         .filter_map(|t| {
             let d = t.since(a.cpu.iter().find(|x| x.cpu == t.cpu)?);
             let total = d.total();
+            if total == 0 {
+                return None; // no ticks in the window: nothing to say about this CPU
+            }
             Some(CpuShare {
                 cpu: t.cpu,
                 user: share(d.user + d.nice, total),
@@ -597,6 +600,29 @@ fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     };
     let idle_cpus = s.cpus.iter().filter(|c| c.idle >= HEADROOM_IDLE).count();
     let (server_sat, client_sat) = (saturated(&servers), saturated(&clients));
+    // CPU time spent neither in the watched processes nor in interrupt work: other processes.
+    let busy: f64 = s.cpus.iter().map(|c| 1.0 - c.idle).sum();
+    let interrupts: f64 = s.cpus.iter().map(|c| c.softirq + c.irq).sum();
+    let watched: f64 = s.processes.iter().map(|p| p.cpu).sum();
+    let other = busy - watched - interrupts;
+    let contended = !s.processes.is_empty()
+        && other >= 0.5
+        && other >= 0.25 * busy
+        && !(server_sat && client_sat);
+    if contended {
+        let mut evidence = vec![format!(
+            "CPUs busy {busy:.2} CPUs in all; the watched processes {watched:.2}, interrupt work {interrupts:.2}, other work {other:.2}"
+        )];
+        evidence.extend(describe(&servers));
+        evidence.extend(describe(&clients));
+        out.push(Finding {
+            name: "cpu-contention",
+            severity: Severity::Warning,
+            summary: "other processes used the CPUs during the run: the figures are lower than this host can do".into(),
+            evidence,
+            remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
+        });
+    }
     if client_sat && !server_sat {
         let mut evidence = describe(&clients);
         evidence.extend(describe(&servers));
@@ -638,7 +664,7 @@ fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
         };
         let Some(cv) = coefficient_of_variation(&rates) else { return };
         let mean = rates.iter().sum::<f64>() / rates.len() as f64;
-        if cv <= FLAT_CV && mean > 0.0 {
+        if cv <= FLAT_CV && mean > 0.0 && !contended {
             let mut evidence = describe(&clients);
             evidence.extend(describe(&servers));
             evidence.push(format!(

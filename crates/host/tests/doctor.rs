@@ -290,6 +290,14 @@ fn client_bound_server_bound_latency_bound() {
     let l = named(&f, "latency-bound").expect("latency-bound");
     assert!(l.evidence.iter().any(|e| e.contains("packets/s flat at 20000")), "{:?}", l.evidence);
 
+    // Neither saturated, every CPU busy: something else holds the CPUs, not round trips.
+    let mut run = two_sides(40, 40, 3, |_| 10_000);
+    run.step(|c, _| c.advance_cpus(100, |_| (90, 10, 0, 0)));
+    let f = run.findings();
+    let c = named(&f, "cpu-contention").expect("contention");
+    assert!(c.evidence[0].contains("other work"), "{:?}", c.evidence);
+    assert!(named(&f, "latency-bound").is_none());
+
     // Neither saturated but the rate swings: no verdict.
     let f = two_sides(30, 30, 4, |k| if k % 2 == 0 { 2_000 } else { 20_000 }).findings();
     assert!(named(&f, "latency-bound").is_none());
