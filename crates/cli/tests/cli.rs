@@ -519,9 +519,15 @@ fn doctor_follows_a_real_server_and_load() {
     let names: Vec<&str> =
         v["findings"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert!(
-        names.iter().any(
-            |n| ["server-bound", "client-bound", "both-saturated", "latency-bound"].contains(n)
-        ),
+        names.iter().any(|n| [
+            "server-bound",
+            "client-bound",
+            "both-saturated",
+            "latency-bound",
+            "cpu-contention",
+            "no-single-bottleneck"
+        ]
+        .contains(n)),
         "a verdict on the bottleneck: {names:?}"
     );
 }

@@ -679,6 +679,21 @@ fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
                 evidence,
                 remedy: "add connections (`qpslab load -c`) or pipeline; each connection carries one request per round trip".into(),
             });
+        } else if !contended {
+            let mut evidence = describe(&clients);
+            evidence.extend(describe(&servers));
+            evidence.push(format!(
+                "{what} averaged {mean:.0} and varied {:.1}% over {} intervals",
+                cv * 100.0,
+                rates.len()
+            ));
+            out.push(Finding {
+                name: "no-single-bottleneck",
+                severity: Severity::Info,
+                summary: "neither side is saturated and the rate was not steady: no single bottleneck stands out".into(),
+                evidence,
+                remedy: "run longer, or look at the per-interval rows for stalls (timeouts, retransmits, other load)".into(),
+            });
         }
     }
 }

@@ -301,6 +301,7 @@ fn client_bound_server_bound_latency_bound() {
     // Neither saturated but the rate swings: no verdict.
     let f = two_sides(30, 30, 4, |k| if k % 2 == 0 { 2_000 } else { 20_000 }).findings();
     assert!(named(&f, "latency-bound").is_none());
+    assert!(named(&f, "no-single-bottleneck").is_some());
 }
 
 #[test]
