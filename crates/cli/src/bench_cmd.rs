@@ -1,12 +1,11 @@
 //! `qpslab bench`: target + load + doctor in one command.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use qpslab_lab::{bench, render_text, BenchError, BenchOptions, TargetKind};
-use qpslab_load::Progress;
 
 use crate::args::BenchArgs;
-use crate::load_cmd::{print_progress, run_meta};
+use crate::load_cmd::{run_meta, ProgressLine};
 use crate::{Outcome, UsageError};
 
 pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
@@ -37,21 +36,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),
     };
-    let tty = std::io::stderr().is_terminal();
-    let mut last = Progress::default();
-    let mut on_progress = |p: &Progress| {
-        if tty {
-            print_progress(p, &last);
-        }
-        last = *p;
-    };
-    let report = bench(&opts, &mut on_progress).map_err(|e| match e {
+    let mut progress = ProgressLine::new();
+    let report = bench(&opts, &mut |p| progress.update(p)).map_err(|e| match e {
         BenchError::Usage(m) => anyhow::Error::new(UsageError(m)),
         other => anyhow::Error::new(other),
     })?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
+    progress.finish();
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use qpslab_host::doctor::{diagnose, summarize, Context};
+use qpslab_host::doctor::{diagnose, summarize, Context, JOURNAL};
 use qpslab_host::render::doctor_text;
 use qpslab_host::sample::{sample_until, ticks_per_second, Role, Watch};
 use qpslab_host::{Host, Root};
@@ -21,9 +21,6 @@ static STOP: AtomicBool = AtomicBool::new(false);
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
-
-/// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
-pub const JOURNAL: &str = "var/lib/qpslab/journal.json";
 
 pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
     let root = Root::new(&a.root);
@@ -79,7 +76,6 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     let start = Instant::now();
-    let mut status = None;
     let samples = sample_until(&root, &irqs, &watch, a.interval, || {
         if STOP.load(Ordering::Relaxed) {
             return true;
@@ -90,9 +86,7 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
             (None, None) => true,
         }
     })?;
-    if let Some(c) = &mut child {
-        status = Some(c.wait()?);
-    }
+    let status = child.as_mut().map(|c| c.wait()).transpose()?;
     let roles: BTreeMap<u32, Role> = watch.iter().map(|w| (w.pid, w.role)).collect();
     let summary = summarize(&samples, &roles, ticks_per_second());
     let ctx = Context { journal_active: root.path(JOURNAL).exists(), ..Context::default() };

@@ -31,23 +31,14 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
     install_sigint_handler();
 
-    let tty = std::io::stderr().is_terminal();
-    let mut last = Progress::default();
-    let mut on_progress = |p: &Progress| {
-        if tty {
-            print_progress(p, &last);
-        }
-        last = *p;
-    };
-    let result = qpslab_load::run(&cfg, &mut on_progress).map_err(|e| match e {
+    let mut progress = ProgressLine::new();
+    let result = qpslab_load::run(&cfg, &mut |p| progress.update(p)).map_err(|e| match e {
         LoadError::Config(_) | LoadError::Unreachable { .. } => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
         other => anyhow::Error::new(other),
     })?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
+    progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
     if let Some(path) = &a.hdr_out {
@@ -78,7 +69,34 @@ pub fn run_meta() -> RunMeta {
     }
 }
 
-pub fn print_progress(p: &Progress, last: &Progress) {
+/// The one-line progress display on stderr, shown only when stderr is a terminal.
+pub struct ProgressLine {
+    tty: bool,
+    last: Progress,
+}
+
+impl ProgressLine {
+    pub fn new() -> Self {
+        Self { tty: std::io::stderr().is_terminal(), last: Progress::default() }
+    }
+
+    /// Redraws the line with the rate since the previous update.
+    pub fn update(&mut self, p: &Progress) {
+        if self.tty {
+            print_progress(p, &self.last);
+        }
+        self.last = *p;
+    }
+
+    /// Clears the line before the results are printed.
+    pub fn finish(&self) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+fn print_progress(p: &Progress, last: &Progress) {
     if p.warming_up {
         eprint!("\r\x1b[Kwarming up...");
         return;

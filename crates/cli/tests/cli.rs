@@ -21,6 +21,28 @@ fn usage_error(args: &[&str], needle: &str) {
     assert!(out.stdout.is_empty());
 }
 
+/// The top-level fields of a load report that the design brief makes a contract.
+fn assert_load_contract(v: &serde_json::Value) {
+    for key in [
+        "version",
+        "command",
+        "started_at",
+        "duration_s",
+        "targets",
+        "config",
+        "requests",
+        "status",
+        "errors",
+        "error_examples",
+        "throughput_rps",
+        "bytes",
+        "latency_us",
+        "generator",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+}
+
 /// A loopback server answering `n` keep-alive requests with 200 (enough for the tests here).
 fn tiny_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -106,24 +128,7 @@ fn json_output_follows_the_contract() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
-    for key in [
-        "version",
-        "command",
-        "started_at",
-        "duration_s",
-        "targets",
-        "config",
-        "requests",
-        "status",
-        "errors",
-        "error_examples",
-        "throughput_rps",
-        "bytes",
-        "latency_us",
-        "generator",
-    ] {
-        assert!(v.get(key).is_some(), "missing {key}");
-    }
+    assert_load_contract(&v);
     assert_eq!(v["requests"]["sent"], 500);
     assert_eq!(v["requests"]["completed"], 500);
     assert_eq!(v["requests"]["ok"], 500);
@@ -540,23 +545,7 @@ fn bench_builtin_end_to_end_json() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let load = &v["load"];
-    for field in [
-        "version",
-        "command",
-        "started_at",
-        "duration_s",
-        "targets",
-        "config",
-        "requests",
-        "status",
-        "errors",
-        "throughput_rps",
-        "bytes",
-        "latency_us",
-        "generator",
-    ] {
-        assert!(!load[field].is_null(), "load.{field} missing");
-    }
+    assert_load_contract(load);
     let r = &load["requests"];
     assert!(r["ok"].as_u64().unwrap() > 1000, "{r}");
     assert_eq!(r["failed"], 0);

@@ -8,6 +8,9 @@ use crate::sample::{Role, Sample};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
+pub const JOURNAL: &str = "var/lib/qpslab/journal.json";
+
 /// Softirq share of one CPU above which receive processing is called concentrated (seed 002:
 /// one ksoftirqd at 95%).
 pub const SOFTIRQ_HOT: f64 = 0.80;

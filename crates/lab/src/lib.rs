@@ -184,7 +184,7 @@ pub fn bench(
         } else {
             0
         },
-        journal_active: root.path("var/lib/qpslab/journal.json").exists(),
+        journal_active: root.path(qpslab_host::doctor::JOURNAL).exists(),
     };
     let findings = diagnose(&host, &samples, &summary, &ctx);
     let side =
