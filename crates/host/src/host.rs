@@ -69,6 +69,9 @@ pub struct Host {
     pub nofile: (u64, u64),
     /// PID of a running irqbalance.
     pub irqbalance_pid: Option<u32>,
+    /// The reading process's network namespace when it is not the initial one (`net:[ID]`):
+    /// there, /sys/class/net and net.* sysctls are the namespace's own, the rest is the host's.
+    pub net_namespace: Option<String>,
 }
 
 impl Host {
@@ -141,6 +144,7 @@ impl Host {
                 .collect(),
             nofile: qpslab_sys::nofile::limits(),
             irqbalance_pid: find_process(root, "irqbalance"),
+            net_namespace: net_namespace(root),
         })
     }
 
@@ -161,6 +165,14 @@ impl Host {
 pub fn read_sysctl(root: &Root, name: &str) -> Option<String> {
     let v = root.read_opt(&format!("proc/sys/{}", name.replace('.', "/")))?;
     Some(v.split_ascii_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `net:[ID]` of `proc/self/ns/net` when it differs from init's (`proc/1/ns/net`); None in the
+/// initial namespace and in fixture trees without these links.
+pub fn net_namespace(root: &Root) -> Option<String> {
+    let link = |rel: &str| std::fs::read_link(root.path(rel)).ok();
+    let own = link("proc/self/ns/net")?;
+    (Some(&own) != link("proc/1/ns/net").as_ref()).then(|| own.to_string_lossy().into_owned())
 }
 
 /// The PID of a process whose `comm` is `name`, scanning `proc/[0-9]*/comm`.

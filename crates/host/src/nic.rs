@@ -20,6 +20,8 @@ pub struct Nic {
     pub state: String,
     pub mtu: Option<u32>,
     pub speed_mbps: Option<u64>,
+    /// Backed by a device (`device` link): a NIC, not a veth, bridge or ifb.
+    pub physical: bool,
     pub rx: Vec<RxQueue>,
     pub tx: Vec<TxQueue>,
 }
@@ -185,6 +187,7 @@ pub fn read_nic(root: &Root, name: &str, irqs: &[IrqLine]) -> Nic {
             .read_opt(&format!("{base}/speed"))
             .and_then(|n| n.parse::<i64>().ok())
             .and_then(|n| u64::try_from(n).ok()),
+        physical: root.path(&dev).exists(),
         rx,
         tx,
     }
