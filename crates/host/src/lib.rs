@@ -1,7 +1,7 @@
 //! qpslab's view of the host: pure parsers of /proc and /sys text ([`parse`], [`cpuset`]), the
 //! host model read from an injectable root ([`host`], [`nic`]), counter samples ([`sample`]) and
-//! the doctor's rules ([`doctor`]), with text rendering ([`render`]). Nothing here writes to the
-//! host; `tune` (planned) owns writes.
+//! the doctor's rules ([`doctor`]), with text rendering ([`render`]), and the tune planner with
+//! its journaled apply/revert ([`tune`]), the only module that writes to the host.
 
 pub mod cpuset;
 pub mod doctor;
@@ -13,6 +13,7 @@ pub mod parse;
 pub mod render;
 pub mod sample;
 pub mod synth;
+pub mod tune;
 
 pub use cpuset::CpuSet;
 pub use fsroot::{ReadError, Root};

@@ -112,15 +112,6 @@ pub fn find_nginx() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
 }
 
-/// nginx's `worker_cpu_affinity` masks: one binary mask per worker, CPU 0 rightmost.
-pub fn nginx_affinity(cpus: &[usize]) -> String {
-    let width = cpus.iter().max().map_or(1, |m| m + 1);
-    cpus.iter()
-        .map(|&c| (0..width).rev().map(|b| if b == c { '1' } else { '0' }).collect::<String>())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// The generated nginx configuration: `return 200`, one worker per CPU, pinned, reuseport,
 /// access_log off, keepalive_requests high (the seeds' target).
 pub fn nginx_config(dir: &Path, port: u16, cpus: &[usize]) -> String {
@@ -135,7 +126,7 @@ pub fn nginx_config(dir: &Path, port: u16, cpus: &[usize]) -> String {
          \x20 server {{\n    listen 127.0.0.1:{port} reuseport backlog=4096;\n\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
         workers = cpus.len(),
-        affinity = nginx_affinity(cpus),
+        affinity = qpslab_host::tune::emit::nginx_affinity(cpus),
     )
 }
 
@@ -204,16 +195,4 @@ fn children_of(pid: u32) -> Vec<u32> {
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn affinity_masks_are_binary_with_cpu_0_rightmost() {
-        assert_eq!(nginx_affinity(&[0]), "1");
-        assert_eq!(nginx_affinity(&[0, 2]), "001 100");
-        assert_eq!(nginx_affinity(&[1]), "10");
-    }
 }
