@@ -29,6 +29,122 @@ pub enum Command {
     /// The main job: start a target on loopback (or take URL), load it from the other CPUs while
     /// the doctor samples, and print throughput, latency, each side's CPU and the findings
     Bench(BenchArgs),
+    /// Plan, apply and exactly revert IRQ affinity, RPS/RFS/XPS, sysctl and clocksource
+    /// changes; every write is journaled first
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    #[command(subcommand)]
+    pub command: TuneCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TuneCommand {
+    /// Print current -> planned for every change with its reason and source (writes nothing)
+    Plan(TunePlanArgs),
+    /// Apply the plan, journaling every previous value before its write
+    Apply(TuneApplyArgs),
+    /// Restore every journaled value, newest first; values changed since apply are kept
+    Revert(TuneRevertArgs),
+    /// Show the active journal and which values still match it
+    Status(TuneStatusArgs),
+}
+
+/// What the plan is computed from.
+#[derive(Debug, Args)]
+pub struct PlanSpec {
+    /// Read and write DIR/proc and DIR/sys instead of the live host
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
+
+    /// Interface to tune (repeatable or comma-separated) [default: every NIC with a device]
+    #[arg(long = "iface", value_name = "IF", value_delimiter = ',')]
+    pub ifaces: Vec<String>,
+
+    /// CPUs for interrupt work (IRQs and RPS), e.g. 0-3,12-15; workers get the rest
+    #[arg(long, value_name = "LIST")]
+    pub irq_cpus: Option<String>,
+
+    /// Worker CPUs; interrupt work gets the other CPUs, by whole cores, nearest the NICs
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+
+    /// server, or client (a load generator: also widens ip_local_port_range)
+    #[arg(long, value_name = "ROLE", default_value = "server", value_parser = ["server", "client"])]
+    pub role: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TunePlanArgs {
+    #[command(flatten)]
+    pub spec: PlanSpec,
+
+    /// Print the plan as JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print only the matching server configuration: nginx (a config snippet) or serve (the
+    /// qpslab serve command line)
+    #[arg(long, value_name = "WHAT", value_parser = ["nginx", "serve"])]
+    pub emit: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TuneApplyArgs {
+    #[command(flatten)]
+    pub spec: PlanSpec,
+
+    /// Journal file [default: ROOT/var/lib/qpslab/journal.json]
+    #[arg(long, value_name = "FILE")]
+    pub journal: Option<std::path::PathBuf>,
+
+    /// Apply without showing the plan and asking
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// Stop a running irqbalance (journaled; revert starts it again) instead of refusing
+    #[arg(long)]
+    pub stop_irqbalance: bool,
+
+    /// Print what was applied as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TuneRevertArgs {
+    /// The root apply wrote under
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
+
+    /// Journal file [default: ROOT/var/lib/qpslab/journal.json]
+    #[arg(long, value_name = "FILE")]
+    pub journal: Option<std::path::PathBuf>,
+
+    /// Also restore values someone else changed since apply
+    #[arg(long)]
+    pub force: bool,
+
+    /// Print what was restored as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TuneStatusArgs {
+    /// The root apply wrote under
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
+
+    /// Journal file [default: ROOT/var/lib/qpslab/journal.json]
+    #[arg(long, value_name = "FILE")]
+    pub journal: Option<std::path::PathBuf>,
+
+    /// Print the status as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ mod doctor_cmd;
 mod host_cmd;
 mod load_cmd;
 mod serve_cmd;
+mod tune_cmd;
 
 use std::process::ExitCode;
 
@@ -82,6 +83,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Host(a) => host_cmd::run(a),
         args::Command::Doctor(a) => doctor_cmd::run(a),
         args::Command::Bench(a) => bench_cmd::run(a),
+        args::Command::Tune(a) => tune_cmd::run(a),
     }
 }
 

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+mod tune;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output};

@@ -1,0 +1,149 @@
+//! `qpslab tune plan|apply|revert|status`: flags into plan options, library calls, output.
+
+use std::io::{BufRead as _, Write};
+use std::path::{Path, PathBuf};
+
+use qpslab_host::doctor::JOURNAL;
+use qpslab_host::sample::Role;
+use qpslab_host::tune::{self, text, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError};
+use qpslab_host::{CpuSet, Host, Root};
+
+use crate::args::{PlanSpec, TuneArgs, TuneCommand};
+use crate::{Outcome, UsageError};
+
+pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
+    match a.command {
+        TuneCommand::Plan(p) => {
+            let (_, plan) = build_plan(&p.spec)?;
+            let mut out = std::io::stdout().lock();
+            match (p.emit.as_deref(), p.json) {
+                (Some("nginx"), _) => write!(out, "{}", plan.nginx)?,
+                (Some(_), _) => writeln!(out, "{}", plan.command)?,
+                (None, true) => {
+                    serde_json::to_writer_pretty(&mut out, &plan)?;
+                    writeln!(out)?;
+                }
+                (None, false) => write!(out, "{}", text::plan_text(&plan))?,
+            }
+            Ok(Outcome::Passed)
+        }
+        TuneCommand::Apply(a) => {
+            let (root, plan) = build_plan(&a.spec)?;
+            let opts = ApplyOptions {
+                journal: journal_path(&root, a.journal.as_deref()),
+                stop_irqbalance: a.stop_irqbalance,
+                live: is_live(root.dir()),
+                command: std::env::args().collect::<Vec<_>>().join(" "),
+            };
+            tune::apply::check_apply(&plan, &opts).map_err(usage)?;
+            if !a.yes && !plan.changes.is_empty() && !confirm(&plan)? {
+                writeln!(std::io::stdout(), "Not applied.")?;
+                return Ok(Outcome::Passed);
+            }
+            let report = tune::apply(&mut RootFiles(root.clone()), root.dir(), &plan, &opts)
+                .map_err(usage)?;
+            let mut out = std::io::stdout().lock();
+            if a.json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                write!(out, "{}", text::apply_text(&report))?;
+            }
+            Ok(Outcome::Passed)
+        }
+        TuneCommand::Revert(r) => {
+            let root = Root::new(&r.root);
+            let journal = journal_path(&root, r.journal.as_deref());
+            let report =
+                tune::revert(&mut RootFiles(root.clone()), &journal, r.force, is_live(&r.root))
+                    .map_err(usage)?;
+            let mut out = std::io::stdout().lock();
+            if r.json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                write!(out, "{}", text::revert_text(&report, &journal))?;
+            }
+            Ok(if report.clean() { Outcome::Passed } else { Outcome::ChecksFailed })
+        }
+        TuneCommand::Status(s) => {
+            let root = Root::new(&s.root);
+            let journal = journal_path(&root, s.journal.as_deref());
+            let status = tune::status(&mut RootFiles(root), &journal).map_err(usage)?;
+            let mut out = std::io::stdout().lock();
+            if s.json {
+                serde_json::to_writer_pretty(&mut out, &status)?;
+                writeln!(out)?;
+            } else {
+                write!(out, "{}", text::status_text(status.as_ref(), &journal))?;
+            }
+            Ok(Outcome::Passed)
+        }
+    }
+}
+
+/// Refusals and journal problems are the user's to fix (exit 2); a failed write is exit 1.
+fn usage(e: TuneError) -> anyhow::Error {
+    match e {
+        TuneError::Refused(m) => UsageError(m).into(),
+        TuneError::Journal(j) => UsageError(j.to_string()).into(),
+        e @ TuneError::Write { .. } => e.into(),
+    }
+}
+
+fn build_plan(spec: &PlanSpec) -> anyhow::Result<(Root, Plan)> {
+    let root = Root::new(&spec.root);
+    let host = Host::read(&root)
+        .map_err(|e| UsageError(format!("--root {}: {e}", spec.root.display())))?;
+    let irq_cpus = spec
+        .irq_cpus
+        .as_deref()
+        .map(|l| CpuSet::parse_list(l).map_err(|e| UsageError(format!("--irq-cpus {l}: {e}"))))
+        .transpose()?;
+    let opts = PlanOptions {
+        ifaces: spec.ifaces.clone(),
+        irq_cpus,
+        workers: spec.workers,
+        role: if spec.role == "client" { Role::Client } else { Role::Server },
+    };
+    let plan = tune::plan(&host, &opts).map_err(|e| UsageError(e.0))?;
+    Ok((root, plan))
+}
+
+/// The --journal flag, or the default under the root; inside a network namespace the default
+/// is the namespace's own (`journal-net-ID.json`), since the filesystem is shared with the host
+/// and a namespace's changes must not block the host's.
+fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
+    if let Some(path) = flag {
+        return path.to_path_buf();
+    }
+    let default = root.path(JOURNAL);
+    match qpslab_host::host::net_namespace(root) {
+        Some(ns) => {
+            let id: String = ns.chars().filter(char::is_ascii_digit).collect();
+            default.with_file_name(format!("journal-net-{id}.json"))
+        }
+        None => default,
+    }
+}
+
+/// Whether `dir` is this host's own root.
+fn is_live(dir: &Path) -> bool {
+    dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
+}
+
+/// Shows the plan and asks; an unanswerable question (stdin closed) is a usage error.
+fn confirm(plan: &Plan) -> anyhow::Result<bool> {
+    let mut out = std::io::stdout();
+    write!(out, "{}", text::plan_text(plan))?;
+    out.flush()?;
+    eprint!("\nApply these {} changes? [y/N] ", plan.changes.len());
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer)? == 0 {
+        return Err(UsageError(
+            "tune apply: no answer on stdin; pass --yes to apply without asking".into(),
+        )
+        .into());
+    }
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
