@@ -399,3 +399,57 @@ fn sysctls_are_only_raised() {
     assert!(!plan.changes.iter().any(|c| c.setting == "net.core.somaxconn"));
     assert!(plan.nginx.contains("backlog=1000000;"), "{}", plan.nginx);
 }
+
+/// Dies (panics) at the k-th write, before or after the file changes: what a crash or a kill
+/// leaves behind is the journal on disk and the files as they are.
+struct CrashAt {
+    inner: RootFiles,
+    k: usize,
+    after_write: bool,
+    writes: usize,
+}
+
+impl Files for CrashAt {
+    fn read(&mut self, rel: &str) -> std::io::Result<String> {
+        self.inner.read(rel)
+    }
+    fn write(&mut self, rel: &str, text: &str) -> std::io::Result<()> {
+        self.writes += 1;
+        if self.writes == self.k {
+            if self.after_write {
+                self.inner.write(rel, text)?;
+            }
+            panic!("simulated crash at write {}", self.k);
+        }
+        self.inner.write(rel, text)
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.inner.path(rel)
+    }
+}
+
+#[test]
+fn a_crash_at_any_point_of_apply_is_reverted_from_the_journal() {
+    let (dir, root) = tree(&Shape::two_nodes_two_nics());
+    let journal_dir = tempfile::tempdir().unwrap();
+    let journal = journal_dir.path().join("journal.json");
+    let before = snapshot(dir.path());
+    let plan = plan_for(&root, &server());
+    for k in 1..=plan.changes.len() {
+        for after_write in [false, true] {
+            let mut files = CrashAt { inner: RootFiles(root.clone()), k, after_write, writes: 0 };
+            let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tune::apply(&mut files, dir.path(), &plan, &opts(&journal))
+            }));
+            assert!(crashed.is_err());
+            let st = tune::status(&mut RootFiles(root.clone()), &journal).unwrap().unwrap();
+            assert!(!st.complete && st.entries.len() == k);
+            assert_eq!(st.entries[k - 1].state, if after_write { "applied" } else { "unwritten" });
+            let r = tune::revert(&mut RootFiles(root.clone()), &journal, false, false).unwrap();
+            assert!(r.clean(), "k={k}: {r:#?}");
+            assert_eq!(r.restored.len(), if after_write { k } else { k - 1 });
+            assert!(snapshot(dir.path()) == before, "k={k} after_write={after_write}");
+            assert!(!journal.exists());
+        }
+    }
+}

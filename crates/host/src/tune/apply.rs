@@ -348,8 +348,8 @@ pub fn same(path: &str, a: &str, b: &str) -> bool {
 pub struct StatusEntry {
     #[serde(flatten)]
     pub item: Item,
-    /// applied (still as apply left it), reverted (back to before), changed (someone else's
-    /// value), pending (journaled, write not confirmed), unreadable.
+    /// applied (as apply left it), reverted (back to before), changed (someone else's value),
+    /// unwritten (journaled, but apply stopped before writing it), unreadable.
     pub state: &'static str,
 }
 
@@ -376,8 +376,8 @@ pub fn status(files: &mut dyn Files, journal_path: &Path) -> Result<Option<Statu
                 let applied = after.clone().unwrap_or_else(|| written.clone());
                 let state = match &now {
                     Err(_) => "unreadable",
-                    Ok(n) if after.is_none() && !same(path, n, written) => "pending",
                     Ok(n) if same(path, n, &applied) => "applied",
+                    Ok(n) if same(path, n, before) && after.is_none() => "unwritten",
                     Ok(n) if same(path, n, before) => "reverted",
                     Ok(_) => "changed",
                 };
