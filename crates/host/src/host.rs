@@ -167,12 +167,18 @@ pub fn read_sysctl(root: &Root, name: &str) -> Option<String> {
     Some(v.split_ascii_whitespace().collect::<Vec<_>>().join(" "))
 }
 
-/// `net:[ID]` of `proc/self/ns/net` when it differs from init's (`proc/1/ns/net`); None in the
-/// initial namespace and in fixture trees without these links.
+/// `net:[ID]` of `proc/self/ns/net` when it is not the initial network namespace; None in the
+/// initial one and in fixture trees without the link. The reference is PID 1's namespace; where
+/// that link is unreadable (a sandbox whose init is not dumpable), the host-wide net.core
+/// sysctls decide: the kernel registers them in the initial namespace only.
 pub fn net_namespace(root: &Root) -> Option<String> {
     let link = |rel: &str| std::fs::read_link(root.path(rel)).ok();
     let own = link("proc/self/ns/net")?;
-    (Some(&own) != link("proc/1/ns/net").as_ref()).then(|| own.to_string_lossy().into_owned())
+    let initial = match link("proc/1/ns/net") {
+        Some(init) => init == own,
+        None => root.path("proc/sys/net/core/netdev_max_backlog").exists(),
+    };
+    (!initial).then(|| own.to_string_lossy().into_owned())
 }
 
 /// The PID of a process whose `comm` is `name`, scanning `proc/[0-9]*/comm`.

@@ -350,3 +350,13 @@ fn tune_in_a_network_namespace_changes_only_the_namespace() {
     assert_eq!(ns.read("/proc/sys/net/ipv4/tcp_max_syn_backlog"), syn0);
     assert_eq!(host_values(), host_before);
 }
+
+/// Regression: where PID 1's namespace link is unreadable (this sandbox), the live host was
+/// taken for a network namespace and its IRQs were left out of the plan.
+#[test]
+fn regression_unreadable_pid1_namespace_link_is_not_a_namespace() {
+    let plan: serde_json::Value =
+        serde_json::from_str(&ok(&qpslab(&["tune", "plan", "--json"]))).unwrap();
+    let initial = Path::new("/proc/sys/net/core/netdev_max_backlog").exists();
+    assert_eq!(plan["net_namespace"].is_null(), initial, "{}", plan["net_namespace"]);
+}
