@@ -182,7 +182,7 @@ pub fn plan(host: &Host, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let mut groups: Vec<(&Queue, CpuSet)> = Vec::new();
     for q in &queues {
         let set = rps_queues.iter().position(|r| std::ptr::eq(*r, q)).map(|i| rps[i].clone());
-        rps_changes(q, set.as_ref(), cores, &mut changes);
+        rps_changes(host, q, set.as_ref(), cores, &mut changes);
         let group = set.unwrap_or_default().union(&q.irq_cpu.into_iter().collect());
         groups.push((q, group));
     }
@@ -313,11 +313,12 @@ fn split_cpus(
     }
 }
 
-/// The text a mask file gets: as wide as the kernel printed it (`00000000,00000000` on a 64-CPU
-/// host), so the file reads back the same way.
-fn mask_like(set: &CpuSet, current: Option<&str>) -> String {
-    let digits = current.map_or(0, |c| c.chars().filter(char::is_ascii_hexdigit).count());
-    format!("{}\n", set.to_mask(digits * 4))
+/// The text a mask file gets, as wide as the kernel prints masks for the online CPUs
+/// (`00000000,00010000` on a 64-CPU host), so the file reads back the same way. (The kernel
+/// pads to nr_cpu_ids, the possible CPUs; a narrower mask is accepted all the same.)
+fn mask_text(set: &CpuSet, host: &Host) -> String {
+    let bits = host.online.iter().max().map_or(1, |m| m + 1);
+    format!("{}\n", set.to_mask(bits))
 }
 
 fn irq_changes(host: &Host, topo: &Topology, q: &Queue, out: &mut Vec<Change>) {
@@ -340,13 +341,12 @@ fn irq_changes(host: &Host, topo: &Topology, q: &Queue, out: &mut Vec<Change>) {
             continue;
         }
         let path = format!("proc/irq/{}/smp_affinity", vector.number);
-        let current_text = vector.affinity.as_ref().map(|a| a.to_mask(host.online.len()));
         out.push(Change {
             kind: Kind::IrqAffinity,
             setting: format!("{} {dir}-{} IRQ {} affinity", q.nic.name, q.index, vector.number),
             current: vector.affinity.as_ref().map_or("?".into(), CpuSet::to_list),
             planned: want.to_list(),
-            write: mask_like(&want, current_text.as_deref()),
+            write: mask_text(&want, host),
             reason: if dir == "rx" {
                 format!(
                     "one CPU per queue, no CPU shared by two queues, {node_note}, physical cores \
@@ -361,11 +361,10 @@ fn irq_changes(host: &Host, topo: &Topology, q: &Queue, out: &mut Vec<Change>) {
     }
 }
 
-fn rps_changes(q: &Queue, set: Option<&CpuSet>, cores: usize, out: &mut Vec<Change>) {
+fn rps_changes(host: &Host, q: &Queue, set: Option<&CpuSet>, cores: usize, out: &mut Vec<Change>) {
     let Some(rx) = q.nic.rx.iter().find(|r| r.index == q.index) else { return };
     let Some(current) = rx.rps_cpus.as_ref() else { return };
     let dir = format!("sys/class/net/{}/queues/rx-{}", q.nic.name, q.index);
-    let current_text = current.to_mask(0);
     let (want, reason, source) = match set {
         Some(set) if !set.is_empty() => (
             set.clone(),
@@ -405,7 +404,7 @@ fn rps_changes(q: &Queue, set: Option<&CpuSet>, cores: usize, out: &mut Vec<Chan
             path: format!("{dir}/rps_cpus"),
             current: list_or_off(current),
             planned: list_or_off(&want),
-            write: mask_like(&want, Some(&current_text)),
+            write: mask_text(&want, host),
             reason,
             source,
         });
@@ -462,7 +461,7 @@ fn xps_changes(host: &Host, groups: &[(&Queue, CpuSet)], out: &mut Vec<Change>) 
             path: format!("sys/class/net/{}/queues/tx-{}/xps_cpus", q.nic.name, q.index),
             current: list_or_off(current),
             planned: group.to_list(),
-            write: mask_like(group, Some(&current.to_mask(host.online.len()))),
+            write: mask_text(group, host),
             reason: format!(
                 "CPUs of rx-{}'s group send on tx-{} so a flow's transmit completions stay on the \
                  CPUs that received it",

@@ -76,6 +76,16 @@ pub fn plan_text(plan: &Plan) -> String {
     s
 }
 
+/// A file's content as people read it: CPU masks as lists ("off" when empty), others trimmed.
+fn value(path: &str, text: &str) -> String {
+    let is_mask = ["smp_affinity", "rps_cpus", "xps_cpus"].iter().any(|m| path.ends_with(m));
+    match crate::cpuset::CpuSet::parse_mask(text) {
+        Ok(set) if is_mask && set.is_empty() => "off".into(),
+        Ok(set) if is_mask => set.to_list(),
+        _ => text.split_ascii_whitespace().collect::<Vec<_>>().join(" "),
+    }
+}
+
 fn items(s: &mut String, title: &str, list: &[&Item], show: impl Fn(&Item) -> String) {
     if list.is_empty() {
         return;
@@ -99,7 +109,7 @@ pub fn apply_text(report: &ApplyReport) -> String {
     }
     let list: Vec<&Item> = report.written.iter().collect();
     items(&mut s, &format!("Applied {} changes", list.len()), &list, |i| {
-        arrow(&i.before, &i.applied)
+        arrow(&value(&i.path, &i.before), &value(&i.path, &i.applied))
     });
     let _ = writeln!(
         s,
@@ -116,19 +126,20 @@ pub fn revert_text(report: &RevertReport, journal: &std::path::Path) -> String {
     }
     let mut s = String::new();
     items(&mut s, "Restored", &report.restored.iter().collect::<Vec<_>>(), |i| {
-        arrow(&i.now, &i.before)
+        arrow(&value(&i.path, &i.now), &value(&i.path, &i.before))
     });
-    items(
-        &mut s,
-        "Already at the value before apply",
-        &report.unchanged.iter().collect::<Vec<_>>(),
-        |i| i.before.trim().to_string(),
-    );
+    if !report.unchanged.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} values were already back at their value before apply.",
+            report.unchanged.len()
+        );
+    }
     items(
         &mut s,
         "Changed by someone else since apply, kept (--force restores them)",
         &report.kept.iter().collect::<Vec<_>>(),
-        |i| format!("apply left {}, now {}", i.applied.trim(), i.now.trim()),
+        |i| format!("apply left {}, now {}", value(&i.path, &i.applied), value(&i.path, &i.now)),
     );
     if !report.failed.is_empty() {
         s.push_str("Failed:\n");
@@ -169,9 +180,10 @@ pub fn status_text(status: Option<&Status>, journal: &std::path::Path) -> String
     }
     let width = st.entries.iter().map(|e| e.item.setting.len()).max().unwrap_or(0);
     for e in &st.entries {
+        let (path, now) = (&e.item.path, value(&e.item.path, &e.item.now));
         let detail = match e.state {
-            "changed" => format!("apply left {}, now {}", e.item.applied.trim(), e.item.now.trim()),
-            _ => e.item.now.trim().to_string(),
+            "changed" => format!("apply left {}, now {now}", value(path, &e.item.applied)),
+            _ => now,
         };
         let _ = writeln!(s, "  {:<width$}  {:<10} {detail}", e.item.setting, e.state);
     }
