@@ -401,6 +401,19 @@ pub struct LoadArgs {
     #[arg(long, value_name = "STRING|@FILE")]
     pub body: Option<String>,
 
+    /// Open loop: total requests/s spread evenly (e.g. 5000), or A:B with --ramp; latency
+    /// counts from each request's scheduled time, so a stall cannot hide (coordinated omission)
+    #[arg(short = 'R', long, value_name = "N|A:B")]
+    pub rate: Option<String>,
+
+    /// With --rate A:B: the time to go linearly from A to B requests/s, then stay at B
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ramp: Option<Duration>,
+
+    /// Requests kept in flight per connection (HTTP/1.1 pipelining); latency per request
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub pipeline: usize,
+
     /// Per-request timeout; an unanswered request counts as a timeout when it expires
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,

@@ -26,6 +26,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         cpus: a.cpus,
         accept_status: a.accept_status,
         max_error_rate: a.max_error_rate,
+        rate: a.rate,
+        ramp: a.ramp,
+        pipeline: a.pipeline,
     };
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;

@@ -127,15 +127,8 @@ pub fn bench(
         threads: Some(threads),
         connections: Some(opts.connections.unwrap_or(100 * threads)),
         duration: Some(duration),
-        requests: None,
-        headers: Vec::new(),
-        method: "GET".into(),
-        body: None,
-        timeout: Duration::from_secs(5),
-        warmup: Duration::ZERO,
         cpus: Some(list.join(",")),
-        accept_status: None,
-        max_error_rate: 0.0,
+        ..LoadOptions::default()
     };
     let cfg = LoadConfig::from_options(&load_opts(opts.duration))
         .map_err(|e| BenchError::Usage(e.to_string()))?;

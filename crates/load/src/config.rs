@@ -51,6 +51,11 @@ pub struct LoadOptions {
     pub cpus: Option<String>,
     pub accept_status: Option<String>,
     pub max_error_rate: f64,
+    /// Open loop: `N` requests/s in total, or `A:B` for a linear ramp from A to B over `ramp`.
+    pub rate: Option<String>,
+    pub ramp: Option<Duration>,
+    /// Requests kept in flight per connection.
+    pub pipeline: usize,
 }
 
 impl Default for LoadOptions {
@@ -69,6 +74,62 @@ impl Default for LoadOptions {
             cpus: None,
             accept_status: None,
             max_error_rate: 0.0,
+            rate: None,
+            ramp: None,
+            pipeline: 1,
+        }
+    }
+}
+
+/// An open-loop rate: requests/s for the whole run (all threads), ramping linearly from
+/// `start_rps` to `end_rps` over `ramp`, then constant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub start_rps: f64,
+    pub end_rps: f64,
+    pub ramp: Duration,
+}
+
+impl Rate {
+    /// Parses `--rate N` or `--rate A:B` with `--ramp DUR`.
+    pub fn parse(text: &str, ramp: Option<Duration>) -> Result<Rate, ConfigError> {
+        let number = |s: &str| match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+            _ => Err(ConfigError::new(
+                "--rate",
+                format!(
+                    "{s:?} is not a positive number of requests/s; write e.g. 5000 or 1000:50000"
+                ),
+            )),
+        };
+        match (text.split_once(':'), ramp) {
+            (None, None) => {
+                let r = number(text)?;
+                Ok(Rate { start_rps: r, end_rps: r, ramp: Duration::ZERO })
+            }
+            (None, Some(_)) => Err(ConfigError::new(
+                "--ramp",
+                "needs a rate range to ramp over, e.g. --rate 1000:50000 --ramp 30s",
+            )),
+            (Some(_), None) => Err(ConfigError::new(
+                "--rate",
+                format!("{text:?} is a range: give --ramp DUR, the time to go from one rate to the other"),
+            )),
+            (Some(_), Some(d)) if d.is_zero() => {
+                Err(ConfigError::new("--ramp", "must be greater than zero, e.g. 30s"))
+            }
+            (Some((a, b)), Some(d)) => Ok(Rate { start_rps: number(a)?, end_rps: number(b)?, ramp: d }),
+        }
+    }
+
+    /// Requests due in the first `t` of the run.
+    pub fn due_by(&self, t: Duration) -> f64 {
+        let (t, ramp) = (t.as_secs_f64(), self.ramp.as_secs_f64());
+        let (r0, r1) = (self.start_rps, self.end_rps);
+        if t < ramp {
+            r0 * t + (r1 - r0) * t * t / (2.0 * ramp)
+        } else {
+            (r0 + r1) * ramp / 2.0 + r1 * (t - ramp)
         }
     }
 }
@@ -146,6 +207,8 @@ pub struct LoadConfig {
     pub max_error_rate: f64,
     /// Requests kept in flight per connection (1: no pipelining).
     pub pipeline: usize,
+    /// Open loop at this rate; None: closed loop.
+    pub rate: Option<Rate>,
 }
 
 impl LoadConfig {
@@ -214,6 +277,19 @@ impl LoadConfig {
             None => StatusSet::default(),
             Some(list) => StatusSet::parse(list)?,
         };
+        let rate = match (&opts.rate, opts.ramp) {
+            (Some(r), ramp) => Some(Rate::parse(r, ramp)?),
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "--ramp",
+                    "needs --rate A:B, e.g. --rate 1000:50000 --ramp 30s",
+                ))
+            }
+            (None, None) => None,
+        };
+        if opts.pipeline == 0 || opts.pipeline > 1024 {
+            return Err(ConfigError::new("--pipeline", "must be between 1 and 1024"));
+        }
         Ok(Self {
             targets,
             threads,
@@ -225,7 +301,8 @@ impl LoadConfig {
             cpus,
             accept_status,
             max_error_rate: opts.max_error_rate,
-            pipeline: 1,
+            pipeline: opts.pipeline,
+            rate,
         })
     }
 
@@ -241,7 +318,19 @@ impl LoadConfig {
 
     /// Short name of the load model, as reported in `config.mode`.
     pub fn mode(&self) -> &'static str {
-        "closed"
+        if self.rate.is_some() {
+            "rate"
+        } else {
+            "closed"
+        }
+    }
+
+    /// Each thread's share of the open-loop rate (threads take equal shares).
+    pub fn thread_rate(&self) -> Option<Rate> {
+        self.rate.map(|r| {
+            let n = self.threads as f64;
+            Rate { start_rps: r.start_rps / n, end_rps: r.end_rps / n, ramp: r.ramp }
+        })
     }
 }
 

@@ -70,6 +70,10 @@ pub struct RunResult {
     pub intervals: Vec<Interval>,
     /// [`request_stop`] ended the run before its duration or request count.
     pub stopped_early: bool,
+    /// Open loop: requests due but never sent when the run stopped.
+    pub due_unsent: u64,
+    /// Open loop: connections that were free, waiting for the schedule, when the run stopped.
+    pub idle_at_stop: usize,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -151,7 +155,10 @@ pub fn run(
     let mut in_flight_at_stop = 0;
     let mut cpu = CpuTime::default();
     let mut ended = measure_start;
+    let (mut due_unsent, mut idle_at_stop) = (0, 0);
     for o in &outcomes {
+        due_unsent += o.due_unsent;
+        idle_at_stop += o.idle_at_stop;
         rec.merge(&o.rec);
         in_flight_at_stop += o.in_flight;
         cpu = cpu + o.cpu;
@@ -165,6 +172,8 @@ pub fn run(
         started_at,
         intervals,
         stopped_early: STOP.load(Ordering::Relaxed),
+        due_unsent,
+        idle_at_stop,
     })
 }
 

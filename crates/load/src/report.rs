@@ -62,7 +62,18 @@ pub struct Report {
     pub throughput_rps: f64,
     pub bytes: Bytes,
     pub connections: Connections,
+    /// From each request's intended send time: its schedule slot in open loop (corrected for
+    /// coordinated omission), the write in closed loop.
     pub latency_us: Latency,
+    /// Open loop only: from the actual write; a stall hides here and shows in `latency_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_uncorrected_us: Option<Latency>,
+    /// Open loop only: actual write minus intended send time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_lag_us: Option<Latency>,
+    /// Open loop only: the schedule and how well it was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateReport>,
     /// The latency histogram, HdrHistogram V2 compressed and base64-encoded.
     pub latency_hdr: String,
     pub generator: Generator,
@@ -128,6 +139,29 @@ pub struct Latency {
     /// Share of samples within one standard deviation of the mean (wrk's `+/- Stdev`).
     pub within_stdev: f64,
 }
+
+/// An open-loop run's schedule against what was sent.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateReport {
+    /// Requests/s at the start of the ramp and at its end (equal without a ramp).
+    pub start_rps: f64,
+    pub target_rps: f64,
+    pub ramp_s: f64,
+    /// Requests the schedule had due during measurement.
+    pub scheduled: u64,
+    /// Counted requests sent per second of measurement.
+    pub achieved_rps: f64,
+    /// At least 98% of the scheduled requests were sent.
+    pub kept: bool,
+    /// Requests due but not sent when the run stopped.
+    pub due_unsent: u64,
+    /// Connections free when the run stopped (none free: every connection was waiting on the
+    /// target, so it, or too few connections, set the pace).
+    pub idle_at_stop: usize,
+}
+
+/// Share of the scheduled requests that must go out for the schedule to count as kept.
+pub const SCHEDULE_KEPT: f64 = 0.98;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Generator {
@@ -202,7 +236,30 @@ impl Report {
         } else {
             0.0
         };
-        let verdict = if busy_ratio >= GENERATOR_BOUND_RATIO { "generator-bound" } else { "ok" };
+        let rate = cfg.rate.map(|r| {
+            let run = cfg.warmup + result.duration;
+            let scheduled = (r.due_by(run) - r.due_by(cfg.warmup)).round().max(0.0) as u64;
+            RateReport {
+                start_rps: r.start_rps,
+                target_rps: r.end_rps,
+                ramp_s: r.ramp.as_secs_f64(),
+                scheduled,
+                achieved_rps: per_sec(rec.sent),
+                kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
+                due_unsent: result.due_unsent,
+                idle_at_stop: result.idle_at_stop,
+            }
+        });
+        // Open loop: behind schedule with connections free means the generator did not send
+        // in time; behind with every connection busy means the target set the pace.
+        let behind_with_free_connections =
+            rate.as_ref().is_some_and(|r| !r.kept && r.idle_at_stop > 0);
+        let verdict = if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
+            "generator-bound"
+        } else {
+            "ok"
+        };
+        let open = cfg.rate.is_some();
         let mut errors = BTreeMap::new();
         let mut error_examples = BTreeMap::new();
         for class in ErrorClass::ALL {
@@ -237,6 +294,9 @@ impl Report {
             bytes: Bytes { read: rec.bytes_read, written: rec.bytes_written },
             connections: Connections { connects: rec.connects, reconnects: rec.reconnects },
             latency_us: Latency::from_histogram(&rec.latency),
+            latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
+            send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
+            rate,
             latency_hdr: encode_histogram(&rec.latency),
             generator: Generator {
                 threads: cfg.threads,
@@ -273,11 +333,12 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  {} {} and {} connections, {} loop, keep-alive",
+            "  {} {} and {} connections, {}, keep-alive{}",
             c.threads,
             plural(c.threads as u64, "thread", "threads"),
             c.connections,
-            c.mode
+            if c.mode == "rate" { "open loop" } else { "closed loop" },
+            if c.pipeline > 1 { format!(", pipelined {} deep", c.pipeline) } else { String::new() }
         );
         let _ = writeln!(s, "  Latency     Avg       Stdev     Min       Max       +/- Stdev");
         let _ = writeln!(
@@ -338,6 +399,44 @@ impl Report {
             .collect();
         if !errs.is_empty() {
             let _ = writeln!(s, "Errors:  {}", errs.join(", "));
+        }
+        if let (Some(r), Some(u), Some(lag)) =
+            (&self.rate, &self.latency_uncorrected_us, &self.send_lag_us)
+        {
+            let target = if r.ramp_s > 0.0 {
+                format!("{:.0} -> {:.0}/s over {}", r.start_rps, r.target_rps, fmt_secs(r.ramp_s))
+            } else {
+                format!("{:.0}/s", r.target_rps)
+            };
+            let _ = writeln!(
+                s,
+                "Rate: target {target}, achieved {:.0}/s ({} of {} scheduled sent){}",
+                r.achieved_rps,
+                self.requests.sent,
+                r.scheduled,
+                if r.kept {
+                    ""
+                } else if r.idle_at_stop > 0 {
+                    "; behind schedule with connections free: the generator could not keep up"
+                } else {
+                    "; behind schedule with every connection busy: the target (or too few -c) set the pace"
+                }
+            );
+            let _ = writeln!(
+                s,
+                "Latency corrected above; uncorrected (from the actual write): p50 {} p99 {} max {}",
+                fmt_us(u.p50 as f64),
+                fmt_us(u.p99 as f64),
+                fmt_us(u.max as f64)
+            );
+            let _ = writeln!(
+                s,
+                "Send lag (write after its slot): p50 {} p90 {} p99 {} max {}",
+                fmt_us(lag.p50 as f64),
+                fmt_us(lag.p90 as f64),
+                fmt_us(lag.p99 as f64),
+                fmt_us(lag.max as f64)
+            );
         }
         let g = &self.generator;
         let _ = write!(
@@ -481,6 +580,8 @@ mod tests {
                 crate::Interval { elapsed_s: 2.001, sent: 300, completed: 297, failed: 2 },
             ],
             stopped_early: false,
+            due_unsent: 0,
+            idle_at_stop: 0,
         };
         (cfg, result)
     }

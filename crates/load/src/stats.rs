@@ -63,7 +63,13 @@ pub struct Recorder {
     pub connects: u64,
     /// Connections reopened after the server closed one or an error.
     pub reconnects: u64,
+    /// Latency from the request's intended send time (its schedule slot in open loop; the
+    /// write in closed loop, where both are the same).
     pub latency: Histogram<u64>,
+    /// Open loop only: latency from the actual write, which a stall hides.
+    pub latency_uncorrected: Histogram<u64>,
+    /// Open loop only: actual write minus intended send time.
+    pub send_lag: Histogram<u64>,
 }
 
 impl Default for Recorder {
@@ -81,6 +87,8 @@ impl Default for Recorder {
             connects: 0,
             reconnects: 0,
             latency: new_histogram(),
+            latency_uncorrected: new_histogram(),
+            send_lag: new_histogram(),
         }
     }
 }
@@ -94,6 +102,18 @@ impl Recorder {
             *slot += 1;
         }
         self.latency.saturating_record(latency_us.max(1));
+    }
+
+    /// Open loop: the latency from the actual write beside the corrected one.
+    #[inline]
+    pub fn uncorrected(&mut self, latency_us: u64) {
+        self.latency_uncorrected.saturating_record(latency_us.max(1));
+    }
+
+    /// Open loop: how late a request was written after its slot.
+    #[inline]
+    pub fn lag(&mut self, lag_us: u64) {
+        self.send_lag.saturating_record(lag_us.max(1));
     }
 
     /// Counts `n` failed requests of `class`; the message is built only for the first one.
@@ -129,6 +149,8 @@ impl Recorder {
         self.reconnects += other.reconnects;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency.add(&other.latency);
+        let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
+        let _ = self.send_lag.add(&other.send_lag);
     }
 
     /// Non-zero status counts, by code.

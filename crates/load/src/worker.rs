@@ -17,7 +17,7 @@ use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{LoadConfig, StatusSet};
-use crate::pacer::Pacer;
+use crate::pacer::{Pacer, Schedule};
 use crate::stats::{io_message, ErrorClass, Recorder};
 use qpslab_sys::epoll::{self as poll, Epoll};
 
@@ -86,6 +86,10 @@ pub(crate) struct ThreadOutcome {
     pub in_flight: u64,
     pub cpu: CpuTime,
     pub ended: Instant,
+    /// Open loop: requests due but not sent when the run stopped.
+    pub due_unsent: u64,
+    /// Open loop: connections free (waiting for the schedule) when the run stopped.
+    pub idle_at_stop: usize,
 }
 
 /// Run-wide, read-only inputs of every thread.
@@ -102,6 +106,8 @@ pub(crate) struct Shared<'a> {
 #[derive(Debug, Clone, Copy)]
 struct Req {
     sent_at: Instant,
+    /// When it was meant to go: its open-loop slot, else `sent_at`. Latency counts from here.
+    intended: Instant,
     /// Issued after warm-up: counts in every figure.
     counted: bool,
 }
@@ -127,6 +133,10 @@ struct Conn {
     /// Requests committed while the connection was being opened.
     waiting: u64,
     waiting_counted: bool,
+    /// Open loop: the slot time of the request waiting for the connect.
+    waiting_intended: Option<Instant>,
+    /// In the worker's idle list (open loop: free, waiting for the schedule).
+    idle: bool,
     write_pos: usize,
     write_end: usize,
     out_armed: bool,
@@ -135,12 +145,27 @@ struct Conn {
     ever_connected: bool,
 }
 
+/// When the requests of one write were meant to go.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// Closed loop: when they go; whether they count was decided when they were granted.
+    Now(bool),
+    /// One open-loop request granted before its connection was open.
+    At(Instant),
+    /// Open loop: consecutive schedule slots from this one.
+    Slots(u64),
+}
+
 /// What parsing a read's worth of bytes left the connection in.
 enum Absorbed {
     Keep,
     /// The server ends the connection after this response.
     Close,
 }
+
+/// Open loop: the shortest sleep between sends; a request waits at most this long past its
+/// slot for the wake-up (its latency still counts from the slot).
+const WAKE_QUANTUM: Duration = Duration::from_micros(50);
 
 pub(crate) struct Worker<'a> {
     shared: &'a Shared<'a>,
@@ -152,6 +177,8 @@ pub(crate) struct Worker<'a> {
     buf: Box<[u8]>,
     /// Requests committed and not yet answered or failed.
     outstanding: u64,
+    /// Open loop: connections that can take a request when one falls due.
+    idle: Vec<usize>,
     measuring: bool,
     tick: Duration,
 }
@@ -177,6 +204,8 @@ impl<'a> Worker<'a> {
                 inflight: VecDeque::with_capacity(cfg.pipeline),
                 waiting: 0,
                 waiting_counted: false,
+                waiting_intended: None,
+                idle: false,
                 write_pos: 0,
                 write_end: 0,
                 out_armed: false,
@@ -190,10 +219,21 @@ impl<'a> Worker<'a> {
             progress,
             epoll: Epoll::new()?,
             conns,
-            pacer: Pacer::closed(cfg.requests_of(index)),
+            pacer: match cfg.thread_rate() {
+                // Every thread's schedule starts with the run (warm-up included), together.
+                Some(rate) => Pacer::open(
+                    Schedule {
+                        start: shared.measure_start.checked_sub(cfg.warmup).unwrap_or(now),
+                        rate,
+                    },
+                    cfg.requests_of(index),
+                ),
+                None => Pacer::closed(cfg.requests_of(index)),
+            },
             rec: Recorder::default(),
             buf: vec![0u8; READ_BUF].into_boxed_slice(),
             outstanding: 0,
+            idle: Vec::new(),
             measuring: false,
             tick: (cfg.timeout / 10).clamp(Duration::from_millis(1), MAX_TICK),
         })
@@ -203,18 +243,40 @@ impl<'a> Worker<'a> {
         let mut cpu_start = CpuTime::of_current_thread();
         let mut now = Instant::now();
         self.measuring = now >= self.shared.measure_start;
+        let open = self.pacer.is_open();
+        if open {
+            // The kernel lets a timed wait run up to the thread's timer slack (50 us by default)
+            // late; a schedule wants its wake-ups on time.
+            // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only this thread.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        }
         for idx in 0..self.conns.len() {
-            self.issue(idx, now);
+            if open {
+                // Open loop connects everything up front; requests go when they fall due.
+                self.connect(idx, now);
+            } else {
+                self.issue(idx, now);
+            }
         }
         let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         loop {
-            let wake = self.shared.stop_at.map_or(next_tick, |s| s.min(next_tick));
-            let n = self.epoll.wait(&mut events, ms_until(now, wake))?;
+            let mut wake = self.shared.stop_at.map_or(next_tick, |s| s.min(next_tick));
+            if !self.idle.is_empty() {
+                if let Some(due) = self.pacer.next_due() {
+                    // Requests due within one quantum go in one wake-up: at high rates a
+                    // wake-up per request would cost more CPU than the requests.
+                    wake = wake.min(due.max(now + WAKE_QUANTUM));
+                }
+            }
+            let n = self.epoll.wait_for(&mut events, wake.saturating_duration_since(now))?;
             for ev in &events[..n] {
                 self.dispatch(ev.u64, ev.events);
             }
             now = Instant::now();
+            if open {
+                self.send_due(now);
+            }
             if !self.measuring && now >= self.shared.measure_start {
                 self.measuring = true;
                 cpu_start = CpuTime::of_current_thread();
@@ -232,7 +294,9 @@ impl<'a> Worker<'a> {
         self.publish();
         let in_flight = self.conns.iter().map(Conn::counted_outstanding).sum();
         let cpu = CpuTime::of_current_thread().since(cpu_start);
-        Ok(ThreadOutcome { rec: self.rec, in_flight, cpu, ended: now })
+        let due_unsent = if open { self.pacer.due(now) } else { 0 };
+        let idle_at_stop = self.idle.len();
+        Ok(ThreadOutcome { rec: self.rec, in_flight, cpu, ended: now, due_unsent, idle_at_stop })
     }
 
     fn token(&self, idx: usize) -> u64 {
@@ -266,7 +330,7 @@ impl<'a> Worker<'a> {
 
     /// Gives the connection as many requests as the pacer allows.
     fn issue(&mut self, idx: usize, now: Instant) {
-        let counted = now >= self.shared.measure_start;
+        let measure_start = self.shared.measure_start;
         let depth = self.shared.cfg.pipeline as u64;
         let c = &mut self.conns[idx];
         match c.phase {
@@ -275,14 +339,18 @@ impl<'a> Worker<'a> {
                 if c.retry_at.is_some_and(|t| now < t) {
                     return;
                 }
-                let k = self.pacer.grant(1);
+                let (k, slot) = self.pacer.grant(1, now);
                 if k == 0 {
-                    return;
+                    return self.mark_idle(idx);
                 }
+                let intended = self.pacer.is_open().then(|| self.pacer.slot_time(slot, now));
+                let counted = intended.unwrap_or(now) >= measure_start;
+                let c = &mut self.conns[idx];
                 c.retry_at = None;
                 c.waiting = k;
                 c.waiting_counted = counted;
-                self.commit(k, counted);
+                c.waiting_intended = intended;
+                self.commit(k, u64::from(counted));
                 self.connect(idx, now);
             }
             Phase::Open => {
@@ -290,31 +358,77 @@ impl<'a> Worker<'a> {
                     return;
                 }
                 let free = depth - c.inflight.len() as u64;
-                let k = self.pacer.grant(free);
-                if k == 0 {
+                if free == 0 {
                     return;
                 }
-                self.start_write(idx, k, counted, now);
+                let (k, first) = self.pacer.grant(free, now);
+                if k == 0 {
+                    return self.mark_idle(idx);
+                }
+                let due = if self.pacer.is_open() {
+                    Due::Slots(first)
+                } else {
+                    Due::Now(now >= measure_start)
+                };
+                let counted = self.start_write(idx, k, due, now);
                 self.commit(k, counted);
                 self.flush(idx);
             }
         }
     }
 
-    fn commit(&mut self, k: u64, counted: bool) {
-        self.outstanding += k;
-        if counted {
-            self.rec.sent += k;
+    /// Open loop: remembers a connection that could take a request when one falls due.
+    fn mark_idle(&mut self, idx: usize) {
+        if self.pacer.is_open() && !self.pacer.exhausted() && !self.conns[idx].idle {
+            self.conns[idx].idle = true;
+            self.idle.push(idx);
         }
     }
 
-    fn start_write(&mut self, idx: usize, k: u64, counted: bool, now: Instant) {
+    /// Open loop: hands due requests to idle connections. Each connection is tried once per
+    /// call, so a connection that cannot take one (still writing) does not spin the loop.
+    fn send_due(&mut self, now: Instant) {
+        for _ in 0..self.idle.len() {
+            if self.pacer.due(now) == 0 {
+                return;
+            }
+            let Some(idx) = self.idle.pop() else { return };
+            self.conns[idx].idle = false;
+            self.issue(idx, now);
+        }
+    }
+
+    fn commit(&mut self, k: u64, counted: u64) {
+        self.outstanding += k;
+        self.rec.sent += counted;
+    }
+
+    /// Queues `k` requests on the connection; returns how many count (meant to go after
+    /// warm-up).
+    fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
+        let measure_start = self.shared.measure_start;
         let c = &mut self.conns[idx];
-        for _ in 0..k {
-            c.inflight.push_back(Req { sent_at: now, counted });
+        let mut counted_n = 0;
+        for i in 0..k {
+            let (intended, counted) = match due {
+                Due::Now(counted) => (now, counted),
+                Due::At(t) => (t, t >= measure_start),
+                Due::Slots(first) => {
+                    let t = self.pacer.slot_time(first + i, now);
+                    (t, t >= measure_start)
+                }
+            };
+            if counted {
+                counted_n += 1;
+                if !matches!(due, Due::Now(_)) {
+                    self.rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
+                }
+            }
+            c.inflight.push_back(Req { sent_at: now, intended, counted });
         }
         c.write_pos = 0;
         c.write_end = k as usize * self.shared.cfg.targets[c.target].request.len();
+        counted_n
     }
 
     fn connect(&mut self, idx: usize, now: Instant) {
@@ -367,9 +481,9 @@ impl<'a> Worker<'a> {
         c.ever_connected = true;
         self.progress.connected.store(true, Ordering::Relaxed);
         let waiting = std::mem::take(&mut c.waiting);
-        let counted = c.waiting_counted;
+        let due = c.waiting_intended.take().map_or(Due::Now(c.waiting_counted), Due::At);
         if waiting > 0 {
-            self.start_write(idx, waiting, counted, now);
+            self.start_write(idx, waiting, due, now);
             // Leaves OUT armed until the write completes, so it is disarmed once, in flush.
             self.flush(idx);
         } else {
@@ -477,7 +591,14 @@ impl<'a> Worker<'a> {
                 return Err("response received with no request in flight".into());
             };
             self.outstanding -= 1;
-            record(&mut self.rec, &self.shared.cfg.accept_status, req, resp, now);
+            record(
+                &mut self.rec,
+                &self.shared.cfg.accept_status,
+                self.pacer.is_open(),
+                req,
+                resp,
+                now,
+            );
             if !resp.keep_alive {
                 outcome = Absorbed::Close;
                 break;
@@ -499,7 +620,14 @@ impl<'a> Worker<'a> {
             Ok(Some(resp)) => {
                 if let Some(req) = c.inflight.pop_front() {
                     self.outstanding -= 1;
-                    record(&mut self.rec, &self.shared.cfg.accept_status, req, resp, now);
+                    record(
+                        &mut self.rec,
+                        &self.shared.cfg.accept_status,
+                        self.pacer.is_open(),
+                        req,
+                        resp,
+                        now,
+                    );
                 }
                 self.close_after_response(idx, now);
             }
@@ -560,6 +688,7 @@ impl<'a> Worker<'a> {
         c.carry.clear();
         c.inflight.clear();
         c.waiting = 0;
+        c.waiting_intended = None;
         c.write_pos = 0;
         c.write_end = 0;
         c.out_armed = false;
@@ -610,18 +739,22 @@ impl Conn {
 
 /// Records a response to a counted request: status, ok-ness, latency from the write.
 #[inline]
-fn record(rec: &mut Recorder, accept: &StatusSet, req: Req, resp: Response, now: Instant) {
+fn record(
+    rec: &mut Recorder,
+    accept: &StatusSet,
+    open: bool,
+    req: Req,
+    resp: Response,
+    now: Instant,
+) {
     if req.counted {
         let ok = resp.status < 400 || accept.contains(resp.status);
-        let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+        let us = now.saturating_duration_since(req.intended).as_micros() as u64;
         rec.response(resp.status, ok, us);
+        if open {
+            rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
+        }
     }
-}
-
-/// Milliseconds from `now` to `wake`, rounded up so the loop does not spin before a deadline.
-fn ms_until(now: Instant, wake: Instant) -> i32 {
-    let d = wake.saturating_duration_since(now);
-    d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
 }
 
 pub(crate) fn fmt_duration(d: Duration) -> String {

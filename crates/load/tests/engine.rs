@@ -322,3 +322,72 @@ fn threads_are_pinned_to_the_listed_cpus() {
     assert_eq!(seen.get("0").map(String::as_str), Some("1"), "{seen:?}");
     assert_eq!(seen.get("1").map(String::as_str), Some("0"), "{seen:?}");
 }
+
+#[test]
+fn open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    o.rate = Some("5000".into());
+    o.duration = Some(Duration::from_secs(10));
+    o.connections = Some(20);
+    let report = run(&o);
+    let rate = report.rate.as_ref().expect("open loop reports its rate");
+    let err = |v: f64, want: f64| (v - want).abs() / want;
+    assert!(err(report.requests.sent as f64, 50_000.0) < 0.02, "{:?}", report.requests);
+    assert!(err(rate.achieved_rps, 5000.0) < 0.02, "{rate:?}");
+    assert!(err(report.throughput_rps, 5000.0) < 0.02, "{}", report.throughput_rps);
+    assert!(rate.kept && rate.scheduled.abs_diff(50_000) <= 50, "{rate:?}");
+    assert_eq!(report.config.mode, "rate");
+    // Every full second of the run is on the rate, not just the total.
+    for row in &report.intervals[..9] {
+        assert!(err(row.rps, 5000.0) < 0.05, "{row:?}");
+    }
+    assert_eq!(report.generator.verdict, "ok");
+    let logged = nginx.access_log(report.requests.completed as usize).len() as u64;
+    assert!(logged >= report.requests.completed && logged <= report.requests.sent, "{logged}");
+}
+
+#[test]
+fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected() {
+    // Every response written between 2 s and 3 s after the start waits until 3 s.
+    let start = Instant::now();
+    let server = Scripted::start(move |_, s| {
+        let t = start.elapsed();
+        if t >= Duration::from_secs(2) && t < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_secs(3) - t);
+        }
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.rate = Some("1000".into());
+    o.duration = Some(Duration::from_secs(5));
+    o.connections = Some(10);
+    let report = run(&o);
+    let corrected = report.latency_us;
+    let uncorrected = report.latency_uncorrected_us.expect("open loop");
+    // About 1000 of 5000 requests were due during the stall and waited up to 1 s.
+    assert!(corrected.p99 >= 500_000, "corrected {corrected:?}");
+    assert!(corrected.max >= 900_000, "corrected {corrected:?}");
+    // Only the 10 requests on the wire saw the stall from their write.
+    assert!(uncorrected.p99 < 100_000, "uncorrected {uncorrected:?}");
+    assert!(uncorrected.max >= 900_000, "uncorrected {uncorrected:?}");
+    let lag = report.send_lag_us.expect("open loop");
+    assert!(lag.max >= 900_000, "requests queued behind the stall were sent late: {lag:?}");
+    assert!(report.rate.unwrap().kept, "the backlog was sent once the stall ended");
+}
+
+#[test]
+fn pipelined_requests_are_counted_exactly() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    // 20 connections x about 250 requests: below nginx's keepalive_requests (1000), whose
+    // Connection: close would fail the requests pipelined behind it.
+    o.pipeline = 16;
+    o.requests = Some(5_000);
+    o.connections = Some(20);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 5_000, "{:?}", report.error_examples);
+    assert_eq!(report.config.pipeline, 16);
+    assert_eq!(nginx.access_log(5_000).len(), 5_000, "nginx saw exactly the requests sent");
+}

@@ -69,6 +69,48 @@ impl Epoll {
     }
 }
 
+impl Epoll {
+    /// Waits up to `timeout` with nanosecond resolution (epoll_pwait2, Linux 5.11), so an
+    /// open-loop schedule is kept to well under a millisecond; on older kernels it falls back to
+    /// epoll_wait with the timeout rounded up to whole milliseconds.
+    pub fn wait_for(
+        &self,
+        events: &mut [Event],
+        timeout: std::time::Duration,
+    ) -> io::Result<usize> {
+        let max = events.len().min(i32::MAX as usize) as i32;
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: the kernel writes at most `max` entries into `events` and reads `ts`, both
+        // alive across the call; a null sigmask means "leave the mask alone".
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                max,
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENOSYS) => {
+                    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                    self.wait(events, ms)
+                }
+                Some(libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(n as usize)
+    }
+}
+
 pub fn empty_event() -> Event {
     libc::epoll_event { events: 0, u64: 0 }
 }

@@ -120,6 +120,46 @@ fn other_bad_flags_name_the_flag() {
     usage_error(&["load", "--cpus", "100000", "http://127.0.0.1:1/"], "--cpus");
     usage_error(&["load", "--timeout", "soon", "http://127.0.0.1:1/"], "--timeout");
     usage_error(&["load", "-m", "GE T", "http://127.0.0.1:1/"], "method");
+    usage_error(&["load", "-R", "0", "http://127.0.0.1:1/"], "--rate");
+    usage_error(&["load", "-R", "fast", "http://127.0.0.1:1/"], "--rate");
+    usage_error(&["load", "-R", "100:1000", "http://127.0.0.1:1/"], "--ramp");
+    usage_error(&["load", "-R", "100", "--ramp", "5s", "http://127.0.0.1:1/"], "--ramp");
+    usage_error(&["load", "--ramp", "5s", "http://127.0.0.1:1/"], "--ramp");
+    usage_error(&["load", "--pipeline", "0", "http://127.0.0.1:1/"], "--pipeline");
+}
+
+#[test]
+fn open_loop_json_reports_both_latencies_send_lag_and_the_schedule() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let out = qpslab(&[
+        "load",
+        "-R",
+        "500:1500",
+        "--ramp",
+        "1s",
+        "-d",
+        "2s",
+        "-c",
+        "8",
+        "-t",
+        "1",
+        "--json",
+        &server.url("/"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_load_contract(&v);
+    assert_eq!(v["config"]["mode"], "rate");
+    // 1000 requests in the ramp (average 1000/s over 1 s), then 1500 in the second second.
+    let scheduled = v["rate"]["scheduled"].as_u64().unwrap();
+    assert!(scheduled.abs_diff(2500) <= 10, "{}", v["rate"]);
+    assert_eq!(v["rate"]["kept"], true, "{}", v["rate"]);
+    for key in ["latency_uncorrected_us", "send_lag_us"] {
+        assert!(v[key]["p99"].as_u64().is_some(), "{key}: {}", v[key]);
+    }
+    let closed = qpslab(&["load", "-n", "100", "-c", "2", "-t", "1", "--json", &server.url("/")]);
+    let v: serde_json::Value = serde_json::from_slice(&closed.stdout).unwrap();
+    assert!(v.get("rate").is_none() && v.get("send_lag_us").is_none(), "closed loop: no rate");
 }
 
 #[test]
