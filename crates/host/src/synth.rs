@@ -372,6 +372,24 @@ impl Counters {
     }
 }
 
+/// Every file under `dir` with its bytes: tests compare two of these to show that a tree is
+/// byte-identical after apply and revert.
+pub fn snapshot(dir: &Path) -> io::Result<BTreeMap<std::path::PathBuf, Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn write(dir: &Path, rel: &str, text: &str) -> io::Result<()> {
     let path = dir.join(rel);
     if let Some(parent) = path.parent() {

@@ -14,19 +14,7 @@ fn synthetic(shape: &Shape) -> tempfile::TempDir {
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, &mut out);
-    out
+    qpslab_host::synth::snapshot(dir).unwrap()
 }
 
 fn with_stdin(args: &[&str], input: &str) -> Output {
