@@ -9,23 +9,10 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use qpslab_http::{HeaderArg, RequestSpec};
-use thiserror::Error;
 
 use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
 
-/// A configuration error: which flag (or argument) and what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{flag}: {message}")]
-pub struct ConfigError {
-    pub flag: &'static str,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub fn new(flag: &'static str, message: impl Into<String>) -> Self {
-        Self { flag, message: message.into() }
-    }
-}
+pub use qpslab_sys::config_error::ConfigError;
 
 /// Default connection count when `-c` is not given (the design brief's reference runs use 100).
 pub const DEFAULT_CONNECTIONS: usize = 100;
@@ -122,15 +109,38 @@ impl Rate {
         }
     }
 
-    /// Requests due in the first `t` of the run.
+    /// Requests due in the first `t` of the run: the integral of the rate.
     pub fn due_by(&self, t: Duration) -> f64 {
         let (t, ramp) = (t.as_secs_f64(), self.ramp.as_secs_f64());
         let (r0, r1) = (self.start_rps, self.end_rps);
         if t < ramp {
             r0 * t + (r1 - r0) * t * t / (2.0 * ramp)
         } else {
-            (r0 + r1) * ramp / 2.0 + r1 * (t - ramp)
+            self.in_ramp() + r1 * (t - ramp)
         }
+    }
+
+    /// Seconds into the run at which request `k` is due (slot 0 at 0): the inverse of
+    /// [`Self::due_by`].
+    pub fn time_of(&self, k: f64) -> f64 {
+        let ramp = self.ramp.as_secs_f64();
+        let (r0, r1) = (self.start_rps, self.end_rps);
+        if k < self.in_ramp() {
+            let a = (r1 - r0) / ramp;
+            if a.abs() < 1e-9 {
+                k / r0
+            } else {
+                // k = r0 t + a t^2 / 2, the root that is >= 0.
+                (-r0 + (r0 * r0 + 2.0 * a * k).max(0.0).sqrt()) / a
+            }
+        } else {
+            ramp + (k - self.in_ramp()) / r1
+        }
+    }
+
+    /// Requests due during the ramp.
+    fn in_ramp(&self) -> f64 {
+        (self.start_rps + self.end_rps) * self.ramp.as_secs_f64() / 2.0
     }
 }
 

@@ -30,23 +30,9 @@ impl Schedule {
         self.rate.due_by(Duration::from_secs_f64(t))
     }
 
-    /// Seconds after the start at which slot `k` is due (the inverse of [`Rate::due_by`]).
+    /// Seconds after the start at which slot `k` is due.
     fn slot_secs(&self, k: u64) -> f64 {
-        let k = k as f64;
-        let ramp = self.rate.ramp.as_secs_f64();
-        let (r0, r1) = (self.rate.start_rps, self.rate.end_rps);
-        let in_ramp = (r0 + r1) * ramp / 2.0;
-        if k < in_ramp {
-            let a = (r1 - r0) / ramp;
-            if a.abs() < 1e-9 {
-                k / r0
-            } else {
-                // k = r0 t + a t^2 / 2, the root that is >= 0.
-                (-r0 + (r0 * r0 + 2.0 * a * k).max(0.0).sqrt()) / a
-            }
-        } else {
-            ramp + (k - in_ramp) / r1
-        }
+        self.rate.time_of(k as f64)
     }
 
     /// When slot `k` is due.

@@ -6,21 +6,8 @@ use std::time::Duration;
 
 use qpslab_http::request_head::HEADER_SLOTS;
 use qpslab_http::RequestLimits;
-use thiserror::Error;
 
-/// A configuration error: which flag and what to do.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{flag}: {message}")]
-pub struct ConfigError {
-    pub flag: &'static str,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub fn new(flag: &'static str, message: impl Into<String>) -> Self {
-        Self { flag, message: message.into() }
-    }
-}
+pub use qpslab_sys::config_error::ConfigError;
 
 /// How workers share the listening sockets (nginx's choices, seed 001).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -332,6 +332,11 @@ fn undo(
     Ok(report)
 }
 
+/// Whether `path` holds a CPU mask (IRQ affinity, RPS, XPS).
+pub(crate) fn is_mask_file(path: &str) -> bool {
+    ["smp_affinity", "rps_cpus", "xps_cpus"].iter().any(|m| path.ends_with(m))
+}
+
 /// Whether two contents of `path` mean the same value: equal apart from whitespace, and for
 /// CPU masks equal as sets (`00000003` and `3`).
 pub fn same(path: &str, a: &str, b: &str) -> bool {

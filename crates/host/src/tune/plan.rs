@@ -436,7 +436,8 @@ fn queues(n: usize) -> String {
     }
 }
 
-fn list_or_off(set: &CpuSet) -> String {
+/// A CPU set as people read it: a list, or "off" when empty (RPS/XPS disabled).
+pub(crate) fn list_or_off(set: &CpuSet) -> String {
     if set.is_empty() {
         "off".into()
     } else {
@@ -482,7 +483,6 @@ fn per_netns(name: &str) -> bool {
 
 /// Plans `name` raised to `target` (never lowered); skipped when absent or host-wide inside a
 /// namespace.
-#[allow(clippy::too_many_arguments, reason = "one call site per sysctl reads best flat")]
 fn sysctl_change(
     host: &Host,
     name: &str,

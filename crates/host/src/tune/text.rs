@@ -78,10 +78,8 @@ pub fn plan_text(plan: &Plan) -> String {
 
 /// A file's content as people read it: CPU masks as lists ("off" when empty), others trimmed.
 fn value(path: &str, text: &str) -> String {
-    let is_mask = ["smp_affinity", "rps_cpus", "xps_cpus"].iter().any(|m| path.ends_with(m));
     match crate::cpuset::CpuSet::parse_mask(text) {
-        Ok(set) if is_mask && set.is_empty() => "off".into(),
-        Ok(set) if is_mask => set.to_list(),
+        Ok(set) if super::apply::is_mask_file(path) => super::plan::list_or_off(&set),
         _ => text.split_ascii_whitespace().collect::<Vec<_>>().join(" "),
     }
 }
