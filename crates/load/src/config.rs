@@ -6,12 +6,16 @@
 //! the `--body @FILE`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use qpslab_http::{HeaderArg, RequestSpec};
 
 use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
 
+pub use crate::rate::Rate;
+use crate::source::{self, PortBudget, SourceRange};
+use crate::targets;
 pub use qpslab_sys::config_error::ConfigError;
 
 /// Default connection count when `-c` is not given (the design brief's reference runs use 100).
@@ -43,6 +47,18 @@ pub struct LoadOptions {
     pub ramp: Option<Duration>,
     /// Requests kept in flight per connection.
     pub pipeline: usize,
+    /// Open loop: a stage file (`DURATION RATE` or `DURATION A:B` per line) instead of `rate`.
+    pub stages: Option<PathBuf>,
+    /// More targets, one request per line (`METHOD URL [Name: value]... [weight=N]`).
+    pub targets_file: Option<PathBuf>,
+    /// A new connection for every request, closed after its response.
+    pub conn_per_request: bool,
+    /// Close connections with a reset (SO_LINGER 0), leaving no TIME_WAIT on the generator.
+    pub rst_close: bool,
+    /// Source addresses (and ports) to bind outgoing connections to.
+    pub source: Option<String>,
+    /// Per-second HdrHistogram interval log of corrected latency.
+    pub log: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -64,83 +80,13 @@ impl Default for LoadOptions {
             rate: None,
             ramp: None,
             pipeline: 1,
+            stages: None,
+            targets_file: None,
+            conn_per_request: false,
+            rst_close: false,
+            source: None,
+            log: None,
         }
-    }
-}
-
-/// An open-loop rate: requests/s for the whole run (all threads), ramping linearly from
-/// `start_rps` to `end_rps` over `ramp`, then constant.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate {
-    pub start_rps: f64,
-    pub end_rps: f64,
-    pub ramp: Duration,
-}
-
-impl Rate {
-    /// Parses `--rate N` or `--rate A:B` with `--ramp DUR`.
-    pub fn parse(text: &str, ramp: Option<Duration>) -> Result<Rate, ConfigError> {
-        let number = |s: &str| match s.trim().parse::<f64>() {
-            Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-            _ => Err(ConfigError::new(
-                "--rate",
-                format!(
-                    "{s:?} is not a positive number of requests/s; write e.g. 5000 or 1000:50000"
-                ),
-            )),
-        };
-        match (text.split_once(':'), ramp) {
-            (None, None) => {
-                let r = number(text)?;
-                Ok(Rate { start_rps: r, end_rps: r, ramp: Duration::ZERO })
-            }
-            (None, Some(_)) => Err(ConfigError::new(
-                "--ramp",
-                "needs a rate range to ramp over, e.g. --rate 1000:50000 --ramp 30s",
-            )),
-            (Some(_), None) => Err(ConfigError::new(
-                "--rate",
-                format!("{text:?} is a range: give --ramp DUR, the time to go from one rate to the other"),
-            )),
-            (Some(_), Some(d)) if d.is_zero() => {
-                Err(ConfigError::new("--ramp", "must be greater than zero, e.g. 30s"))
-            }
-            (Some((a, b)), Some(d)) => Ok(Rate { start_rps: number(a)?, end_rps: number(b)?, ramp: d }),
-        }
-    }
-
-    /// Requests due in the first `t` of the run: the integral of the rate.
-    pub fn due_by(&self, t: Duration) -> f64 {
-        let (t, ramp) = (t.as_secs_f64(), self.ramp.as_secs_f64());
-        let (r0, r1) = (self.start_rps, self.end_rps);
-        if t < ramp {
-            r0 * t + (r1 - r0) * t * t / (2.0 * ramp)
-        } else {
-            self.in_ramp() + r1 * (t - ramp)
-        }
-    }
-
-    /// Seconds into the run at which request `k` is due (slot 0 at 0): the inverse of
-    /// [`Self::due_by`].
-    pub fn time_of(&self, k: f64) -> f64 {
-        let ramp = self.ramp.as_secs_f64();
-        let (r0, r1) = (self.start_rps, self.end_rps);
-        if k < self.in_ramp() {
-            let a = (r1 - r0) / ramp;
-            if a.abs() < 1e-9 {
-                k / r0
-            } else {
-                // k = r0 t + a t^2 / 2, the root that is >= 0.
-                (-r0 + (r0 * r0 + 2.0 * a * k).max(0.0).sqrt()) / a
-            }
-        } else {
-            ramp + (k - self.in_ramp()) / r1
-        }
-    }
-
-    /// Requests due during the ramp.
-    fn in_ramp(&self) -> f64 {
-        (self.start_rps + self.end_rps) * self.ramp.as_secs_f64() / 2.0
     }
 }
 
@@ -148,11 +94,14 @@ impl Rate {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub url: String,
+    pub method: String,
     pub addr: SocketAddr,
     /// The encoded request, written as is for every request.
     pub request: Vec<u8>,
     /// HEAD requests get responses without a body.
     pub head: bool,
+    /// Share of the requests relative to the other targets (`weight=N` in a targets file).
+    pub weight: u32,
 }
 
 /// Status codes >= 400 that count as success (`--accept-status`).
@@ -219,27 +168,63 @@ pub struct LoadConfig {
     pub pipeline: usize,
     /// Open loop at this rate; None: closed loop.
     pub rate: Option<Rate>,
+    pub conn_per_request: bool,
+    pub rst_close: bool,
+    pub source: Option<SourceRange>,
+    pub log: Option<PathBuf>,
 }
 
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
-        if opts.urls.is_empty() {
-            return Err(ConfigError::new("URL", "no target given; e.g. http://127.0.0.1:8080/"));
+        if opts.urls.is_empty() && opts.targets_file.is_none() {
+            return Err(ConfigError::new(
+                "URL",
+                "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
+            ));
         }
         let body = match &opts.body {
             None => Vec::new(),
             Some(b) => read_body(b)?,
         };
-        let headers = opts
+        let mut headers = opts
             .headers
             .iter()
             .map(|h| HeaderArg::parse(h).map_err(|e| ConfigError::new("--header", e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let targets = opts
+        if opts.conn_per_request
+            && !headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection"))
+        {
+            // The server closes after the response, as with ab (no -k) or wrk -H 'Connection: close'.
+            headers.push(HeaderArg { name: "Connection".into(), value: "close".into() });
+        }
+        let mut lines: Vec<targets::TargetLine> = opts
             .urls
             .iter()
-            .map(|u| resolve_target(u, &opts.method, &headers, &body))
+            .map(|u| targets::TargetLine {
+                method: opts.method.clone(),
+                url: u.clone(),
+                headers: Vec::new(),
+                weight: 1,
+            })
+            .collect();
+        if let Some(path) = &opts.targets_file {
+            lines.extend(targets::read_file(path)?);
+        }
+        let targets = lines
+            .iter()
+            .map(|l| {
+                // A header of the line replaces a -H header of the same name.
+                let mut hs: Vec<HeaderArg> = headers
+                    .iter()
+                    .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
+                    .cloned()
+                    .collect();
+                hs.extend(l.headers.iter().cloned());
+                let flag = if opts.urls.contains(&l.url) { "URL" } else { "--targets" };
+                resolve_target(&l.url, &l.method, &hs, &body, l.weight)
+                    .map_err(|e| ConfigError::new(flag, e.message))
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
@@ -287,19 +272,93 @@ impl LoadConfig {
             None => StatusSet::default(),
             Some(list) => StatusSet::parse(list)?,
         };
-        let rate = match (&opts.rate, opts.ramp) {
-            (Some(r), ramp) => Some(Rate::parse(r, ramp)?),
-            (None, Some(_)) => {
+        let rate = match (&opts.rate, opts.ramp, &opts.stages) {
+            (Some(_), _, Some(_)) => {
+                return Err(ConfigError::new(
+                    "--stages",
+                    "gives the rate itself; drop --rate (or drop --stages)",
+                ))
+            }
+            (None, Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "--ramp",
+                    "a stage file has its own ramps; drop --ramp",
+                ))
+            }
+            (Some(r), ramp, None) => Some(Rate::parse(r, ramp)?),
+            (None, None, Some(path)) => Some(Rate::from_stage_file(path)?),
+            (None, Some(_), None) => {
                 return Err(ConfigError::new(
                     "--ramp",
                     "needs --rate A:B, e.g. --rate 1000:50000 --ramp 30s",
                 ))
             }
-            (None, None) => None,
+            (None, None, None) => None,
+        };
+        // A stage file sets the run's length unless -d or -n does.
+        let duration = match (&rate, &opts.stages, opts.duration, opts.requests) {
+            (Some(r), Some(_), None, None) => Some(r.staged()),
+            _ => duration,
         };
         if opts.pipeline == 0 || opts.pipeline > 1024 {
             return Err(ConfigError::new("--pipeline", "must be between 1 and 1024"));
         }
+        if opts.conn_per_request && opts.pipeline > 1 {
+            return Err(ConfigError::new(
+                "--pipeline",
+                "cannot pipeline with --conn-per-request (one request per connection); drop one",
+            ));
+        }
+        if opts.rst_close && !opts.conn_per_request {
+            return Err(ConfigError::new(
+                "--rst-close",
+                "applies to --conn-per-request (keep-alive connections are not closed); add it",
+            ));
+        }
+        let distinct = {
+            let mut addrs: Vec<SocketAddr> = targets.iter().map(|t| t.addr).collect();
+            addrs.sort();
+            addrs.dedup();
+            addrs.len()
+        };
+        if distinct > connections {
+            return Err(ConfigError::new(
+                "--connections",
+                format!(
+                    "{distinct} target addresses need at least {distinct} connections (each \
+                     connection stays with one address); give -c {distinct} or more"
+                ),
+            ));
+        }
+        let source = match &opts.source {
+            None => None,
+            Some(text) => {
+                let range = SourceRange::parse(text)?;
+                if let Some(t) = targets.iter().find(|t| t.addr.is_ipv4() != range.is_ipv4()) {
+                    return Err(ConfigError::new(
+                        "--source",
+                        format!(
+                            "{text:?} and the target {} are of different address families; \
+                             give IPv{} sources",
+                            t.url,
+                            if t.addr.is_ipv4() { 4 } else { 6 }
+                        ),
+                    ));
+                }
+                if let Some((lo, hi)) = range.ports {
+                    if usize::from(hi - lo) + 1 < threads {
+                        return Err(ConfigError::new(
+                            "--source",
+                            format!(
+                                "port range {lo}-{hi} has fewer ports than the {threads} threads \
+                                 (each thread binds its own ports); widen it"
+                            ),
+                        ));
+                    }
+                }
+                Some(range)
+            }
+        };
         Ok(Self {
             targets,
             threads,
@@ -313,6 +372,10 @@ impl LoadConfig {
             max_error_rate: opts.max_error_rate,
             pipeline: opts.pipeline,
             rate,
+            conn_per_request: opts.conn_per_request,
+            rst_close: opts.rst_close,
+            source,
+            log: opts.log.clone(),
         })
     }
 
@@ -328,19 +391,78 @@ impl LoadConfig {
 
     /// Short name of the load model, as reported in `config.mode`.
     pub fn mode(&self) -> &'static str {
-        if self.rate.is_some() {
-            "rate"
-        } else {
-            "closed"
+        match (self.conn_per_request, self.rate.is_some()) {
+            (true, true) => "conn-per-request-rate",
+            (true, false) => "conn-per-request",
+            (false, true) => "rate",
+            (false, false) => "closed",
         }
     }
 
     /// Each thread's share of the open-loop rate (threads take equal shares).
     pub fn thread_rate(&self) -> Option<Rate> {
-        self.rate.map(|r| {
-            let n = self.threads as f64;
-            Rate { start_rps: r.start_rps / n, end_rps: r.end_rps / n, ramp: r.ramp }
-        })
+        self.rate.as_ref().map(|r| r.share(self.threads as f64))
+    }
+
+    /// The target groups (targets sharing an address), requests laid out for `pipeline`.
+    pub fn groups(&self) -> Vec<targets::Group> {
+        targets::groups(&self.targets, self.pipeline)
+    }
+
+    /// The group of each connection, by global connection number.
+    pub fn connection_groups(&self) -> Vec<usize> {
+        let weights: Vec<u64> = self.groups().iter().map(|g| g.weight).collect();
+        targets::deal_connections(&weights, self.connections)
+    }
+
+    /// Source tuples against what the run needs, for each destination; the first entry is the
+    /// tightest.
+    pub fn port_budgets(&self) -> Vec<PortBudget> {
+        let groups = self.groups();
+        let dealt = self.connection_groups();
+        let ephemeral = source::ephemeral_ports();
+        let mut out: Vec<PortBudget> = groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                let concurrent = dealt.iter().filter(|&&x| x == g).count() as u64;
+                let tuples = match &self.source {
+                    Some(r) => r.count.saturating_mul(r.ports_per_addr(ephemeral)),
+                    None => ephemeral,
+                };
+                let hold_s = if !self.conn_per_request || self.rst_close {
+                    0.0
+                } else if source::tw_reuse_applies(&group.addr) {
+                    source::TW_REUSE_S
+                } else {
+                    source::TIME_WAIT_S
+                };
+                let share = concurrent as f64 / self.connections as f64;
+                PortBudget {
+                    destination: group.addr,
+                    tuples,
+                    concurrent,
+                    hold_s,
+                    sustainable_cps: (hold_s > 0.0).then(|| tuples as f64 / hold_s),
+                    planned_cps: match (&self.rate, self.conn_per_request) {
+                        (Some(r), true) => Some(
+                            r.segments
+                                .iter()
+                                .map(|s| s.start_rps.max(s.end_rps))
+                                .fold(r.hold_rps, f64::max)
+                                * share,
+                        ),
+                        _ => None,
+                    },
+                }
+            })
+            .collect();
+        let slack = |b: &PortBudget| {
+            let need = b.planned_cps.map_or(0.0, |p| p * b.hold_s).max(b.concurrent as f64);
+            b.tuples as f64 - need
+        };
+        out.sort_by(|a, b| slack(a).total_cmp(&slack(b)));
+        out
     }
 }
 
@@ -387,6 +509,7 @@ fn resolve_target(
     method: &str,
     headers: &[HeaderArg],
     body: &[u8],
+    weight: u32,
 ) -> Result<Target, ConfigError> {
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
@@ -436,7 +559,14 @@ fn resolve_target(
         body: body.to_vec(),
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
-    Ok(Target { url: url.to_string(), addr, request, head: spec.is_head() })
+    Ok(Target {
+        url: url.to_string(),
+        method: method.to_string(),
+        addr,
+        request,
+        head: spec.is_head(),
+        weight,
+    })
 }
 
 #[cfg(test)]

@@ -6,17 +6,25 @@
 //! CLI does.
 
 pub mod config;
+pub mod hlog;
 mod pacer;
+pub mod rate;
 pub mod report;
+pub mod source;
 pub mod stats;
+pub mod targets;
 mod worker;
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
+use hdrhistogram::Histogram;
 use thiserror::Error;
+
+use worker::Msg;
 
 pub use config::{ConfigError, LoadConfig, LoadOptions, Target};
 pub use report::Report;
@@ -74,6 +82,12 @@ pub struct RunResult {
     pub due_unsent: u64,
     /// Open loop: connections that were free, waiting for the schedule, when the run stopped.
     pub idle_at_stop: usize,
+    /// `in_flight_at_stop` by target.
+    pub in_flight_by_target: Vec<u64>,
+    /// `--log` could not be written completely (the run itself is whole).
+    pub log_error: Option<String>,
+    /// Source tuples against the run's needs, for the tightest destination.
+    pub port_budget: Option<source::PortBudget>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -89,6 +103,10 @@ pub fn request_stop() {
 /// duration.
 pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     ensure_fd_limit(cfg.connections, cfg.threads)?;
+    if let Some(msg) = cfg.port_budgets().first().and_then(source::PortBudget::error) {
+        let flag = if cfg.source.is_some() { "--source" } else { "--connections" };
+        return Err(ConfigError::new(flag, msg).into());
+    }
     let wait = cfg.timeout.min(Duration::from_secs(3));
     for t in &cfg.targets {
         TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
@@ -109,13 +127,23 @@ pub fn run(
     ensure_fd_limit(cfg.connections, cfg.threads)?;
     STOP.store(false, Ordering::Relaxed);
     let mut intervals = Vec::new();
-    let wires = cfg.targets.iter().map(|t| t.request.repeat(cfg.pipeline)).collect();
     let started_at = SystemTime::now();
     let start = Instant::now();
     let measure_start = start + cfg.warmup;
+    let mut log = match &cfg.log {
+        None => None,
+        Some(path) => Some(IntervalLog::new(
+            hlog::HlogWriter::create(path, started_at + cfg.warmup).map_err(|e| {
+                ConfigError::new("--log", format!("cannot create {}: {e}", path.display()))
+            })?,
+            cfg.threads,
+        )),
+    };
     let shared = worker::Shared {
         cfg,
-        wires,
+        groups: cfg.groups(),
+        conn_groups: cfg.connection_groups(),
+        heads: cfg.targets.iter().map(|t| t.head).collect(),
         measure_start,
         stop_at: cfg.duration.map(|d| measure_start + d),
         stop_flag: &STOP,
@@ -130,15 +158,16 @@ pub fn run(
                 std::thread::Builder::new()
                     .name(format!("qpslab-load-{i}"))
                     .spawn_scoped(scope, move || {
-                        let result = run_thread(shared, i, progress);
-                        let _ = done.send(());
+                        let result = run_thread(shared, i, progress, done.clone());
+                        let _ = done.send(Msg::Done);
                         result
                     })
                     .map_err(|source| LoadError::Thread { thread: i, source })
             })
             .collect();
         let running = handles.iter().filter(|h| h.is_ok()).count();
-        intervals = watch(&done_rx, running, &progress, measure_start, on_progress);
+        drop(done_tx);
+        intervals = watch(&done_rx, running, &progress, measure_start, on_progress, &mut log);
         handles
             .into_iter()
             .enumerate()
@@ -156,6 +185,7 @@ pub fn run(
     let mut cpu = CpuTime::default();
     let mut ended = measure_start;
     let (mut due_unsent, mut idle_at_stop) = (0, 0);
+    let mut in_flight_by_target = vec![0; cfg.targets.len()];
     for o in &outcomes {
         due_unsent += o.due_unsent;
         idle_at_stop += o.idle_at_stop;
@@ -163,18 +193,83 @@ pub fn run(
         in_flight_at_stop += o.in_flight;
         cpu = cpu + o.cpu;
         ended = ended.max(o.ended);
+        for (a, b) in in_flight_by_target.iter_mut().zip(&o.in_flight_by_target) {
+            *a += b;
+        }
     }
+    let duration = ended.saturating_duration_since(measure_start);
+    let log_error = log.map(|l| l.finish(duration)).and_then(Result::err);
     Ok(RunResult {
         rec,
         in_flight_at_stop,
-        duration: ended.saturating_duration_since(measure_start),
+        duration,
         cpu,
         started_at,
         intervals,
         stopped_early: STOP.load(Ordering::Relaxed),
         due_unsent,
         idle_at_stop,
+        in_flight_by_target,
+        log_error,
+        port_budget: cfg.port_budgets().into_iter().next(),
     })
+}
+
+/// `--log`: per-interval histograms as threads hand them over, merged over threads, written
+/// once every thread has moved past an interval (the rest when the run ends).
+struct IntervalLog {
+    writer: hlog::HlogWriter,
+    pending: BTreeMap<u32, Histogram<u64>>,
+    /// Per thread, the highest interval it has handed over.
+    reported: Vec<Option<u32>>,
+    error: Option<String>,
+}
+
+impl IntervalLog {
+    fn new(writer: hlog::HlogWriter, threads: usize) -> Self {
+        Self { writer, pending: BTreeMap::new(), reported: vec![None; threads], error: None }
+    }
+
+    fn add(&mut self, thread: usize, index: u32, hist: &Histogram<u64>) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.pending.entry(index).or_insert_with(stats::new_histogram).add(hist);
+        self.reported[thread] = self.reported[thread].max(Some(index));
+        let done_below = self.reported.iter().map(|r| r.unwrap_or(0)).min().unwrap_or(0);
+        while let Some(entry) = self.pending.first_entry() {
+            if *entry.key() >= done_below {
+                break;
+            }
+            let (i, h) = entry.remove_entry();
+            self.write(&h, i, Duration::from_secs(1));
+        }
+    }
+
+    fn write(&mut self, h: &Histogram<u64>, index: u32, length: Duration) {
+        if self.error.is_none() {
+            let start = Duration::from_secs(u64::from(index));
+            if let Err(e) = self.writer.write(h, start, length) {
+                self.error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// Writes what is left; the last interval ends with the run.
+    fn finish(mut self, run: Duration) -> Result<(), String> {
+        let last = self.pending.keys().next_back().copied();
+        for (i, h) in std::mem::take(&mut self.pending) {
+            let start = Duration::from_secs(u64::from(i));
+            let length =
+                if Some(i) == last { run.saturating_sub(start) } else { Duration::from_secs(1) };
+            if h.is_empty() && length < Duration::from_millis(1) {
+                continue; // the run ended on the interval boundary
+            }
+            self.write(&h, i, length);
+        }
+        match self.error {
+            Some(e) => Err(e),
+            None => self.writer.finish().map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// Descriptors a run needs besides one per connection and one epoll set per thread (std
@@ -200,17 +295,23 @@ pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<(), ConfigE
 /// Waits for `running` threads to report done; once a second, samples their counters for the
 /// progress callback and the per-second interval rows.
 fn watch(
-    done: &mpsc::Receiver<()>,
+    msgs: &mpsc::Receiver<Msg>,
     mut running: usize,
     progress: &[ThreadProgress],
     measure_start: Instant,
     on_progress: &mut dyn FnMut(&Progress),
+    log: &mut Option<IntervalLog>,
 ) -> Vec<Interval> {
     let mut intervals = Vec::new();
     let mut next = Instant::now() + Duration::from_secs(1);
     while running > 0 {
-        match done.recv_timeout(next.saturating_duration_since(Instant::now())) {
-            Ok(()) => running -= 1,
+        match msgs.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Ok(Msg::Done) => running -= 1,
+            Ok(Msg::Interval { thread, index, hist }) => {
+                if let Some(l) = log {
+                    l.add(thread, index, &hist);
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let p = sum_progress(progress, measure_start);
                 if !p.warming_up {
@@ -234,11 +335,12 @@ fn run_thread(
     shared: &worker::Shared<'_>,
     i: usize,
     progress: &ThreadProgress,
+    msgs: mpsc::Sender<Msg>,
 ) -> std::io::Result<worker::ThreadOutcome> {
     if let Some(cpus) = &shared.cfg.cpus {
         qpslab_sys::cpus::pin_current_thread(cpus[i % cpus.len()])?;
     }
-    worker::Worker::new(shared, i, progress)?.run()
+    worker::Worker::new(shared, i, progress, msgs)?.run()
 }
 
 fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress {

@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::config::LoadConfig;
+use crate::source::{PortBudget, SourceRange};
 use crate::stats::ErrorClass;
 use crate::RunResult;
 
@@ -76,6 +77,11 @@ pub struct Report {
     pub rate: Option<RateReport>,
     /// The latency histogram, HdrHistogram V2 compressed and base64-encoded.
     pub latency_hdr: String,
+    /// Requests by target, in the order given (command-line URLs, then `--targets` lines).
+    pub per_target: Vec<TargetReport>,
+    /// Source tuples against the run's needs, for the tightest destination.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_budget: Option<PortBudget>,
     pub generator: Generator,
     pub check: Check,
     /// Per-second rows beside the summary.
@@ -95,6 +101,21 @@ pub struct ConfigReport {
     pub warmup_s: f64,
     pub pipeline: usize,
     pub cpus: Option<Vec<usize>>,
+    pub conn_per_request: bool,
+    pub rst_close: bool,
+    pub source: Option<SourceRange>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetReport {
+    pub url: String,
+    pub method: String,
+    pub weight: u32,
+    /// `completed + failed + in_flight_at_stop` for this target.
+    pub sent: u64,
+    pub completed: u64,
+    pub ok: u64,
+    pub failed: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -122,6 +143,10 @@ pub struct Bytes {
 pub struct Connections {
     pub connects: u64,
     pub reconnects: u64,
+    /// Successful connects per second of measurement (the figure of `--conn-per-request`).
+    pub connects_per_s: f64,
+    /// From connect() to the connection being writable (the TCP handshake), per connect.
+    pub connect_us: Latency,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -145,8 +170,12 @@ pub struct Latency {
 pub struct RateReport {
     /// Requests/s at the start of the ramp and at its end (equal without a ramp).
     pub start_rps: f64,
+    /// The rate at the end of the ramp or the last stage, kept for the rest of the run.
     pub target_rps: f64,
+    /// Length of the ramp or of all stages.
     pub ramp_s: f64,
+    /// Stages (segments) before the final rate: 1 for `--ramp`, 0 for a constant rate.
+    pub stages: usize,
     /// Requests the schedule had due during measurement.
     pub scheduled: u64,
     /// Counted requests sent per second of measurement.
@@ -236,13 +265,14 @@ impl Report {
         } else {
             0.0
         };
-        let rate = cfg.rate.map(|r| {
+        let rate = cfg.rate.as_ref().map(|r| {
             let run = cfg.warmup + result.duration;
             let scheduled = (r.due_by(run) - r.due_by(cfg.warmup)).round().max(0.0) as u64;
             RateReport {
-                start_rps: r.start_rps,
-                target_rps: r.end_rps,
-                ramp_s: r.ramp.as_secs_f64(),
+                start_rps: r.start_rps(),
+                target_rps: r.hold_rps,
+                ramp_s: r.staged().as_secs_f64(),
+                stages: r.segments.len(),
                 scheduled,
                 achieved_rps: per_sec(rec.sent),
                 kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
@@ -285,6 +315,9 @@ impl Report {
                 warmup_s: cfg.warmup.as_secs_f64(),
                 pipeline: cfg.pipeline,
                 cpus: cfg.cpus.clone(),
+                conn_per_request: cfg.conn_per_request,
+                rst_close: cfg.rst_close,
+                source: cfg.source,
             },
             requests,
             status: rec.statuses().map(|(c, n)| (c.to_string(), n)).collect(),
@@ -292,12 +325,36 @@ impl Report {
             error_examples,
             throughput_rps: per_sec(rec.completed),
             bytes: Bytes { read: rec.bytes_read, written: rec.bytes_written },
-            connections: Connections { connects: rec.connects, reconnects: rec.reconnects },
+            connections: Connections {
+                connects: rec.connects,
+                reconnects: rec.reconnects,
+                connects_per_s: per_sec(rec.connects),
+                connect_us: Latency::from_histogram(&rec.connect_latency),
+            },
             latency_us: Latency::from_histogram(&rec.latency),
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
             rate,
             latency_hdr: encode_histogram(&rec.latency),
+            per_target: cfg
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let c = rec.per_target.get(i).copied().unwrap_or_default();
+                    let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
+                    TargetReport {
+                        url: t.url.clone(),
+                        method: t.method.clone(),
+                        weight: t.weight,
+                        sent: c.completed + c.failed + in_flight,
+                        completed: c.completed,
+                        ok: c.ok,
+                        failed: c.failed,
+                    }
+                })
+                .collect(),
+            port_budget: result.port_budget.clone(),
             generator: Generator {
                 threads: cfg.threads,
                 cpu_user_s: result.cpu.user.as_secs_f64(),
@@ -333,11 +390,16 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  {} {} and {} connections, {}, keep-alive{}",
+            "  {} {} and {} connections, {}, {}{}",
             c.threads,
             plural(c.threads as u64, "thread", "threads"),
             c.connections,
-            if c.mode == "rate" { "open loop" } else { "closed loop" },
+            if self.rate.is_some() { "open loop" } else { "closed loop" },
+            match (c.conn_per_request, c.rst_close) {
+                (false, _) => "keep-alive",
+                (true, false) => "a connection per request",
+                (true, true) => "a connection per request, reset on close",
+            },
             if c.pipeline > 1 { format!(", pipelined {} deep", c.pipeline) } else { String::new() }
         );
         let _ = writeln!(s, "  Latency     Avg       Stdev     Min       Max       +/- Stdev");
@@ -387,6 +449,45 @@ impl Report {
         if !self.status.is_empty() {
             let parts: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let _ = writeln!(s, "Status:  {}", parts.join(", "));
+        }
+        if c.conn_per_request {
+            let k = &self.connections;
+            let _ = writeln!(
+                s,
+                "Connects/sec: {:.2}; connect latency p50 {} p99 {} max {} (apart from the \
+                 request latency above)",
+                k.connects_per_s,
+                fmt_us(k.connect_us.p50 as f64),
+                fmt_us(k.connect_us.p99 as f64),
+                fmt_us(k.connect_us.max as f64)
+            );
+        }
+        if let Some(b) = &self.port_budget {
+            if let Some(limit) =
+                b.sustainable_cps.filter(|&l| self.connections.connects_per_s > 0.8 * l)
+            {
+                let _ = writeln!(
+                    s,
+                    "Port budget: {:.0} connects/s to {} is near the {limit:.0}/s that {} source \
+                     tuples sustain with {:.0} s of TIME_WAIT; use --rst-close or a wider --source",
+                    self.connections.connects_per_s, b.destination, b.tuples, b.hold_s
+                );
+            }
+        }
+        if self.per_target.len() > 1 {
+            let _ = writeln!(s, "Targets:");
+            for t in &self.per_target {
+                let _ = writeln!(
+                    s,
+                    "  {:>9} sent {:>9} ok {:>7} failed  {} {}{}",
+                    t.sent,
+                    t.ok,
+                    t.failed,
+                    t.method,
+                    t.url,
+                    if t.weight != 1 { format!(" (weight {})", t.weight) } else { String::new() }
+                );
+            }
         }
         let errs: Vec<String> = self
             .errors
@@ -568,6 +669,10 @@ mod tests {
         rec.bytes_written = 41_000;
         rec.connects = 103;
         rec.reconnects = 3;
+        for us in 20..123 {
+            rec.connect_latency.record(us).unwrap();
+        }
+        rec.per_target = vec![crate::stats::TargetCounts { completed: 990, ok: 980, failed: 8 }];
         let half = Duration::from_secs_f64(cpu_secs / 2.0);
         let result = RunResult {
             rec,
@@ -582,6 +687,9 @@ mod tests {
             stopped_early: false,
             due_unsent: 0,
             idle_at_stop: 0,
+            in_flight_by_target: vec![2],
+            log_error: None,
+            port_budget: None,
         };
         (cfg, result)
     }

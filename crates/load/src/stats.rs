@@ -43,6 +43,14 @@ pub fn new_histogram() -> Histogram<u64> {
         .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
 }
 
+/// One target's share of the requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetCounts {
+    pub completed: u64,
+    pub ok: u64,
+    pub failed: u64,
+}
+
 /// Everything one thread measured.
 #[derive(Debug, Clone)]
 pub struct Recorder {
@@ -70,6 +78,12 @@ pub struct Recorder {
     pub latency_uncorrected: Histogram<u64>,
     /// Open loop only: actual write minus intended send time.
     pub send_lag: Histogram<u64>,
+    /// From connect() to the connection being writable (the handshake), per connect.
+    pub connect_latency: Histogram<u64>,
+    /// Per target, in the order of the configuration.
+    pub per_target: Vec<TargetCounts>,
+    /// With `--log`: the corrected latency of the current interval only.
+    pub interval: Option<Histogram<u64>>,
 }
 
 impl Default for Recorder {
@@ -89,11 +103,23 @@ impl Default for Recorder {
             latency: new_histogram(),
             latency_uncorrected: new_histogram(),
             send_lag: new_histogram(),
+            connect_latency: new_histogram(),
+            per_target: Vec::new(),
+            interval: None,
         }
     }
 }
 
 impl Recorder {
+    /// A recorder for `targets` targets, with an interval histogram when `interval`.
+    pub fn new(targets: usize, interval: bool) -> Self {
+        Self {
+            per_target: vec![TargetCounts::default(); targets],
+            interval: interval.then(new_histogram),
+            ..Self::default()
+        }
+    }
+
     #[inline]
     pub fn response(&mut self, status: u16, ok: bool, latency_us: u64) {
         self.completed += 1;
@@ -102,6 +128,25 @@ impl Recorder {
             *slot += 1;
         }
         self.latency.saturating_record(latency_us.max(1));
+        if let Some(h) = &mut self.interval {
+            h.saturating_record(latency_us.max(1));
+        }
+    }
+
+    /// Counts a response (`ok` or not) to target `t`.
+    #[inline]
+    pub fn target_response(&mut self, t: usize, ok: bool) {
+        if let Some(c) = self.per_target.get_mut(t) {
+            c.completed += 1;
+            c.ok += u64::from(ok);
+        }
+    }
+
+    /// Counts `n` failed requests to target `t` (the total is counted by [`Self::failure`]).
+    pub fn target_failed(&mut self, t: usize, n: u64) {
+        if let Some(c) = self.per_target.get_mut(t) {
+            c.failed += n;
+        }
     }
 
     /// Open loop: the latency from the actual write beside the corrected one.
@@ -151,6 +196,15 @@ impl Recorder {
         let _ = self.latency.add(&other.latency);
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
         let _ = self.send_lag.add(&other.send_lag);
+        let _ = self.connect_latency.add(&other.connect_latency);
+        if self.per_target.len() < other.per_target.len() {
+            self.per_target.resize(other.per_target.len(), TargetCounts::default());
+        }
+        for (a, b) in self.per_target.iter_mut().zip(&other.per_target) {
+            a.completed += b.completed;
+            a.ok += b.ok;
+            a.failed += b.failed;
+        }
     }
 
     /// Non-zero status counts, by code.

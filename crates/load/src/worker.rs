@@ -3,22 +3,25 @@
 //! Owns the connection state machine (closed -> connecting -> open), the exact accounting of each
 //! request from commit to response, failure or stop, per-request timeouts (counted when they
 //! expire), and reconnects. The pacer decides when a free slot may take a request; the connection
-//! policy (keep-alive, for now) decides what happens after a response; the target picker decides
-//! where a connection goes. Steady state per request: one read, one parse, one histogram record,
-//! one write; no allocation, lock or log.
+//! policy (keep-alive, or a connection per request) decides what happens after a response; the
+//! target groups decide where a connection goes and which request it sends next. Steady state per
+//! request: one read, one parse, one histogram record, one write; no allocation, lock or log.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{LoadConfig, StatusSet};
 use crate::pacer::{Pacer, Schedule};
-use crate::stats::{io_message, ErrorClass, Recorder};
+use crate::stats::{io_message, new_histogram, ErrorClass, Recorder};
+use crate::targets::Group;
 use qpslab_sys::epoll::{self as poll, Epoll};
 
 /// Pause before reopening a connection whose connect failed, so a dead target is not hammered.
@@ -27,6 +30,13 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_TICK: Duration = Duration::from_millis(10);
 /// Per-thread read buffer. Responses are parsed in place; only a split head is copied.
 const READ_BUF: usize = 64 * 1024;
+/// Connections whose timers are checked on every tick when there are no more than this many;
+/// above, each tick checks a window so that all are checked within [`MAX_SWEEP`].
+const FULL_SCAN: usize = 1000;
+/// Longest time for the timer scan to go round all connections of a thread.
+const MAX_SWEEP: Duration = Duration::from_secs(1);
+/// Length of one `--log` interval.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counters a thread publishes for live progress, at most once per tick.
 #[derive(Debug, Default)]
@@ -90,14 +100,30 @@ pub(crate) struct ThreadOutcome {
     pub due_unsent: u64,
     /// Open loop: connections free (waiting for the schedule) when the run stopped.
     pub idle_at_stop: usize,
+    /// `in_flight` by target.
+    pub in_flight_by_target: Vec<u64>,
+}
+
+/// What threads tell the thread that watches them.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// The thread has stopped.
+    Done,
+    /// `--log`: the corrected latency of interval `index` (seconds since the start of
+    /// measurement) on one thread.
+    Interval { thread: usize, index: u32, hist: Histogram<u64> },
 }
 
 /// Run-wide, read-only inputs of every thread.
 #[derive(Debug)]
 pub(crate) struct Shared<'a> {
     pub cfg: &'a LoadConfig,
-    /// Per target: its request repeated `pipeline` times, so k requests go out in one write.
-    pub wires: Vec<Vec<u8>>,
+    /// Targets by address, with their requests laid out in cycle order.
+    pub groups: Vec<Group>,
+    /// Group of each connection, by global connection number.
+    pub conn_groups: Vec<usize>,
+    /// Per target: a HEAD request (its responses have no body).
+    pub heads: Vec<bool>,
     pub measure_start: Instant,
     pub stop_at: Option<Instant>,
     pub stop_flag: &'a AtomicBool,
@@ -110,6 +136,7 @@ struct Req {
     intended: Instant,
     /// Issued after warm-up: counts in every figure.
     counted: bool,
+    target: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +151,9 @@ struct Conn {
     sock: Option<Socket>,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
     gen: u32,
-    target: usize,
+    group: usize,
+    /// Position in the group's request cycle of the next request.
+    cursor: usize,
     phase: Phase,
     parser: ResponseParser,
     /// Unconsumed bytes of a response head split across reads.
@@ -177,10 +206,21 @@ pub(crate) struct Worker<'a> {
     buf: Box<[u8]>,
     /// Requests committed and not yet answered or failed.
     outstanding: u64,
-    /// Open loop: connections that can take a request when one falls due.
-    idle: Vec<usize>,
+    /// Open loop: connections that can take a request when one falls due, oldest first.
+    idle: VecDeque<usize>,
     measuring: bool,
     tick: Duration,
+    index: usize,
+    /// Where the timer scan resumes, and how many connections each tick checks.
+    scan_pos: usize,
+    scan_per_tick: usize,
+    /// `--source`: this thread's first pick and how many connects it has made.
+    source_start: u64,
+    source_n: u64,
+    msgs: mpsc::Sender<Msg>,
+    /// `--log`: the current interval and when it ends.
+    log_index: u32,
+    log_next: Instant,
 }
 
 impl<'a> Worker<'a> {
@@ -188,16 +228,22 @@ impl<'a> Worker<'a> {
         shared: &'a Shared<'a>,
         index: usize,
         progress: &'a ThreadProgress,
+        msgs: mpsc::Sender<Msg>,
     ) -> io::Result<Self> {
         let cfg = shared.cfg;
         let now = Instant::now();
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
-        let conns = (0..cfg.connections_of(index))
+        let n_conns = cfg.connections_of(index);
+        let tick = (cfg.timeout / 10).clamp(Duration::from_millis(1), MAX_TICK);
+        let sweep_ticks = ((cfg.timeout / 10).min(MAX_SWEEP).as_nanos() / tick.as_nanos()).max(1);
+        let conns = (0..n_conns)
             .map(|i| Conn {
                 sock: None,
                 gen: 0,
-                // Round-robin target picker over the run's global connection numbers.
-                target: (first_conn + i) % cfg.targets.len(),
+                group: shared.conn_groups[first_conn + i],
+                // Connections start at different points of their group's request cycle.
+                cursor: (first_conn + i)
+                    % shared.groups[shared.conn_groups[first_conn + i]].cycle.len(),
                 phase: Phase::Closed,
                 parser: ResponseParser::default(),
                 carry: Vec::new(),
@@ -230,12 +276,20 @@ impl<'a> Worker<'a> {
                 ),
                 None => Pacer::closed(cfg.requests_of(index)),
             },
-            rec: Recorder::default(),
+            rec: Recorder::new(cfg.targets.len(), cfg.log.is_some()),
             buf: vec![0u8; READ_BUF].into_boxed_slice(),
             outstanding: 0,
-            idle: Vec::new(),
+            idle: VecDeque::new(),
             measuring: false,
-            tick: (cfg.timeout / 10).clamp(Duration::from_millis(1), MAX_TICK),
+            tick,
+            index,
+            scan_pos: 0,
+            scan_per_tick: n_conns.div_ceil(sweep_ticks as usize).max(FULL_SCAN),
+            source_start: first_conn as u64,
+            source_n: 0,
+            msgs,
+            log_index: 0,
+            log_next: shared.measure_start + LOG_INTERVAL,
         })
     }
 
@@ -250,8 +304,9 @@ impl<'a> Worker<'a> {
             // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only this thread.
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         }
+        let cpr = self.shared.cfg.conn_per_request;
         for idx in 0..self.conns.len() {
-            if open {
+            if open && !cpr {
                 // Open loop connects everything up front; requests go when they fall due.
                 self.connect(idx, now);
             } else {
@@ -277,6 +332,9 @@ impl<'a> Worker<'a> {
             if open {
                 self.send_due(now);
             }
+            if self.rec.interval.is_some() && now >= self.log_next {
+                self.rotate_interval(now);
+            }
             if !self.measuring && now >= self.shared.measure_start {
                 self.measuring = true;
                 cpu_start = CpuTime::of_current_thread();
@@ -292,11 +350,41 @@ impl<'a> Worker<'a> {
             }
         }
         self.publish();
-        let in_flight = self.conns.iter().map(Conn::counted_outstanding).sum();
+        if let Some(h) = self.rec.interval.take() {
+            // The last, partial interval.
+            let msg = Msg::Interval { thread: self.index, index: self.log_index, hist: h };
+            let _ = self.msgs.send(msg);
+        }
+        let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
+        for c in &self.conns {
+            c.add_counted_outstanding(&self.shared.groups[c.group], &mut in_flight_by_target);
+        }
+        let in_flight = in_flight_by_target.iter().sum();
         let cpu = CpuTime::of_current_thread().since(cpu_start);
         let due_unsent = if open { self.pacer.due(now) } else { 0 };
         let idle_at_stop = self.idle.len();
-        Ok(ThreadOutcome { rec: self.rec, in_flight, cpu, ended: now, due_unsent, idle_at_stop })
+        Ok(ThreadOutcome {
+            rec: self.rec,
+            in_flight,
+            cpu,
+            ended: now,
+            due_unsent,
+            idle_at_stop,
+            in_flight_by_target,
+        })
+    }
+
+    /// `--log`: hands the finished interval(s) to the watcher and starts the next.
+    fn rotate_interval(&mut self, now: Instant) {
+        while now >= self.log_next {
+            if let Some(h) = &mut self.rec.interval {
+                let hist = std::mem::replace(h, new_histogram());
+                let msg = Msg::Interval { thread: self.index, index: self.log_index, hist };
+                let _ = self.msgs.send(msg);
+            }
+            self.log_index += 1;
+            self.log_next += LOG_INTERVAL;
+        }
     }
 
     fn token(&self, idx: usize) -> u64 {
@@ -381,7 +469,7 @@ impl<'a> Worker<'a> {
     fn mark_idle(&mut self, idx: usize) {
         if self.pacer.is_open() && !self.pacer.exhausted() && !self.conns[idx].idle {
             self.conns[idx].idle = true;
-            self.idle.push(idx);
+            self.idle.push_back(idx);
         }
     }
 
@@ -392,7 +480,7 @@ impl<'a> Worker<'a> {
             if self.pacer.due(now) == 0 {
                 return;
             }
-            let Some(idx) = self.idle.pop() else { return };
+            let Some(idx) = self.idle.pop_front() else { return };
             self.conns[idx].idle = false;
             self.issue(idx, now);
         }
@@ -408,6 +496,8 @@ impl<'a> Worker<'a> {
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
         let measure_start = self.shared.measure_start;
         let c = &mut self.conns[idx];
+        let group = &self.shared.groups[c.group];
+        let len = group.cycle.len();
         let mut counted_n = 0;
         for i in 0..k {
             let (intended, counted) = match due {
@@ -424,15 +514,21 @@ impl<'a> Worker<'a> {
                     self.rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
                 }
             }
-            c.inflight.push_back(Req { sent_at: now, intended, counted });
+            let target = group.cycle[(c.cursor + i as usize) % len];
+            c.inflight.push_back(Req { sent_at: now, intended, counted, target });
         }
-        c.write_pos = 0;
-        c.write_end = k as usize * self.shared.cfg.targets[c.target].request.len();
+        (c.write_pos, c.write_end) = group.slice(c.cursor, k as usize);
+        c.cursor = (c.cursor + k as usize) % len;
         counted_n
     }
 
     fn connect(&mut self, idx: usize, now: Instant) {
-        let addr = self.shared.cfg.targets[self.conns[idx].target].addr;
+        let cfg = self.shared.cfg;
+        let addr = self.shared.groups[self.conns[idx].group].addr;
+        let local = cfg.source.map(|r| {
+            self.source_n += 1;
+            r.pick(self.index, cfg.threads, self.source_start, self.source_n - 1)
+        });
         let opened = (|| {
             let sock = Socket::new(
                 Domain::for_address(addr),
@@ -440,6 +536,13 @@ impl<'a> Worker<'a> {
                 Some(Protocol::TCP),
             )?;
             sock.set_nodelay(true)?;
+            if cfg.rst_close {
+                // Closing sends a reset instead of a FIN: no TIME_WAIT on this side.
+                sock.set_linger(Some(Duration::ZERO))?;
+            }
+            if let Some(local) = local {
+                bind_source(&sock, local)?;
+            }
             match sock.connect(&SockAddr::from(addr)) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -477,8 +580,11 @@ impl<'a> Worker<'a> {
         if self.measuring {
             self.rec.connects += 1;
             self.rec.reconnects += u64::from(c.ever_connected);
+            let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
+            self.rec.connect_latency.saturating_record(us.max(1));
         }
-        c.ever_connected = true;
+        // With a connection per request, a new connection is the plan, not a reconnect.
+        c.ever_connected = !self.shared.cfg.conn_per_request;
         self.progress.connected.store(true, Ordering::Relaxed);
         let waiting = std::mem::take(&mut c.waiting);
         let due = c.waiting_intended.take().map_or(Due::Now(c.waiting_counted), Due::At);
@@ -516,7 +622,7 @@ impl<'a> Worker<'a> {
             if c.write_pos == c.write_end {
                 return self.set_interest(idx, false);
             }
-            let wire = &self.shared.wires[c.target][c.write_pos..c.write_end];
+            let wire = &self.shared.groups[c.group].wire[c.write_pos..c.write_end];
             match (&*sock).write(wire) {
                 Ok(n) => {
                     c.write_pos += n;
@@ -574,7 +680,8 @@ impl<'a> Worker<'a> {
     /// Parses `buf[..n]` (after any carried head bytes) and records every complete response.
     fn absorb(&mut self, idx: usize, n: usize, now: Instant) -> Result<Absorbed, String> {
         let c = &mut self.conns[idx];
-        let head = self.shared.cfg.targets[c.target].head;
+        let heads = &self.shared.heads;
+        let one_request = self.shared.cfg.conn_per_request;
         let carried = !c.carry.is_empty();
         if carried {
             c.carry.extend_from_slice(&self.buf[..n]);
@@ -584,6 +691,7 @@ impl<'a> Worker<'a> {
         let mut off = 0;
         let mut outcome = Absorbed::Keep;
         while off < data.len() {
+            let head = c.inflight.front().is_some_and(|r| heads[r.target as usize]);
             let step = c.parser.feed(&data[off..], head).map_err(|e| e.to_string())?;
             off += step.consumed;
             let Some(resp) = step.response else { break };
@@ -599,7 +707,7 @@ impl<'a> Worker<'a> {
                 resp,
                 now,
             );
-            if !resp.keep_alive {
+            if !resp.keep_alive || one_request {
                 outcome = Absorbed::Close;
                 break;
             }
@@ -668,7 +776,16 @@ impl<'a> Worker<'a> {
     /// Fails every request on the connection, closes it and opens it again when there is work.
     fn fail_with(&mut self, idx: usize, class: ErrorClass, msg: String, now: Instant) {
         let c = &self.conns[idx];
-        let counted = c.counted_outstanding();
+        let mut by_target = std::mem::take(&mut self.rec.per_target);
+        let mut counted = 0;
+        let mut add = |t: usize, n: u64| {
+            if let Some(tc) = by_target.get_mut(t) {
+                tc.failed += n;
+            }
+            counted += n;
+        };
+        c.each_counted_outstanding(&self.shared.groups[c.group], &mut add);
+        self.rec.per_target = by_target;
         self.outstanding -= c.inflight.len() as u64 + c.waiting;
         self.rec.failure(class, counted, || msg);
         self.close(idx);
@@ -694,10 +811,16 @@ impl<'a> Worker<'a> {
         c.out_armed = false;
     }
 
-    /// Timer work: expired requests and connects, connect retries, progress.
+    /// Timer work: expired requests and connects, connect retries, progress. Up to
+    /// [`FULL_SCAN`] connections every connection is checked on every tick; above, a window
+    /// moves round so that each is checked at least every `timeout / 10` (at most 1 s): a
+    /// timeout then fires within that much of its expiry, and a tick stays cheap with 50,000
+    /// connections.
     fn on_tick(&mut self, now: Instant) {
         let timeout = self.shared.cfg.timeout;
-        for idx in 0..self.conns.len() {
+        let n = self.conns.len();
+        for step in 0..self.scan_per_tick.min(n) {
+            let idx = (self.scan_pos + step) % n;
             let c = &self.conns[idx];
             match c.phase {
                 Phase::Open => {
@@ -720,6 +843,9 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        if n > 0 {
+            self.scan_pos = (self.scan_pos + self.scan_per_tick) % n;
+        }
         self.publish();
     }
 
@@ -731,10 +857,47 @@ impl<'a> Worker<'a> {
 }
 
 impl Conn {
-    fn counted_outstanding(&self) -> u64 {
-        let inflight = self.inflight.iter().filter(|r| r.counted).count() as u64;
-        inflight + if self.waiting_counted { self.waiting } else { 0 }
+    /// Calls `f(target, n)` for the counted requests still unanswered on the connection: those
+    /// written, and the one waiting for the connect (the next of the cycle).
+    fn each_counted_outstanding(&self, group: &Group, f: &mut impl FnMut(usize, u64)) {
+        for r in self.inflight.iter().filter(|r| r.counted) {
+            f(r.target as usize, 1);
+        }
+        if self.waiting_counted && self.waiting > 0 {
+            f(group.cycle[self.cursor] as usize, self.waiting);
+        }
     }
+
+    fn add_counted_outstanding(&self, group: &Group, by_target: &mut [u64]) {
+        self.each_counted_outstanding(group, &mut |t, n| by_target[t] += n);
+    }
+}
+
+/// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks
+/// one free for this destination (IP_BIND_ADDRESS_NO_PORT), so each source address gives the
+/// whole ephemeral range to every destination.
+fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> io::Result<()> {
+    if local.port() == 0 {
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket, option and int-sized value.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                std::ptr::addr_of!(one).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    } else {
+        // The port may still be in TIME_WAIT from an earlier connection of this run.
+        sock.set_reuse_address(true)?;
+    }
+    sock.bind(&SockAddr::from(local))
+        .map_err(|e| io::Error::new(e.kind(), format!("bind {local}: {}", io_message(&e))))
 }
 
 /// Records a response to a counted request: status, ok-ness, latency from the write.
@@ -751,6 +914,7 @@ fn record(
         let ok = resp.status < 400 || accept.contains(resp.status);
         let us = now.saturating_duration_since(req.intended).as_micros() as u64;
         rec.response(resp.status, ok, us);
+        rec.target_response(req.target as usize, ok);
         if open {
             rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
         }

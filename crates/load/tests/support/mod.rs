@@ -33,6 +33,11 @@ pub fn run(opts: &LoadOptions) -> Report {
     assert_eq!(r.failed, report.errors.values().sum::<u64>(), "failed = sum of errors: {r:?}");
     assert_eq!(r.completed, report.status.values().sum::<u64>(), "status counts: {r:?}");
     assert_eq!(r.completed, result.rec.latency.len(), "one latency sample per response");
+    let t = &report.per_target;
+    assert_eq!(t.iter().map(|t| t.sent).sum::<u64>(), r.sent, "per-target sent: {t:?}");
+    assert_eq!(t.iter().map(|t| t.completed).sum::<u64>(), r.completed, "per-target: {t:?}");
+    assert_eq!(t.iter().map(|t| t.ok).sum::<u64>(), r.ok, "per-target ok: {t:?}");
+    assert_eq!(t.iter().map(|t| t.failed).sum::<u64>(), r.failed, "per-target failed: {t:?}");
     if let Some(n) = opts.requests {
         if opts.duration.is_none() {
             assert_eq!(r.sent, n, "-n sends exactly n");

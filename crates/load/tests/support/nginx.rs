@@ -24,8 +24,10 @@ fn nginx_binary() -> PathBuf {
 }
 
 impl Nginx {
-    /// Locations: `/` returns 200 with no body, `/1k` a 1 KiB body, `/404` a 404, and `/mix`
-    /// a 404 or a 200 at random (the access log tells which).
+    /// Locations: `/` returns 200 with no body, `/1k` a 1 KiB body, `/404` a 404, `/t/...` 200,
+    /// and `/mix` a 404 or a 200 at random (the access log tells which). Access log fields:
+    /// status, method, request length, connection serial number, requests on that connection so
+    /// far, peer address, peer port, URI.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
@@ -40,7 +42,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-    log_format st "$status $request_method $request_length";
+    log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri";
     access_log {d}/access.log st;
     client_body_temp_path {d};
     proxy_temp_path {d};
@@ -52,6 +54,7 @@ http {{
         location = / {{ return 200; }}
         location = /1k {{ return 200 "{body}"; }}
         location = /404 {{ return 404; }}
+        location /t/ {{ return 200; }}
         location = /mix {{
             if ($request_id ~ "^[0-7]") {{ return 404; }}
             return 200;
