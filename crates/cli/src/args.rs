@@ -17,7 +17,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// HTTP/1.1 load generator: closed-loop keep-alive load against one URL, exact accounting
+    /// HTTP/1.1 load generator: closed or open loop, keep-alive or a connection per request,
+    /// one or many URLs, source address ranges; exact accounting
     Load(LoadArgs),
     /// Benchmark target: a minimal, fast HTTP/1.1 server (plaintext `ok`, httpterm-style controls)
     Serve(ServeArgs),
@@ -32,6 +33,24 @@ pub enum Command {
     /// Plan, apply and exactly revert IRQ affinity, RPS/RFS/XPS, sysctl and clocksource
     /// changes; every write is journaled first
     Tune(TuneArgs),
+    /// Merge latency histograms exactly: interval logs (load --log) and histogram files
+    /// (--hdr-out) from several runs or machines; prints the combined summary
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Interval logs (.hlog) or --hdr-out files
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<std::path::PathBuf>,
+
+    /// Print one JSON object instead of the text summary
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the merged histogram to FILE (HdrHistogram V2, deflate, base64)
+    #[arg(long, value_name = "FILE")]
+    pub hdr_out: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -369,9 +388,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target URL (http:// only), e.g. http://127.0.0.1:8080/
-    #[arg(value_name = "URL", required = true)]
-    pub url: String,
+    /// Target URL(s) (http:// only), e.g. http://127.0.0.1:8080/; several spread over the
+    /// connections
+    #[arg(value_name = "URL", required_unless_present = "targets")]
+    pub urls: Vec<String>,
+
+    /// More targets from FILE, one request per line: METHOD URL [Name: value]... [weight=N]
+    #[arg(long, value_name = "FILE")]
+    pub targets: Option<std::path::PathBuf>,
 
     /// Load threads, one event loop each [default: online CPUs, at most -c]
     #[arg(short, long, value_name = "N")]
@@ -410,9 +434,33 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub ramp: Option<Duration>,
 
+    /// Open loop from a stage file: one 'DURATION RATE' or 'DURATION A:B' (linear) per line;
+    /// the run lasts as long as the stages unless -d or -n is given
+    #[arg(long, value_name = "FILE")]
+    pub stages: Option<std::path::PathBuf>,
+
     /// Requests kept in flight per connection (HTTP/1.1 pipelining); latency per request
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
+
+    /// Open a new connection for every request (sent with 'Connection: close') and close it
+    /// after the response; reports connects/s and connect latency apart
+    #[arg(long)]
+    pub conn_per_request: bool,
+
+    /// With --conn-per-request: close with a reset (SO_LINGER 0) so the generator keeps no
+    /// TIME_WAIT; the server sees a reset instead of an orderly close
+    #[arg(long)]
+    pub rst_close: bool,
+
+    /// Bind connections to source addresses FIRST-LAST, spread evenly, e.g.
+    /// 127.0.0.2-127.0.0.254; add :LO-HI to bind ports from that range too
+    #[arg(long, value_name = "RANGE")]
+    pub source: Option<String>,
+
+    /// Write per-second HdrHistogram interval logs of corrected latency (.hlog) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
 
     /// Per-request timeout; an unanswered request counts as a timeout when it expires
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]

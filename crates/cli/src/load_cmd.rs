@@ -13,7 +13,7 @@ use crate::{Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let opts = LoadOptions {
-        urls: vec![a.url],
+        urls: a.urls,
         threads: a.threads,
         connections: Some(a.connections),
         duration: a.duration,
@@ -29,9 +29,18 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         rate: a.rate,
         ramp: a.ramp,
         pipeline: a.pipeline,
+        stages: a.stages,
+        targets_file: a.targets,
+        conn_per_request: a.conn_per_request,
+        rst_close: a.rst_close,
+        source: a.source,
+        log: a.log,
     };
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
+        eprintln!("qpslab: warning: {w}");
+    }
     install_sigint_handler();
 
     let mut progress = ProgressLine::new();
@@ -56,6 +65,10 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         out.write_all(report.render_text().as_bytes())?;
     }
     out.flush()?;
+    if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {
+        eprintln!("qpslab: error: --log: writing {} failed: {e}", path.display());
+        return Ok(Outcome::ChecksFailed);
+    }
     Ok(if report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
 }
 

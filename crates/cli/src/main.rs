@@ -6,6 +6,7 @@ mod bench_cmd;
 mod doctor_cmd;
 mod host_cmd;
 mod load_cmd;
+mod merge_cmd;
 mod serve_cmd;
 mod tune_cmd;
 
@@ -84,6 +85,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Doctor(a) => doctor_cmd::run(a),
         args::Command::Bench(a) => bench_cmd::run(a),
         args::Command::Tune(a) => tune_cmd::run(a),
+        args::Command::Merge(a) => merge_cmd::run(a),
     }
 }
 

@@ -2,7 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+#[path = "../common/mod.rs"]
+mod common;
+mod load_models;
 mod tune;
+
+use common::ServeChild;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -258,83 +263,6 @@ fn descriptor_limit_too_low_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--connections: 500 connections need about"), "{stderr}");
     assert!(stderr.contains("file descriptors but the limit is 100 (hard 100)"), "{stderr}");
-}
-
-/// A `qpslab serve` child on a free port; killed on drop if still running.
-struct ServeChild {
-    child: std::process::Child,
-    addr: String,
-    stderr: std::io::BufReader<std::process::ChildStderr>,
-}
-
-impl ServeChild {
-    #[allow(
-        clippy::zombie_processes,
-        reason = "the child is owned by ServeChild, whose Drop waits"
-    )]
-    fn start(wrapper: &[&str], args: &[&str]) -> Self {
-        use std::io::BufRead;
-        let bin = env!("CARGO_BIN_EXE_qpslab");
-        let (program, pre): (&str, Vec<&str>) = match wrapper.split_first() {
-            Some((p, rest)) => (p, rest.iter().copied().chain([bin]).collect()),
-            None => (bin, Vec::new()),
-        };
-        let mut child = Command::new(program)
-            .args(pre)
-            .args(["serve", "-l", "127.0.0.1:0"])
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn qpslab serve");
-        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve exited before listening");
-            }
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let addr =
-                    rest.split_whitespace().next().unwrap().trim_end_matches(',').to_string();
-                return Self { child, addr, stderr };
-            }
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill() on the PID of our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-    }
-
-    /// Waits for exit (at most `limit`); returns the exit code, stdout and the rest of stderr.
-    fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let mut out = String::new();
-                self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-                let mut err = String::new();
-                let _ = self.stderr.read_to_string(&mut err);
-                return (status.code(), out, err);
-            }
-            assert!(started.elapsed() < limit, "serve did not exit within {limit:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for ServeChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn cpu_ticks(pid: u32) -> u64 {

@@ -1,0 +1,27 @@
+//! `qpslab merge`: histograms from several runs or machines in, one exact summary out.
+
+use std::io::Write;
+
+use anyhow::Context;
+use qpslab_load::hlog;
+
+use crate::args::MergeArgs;
+use crate::{Outcome, UsageError};
+
+pub fn run(a: MergeArgs) -> anyhow::Result<Outcome> {
+    let (files, total) = hlog::merge(&a.files).map_err(|e| UsageError(format!("merge: {e}")))?;
+    let merged = hlog::MergeReport::new(&files, &total);
+    if let Some(path) = &a.hdr_out {
+        std::fs::write(path, merged.latency_hdr.clone() + "\n")
+            .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &merged)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(merged.render_text().as_bytes())?;
+    }
+    out.flush()?;
+    Ok(Outcome::Passed)
+}

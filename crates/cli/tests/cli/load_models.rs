@@ -1,0 +1,107 @@
+//! `qpslab load` models on the command line: flag errors, several URLs, and `qpslab merge`.
+
+use super::{qpslab, usage_error, ServeChild};
+
+#[test]
+fn load_model_flags_name_the_flag() {
+    let url = "http://127.0.0.1:1/";
+    usage_error(&["load", "--rst-close", url], "--rst-close");
+    usage_error(&["load", "--conn-per-request", "--pipeline", "2", url], "--pipeline");
+    usage_error(&["load", "--source", "127.0.0.9-127.0.0.2", url], "--source");
+    usage_error(&["load", "--source", "::1", url], "--source: \"::1\" and the target");
+    usage_error(
+        &["load", "-t", "4", "-c", "4", "--source", "127.0.0.2:40000-40001", url],
+        "--source",
+    );
+    // 20 connections to one destination from 10 (address, port) pairs: refused before the run.
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    usage_error(
+        &["load", "-c", "20", "-t", "1", "--source", "127.0.0.2:40000-40009", &server.url("/")],
+        "--source: 20 connections to 127.0.0.1",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let stages = dir.path().join("stages");
+    std::fs::write(&stages, "10s 100\n5 fast\n").unwrap();
+    let s = stages.to_str().unwrap();
+    usage_error(&["load", "--stages", s, url], "--stages: ");
+    usage_error(&["load", "--stages", s, url], "line 2");
+    usage_error(&["load", "--stages", s, "-R", "100", url], "--stages");
+    usage_error(&["load", "--stages", "/nonexistent/stages", url], "--stages");
+    let targets = dir.path().join("targets");
+    std::fs::write(&targets, "GET http://127.0.0.1:1/\nGET http://127.0.0.1:2/ weight=x\n")
+        .unwrap();
+    usage_error(&["load", "--targets", targets.to_str().unwrap()], "line 2");
+    std::fs::write(&targets, "GET ftp://x/\n").unwrap();
+    usage_error(&["load", "--targets", targets.to_str().unwrap()], "--targets");
+    usage_error(&["load", "-c", "1", "http://127.0.0.1:1/", "http://127.0.0.1:2/"], "-c 2");
+    usage_error(
+        &["load", "--log", "/nonexistent/dir/x.hlog", "-n", "1", &server.url("/")],
+        "--log",
+    );
+    usage_error(&["merge", "/nonexistent/a.hlog"], "/nonexistent/a.hlog");
+    usage_error(&["merge", stages.to_str().unwrap()], "stages");
+}
+
+#[test]
+fn several_urls_on_the_command_line_get_per_target_counts() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let (a, b) = (server.url("/a"), server.url("/b"));
+    let out = qpslab(&["load", "-c", "4", "-t", "1", "-n", "4000", "--json", &a, &b]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["targets"].as_array().unwrap().len(), 2);
+    let t = v["per_target"].as_array().unwrap();
+    assert_eq!(t[0]["url"], a.as_str());
+    assert_eq!(t[0]["completed"].as_u64().unwrap() + t[1]["completed"].as_u64().unwrap(), 4000);
+    // One address: every connection alternates the two, so each gets half within one request
+    // per connection.
+    let first = t[0]["completed"].as_u64().unwrap();
+    assert!((1996..=2004).contains(&first), "{first}");
+    let text = qpslab(&["load", "-c", "2", "-n", "100", &a, &b]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("Targets:"));
+}
+
+#[test]
+fn merge_of_a_split_interval_log_equals_the_runs_histogram() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (log, hdr) = (dir.path().join("run.hlog"), dir.path().join("run.hdr"));
+    let out = qpslab(&[
+        "load",
+        "-t",
+        "1",
+        "-c",
+        "10",
+        "-R",
+        "3000",
+        "-d",
+        "4",
+        "--log",
+        log.to_str().unwrap(),
+        "--hdr-out",
+        hdr.to_str().unwrap(),
+        &server.url("/"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (head, rows): (Vec<&str>, Vec<&str>) =
+        text.lines().partition(|l| l.starts_with('#') || l.starts_with('"'));
+    assert_eq!(rows.len(), 4, "{text}");
+    let part = |r: &[&str], name: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, [head.clone(), r.to_vec()].concat().join("\n") + "\n").unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (first, second) = (part(&rows[..2], "first.hlog"), part(&rows[2..], "second.hlog"));
+    let merged = qpslab(&["merge", "--json", &first, &second]);
+    assert_eq!(merged.status.code(), Some(0));
+    let halves: serde_json::Value = serde_json::from_slice(&merged.stdout).unwrap();
+    let whole = qpslab(&["merge", "--json", hdr.to_str().unwrap()]);
+    let whole: serde_json::Value = serde_json::from_slice(&whole.stdout).unwrap();
+    assert!(whole["count"].as_u64().unwrap() > 10_000);
+    assert_eq!(halves["count"], whole["count"]);
+    assert_eq!(halves["latency_us"], whole["latency_us"], "same percentiles, exactly");
+    assert_eq!(halves["files"][0]["intervals"], 2);
+    let text = qpslab(&["merge", &first, &second]);
+    assert!(String::from_utf8_lossy(&text.stdout).starts_with("Merged 2 files:"));
+}

@@ -1,0 +1,112 @@
+//! 50,000 concurrent keep-alive connections from 127.0.0.x sources to `qpslab serve`, in a test
+//! binary of its own so that its load does not disturb timing-sensitive tests.
+//!
+//! One process holds at most RLIMIT_NOFILE descriptors and raising the hard limit needs
+//! CAP_SYS_RESOURCE. Where the hard limit is too low for 50,000 sockets on each side, the
+//! connections are split over several `qpslab load` processes and several `qpslab serve`
+//! processes sharing the port (SO_REUSEPORT); the count that matters, established connections to
+//! the port at one moment, is read from the kernel with `ss`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ServeChild;
+
+const TOTAL: u64 = 50_000;
+
+/// Server-side sockets established on `port` (local port = `port`), and their peer addresses.
+fn established(port: u16) -> (usize, HashSet<String>) {
+    let out = Command::new("ss")
+        .args(["-Htn", "state", "established", "sport", "=", &format!(":{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut peers = HashSet::new();
+    let mut n = 0;
+    for line in text.lines() {
+        if let Some(peer) = line.split_whitespace().nth(3) {
+            n += 1;
+            peers.insert(peer.rsplit_once(':').map_or(peer, |(a, _)| a).to_string());
+        }
+    }
+    (n, peers)
+}
+
+#[test]
+fn fifty_thousand_concurrent_connections_from_127_0_0_x_sources() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let per_process = lim.rlim_max.saturating_sub(500).min(TOTAL);
+    assert!(per_process >= 1000, "hard RLIMIT_NOFILE {} is too low", lim.rlim_max);
+    let loads = TOTAL.div_ceil(per_process);
+    let servers = loads + 1; // REUSEPORT spreads by hash: leave each server room
+    eprintln!("hard RLIMIT_NOFILE {}: {loads} load and {servers} serve processes", lim.rlim_max);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let serves: Vec<ServeChild> = (0..servers)
+        .map(|_| ServeChild::start(&[], &["-l", &listen, "-w", "1", "--json"]))
+        .collect();
+
+    let url = format!("http://{listen}/");
+    let children: Vec<_> = (0..loads)
+        .map(|i| {
+            let n = TOTAL / loads + u64::from(i < TOTAL % loads);
+            Command::new(env!("CARGO_BIN_EXE_qpslab"))
+                .args(["load", "-t", "2", "-c", &n.to_string(), "-d", "12s", "--timeout", "30s"])
+                .args(["--source", "127.0.0.2-127.0.0.254", "--json", &url])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn qpslab load")
+        })
+        .collect();
+
+    // The kernel's count of established connections to the port, until all are up.
+    let started = Instant::now();
+    let (mut most, mut peers) = (0, HashSet::new());
+    while started.elapsed() < Duration::from_secs(11) {
+        let (n, p) = established(port);
+        if n > most {
+            (most, peers) = (n, p);
+        }
+        if most as u64 >= TOTAL {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!("{most} established after {:?}", started.elapsed());
+
+    let mut connects = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["requests"]["failed"], 0, "{}", v["error_examples"]);
+        assert_eq!(v["connections"]["reconnects"], 0, "every connection stayed open");
+        assert!(v["requests"]["ok"].as_u64().unwrap() > 0);
+        connects += v["connections"]["connects"].as_u64().unwrap();
+    }
+    assert_eq!(connects, TOTAL);
+    assert!(most as u64 >= TOTAL, "only {most} connections were established at once");
+    let range: HashSet<String> = (2..=254).map(|i| format!("127.0.0.{i}")).collect();
+    assert_eq!(peers, range, "peers spread over the whole source range");
+
+    let mut accepted = 0;
+    for s in serves {
+        s.signal(libc::SIGTERM);
+        let (code, out, err) = s.wait(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "{err}");
+        let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
+        accepted += totals["totals"]["accepted"].as_u64().unwrap();
+    }
+    // Each load process's preflight reachability check is one more connection.
+    assert_eq!(accepted, TOTAL + loads);
+}
