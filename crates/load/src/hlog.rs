@@ -127,7 +127,17 @@ pub fn read_file(path: &Path) -> Result<FileHistograms, MergeError> {
                 intervals.push((i.start_timestamp(), i.duration()));
             }
             Ok(_) => {}
-            Err(e) => return Err(err(format!("not an interval log ({e:?})"))),
+            Err(e) => {
+                let at = match e {
+                    hdrhistogram::serialization::interval_log::LogIteratorError::ParseError {
+                        offset,
+                    } => offset,
+                };
+                return Err(err(format!(
+                    "not an interval log (--log) or histogram file (--hdr-out): unreadable at \
+                     byte {at}"
+                )));
+            }
         }
     }
     if intervals.is_empty() {

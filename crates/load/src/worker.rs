@@ -195,6 +195,8 @@ enum Absorbed {
 /// Open loop: the shortest sleep between sends; a request waits at most this long past its
 /// slot for the wake-up (its latency still counts from the slot).
 const WAKE_QUANTUM: Duration = Duration::from_micros(50);
+/// Open loop: events handled between two checks of the schedule within one batch.
+const SEND_DUE_EVERY: usize = 16;
 
 pub(crate) struct Worker<'a> {
     shared: &'a Shared<'a>,
@@ -325,8 +327,12 @@ impl<'a> Worker<'a> {
                 }
             }
             let n = self.epoll.wait_for(&mut events, wake.saturating_duration_since(now))?;
-            for ev in &events[..n] {
+            for (i, ev) in events[..n].iter().enumerate() {
                 self.dispatch(ev.u64, ev.events);
+                if open && i % SEND_DUE_EVERY == SEND_DUE_EVERY - 1 {
+                    // A long batch of responses must not hold back requests falling due meanwhile.
+                    self.send_due(Instant::now());
+                }
             }
             now = Instant::now();
             if open {
