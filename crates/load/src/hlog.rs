@@ -220,22 +220,12 @@ impl MergeReport {
         let l = &self.latency_us;
         let _ = writeln!(
             s,
-            "  Latency  avg {}  stdev {}  min {}  max {}",
+            "  Latency  avg {}  stdev {}  min {}",
             fmt_us(l.mean),
             fmt_us(l.stdev),
-            fmt_us(l.min as f64),
-            fmt_us(l.max as f64)
+            fmt_us(l.min as f64)
         );
-        for (label, v) in [
-            ("50%", l.p50),
-            ("75%", l.p75),
-            ("90%", l.p90),
-            ("99%", l.p99),
-            ("99.9%", l.p999),
-            ("99.99%", l.p9999),
-        ] {
-            let _ = writeln!(s, "  {label:>7}  {}", fmt_us(v as f64));
-        }
+        l.write_distribution(&mut s);
         s
     }
 }

@@ -212,6 +212,21 @@ pub struct Check {
 }
 
 impl Latency {
+    /// The percentile lines of the text summaries: `      50%  128.00us` ... `      max  ...`.
+    pub fn write_distribution(&self, s: &mut String) {
+        for (label, v) in [
+            ("50%", self.p50),
+            ("75%", self.p75),
+            ("90%", self.p90),
+            ("99%", self.p99),
+            ("99.9%", self.p999),
+            ("99.99%", self.p9999),
+            ("max", self.max),
+        ] {
+            let _ = writeln!(s, "  {label:>7}  {}", fmt_us(v as f64));
+        }
+    }
+
     pub fn from_histogram(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
             return Self::default();
@@ -413,17 +428,7 @@ impl Report {
             l.within_stdev * 100.0
         );
         let _ = writeln!(s, "  Latency Distribution");
-        for (label, v) in [
-            ("50%", l.p50),
-            ("75%", l.p75),
-            ("90%", l.p90),
-            ("99%", l.p99),
-            ("99.9%", l.p999),
-            ("99.99%", l.p9999),
-            ("max", l.max),
-        ] {
-            let _ = writeln!(s, "  {label:>7}  {}", fmt_us(v as f64));
-        }
+        l.write_distribution(&mut s);
         let _ = writeln!(
             s,
             "  {} requests in {}, {} read, {} written",
