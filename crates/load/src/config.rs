@@ -409,9 +409,10 @@ impl LoadConfig {
         targets::groups(&self.targets, self.pipeline)
     }
 
-    /// The group of each connection, by global connection number.
-    pub fn connection_groups(&self) -> Vec<usize> {
-        let weights: Vec<u64> = self.groups().iter().map(|g| g.weight).collect();
+    /// The group (index into `groups`, from [`Self::groups`]) of each connection, by global
+    /// connection number.
+    pub fn connection_groups(&self, groups: &[targets::Group]) -> Vec<usize> {
+        let weights: Vec<u64> = groups.iter().map(|g| g.weight).collect();
         targets::deal_connections(&weights, self.connections)
     }
 
@@ -419,7 +420,7 @@ impl LoadConfig {
     /// tightest.
     pub fn port_budgets(&self) -> Vec<PortBudget> {
         let groups = self.groups();
-        let dealt = self.connection_groups();
+        let dealt = self.connection_groups(&groups);
         let ephemeral = source::ephemeral_ports();
         let mut out: Vec<PortBudget> = groups
             .iter()

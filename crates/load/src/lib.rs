@@ -139,10 +139,11 @@ pub fn run(
             cfg.threads,
         )),
     };
+    let groups = cfg.groups();
     let shared = worker::Shared {
         cfg,
-        groups: cfg.groups(),
-        conn_groups: cfg.connection_groups(),
+        conn_groups: cfg.connection_groups(&groups),
+        groups,
         heads: cfg.targets.iter().map(|t| t.head).collect(),
         measure_start,
         stop_at: cfg.duration.map(|d| measure_start + d),

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::{LoadConfig, StatusSet};
+use crate::config::LoadConfig;
 use crate::pacer::{Pacer, Schedule};
 use crate::stats::{io_message, new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
@@ -705,14 +705,7 @@ impl<'a> Worker<'a> {
                 return Err("response received with no request in flight".into());
             };
             self.outstanding -= 1;
-            record(
-                &mut self.rec,
-                &self.shared.cfg.accept_status,
-                self.pacer.is_open(),
-                req,
-                resp,
-                now,
-            );
+            self.shared.record(&mut self.rec, req, resp, now);
             if !resp.keep_alive || one_request {
                 outcome = Absorbed::Close;
                 break;
@@ -734,14 +727,7 @@ impl<'a> Worker<'a> {
             Ok(Some(resp)) => {
                 if let Some(req) = c.inflight.pop_front() {
                     self.outstanding -= 1;
-                    record(
-                        &mut self.rec,
-                        &self.shared.cfg.accept_status,
-                        self.pacer.is_open(),
-                        req,
-                        resp,
-                        now,
-                    );
+                    self.shared.record(&mut self.rec, req, resp, now);
                 }
                 self.close_after_response(idx, now);
             }
@@ -906,23 +892,20 @@ fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("bind {local}: {}", io_message(&e))))
 }
 
-/// Records a response to a counted request: status, ok-ness, latency from the write.
-#[inline]
-fn record(
-    rec: &mut Recorder,
-    accept: &StatusSet,
-    open: bool,
-    req: Req,
-    resp: Response,
-    now: Instant,
-) {
-    if req.counted {
-        let ok = resp.status < 400 || accept.contains(resp.status);
-        let us = now.saturating_duration_since(req.intended).as_micros() as u64;
-        rec.response(resp.status, ok, us);
-        rec.target_response(req.target as usize, ok);
-        if open {
-            rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
+impl Shared<'_> {
+    /// Records a response to a counted request: status, ok-ness, latency from its intended
+    /// send time and, in open loop, from the write. A method of the run-wide inputs (not of the
+    /// worker), so it can be called while a connection is borrowed.
+    #[inline]
+    fn record(&self, rec: &mut Recorder, req: Req, resp: Response, now: Instant) {
+        if req.counted {
+            let ok = resp.status < 400 || self.cfg.accept_status.contains(resp.status);
+            let us = now.saturating_duration_since(req.intended).as_micros() as u64;
+            rec.response(resp.status, ok, us);
+            rec.target_response(req.target as usize, ok);
+            if self.cfg.rate.is_some() {
+                rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
+            }
         }
     }
 }
