@@ -2,7 +2,15 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `load --poll`: how load threads wait for events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PollArg {
+    Auto,
+    Spin,
+    Sleep,
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -461,6 +469,13 @@ pub struct LoadArgs {
     /// Write per-second HdrHistogram interval logs of corrected latency (.hlog) to FILE
     #[arg(long, value_name = "FILE")]
     pub log: Option<std::path::PathBuf>,
+
+    /// How threads wait for events: auto (open loop polls instead of sleeping when the next
+    /// send is due within 100 us; closed loop sleeps), spin (never sleeps: exact timing for a
+    /// whole CPU per thread), sleep (always sleeps: least CPU). Polling time is not counted
+    /// as busy
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = PollArg::Auto)]
+    pub poll: PollArg,
 
     /// Per-request timeout; an unanswered request counts as a timeout when it expires
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]

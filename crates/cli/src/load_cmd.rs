@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use qpslab_host::facts;
+use qpslab_load::config::PollMode;
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
 
-use crate::args::LoadArgs;
+use crate::args::{LoadArgs, PollArg};
 use crate::{Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
@@ -35,6 +36,11 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         rst_close: a.rst_close,
         source: a.source,
         log: a.log,
+        poll: match a.poll {
+            PollArg::Auto => PollMode::Auto,
+            PollArg::Spin => PollMode::Spin,
+            PollArg::Sleep => PollMode::Sleep,
+        },
     };
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;

@@ -59,6 +59,41 @@ pub struct LoadOptions {
     pub source: Option<String>,
     /// Per-second HdrHistogram interval log of corrected latency.
     pub log: Option<PathBuf>,
+    /// How a thread waits for its next event.
+    pub poll: PollMode,
+}
+
+/// How a load thread waits for its next event (`--poll`).
+///
+/// Sleeping in `epoll_wait` costs a wake-up per event: on the VM these figures come from that
+/// is tens of microseconds (an interrupt to a halted CPU, a context switch), which lands in
+/// the measured latency and, in open loop, in the send lag. Polling with a zero timeout
+/// instead keeps the thread on its CPU: exact timing for a whole CPU per thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PollMode {
+    /// Open loop: poll while the next send slot is within [`SPIN_WINDOW`], sleep otherwise
+    /// (so low rates cost little CPU); closed loop: sleep.
+    #[default]
+    Auto,
+    /// Never sleep while the run lasts (both loops).
+    Spin,
+    /// Always sleep in `epoll_wait`; open loop sends requests due within 50 us in one wake-up.
+    Sleep,
+}
+
+/// `--poll auto`: the next send slot closer than this is waited for by polling, not sleeping.
+/// About twice the cost of one sleep-and-wake measured on the reference VM
+/// (docs/performance.md), so a sleep would end too late to be worth it.
+pub const SPIN_WINDOW: Duration = Duration::from_micros(100);
+
+impl PollMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Spin => "spin",
+            Self::Sleep => "sleep",
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -86,6 +121,7 @@ impl Default for LoadOptions {
             rst_close: false,
             source: None,
             log: None,
+            poll: PollMode::Auto,
         }
     }
 }
@@ -172,6 +208,7 @@ pub struct LoadConfig {
     pub rst_close: bool,
     pub source: Option<SourceRange>,
     pub log: Option<PathBuf>,
+    pub poll: PollMode,
 }
 
 impl LoadConfig {
@@ -376,6 +413,7 @@ impl LoadConfig {
             rst_close: opts.rst_close,
             source,
             log: opts.log.clone(),
+            poll: opts.poll,
         })
     }
 

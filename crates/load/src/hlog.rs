@@ -36,10 +36,16 @@ impl std::fmt::Debug for HlogWriter {
 }
 
 impl HlogWriter {
-    /// Creates (truncates) `path` and writes the header; `base` is the start of measurement,
-    /// which interval start times are relative to.
-    pub fn create(path: &Path, base: SystemTime) -> io::Result<Self> {
-        let mut out = BufWriter::new(File::create(path)?);
+    /// Creates (truncates) `path`; the header follows with [`HlogWriter::begin`], once the
+    /// start of measurement is known.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let out = BufWriter::new(File::create(path)?);
+        Ok(Self { out, line: Vec::new(), serializer: V2DeflateSerializer::new() })
+    }
+
+    /// Writes the header; `base` is the start of measurement, which interval start times are
+    /// relative to.
+    pub fn begin(&mut self, base: SystemTime) -> io::Result<()> {
         let mut head = Vec::new();
         let mut serializer = V2DeflateSerializer::new();
         IntervalLogWriterBuilder::new()
@@ -50,12 +56,11 @@ impl HlogWriter {
             .with_start_time(base)
             .with_base_time(base)
             .begin_log_with(&mut head, &mut serializer)?;
-        out.write_all(&head)?;
+        self.out.write_all(&head)?;
         writeln!(
-            out,
+            self.out,
             "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
-        )?;
-        Ok(Self { out, line: Vec::new(), serializer })
+        )
     }
 
     /// Appends one interval: `start` after the base time, lasting `length`.
@@ -260,7 +265,8 @@ mod tests {
     fn a_log_reads_back_interval_by_interval_and_sums_exactly() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.hlog");
-        let mut w = HlogWriter::create(&path, SystemTime::now()).unwrap();
+        let mut w = HlogWriter::create(&path).unwrap();
+        w.begin(SystemTime::now()).unwrap();
         let mut whole = new_histogram();
         for i in 0..3u64 {
             let mut h = new_histogram();

@@ -6,6 +6,7 @@
 //! CLI does.
 
 pub mod config;
+mod gate;
 pub mod hlog;
 mod pacer;
 pub mod rate;
@@ -72,6 +73,8 @@ pub struct RunResult {
     pub duration: Duration,
     /// Worker threads' CPU time during measurement.
     pub cpu: CpuTime,
+    /// Of `cpu`: time spent polling for events instead of sleeping (`--poll`).
+    pub polled: Duration,
     pub started_at: SystemTime,
     /// Cumulative counters once a second during measurement (from the live progress counters,
     /// which threads publish every 10 ms or so).
@@ -127,13 +130,10 @@ pub fn run(
     ensure_fd_limit(cfg.connections, cfg.threads)?;
     STOP.store(false, Ordering::Relaxed);
     let mut intervals = Vec::new();
-    let started_at = SystemTime::now();
-    let start = Instant::now();
-    let measure_start = start + cfg.warmup;
     let mut log = match &cfg.log {
         None => None,
         Some(path) => Some(IntervalLog::new(
-            hlog::HlogWriter::create(path, started_at + cfg.warmup).map_err(|e| {
+            hlog::HlogWriter::create(path).map_err(|e| {
                 ConfigError::new("--log", format!("cannot create {}: {e}", path.display()))
             })?,
             cfg.threads,
@@ -145,21 +145,21 @@ pub fn run(
         conn_groups: cfg.connection_groups(&groups),
         groups,
         heads: cfg.targets.iter().map(|t| t.head).collect(),
-        measure_start,
-        stop_at: cfg.duration.map(|d| measure_start + d),
         stop_flag: &STOP,
     };
+    let gate = gate::StartGate::default();
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
     let (done_tx, done_rx) = mpsc::channel();
-    let outcomes = std::thread::scope(|scope| {
+    let (outcomes, clock) = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|i| {
-                let (shared, progress, done) = (&shared, &progress[i], done_tx.clone());
+                let (shared, gate, progress, done) =
+                    (&shared, &gate, &progress[i], done_tx.clone());
                 std::thread::Builder::new()
                     .name(format!("qpslab-load-{i}"))
                     .spawn_scoped(scope, move || {
-                        let result = run_thread(shared, i, progress, done.clone());
+                        let result = run_thread(shared, gate, i, progress, done.clone());
                         let _ = done.send(Msg::Done);
                         result
                     })
@@ -168,8 +168,22 @@ pub fn run(
             .collect();
         let running = handles.iter().filter(|h| h.is_ok()).count();
         drop(done_tx);
-        intervals = watch(&done_rx, running, &progress, measure_start, on_progress, &mut log);
-        handles
+        let started = gate.open(running, || {
+            let start = Instant::now();
+            let measure_start = start + cfg.warmup;
+            gate::Clock {
+                start,
+                started_at: SystemTime::now(),
+                measure_start,
+                stop_at: cfg.duration.map(|d| measure_start + d),
+            }
+        });
+        if let Some(log) = &mut log {
+            log.begin(started.started_at + cfg.warmup);
+        }
+        intervals =
+            watch(&done_rx, running, &progress, started.measure_start, on_progress, &mut log);
+        let outcomes = handles
             .into_iter()
             .enumerate()
             .map(|(i, h)| match h?.join() {
@@ -179,11 +193,15 @@ pub fn run(
                     source: std::io::Error::other("load thread panicked"),
                 }),
             })
-            .collect::<Result<Vec<_>, _>>()
-    })?;
+            .collect::<Result<Vec<_>, _>>();
+        (outcomes, started)
+    });
+    let outcomes = outcomes?;
+    let (started_at, measure_start) = (clock.started_at, clock.measure_start);
     let mut rec = Recorder::default();
     let mut in_flight_at_stop = 0;
     let mut cpu = CpuTime::default();
+    let mut polled = Duration::ZERO;
     let mut ended = measure_start;
     let (mut due_unsent, mut idle_at_stop) = (0, 0);
     let mut in_flight_by_target = vec![0; cfg.targets.len()];
@@ -193,6 +211,7 @@ pub fn run(
         rec.merge(&o.rec);
         in_flight_at_stop += o.in_flight;
         cpu = cpu + o.cpu;
+        polled += o.polled;
         ended = ended.max(o.ended);
         for (a, b) in in_flight_by_target.iter_mut().zip(&o.in_flight_by_target) {
             *a += b;
@@ -205,6 +224,7 @@ pub fn run(
         in_flight_at_stop,
         duration,
         cpu,
+        polled,
         started_at,
         intervals,
         stopped_early: STOP.load(Ordering::Relaxed),
@@ -242,6 +262,13 @@ impl IntervalLog {
             }
             let (i, h) = entry.remove_entry();
             self.write(&h, i, Duration::from_secs(1));
+        }
+    }
+
+    /// Writes the header once the start of measurement is known.
+    fn begin(&mut self, base: SystemTime) {
+        if let Err(e) = self.writer.begin(base) {
+            self.error = Some(e.to_string());
         }
     }
 
@@ -332,16 +359,26 @@ fn watch(
     intervals
 }
 
+/// One load thread: builds its event loop (open loop: opens its connections), waits at the
+/// start line for the others, runs. It reaches the start line even when it fails before it,
+/// so the others are not held.
 fn run_thread(
     shared: &worker::Shared<'_>,
+    gate: &gate::StartGate,
     i: usize,
     progress: &ThreadProgress,
     msgs: mpsc::Sender<Msg>,
 ) -> std::io::Result<worker::ThreadOutcome> {
-    if let Some(cpus) = &shared.cfg.cpus {
-        qpslab_sys::cpus::pin_current_thread(cpus[i % cpus.len()])?;
-    }
-    worker::Worker::new(shared, i, progress, msgs)?.run()
+    let ready = (|| {
+        if let Some(cpus) = &shared.cfg.cpus {
+            qpslab_sys::cpus::pin_current_thread(cpus[i % cpus.len()])?;
+        }
+        let mut w = worker::Worker::new(shared, i, progress, msgs)?;
+        w.connect_phase()?;
+        Ok::<_, std::io::Error>(w)
+    })();
+    let clock = gate.arrive();
+    ready?.run(clock)
 }
 
 fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress {

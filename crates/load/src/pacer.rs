@@ -17,27 +17,26 @@ use std::time::{Duration, Instant};
 /// An open-loop schedule for one thread: its share of the rate, from `start`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Schedule {
-    pub start: Instant,
+    /// None until the run's clock starts (open loop first opens its connections): nothing is
+    /// due before.
+    pub start: Option<Instant>,
     pub rate: Rate,
 }
 
 impl Schedule {
-    /// Requests due by `t` seconds after the start (slot 0 is due at t = 0).
-    fn due_by(&self, t: f64) -> f64 {
-        if t < 0.0 {
-            return 0.0;
+    /// Requests due by `now` (slot 0 is due at the start), as a real number.
+    fn due_by(&self, now: Instant) -> Option<f64> {
+        let start = self.start?;
+        if now < start {
+            return None;
         }
-        self.rate.due_by(Duration::from_secs_f64(t))
+        Some(self.rate.due_by(now.duration_since(start)))
     }
 
-    /// Seconds after the start at which slot `k` is due.
-    fn slot_secs(&self, k: u64) -> f64 {
-        self.rate.time_of(k as f64)
-    }
-
-    /// When slot `k` is due.
-    pub fn slot_time(&self, k: u64) -> Instant {
-        self.start + Duration::from_secs_f64(self.slot_secs(k).max(0.0))
+    /// When slot `k` is due (None before the schedule starts).
+    pub fn slot_time(&self, k: u64) -> Option<Instant> {
+        let at = Duration::from_secs_f64(self.rate.time_of(k as f64).max(0.0));
+        self.start.map(|s| s + at)
     }
 }
 
@@ -67,8 +66,8 @@ impl Pacer {
         match self {
             Pacer::Closed { remaining } => remaining.unwrap_or(u64::MAX),
             Pacer::Open { schedule, next, remaining } => {
-                let t = now.saturating_duration_since(schedule.start).as_secs_f64();
-                let due = (schedule.due_by(t).floor() as u64 + 1).saturating_sub(*next);
+                let Some(by) = schedule.due_by(now) else { return 0 };
+                let due = (by.floor() as u64 + 1).saturating_sub(*next);
                 remaining.map_or(due, |r| due.min(r))
             }
         }
@@ -102,7 +101,7 @@ impl Pacer {
     pub(crate) fn slot_time(&self, k: u64, now: Instant) -> Instant {
         match self {
             Pacer::Closed { .. } => now,
-            Pacer::Open { schedule, .. } => schedule.slot_time(k),
+            Pacer::Open { schedule, .. } => schedule.slot_time(k).unwrap_or(now),
         }
     }
 
@@ -110,9 +109,24 @@ impl Pacer {
     pub(crate) fn next_due(&self) -> Option<Instant> {
         match self {
             Pacer::Open { schedule, next, remaining } if remaining != &Some(0) => {
-                Some(schedule.slot_time(*next))
+                schedule.slot_time(*next)
             }
             _ => None,
+        }
+    }
+
+    /// The first slot not yet granted (0 in closed loop).
+    pub(crate) fn next_slot(&self) -> u64 {
+        match self {
+            Pacer::Closed { .. } => 0,
+            Pacer::Open { next, .. } => *next,
+        }
+    }
+
+    /// Starts an open-loop schedule at `at` (closed loop: nothing to start).
+    pub(crate) fn begin(&mut self, at: Instant) {
+        if let Pacer::Open { schedule, .. } = self {
+            schedule.start = Some(at);
         }
     }
 
@@ -142,30 +156,43 @@ mod tests {
         assert!(!unbounded.exhausted());
     }
 
-    fn schedule(rps: f64) -> Schedule {
-        Schedule { start: Instant::now(), rate: Rate::constant(rps) }
+    fn schedule(rps: f64) -> (Schedule, Instant) {
+        let start = Instant::now();
+        (Schedule { start: Some(start), rate: Rate::constant(rps) }, start)
+    }
+
+    #[test]
+    fn nothing_is_due_before_the_schedule_starts() {
+        let mut p = Pacer::open(Schedule { start: None, rate: Rate::constant(1000.0) }, None);
+        let now = Instant::now();
+        assert_eq!(p.due(now + Duration::from_secs(5)), 0);
+        assert_eq!(p.next_due(), None);
+        p.begin(now);
+        assert_eq!(p.due(now), 1, "slot 0 is due at the start");
+        assert_eq!(p.due(now - Duration::from_millis(1)), 0);
+        assert_eq!(p.next_due(), Some(now));
     }
 
     #[test]
     fn constant_rate_slots_are_evenly_spaced() {
-        let s = schedule(1000.0);
-        let mut p = Pacer::open(s.clone(), None);
-        assert_eq!(p.grant(10, s.start), (1, 0), "slot 0 is due at the start");
-        let at = s.start + Duration::from_micros(4_500);
+        let (s, start) = schedule(1000.0);
+        let mut p = Pacer::open(s, None);
+        assert_eq!(p.grant(10, start), (1, 0), "slot 0 is due at the start");
+        let at = start + Duration::from_micros(4_500);
         assert_eq!(p.due(at), 4);
         assert_eq!(p.grant(2, at), (2, 1));
         assert_eq!(p.grant(9, at), (2, 3), "the backlog keeps its slots");
-        assert_eq!(p.slot_time(3, at), s.start + Duration::from_millis(3));
-        assert_eq!(p.next_due(), Some(s.start + Duration::from_millis(5)));
-        let later = s.start + Duration::from_secs(10);
+        assert_eq!(p.slot_time(3, at), start + Duration::from_millis(3));
+        assert_eq!(p.next_due(), Some(start + Duration::from_millis(5)));
+        let later = start + Duration::from_secs(10);
         assert_eq!(p.due(later), 10_001 - 5);
     }
 
     #[test]
     fn open_budget_ends_the_schedule() {
-        let s = schedule(100.0);
-        let mut p = Pacer::open(s.clone(), Some(3));
-        assert_eq!(p.grant(10, s.start + Duration::from_secs(1)), (3, 0));
+        let (s, start) = schedule(100.0);
+        let mut p = Pacer::open(s, Some(3));
+        assert_eq!(p.grant(10, start + Duration::from_secs(1)), (3, 0));
         assert!(p.exhausted());
         assert_eq!(p.next_due(), None);
     }

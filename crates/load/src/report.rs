@@ -104,6 +104,8 @@ pub struct ConfigReport {
     pub conn_per_request: bool,
     pub rst_close: bool,
     pub source: Option<SourceRange>,
+    /// `--poll`: auto, spin or sleep.
+    pub poll: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -184,6 +186,10 @@ pub struct RateReport {
     pub kept: bool,
     /// Requests due but not sent when the run stopped.
     pub due_unsent: u64,
+    /// Counted requests that found every connection busy when they fell due and waited for
+    /// one to free (the wait is in their latency and send lag): the target, or too few
+    /// connections, set their pace, not the generator.
+    pub waited_for_connection: u64,
     /// Connections free when the run stopped (none free: every connection was waiting on the
     /// target, so it, or too few connections, set the pace).
     pub idle_at_stop: usize,
@@ -197,7 +203,9 @@ pub struct Generator {
     pub threads: usize,
     pub cpu_user_s: f64,
     pub cpu_sys_s: f64,
-    /// CPU time of the load threads over their wall time.
+    /// Of user + sys: polling for events instead of sleeping (`--poll`); waiting, not work.
+    pub cpu_poll_s: f64,
+    /// CPU time of the load threads, less polling, over their wall time.
     pub busy_ratio: f64,
     pub verdict: &'static str,
 }
@@ -276,7 +284,8 @@ impl Report {
             in_flight_at_stop: result.in_flight_at_stop,
         };
         let busy_ratio = if secs > 0.0 {
-            result.cpu.total().as_secs_f64() / (secs * cfg.threads as f64)
+            result.cpu.total().saturating_sub(result.polled).as_secs_f64()
+                / (secs * cfg.threads as f64)
         } else {
             0.0
         };
@@ -292,6 +301,7 @@ impl Report {
                 achieved_rps: per_sec(rec.sent),
                 kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
                 due_unsent: result.due_unsent,
+                waited_for_connection: rec.waited_for_connection,
                 idle_at_stop: result.idle_at_stop,
             }
         });
@@ -333,6 +343,7 @@ impl Report {
                 conn_per_request: cfg.conn_per_request,
                 rst_close: cfg.rst_close,
                 source: cfg.source,
+                poll: cfg.poll.name(),
             },
             requests,
             status: rec.statuses().map(|(c, n)| (c.to_string(), n)).collect(),
@@ -374,6 +385,7 @@ impl Report {
                 threads: cfg.threads,
                 cpu_user_s: result.cpu.user.as_secs_f64(),
                 cpu_sys_s: result.cpu.sys.as_secs_f64(),
+                cpu_poll_s: result.polled.as_secs_f64(),
                 busy_ratio,
                 verdict,
             },
@@ -528,6 +540,18 @@ impl Report {
                     "; behind schedule with every connection busy: the target (or too few -c) set the pace"
                 }
             );
+            if r.waited_for_connection > 0 {
+                let _ = writeln!(
+                    s,
+                    "Waited for a free connection: {} of {} requests ({:.2}%) fell due with all \
+                     {} connections busy; their wait is in the latency and send lag (more -c \
+                     keeps the schedule through target stalls)",
+                    r.waited_for_connection,
+                    self.requests.sent,
+                    100.0 * r.waited_for_connection as f64 / self.requests.sent.max(1) as f64,
+                    self.config.connections
+                );
+            }
             let _ = writeln!(
                 s,
                 "Latency corrected above; uncorrected (from the actual write): p50 {} p99 {} max {}",
@@ -554,6 +578,10 @@ impl Report {
             plural(g.threads as u64, "thread", "threads"),
             g.busy_ratio * 100.0
         );
+        if g.cpu_poll_s > 0.0 && self.duration_s > 0.0 {
+            let share = g.cpu_poll_s / (self.duration_s * g.threads as f64);
+            let _ = write!(s, " (+{:.1}% polling for events)", share * 100.0);
+        }
         if g.verdict == "generator-bound" {
             let _ = write!(
                 s,
@@ -684,6 +712,7 @@ mod tests {
             in_flight_at_stop: 2,
             duration: Duration::from_secs(10),
             cpu: CpuTime { user: half, sys: half },
+            polled: Duration::ZERO,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
             intervals: vec![
                 crate::Interval { elapsed_s: 1.0, sent: 100, completed: 99, failed: 1 },
@@ -730,6 +759,18 @@ mod tests {
         assert!(report.render_text().contains("generator-bound, the rate is only a lower bound"));
         let (cfg, result) = fixed_result(17.0);
         assert_eq!(Report::new(&cfg, &result, &meta()).generator.verdict, "ok");
+    }
+
+    #[test]
+    fn polling_is_waiting_not_work() {
+        // 20 CPU-seconds used of 20 available, 8 of them polling for events: 60% busy.
+        let (cfg, mut result) = fixed_result(20.0);
+        result.polled = Duration::from_secs(8);
+        let report = Report::new(&cfg, &result, &meta());
+        assert!((report.generator.busy_ratio - 0.6).abs() < 1e-9);
+        assert_eq!(report.generator.verdict, "ok");
+        assert_eq!(report.generator.cpu_poll_s, 8.0);
+        assert!(report.render_text().contains("busy 60.0% (+40.0% polling for events)"));
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct Recorder {
     pub latency_uncorrected: Histogram<u64>,
     /// Open loop only: actual write minus intended send time.
     pub send_lag: Histogram<u64>,
+    /// Open loop only: counted requests that found every connection busy when they fell due
+    /// and waited for one to free.
+    pub waited_for_connection: u64,
     /// From connect() to the connection being writable (the handshake), per connect.
     pub connect_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
@@ -103,6 +106,7 @@ impl Default for Recorder {
             latency: new_histogram(),
             latency_uncorrected: new_histogram(),
             send_lag: new_histogram(),
+            waited_for_connection: 0,
             connect_latency: new_histogram(),
             per_target: Vec::new(),
             interval: None,
@@ -192,6 +196,7 @@ impl Recorder {
         self.bytes_written += other.bytes_written;
         self.connects += other.connects;
         self.reconnects += other.reconnects;
+        self.waited_for_connection += other.waited_for_connection;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency.add(&other.latency);
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);

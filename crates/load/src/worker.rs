@@ -18,7 +18,8 @@ use hdrhistogram::Histogram;
 use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::LoadConfig;
+use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
+use crate::gate::Clock;
 use crate::pacer::{Pacer, Schedule};
 use crate::stats::{io_message, new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
@@ -96,6 +97,8 @@ pub(crate) struct ThreadOutcome {
     pub in_flight: u64,
     pub cpu: CpuTime,
     pub ended: Instant,
+    /// Of `cpu`: time spent polling for events instead of sleeping (`--poll`), not work.
+    pub polled: Duration,
     /// Open loop: requests due but not sent when the run stopped.
     pub due_unsent: u64,
     /// Open loop: connections free (waiting for the schedule) when the run stopped.
@@ -124,8 +127,6 @@ pub(crate) struct Shared<'a> {
     pub conn_groups: Vec<usize>,
     /// Per target: a HEAD request (its responses have no body).
     pub heads: Vec<bool>,
-    pub measure_start: Instant,
-    pub stop_at: Option<Instant>,
     pub stop_flag: &'a AtomicBool,
 }
 
@@ -210,7 +211,14 @@ pub(crate) struct Worker<'a> {
     outstanding: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
     idle: VecDeque<usize>,
+    /// Open loop: slots below this one fell due while every connection was busy.
+    waiting_below: u64,
     measuring: bool,
+    /// The run's clock; set by [`Worker::run`] (before it, in the connect phase, nothing is
+    /// sent, so it is not read).
+    clock: Clock,
+    /// Polling time while measuring (see [`ThreadOutcome::polled`]).
+    polled: Duration,
     tick: Duration,
     index: usize,
     /// Where the timer scan resumes, and how many connections each tick checks.
@@ -268,21 +276,23 @@ impl<'a> Worker<'a> {
             epoll: Epoll::new()?,
             conns,
             pacer: match cfg.thread_rate() {
-                // Every thread's schedule starts with the run (warm-up included), together.
-                Some(rate) => Pacer::open(
-                    Schedule {
-                        start: shared.measure_start.checked_sub(cfg.warmup).unwrap_or(now),
-                        rate,
-                    },
-                    cfg.requests_of(index),
-                ),
+                // Every thread's schedule starts with the run's clock (warm-up included).
+                Some(rate) => Pacer::open(Schedule { start: None, rate }, cfg.requests_of(index)),
                 None => Pacer::closed(cfg.requests_of(index)),
             },
             rec: Recorder::new(cfg.targets.len(), cfg.log.is_some()),
             buf: vec![0u8; READ_BUF].into_boxed_slice(),
             outstanding: 0,
             idle: VecDeque::new(),
+            waiting_below: 0,
             measuring: false,
+            clock: Clock {
+                start: now,
+                started_at: std::time::SystemTime::now(),
+                measure_start: now,
+                stop_at: None,
+            },
+            polled: Duration::ZERO,
             tick,
             index,
             scan_pos: 0,
@@ -291,14 +301,49 @@ impl<'a> Worker<'a> {
             source_n: 0,
             msgs,
             log_index: 0,
-            log_next: shared.measure_start + LOG_INTERVAL,
+            log_next: now,
         })
     }
 
-    pub(crate) fn run(mut self) -> io::Result<ThreadOutcome> {
+    /// Open loop with keep-alive connections: opens every connection before the run's clock
+    /// starts, and returns when each is open or has failed once (a failed one is retried in
+    /// the run), or on stop. The connects count in the run's connection figures unless there
+    /// is a warm-up. Otherwise nothing to do: requests go as connections open.
+    pub(crate) fn connect_phase(&mut self) -> io::Result<()> {
+        if !self.pacer.is_open() || self.shared.cfg.conn_per_request {
+            return Ok(());
+        }
+        self.measuring = self.shared.cfg.warmup.is_zero();
+        let mut now = Instant::now();
+        for idx in 0..self.conns.len() {
+            self.connect(idx, now);
+        }
+        let mut events = vec![poll::empty_event(); 1024];
+        let mut next_tick = now + self.tick;
+        while self.conns.iter().any(|c| c.phase == Phase::Connecting)
+            && !self.shared.stop_flag.load(Ordering::Relaxed)
+        {
+            let n = self.epoll.wait_for(&mut events, next_tick.saturating_duration_since(now))?;
+            for ev in &events[..n] {
+                self.dispatch(ev.u64, ev.events);
+            }
+            now = Instant::now();
+            if now >= next_tick {
+                // Connect timeouts.
+                self.on_tick(now);
+                next_tick = now + self.tick;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
         let mut cpu_start = CpuTime::of_current_thread();
         let mut now = Instant::now();
-        self.measuring = now >= self.shared.measure_start;
+        self.clock = clock;
+        self.pacer.begin(clock.start);
+        self.log_next = clock.measure_start + LOG_INTERVAL;
+        self.measuring = now >= clock.measure_start;
         let open = self.pacer.is_open();
         if open {
             // The kernel lets a timed wait run up to the thread's timer slack (50 us by default)
@@ -306,27 +351,38 @@ impl<'a> Worker<'a> {
             // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only this thread.
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         }
-        let cpr = self.shared.cfg.conn_per_request;
         for idx in 0..self.conns.len() {
-            if open && !cpr {
-                // Open loop connects everything up front; requests go when they fall due.
-                self.connect(idx, now);
-            } else {
+            if self.conns[idx].phase == Phase::Closed {
                 self.issue(idx, now);
             }
         }
+        if open {
+            self.send_due(now);
+        }
+        let poll_mode = self.shared.cfg.poll;
         let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         loop {
-            let mut wake = self.shared.stop_at.map_or(next_tick, |s| s.min(next_tick));
-            if !self.idle.is_empty() {
-                if let Some(due) = self.pacer.next_due() {
-                    // Requests due within one quantum go in one wake-up: at high rates a
-                    // wake-up per request would cost more CPU than the requests.
-                    wake = wake.min(due.max(now + WAKE_QUANTUM));
+            let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
+            let next_due = self.pacer.next_due();
+            if let (Some(due), false) = (next_due, self.idle.is_empty()) {
+                // Requests due within one quantum go in one wake-up: at high rates a wake-up
+                // per request would cost more CPU than the requests.
+                wake = wake.min(due.max(now + WAKE_QUANTUM));
+            }
+            let spin = match poll_mode {
+                PollMode::Spin => true,
+                PollMode::Sleep => false,
+                PollMode::Auto => next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
+            };
+            let polled_at = spin.then(Instant::now);
+            let timeout = if spin { Duration::ZERO } else { wake.saturating_duration_since(now) };
+            let n = self.epoll.wait_for(&mut events, timeout)?;
+            if n == 0 && self.measuring {
+                if let Some(t) = polled_at {
+                    self.polled += t.elapsed();
                 }
             }
-            let n = self.epoll.wait_for(&mut events, wake.saturating_duration_since(now))?;
             for (i, ev) in events[..n].iter().enumerate() {
                 self.dispatch(ev.u64, ev.events);
                 if open && i % SEND_DUE_EVERY == SEND_DUE_EVERY - 1 {
@@ -341,15 +397,16 @@ impl<'a> Worker<'a> {
             if self.rec.interval.is_some() && now >= self.log_next {
                 self.rotate_interval(now);
             }
-            if !self.measuring && now >= self.shared.measure_start {
+            if !self.measuring && now >= clock.measure_start {
                 self.measuring = true;
                 cpu_start = CpuTime::of_current_thread();
+                self.polled = Duration::ZERO;
             }
             if now >= next_tick {
                 self.on_tick(now);
                 next_tick = now + self.tick;
             }
-            let timed_out = self.shared.stop_at.is_some_and(|s| now >= s);
+            let timed_out = clock.stop_at.is_some_and(|s| now >= s);
             let drained = self.pacer.exhausted() && self.outstanding == 0;
             if timed_out || drained || self.shared.stop_flag.load(Ordering::Relaxed) {
                 break;
@@ -373,6 +430,7 @@ impl<'a> Worker<'a> {
             rec: self.rec,
             in_flight,
             cpu,
+            polled: self.polled,
             ended: now,
             due_unsent,
             idle_at_stop,
@@ -424,7 +482,7 @@ impl<'a> Worker<'a> {
 
     /// Gives the connection as many requests as the pacer allows.
     fn issue(&mut self, idx: usize, now: Instant) {
-        let measure_start = self.shared.measure_start;
+        let measure_start = self.clock.measure_start;
         let depth = self.shared.cfg.pipeline as u64;
         let c = &mut self.conns[idx];
         match c.phase {
@@ -439,6 +497,9 @@ impl<'a> Worker<'a> {
                 }
                 let intended = self.pacer.is_open().then(|| self.pacer.slot_time(slot, now));
                 let counted = intended.unwrap_or(now) >= measure_start;
+                if counted && intended.is_some() {
+                    self.rec.waited_for_connection += u64::from(slot < self.waiting_below);
+                }
                 let c = &mut self.conns[idx];
                 c.retry_at = None;
                 c.waiting = k;
@@ -486,9 +547,16 @@ impl<'a> Worker<'a> {
             if self.pacer.due(now) == 0 {
                 return;
             }
-            let Some(idx) = self.idle.pop_front() else { return };
+            let Some(idx) = self.idle.pop_front() else { break };
             self.conns[idx].idle = false;
             self.issue(idx, now);
+        }
+        if self.idle.is_empty() {
+            // Every connection is busy: the requests due now wait for one to free.
+            let due = self.pacer.due(now);
+            if due > 0 {
+                self.waiting_below = self.waiting_below.max(self.pacer.next_slot() + due);
+            }
         }
     }
 
@@ -500,7 +568,7 @@ impl<'a> Worker<'a> {
     /// Queues `k` requests on the connection; returns how many count (meant to go after
     /// warm-up).
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
-        let measure_start = self.shared.measure_start;
+        let measure_start = self.clock.measure_start;
         let c = &mut self.conns[idx];
         let group = &self.shared.groups[c.group];
         let len = group.cycle.len();
@@ -518,6 +586,9 @@ impl<'a> Worker<'a> {
                 counted_n += 1;
                 if !matches!(due, Due::Now(_)) {
                     self.rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
+                }
+                if let Due::Slots(first) = due {
+                    self.rec.waited_for_connection += u64::from(first + i < self.waiting_below);
                 }
             }
             let target = group.cycle[(c.cursor + i as usize) % len];

@@ -8,6 +8,7 @@ mod support;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use qpslab_load::config::PollMode;
 use support::nginx::Nginx;
 use support::scripted::{trickle, After, Scripted};
 use support::{opts, run};
@@ -390,4 +391,54 @@ fn pipelined_requests_are_counted_exactly() {
     assert_eq!(report.requests.ok, 5_000, "{:?}", report.error_examples);
     assert_eq!(report.config.pipeline, 16);
     assert_eq!(nginx.access_log(5_000).len(), 5_000, "nginx saw exactly the requests sent");
+}
+
+#[test]
+fn open_loop_starts_its_schedule_once_the_connections_are_open() {
+    // Two connects complete at once; the others' SYNs are dropped and resent after 1 s. Were
+    // the schedule running meanwhile, its first requests would go out up to a second late.
+    let server = Scripted::start_late(Duration::from_millis(300), |_, s| {
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts(&server.url());
+    o.rate = Some("200".into());
+    o.duration = Some(Duration::from_secs(1));
+    o.connections = Some(10);
+    o.timeout = Duration::from_secs(5);
+    let report = run(&o);
+    let connect = &report.connections.connect_us;
+    assert_eq!(report.connections.connects, 10, "{:?}", report.connections);
+    assert!(connect.max >= 900_000, "some connects waited for a resent SYN: {connect:?}");
+    let lag = report.send_lag_us.expect("open loop");
+    assert!(lag.max < 100_000, "the schedule began after the connects: {lag:?}");
+    assert!(
+        report.duration_s < 1.5,
+        "the connect phase is not part of the run: {}",
+        report.duration_s
+    );
+    assert_eq!(report.requests.ok, 200, "{:?}", report.requests);
+}
+
+#[test]
+fn polling_time_is_reported_apart_from_work() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/"));
+    o.rate = Some("2000".into());
+    o.duration = Some(Duration::from_secs(1));
+    o.poll = PollMode::Spin;
+    let spin = run(&o);
+    assert_eq!(spin.config.poll, "spin");
+    // A spinning thread is on its CPU the whole second; most of it is waiting for slots.
+    let g = &spin.generator;
+    assert!(g.cpu_poll_s > 0.5, "{g:?}");
+    assert!(g.cpu_poll_s < g.cpu_user_s + g.cpu_sys_s, "{g:?}");
+    assert!(g.busy_ratio < 0.5 && g.verdict == "ok", "{g:?}");
+    o.poll = PollMode::Sleep;
+    let sleep = run(&o);
+    assert_eq!(sleep.config.poll, "sleep");
+    assert_eq!(sleep.generator.cpu_poll_s, 0.0, "{:?}", sleep.generator);
+    for r in [&spin, &sleep] {
+        assert!(r.rate.as_ref().unwrap().kept, "{:?}", r.rate);
+    }
 }

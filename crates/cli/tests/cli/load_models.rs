@@ -34,6 +34,7 @@ fn load_model_flags_name_the_flag() {
     std::fs::write(&targets, "GET ftp://x/\n").unwrap();
     usage_error(&["load", "--targets", targets.to_str().unwrap()], "--targets");
     usage_error(&["load", "-c", "1", "http://127.0.0.1:1/", "http://127.0.0.1:2/"], "-c 2");
+    usage_error(&["load", "--poll", "busy", url], "--poll");
     usage_error(
         &["load", "--log", "/nonexistent/dir/x.hlog", "-n", "1", &server.url("/")],
         "--log",

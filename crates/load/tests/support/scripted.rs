@@ -43,6 +43,28 @@ impl Scripted {
     /// stream, writes whatever it likes and says what happens next.
     pub fn start(script: impl Fn(u64, &mut TcpStream) -> After + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::serve_on(listener, Duration::ZERO, script)
+    }
+
+    /// Like [`Scripted::start`], but with an accept queue of one and no accepting for
+    /// `accept_after`: the kernel completes two handshakes and drops the other SYNs, so
+    /// further connects complete only when their SYN is resent (after 1 s).
+    pub fn start_late(
+        accept_after: Duration,
+        script: impl Fn(u64, &mut TcpStream) -> After + Send + Sync + 'static,
+    ) -> Self {
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        sock.listen(1).unwrap();
+        Self::serve_on(sock.into(), accept_after, script)
+    }
+
+    fn serve_on(
+        listener: TcpListener,
+        accept_after: Duration,
+        script: impl Fn(u64, &mut TcpStream) -> After + Send + Sync + 'static,
+    ) -> Self {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let counts = Arc::new(Counts::default());
@@ -50,6 +72,7 @@ impl Scripted {
         let script: Arc<Script> = Arc::new(script);
         let (c, s) = (counts.clone(), stop.clone());
         std::thread::spawn(move || {
+            std::thread::sleep(accept_after);
             while !s.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
