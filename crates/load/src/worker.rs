@@ -376,13 +376,9 @@ impl<'a> Worker<'a> {
                 PollMode::Auto => next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
             };
             let polled_at = spin.then(Instant::now);
+            let granted = self.pacer.next_slot();
             let timeout = if spin { Duration::ZERO } else { wake.saturating_duration_since(now) };
             let n = self.epoll.wait_for(&mut events, timeout)?;
-            if n == 0 && self.measuring {
-                if let Some(t) = polled_at {
-                    self.polled += t.elapsed();
-                }
-            }
             for (i, ev) in events[..n].iter().enumerate() {
                 self.dispatch(ev.u64, ev.events);
                 if open && i % SEND_DUE_EVERY == SEND_DUE_EVERY - 1 {
@@ -393,6 +389,12 @@ impl<'a> Worker<'a> {
             now = Instant::now();
             if open {
                 self.send_due(now);
+            }
+            if let (Some(t), 0, true) = (polled_at, n, self.measuring) {
+                if self.pacer.next_slot() == granted {
+                    // A turn of the loop that found nothing to do: waiting, not work.
+                    self.polled += now.saturating_duration_since(t);
+                }
             }
             if self.rec.interval.is_some() && now >= self.log_next {
                 self.rotate_interval(now);

@@ -432,11 +432,14 @@ fn polling_time_is_reported_apart_from_work() {
     o.poll = PollMode::Spin;
     let spin = run(&o);
     assert_eq!(spin.config.poll, "spin");
-    // A spinning thread is on its CPU the whole second; most of it is waiting for slots.
+    // A spinning thread is on its CPU the whole second (less what other tests take); at 2000
+    // requests/s much of it is waiting for slots, which is not counted as busy.
     let g = &spin.generator;
-    assert!(g.cpu_poll_s > 0.5, "{g:?}");
-    assert!(g.cpu_poll_s < g.cpu_user_s + g.cpu_sys_s, "{g:?}");
-    assert!(g.busy_ratio < 0.5 && g.verdict == "ok", "{g:?}");
+    assert!(g.cpu_poll_s > 0.3, "{g:?}");
+    let cpu = g.cpu_user_s + g.cpu_sys_s;
+    assert!(g.cpu_poll_s < cpu, "{g:?}");
+    let busy = (cpu - g.cpu_poll_s) / spin.duration_s;
+    assert!((g.busy_ratio - busy).abs() < 1e-6, "busy excludes polling: {g:?}");
     o.poll = PollMode::Sleep;
     let sleep = run(&o);
     assert_eq!(sleep.config.poll, "sleep");
