@@ -133,6 +133,9 @@ pub struct Requests {
     /// Responses >= 400 not accepted by `--accept-status`; they count against the error rate.
     pub bad_status: u64,
     pub in_flight_at_stop: u64,
+    /// Pipelined requests written a second time on a new connection because the server
+    /// announced the close before reaching them (each is still one request in `sent`).
+    pub retried: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -282,6 +285,7 @@ impl Report {
             failed: rec.failed,
             bad_status: rec.bad_status(),
             in_flight_at_stop: result.in_flight_at_stop,
+            retried: rec.retried,
         };
         let busy_ratio = if secs > 0.0 {
             result.cpu.total().saturating_sub(result.polled).as_secs_f64()
@@ -453,15 +457,21 @@ impl Report {
         let transfer =
             if self.duration_s > 0.0 { self.bytes.read as f64 / self.duration_s } else { 0.0 };
         let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
+        let retried = if r.retried > 0 {
+            format!(", {} pipelined requests retried", r.retried)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects)",
+            "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects{})",
             self.connections.connects,
             r.sent,
             r.ok,
             r.failed + r.bad_status,
             r.in_flight_at_stop,
-            self.connections.reconnects
+            self.connections.reconnects,
+            retried
         );
         if !self.status.is_empty() {
             let parts: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();

@@ -71,6 +71,9 @@ pub struct Recorder {
     pub connects: u64,
     /// Connections reopened after the server closed one or an error.
     pub reconnects: u64,
+    /// Pipelined requests written again on a new connection because the server announced the
+    /// close before reaching them.
+    pub retried: u64,
     /// Latency from the request's intended send time (its schedule slot in open loop; the
     /// write in closed loop, where both are the same).
     pub latency: Histogram<u64>,
@@ -103,6 +106,7 @@ impl Default for Recorder {
             bytes_written: 0,
             connects: 0,
             reconnects: 0,
+            retried: 0,
             latency: new_histogram(),
             latency_uncorrected: new_histogram(),
             send_lag: new_histogram(),
@@ -196,6 +200,7 @@ impl Recorder {
         self.bytes_written += other.bytes_written;
         self.connects += other.connects;
         self.reconnects += other.reconnects;
+        self.retried += other.retried;
         self.waited_for_connection += other.waited_for_connection;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency.add(&other.latency);

@@ -490,6 +490,10 @@ impl<'a> Worker<'a> {
         match c.phase {
             Phase::Connecting => {}
             Phase::Closed => {
+                if !c.inflight.is_empty() {
+                    // Requests to write again once the new connection is open.
+                    return self.connect(idx, now);
+                }
                 if c.retry_at.is_some_and(|t| now < t) {
                     return;
                 }
@@ -665,6 +669,9 @@ impl<'a> Worker<'a> {
         // With a connection per request, a new connection is the plan, not a reconnect.
         c.ever_connected = !self.shared.cfg.conn_per_request;
         self.progress.connected.store(true, Ordering::Relaxed);
+        if !c.inflight.is_empty() {
+            return self.resend(idx, now);
+        }
         let waiting = std::mem::take(&mut c.waiting);
         let due = c.waiting_intended.take().map_or(Due::Now(c.waiting_counted), Due::At);
         if waiting > 0 {
@@ -744,7 +751,7 @@ impl<'a> Worker<'a> {
             match self.absorb(idx, n, now) {
                 Ok(Absorbed::Keep) => {}
                 Ok(Absorbed::Close) => {
-                    self.close_after_response(idx, now);
+                    self.close_after_response(idx);
                     break;
                 }
                 Err(msg) => return self.fail_with(idx, ErrorClass::Parse, msg, now),
@@ -802,7 +809,7 @@ impl<'a> Worker<'a> {
                     self.outstanding -= 1;
                     self.shared.record(&mut self.rec, req, resp, now);
                 }
-                self.close_after_response(idx, now);
+                self.close_after_response(idx);
             }
             Ok(None) if c.inflight.is_empty() && c.waiting == 0 => {
                 // The server closed an idle keep-alive connection: reopen, nothing failed.
@@ -820,18 +827,34 @@ impl<'a> Worker<'a> {
     }
 
     /// The server announced the close (`Connection: close`, or a close-delimited body).
-    /// Requests pipelined behind that response can no longer be answered.
-    fn close_after_response(&mut self, idx: usize, now: Instant) {
-        if self.conns[idx].inflight.is_empty() {
-            self.close(idx);
-        } else {
-            self.fail_with(
-                idx,
-                ErrorClass::Read,
-                "server closed the connection with pipelined requests unanswered".into(),
-                now,
-            );
+    /// Requests pipelined behind that response were not processed (RFC 9112, 9.6): they are
+    /// written again, in order, on a new connection (9.3.2), keeping their schedule slots, so
+    /// their latency includes the reconnect.
+    fn close_after_response(&mut self, idx: usize) {
+        let k = self.conns[idx].inflight.len();
+        if k > 0 {
+            let c = &mut self.conns[idx];
+            let len = self.shared.groups[c.group].cycle.len();
+            // They are the last k of the cycle before the cursor.
+            c.cursor = (c.cursor + len - k % len) % len;
+            if self.measuring {
+                self.rec.retried += k as u64;
+            }
         }
+        self.close_socket(idx);
+    }
+
+    /// Writes the connection's unanswered requests again, on its new connection.
+    fn resend(&mut self, idx: usize, now: Instant) {
+        let c = &mut self.conns[idx];
+        let group = &self.shared.groups[c.group];
+        let k = c.inflight.len();
+        for r in &mut c.inflight {
+            r.sent_at = now;
+        }
+        (c.write_pos, c.write_end) = group.slice(c.cursor, k);
+        c.cursor = (c.cursor + k) % group.cycle.len();
+        self.flush(idx);
     }
 
     fn fail(&mut self, idx: usize, class: ErrorClass, err: &io::Error, now: Instant) {
@@ -860,7 +883,17 @@ impl<'a> Worker<'a> {
         self.issue(idx, now);
     }
 
+    /// Closes the connection and forgets its requests (answered, failed or never sent).
     fn close(&mut self, idx: usize) {
+        self.close_socket(idx);
+        let c = &mut self.conns[idx];
+        c.inflight.clear();
+        c.waiting = 0;
+        c.waiting_intended = None;
+    }
+
+    /// Closes the socket; requests still in flight stay (to be written again).
+    fn close_socket(&mut self, idx: usize) {
         let c = &mut self.conns[idx];
         // Dropping the socket closes it, which also removes it from the epoll set.
         c.sock = None;
@@ -868,9 +901,6 @@ impl<'a> Worker<'a> {
         c.phase = Phase::Closed;
         c.parser.reset();
         c.carry.clear();
-        c.inflight.clear();
-        c.waiting = 0;
-        c.waiting_intended = None;
         c.write_pos = 0;
         c.write_end = 0;
         c.out_armed = false;

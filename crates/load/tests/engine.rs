@@ -382,11 +382,33 @@ fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected() {
 }
 
 #[test]
+fn requests_pipelined_behind_a_close_are_written_again_on_a_new_connection() {
+    let nginx = Nginx::start();
+    let mut o = opts(&nginx.url("/close10"));
+    // nginx answers 10 requests per connection, the 10th with Connection: close, and drops
+    // the 6 pipelined behind it unread; they go again on the next connection.
+    o.pipeline = 16;
+    o.requests = Some(2_000);
+    o.connections = Some(4);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 2_000, "{:?} {:?}", report.requests, report.error_examples);
+    assert_eq!(report.requests.failed, 0);
+    assert!(report.requests.retried >= 1_000, "{:?}", report.requests);
+    assert!(report.connections.reconnects >= 190, "{:?}", report.connections);
+    let log = nginx.access_log(2_000);
+    assert_eq!(log.len(), 2_000, "nginx processed each request exactly once");
+    // Field 5 is $connection_requests: never past the 10th.
+    assert!(log
+        .iter()
+        .all(|l| l.split(' ').nth(4).is_some_and(|n| n.parse::<u32>().unwrap() <= 10)));
+}
+
+#[test]
 fn pipelined_requests_are_counted_exactly() {
     let nginx = Nginx::start();
     let mut o = opts(&nginx.url("/"));
-    // 20 connections x about 250 requests: below nginx's keepalive_requests (1000), whose
-    // Connection: close would fail the requests pipelined behind it.
+    // 20 connections x about 250 requests: below nginx's keepalive_requests (1000), so no
+    // connection closes (that case has its own test).
     o.pipeline = 16;
     o.requests = Some(5_000);
     o.connections = Some(20);

@@ -25,7 +25,8 @@ fn nginx_binary() -> PathBuf {
 
 impl Nginx {
     /// Locations: `/` returns 200 with no body, `/1k` a 1 KiB body, `/404` a 404, `/t/...` 200,
-    /// and `/mix` a 404 or a 200 at random (the access log tells which). Access log fields:
+    /// `/close10` 200 and `Connection: close` on a connection's 10th request, and `/mix` a 404
+    /// or a 200 at random (the access log tells which). Access log fields:
     /// status, method, request length, connection serial number, requests on that connection so
     /// far, peer address, peer port, URI.
     pub fn start() -> Self {
@@ -55,6 +56,7 @@ http {{
         location = /1k {{ return 200 "{body}"; }}
         location = /404 {{ return 404; }}
         location /t/ {{ return 200; }}
+        location = /close10 {{ keepalive_requests 10; return 200; }}
         location = /mix {{
             if ($request_id ~ "^[0-7]") {{ return 404; }}
             return 200;
