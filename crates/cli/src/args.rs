@@ -471,9 +471,10 @@ pub struct LoadArgs {
     pub log: Option<std::path::PathBuf>,
 
     /// How threads wait for events: auto (open loop polls instead of sleeping when the next
-    /// send is due within 100 us; closed loop sleeps), spin (never sleeps: exact timing for a
-    /// whole CPU per thread), sleep (always sleeps: least CPU). Polling time is not counted
-    /// as busy
+    /// send is due within 100 us, if each thread has a CPU of its own and, for a loopback
+    /// target, the generator is confined to part of the machine; closed loop sleeps), spin
+    /// (never sleeps: exact timing for a whole CPU per thread), sleep (always sleeps: least
+    /// CPU). Polling time is not counted as busy
     #[arg(long, value_name = "MODE", value_enum, default_value_t = PollArg::Auto)]
     pub poll: PollArg,
 

@@ -72,7 +72,8 @@ pub struct LoadOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PollMode {
     /// Open loop: poll while the next send slot is within [`SPIN_WINDOW`], sleep otherwise
-    /// (so low rates cost little CPU); closed loop: sleep.
+    /// (so low rates cost little CPU), where polling takes no CPU a server needs (see
+    /// [`auto_polls`]); closed loop: sleep.
     #[default]
     Auto,
     /// Never sleep while the run lasts (both loops).
@@ -85,6 +86,14 @@ pub enum PollMode {
 /// About twice the cost of one sleep-and-wake measured on the reference VM
 /// (docs/performance.md), so a sleep would end too late to be worth it.
 pub const SPIN_WINDOW: Duration = Duration::from_micros(100);
+
+/// Where `--poll auto` may poll: every load thread has a CPU of its own (no more threads than
+/// CPUs it may use), and, when a target is on this host (loopback), the generator was confined
+/// to part of the machine (taskset, cgroup or `--cpus`), leaving the rest to the server. A
+/// generator sharing all CPUs with a local server would otherwise take CPU the server needs.
+pub fn auto_polls(threads: usize, usable_cpus: usize, online_cpus: usize, local: bool) -> bool {
+    threads <= usable_cpus && (!local || usable_cpus < online_cpus)
+}
 
 impl PollMode {
     pub fn name(self) -> &'static str {
@@ -209,6 +218,8 @@ pub struct LoadConfig {
     pub source: Option<SourceRange>,
     pub log: Option<PathBuf>,
     pub poll: PollMode,
+    /// `--poll auto` may poll here ([`auto_polls`]).
+    pub auto_poll: bool,
 }
 
 impl LoadConfig {
@@ -396,6 +407,12 @@ impl LoadConfig {
                 Some(range)
             }
         };
+        let auto_poll = auto_polls(
+            threads,
+            cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
+            machine_cpus(),
+            targets.iter().any(|t| t.addr.ip().is_loopback()),
+        );
         Ok(Self {
             targets,
             threads,
@@ -414,6 +431,7 @@ impl LoadConfig {
             source,
             log: opts.log.clone(),
             poll: opts.poll,
+            auto_poll,
         })
     }
 
@@ -512,8 +530,20 @@ fn share(total: u64, parts: usize, i: usize) -> u64 {
     total / parts + u64::from(i < total % parts)
 }
 
+/// CPUs this process may use (its affinity), the default thread count.
 pub(crate) fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// CPUs online on the machine, whatever this process may use.
+fn machine_cpus() -> usize {
+    // SAFETY: sysconf takes a constant and reads no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+fn distinct_cpus(cpus: &[usize]) -> usize {
+    cpus.iter().collect::<std::collections::BTreeSet<_>>().len()
 }
 
 fn read_body(arg: &str) -> Result<Vec<u8>, ConfigError> {
@@ -670,5 +700,19 @@ mod tests {
         assert!(s.contains(404) && s.contains(500) && s.contains(503));
         assert!(!s.contains(504) && !s.contains(200));
         assert!(StatusSet::parse("503-500").is_err());
+    }
+
+    #[test]
+    fn auto_polls_only_where_it_takes_no_cpu_a_server_needs() {
+        // taskset -c 1 on a 2-CPU machine, target on loopback: the server has CPU 0.
+        assert!(auto_polls(1, 1, 2, true));
+        // The whole machine, target on loopback: the server would share the polled CPUs.
+        assert!(!auto_polls(2, 2, 2, true));
+        assert!(!auto_polls(1, 2, 2, true));
+        // The whole machine, target elsewhere: poll.
+        assert!(auto_polls(2, 2, 2, false));
+        // More threads than CPUs: pollers would take turns on a CPU.
+        assert!(!auto_polls(3, 2, 2, false));
+        assert!(!auto_polls(2, 1, 2, true));
     }
 }

@@ -359,7 +359,7 @@ impl<'a> Worker<'a> {
         if open {
             self.send_due(now);
         }
-        let poll_mode = self.shared.cfg.poll;
+        let (poll_mode, auto_poll) = (self.shared.cfg.poll, self.shared.cfg.auto_poll);
         let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         loop {
@@ -373,7 +373,7 @@ impl<'a> Worker<'a> {
             let spin = match poll_mode {
                 PollMode::Spin => true,
                 PollMode::Sleep => false,
-                PollMode::Auto => next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
+                PollMode::Auto => auto_poll && next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
             };
             let polled_at = spin.then(Instant::now);
             let granted = self.pacer.next_slot();
