@@ -134,6 +134,20 @@ fn sources_spread_evenly_over_the_whole_range() {
     assert!(conns_of.values().all(|c| c.len() == 1), "one connection per address");
 }
 
+/// 50 ports outside the kernel's ephemeral range, so that no connection of a test running
+/// alongside (the kernel picks its ports from that range) holds one of them.
+fn ports_outside_ephemeral_range() -> std::ops::RangeInclusive<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let mut it = range.split_whitespace().map(|p| p.parse::<u16>().unwrap());
+    let (lo, hi) = (it.next().unwrap(), it.next().unwrap());
+    if hi <= 65535 - 50 {
+        hi + 1..=hi + 50
+    } else {
+        assert!(lo > 1024 + 50, "no room outside the ephemeral range {lo}-{hi}");
+        lo - 50..=lo - 1
+    }
+}
+
 #[test]
 fn a_source_port_range_binds_every_pair_equally() {
     let nginx = Nginx::start();
@@ -143,13 +157,14 @@ fn a_source_port_range_binds_every_pair_equally() {
     o.threads = Some(2);
     o.conn_per_request = true;
     o.rst_close = true;
-    o.source = Some("127.0.0.2-127.0.0.3:40100-40149".into());
+    let ports = ports_outside_ephemeral_range();
+    o.source = Some(format!("127.0.0.2-127.0.0.3:{}-{}", ports.start(), ports.end()));
     let report = run(&o);
     assert_eq!(report.requests.ok, 300, "{:?}", report.error_examples);
     let lines = parse(&nginx.access_log(300));
     let mut pairs: HashMap<(String, u16), usize> = HashMap::new();
     for l in &lines {
-        assert!((40100..=40149).contains(&l.port), "port {} outside the range", l.port);
+        assert!(ports.contains(&l.port), "port {} outside the range", l.port);
         *pairs.entry((l.addr.clone(), l.port)).or_default() += 1;
     }
     // 2 addresses x 50 ports, each pair 3 times.
