@@ -214,9 +214,9 @@ pub(crate) struct Worker<'a> {
     /// Open loop: slots below this one fell due while every connection was busy.
     waiting_below: u64,
     measuring: bool,
-    /// The run's clock; set by [`Worker::run`] (before it, in the connect phase, nothing is
-    /// sent, so it is not read).
-    clock: Clock,
+    /// When measuring starts (after warm-up); set by [`Worker::run`] (before it, in the
+    /// connect phase, nothing is sent, so it is not read).
+    measure_start: Instant,
     /// Polling time while measuring (see [`ThreadOutcome::polled`]).
     polled: Duration,
     tick: Duration,
@@ -286,12 +286,7 @@ impl<'a> Worker<'a> {
             idle: VecDeque::new(),
             waiting_below: 0,
             measuring: false,
-            clock: Clock {
-                start: now,
-                started_at: std::time::SystemTime::now(),
-                measure_start: now,
-                stop_at: None,
-            },
+            measure_start: now,
             polled: Duration::ZERO,
             tick,
             index,
@@ -340,7 +335,7 @@ impl<'a> Worker<'a> {
     pub(crate) fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
         let mut cpu_start = CpuTime::of_current_thread();
         let mut now = Instant::now();
-        self.clock = clock;
+        self.measure_start = clock.measure_start;
         self.pacer.begin(clock.start);
         self.log_next = clock.measure_start + LOG_INTERVAL;
         self.measuring = now >= clock.measure_start;
@@ -484,7 +479,7 @@ impl<'a> Worker<'a> {
 
     /// Gives the connection as many requests as the pacer allows.
     fn issue(&mut self, idx: usize, now: Instant) {
-        let measure_start = self.clock.measure_start;
+        let measure_start = self.measure_start;
         let depth = self.shared.cfg.pipeline as u64;
         let c = &mut self.conns[idx];
         match c.phase {
@@ -574,7 +569,7 @@ impl<'a> Worker<'a> {
     /// Queues `k` requests on the connection; returns how many count (meant to go after
     /// warm-up).
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
-        let measure_start = self.clock.measure_start;
+        let measure_start = self.measure_start;
         let c = &mut self.conns[idx];
         let group = &self.shared.groups[c.group];
         let len = group.cycle.len();
