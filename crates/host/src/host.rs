@@ -2,9 +2,9 @@
 //! the sysctls that matter at high request rates, the descriptor limit, and irqbalance.
 
 use crate::cpuset::CpuSet;
-use crate::fsroot::{ReadError, Root};
 use crate::nic::{read_nic, Nic};
 use crate::parse;
+use qpslab_sys::root::{ReadError, Root};
 use serde::Serialize;
 
 /// Sysctls read by `qpslab host`, as paths under /proc/sys.

@@ -6,7 +6,6 @@
 pub mod cpuset;
 pub mod doctor;
 pub mod facts;
-pub mod fsroot;
 pub mod host;
 pub mod nic;
 pub mod parse;
@@ -16,5 +15,5 @@ pub mod synth;
 pub mod tune;
 
 pub use cpuset::CpuSet;
-pub use fsroot::{ReadError, Root};
 pub use host::Host;
+pub use qpslab_sys::root::{ReadError, Root};

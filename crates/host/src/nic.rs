@@ -7,8 +7,8 @@
 //! per channel). Vectors named config, async, ctrl, event, misc or mgmt carry no queue.
 
 use crate::cpuset::CpuSet;
-use crate::fsroot::Root;
 use crate::parse::IrqLine;
+use qpslab_sys::root::Root;
 use serde::Serialize;
 
 /// One network interface.

@@ -2,8 +2,8 @@
 //! is plain data; the doctor compares the first and last and looks at each interval.
 
 use crate::cpuset::CpuSet;
-use crate::fsroot::{ReadError, Root};
 use crate::parse::{self, CpuTimes, IfCounters, IrqLine, SockStat, SoftnetRow};
+use qpslab_sys::root::{ReadError, Root};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -7,3 +7,5 @@ pub mod config_error;
 pub mod cpus;
 pub mod epoll;
 pub mod nofile;
+pub mod root;
+pub mod sockets;

@@ -5,7 +5,7 @@
 use super::journal::{Entry, Journal, JournalError};
 use super::plan::Plan;
 use crate::cpuset::CpuSet;
-use crate::fsroot::Root;
+use qpslab_sys::root::Root;
 use serde::Serialize;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
-//! The one place where /proc and /sys paths meet the injectable root directory.
+//! The one place where /proc and /sys paths meet the injectable root directory: every reader of
+//! the kernel's file interfaces goes through [`Root`], so it can be tested on a fixture tree.
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +47,30 @@ impl Root {
     /// are optional, or fail with EINVAL such as `speed` of a virtual NIC).
     pub fn read_opt(&self, rel: &str) -> Option<String> {
         std::fs::read_to_string(self.path(rel)).ok().map(|s| s.trim().to_string())
+    }
+
+    /// Whether `rel` exists under the root.
+    pub fn exists(&self, rel: &str) -> bool {
+        self.path(rel).exists()
+    }
+
+    /// The target of symbolic link `rel` (such as `proc/self/ns/net` or `proc/1/fd/3`).
+    pub fn read_link(&self, rel: &str) -> Option<PathBuf> {
+        std::fs::read_link(self.path(rel)).ok()
+    }
+
+    /// How many entries directory `rel` has; None when it cannot be read.
+    pub fn count(&self, rel: &str) -> Option<usize> {
+        std::fs::read_dir(self.path(rel)).ok().map(|d| d.count())
+    }
+
+    /// The process IDs under `proc/`, ascending.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = std::fs::read_dir(self.path("proc"))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        pids.sort_unstable();
+        pids
     }
 
     /// Entry names of directory `rel`, sorted; empty when it is absent.

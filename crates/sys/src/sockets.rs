@@ -1,0 +1,250 @@
+//! The kernel's TCP socket tables (`/proc/net/tcp` and `tcp6`): which sockets listen on an
+//! address, and which processes hold them (`/proc/PID/fd` links to `socket:[INODE]`), as `ss
+//! -ltnp` shows them. Used to name the server behind a URL on this host and the owner of a port
+//! that is already taken.
+//!
+//! Unit trap: the tables print each address as the 32-bit words of its network-order bytes, in
+//! the printing machine's byte order (`0100007F` is 127.0.0.1 on x86), and the port in host
+//! order (`1F90` is 8080).
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::root::Root;
+
+/// `st` of a listening socket.
+pub const LISTEN: u8 = 0x0A;
+
+/// One row of a TCP socket table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSocket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// The kernel's TCP state number (`LISTEN` = 0x0A).
+    pub state: u8,
+    pub inode: u64,
+}
+
+/// A process holding a socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// `/proc/PID/comm`, empty when unreadable.
+    pub comm: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.comm.is_empty() {
+            write!(f, "pid {}", self.pid)
+        } else {
+            write!(f, "{} (pid {})", self.comm, self.pid)
+        }
+    }
+}
+
+/// Parses the text of `/proc/net/tcp` or `/proc/net/tcp6`; malformed rows are skipped.
+pub fn parse_table(text: &str) -> Vec<TcpSocket> {
+    text.lines().skip(1).filter_map(parse_row).collect()
+}
+
+fn parse_row(line: &str) -> Option<TcpSocket> {
+    let f: Vec<&str> = line.split_ascii_whitespace().collect();
+    Some(TcpSocket {
+        local: parse_addr(f.get(1)?)?,
+        remote: parse_addr(f.get(2)?)?,
+        state: u8::from_str_radix(f.get(3)?, 16).ok()?,
+        inode: f.get(9)?.parse().ok()?,
+    })
+}
+
+/// `0100007F:1F90` or a 32-digit IPv6 form, as the tables print them.
+fn parse_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        Some(u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16).ok()?.to_ne_bytes())
+    };
+    let ip = match ip.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Every TCP socket of the network namespace `root` shows, IPv4 and IPv6.
+pub fn tcp_sockets(root: &Root) -> Vec<TcpSocket> {
+    ["proc/net/tcp", "proc/net/tcp6"]
+        .iter()
+        .filter_map(|rel| root.read_opt(rel))
+        .flat_map(|text| parse_table(&text))
+        .collect()
+}
+
+/// Whether a socket listening on `local` takes connections made to `target`: same port, and
+/// the same address or a wildcard one (`0.0.0.0` for IPv4 targets; `::`, which also takes IPv4
+/// unless the socket is IPv6-only, which the tables do not say).
+pub fn accepts(local: SocketAddr, target: SocketAddr) -> bool {
+    if local.port() != target.port() {
+        return false;
+    }
+    let mapped = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let (l, t) = (mapped(local.ip()), mapped(target.ip()));
+    l == t
+        || match local.ip() {
+            IpAddr::V4(v4) => v4.is_unspecified() && t.is_ipv4(),
+            IpAddr::V6(v6) => v6.is_unspecified(),
+        }
+}
+
+/// Whether sockets bound to `a` and `b` compete for the same port: one takes connections meant
+/// for the other (a wildcard address covers every specific one).
+pub fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    accepts(a, b) || accepts(b, a)
+}
+
+/// The processes holding listening sockets that a listener on `addr` would compete with.
+pub fn competing_holders(root: &Root, addr: SocketAddr) -> Vec<Holder> {
+    let inodes = tcp_sockets(root)
+        .into_iter()
+        .filter(|s| s.state == LISTEN && overlap(s.local, addr))
+        .map(|s| s.inode)
+        .collect();
+    holders(root, &inodes)
+}
+
+/// The listening sockets that take connections made to `target`.
+pub fn listeners_for(root: &Root, target: SocketAddr) -> Vec<TcpSocket> {
+    tcp_sockets(root)
+        .into_iter()
+        .filter(|s| s.state == LISTEN && accepts(s.local, target))
+        .collect()
+}
+
+/// The processes holding any of the sockets `inodes`, by PID (a socket passed to children is
+/// held by each of them, as nginx's master and workers hold its listeners).
+pub fn holders(root: &Root, inodes: &BTreeSet<u64>) -> Vec<Holder> {
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    root.pids()
+        .into_iter()
+        .filter(|pid| {
+            root.list(&format!("proc/{pid}/fd")).iter().any(|fd| {
+                root.read_link(&format!("proc/{pid}/fd/{fd}"))
+                    .and_then(|l| socket_inode(&l.to_string_lossy()))
+                    .is_some_and(|i| inodes.contains(&i))
+            })
+        })
+        .map(|pid| Holder {
+            pid,
+            comm: root.read_opt(&format!("proc/{pid}/comm")).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The processes listening where `target` connects, e.g. the server behind a URL on this host.
+pub fn listener_holders(root: &Root, target: SocketAddr) -> Vec<Holder> {
+    let inodes = listeners_for(root, target).iter().map(|s| s.inode).collect();
+    holders(root, &inodes)
+}
+
+/// `socket:[12345]` -> 12345.
+fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    /// Rows captured from Linux 6.18 on x86_64 (a VM of this project's CI): a listener on
+    /// 127.0.0.1:8080, one on 0.0.0.0:22 and an established connection; tcp6 with `::`:80 and
+    /// `::1`:8081.
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 40123 1 0000000000000000 100 0 0 10 0
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 18344 1 0000000000000000 100 0 0 10 0
+   2: 0100007F:1F90 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000     0        0 40999 1 0000000000000000 20 4 30 10 -1
+";
+    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5150 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000001000000:1F91 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5151 1 0000000000000000 100 0 0 10 0
+";
+
+    #[test]
+    fn addresses_decode_in_host_order() {
+        let t = parse_table(TCP);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0].local, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!((t[0].state, t[0].inode), (LISTEN, 40123));
+        assert_eq!(t[2].remote, "127.0.0.1:53924".parse().unwrap());
+        let t6 = parse_table(TCP6);
+        assert_eq!(t6[0].local, "[::]:80".parse().unwrap());
+        assert_eq!(t6[1].local, "[::1]:8081".parse().unwrap());
+    }
+
+    #[test]
+    fn wildcards_take_connections_to_any_local_address() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(accepts(at("127.0.0.1:8080"), at("127.0.0.1:8080")));
+        assert!(!accepts(at("127.0.0.1:8080"), at("127.0.0.2:8080")));
+        assert!(!accepts(at("127.0.0.1:8080"), at("127.0.0.1:8081")));
+        assert!(accepts(at("0.0.0.0:22"), at("10.1.2.3:22")));
+        assert!(!accepts(at("0.0.0.0:22"), at("[::1]:22")));
+        assert!(accepts(at("[::]:80"), at("127.0.0.1:80")));
+        assert!(accepts(at("[::ffff:127.0.0.1]:80"), at("127.0.0.1:80")));
+        assert!(overlap(at("127.0.0.1:80"), at("0.0.0.0:80")));
+        assert!(overlap(at("127.0.0.1:80"), at("[::]:80")));
+        assert!(!overlap(at("127.0.0.1:80"), at("127.0.0.2:80")));
+    }
+
+    #[test]
+    fn holders_found_through_fd_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let root = Root::new(dir);
+        std::fs::create_dir_all(dir.join("proc/net")).unwrap();
+        std::fs::write(dir.join("proc/net/tcp"), TCP).unwrap();
+        for (pid, comm, links) in [
+            (41, "nginx", vec!["socket:[40123]", "/dev/null"]),
+            (42, "nginx", vec!["socket:[40123]"]),
+            (77, "sshd", vec!["socket:[18344]"]),
+        ] {
+            let fd = dir.join(format!("proc/{pid}/fd"));
+            std::fs::create_dir_all(&fd).unwrap();
+            std::fs::write(dir.join(format!("proc/{pid}/comm")), format!("{comm}\n")).unwrap();
+            for (i, l) in links.iter().enumerate() {
+                std::os::unix::fs::symlink(l, fd.join(i.to_string())).unwrap();
+            }
+        }
+        let found = listener_holders(&root, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            found,
+            vec![
+                Holder { pid: 41, comm: "nginx".into() },
+                Holder { pid: 42, comm: "nginx".into() }
+            ]
+        );
+        assert_eq!(found[0].to_string(), "nginx (pid 41)");
+        assert!(listener_holders(&root, "127.0.0.1:9999".parse().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn the_live_table_shows_a_listener_of_this_process() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let found = listener_holders(&Root::live(), addr);
+        assert!(found.iter().any(|h| h.pid == std::process::id()), "{found:?}");
+    }
+}
