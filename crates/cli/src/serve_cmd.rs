@@ -1,14 +1,13 @@
 //! `qpslab serve`: options in, server run, totals out.
 
-use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use qpslab_serve::{listen::backlog_warning, ServeConfig, ServeReport, Server, WorkerCounters};
+use qpslab_serve::{ServeConfig, ServeReport, Server, WorkerCounters};
+use qpslab_sys::root::Root;
 
 use crate::args::ServeArgs;
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -21,17 +20,30 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let cfg = ServeConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     let server = Server::bind(cfg).map_err(|e| UsageError(e.to_string()))?;
     let cfg = server.config();
-    if let Some(w) = backlog_warning(Path::new("/"), cfg.backlog) {
+    for w in server.warnings(&Root::live()) {
         eprintln!("qpslab serve: warning: {w}");
     }
     let addrs: Vec<String> = server.local_addrs().iter().map(ToString::to_string).collect();
+    let shared: Vec<String> = server.shared_with().iter().map(ToString::to_string).collect();
     eprintln!(
-        "qpslab serve: listening on {} ({} {}, accept {}{})",
+        "qpslab serve: listening on {} ({} {}, accept {}{}{})",
         addrs.join(", "),
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         cfg.accept.name(),
-        cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}"))
+        cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}")),
+        if cfg.share_port {
+            format!(
+                ", sharing the port with {}: the servers split the connections",
+                if shared.is_empty() {
+                    "no other server yet".to_string()
+                } else {
+                    shared.join(", ")
+                }
+            )
+        } else {
+            String::new()
+        }
     );
     // SAFETY: the handler only stores an atomic.
     unsafe {
@@ -70,35 +82,30 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let totals = server.run(&STOP, a.stats_every, &mut print_stats)?;
     let elapsed = started.elapsed();
     let all = WorkerCounters::sum(&totals);
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        let report = ServeReport {
-            version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
-            listen: addrs,
-            workers: cfg.workers,
-            accept: cfg.accept.name(),
-            duration_s: elapsed.as_secs_f64(),
-            totals: all,
-            per_worker: totals,
-        };
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        writeln!(
-            out,
-            "served {} requests in {:.2}s on {} connections; rejected {}, timeouts {}, accept errors {}",
-            all.requests,
-            elapsed.as_secs_f64(),
-            all.accepted,
-            all.rejected,
-            all.timeouts,
-            all.accept_errors
-        )?;
-        if totals.len() > 1 {
-            for (i, w) in totals.iter().enumerate() {
-                writeln!(out, "  worker {i}: {} requests, {} connections", w.requests, w.accepted)?;
-            }
+    let report = ServeReport {
+        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
+        listen: addrs,
+        workers: cfg.workers,
+        accept: cfg.accept.name(),
+        duration_s: elapsed.as_secs_f64(),
+        totals: all,
+        per_worker: totals,
+    };
+    output::emit(a.json, &report, || serve_text(&report))?;
+    Ok(Outcome::Passed)
+}
+
+/// The totals line, and a line per worker when there are several.
+fn serve_text(r: &ServeReport) -> String {
+    let t = &r.totals;
+    let mut o = format!(
+        "served {} requests in {:.2}s on {} connections; rejected {}, timeouts {}, accept errors {}\n",
+        t.requests, r.duration_s, t.accepted, t.rejected, t.timeouts, t.accept_errors
+    );
+    if r.per_worker.len() > 1 {
+        for (i, w) in r.per_worker.iter().enumerate() {
+            o += &format!("  worker {i}: {} requests, {} connections\n", w.requests, w.accepted);
         }
     }
-    Ok(Outcome::Passed)
+    o
 }

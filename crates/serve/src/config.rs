@@ -55,7 +55,11 @@ pub struct ServeOptions {
     pub workers: Option<usize>,
     pub cpus: Option<Vec<usize>>,
     pub accept: AcceptMode,
-    pub backlog: u32,
+    /// `None`: [`DEFAULT_BACKLOG`], capped by the kernel without a warning.
+    pub backlog: Option<u32>,
+    /// Listen on a port another socket already listens on (SO_REUSEPORT splits the
+    /// connections between the servers); refused otherwise.
+    pub share_port: bool,
     pub max_conns: usize,
     pub keepalive_requests: u64,
     pub idle_timeout: Duration,
@@ -67,6 +71,10 @@ pub struct ServeOptions {
     pub status: u16,
 }
 
+/// The listen backlog asked for when `--backlog` is not given; the kernel caps it at
+/// `net.core.somaxconn`.
+pub const DEFAULT_BACKLOG: u32 = 65535;
+
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
@@ -74,7 +82,8 @@ impl Default for ServeOptions {
             workers: None,
             cpus: None,
             accept: AcceptMode::Reuseport,
-            backlog: 65535,
+            backlog: None,
+            share_port: false,
             max_conns: 65536,
             keepalive_requests: u64::MAX,
             idle_timeout: Duration::from_secs(60),
@@ -96,6 +105,9 @@ pub struct ServeConfig {
     pub cpus: Option<Vec<usize>>,
     pub accept: AcceptMode,
     pub backlog: u32,
+    /// The user asked for this backlog (`--backlog`): say so when the kernel caps it.
+    pub backlog_requested: bool,
+    pub share_port: bool,
     pub max_conns: usize,
     pub keepalive_requests: u64,
     pub idle_timeout: Duration,
@@ -139,8 +151,15 @@ impl ServeConfig {
                 Ok(d)
             }
         };
-        if o.backlog == 0 {
+        if o.backlog == Some(0) {
             return Err(ConfigError::new("--backlog", "must be at least 1"));
+        }
+        if o.share_port && o.accept != AcceptMode::Reuseport {
+            return Err(ConfigError::new(
+                "--share-port",
+                "needs --accept reuseport: the kernel shares a port only between SO_REUSEPORT \
+                 listeners",
+            ));
         }
         if o.max_conns == 0 {
             return Err(ConfigError::new("--max-conns", "must be at least 1"));
@@ -172,7 +191,9 @@ impl ServeConfig {
             workers,
             cpus: o.cpus.clone(),
             accept: o.accept,
-            backlog: o.backlog,
+            backlog: o.backlog.unwrap_or(DEFAULT_BACKLOG),
+            backlog_requested: o.backlog.is_some(),
+            share_port: o.share_port,
             max_conns: o.max_conns,
             keepalive_requests: o.keepalive_requests,
             idle_timeout: positive(o.idle_timeout, "--idle-timeout")?,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 pub use config::{AcceptMode, ConfigError, ServeConfig, ServeOptions};
+pub use qpslab_sys::sockets::Holder;
 pub use worker::{WorkerCounters, WorkerStats};
 
 /// Why the server could not start or a worker failed.
@@ -28,6 +29,8 @@ pub enum ServeError {
     Config(#[from] ConfigError),
     #[error("--listen {addr}: cannot listen there: {}", os_message(source))]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("--listen {addr}: the port is already in use by {}; stop it or pick another port (--share-port shares it on purpose: the servers then split the connections)", holders_text(holders))]
+    PortInUse { addr: SocketAddr, holders: Vec<Holder> },
     #[error("--cpus: cannot pin worker {worker} to CPU {cpu}: {source}")]
     Pin { worker: usize, cpu: usize, source: std::io::Error },
     #[error("worker {worker}: {source}")]
@@ -43,6 +46,13 @@ fn os_message(e: &std::io::Error) -> String {
     }
 }
 
+fn holders_text(holders: &[Holder]) -> String {
+    if holders.is_empty() {
+        return "another process (not visible to this user)".into();
+    }
+    holders.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
 /// Descriptors kept free besides connections (listeners, epoll sets, std streams).
 const FD_MARGIN: u64 = 64;
 
@@ -52,6 +62,7 @@ pub struct Server {
     cfg: ServeConfig,
     listeners: listen::Listeners,
     addrs: Vec<SocketAddr>,
+    shared_with: Vec<Holder>,
 }
 
 impl Server {
@@ -60,9 +71,32 @@ impl Server {
     pub fn bind(cfg: ServeConfig) -> Result<Self, ServeError> {
         let wanted = (cfg.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
         qpslab_sys::nofile::raise_towards(wanted);
-        let (listeners, addrs) =
-            listen::bind(&cfg).map_err(|(addr, source)| ServeError::Bind { addr, source })?;
-        Ok(Self { cfg, listeners, addrs })
+        let bound = listen::bind(&cfg).map_err(|e| match e {
+            listen::BindError::InUse { addr, holders } => ServeError::PortInUse { addr, holders },
+            listen::BindError::Os { addr, source } => ServeError::Bind { addr, source },
+        })?;
+        Ok(Self {
+            cfg,
+            listeners: bound.listeners,
+            addrs: bound.addrs,
+            shared_with: bound.shared_with,
+        })
+    }
+
+    /// With `--share-port`: the processes that were already listening on the port.
+    pub fn shared_with(&self) -> &[Holder] {
+        &self.shared_with
+    }
+
+    /// Things the user should know before the server runs: the kernel capping a backlog the
+    /// user asked for.
+    pub fn warnings(&self, root: &qpslab_sys::root::Root) -> Vec<String> {
+        let backlog = self
+            .cfg
+            .backlog_requested
+            .then(|| listen::backlog_warning(root, self.cfg.backlog))
+            .flatten();
+        backlog.into_iter().collect()
     }
 
     /// The addresses actually bound, in `--listen` order.

@@ -1,13 +1,28 @@
-//! Listening sockets for the three accept modes, and the backlog check against
-//! `net.core.somaxconn`.
+//! Listening sockets for the three accept modes, the guard against sharing a port by accident,
+//! and the backlog check against `net.core.somaxconn`.
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
 
+use qpslab_sys::root::Root;
+use qpslab_sys::sockets::{self, Holder};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{AcceptMode, ServeConfig};
+
+/// Why the listeners could not be bound.
+#[derive(Debug)]
+pub(crate) enum BindError {
+    /// Another socket listens there already (the processes holding it, where visible).
+    InUse {
+        addr: SocketAddr,
+        holders: Vec<Holder>,
+    },
+    Os {
+        addr: SocketAddr,
+        source: io::Error,
+    },
+}
 
 /// The listeners of a server: one set per worker (reuseport) or one set shared by all.
 #[derive(Debug)]
@@ -41,38 +56,73 @@ fn listener(addr: SocketAddr, reuseport: bool, backlog: u32) -> io::Result<Socke
     Ok(sock)
 }
 
-/// Binds every address; returns the listeners and the bound addresses (port 0 resolved: all
-/// workers' reuseport sockets share the port the first one got).
-pub(crate) fn bind(
-    cfg: &ServeConfig,
-) -> Result<(Listeners, Vec<SocketAddr>), (SocketAddr, io::Error)> {
+/// Whether a socket already listens where `addr` would: a bind without SO_REUSEPORT fails
+/// then (SO_REUSEADDR lets it pass a port held only by TIME_WAIT connections).
+fn taken(addr: SocketAddr) -> bool {
+    let probe = || -> io::Result<()> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&SockAddr::from(addr))
+    };
+    probe().is_err_and(|e| e.kind() == io::ErrorKind::AddrInUse)
+}
+
+fn os_error(addr: SocketAddr, source: io::Error) -> BindError {
+    if source.kind() == io::ErrorKind::AddrInUse {
+        BindError::InUse { addr, holders: sockets::competing_holders(&Root::live(), addr) }
+    } else {
+        BindError::Os { addr, source }
+    }
+}
+
+/// The listeners, their bound addresses (port 0 resolved: all workers' reuseport sockets share
+/// the port the first one got), and the processes already listening on a shared port.
+pub(crate) struct Bound {
+    pub listeners: Listeners,
+    pub addrs: Vec<SocketAddr>,
+    pub shared_with: Vec<Holder>,
+}
+
+/// Binds every address. A port another socket listens on is refused unless `share_port`: with
+/// SO_REUSEPORT the kernel would otherwise let a second server in silently, and the two would
+/// split the connections.
+pub(crate) fn bind(cfg: &ServeConfig) -> Result<Bound, BindError> {
     let mut bound = Vec::with_capacity(cfg.listen.len());
     let mut first = Vec::with_capacity(cfg.listen.len());
+    let mut shared_with = Vec::new();
     let reuseport = cfg.accept == AcceptMode::Reuseport;
     for &addr in &cfg.listen {
-        let sock = listener(addr, reuseport, cfg.backlog).map_err(|e| (addr, e))?;
+        if reuseport && addr.port() != 0 && taken(addr) {
+            let holders = sockets::competing_holders(&Root::live(), addr);
+            if !cfg.share_port {
+                return Err(BindError::InUse { addr, holders });
+            }
+            shared_with.extend(holders);
+        }
+        let sock = listener(addr, reuseport, cfg.backlog).map_err(|e| os_error(addr, e))?;
         let local = sock.local_addr().ok().and_then(|a| a.as_socket()).unwrap_or(addr);
         bound.push(local);
         first.push(sock);
     }
+    shared_with.sort_by_key(|h| h.pid);
+    shared_with.dedup();
     if !reuseport {
-        return Ok((Listeners::Shared(first), bound));
+        return Ok(Bound { listeners: Listeners::Shared(first), addrs: bound, shared_with });
     }
     let mut per_worker = vec![first];
     for _ in 1..cfg.workers {
         let set = bound
             .iter()
-            .map(|&a| listener(a, true, cfg.backlog).map_err(|e| (a, e)))
+            .map(|&a| listener(a, true, cfg.backlog).map_err(|e| os_error(a, e)))
             .collect::<Result<Vec<_>, _>>()?;
         per_worker.push(set);
     }
-    Ok((Listeners::PerWorker(per_worker), bound))
+    Ok(Bound { listeners: Listeners::PerWorker(per_worker), addrs: bound, shared_with })
 }
 
 /// A warning when `net.core.somaxconn` (under `root`) caps the requested backlog.
-pub fn backlog_warning(root: &Path, backlog: u32) -> Option<String> {
-    let text = std::fs::read_to_string(root.join("proc/sys/net/core/somaxconn")).ok()?;
-    let cap: u32 = text.trim().parse().ok()?;
+pub fn backlog_warning(root: &Root, backlog: u32) -> Option<String> {
+    let cap: u32 = root.read_opt("proc/sys/net/core/somaxconn")?.parse().ok()?;
     (backlog > cap).then(|| {
         format!(
             "--backlog {backlog} is capped by net.core.somaxconn = {cap}: the kernel uses {cap}, \
@@ -92,10 +142,11 @@ mod tests {
         let p = dir.path().join("proc/sys/net/core");
         std::fs::create_dir_all(&p).unwrap();
         std::fs::write(p.join("somaxconn"), "4096\n").unwrap();
-        let w = backlog_warning(dir.path(), 65535).unwrap();
+        let root = Root::new(dir.path());
+        let w = backlog_warning(&root, 65535).unwrap();
         assert!(w.contains("capped by net.core.somaxconn = 4096"), "{w}");
         assert!(w.contains("61439 less"), "{w}");
-        assert_eq!(backlog_warning(dir.path(), 4096), None);
-        assert_eq!(backlog_warning(Path::new("/nonexistent"), 65535), None);
+        assert_eq!(backlog_warning(&root, 4096), None);
+        assert_eq!(backlog_warning(&Root::new("/nonexistent"), 65535), None);
     }
 }
