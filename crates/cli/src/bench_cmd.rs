@@ -1,12 +1,10 @@
 //! `qpslab bench`: target + load + doctor in one command.
 
-use std::io::Write;
-
 use qpslab_lab::{bench, render_text, BenchError, BenchOptions, TargetKind};
 
 use crate::args::BenchArgs;
 use crate::load_cmd::{run_meta, ProgressLine};
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let target = match a.target.as_str() {
@@ -42,12 +40,6 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         other => anyhow::Error::new(other),
     })?;
     progress.finish();
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(render_text(&report).as_bytes())?;
-    }
+    output::emit(a.json, &report, || render_text(&report))?;
     Ok(if report.load.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
 }

@@ -1,7 +1,6 @@
 //! `qpslab doctor`: sample while a duration passes or a command runs, then print findings.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
@@ -14,7 +13,7 @@ use qpslab_host::sample::{sample_until, ticks_per_second, Role, Watch};
 use qpslab_host::{Host, Root};
 
 use crate::args::DoctorArgs;
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -92,21 +91,15 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
     let ctx = Context { journal_active: root.path(JOURNAL).exists(), ..Context::default() };
     let findings = diagnose(&host, &samples, &summary, &ctx);
     let code = status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        let doc = serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "command": std::env::args().collect::<Vec<_>>(),
-            "interval_s": a.interval.as_secs_f64(),
-            "summary": summary,
-            "findings": findings,
-            "command_exit_code": code,
-        });
-        serde_json::to_writer_pretty(&mut out, &doc)?;
-        writeln!(out)?;
-    } else {
-        write!(out, "{}", doctor_text(&summary, &findings))?;
-    }
+    let doc = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "interval_s": a.interval.as_secs_f64(),
+        "summary": summary,
+        "findings": findings,
+        "command_exit_code": code,
+    });
+    output::emit(a.json, &doc, || doctor_text(&summary, &findings))?;
     Ok(match code {
         Some(c) => Outcome::Code(u8::try_from(c).unwrap_or(1)),
         None => Outcome::Passed,

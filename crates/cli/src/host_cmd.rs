@@ -1,11 +1,9 @@
 //! `qpslab host`: read the host model and print it.
 
-use std::io::Write;
-
 use qpslab_host::{render::host_text, Host, Root};
 
 use crate::args::HostArgs;
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 pub fn run(a: HostArgs) -> anyhow::Result<Outcome> {
     let root = Root::new(&a.root);
@@ -14,12 +12,6 @@ pub fn run(a: HostArgs) -> anyhow::Result<Outcome> {
     if !a.all {
         host.nics.retain(|n| n.name != "lo");
     }
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &host)?;
-        writeln!(out)?;
-    } else {
-        write!(out, "{}", host_text(&host, a.all))?;
-    }
+    output::emit(a.json, &host, || host_text(&host, a.all))?;
     Ok(Outcome::Passed)
 }

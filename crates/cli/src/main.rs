@@ -7,6 +7,7 @@ mod doctor_cmd;
 mod host_cmd;
 mod load_cmd;
 mod merge_cmd;
+mod output;
 mod serve_cmd;
 mod tune_cmd;
 
@@ -56,7 +57,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Help and version print as clap renders them; usage errors become one line and exit 2.
+/// Help and version print as clap renders them; usage errors become one line, with clap's
+/// suggestion ("did you mean ...?") and the help of the subcommand being parsed, and exit 2.
 fn usage_exit(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
@@ -67,14 +69,45 @@ fn usage_exit(e: &clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(2);
     }
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    eprintln!("qpslab: error: {}", usage_line(e, &argv));
+    ExitCode::from(2)
+}
+
+/// One line for a clap error: its message, its suggestion, and where the help is.
+fn usage_line(e: &clap::Error, argv: &[String]) -> String {
+    use clap::error::{ContextKind, ContextValue};
     let text = e.to_string();
     let message: Vec<&str> = text
         .lines()
         .take_while(|l| !l.trim().is_empty())
         .map(|l| l.trim().trim_start_matches("error: "))
         .collect();
-    eprintln!("qpslab: error: {} (see qpslab --help)", message.join(" "));
-    ExitCode::from(2)
+    let suggestion = [ContextKind::SuggestedSubcommand, ContextKind::SuggestedArg]
+        .into_iter()
+        .find_map(|k| match e.get(k)? {
+            ContextValue::String(s) => Some(s.clone()),
+            ContextValue::Strings(v) => v.first().cloned(),
+            _ => None,
+        });
+    let mut line = message.join(" ");
+    if let Some(s) = suggestion {
+        line += &format!("; did you mean '{s}'?");
+    }
+    format!("{line} (see '{} --help')", command_path(argv))
+}
+
+/// `qpslab load` or `qpslab tune apply`: the subcommands named in `argv`, for the help hint.
+fn command_path(argv: &[String]) -> String {
+    use clap::CommandFactory as _;
+    let mut cmd = args::Cli::command();
+    let mut path = vec!["qpslab".to_string()];
+    for arg in argv.iter().filter(|a| !a.starts_with('-')) {
+        let Some(sub) = cmd.find_subcommand(arg).cloned() else { break };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
 }
 
 fn run(cli: args::Cli) -> anyhow::Result<Outcome> {

@@ -1,12 +1,10 @@
 //! `qpslab merge`: histograms from several runs or machines in, one exact summary out.
 
-use std::io::Write;
-
 use anyhow::Context;
 use qpslab_load::hlog;
 
 use crate::args::MergeArgs;
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 pub fn run(a: MergeArgs) -> anyhow::Result<Outcome> {
     let (files, total) = hlog::merge(&a.files).map_err(|e| UsageError(format!("merge: {e}")))?;
@@ -15,13 +13,6 @@ pub fn run(a: MergeArgs) -> anyhow::Result<Outcome> {
         std::fs::write(path, merged.latency_hdr.clone() + "\n")
             .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
     }
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &merged)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(merged.render_text().as_bytes())?;
-    }
-    out.flush()?;
+    output::emit(a.json, &merged, || merged.render_text())?;
     Ok(Outcome::Passed)
 }

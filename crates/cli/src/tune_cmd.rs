@@ -1,6 +1,6 @@
 //! `qpslab tune plan|apply|revert|status`: flags into plan options, library calls, output.
 
-use std::io::{BufRead as _, Write};
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 
 use qpslab_host::doctor::JOURNAL;
@@ -9,21 +9,16 @@ use qpslab_host::tune::{self, text, ApplyOptions, Plan, PlanOptions, RootFiles, 
 use qpslab_host::{CpuSet, Host, Root};
 
 use crate::args::{PlanSpec, TuneArgs, TuneCommand};
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
     match a.command {
         TuneCommand::Plan(p) => {
             let (_, plan) = build_plan(&p.spec)?;
-            let mut out = std::io::stdout().lock();
-            match (p.emit.as_deref(), p.json) {
-                (Some("nginx"), _) => write!(out, "{}", plan.nginx)?,
-                (Some(_), _) => writeln!(out, "{}", plan.command)?,
-                (None, true) => {
-                    serde_json::to_writer_pretty(&mut out, &plan)?;
-                    writeln!(out)?;
-                }
-                (None, false) => write!(out, "{}", text::plan_text(&plan))?,
+            match p.emit.as_deref() {
+                Some("nginx") => output::print(&plan.nginx)?,
+                Some(_) => output::print(&format!("{}\n", plan.command))?,
+                None => output::emit(p.json, &plan, || text::plan_text(&plan))?,
             }
             Ok(Outcome::Passed)
         }
@@ -37,18 +32,12 @@ pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
             };
             tune::apply::check_apply(&plan, &opts).map_err(usage)?;
             if !a.yes && !plan.changes.is_empty() && !confirm(&plan)? {
-                writeln!(std::io::stdout(), "Not applied.")?;
+                output::print("Not applied.\n")?;
                 return Ok(Outcome::Passed);
             }
             let report = tune::apply(&mut RootFiles(root.clone()), root.dir(), &plan, &opts)
                 .map_err(usage)?;
-            let mut out = std::io::stdout().lock();
-            if a.json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
-            } else {
-                write!(out, "{}", text::apply_text(&report))?;
-            }
+            output::emit(a.json, &report, || text::apply_text(&report))?;
             Ok(Outcome::Passed)
         }
         TuneCommand::Revert(r) => {
@@ -57,26 +46,14 @@ pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
             let report =
                 tune::revert(&mut RootFiles(root.clone()), &journal, r.force, is_live(&r.root))
                     .map_err(usage)?;
-            let mut out = std::io::stdout().lock();
-            if r.json {
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
-            } else {
-                write!(out, "{}", text::revert_text(&report, &journal))?;
-            }
+            output::emit(r.json, &report, || text::revert_text(&report, &journal))?;
             Ok(if report.clean() { Outcome::Passed } else { Outcome::ChecksFailed })
         }
         TuneCommand::Status(s) => {
             let root = Root::new(&s.root);
             let journal = journal_path(&root, s.journal.as_deref());
             let status = tune::status(&mut RootFiles(root), &journal).map_err(usage)?;
-            let mut out = std::io::stdout().lock();
-            if s.json {
-                serde_json::to_writer_pretty(&mut out, &status)?;
-                writeln!(out)?;
-            } else {
-                write!(out, "{}", text::status_text(status.as_ref(), &journal))?;
-            }
+            output::emit(s.json, &status, || text::status_text(status.as_ref(), &journal))?;
             Ok(Outcome::Passed)
         }
     }
@@ -134,9 +111,7 @@ fn is_live(dir: &Path) -> bool {
 
 /// Shows the plan and asks; an unanswerable question (stdin closed) is a usage error.
 fn confirm(plan: &Plan) -> anyhow::Result<bool> {
-    let mut out = std::io::stdout();
-    write!(out, "{}", text::plan_text(plan))?;
-    out.flush()?;
+    output::print(&text::plan_text(plan))?;
     eprint!("\nApply these {} changes? [y/N] ", plan.changes.len());
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer)? == 0 {
