@@ -185,19 +185,19 @@ pub struct BenchArgs {
     pub target: String,
 
     /// Measured duration
-    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Duration,
 
     /// Total connections [default: 100 per generator thread]
-    #[arg(short, long, value_name = "N")]
+    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub connections: Option<usize>,
 
     /// Unmeasured load before the run
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero)]
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub warmup: Duration,
 
     /// Doctor sampling interval
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Duration,
 
     /// Print JSON instead of text
@@ -212,11 +212,11 @@ pub struct DoctorArgs {
     pub root: std::path::PathBuf,
 
     /// Time between samples
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Duration,
 
     /// Sample for this long (or give a command after --)
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
 
     /// Server process to follow (all its threads); repeatable or comma-separated
@@ -267,9 +267,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODE", default_value = "reuseport")]
     pub accept: String,
 
-    /// Listen backlog (capped by net.core.somaxconn; a warning says by how much)
-    #[arg(long, value_name = "N", default_value_t = 65535)]
-    pub backlog: u32,
+    /// Listen backlog [default: 65535, capped by net.core.somaxconn]; a value larger than the
+    /// cap gets a warning saying by how much
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u32>,
+
+    /// Listen on a port another server already listens on; the kernel then splits the
+    /// connections between the servers (without it such a port is refused)
+    #[arg(long)]
+    pub share_port: bool,
 
     /// Connections per worker; beyond it new connections wait in the kernel's queue
     #[arg(long, value_name = "N", default_value_t = 65536)]
@@ -280,15 +286,15 @@ pub struct ServeArgs {
     pub keepalive_requests: Option<u64>,
 
     /// Close a keep-alive connection idle this long
-    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub idle_timeout: Duration,
 
     /// One total deadline for a request's header section (not reset per byte)
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub header_timeout: Duration,
 
     /// Deadline for reading a request body
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub body_timeout: Duration,
 
     /// Longest request line (414 beyond)
@@ -316,7 +322,7 @@ pub struct ServeArgs {
     pub status: u16,
 
     /// Print a stats line to stderr every interval (open connections, requests/s)
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub stats_every: Option<Duration>,
 
     /// With --stats-every, a line per worker too
@@ -360,6 +366,7 @@ impl ServeArgs {
             cpus,
             accept,
             backlog: self.backlog,
+            share_port: self.share_port,
             max_conns: self.max_conns,
             keepalive_requests: self.keepalive_requests.unwrap_or(u64::MAX),
             idle_timeout: self.idle_timeout,
@@ -406,19 +413,19 @@ pub struct LoadArgs {
     pub targets: Option<std::path::PathBuf>,
 
     /// Load threads, one event loop each [default: online CPUs, at most -c]
-    #[arg(short, long, value_name = "N")]
+    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub threads: Option<usize>,
 
     /// Total keep-alive connections, spread over the threads
-    #[arg(short, long, value_name = "N", default_value_t = qpslab_load::config::DEFAULT_CONNECTIONS)]
+    #[arg(short, long, value_name = "N", default_value_t = qpslab_load::config::DEFAULT_CONNECTIONS, value_parser = parse_count, allow_hyphen_values = true)]
     pub connections: usize,
 
     /// Run length after warm-up, e.g. 10s, 2m [default: 10s unless -n is given]
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
 
     /// Send exactly N requests (after warm-up), then stop when they are answered
-    #[arg(short = 'n', long, value_name = "N")]
+    #[arg(short = 'n', long, value_name = "N", value_parser = parse_count_u64, allow_hyphen_values = true)]
     pub requests: Option<u64>,
 
     /// Extra request header 'Name: value' (repeatable); replaces a default of the same name
@@ -439,7 +446,7 @@ pub struct LoadArgs {
     pub rate: Option<String>,
 
     /// With --rate A:B: the time to go linearly from A to B requests/s, then stay at B
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ramp: Option<Duration>,
 
     /// Open loop from a stage file: one 'DURATION RATE' or 'DURATION A:B' (linear) per line;
@@ -479,11 +486,21 @@ pub struct LoadArgs {
     pub poll: PollArg,
 
     /// Per-request timeout; an unanswered request counts as a timeout when it expires
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Duration,
 
+    /// How long a connect may take before it counts as a connect error [default: --timeout]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub connect_timeout: Option<Duration>,
+
+    /// Count a request as failed when a reused keep-alive connection closes before any byte of
+    /// its response, instead of sending it again once on a new connection (the default for
+    /// GET, HEAD, PUT, DELETE, OPTIONS and TRACE, as browsers and curl do)
+    #[arg(long)]
+    pub no_retry: bool,
+
     /// Warm-up before measuring; its requests are excluded from every figure
-    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_duration_or_zero)]
+    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub warmup: Duration,
 
     /// Pin load thread i to the i-th CPU of this list (e.g. 2-3 or 1,3,5)
@@ -493,6 +510,10 @@ pub struct LoadArgs {
     /// Print one JSON object (the documented contract) instead of the text summary
     #[arg(long)]
     pub json: bool,
+
+    /// Print the latency distribution, as wrk's flag does (qpslab always prints it)
+    #[arg(long)]
+    pub latency: bool,
 
     /// Write the latency histogram to FILE as HdrHistogram V2 (deflate, base64)
     #[arg(long, value_name = "FILE")]
@@ -507,6 +528,21 @@ pub struct LoadArgs {
     pub accept_status: Option<String>,
 }
 
+/// A count of at least 1 (connections, threads).
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    parse_count_u64(s).and_then(|n| usize::try_from(n).map_err(|_| format!("{s:?} is too large")))
+}
+
+/// A count of at least 1 (requests).
+pub fn parse_count_u64(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) if s.trim().starts_with('-') => Err("must be a positive whole number".into()),
+        Err(_) => Err(format!("{s:?} is not a whole number, e.g. 100")),
+    }
+}
+
 /// `10s`, `2m`, `1h30m`, `500ms`; a bare number means seconds. Zero is rejected.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = parse_duration_or_zero(s)?;
@@ -518,6 +554,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    if s.starts_with('-') {
+        return Err("must be a positive duration, e.g. 10s".into());
+    }
     if let Ok(secs) = s.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {
             return Ok(Duration::from_secs_f64(secs));
@@ -549,5 +588,15 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("ten").is_err());
         assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("-1"), Err("must be a positive duration, e.g. 10s".into()));
+        assert_eq!(parse_duration("-5s"), Err("must be a positive duration, e.g. 10s".into()));
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("100"), Ok(100));
+        assert_eq!(parse_count("0"), Err("must be at least 1".into()));
+        assert_eq!(parse_count("-5"), Err("must be a positive whole number".into()));
+        assert!(parse_count("many").is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! `qpslab load`: options in, report out.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,7 +10,7 @@ use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
 
 use crate::args::{LoadArgs, PollArg};
-use crate::{Outcome, UsageError};
+use crate::{output, Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let opts = LoadOptions {
@@ -23,6 +23,8 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         method: a.method,
         body: a.body,
         timeout: a.timeout,
+        connect_timeout: a.connect_timeout,
+        no_retry: a.no_retry,
         warmup: a.warmup,
         cpus: a.cpus,
         accept_status: a.accept_status,
@@ -43,6 +45,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         },
     };
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
+    for note in &cfg.notes {
+        eprintln!("qpslab: note: {note}");
+    }
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
@@ -63,14 +68,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
             .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
     }
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(report.render_text().as_bytes())?;
-    }
-    out.flush()?;
+    output::emit(a.json, &report, || report.render_text())?;
     if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {
         eprintln!("qpslab: error: --log: writing {} failed: {e}", path.display());
         return Ok(Outcome::ChecksFailed);

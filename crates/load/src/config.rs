@@ -38,6 +38,8 @@ pub struct LoadOptions {
     /// A literal body, or `@path` to read one from a file.
     pub body: Option<String>,
     pub timeout: Duration,
+    /// How long a connect may take; None: `timeout`.
+    pub connect_timeout: Option<Duration>,
     pub warmup: Duration,
     pub cpus: Option<String>,
     pub accept_status: Option<String>,
@@ -61,6 +63,9 @@ pub struct LoadOptions {
     pub log: Option<PathBuf>,
     /// How a thread waits for its next event.
     pub poll: PollMode,
+    /// Count a request as failed when a reused keep-alive connection closes before its response,
+    /// instead of sending it again once on a new connection.
+    pub no_retry: bool,
 }
 
 /// How a load thread waits for its next event (`--poll`).
@@ -117,6 +122,7 @@ impl Default for LoadOptions {
             method: "GET".into(),
             body: None,
             timeout: DEFAULT_TIMEOUT,
+            connect_timeout: None,
             warmup: Duration::ZERO,
             cpus: None,
             accept_status: None,
@@ -131,6 +137,7 @@ impl Default for LoadOptions {
             source: None,
             log: None,
             poll: PollMode::Auto,
+            no_retry: false,
         }
     }
 }
@@ -204,6 +211,8 @@ pub struct LoadConfig {
     /// Send exactly this many requests (after warm-up), then stop once they are answered.
     pub requests: Option<u64>,
     pub timeout: Duration,
+    /// How long a connect may take before it counts as a connect error.
+    pub connect_timeout: Duration,
     pub warmup: Duration,
     /// Thread i is pinned to `cpus[i % len]`.
     pub cpus: Option<Vec<usize>>,
@@ -220,6 +229,11 @@ pub struct LoadConfig {
     pub poll: PollMode,
     /// `--poll auto` may poll here ([`auto_polls`]).
     pub auto_poll: bool,
+    /// Send again, once, idempotent requests whose reused connection closed before any byte of
+    /// their response (the keep-alive close race, RFC 9112 9.3.1).
+    pub retry_closed: bool,
+    /// What the user should know about how the options were read (a URL taken as `http://`).
+    pub notes: Vec<String>,
 }
 
 impl LoadConfig {
@@ -259,6 +273,13 @@ impl LoadConfig {
         if let Some(path) = &opts.targets_file {
             lines.extend(targets::read_file(path)?);
         }
+        let mut notes = Vec::new();
+        for l in &mut lines {
+            if let Some(full) = with_default_scheme(&l.url) {
+                notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
+                l.url = full;
+            }
+        }
         let targets = lines
             .iter()
             .map(|l| {
@@ -269,7 +290,11 @@ impl LoadConfig {
                     .cloned()
                     .collect();
                 hs.extend(l.headers.iter().cloned());
-                let flag = if opts.urls.contains(&l.url) { "URL" } else { "--targets" };
+                let given = opts
+                    .urls
+                    .iter()
+                    .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
+                let flag = if given { "URL" } else { "--targets" };
                 resolve_target(&l.url, &l.method, &hs, &body, l.weight)
                     .map_err(|e| ConfigError::new(flag, e.message))
             })
@@ -301,6 +326,12 @@ impl LoadConfig {
         }
         if opts.timeout.is_zero() {
             return Err(ConfigError::new("--timeout", "must be greater than zero, e.g. 5s"));
+        }
+        if opts.connect_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::new(
+                "--connect-timeout",
+                "must be greater than zero, e.g. 5s",
+            ));
         }
         if !(0.0..=1.0).contains(&opts.max_error_rate) {
             return Err(ConfigError::new(
@@ -420,6 +451,7 @@ impl LoadConfig {
             duration,
             requests: opts.requests,
             timeout: opts.timeout,
+            connect_timeout: opts.connect_timeout.unwrap_or(opts.timeout),
             warmup: opts.warmup,
             cpus,
             accept_status,
@@ -432,6 +464,8 @@ impl LoadConfig {
             log: opts.log.clone(),
             poll: opts.poll,
             auto_poll,
+            retry_closed: !opts.no_retry,
+            notes,
         })
     }
 
@@ -443,6 +477,12 @@ impl LoadConfig {
     /// Request budget of thread `i` under `-n`; `None` when unbounded.
     pub fn requests_of(&self, i: usize) -> Option<u64> {
         self.requests.map(|n| share(n, self.threads, i))
+    }
+
+    /// Keep-alive connections are opened before the run's clock starts (every mode but a
+    /// connection per request, whose connects are part of what it measures).
+    pub fn opens_first(&self) -> bool {
+        !self.conn_per_request
     }
 
     /// Short name of the load model, as reported in `config.mode`.
@@ -521,6 +561,19 @@ impl LoadConfig {
         out.sort_by(|a, b| slack(a).total_cmp(&slack(b)));
         out
     }
+}
+
+/// Whether a request with `method` may be sent again after its connection failed (RFC 9110
+/// 9.2.2: safe methods, PUT and DELETE).
+pub fn idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+/// `localhost:8080/x` -> `http://localhost:8080/x`, as curl reads a URL without a scheme; None
+/// when the URL has one.
+fn with_default_scheme(url: &str) -> Option<String> {
+    let bare = !url.contains("://") && !url.is_empty() && !url.contains(char::is_whitespace);
+    bare.then(|| format!("http://{url}"))
 }
 
 /// Part `i` of `total` split over `parts`, the remainder going to the first parts.
@@ -665,6 +718,17 @@ mod tests {
         let cfg = LoadConfig::from_options(&opts("http://[::1]/")).unwrap();
         assert_eq!(cfg.targets[0].addr, "[::1]:80".parse().unwrap());
         assert!(cfg.targets[0].request.ends_with(b"Host: [::1]\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_url_without_scheme_is_http_with_a_note() {
+        let cfg = LoadConfig::from_options(&opts("127.0.0.1:9/x")).unwrap();
+        assert_eq!(cfg.targets[0].url, "http://127.0.0.1:9/x");
+        assert_eq!(
+            cfg.notes,
+            vec!["\"127.0.0.1:9/x\" has no scheme: taken as http://127.0.0.1:9/x"]
+        );
+        assert!(LoadConfig::from_options(&opts("http://127.0.0.1:9/")).unwrap().notes.is_empty());
     }
 
     #[test]

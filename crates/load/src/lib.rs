@@ -91,6 +91,22 @@ pub struct RunResult {
     pub log_error: Option<String>,
     /// Source tuples against the run's needs, for the tightest destination.
     pub port_budget: Option<source::PortBudget>,
+    /// Keep-alive runs: the connections opened before the run's clock started.
+    pub setup: Option<Setup>,
+}
+
+/// The connect phase before a keep-alive run: every connection is opened (or has failed once)
+/// before the measured window, so connection setup is not measured as load.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Setup {
+    pub connections: usize,
+    pub opened: usize,
+    /// Failed once, or still connecting when the run was stopped; retried during the run.
+    pub failed: usize,
+    /// From the start of the threads to the run's clock.
+    pub duration: Duration,
+    /// The first failure's message.
+    pub example: Option<String>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -145,12 +161,14 @@ pub fn run(
         conn_groups: cfg.connection_groups(&groups),
         groups,
         heads: cfg.targets.iter().map(|t| t.head).collect(),
+        idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
         stop_flag: &STOP,
     };
     let gate = gate::StartGate::default();
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
     let (done_tx, done_rx) = mpsc::channel();
+    let spawned = Instant::now();
     let (outcomes, clock) = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|i| {
@@ -205,7 +223,17 @@ pub fn run(
     let mut ended = measure_start;
     let (mut due_unsent, mut idle_at_stop) = (0, 0);
     let mut in_flight_by_target = vec![0; cfg.targets.len()];
+    let mut setup = Setup {
+        connections: cfg.connections,
+        duration: clock.start.saturating_duration_since(spawned),
+        ..Setup::default()
+    };
     for o in &outcomes {
+        setup.opened += o.setup.opened;
+        setup.failed += o.setup.failed;
+        if setup.example.is_none() {
+            setup.example.clone_from(&o.setup.example);
+        }
         due_unsent += o.due_unsent;
         idle_at_stop += o.idle_at_stop;
         rec.merge(&o.rec);
@@ -233,6 +261,7 @@ pub fn run(
         in_flight_by_target,
         log_error,
         port_budget: cfg.port_budgets().into_iter().next(),
+        setup: cfg.opens_first().then_some(setup),
     })
 }
 

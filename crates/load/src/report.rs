@@ -57,12 +57,16 @@ pub struct Report {
     pub targets: Vec<String>,
     pub config: ConfigReport,
     pub requests: Requests,
+    pub retries: Retries,
     pub status: BTreeMap<String, u64>,
     pub errors: BTreeMap<&'static str, u64>,
     pub error_examples: BTreeMap<&'static str, String>,
     pub throughput_rps: f64,
     pub bytes: Bytes,
     pub connections: Connections,
+    /// Keep-alive runs: the connections opened before the measured window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupReport>,
     /// From each request's intended send time: its schedule slot in open loop (corrected for
     /// coordinated omission), the write in closed loop.
     pub latency_us: Latency,
@@ -133,9 +137,23 @@ pub struct Requests {
     /// Responses >= 400 not accepted by `--accept-status`; they count against the error rate.
     pub bad_status: u64,
     pub in_flight_at_stop: u64,
-    /// Pipelined requests written a second time on a new connection because the server
-    /// announced the close before reaching them (each is still one request in `sent`).
+    /// Requests written a second time on a new connection (each is still one request in
+    /// `sent`): the sum of `retries`' request counts.
     pub retried: u64,
+}
+
+/// Why requests were written a second time.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Retries {
+    /// Pipelined behind a response that announced the close (RFC 9112 9.3.2, 9.6): never
+    /// processed by the server.
+    pub after_announced_close: u64,
+    /// On a reused keep-alive connection the server closed before any byte of their response
+    /// (the close race of RFC 9112 9.3.1); idempotent requests only, once each; `--no-retry`
+    /// counts them as failures instead.
+    pub closed_before_response: u64,
+    /// The reused connections behind `closed_before_response`.
+    pub connections_closed_before_response: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -152,6 +170,55 @@ pub struct Connections {
     pub connects_per_s: f64,
     /// From connect() to the connection being writable (the TCP handshake), per connect.
     pub connect_us: Latency,
+}
+
+/// The connect phase of a keep-alive run, before the measured window.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupReport {
+    pub connections: usize,
+    pub opened: usize,
+    /// Failed once (or were still connecting at a stop); retried during the run.
+    pub failed: usize,
+    pub duration_s: f64,
+    /// Connections opened per second of the phase.
+    pub connects_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_example: Option<String>,
+}
+
+impl SetupReport {
+    fn new(s: &crate::Setup) -> Self {
+        let secs = s.duration.as_secs_f64();
+        Self {
+            connections: s.connections,
+            opened: s.opened,
+            failed: s.failed,
+            duration_s: secs,
+            connects_per_s: if secs > 0.0 { s.opened as f64 / secs } else { 0.0 },
+            error_example: s.example.clone(),
+        }
+    }
+
+    /// The summary line, with a hint when connections could not open.
+    fn text(&self) -> String {
+        let took = fmt_us(self.duration_s * 1e6);
+        if self.failed == 0 {
+            return format!(
+                "Setup: {} connections opened in {took} ({:.0}/s) before the measured window",
+                self.opened, self.connects_per_s
+            );
+        }
+        format!(
+            "Setup: {} of {} connections opened in {took} ({:.0}/s); {} failed{} and were retried \
+             during the run: check the descriptor limit (ulimit -n), the server's accept backlog \
+             (net.core.somaxconn) and --connect-timeout, or give --warmup",
+            self.opened,
+            self.connections,
+            self.connects_per_s,
+            self.failed,
+            self.error_example.as_ref().map_or(String::new(), |e| format!(" ({e})"))
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -287,7 +354,7 @@ impl Report {
             failed: rec.failed,
             bad_status: rec.bad_status(),
             in_flight_at_stop: result.in_flight_at_stop,
-            retried: rec.retried,
+            retried: rec.retried + rec.race_retried,
         };
         let busy_ratio = if secs > 0.0 {
             // Polling is timed by the clock, which runs on while the thread is preempted; taking
@@ -357,6 +424,11 @@ impl Report {
                 poll: cfg.poll.name(),
             },
             requests,
+            retries: Retries {
+                after_announced_close: rec.retried,
+                closed_before_response: rec.race_retried,
+                connections_closed_before_response: rec.race_closes,
+            },
             status: rec.statuses().map(|(c, n)| (c.to_string(), n)).collect(),
             errors,
             error_examples,
@@ -368,6 +440,7 @@ impl Report {
                 connects_per_s: per_sec(rec.connects),
                 connect_us: Latency::from_histogram(&rec.connect_latency),
             },
+            setup: result.setup.as_ref().map(SetupReport::new),
             latency_us: Latency::from_histogram(&rec.latency),
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
@@ -400,7 +473,7 @@ impl Report {
                 busy_ratio,
                 verdict,
             },
-            check: check(&requests, cfg.max_error_rate),
+            check: check(&requests, cfg.max_error_rate, result.setup.as_ref()),
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
         }
@@ -464,8 +537,8 @@ impl Report {
         let transfer =
             if self.duration_s > 0.0 { self.bytes.read as f64 / self.duration_s } else { 0.0 };
         let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
-        let retried = if r.retried > 0 {
-            format!(", {} pipelined requests retried", r.retried)
+        let retried = if self.retries.after_announced_close > 0 {
+            format!(", {} pipelined requests retried", self.retries.after_announced_close)
         } else {
             String::new()
         };
@@ -480,6 +553,22 @@ impl Report {
             self.connections.reconnects,
             retried
         );
+        let race = &self.retries;
+        if race.closed_before_response > 0 {
+            let _ = writeln!(
+                s,
+                "Retried: the server closed {} reused {} before responding (the keep-alive close \
+                 race); {} {} sent again on new connections, not counted as failed (--no-retry \
+                 counts them)",
+                race.connections_closed_before_response,
+                plural(race.connections_closed_before_response, "connection", "connections"),
+                race.closed_before_response,
+                plural(race.closed_before_response, "request was", "requests were"),
+            );
+        }
+        if let Some(setup) = &self.setup {
+            let _ = writeln!(s, "{}", setup.text());
+        }
         if !self.status.is_empty() {
             let parts: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let _ = writeln!(s, "Status:  {}", parts.join(", "));
@@ -633,13 +722,21 @@ fn interval_rows(samples: &[crate::Interval]) -> Vec<IntervalRow> {
         .collect()
 }
 
-fn check(r: &Requests, max_error_rate: f64) -> Check {
+fn check(r: &Requests, max_error_rate: f64, setup: Option<&crate::Setup>) -> Check {
     let bad = r.failed + r.bad_status;
     let error_rate = if r.sent > 0 { bad as f64 / r.sent as f64 } else { 0.0 };
+    let unopened = setup.filter(|s| s.failed > 0).map_or(String::new(), |s| {
+        format!(
+            "; {} of {} connections could not open before the run{} (see the Setup line)",
+            s.failed,
+            s.connections,
+            s.example.as_ref().map_or(String::new(), |e| format!(": {e}"))
+        )
+    });
     let reason = if r.sent == 0 {
-        Some("no request was sent".to_string())
+        Some(format!("no request was sent{unopened}"))
     } else if r.completed == 0 {
-        Some("no response was received".to_string())
+        Some(format!("no response was received{unopened}"))
     } else if error_rate > max_error_rate {
         Some(format!(
             "error rate {:.4}% ({bad} of {} requests) is above --max-error-rate {}",
@@ -741,6 +838,13 @@ mod tests {
             in_flight_by_target: vec![2],
             log_error: None,
             port_budget: None,
+            setup: Some(crate::Setup {
+                connections: 100,
+                opened: 100,
+                failed: 0,
+                duration: Duration::from_millis(4),
+                example: None,
+            }),
         };
         (cfg, result)
     }

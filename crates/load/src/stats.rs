@@ -74,6 +74,12 @@ pub struct Recorder {
     /// Pipelined requests written again on a new connection because the server announced the
     /// close before reaching them.
     pub retried: u64,
+    /// Requests sent again, once, because their reused keep-alive connection closed before any
+    /// byte of their response (the keep-alive close race).
+    pub race_retried: u64,
+    /// Reused connections the server closed before responding (the race), whose requests were
+    /// sent again.
+    pub race_closes: u64,
     /// Latency from the request's intended send time (its schedule slot in open loop; the
     /// write in closed loop, where both are the same).
     pub latency: Histogram<u64>,
@@ -107,6 +113,8 @@ impl Default for Recorder {
             connects: 0,
             reconnects: 0,
             retried: 0,
+            race_retried: 0,
+            race_closes: 0,
             latency: new_histogram(),
             latency_uncorrected: new_histogram(),
             send_lag: new_histogram(),
@@ -201,6 +209,8 @@ impl Recorder {
         self.connects += other.connects;
         self.reconnects += other.reconnects;
         self.retried += other.retried;
+        self.race_retried += other.race_retried;
+        self.race_closes += other.race_closes;
         self.waited_for_connection += other.waited_for_connection;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency.add(&other.latency);

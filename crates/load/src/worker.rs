@@ -105,6 +105,17 @@ pub(crate) struct ThreadOutcome {
     pub idle_at_stop: usize,
     /// `in_flight` by target.
     pub in_flight_by_target: Vec<u64>,
+    /// The connections opened before the run's clock started.
+    pub setup: SetupCounts,
+}
+
+/// How the connections opened before the run's clock started.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SetupCounts {
+    pub opened: usize,
+    pub failed: usize,
+    /// The first failure's message.
+    pub example: Option<String>,
 }
 
 /// What threads tell the thread that watches them.
@@ -127,6 +138,8 @@ pub(crate) struct Shared<'a> {
     pub conn_groups: Vec<usize>,
     /// Per target: a HEAD request (its responses have no body).
     pub heads: Vec<bool>,
+    /// Per target: its method may be sent again after a connection failure.
+    pub idempotent: Vec<bool>,
     pub stop_flag: &'a AtomicBool,
 }
 
@@ -137,6 +150,8 @@ struct Req {
     intended: Instant,
     /// Issued after warm-up: counts in every figure.
     counted: bool,
+    /// Sent again once already, after its reused connection closed before responding.
+    retried: bool,
     target: u32,
 }
 
@@ -173,6 +188,8 @@ struct Conn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
+    /// A response has arrived on the current socket: the connection is being reused.
+    answered: bool,
 }
 
 /// When the requests of one write were meant to go.
@@ -231,6 +248,9 @@ pub(crate) struct Worker<'a> {
     /// `--log`: the current interval and when it ends.
     log_index: u32,
     log_next: Instant,
+    /// The run's clock has started: requests may be issued (not during the connect phase).
+    started: bool,
+    setup: SetupCounts,
 }
 
 impl<'a> Worker<'a> {
@@ -268,6 +288,7 @@ impl<'a> Worker<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
+                answered: false,
             })
             .collect();
         Ok(Self {
@@ -297,15 +318,18 @@ impl<'a> Worker<'a> {
             msgs,
             log_index: 0,
             log_next: now,
+            started: false,
+            setup: SetupCounts::default(),
         })
     }
 
-    /// Open loop with keep-alive connections: opens every connection before the run's clock
-    /// starts, and returns when each is open or has failed once (a failed one is retried in
-    /// the run), or on stop. The connects count in the run's connection figures unless there
-    /// is a warm-up. Otherwise nothing to do: requests go as connections open.
+    /// Keep-alive connections (closed or open loop): opens every connection before the run's
+    /// clock starts, and returns when each is open or has failed once (a failed one is retried
+    /// in the run), or on stop, so connection setup is not measured as load. The connects count
+    /// in the run's connection figures unless there is a warm-up. With a connection per request
+    /// nothing is done: connects are part of each request.
     pub(crate) fn connect_phase(&mut self) -> io::Result<()> {
-        if !self.pacer.is_open() || self.shared.cfg.conn_per_request {
+        if !self.shared.cfg.opens_first() {
             return Ok(());
         }
         self.measuring = self.shared.cfg.warmup.is_zero();
@@ -329,6 +353,8 @@ impl<'a> Worker<'a> {
                 next_tick = now + self.tick;
             }
         }
+        self.setup.opened = self.conns.iter().filter(|c| c.phase == Phase::Open).count();
+        self.setup.failed = self.conns.len() - self.setup.opened;
         Ok(())
     }
 
@@ -346,8 +372,9 @@ impl<'a> Worker<'a> {
             // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only this thread.
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         }
+        self.started = true;
         for idx in 0..self.conns.len() {
-            if self.conns[idx].phase == Phase::Closed {
+            if self.conns[idx].phase != Phase::Connecting {
                 self.issue(idx, now);
             }
         }
@@ -432,6 +459,7 @@ impl<'a> Worker<'a> {
             due_unsent,
             idle_at_stop,
             in_flight_by_target,
+            setup: self.setup,
         })
     }
 
@@ -477,8 +505,12 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Gives the connection as many requests as the pacer allows.
+    /// Gives the connection as many requests as the pacer allows (none before the run's clock
+    /// starts).
     fn issue(&mut self, idx: usize, now: Instant) {
+        if !self.started {
+            return;
+        }
         let measure_start = self.measure_start;
         let depth = self.shared.cfg.pipeline as u64;
         let c = &mut self.conns[idx];
@@ -593,7 +625,7 @@ impl<'a> Worker<'a> {
                 }
             }
             let target = group.cycle[(c.cursor + i as usize) % len];
-            c.inflight.push_back(Req { sent_at: now, intended, counted, target });
+            c.inflight.push_back(Req { sent_at: now, intended, counted, retried: false, target });
         }
         (c.write_pos, c.write_end) = group.slice(c.cursor, k as usize);
         c.cursor = (c.cursor + k as usize) % len;
@@ -719,7 +751,10 @@ impl<'a> Worker<'a> {
                     return self.set_interest(idx, true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.fail(idx, ErrorClass::Write, &e, Instant::now()),
+                Err(e) => {
+                    let now = Instant::now();
+                    return self.closed_before_response(idx, ErrorClass::Write, &e, now);
+                }
             }
         }
     }
@@ -737,7 +772,10 @@ impl<'a> Worker<'a> {
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.fail(idx, ErrorClass::Read, &e, Instant::now()),
+                Err(e) => {
+                    let now = Instant::now();
+                    return self.closed_before_response(idx, ErrorClass::Read, &e, now);
+                }
             };
             now = Instant::now();
             if self.measuring {
@@ -780,6 +818,7 @@ impl<'a> Worker<'a> {
                 return Err("response received with no request in flight".into());
             };
             self.outstanding -= 1;
+            c.answered = true;
             self.shared.record(&mut self.rec, req, resp, now);
             if !resp.keep_alive || one_request {
                 outcome = Absorbed::Close;
@@ -810,12 +849,13 @@ impl<'a> Worker<'a> {
                 // The server closed an idle keep-alive connection: reopen, nothing failed.
                 self.close(idx);
             }
-            Ok(None) => self.fail_with(
-                idx,
-                ErrorClass::Read,
-                "connection closed by the server before the response".into(),
-                now,
-            ),
+            Ok(None) => {
+                let closed = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by the server before the response",
+                );
+                return self.closed_before_response(idx, ErrorClass::Read, &closed, now);
+            }
             Err(e) => return self.fail_with(idx, ErrorClass::Read, e.to_string(), now),
         }
         self.issue(idx, now);
@@ -826,17 +866,59 @@ impl<'a> Worker<'a> {
     /// written again, in order, on a new connection (9.3.2), keeping their schedule slots, so
     /// their latency includes the reconnect.
     fn close_after_response(&mut self, idx: usize) {
-        let k = self.conns[idx].inflight.len();
+        let k = self.rewind_and_close(idx);
+        if self.measuring {
+            self.rec.retried += k;
+        }
+    }
+
+    /// Closes the socket, keeping its unanswered requests to be written again on the next
+    /// connection; returns how many there are.
+    fn rewind_and_close(&mut self, idx: usize) -> u64 {
+        let c = &mut self.conns[idx];
+        let k = c.inflight.len();
         if k > 0 {
-            let c = &mut self.conns[idx];
             let len = self.shared.groups[c.group].cycle.len();
             // They are the last k of the cycle before the cursor.
             c.cursor = (c.cursor + len - k % len) % len;
-            if self.measuring {
-                self.rec.retried += k as u64;
-            }
         }
         self.close_socket(idx);
+        k as u64
+    }
+
+    /// The connection failed with requests written and no byte of their response read. On a
+    /// reused keep-alive connection this is the race RFC 9112 9.3.1 describes: the server closed
+    /// the idle connection as the requests went out, so they were not processed. Idempotent
+    /// requests are then sent again, once, on a new connection (as browsers and curl do) and
+    /// counted apart; anything else fails them.
+    fn closed_before_response(
+        &mut self,
+        idx: usize,
+        class: ErrorClass,
+        err: &io::Error,
+        now: Instant,
+    ) {
+        let c = &self.conns[idx];
+        let shared = self.shared;
+        let race = shared.cfg.retry_closed
+            && c.answered
+            && c.waiting == 0
+            && c.carry.is_empty()
+            && c.parser.at_boundary()
+            && !c.inflight.is_empty()
+            && c.inflight.iter().all(|r| !r.retried && shared.idempotent[r.target as usize]);
+        if !race {
+            return self.fail(idx, class, err, now);
+        }
+        for r in &mut self.conns[idx].inflight {
+            r.retried = true;
+        }
+        let k = self.rewind_and_close(idx);
+        if self.measuring {
+            self.rec.race_retried += k;
+            self.rec.race_closes += 1;
+        }
+        self.issue(idx, now);
     }
 
     /// Writes the connection's unanswered requests again, on its new connection.
@@ -858,6 +940,9 @@ impl<'a> Worker<'a> {
 
     /// Fails every request on the connection, closes it and opens it again when there is work.
     fn fail_with(&mut self, idx: usize, class: ErrorClass, msg: String, now: Instant) {
+        if !self.started && self.setup.example.is_none() {
+            self.setup.example = Some(msg.clone());
+        }
         let c = &self.conns[idx];
         let mut by_target = std::mem::take(&mut self.rec.per_target);
         let mut counted = 0;
@@ -899,6 +984,7 @@ impl<'a> Worker<'a> {
         c.write_pos = 0;
         c.write_end = 0;
         c.out_armed = false;
+        c.answered = false;
     }
 
     /// Timer work: expired requests and connects, connect retries, progress. Up to
@@ -921,8 +1007,9 @@ impl<'a> Worker<'a> {
                     }
                 }
                 Phase::Connecting => {
-                    if now.duration_since(c.opened_at) >= timeout {
-                        let msg = format!("connect timed out after {}", fmt_duration(timeout));
+                    let limit = self.shared.cfg.connect_timeout;
+                    if now.duration_since(c.opened_at) >= limit {
+                        let msg = format!("connect timed out after {}", fmt_duration(limit));
                         self.fail_with(idx, ErrorClass::Connect, msg, now);
                     }
                 }

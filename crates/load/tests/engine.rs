@@ -469,3 +469,74 @@ fn polling_time_is_reported_apart_from_work() {
         assert!(r.rate.as_ref().unwrap().kept, "{:?}", r.rate);
     }
 }
+
+/// A server that answers every even-numbered request and closes the connection on every
+/// odd-numbered one without a byte of response (`close`: FIN; else a reset): with one
+/// connection, each close hits a reused connection, as a keep-alive timeout racing the next
+/// request does.
+fn closes_reused_connections(reset: bool) -> Scripted {
+    Scripted::start(move |n, s| {
+        if n % 2 == 0 {
+            write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            After::Continue
+        } else if reset {
+            After::Reset
+        } else {
+            After::Close
+        }
+    })
+}
+
+#[test]
+fn keepalive_close_race_is_retried_once_and_counted_apart() {
+    for reset in [false, true] {
+        let server = closes_reused_connections(reset);
+        let mut o = opts(&server.url());
+        o.connections = Some(1);
+        o.requests = Some(20);
+        let report = run(&o);
+        let r = &report.requests;
+        assert_eq!((r.ok, r.failed), (20, 0), "reset {reset}: {r:?} {:?}", report.error_examples);
+        // Requests 1..19 each met one close on a reused connection and went again.
+        let retries = &report.retries;
+        assert_eq!(retries.closed_before_response, 19, "{retries:?}");
+        assert_eq!(retries.connections_closed_before_response, 19, "{retries:?}");
+        assert_eq!(r.retried, 19);
+        assert_eq!(server.requests(), 39, "the server saw each retried request twice");
+        assert!(report.check.passed);
+        assert!(report.render_text().contains(
+            "Retried: the server closed 19 reused connections before responding (the keep-alive \
+             close race); 19 requests were sent again"
+        ));
+    }
+}
+
+#[test]
+fn no_retry_counts_the_close_race_as_failures() {
+    let server = closes_reused_connections(false);
+    let mut o = opts(&server.url());
+    o.connections = Some(1);
+    o.requests = Some(20);
+    o.no_retry = true;
+    let report = run(&o);
+    assert_eq!(report.requests.failed, 10, "{:?}", report.requests);
+    assert_eq!(report.errors["read"], 10);
+    assert_eq!(
+        report.error_examples["read"],
+        "connection closed by the server before the response"
+    );
+    assert_eq!(report.retries.closed_before_response, 0);
+}
+
+#[test]
+fn a_post_is_not_sent_twice() {
+    let server = closes_reused_connections(false);
+    let mut o = opts(&server.url());
+    o.connections = Some(1);
+    o.requests = Some(20);
+    o.method = "POST".into();
+    let report = run(&o);
+    assert_eq!(report.requests.failed, 10, "{:?}", report.requests);
+    assert_eq!(server.requests(), 20, "each POST reached the server once");
+    assert_eq!(report.retries.closed_before_response, 0);
+}
