@@ -101,8 +101,12 @@ pub struct RunResult {
 pub struct Setup {
     pub connections: usize,
     pub opened: usize,
-    /// Failed once, or still connecting when the run was stopped; retried during the run.
+    /// Not open when the run started: failed once, closed by the server, or still connecting
+    /// at a stop; reopened during the run.
     pub failed: usize,
+    /// Of `failed`: opened, then closed by the server (its idle timeout) while the others
+    /// were still opening.
+    pub closed_by_server: usize,
     /// From the start of the threads to the run's clock.
     pub duration: Duration,
     /// The first failure's message.
@@ -231,6 +235,7 @@ pub fn run(
     for o in &outcomes {
         setup.opened += o.setup.opened;
         setup.failed += o.setup.failed;
+        setup.closed_by_server += o.setup.closed_by_server;
         if setup.example.is_none() {
             setup.example.clone_from(&o.setup.example);
         }

@@ -177,47 +177,86 @@ pub struct Connections {
 pub struct SetupReport {
     pub connections: usize,
     pub opened: usize,
-    /// Failed once (or were still connecting at a stop); retried during the run.
+    /// Not open when the run started (failed once, closed by the server, or still connecting
+    /// at a stop); reopened during the run.
     pub failed: usize,
+    /// Of `failed`: opened, then closed by the server (its idle timeout) before the run.
+    pub closed_by_server: usize,
     pub duration_s: f64,
     /// Connections opened per second of the phase.
     pub connects_per_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_example: Option<String>,
+    /// Why opening was slow, when the ephemeral port range was crowded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_search: Option<String>,
 }
 
+/// A connect phase at least this long gets the port-search hint when the range is crowded.
+const SLOW_SETUP_S: f64 = 1.0;
+/// Share of a destination's source ports in use from which connects slow down visibly.
+const PORT_SEARCH_CROWDED: f64 = 0.5;
+
 impl SetupReport {
-    fn new(s: &crate::Setup) -> Self {
+    fn new(s: &crate::Setup, budget: Option<&PortBudget>) -> Self {
         let secs = s.duration.as_secs_f64();
+        // The kernel looks for a free ephemeral port on every connect; with most of the range
+        // taken to one destination the search, not the server, sets the connect rate.
+        let crowded = budget.filter(|b| {
+            secs >= SLOW_SETUP_S && b.concurrent as f64 >= PORT_SEARCH_CROWDED * b.tuples as f64
+        });
         Self {
             connections: s.connections,
             opened: s.opened,
             failed: s.failed,
+            closed_by_server: s.closed_by_server,
+            port_search: crowded.map(|b| {
+                format!(
+                    "{} connections to {} hold {:.0}% of the {} source ports: the kernel's \
+                     search for a free port slows every connect as the range fills; add source \
+                     addresses (--source 127.0.0.2-127.0.0.254 on loopback) or widen \
+                     net.ipv4.ip_local_port_range",
+                    b.concurrent,
+                    b.destination,
+                    100.0 * b.concurrent as f64 / b.tuples.max(1) as f64,
+                    b.tuples
+                )
+            }),
             duration_s: secs,
             connects_per_s: if secs > 0.0 { s.opened as f64 / secs } else { 0.0 },
             error_example: s.example.clone(),
         }
     }
 
-    /// The summary line, with a hint when connections could not open.
+    /// The summary line, with a hint when connections could not open or opened slowly.
     fn text(&self) -> String {
         let took = fmt_us(self.duration_s * 1e6);
-        if self.failed == 0 {
-            return format!(
+        let mut line = if self.failed == 0 {
+            format!(
                 "Setup: {} connections opened in {took} ({:.0}/s) before the measured window",
                 self.opened, self.connects_per_s
-            );
+            )
+        } else {
+            let mut why = Vec::new();
+            if self.closed_by_server > 0 {
+                why.push(format!("{} closed by the server while waiting", self.closed_by_server));
+            }
+            if let Some(e) = &self.error_example {
+                why.push(format!("first error: {e}"));
+            }
+            let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) };
+            format!(
+                "Setup: {} of {} connections open after {took} ({:.0}/s); {} were not{why} and \
+                 were reopened during the run: check the descriptor limit (ulimit -n), the \
+                 server's accept backlog (net.core.somaxconn) and idle timeout, and \
+                 --connect-timeout, or give --warmup",
+                self.opened, self.connections, self.connects_per_s, self.failed,
+            )
+        };
+        if let Some(hint) = &self.port_search {
+            line += &format!("\nSetup was slow: {hint}");
         }
-        format!(
-            "Setup: {} of {} connections opened in {took} ({:.0}/s); {} failed{} and were retried \
-             during the run: check the descriptor limit (ulimit -n), the server's accept backlog \
-             (net.core.somaxconn) and --connect-timeout, or give --warmup",
-            self.opened,
-            self.connections,
-            self.connects_per_s,
-            self.failed,
-            self.error_example.as_ref().map_or(String::new(), |e| format!(" ({e})"))
-        )
+        line
     }
 }
 
@@ -440,7 +479,7 @@ impl Report {
                 connects_per_s: per_sec(rec.connects),
                 connect_us: Latency::from_histogram(&rec.connect_latency),
             },
-            setup: result.setup.as_ref().map(SetupReport::new),
+            setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
             latency_us: Latency::from_histogram(&rec.latency),
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
@@ -842,6 +881,7 @@ mod tests {
                 connections: 100,
                 opened: 100,
                 failed: 0,
+                closed_by_server: 0,
                 duration: Duration::from_millis(4),
                 example: None,
             }),

@@ -93,7 +93,7 @@ impl std::ops::Add for CpuTime {
 #[derive(Debug)]
 pub(crate) struct ThreadOutcome {
     pub rec: Recorder,
-    /// Counted requests still unanswered when the run stopped.
+    /// Counted requests still unreused when the run stopped.
     pub in_flight: u64,
     pub cpu: CpuTime,
     pub ended: Instant,
@@ -114,6 +114,8 @@ pub(crate) struct ThreadOutcome {
 pub(crate) struct SetupCounts {
     pub opened: usize,
     pub failed: usize,
+    /// Opened, then closed by the server (its idle timeout) before the run started.
+    pub closed_by_server: usize,
     /// The first failure's message.
     pub example: Option<String>,
 }
@@ -188,8 +190,9 @@ struct Conn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
-    /// A response has arrived on the current socket: the connection is being reused.
-    answered: bool,
+    /// The connection is being reused: a response has arrived on the current socket, or it
+    /// was opened before the run and waited idle for its first request.
+    reused: bool,
 }
 
 /// When the requests of one write were meant to go.
@@ -224,7 +227,7 @@ pub(crate) struct Worker<'a> {
     pacer: Pacer,
     rec: Recorder,
     buf: Box<[u8]>,
-    /// Requests committed and not yet answered or failed.
+    /// Requests committed and not yet reused or failed.
     outstanding: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
     idle: VecDeque<usize>,
@@ -288,7 +291,7 @@ impl<'a> Worker<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
-                answered: false,
+                reused: false,
             })
             .collect();
         Ok(Self {
@@ -352,6 +355,10 @@ impl<'a> Worker<'a> {
                 self.on_tick(now);
                 next_tick = now + self.tick;
             }
+        }
+        for c in &mut self.conns {
+            // Idle since it opened, as a kept-alive connection is between requests.
+            c.reused = c.phase == Phase::Open;
         }
         self.setup.opened = self.conns.iter().filter(|c| c.phase == Phase::Open).count();
         self.setup.failed = self.conns.len() - self.setup.opened;
@@ -818,7 +825,7 @@ impl<'a> Worker<'a> {
                 return Err("response received with no request in flight".into());
             };
             self.outstanding -= 1;
-            c.answered = true;
+            c.reused = true;
             self.shared.record(&mut self.rec, req, resp, now);
             if !resp.keep_alive || one_request {
                 outcome = Absorbed::Close;
@@ -848,6 +855,7 @@ impl<'a> Worker<'a> {
             Ok(None) if c.inflight.is_empty() && c.waiting == 0 => {
                 // The server closed an idle keep-alive connection: reopen, nothing failed.
                 self.close(idx);
+                self.setup.closed_by_server += usize::from(!self.started);
             }
             Ok(None) => {
                 let closed = io::Error::new(
@@ -872,7 +880,7 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Closes the socket, keeping its unanswered requests to be written again on the next
+    /// Closes the socket, keeping its unreused requests to be written again on the next
     /// connection; returns how many there are.
     fn rewind_and_close(&mut self, idx: usize) -> u64 {
         let c = &mut self.conns[idx];
@@ -901,7 +909,7 @@ impl<'a> Worker<'a> {
         let c = &self.conns[idx];
         let shared = self.shared;
         let race = shared.cfg.retry_closed
-            && c.answered
+            && c.reused
             && c.waiting == 0
             && c.carry.is_empty()
             && c.parser.at_boundary()
@@ -921,7 +929,7 @@ impl<'a> Worker<'a> {
         self.issue(idx, now);
     }
 
-    /// Writes the connection's unanswered requests again, on its new connection.
+    /// Writes the connection's unreused requests again, on its new connection.
     fn resend(&mut self, idx: usize, now: Instant) {
         let c = &mut self.conns[idx];
         let group = &self.shared.groups[c.group];
@@ -963,7 +971,7 @@ impl<'a> Worker<'a> {
         self.issue(idx, now);
     }
 
-    /// Closes the connection and forgets its requests (answered, failed or never sent).
+    /// Closes the connection and forgets its requests (reused, failed or never sent).
     fn close(&mut self, idx: usize) {
         self.close_socket(idx);
         let c = &mut self.conns[idx];
@@ -984,7 +992,7 @@ impl<'a> Worker<'a> {
         c.write_pos = 0;
         c.write_end = 0;
         c.out_armed = false;
-        c.answered = false;
+        c.reused = false;
     }
 
     /// Timer work: expired requests and connects, connect retries, progress. Up to
@@ -1034,7 +1042,7 @@ impl<'a> Worker<'a> {
 }
 
 impl Conn {
-    /// Calls `f(target, n)` for the counted requests still unanswered on the connection: those
+    /// Calls `f(target, n)` for the counted requests still unreused on the connection: those
     /// written, and the one waiting for the connect (the next of the cycle).
     fn each_counted_outstanding(&self, group: &Group, f: &mut impl FnMut(usize, u64)) {
         for r in self.inflight.iter().filter(|r| r.counted) {

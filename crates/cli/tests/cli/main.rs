@@ -602,3 +602,92 @@ fn bench_bad_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nginx is not on PATH"));
 }
+
+/// The habits users bring from wrk and curl: a URL without a scheme, `--latency`, negative
+/// values named by their flag, a mistyped subcommand or flag with a suggestion and the help of
+/// the subcommand being parsed.
+#[test]
+fn wrk_and_curl_habits() {
+    let port = tiny_server();
+    let out = qpslab(&[
+        "load",
+        "-n",
+        "50",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--latency",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "qpslab: note: \"127.0.0.1:{port}\" has no scheme: taken as http://127.0.0.1:{port}"
+        )
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("test @ http://127.0.0.1:{port}/")), "{text}");
+    assert!(text.contains("  Latency Distribution\n      50%"), "{text}");
+    usage_error(
+        &["load", "-d", "-1", "http://127.0.0.1:1/"],
+        "--duration <DUR>': must be a positive duration",
+    );
+    usage_error(&["load", "-c", "-5", "http://127.0.0.1:1/"], "must be a positive whole number");
+    usage_error(&["bench", "--warmup", "-2s"], "must be a positive duration");
+    usage_error(
+        &["lod", "http://127.0.0.1:1/"],
+        "unrecognized subcommand 'lod'; did you mean 'load'? (see 'qpslab --help')",
+    );
+    usage_error(
+        &["load", "--latncy", "http://127.0.0.1:1/"],
+        "did you mean '--latency'? (see 'qpslab load --help')",
+    );
+    usage_error(&["tune", "aply"], "did you mean 'apply'? (see 'qpslab tune --help')");
+    usage_error(&["tune", "plan", "--bogus"], "(see 'qpslab tune plan --help')");
+}
+
+/// `qpslab host --json | head -c 10`: a closed stdout ends the command quietly, as Unix tools
+/// do. The pipe's reading end is closed before qpslab writes, so the write must fail.
+#[test]
+fn closed_stdout_exits_quietly() {
+    for args in [&["host", "--json"][..], &["host"], &["tune", "plan", "--json"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
+}
+
+/// Ten thousand keep-alive connections are opened before the one-second window starts: the
+/// window measures load, not connection setup, and the summary says how setup went.
+#[test]
+fn setup_stays_outside_the_measured_window() {
+    let server = ServeChild::start(&[], &["-w", "2", "--json"]);
+    let out = qpslab(&["load", "-t", "1", "-c", "10000", "-d", "1", "--json", &server.url("/")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((0.99..1.3).contains(&duration), "measured window {duration}");
+    let setup = &v["setup"];
+    assert_eq!(setup["connections"], 10000, "{setup}");
+    assert_eq!(setup["opened"], 10000, "{setup}");
+    assert_eq!(setup["failed"], 0, "{setup}");
+    assert!(setup["duration_s"].as_f64().unwrap() > 0.0);
+    assert!(v["requests"]["ok"].as_u64().unwrap() > 0, "{}", v["requests"]);
+    assert_eq!(v["connections"]["connects"], 10000);
+    server.signal(libc::SIGTERM);
+    let (code, out, _) = server.wait(Duration::from_secs(5));
+    assert_eq!(code, Some(0));
+    let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The preflight's reachability check is one more connection.
+    assert_eq!(totals["totals"]["accepted"], 10001);
+}
