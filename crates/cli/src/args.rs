@@ -184,6 +184,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "KIND", default_value = "builtin")]
     pub target: String,
 
+    /// With a URL: the server's process (repeatable or comma-separated; its children and
+    /// threads are followed too) [default: the process listening on the URL's address]
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
+
     /// Measured duration
     #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Duration,
@@ -226,6 +231,11 @@ pub struct DoctorArgs {
     /// Print JSON (the command's stdout then goes to stderr)
     #[arg(long)]
     pub json: bool,
+
+    /// Print what a finding means, when it fires and its remedy, then exit (all rules
+    /// without a name)
+    #[arg(long, value_name = "RULE", num_args = 0..=1, default_missing_value = "all")]
+    pub explain: Option<String>,
 
     /// Command to run while sampling (the load generator); its exit code passes through
     #[arg(last = true, value_name = "COMMAND")]

@@ -18,6 +18,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
+    if !a.server_pid.is_empty() && a.url.is_none() {
+        return Err(UsageError(
+            "--server-pid names the server behind a URL; give the URL too (bench starts its own server otherwise)".into(),
+        )
+        .into());
+    }
     if a.duration.is_zero() {
         return Err(UsageError("--duration must be more than 0 (e.g. 10s)".into()).into());
     }
@@ -27,6 +33,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let opts = BenchOptions {
         url: a.url,
         target,
+        server_pids: a.server_pid,
         duration: a.duration,
         connections: a.connections,
         warmup: a.warmup,

@@ -1,16 +1,15 @@
 //! `qpslab doctor`: sample while a duration passes or a command runs, then print findings.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use qpslab_host::doctor::{diagnose, summarize, Context, JOURNAL};
+use qpslab_host::doctor::{rule, Context, RULES};
 use qpslab_host::render::doctor_text;
-use qpslab_host::sample::{sample_until, ticks_per_second, Role, Watch};
-use qpslab_host::{Host, Root};
+use qpslab_host::sample::Role;
+use qpslab_host::{Examination, Root};
 
 use crate::args::DoctorArgs;
 use crate::{output, Outcome, UsageError};
@@ -22,6 +21,9 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
+    if let Some(name) = &a.explain {
+        return explain(name);
+    }
     let root = Root::new(&a.root);
     match (&a.duration, a.command.is_empty()) {
         (None, true) => {
@@ -50,11 +52,11 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
             .into());
         }
     }
-    let host =
-        Host::read(&root).map_err(|e| UsageError(format!("--root {}: {e}", a.root.display())))?;
-    let irqs: BTreeSet<u32> = host.nics.iter().flat_map(|n| n.irq_numbers()).collect();
-    let mut watch: Vec<Watch> =
-        a.pid.iter().map(|&pid| Watch { pid, role: Role::Server }).collect();
+    let mut exam = Examination::new(&root, a.interval)
+        .map_err(|e| UsageError(format!("--root {}: {e}", a.root.display())))?;
+    for pid in qpslab_host::procs::with_descendants(&root, &a.pid) {
+        exam.follow(pid, Role::Server);
+    }
     // SAFETY: the handler only stores an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -69,13 +71,13 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
                 cmd.stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
             }
             let child = cmd.spawn().map_err(|e| UsageError(format!("cannot run {prog:?}: {e}")))?;
-            watch.push(Watch { pid: child.id(), role: Role::Client });
+            exam.follow(child.id(), Role::Client);
             Some(child)
         }
         None => None,
     };
     let start = Instant::now();
-    let samples = sample_until(&root, &irqs, &watch, a.interval, || {
+    let samples = exam.record(|| {
         if STOP.load(Ordering::Relaxed) {
             return true;
         }
@@ -86,10 +88,8 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
         }
     })?;
     let status = child.as_mut().map(|c| c.wait()).transpose()?;
-    let roles: BTreeMap<u32, Role> = watch.iter().map(|w| (w.pid, w.role)).collect();
-    let summary = summarize(&samples, &roles, ticks_per_second());
-    let ctx = Context { journal_active: root.path(JOURNAL).exists(), ..Context::default() };
-    let findings = diagnose(&host, &samples, &summary, &ctx);
+    let diagnosis = exam.diagnose(&samples, Context::default());
+    let (summary, findings) = (&diagnosis.summary, &diagnosis.findings);
     let code = status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
     let doc = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -99,7 +99,7 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
         "findings": findings,
         "command_exit_code": code,
     });
-    output::emit(a.json, &doc, || doctor_text(&summary, &findings))?;
+    output::emit(a.json, &doc, || doctor_text(summary, findings))?;
     Ok(match code {
         Some(c) => Outcome::Code(u8::try_from(c).unwrap_or(1)),
         None => Outcome::Passed,
@@ -122,4 +122,29 @@ fn exited_unreaped(pid: u32) -> bool {
     };
     // SAFETY: si_pid is valid to read after a successful waitid; 0 means no child changed state.
     rc != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// `doctor --explain [RULE]`: what a finding means, when it fires and what to do.
+fn explain(name: &str) -> anyhow::Result<Outcome> {
+    let chosen: Vec<_> = if name == "all" {
+        RULES.iter().collect()
+    } else {
+        let r = rule(name).ok_or_else(|| {
+            let names: Vec<&str> = RULES.iter().map(|r| r.name).collect();
+            UsageError(format!(
+                "--explain {name:?}: no such rule; the rules are {}",
+                names.join(", ")
+            ))
+        })?;
+        vec![r]
+    };
+    let mut text = String::new();
+    for r in chosen {
+        text += &format!(
+            "{}\n  means:     {}\n  fires at:  {}\n  remedy:    {}\n",
+            r.name, r.catches, r.threshold, r.remedy
+        );
+    }
+    output::print(&text)?;
+    Ok(Outcome::Passed)
 }

@@ -20,6 +20,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let cfg = ServeConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     let server = Server::bind(cfg).map_err(|e| UsageError(e.to_string()))?;
     let cfg = server.config();
+    // Before the "listening" line: whoever reads it may signal at once.
+    // SAFETY: the handler only stores an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
     for w in server.warnings(&Root::live()) {
         eprintln!("qpslab serve: warning: {w}");
     }
@@ -45,11 +51,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
             String::new()
         }
     );
-    // SAFETY: the handler only stores an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
     let started = Instant::now();
     let mut last: Option<(Instant, Vec<WorkerCounters>)> = None;
     let per_worker = a.per_worker;

@@ -4,7 +4,7 @@
 //! One process holds at most RLIMIT_NOFILE descriptors and raising the hard limit needs
 //! CAP_SYS_RESOURCE. Where the hard limit is too low for 50,000 sockets on each side, the
 //! connections are split over several `qpslab load` processes and several `qpslab serve`
-//! processes sharing the port (SO_REUSEPORT); the count that matters, established connections to
+//! processes sharing the port (SO_REUSEPORT, `--share-port`); the count that matters, established connections to
 //! the port at one moment, is read from the kernel with `ss`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
@@ -51,7 +51,7 @@ fn fifty_thousand_concurrent_connections_from_127_0_0_x_sources() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let serves: Vec<ServeChild> = (0..servers)
-        .map(|_| ServeChild::start(&[], &["-l", &listen, "-w", "1", "--json"]))
+        .map(|_| ServeChild::start(&[], &["-l", &listen, "-w", "1", "--share-port", "--json"]))
         .collect();
 
     let url = format!("http://{listen}/");

@@ -5,15 +5,18 @@
 
 pub mod cpuset;
 pub mod doctor;
+pub mod exam;
 pub mod facts;
 pub mod host;
 pub mod nic;
 pub mod parse;
+pub mod procs;
 pub mod render;
 pub mod sample;
 pub mod synth;
 pub mod tune;
 
 pub use cpuset::CpuSet;
+pub use exam::{Diagnosis, Examination};
 pub use host::Host;
 pub use qpslab_sys::root::{ReadError, Root};

@@ -2,6 +2,7 @@
 //! live in `host.rs` and `sample.rs`. Malformed lines are skipped, not fatal: a counter the
 //! kernel renamed or dropped should cost one finding, not the whole report.
 
+use crate::cpuset::CpuSet;
 use std::collections::BTreeMap;
 
 /// One CPU's times from /proc/stat, in clock ticks (USER_HZ).
@@ -284,10 +285,19 @@ pub fn net_dev(text: &str) -> Vec<IfCounters> {
         .collect()
 }
 
-/// The command name and CPU ticks (utime + stime) of a task from /proc/PID/task/TID/stat. The
-/// name is in parentheses and may itself contain spaces or `)`, so fields are counted from the
-/// last `)`.
-pub fn task_stat(text: &str) -> Option<(String, u64)> {
+/// What the doctor reads from `/proc/PID/stat` (or `/proc/PID/task/TID/stat`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStat {
+    pub comm: String,
+    /// The parent process.
+    pub ppid: u32,
+    /// CPU time, utime + stime, in clock ticks (USER_HZ).
+    pub ticks: u64,
+}
+
+/// Parses `/proc/PID/stat` or `/proc/PID/task/TID/stat`. The name is in parentheses and may
+/// itself contain spaces or `)`, so fields are counted from the last `)`.
+pub fn task_stat(text: &str) -> Option<TaskStat> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_string();
@@ -295,7 +305,14 @@ pub fn task_stat(text: &str) -> Option<(String, u64)> {
     // After the name: state(0) ppid(1) ... utime(11) stime(12).
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+    Some(TaskStat { comm, ppid: f.get(1)?.parse().ok()?, ticks: utime + stime })
+}
+
+/// The CPUs a task may run on, from the `Cpus_allowed_list:` line of `/proc/PID/status` (or of
+/// a thread's `/proc/PID/task/TID/status`).
+pub fn cpus_allowed(status: &str) -> Option<CpuSet> {
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    CpuSet::parse_list(list.trim()).ok()
 }
 
 /// The soft "Max open files" limit from /proc/PID/limits (None when unlimited or absent).
@@ -311,8 +328,19 @@ mod tests {
     #[test]
     fn task_stat_handles_odd_names() {
         let text = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 100 0 0";
-        assert_eq!(task_stat(text), Some(("a) b (c)".to_string(), 12)));
+        assert_eq!(
+            task_stat(text),
+            Some(TaskStat { comm: "a) b (c)".to_string(), ppid: 1, ticks: 12 })
+        );
         assert_eq!(task_stat("garbage"), None);
+    }
+
+    #[test]
+    fn cpus_allowed_from_status() {
+        let status =
+            "Name:\tqpslab\nCpus_allowed:\t1\nCpus_allowed_list:\t0,2-3\nMems_allowed_list:\t0\n";
+        assert_eq!(cpus_allowed(status), Some([0, 2, 3].into_iter().collect()));
+        assert_eq!(cpus_allowed("Name:\tx\n"), None);
     }
 
     #[test]

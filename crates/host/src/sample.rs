@@ -31,11 +31,22 @@ pub struct ProcSample {
     /// CPU ticks of the whole process, exited threads included (/proc/PID/stat); an exited
     /// process that was not reaped yet still shows its final total.
     pub ticks: u64,
-    /// (tid, CPU ticks) per live thread.
-    pub threads: Vec<(u32, u64)>,
+    /// Every live thread.
+    pub threads: Vec<ThreadSample>,
     pub open_fds: Option<usize>,
     pub nofile_soft: Option<u64>,
-    pub allowed_cpus: Option<usize>,
+    /// The CPUs the process (its main thread) may run on.
+    pub allowed: Option<CpuSet>,
+}
+
+/// One thread of a watched process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadSample {
+    pub tid: u32,
+    /// CPU ticks (utime + stime).
+    pub ticks: u64,
+    /// The CPUs it may run on (a pinned worker's differ from its process's).
+    pub cpus: Option<CpuSet>,
 }
 
 /// TcpExt counters (from /proc/net/netstat) the doctor reads.
@@ -149,28 +160,29 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
         .list(&format!("{base}/task"))
         .iter()
         .filter_map(|tid| {
-            let text = root.read_opt(&format!("{base}/task/{tid}/stat"))?;
-            Some((tid.parse().ok()?, parse::task_stat(&text)?.1))
+            let stat = parse::task_stat(&root.read_opt(&format!("{base}/task/{tid}/stat"))?)?;
+            let status = root.read_opt(&format!("{base}/task/{tid}/status"));
+            Some(ThreadSample {
+                tid: tid.parse().ok()?,
+                ticks: stat.ticks,
+                cpus: status.and_then(|t| parse::cpus_allowed(&t)),
+            })
         })
         .collect();
-    let fd_dir = root.path(&format!("{base}/fd"));
     let ticks = root
         .read_opt(&format!("{base}/stat"))
         .and_then(|t| parse::task_stat(&t))
-        .map_or(0, |t| t.1);
+        .map_or(0, |t| t.ticks);
     Some(ProcSample {
         pid,
         comm,
         ticks,
         threads,
-        open_fds: std::fs::read_dir(fd_dir).ok().map(|d| d.count()),
+        open_fds: root.count(&format!("{base}/fd")),
         nofile_soft: root
             .read_opt(&format!("{base}/limits"))
             .and_then(|t| parse::max_open_files(&t)),
-        allowed_cpus: root.read_opt(&format!("{base}/status")).and_then(|t| {
-            let list = t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-            Some(CpuSet::parse_list(list.trim()).ok()?.len())
-        }),
+        allowed: root.read_opt(&format!("{base}/status")).and_then(|t| parse::cpus_allowed(&t)),
     })
 }
 
@@ -187,7 +199,7 @@ pub fn ticks_per_second() -> f64 {
 
 /// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
 /// sample; at least two samples are returned. The first is taken at once.
-pub fn sample_until(
+pub(crate) fn sample_until(
     root: &Root,
     nic_irqs: &BTreeSet<u32>,
     watch: &[Watch],

@@ -19,6 +19,9 @@ use crate::RunResult;
 /// Busy share of the generator's threads at or above which the generator, not the target, may
 /// have set the rate.
 pub const GENERATOR_BOUND_RATIO: f64 = 0.9;
+/// A measured window shorter than this is too short to say whether the generator set the rate
+/// (its threads' start and stop weigh too much).
+pub const MIN_JUDGED_S: f64 = 0.2;
 
 /// Provenance the caller supplies (so rendering stays deterministic in tests).
 #[derive(Debug, Clone, Default)]
@@ -318,7 +321,11 @@ pub struct Generator {
     /// Share of the load threads' wall time they worked: their CPU time over their wall time,
     /// times the share of it not spent polling.
     pub busy_ratio: f64,
+    /// `ok`, `generator-bound`, or `not-judged` (no response, or a window under 0.2 s).
     pub verdict: &'static str,
+    /// Why the verdict is `not-judged`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -426,10 +433,16 @@ impl Report {
         // in time; behind with every connection busy means the target set the pace.
         let behind_with_free_connections =
             rate.as_ref().is_some_and(|r| !r.kept && r.idle_at_stop > 0);
-        let verdict = if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
-            "generator-bound"
+        let (verdict, verdict_reason) = if rec.completed == 0 {
+            ("not-judged", Some("no response was received".to_string()))
+        } else if secs < MIN_JUDGED_S {
+            let why =
+                format!("the run was too short ({secs:.2} s) to tell whether it set the rate");
+            ("not-judged", Some(why))
+        } else if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
+            ("generator-bound", None)
         } else {
-            "ok"
+            ("ok", None)
         };
         let open = cfg.rate.is_some();
         let mut errors = BTreeMap::new();
@@ -511,6 +524,7 @@ impl Report {
                 poll_s: result.polled.as_secs_f64(),
                 busy_ratio,
                 verdict,
+                verdict_reason,
             },
             check: check(&requests, cfg.max_error_rate, result.setup.as_ref()),
             intervals: interval_rows(&result.intervals),
@@ -727,7 +741,9 @@ impl Report {
             let share = g.poll_s / (self.duration_s * g.threads as f64);
             let _ = write!(s, " (+{:.1}% polling for events)", share * 100.0);
         }
-        if g.verdict == "generator-bound" {
+        if let Some(why) = &g.verdict_reason {
+            let _ = write!(s, ": not judged, {why}");
+        } else if g.verdict == "generator-bound" {
             let _ = write!(
                 s,
                 ": generator-bound, the rate is only a lower bound of the target's capacity; \

@@ -159,6 +159,12 @@ pub fn listener_holders(root: &Root, target: SocketAddr) -> Vec<Holder> {
     holders(root, &inodes)
 }
 
+/// Whether `ip` is an address of this host (loopback, or one the kernel lets a socket bind to),
+/// so a server there can be seen from here.
+pub fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
 /// `socket:[12345]` -> 12345.
 fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
@@ -238,6 +244,15 @@ mod tests {
         );
         assert_eq!(found[0].to_string(), "nginx (pid 41)");
         assert!(listener_holders(&root, "127.0.0.1:9999".parse().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn local_addresses() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(is_local("127.0.0.53".parse().unwrap()));
+        assert!(is_local("::1".parse().unwrap()));
+        // TEST-NET-3 (RFC 5737) is never assigned to a host.
+        assert!(!is_local("203.0.113.9".parse().unwrap()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `qpslab tune` end to end: on synthetic trees (plan, apply, status, revert, refusals, a real
 //! failed write) and on the real kernel inside a network namespace this test creates.
 
+use super::common::Netns;
 use super::{qpslab, usage_error};
 use qpslab_host::synth::Shape;
 use std::collections::BTreeMap;
@@ -230,66 +231,6 @@ fn tune_emit_nginx_is_a_valid_nginx_configuration() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A network namespace with one end of a veth pair, removed on drop.
-struct Netns {
-    name: String,
-    host_end: String,
-    ns_end: String,
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let id = std::process::id() % 100_000;
-        let n = Netns {
-            name: format!("qpslab-tune-{id}"),
-            host_end: format!("qpt{id}h"),
-            ns_end: format!("qpt{id}n"),
-        };
-        let ns_end = n.ns_end.clone();
-        let ip = |args: &[&str]| {
-            let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
-            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        ip(&["netns", "add", &n.name]);
-        ip(&[
-            "link",
-            "add",
-            &n.host_end,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ns_end,
-            "netns",
-            &n.name,
-        ]);
-        ip(&["-n", &n.name, "link", "set", &ns_end, "up"]);
-        ip(&["link", "set", &n.host_end, "up"]);
-        n
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.name, env!("CARGO_BIN_EXE_qpslab")])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn read(&self, path: &str) -> String {
-        let out =
-            Command::new("ip").args(["netns", "exec", &self.name, "cat", path]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.host_end]).output();
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
-    }
-}
-
 #[test]
 fn tune_in_a_network_namespace_changes_only_the_namespace() {
     let host_values = || {
@@ -303,7 +244,7 @@ fn tune_in_a_network_namespace_changes_only_the_namespace() {
         .map(|p| std::fs::read_to_string(p).unwrap())
     };
     let host_before = host_values();
-    let ns = Netns::create();
+    let ns = Netns::create("tune");
     let ns_end = ns.ns_end.clone();
     let rps = format!("/sys/class/net/{ns_end}/queues/rx-0/rps_cpus");
     let (rps0, somax0, syn0) = (

@@ -1,15 +1,18 @@
-//! Helpers shared by the CLI test binaries: a `qpslab serve` child process.
+//! Helpers shared by the CLI test binaries: a `qpslab serve` child process, and a network
+//! namespace with a veth pair (a second host on one machine).
 
 #![allow(dead_code, reason = "each test binary uses a subset")]
 
 use std::io::Read;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// A `qpslab serve` child on a free port; killed on drop if still running.
 pub struct ServeChild {
     pub child: std::process::Child,
     pub addr: String,
+    /// What serve printed on stderr up to its "listening on" line.
+    pub startup: String,
     stderr: std::io::BufReader<std::process::ChildStderr>,
 }
 
@@ -37,18 +40,19 @@ impl ServeChild {
             .spawn()
             .expect("spawn qpslab serve");
         let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
+        let mut startup = String::new();
         loop {
-            line.clear();
+            let mut line = String::new();
             if stderr.read_line(&mut line).unwrap_or(0) == 0 {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("serve exited before listening");
+                panic!("serve exited before listening: {startup}");
             }
+            startup += &line;
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let addr =
                     rest.split_whitespace().next().unwrap().trim_end_matches(',').to_string();
-                return Self { child, addr, stderr };
+                return Self { child, addr, startup, stderr };
             }
         }
     }
@@ -83,5 +87,81 @@ impl Drop for ServeChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A network namespace with one end of a veth pair, removed on drop.
+pub struct Netns {
+    pub name: String,
+    pub host_end: String,
+    pub ns_end: String,
+}
+
+impl Netns {
+    /// `what` tells this test's namespace from another test's (at most 4 characters).
+    pub fn create(what: &str) -> Netns {
+        let id = std::process::id() % 100_000;
+        let tag = &what[..what.len().min(4)];
+        let n = Netns {
+            name: format!("qpslab-{what}-{id}"),
+            host_end: format!("q{tag}{id}h"),
+            ns_end: format!("q{tag}{id}n"),
+        };
+        let ns_end = n.ns_end.clone();
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["netns", "add", &n.name]);
+        ip(&[
+            "link",
+            "add",
+            &n.host_end,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ns_end,
+            "netns",
+            &n.name,
+        ]);
+        ip(&["-n", &n.name, "link", "set", &ns_end, "up"]);
+        ip(&["link", "set", &n.host_end, "up"]);
+        n
+    }
+
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, env!("CARGO_BIN_EXE_qpslab")])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    pub fn read(&self, path: &str) -> String {
+        let out =
+            Command::new("ip").args(["netns", "exec", &self.name, "cat", path]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Netns {
+    /// Gives the host's end `host/30` and the namespace's end the next address, and brings up
+    /// the namespace's loopback: a second host on its own link.
+    pub fn address(&self, host: &str, ns: &str) {
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["addr", "add", &format!("{host}/30"), "dev", &self.host_end]);
+        ip(&["-n", &self.name, "addr", "add", &format!("{ns}/30"), "dev", &self.ns_end]);
+        ip(&["-n", &self.name, "link", "set", "lo", "up"]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.host_end]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
 }

@@ -1,0 +1,279 @@
+//! The doctor: turns a series of samples into a summary (rates and shares over the window,
+//! [`summary`]) and findings, each with its evidence (numbers from the samples) and the remedy:
+//! first the verdict on what bounds the rate ([`verdict`]), then the kernel-side rules
+//! ([`rules`]).
+//!
+//! Every rule, its threshold and its remedy are listed in [`RULES`], which `qpslab doctor
+//! --explain RULE` prints. Counter rules judge rates over the window, never a single event,
+//! except where one event is already a loss (a dropped packet or connection attempt).
+
+mod rules;
+pub mod summary;
+mod verdict;
+
+use serde::Serialize;
+
+use crate::host::Host;
+use crate::sample::Sample;
+pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
+
+/// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
+pub const JOURNAL: &str = "var/lib/qpslab/journal.json";
+
+/// Softirq share of one CPU above which receive processing is called concentrated (one
+/// ksoftirqd at 95% while the server's workers idle is the classic picture).
+pub const SOFTIRQ_HOT: f64 = 0.80;
+/// Idle share above which another CPU counts as headroom.
+pub const HEADROOM_IDLE: f64 = 0.25;
+/// A process busy at this share of the CPUs it can use, or whose CPUs are this busy, is
+/// saturated; a CPU this busy is saturated.
+pub const SATURATED: f64 = 0.85;
+/// Packets per second below which an interface's queue layout is not worth a finding.
+pub const BUSY_NIC_PPS: f64 = 1000.0;
+/// Descriptor use at which the limit is close.
+pub const FD_CLOSE: f64 = 0.80;
+/// TIME_WAIT sockets, as a share of the ephemeral port range, that mean port pressure.
+pub const TW_PRESSURE: f64 = 0.50;
+/// Coefficient of variation of the per-interval rate below which the rate is flat.
+pub const FLAT_CV: f64 = 0.10;
+/// Time squeezes per second (a softirq round ending with packets left: deferred, not lost)
+/// from which the receive budget is called short.
+pub const SQUEEZE_PER_S: f64 = 10.0;
+/// Retransmitted share of the segments sent, and retransmissions per second, from which
+/// retransmissions are reported (both must hold).
+pub const RETRANS_SHARE: f64 = 0.01;
+pub const RETRANS_PER_S: f64 = 10.0;
+/// SYN cookies per second from which a full SYN queue is reported (cookies still connect).
+pub const COOKIES_PER_S: f64 = 1.0;
+/// Drops (packets, connection attempts) per second from which a drop finding is critical;
+/// below it, any drop is a warning.
+pub const DROPS_CRITICAL_PER_S: f64 = 1.0;
+/// The shortest window, and fewest intervals, from which the verdict judges a run.
+pub const MIN_WINDOW_S: f64 = 1.0;
+pub const MIN_INTERVALS: usize = 2;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Stable machine name, e.g. `softirq-concentrated` (one of [`RULES`]).
+    pub name: &'static str,
+    pub severity: Severity,
+    /// One sentence.
+    pub summary: String,
+    /// Numbers from the samples.
+    pub evidence: Vec<String>,
+    /// What to change: a `qpslab tune` step or an option.
+    pub remedy: String,
+}
+
+/// What else the caller knows about the run.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// Requests per second per interval, when a load ran in-process (`bench`); otherwise the
+    /// packet rate stands in for "the rate".
+    pub request_rates: Option<Vec<f64>>,
+    /// Responses the load received in the window, when a load ran in-process.
+    pub responses: Option<u64>,
+    /// Connect errors meaning no local port was free (EADDRNOTAVAIL), from the load.
+    pub addr_not_available: u64,
+    /// Whether a qpslab tune journal is active (hand pinning in force).
+    pub journal_active: bool,
+}
+
+/// A rule as `qpslab doctor --explain` describes it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Rule {
+    pub name: &'static str,
+    /// What the finding means.
+    pub catches: &'static str,
+    /// When it fires, with the numbers.
+    pub threshold: &'static str,
+    pub remedy: &'static str,
+}
+
+/// Every finding the doctor can give.
+pub const RULES: &[Rule] = &[
+    Rule {
+        name: "no-responses",
+        catches: "the load got no response in the window: there is no rate to explain",
+        threshold: "0 responses in a run the doctor followed (bench); no other verdict is given",
+        remedy: "check the target (URL, port, the server's log) and the load's errors",
+    },
+    Rule {
+        name: "run-too-short",
+        catches: "the window is too short to tell what bounds the rate",
+        threshold: "a window under 1 s or with fewer than 2 sampling intervals; no other verdict is given",
+        remedy: "run for longer (-d), or sample more often (--interval)",
+    },
+    Rule {
+        name: "server-bound",
+        catches: "the server's threads are saturated: the rate is what this server configuration can do",
+        threshold: "a server process at 85% or more of the CPUs its busy threads may use, or those CPUs at 85% busy or more; the generator not saturated",
+        remedy: "more server workers on idle CPUs, or interrupt work moved off the server's CPUs",
+    },
+    Rule {
+        name: "client-bound",
+        catches: "the load generator is saturated while the server has headroom: the run measures the client",
+        threshold: "a generator process saturated as above, the server not",
+        remedy: "more generator threads on free CPUs, or more client machines",
+    },
+    Rule {
+        name: "both-saturated",
+        catches: "server and generator both use all the CPU they have",
+        threshold: "both sides saturated as above",
+        remedy: "more CPUs for each side, or the generator on another machine",
+    },
+    Rule {
+        name: "shared-cpus",
+        catches: "the server and the generator ran on the same CPUs, which were saturated: each took CPU from the other",
+        threshold: "CPUs in both sides' sets at 85% busy or more on average",
+        remedy: "pin the sides apart (bench does when it can; qpslab load --cpus, taskset)",
+    },
+    Rule {
+        name: "cpu-saturated",
+        catches: "a CPU that can run the server was saturated while neither side's processes were: the CPU went to other work",
+        threshold: "a CPU the server may use (any CPU when the server is not known) at 85% busy or more, neither side saturated",
+        remedy: "find the other work on that CPU; pin the server, the generator and interrupt work apart; name the server (--server-pid, doctor --pid)",
+    },
+    Rule {
+        name: "cpu-contention",
+        catches: "other processes used the CPUs during the run: the figures are lower than the host can do",
+        threshold: "CPU time outside the watched processes and interrupt work of 0.5 CPU or more and at least a quarter of all busy time",
+        remedy: "stop the other work or pin it away from the benchmark's CPUs",
+    },
+    Rule {
+        name: "latency-bound",
+        catches: "neither side is saturated and the rate is flat: round trips, not CPU, bound the load",
+        threshold: "no side and no CPU saturated as above; per-interval rate varying under 10%",
+        remedy: "more connections (-c) or pipelining",
+    },
+    Rule {
+        name: "no-single-bottleneck",
+        catches: "neither side is saturated and the rate was not steady",
+        threshold: "no side and no CPU saturated; per-interval rate varying 10% or more",
+        remedy: "run longer, or look at the per-interval rows for stalls",
+    },
+    Rule {
+        name: "softirq-concentrated",
+        catches: "receive processing is concentrated on one CPU while others idle",
+        threshold: "one CPU's softirq share at 80% or more while another CPU is at least 25% idle",
+        remedy: "one IRQ per queue on its own CPU and RPS over the node's other CPUs (qpslab tune plan)",
+    },
+    Rule {
+        name: "single-rx-queue",
+        catches: "an interface with one rx queue and RPS off: one CPU does all its receive work",
+        threshold: "the interface carried 1000 packets/s or more in the window",
+        remedy: "RPS on the node's other CPUs (qpslab tune plan), or more queues (ethtool -L)",
+    },
+    Rule {
+        name: "irqs-on-one-cpu",
+        catches: "every rx queue interrupt of an interface lands on one CPU and RPS is off",
+        threshold: "the interface carried 1000 packets/s or more in the window",
+        remedy: "pin each queue's IRQ to its own CPU (qpslab tune plan)",
+    },
+    Rule {
+        name: "irqbalance-vs-pinning",
+        catches: "irqbalance rewrites IRQ affinities that were set by hand",
+        threshold: "irqbalance running and an IRQ's affinity changed in the window, or a qpslab tune journal active",
+        remedy: "qpslab tune apply --stop-irqbalance, or ban the NIC IRQs in irqbalance's config",
+    },
+    Rule {
+        name: "accept-queue-overflow",
+        catches: "listen queues overflowed: connection attempts were dropped before the server accepted them",
+        threshold: "any ListenOverflows or ListenDrops (each is a dropped attempt the client retries after 1 s or more); critical from 1/s",
+        remedy: "raise net.core.somaxconn and the server's backlog; accept faster (more workers, reuseport)",
+    },
+    Rule {
+        name: "syn-queue-full",
+        catches: "the SYN queue filled: SYN cookies were sent or SYNs dropped",
+        threshold: "1 SYN cookie/s or more, or any SYN dropped for a full queue (critical)",
+        remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog",
+    },
+    Rule {
+        name: "socket-backlog-drop",
+        catches: "packets dropped because a socket's backlog was full while its owner held it",
+        threshold: "any TCPBacklogDrop (each is a dropped packet); critical from 1/s",
+        remedy: "more workers, or workers pinned away from interrupt CPUs",
+    },
+    Rule {
+        name: "retransmissions",
+        catches: "TCP segments were retransmitted: closed-loop load stalls on each",
+        threshold: "1% or more of the segments sent, and 10/s or more",
+        remedy: "look for drops on the path (softnet, NIC, the peer's queues)",
+    },
+    Rule {
+        name: "softnet-backlog-drops",
+        catches: "packets dropped because a CPU's input backlog was full",
+        threshold: "any softnet drop (each is a lost packet); critical from 1/s",
+        remedy: "raise net.core.netdev_max_backlog and spread RPS over more CPUs",
+    },
+    Rule {
+        name: "softnet-time-squeeze",
+        catches: "receive processing ran out of budget with packets left (they wait for the next round)",
+        threshold: "10 time squeezes/s or more over the window",
+        remedy: "raise net.core.netdev_budget, or spread the receive work over more CPUs",
+    },
+    Rule {
+        name: "fd-limit-close",
+        catches: "a watched process is close to its descriptor limit",
+        threshold: "80% or more of its soft RLIMIT_NOFILE open at the peak (critical from 95%)",
+        remedy: "raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=, worker_rlimit_nofile) and fs.nr_open",
+    },
+    Rule {
+        name: "file-max-close",
+        catches: "the system-wide file handle limit is close",
+        threshold: "80% or more of fs.file-max allocated",
+        remedy: "raise fs.file-max (qpslab tune plan)",
+    },
+    Rule {
+        name: "ephemeral-ports",
+        catches: "the client is running out of ephemeral ports (TIME_WAIT pressure)",
+        threshold: "TIME_WAIT sockets at 50% or more of ip_local_port_range, or connects failing with EADDRNOTAVAIL (critical)",
+        remedy: "keep connections alive, widen the port range, allow TIME_WAIT reuse, or add source addresses",
+    },
+];
+
+/// The rule called `name`.
+pub fn rule(name: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| r.name == name)
+}
+
+/// Applies every rule.
+pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // The verdict first: among findings of equal severity it is the headline.
+    verdict::bound(summary, ctx, &mut out);
+    rules::softirq_concentrated(summary, &mut out);
+    rules::nic_layout(host, summary, &mut out);
+    rules::irqbalance(host, samples, ctx, &mut out);
+    rules::tcp_queues(host, summary, &mut out);
+    rules::softnet(host, summary, &mut out);
+    rules::descriptors(samples, summary, &mut out);
+    rules::ports(host, summary, ctx, &mut out);
+    out.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_names_are_unique_and_explained() {
+        let mut names: Vec<&str> = RULES.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RULES.len());
+        assert!(RULES.iter().all(|r| !r.threshold.is_empty() && !r.remedy.is_empty()));
+        assert!(rule("latency-bound").is_some() && rule("nonsense").is_none());
+    }
+}

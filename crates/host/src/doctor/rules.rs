@@ -1,0 +1,264 @@
+//! The kernel-side rules: where receive work runs (softirq, queues, IRQs, irqbalance), TCP's
+//! queues and retransmissions, softnet, descriptors and ephemeral ports. Each rule's threshold
+//! is in the catalogue ([`super::RULES`]).
+
+use super::summary::{pct, per_s, share, CpuShare, Summary};
+use super::{
+    Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
+    HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT, SQUEEZE_PER_S, TW_PRESSURE,
+};
+use crate::host::Host;
+use crate::sample::Sample;
+
+pub(super) fn softirq_concentrated(s: &Summary, out: &mut Vec<Finding>) {
+    let Some(hot) = s
+        .cpus
+        .iter()
+        .filter(|c| c.softirq >= SOFTIRQ_HOT)
+        .max_by(|a, b| a.softirq.total_cmp(&b.softirq))
+    else {
+        return;
+    };
+    let idle: Vec<&CpuShare> =
+        s.cpus.iter().filter(|c| c.cpu != hot.cpu && c.idle >= HEADROOM_IDLE).collect();
+    if idle.is_empty() {
+        return;
+    }
+    let rx_total: f64 = s.net_rx_per_s.values().sum();
+    let rx_hot = s.net_rx_per_s.get(&hot.cpu).copied().unwrap_or(0.0);
+    let idle_list: crate::CpuSet = idle.iter().map(|c| c.cpu).collect();
+    let mean_idle = idle.iter().map(|c| c.idle).sum::<f64>() / idle.len() as f64;
+    out.push(Finding {
+        name: "softirq-concentrated",
+        severity: Severity::Critical,
+        summary: format!("receive processing is concentrated on CPU {}: its softirq share is {} while CPUs {} have headroom", hot.cpu, pct(hot.softirq), idle_list),
+        evidence: vec![
+            format!("CPU {} softirq {} idle {}", hot.cpu, pct(hot.softirq), pct(hot.idle)),
+            format!("NET_RX on CPU {}: {:.0}/s of {:.0}/s on all CPUs ({})", hot.cpu, rx_hot, rx_total, pct(share(rx_hot as u64, rx_total as u64))),
+            format!("CPUs {} idle {} on average", idle_list, pct(mean_idle)),
+        ],
+        remedy: "spread receive work: one IRQ per queue on its own CPU and RPS over the other CPUs of the node (`qpslab tune plan`, then `qpslab tune apply`)".into(),
+    });
+}
+
+pub(super) fn nic_layout(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
+    for nic in host.nics.iter().filter(|n| n.name != "lo" && n.state == "up" && !n.rx.is_empty()) {
+        let pps =
+            s.interfaces.iter().find(|i| i.name == nic.name).map_or(0.0, |i| i.rx_pps + i.tx_pps);
+        // An interface that carried (almost) nothing has no receive work to spread.
+        if nic.rps_on() || pps < BUSY_NIC_PPS {
+            continue;
+        }
+        let severity = Severity::Warning;
+        let traffic = format!("{} carried {:.0} packets/s during the window", nic.name, pps);
+        if nic.rx.len() == 1 {
+            out.push(Finding {
+                name: "single-rx-queue",
+                severity,
+                summary: format!("{} has a single rx queue and RPS is off: one CPU does all its receive work", nic.name),
+                evidence: vec![format!("{}: 1 rx queue, rps_cpus empty", nic.name), traffic],
+                remedy: "enable RPS on the CPUs of the NIC's node other than the IRQ CPU (`qpslab tune plan`), or more queues (`ethtool -L`)".into(),
+            });
+            continue;
+        }
+        // Where the queue interrupts landed during the window, else where they are routed.
+        let irq_numbers = nic.irq_numbers();
+        let mut landed = crate::CpuSet::new();
+        for r in s.irqs.iter().filter(|r| irq_numbers.contains(&r.irq)) {
+            r.per_cpu_per_s.iter().filter(|(_, &v)| v > 0.0).for_each(|(c, _)| {
+                landed.insert(*c);
+            });
+        }
+        let cpus = if landed.is_empty() { nic.rx_irq_cpus() } else { landed };
+        if cpus.len() == 1 {
+            out.push(Finding {
+                name: "irqs-on-one-cpu",
+                severity,
+                summary: format!("all {} rx queue IRQs of {} go to CPU {} and RPS is off", nic.rx.len(), nic.name, cpus),
+                evidence: vec![format!("{}: {} rx queues, IRQs {:?} delivered to CPU {}", nic.name, nic.rx.len(), irq_numbers, cpus), traffic],
+                remedy: "pin each queue's IRQ to its own CPU (`qpslab tune plan`, then `qpslab tune apply`)".into(),
+            });
+        }
+    }
+}
+
+pub(super) fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &mut Vec<Finding>) {
+    let Some(pid) = host.irqbalance_pid else { return };
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return };
+    let moved: Vec<String> = last
+        .irq_affinity
+        .iter()
+        .filter_map(|(irq, now)| {
+            let before = first.irq_affinity.get(irq)?;
+            (before != now)
+                .then(|| format!("IRQ {irq} moved from CPUs {before} to {now} during the run"))
+        })
+        .collect();
+    if moved.is_empty() && !ctx.journal_active {
+        return;
+    }
+    let mut evidence = vec![format!("irqbalance running (pid {pid})")];
+    if ctx.journal_active {
+        evidence.push("a qpslab tune journal is active: IRQs were pinned by hand".into());
+    }
+    evidence.extend(moved);
+    out.push(Finding {
+        name: "irqbalance-vs-pinning",
+        severity: Severity::Warning,
+        summary: "irqbalance is running and rewrites IRQ affinities that were set by hand".into(),
+        evidence,
+        remedy: "stop irqbalance while pinning IRQs (`qpslab tune apply --stop-irqbalance`), or ban the NIC IRQs in its config".into(),
+    });
+}
+
+pub(super) fn tcp_queues(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
+    let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0);
+    let somaxconn = host.sysctl("net.core.somaxconn").unwrap_or("?");
+    let syn_backlog = host.sysctl("net.ipv4.tcp_max_syn_backlog").unwrap_or("?");
+    let rate = |k: &str| per_s(d(k).max(0) as u64, s.duration_s);
+    let drop_severity = |per_s: f64| {
+        if per_s >= DROPS_CRITICAL_PER_S {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        }
+    };
+    if d("ListenOverflows") > 0 || d("ListenDrops") > 0 {
+        out.push(Finding {
+            name: "accept-queue-overflow",
+            severity: drop_severity(rate("ListenOverflows").max(rate("ListenDrops"))),
+            summary: "listen queues overflowed: connections were dropped before the server accepted them".into(),
+            evidence: vec![
+                format!("TcpExt ListenOverflows +{}, ListenDrops +{} ({:.1}/s)", d("ListenOverflows"), d("ListenDrops"), rate("ListenOverflows").max(rate("ListenDrops"))),
+                format!("net.core.somaxconn = {somaxconn}"),
+            ],
+            remedy: "raise net.core.somaxconn (`qpslab tune plan`) and the server's backlog (`qpslab serve --backlog`, nginx `listen ... backlog=`); accept faster (more workers, reuseport)".into(),
+        });
+    }
+    if rate("TCPReqQFullDoCookies") >= COOKIES_PER_S || d("TCPReqQFullDrop") > 0 {
+        out.push(Finding {
+            name: "syn-queue-full",
+            severity: if d("TCPReqQFullDrop") > 0 { Severity::Critical } else { Severity::Warning },
+            summary: "the SYN queue filled: SYN cookies were sent or SYNs dropped (dmesg: \"Possible SYN flooding\")".into(),
+            evidence: vec![
+                format!("TcpExt TCPReqQFullDoCookies +{} ({:.1}/s), TCPReqQFullDrop +{}", d("TCPReqQFullDoCookies"), rate("TCPReqQFullDoCookies"), d("TCPReqQFullDrop")),
+                format!("net.ipv4.tcp_max_syn_backlog = {syn_backlog}, net.core.somaxconn = {somaxconn}"),
+            ],
+            remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog (`qpslab tune plan`)".into(),
+        });
+    }
+    if d("TCPBacklogDrop") > 0 {
+        out.push(Finding {
+            name: "socket-backlog-drop",
+            severity: drop_severity(rate("TCPBacklogDrop")),
+            summary: "packets were dropped because a socket's backlog was full while its owner held it".into(),
+            evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s)", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
+            remedy: "the receiving process is too slow for its sockets: more workers, or pin them away from interrupt CPUs".into(),
+        });
+    }
+    let (retrans, outs) = (d("RetransSegs"), d("OutSegs"));
+    if outs > 0
+        && retrans as f64 / outs as f64 >= RETRANS_SHARE
+        && rate("RetransSegs") >= RETRANS_PER_S
+    {
+        out.push(Finding {
+            name: "retransmissions",
+            severity: Severity::Warning,
+            summary: format!("{} of TCP segments were retransmitted", pct(retrans as f64 / outs as f64)),
+            evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s)", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
+            remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
+        });
+    }
+}
+
+pub(super) fn softnet(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
+    if s.softnet_dropped > 0 {
+        let rate = per_s(s.softnet_dropped, s.duration_s);
+        out.push(Finding {
+            name: "softnet-backlog-drops",
+            severity: if rate >= DROPS_CRITICAL_PER_S { Severity::Critical } else { Severity::Warning },
+            summary: "packets were dropped because a CPU's input backlog was full".into(),
+            evidence: vec![
+                format!("softnet_stat dropped +{} ({rate:.1}/s)", s.softnet_dropped),
+                format!("net.core.netdev_max_backlog = {}", host.sysctl("net.core.netdev_max_backlog").unwrap_or("?")),
+            ],
+            remedy: "raise net.core.netdev_max_backlog (`qpslab tune plan`) and spread RPS over more CPUs".into(),
+        });
+    }
+    if per_s(s.softnet_time_squeeze, s.duration_s) >= SQUEEZE_PER_S {
+        out.push(Finding {
+            name: "softnet-time-squeeze",
+            severity: Severity::Warning,
+            summary: "receive processing ran out of budget with packets left (time squeeze)".into(),
+            evidence: vec![
+                format!("softnet_stat time_squeeze +{} ({:.1}/s)", s.softnet_time_squeeze, per_s(s.softnet_time_squeeze, s.duration_s)),
+                format!(
+                    "net.core.netdev_budget = {}, netdev_budget_usecs = {}",
+                    host.sysctl("net.core.netdev_budget").unwrap_or("?"),
+                    host.sysctl("net.core.netdev_budget_usecs").unwrap_or("?")
+                ),
+            ],
+            remedy: "raise net.core.netdev_budget (`qpslab tune plan`), or spread the receive work over more CPUs".into(),
+        });
+    }
+}
+
+pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding>) {
+    for p in &s.processes {
+        // Use the peak descriptor count seen in any sample.
+        let peak = samples.iter().filter_map(|x| x.procs.get(&p.pid)?.open_fds).max();
+        let (Some(open), Some(limit)) = (peak, p.nofile_soft) else { continue };
+        let used = share(open as u64, limit);
+        if used >= FD_CLOSE {
+            out.push(Finding {
+                name: "fd-limit-close",
+                severity: if used >= 0.95 { Severity::Critical } else { Severity::Warning },
+                summary: format!("{} (pid {}) uses {} of its descriptor limit (\"Too many open files\" next)", p.comm, p.pid, pct(used)),
+                evidence: vec![format!("pid {}: {} descriptors open at peak, soft RLIMIT_NOFILE {}", p.pid, open, limit)],
+                remedy: "raise RLIMIT_NOFILE (`ulimit -n`, systemd LimitNOFILE=, nginx worker_rlimit_nofile; qpslab raises its own) and fs.nr_open if needed".into(),
+            });
+        }
+    }
+    if let Some((allocated, max)) = samples.last().and_then(|x| x.file_nr) {
+        if max > 0 && share(allocated, max) >= FD_CLOSE {
+            out.push(Finding {
+                name: "file-max-close",
+                severity: Severity::Critical,
+                summary: "the system-wide file handle limit is close".into(),
+                evidence: vec![format!("fs.file-nr: {allocated} allocated of {max}")],
+                remedy: "raise fs.file-max (`qpslab tune plan`)".into(),
+            });
+        }
+    }
+}
+
+pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    let range = host.sysctl("net.ipv4.ip_local_port_range").and_then(|r| {
+        let v: Vec<u64> = r.split_ascii_whitespace().filter_map(|x| x.parse().ok()).collect();
+        Some(v.get(1)?.saturating_sub(*v.first()?) + 1)
+    });
+    let tw_share = range.map_or(0.0, |r| share(s.tcp_tw_max, r));
+    if tw_share < TW_PRESSURE && ctx.addr_not_available == 0 {
+        return;
+    }
+    let mut evidence = vec![format!(
+        "TIME_WAIT sockets peaked at {} ({} of the {} ports in net.ipv4.ip_local_port_range = {})",
+        s.tcp_tw_max,
+        pct(tw_share),
+        range.unwrap_or(0),
+        host.sysctl("net.ipv4.ip_local_port_range").unwrap_or("?")
+    )];
+    if ctx.addr_not_available > 0 {
+        evidence.push(format!(
+            "{} connects failed with \"Cannot assign requested address\"",
+            ctx.addr_not_available
+        ));
+    }
+    out.push(Finding {
+        name: "ephemeral-ports",
+        severity: if ctx.addr_not_available > 0 { Severity::Critical } else { Severity::Warning },
+        summary: "the client is running out of ephemeral ports (TIME_WAIT pressure)".into(),
+        evidence,
+        remedy: "keep connections alive, widen the port range and allow TIME_WAIT reuse on the client (`qpslab tune plan --role client`: ip_local_port_range, tcp_tw_reuse), or add source addresses".into(),
+    });
+}

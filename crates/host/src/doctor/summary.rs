@@ -1,0 +1,313 @@
+//! The doctor's summary of a series of samples: each CPU's time split, rates of the kernel's
+//! counters over the window, each watched process's CPU use and the CPUs it could use, and a
+//! row per interval beside the totals.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::cpuset::CpuSet;
+use crate::sample::{ProcSample, Role, Sample};
+
+/// One CPU's time split over the window, as shares of 1.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuShare {
+    pub cpu: usize,
+    pub user: f64,
+    pub system: f64,
+    pub softirq: f64,
+    pub irq: f64,
+    pub idle: f64,
+}
+
+impl CpuShare {
+    /// Share of the window the CPU was not idle.
+    pub fn busy(&self) -> f64 {
+        1.0 - self.idle
+    }
+}
+
+/// A watched process over the window.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcSummary {
+    pub pid: u32,
+    pub role: Role,
+    pub comm: String,
+    /// CPU used, in CPUs (1.0 = one CPU fully busy).
+    pub cpu: f64,
+    /// The busiest thread, in CPUs.
+    pub busiest_thread: f64,
+    /// Threads that used at least a tenth of a CPU.
+    pub busy_threads: usize,
+    /// cpu / the CPUs it could use (busy threads, capped by their affinity).
+    pub busy_ratio: f64,
+    /// The CPUs its busy threads may run on (all its threads' when none was busy); None when
+    /// the affinities could not be read.
+    pub cpus: Option<CpuSet>,
+    /// Mean busy share (any work, its own or not) of those CPUs over the window: near 1 means
+    /// the process could not have had more CPU there, whatever its own share.
+    pub cpus_busy: Option<f64>,
+    pub open_fds: Option<usize>,
+    pub nofile_soft: Option<u64>,
+}
+
+/// One interface's rates.
+#[derive(Debug, Clone, Serialize)]
+pub struct IfRate {
+    pub name: String,
+    pub rx_pps: f64,
+    pub tx_pps: f64,
+    pub rx_bytes_per_s: f64,
+    pub tx_bytes_per_s: f64,
+}
+
+/// One NIC queue IRQ's rate per CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct IrqRate {
+    pub irq: u32,
+    pub name: String,
+    pub per_cpu_per_s: BTreeMap<usize, f64>,
+}
+
+/// Per-interval row (provenance: the raw series beside the summary).
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalRow {
+    pub t_s: f64,
+    /// Busy share (1 - idle) per CPU.
+    pub cpu_busy: Vec<f64>,
+    pub softirq: Vec<f64>,
+    /// Packets per second, all interfaces, both ways.
+    pub pps: f64,
+    pub server_cpu: f64,
+    pub client_cpu: f64,
+}
+
+/// The samples' summary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub duration_s: f64,
+    pub samples: usize,
+    pub cpus: Vec<CpuShare>,
+    pub net_rx_per_s: BTreeMap<usize, f64>,
+    pub net_tx_per_s: BTreeMap<usize, f64>,
+    pub irqs: Vec<IrqRate>,
+    pub softnet_processed_per_s: BTreeMap<usize, f64>,
+    pub softnet_dropped: u64,
+    pub softnet_time_squeeze: u64,
+    /// Deltas of the TcpExt counters, and RetransSegs / OutSegs.
+    pub tcp: BTreeMap<String, i64>,
+    pub tcp_inuse: u64,
+    pub tcp_tw_max: u64,
+    pub tcp_orphan_max: u64,
+    pub interfaces: Vec<IfRate>,
+    pub processes: Vec<ProcSummary>,
+    pub intervals: Vec<IntervalRow>,
+}
+
+pub(crate) fn per_s(delta: u64, secs: f64) -> f64 {
+    delta as f64 / secs.max(1e-9)
+}
+
+pub(crate) fn share(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 / total as f64
+    }
+}
+
+pub(crate) fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// Summarises the samples (at least two).
+pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) -> Summary {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Summary::default();
+    };
+    let secs = (last.at - first.at).as_secs_f64();
+    let cpus = cpu_shares(first, last);
+    let rate_map = |a: &BTreeMap<usize, u64>, b: &BTreeMap<usize, u64>| {
+        b.iter()
+            .map(|(c, v)| (*c, per_s(v.saturating_sub(a.get(c).copied().unwrap_or(0)), secs)))
+            .collect()
+    };
+    let irqs = last
+        .irqs
+        .iter()
+        .map(|l| {
+            let before = first.irqs.iter().find(|f| f.irq == l.irq);
+            IrqRate {
+                irq: l.irq,
+                name: l.name.clone(),
+                per_cpu_per_s: l
+                    .counts
+                    .iter()
+                    .map(|(c, v)| {
+                        let b = before.and_then(|f| f.counts.get(c)).copied().unwrap_or(0);
+                        (*c, per_s(v.saturating_sub(b), secs))
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let softnet_delta = |f: fn(&crate::parse::SoftnetRow) -> u64| -> BTreeMap<usize, u64> {
+        last.softnet
+            .iter()
+            .map(|r| {
+                let b = first.softnet.iter().find(|x| x.cpu == r.cpu).map_or(0, f);
+                (r.cpu, f(r).saturating_sub(b))
+            })
+            .collect()
+    };
+    let mut tcp: BTreeMap<String, i64> = last
+        .tcpext
+        .iter()
+        .map(|(k, v)| (k.clone(), v - first.tcpext.get(k).copied().unwrap_or(0)))
+        .collect();
+    tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
+    tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
+    Summary {
+        duration_s: secs,
+        samples: samples.len(),
+        cpus,
+        net_rx_per_s: rate_map(&first.net_rx, &last.net_rx),
+        net_tx_per_s: rate_map(&first.net_tx, &last.net_tx),
+        irqs,
+        softnet_processed_per_s: softnet_delta(|r| r.processed)
+            .into_iter()
+            .map(|(c, d)| (c, per_s(d, secs)))
+            .collect(),
+        softnet_dropped: softnet_delta(|r| r.dropped).values().sum(),
+        softnet_time_squeeze: softnet_delta(|r| r.time_squeeze).values().sum(),
+        tcp,
+        tcp_inuse: last.sockstat.tcp_inuse,
+        tcp_tw_max: samples.iter().map(|s| s.sockstat.tcp_tw).max().unwrap_or(0),
+        tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
+        interfaces: if_rates(first, last, secs),
+        processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
+        intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
+    }
+}
+
+pub(crate) fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
+    b.cpu
+        .iter()
+        .filter_map(|t| {
+            let d = t.since(a.cpu.iter().find(|x| x.cpu == t.cpu)?);
+            let total = d.total();
+            if total == 0 {
+                return None; // no ticks in the window: nothing to say about this CPU
+            }
+            Some(CpuShare {
+                cpu: t.cpu,
+                user: share(d.user + d.nice, total),
+                system: share(d.system, total),
+                softirq: share(d.softirq, total),
+                irq: share(d.irq, total),
+                idle: share(d.idle_all(), total),
+            })
+        })
+        .collect()
+}
+
+fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
+    b.dev
+        .iter()
+        .filter_map(|i| {
+            let p = a.dev.iter().find(|x| x.name == i.name)?;
+            Some(IfRate {
+                name: i.name.clone(),
+                rx_pps: per_s(i.rx_packets.saturating_sub(p.rx_packets), secs),
+                tx_pps: per_s(i.tx_packets.saturating_sub(p.tx_packets), secs),
+                rx_bytes_per_s: per_s(i.rx_bytes.saturating_sub(p.rx_bytes), secs),
+                tx_bytes_per_s: per_s(i.tx_bytes.saturating_sub(p.tx_bytes), secs),
+            })
+        })
+        .collect()
+}
+
+fn proc_summaries(samples: &[&Sample], roles: &BTreeMap<u32, Role>, hz: f64) -> Vec<ProcSummary> {
+    roles.iter().filter_map(|(pid, role)| proc_summary(samples, *pid, *role, hz)).collect()
+}
+
+/// A process that started late or exited early is summarised over the samples that saw it.
+fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<ProcSummary> {
+    let seen: Vec<(&Sample, &ProcSample)> =
+        samples.iter().filter_map(|&s| Some((s, s.procs.get(&pid)?))).collect();
+    let (&(s0, first), &(s1, last)) = (seen.first()?, seen.last()?);
+    let secs = (s1.at - s0.at).as_secs_f64().max(1e-9);
+    let cpus_of = |ticks: u64| ticks as f64 / hz / secs;
+    // Per thread: ticks at its first and last sight, and its affinity.
+    let mut threads: BTreeMap<u32, (u64, u64, Option<CpuSet>)> = BTreeMap::new();
+    for (_, p) in &seen {
+        for t in &p.threads {
+            let e = threads.entry(t.tid).or_insert((t.ticks, t.ticks, None));
+            e.1 = t.ticks;
+            if t.cpus.is_some() {
+                e.2.clone_from(&t.cpus);
+            }
+        }
+    }
+    // A thread first seen after the first sample started from zero.
+    let used: Vec<(f64, Option<&CpuSet>)> = threads
+        .iter()
+        .map(|(tid, (a, b, cpus))| {
+            let start = if first.threads.iter().any(|x| x.tid == *tid) { *a } else { 0 };
+            (cpus_of(b.saturating_sub(start)), cpus.as_ref())
+        })
+        .collect();
+    let busy: Vec<&(f64, Option<&CpuSet>)> =
+        used.iter().filter(|(c, _)| *c >= BUSY_THREAD).collect();
+    let cpus = thread_cpus(if busy.is_empty() { used.iter().collect() } else { busy.clone() });
+    let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
+    let reach = cpus.as_ref().map(CpuSet::len).or(last.allowed.as_ref().map(CpuSet::len));
+    let capacity = busy.len().max(1).min(reach.unwrap_or(usize::MAX).max(1));
+    let shares = cpu_shares(s0, s1);
+    let cpus_busy = cpus.as_ref().and_then(|set| {
+        let on: Vec<f64> =
+            shares.iter().filter(|c| set.contains(c.cpu)).map(CpuShare::busy).collect();
+        (!on.is_empty()).then(|| on.iter().sum::<f64>() / on.len() as f64)
+    });
+    Some(ProcSummary {
+        pid,
+        role,
+        comm: last.comm.clone(),
+        cpu,
+        busiest_thread: used.iter().map(|u| u.0).fold(0.0, f64::max),
+        busy_threads: busy.len(),
+        busy_ratio: cpu / capacity as f64,
+        cpus,
+        cpus_busy,
+        open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
+        nofile_soft: last.nofile_soft,
+    })
+}
+
+/// A thread that used at least this much CPU (in CPUs) over the window counts as busy.
+pub const BUSY_THREAD: f64 = 0.1;
+
+/// The union of the threads' affinities; None when any is unknown.
+fn thread_cpus(threads: Vec<&(f64, Option<&CpuSet>)>) -> Option<CpuSet> {
+    let mut all = CpuSet::new();
+    for (_, cpus) in threads {
+        all = all.union((*cpus)?);
+    }
+    (!all.is_empty()).then_some(all)
+}
+
+fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) -> IntervalRow {
+    let secs = (b.at - a.at).as_secs_f64();
+    let shares = cpu_shares(a, b);
+    let pps = if_rates(a, b, secs).iter().map(|i| i.rx_pps + i.tx_pps).sum();
+    let procs = proc_summaries(&[a, b], roles, hz);
+    let side = |r: Role| procs.iter().filter(|p| p.role == r).map(|p| p.cpu).sum();
+    IntervalRow {
+        t_s: b.at.as_secs_f64(),
+        cpu_busy: shares.iter().map(|s| 1.0 - s.idle).collect(),
+        softirq: shares.iter().map(|s| s.softirq).collect(),
+        pps,
+        server_cpu: side(Role::Server),
+        client_cpu: side(Role::Client),
+    }
+}

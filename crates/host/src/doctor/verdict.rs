@@ -1,0 +1,303 @@
+//! The verdict: what bounded the rate. A side (server or generator) is saturated when its
+//! processes use at least [`SATURATED`] of the CPUs their busy threads may run on, or when those
+//! CPUs are that busy whoever uses them. "Neither side is saturated" is only said when no CPU
+//! either side may run on is saturated either; a run with no response, or too short, gets no
+//! verdict at all.
+
+use super::summary::{pct, CpuShare, ProcSummary, Summary};
+use super::{
+    Context, Finding, Severity, FLAT_CV, HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
+};
+use crate::cpuset::CpuSet;
+use crate::sample::Role;
+
+/// Adds the verdict findings.
+pub(super) fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    if let Some(f) = unjudgeable(s, ctx) {
+        out.push(f);
+        return;
+    }
+    let sides = Sides::new(s);
+    out.extend(contention(&sides));
+    out.extend(shared_cpus(s, &sides));
+    out.extend(saturation(&sides));
+    if !sides.server_sat && !sides.client_sat && !sides.contended {
+        match hot_cpus(s, &sides) {
+            hot if !hot.is_empty() => out.push(cpu_saturated(&hot, &sides)),
+            _ => out.extend(neither_saturated(s, ctx, &sides)),
+        }
+    }
+}
+
+/// No responses, or a window too short: one finding instead of a verdict.
+fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
+    if ctx.responses == Some(0) {
+        return Some(Finding {
+            name: "no-responses",
+            severity: Severity::Critical,
+            summary: "no responses: the load got no response in the window, so there is no rate to explain".into(),
+            evidence: vec![format!("0 responses in a {:.1} s window", s.duration_s)],
+            remedy: "check the target (URL, port, the server's log) and the load's errors; then run again".into(),
+        });
+    }
+    let intervals = s.samples.saturating_sub(1);
+    (s.duration_s < MIN_WINDOW_S || intervals < MIN_INTERVALS).then(|| Finding {
+        name: "run-too-short",
+        severity: Severity::Info,
+        summary: "run too short to judge what bounds the rate".into(),
+        evidence: vec![format!(
+            "a {:.2} s window with {intervals} sampling interval(s); the verdict needs at least {MIN_WINDOW_S} s and {MIN_INTERVALS} intervals",
+            s.duration_s
+        )],
+        remedy: "run for longer (-d), or sample more often (--interval)".into(),
+    })
+}
+
+/// The watched processes by side, and whether each side is saturated.
+struct Sides<'a> {
+    servers: Vec<&'a ProcSummary>,
+    clients: Vec<&'a ProcSummary>,
+    server_sat: bool,
+    client_sat: bool,
+    /// Other processes took a large share of the CPUs.
+    contended: bool,
+    /// Busy CPUs in all, and the shares of the watched processes and interrupt work.
+    busy: f64,
+    watched: f64,
+    interrupts: f64,
+}
+
+impl<'a> Sides<'a> {
+    fn new(s: &'a Summary) -> Self {
+        let side = |r: Role| s.processes.iter().filter(|p| p.role == r).collect::<Vec<_>>();
+        let (servers, clients) = (side(Role::Server), side(Role::Client));
+        let (server_sat, client_sat) =
+            (servers.iter().any(|p| saturated(p)), clients.iter().any(|p| saturated(p)));
+        // CPU time spent neither in the watched processes nor in interrupt work: other processes.
+        let busy: f64 = s.cpus.iter().map(CpuShare::busy).sum();
+        let interrupts: f64 = s.cpus.iter().map(|c| c.softirq + c.irq).sum();
+        let watched: f64 = s.processes.iter().map(|p| p.cpu).sum();
+        let other = busy - watched - interrupts;
+        let contended = !s.processes.is_empty()
+            && other >= 0.5
+            && other >= 0.25 * busy
+            && !(server_sat && client_sat);
+        Sides { servers, clients, server_sat, client_sat, contended, busy, watched, interrupts }
+    }
+
+    /// The server's and then the generator's processes, described.
+    fn evidence(&self, server_first: bool) -> Vec<String> {
+        let (a, b) = if server_first {
+            (&self.servers, &self.clients)
+        } else {
+            (&self.clients, &self.servers)
+        };
+        a.iter().chain(b.iter()).map(|p| describe(p)).collect()
+    }
+}
+
+fn saturated(p: &ProcSummary) -> bool {
+    p.busy_ratio >= SATURATED || p.cpus_busy.is_some_and(|b| b >= SATURATED)
+}
+
+fn describe(p: &ProcSummary) -> String {
+    let cpus = match (&p.cpus, p.cpus_busy) {
+        (Some(set), Some(busy)) => format!("; its CPUs {set} were {} busy", pct(busy)),
+        _ => String::new(),
+    };
+    format!(
+        "{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity{cpus}",
+        p.comm,
+        p.pid,
+        p.cpu,
+        p.busy_threads,
+        pct(p.busy_ratio)
+    )
+}
+
+/// The CPUs any of `procs` may use; None when a process's are unknown or there is none.
+fn reach(procs: &[&ProcSummary]) -> Option<CpuSet> {
+    let mut all = CpuSet::new();
+    for p in procs {
+        all = all.union(p.cpus.as_ref()?);
+    }
+    (!procs.is_empty()).then_some(all)
+}
+
+fn contention(sides: &Sides) -> Option<Finding> {
+    if !sides.contended {
+        return None;
+    }
+    let other = sides.busy - sides.watched - sides.interrupts;
+    let mut evidence = vec![format!(
+        "CPUs busy {:.2} CPUs in all; the watched processes {:.2}, interrupt work {:.2}, other work {other:.2}",
+        sides.busy, sides.watched, sides.interrupts
+    )];
+    evidence.extend(sides.evidence(true));
+    Some(Finding {
+        name: "cpu-contention",
+        severity: Severity::Warning,
+        summary: "other processes used the CPUs during the run: the figures are lower than this host can do".into(),
+        evidence,
+        remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
+    })
+}
+
+/// The two sides ran on CPUs they share, and those CPUs were saturated.
+fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
+    let both = reach(&sides.servers)?.intersection(&reach(&sides.clients)?);
+    let shares: Vec<&CpuShare> = s.cpus.iter().filter(|c| both.contains(c.cpu)).collect();
+    if shares.is_empty() {
+        return None;
+    }
+    let busy = shares.iter().map(|c| c.busy()).sum::<f64>() / shares.len() as f64;
+    if busy < SATURATED {
+        return None;
+    }
+    let mut evidence = vec![format!("CPUs {both}, open to both sides, were {} busy", pct(busy))];
+    evidence.extend(sides.evidence(true));
+    Some(Finding {
+        name: "shared-cpus",
+        severity: Severity::Warning,
+        summary: format!("the server and the load generator ran on the same CPUs ({both}), which were saturated: each side took CPU from the other, so the rate measures both together"),
+        evidence,
+        remedy: "pin the two sides to separate CPUs (qpslab bench does when it can; qpslab load --cpus, qpslab serve --cpus, taskset), or put the generator on another machine".into(),
+    })
+}
+
+/// client-bound, both-saturated or server-bound.
+fn saturation(sides: &Sides) -> Option<Finding> {
+    let (name, summary, remedy, server_first) = match (sides.server_sat, sides.client_sat) {
+        (false, true) => (
+            "client-bound",
+            "the load generator is saturated while the server has headroom: this measures the client, not the server",
+            "add generator threads (`qpslab load -t`) on free CPUs, or more client machines",
+            false,
+        ),
+        (true, true) => (
+            "both-saturated",
+            "the server and the load generator both use all the CPU they have: the rate is bounded by both",
+            "give each side more CPUs (more server workers, more generator threads) or put the generator on another machine",
+            true,
+        ),
+        (true, false) => (
+            "server-bound",
+            "the server's threads are saturated: the rate is what this server configuration can do",
+            "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)",
+            true,
+        ),
+        (false, false) => return None,
+    };
+    Some(Finding {
+        name,
+        severity: if name == "client-bound" { Severity::Warning } else { Severity::Info },
+        summary: summary.into(),
+        evidence: sides.evidence(server_first),
+        remedy: remedy.into(),
+    })
+}
+
+/// Saturated CPUs that a side may run on (any CPU when the server is not known: on this host it
+/// may run anywhere).
+fn hot_cpus<'a>(s: &'a Summary, sides: &Sides) -> Vec<&'a CpuShare> {
+    let watched = (|| {
+        let mut set = reach(&sides.servers)?;
+        if !sides.clients.is_empty() {
+            set = set.union(&reach(&sides.clients)?);
+        }
+        Some(set)
+    })();
+    s.cpus
+        .iter()
+        .filter(|c| watched.as_ref().is_none_or(|set| set.contains(c.cpu)) && c.busy() >= SATURATED)
+        .collect()
+}
+
+fn cpu_saturated(hot: &[&CpuShare], sides: &Sides) -> Finding {
+    let list: CpuSet = hot.iter().map(|c| c.cpu).collect();
+    let mut evidence: Vec<String> = hot
+        .iter()
+        .map(|c| {
+            format!(
+                "CPU {}: user {} sys {} softirq {} irq {} idle {}",
+                c.cpu,
+                pct(c.user),
+                pct(c.system),
+                pct(c.softirq),
+                pct(c.irq),
+                pct(c.idle)
+            )
+        })
+        .collect();
+    evidence.extend(sides.evidence(true));
+    if sides.servers.is_empty() {
+        evidence
+            .push("the server's process is not known: give --server-pid (doctor: --pid)".into());
+    }
+    Finding {
+        name: "cpu-saturated",
+        severity: Severity::Warning,
+        summary: format!("CPU {list}, which the benchmark may run on, was saturated while neither side's processes were: its time went to other work, interrupts or a side not followed"),
+        evidence,
+        remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
+    }
+}
+
+/// latency-bound or no-single-bottleneck.
+fn neither_saturated(s: &Summary, ctx: &Context, sides: &Sides) -> Option<Finding> {
+    if sides.servers.is_empty() && sides.clients.is_empty() {
+        return None;
+    }
+    let (rates, what) = match &ctx.request_rates {
+        Some(r) => (r.clone(), "requests/s"),
+        None => (s.intervals.iter().map(|i| i.pps).collect(), "packets/s"),
+    };
+    let cv = coefficient_of_variation(&rates)?;
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    let mut evidence = sides.evidence(false);
+    let idle = s.cpus.iter().filter(|c| c.idle >= HEADROOM_IDLE).count();
+    evidence.push(format!(
+        "{idle} CPU(s) at least {} idle; none at {} busy or more",
+        pct(HEADROOM_IDLE),
+        pct(SATURATED)
+    ));
+    if cv <= FLAT_CV && mean > 0.0 {
+        evidence.push(format!(
+            "{what} flat at {mean:.0} (variation {:.1}% over {} intervals)",
+            cv * 100.0,
+            rates.len()
+        ));
+        Some(Finding {
+            name: "latency-bound",
+            severity: Severity::Info,
+            summary: "neither side is saturated and the rate is flat: the load is limited by round trips, not CPU".into(),
+            evidence,
+            remedy: "add connections (`qpslab load -c`) or pipeline; each connection carries one request per round trip".into(),
+        })
+    } else {
+        evidence.push(format!(
+            "{what} averaged {mean:.0} and varied {:.1}% over {} intervals",
+            cv * 100.0,
+            rates.len()
+        ));
+        Some(Finding {
+            name: "no-single-bottleneck",
+            severity: Severity::Info,
+            summary: "neither side is saturated and the rate was not steady: no single bottleneck stands out".into(),
+            evidence,
+            remedy: "run longer, or look at the per-interval rows for stalls (timeouts, retransmits, other load)".into(),
+        })
+    }
+}
+
+fn coefficient_of_variation(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    if mean <= 0.0 {
+        return None;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+    Some(var.sqrt() / mean)
+}
