@@ -1,0 +1,56 @@
+//! Exact counts against servers other than nginx, each with its own keep-alive habits: Apache
+//! httpd (event MPM: closes a connection after 100 requests, and idle ones under load) and
+//! lighttpd. In every load model, `ok` must equal the lines of the server's access log and
+//! nothing may fail: connections the server closes as the next request goes out (the
+//! keep-alive close race) are retried, not failed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use support::httpd::Httpd;
+use support::{opts, run};
+
+fn exact_counts(server: &Httpd) {
+    let url = server.url("/index.html");
+    let mut expected = 0;
+    for (mode, requests) in
+        [("keep-alive", 20_000u64), ("pipelined", 5_000), ("conn-per-request", 2_000)]
+    {
+        let mut o = opts(&url);
+        o.requests = Some(requests);
+        o.connections = Some(50);
+        o.threads = Some(2);
+        match mode {
+            "pipelined" => o.pipeline = 8,
+            "conn-per-request" => o.conn_per_request = true,
+            _ => {}
+        }
+        let report = run(&o);
+        let r = &report.requests;
+        assert_eq!(
+            (r.ok, r.failed),
+            (requests, 0),
+            "{} {mode}: {r:?} {:?} {:?}",
+            server.name,
+            report.error_examples,
+            report.retries
+        );
+        expected += requests as usize;
+        let log = server.access_log(expected);
+        // Requests retried after the close race were not processed the first time: each
+        // request appears once.
+        assert_eq!(log.len(), expected, "{} {mode}: server log lines", server.name);
+        assert!(log.iter().all(|l| l.starts_with("200 GET /index.html")), "{} {mode}", server.name);
+    }
+}
+
+#[test]
+fn apache_counts_are_exact_in_every_model() {
+    exact_counts(&Httpd::apache());
+}
+
+#[test]
+fn lighttpd_counts_are_exact_in_every_model() {
+    exact_counts(&Httpd::lighttpd());
+}
