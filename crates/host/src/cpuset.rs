@@ -55,6 +55,12 @@ impl CpuSet {
         Ok(Self(set))
     }
 
+    /// `CPU 3` or `CPUs 0-3,8`, for sentences.
+    pub fn named(&self) -> String {
+        let word = if self.len() == 1 { "CPU" } else { "CPUs" };
+        format!("{word} {}", self.to_list())
+    }
+
     /// The cpulist form, ranges collapsed (`0-3,8`); empty for the empty set.
     pub fn to_list(&self) -> String {
         let mut out = String::new();

@@ -177,7 +177,7 @@ pub fn doctor_text(
     for pr in &summary.processes {
         let _ = writeln!(
             o,
-            "proc {} (pid {}, {}) {:.2} CPUs, {} busy thread(s), busiest {:.2}, {} of capacity{}",
+            "proc {} (pid {}, {}) {:.2} CPUs, {} busy thread(s), busiest {:.2}, {} of capacity{}{}",
             pr.comm,
             pr.pid,
             match pr.role {
@@ -188,6 +188,10 @@ pub fn doctor_text(
             pr.busy_threads,
             pr.busiest_thread,
             p(pr.busy_ratio).trim(),
+            match (&pr.cpus, pr.cpus_busy) {
+                (Some(c), Some(b)) => format!(", on {} ({} busy)", c.named(), p(b).trim()),
+                _ => String::new(),
+            },
             pr.open_fds.map_or(String::new(), |f| format!(", {f} fds"))
         );
     }

@@ -411,7 +411,7 @@ fn a_saturated_server_cpu_is_never_called_latency_bound() {
         "{f:?}"
     );
     let server = named(&f, "server-bound").expect("the server's CPU is full: server-bound");
-    assert!(server.evidence[0].contains("its CPUs 0 were 100% busy"), "{:?}", server.evidence);
+    assert!(server.evidence[0].contains("its CPU 0 was 100% busy"), "{:?}", server.evidence);
     // The generator could run on the server's CPU 0, which was full: each took from the other.
     let shared = named(&f, "shared-cpus").expect("shared-cpus");
     assert!(shared.summary.contains("same CPUs (0)"), "{}", shared.summary);

@@ -102,7 +102,12 @@ fn saturated(p: &ProcSummary) -> bool {
 
 fn describe(p: &ProcSummary) -> String {
     let cpus = match (&p.cpus, p.cpus_busy) {
-        (Some(set), Some(busy)) => format!("; its CPUs {set} were {} busy", pct(busy)),
+        (Some(set), Some(busy)) => format!(
+            "; its {} {} {} busy",
+            set.named(),
+            if set.len() == 1 { "was" } else { "were" },
+            pct(busy)
+        ),
         _ => String::new(),
     };
     format!(
@@ -154,12 +159,17 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
     if busy < SATURATED {
         return None;
     }
-    let mut evidence = vec![format!("CPUs {both}, open to both sides, were {} busy", pct(busy))];
+    let mut evidence = vec![format!(
+        "{}, open to both sides, {} {} busy",
+        both.named(),
+        if both.len() == 1 { "was" } else { "were" },
+        pct(busy)
+    )];
     evidence.extend(sides.evidence(true));
     Some(Finding {
         name: "shared-cpus",
         severity: Severity::Warning,
-        summary: format!("the server and the load generator ran on the same CPUs ({both}), which were saturated: each side took CPU from the other, so the rate measures both together"),
+        summary: format!("the server and the load generator ran on the same CPUs ({both}), saturated: each side took CPU from the other, so the rate measures both together"),
         evidence,
         remedy: "pin the two sides to separate CPUs (qpslab bench does when it can; qpslab load --cpus, qpslab serve --cpus, taskset), or put the generator on another machine".into(),
     })
@@ -237,7 +247,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides) -> Finding {
     Finding {
         name: "cpu-saturated",
         severity: Severity::Warning,
-        summary: format!("CPU {list}, which the benchmark may run on, was saturated while neither side's processes were: its time went to other work, interrupts or a side not followed"),
+        summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed", list.named(), if list.len() == 1 { "was" } else { "were" }),
         evidence,
         remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
     }
