@@ -9,14 +9,15 @@ use crate::nic::Nic;
 use crate::sample::Role;
 use serde::Serialize;
 
-// Sources, named briefly in the output; the README lists them in full. Seeds: 000 "1M QPS with
-// nginx on EC2" (RPS bitmask table), 001 "10 Gbps nginx tuning" (IRQ/worker split by package and
-// SMT thread), 002 "Hitting network limits" (one ksoftirqd at 95%, fixed by RPS/RFS). Kernel
-// documents under Documentation/: networking/scaling.rst, networking/ip-sysctl.rst,
-// admin-guide/sysctl/net.rst, admin-guide/sysctl/fs.rst.
-const SEED000: &str = "seed 000";
-const SEED001: &str = "seed 001";
-const SEED002: &str = "seed 002";
+// Sources, named briefly by title in the output; docs/tune.md lists them in full: the public
+// write-ups "1M QPS with nginx and Ubuntu 12.04 on EC2" (the RPS bitmask table), a 10 Gbps nginx
+// tuning write-up (the IRQ/worker split by package and SMT thread) and "Hitting Network Limits"
+// (one ksoftirqd at 95%, fixed by RPS/RFS); the kernel's documents under Documentation/:
+// networking/scaling.rst, networking/ip-sysctl.rst, admin-guide/sysctl/net.rst,
+// admin-guide/sysctl/fs.rst.
+const EC2_1M_QPS: &str = "1M QPS on EC2";
+const NGINX_10GBPS: &str = "10 Gbps nginx tuning";
+const NETWORK_LIMITS: &str = "Hitting Network Limits";
 const SCALING: &str = "kernel scaling.rst";
 const IP_SYSCTL: &str = "kernel ip-sysctl.rst";
 const NET_SYSCTL: &str = "kernel sysctl/net.rst";
@@ -356,7 +357,7 @@ fn irq_changes(host: &Host, topo: &Topology, q: &Queue, out: &mut Vec<Change>) {
                 format!("the queue's transmit vector goes where its receive IRQ goes (CPU {cpu})")
             },
             path,
-            source: format!("{SEED000}; {SEED001}"),
+            source: format!("{EC2_1M_QPS}; {NGINX_10GBPS}"),
         });
     }
 }
@@ -380,7 +381,7 @@ fn rps_changes(host: &Host, q: &Queue, set: Option<&CpuSet>, cores: usize, out: 
                     set.len()
                 ),
             },
-            format!("{SEED000}; {SEED002}; {SCALING}"),
+            format!("{EC2_1M_QPS}; {NETWORK_LIMITS}; {SCALING}"),
         ),
         Some(_) => (
             CpuSet::new(),
@@ -423,7 +424,7 @@ fn rps_changes(host: &Host, q: &Queue, set: Option<&CpuSet>, cores: usize, out: 
                  flow entries / {}",
                 queues(q.nic.rx.len())
             ),
-            source: format!("{SEED002}; {SCALING}"),
+            source: format!("{NETWORK_LIMITS}; {SCALING}"),
         });
     }
 }
@@ -536,20 +537,20 @@ fn plan_sysctls(host: &Host, role: Role, out: &mut Vec<Change>, kept: &mut Vec<K
             SOMAXCONN,
             "caps every listen backlog: a burst of connects beyond it overflows the accept queue \
              (ListenOverflows) and clients wait a SYN retry",
-            format!("{SEED001}; {NET_SYSCTL}"),
+            format!("{NGINX_10GBPS}; {NET_SYSCTL}"),
         ),
         (
             "net.ipv4.tcp_max_syn_backlog",
             65535,
             "half-open connections beyond it are dropped or answered with syncookies (\"Possible \
-             SYN flooding\" in seed 001)",
-            format!("{SEED001}; {IP_SYSCTL}"),
+             SYN flooding\" in the 10 Gbps nginx tuning)",
+            format!("{NGINX_10GBPS}; {IP_SYSCTL}"),
         ),
         (
             "net.core.netdev_max_backlog",
             65536,
             "the per-CPU input queue RPS fills; when full, packets drop (softnet_stat column 2)",
-            format!("{SEED001}; {NET_SYSCTL}"),
+            format!("{NGINX_10GBPS}; {NET_SYSCTL}"),
         ),
         (
             "net.core.netdev_budget",
@@ -562,8 +563,8 @@ fn plan_sysctls(host: &Host, role: Role, out: &mut Vec<Change>, kept: &mut Vec<K
             "fs.nr_open",
             NR_OPEN,
             "the ceiling for RLIMIT_NOFILE: a server with a million connections needs a million \
-             descriptors (seed 001's accept4() EMFILE)",
-            format!("{SEED001}; {FS_SYSCTL}"),
+             descriptors (accept4() failing with EMFILE in the 10 Gbps nginx tuning)",
+            format!("{NGINX_10GBPS}; {FS_SYSCTL}"),
         ),
         (
             "fs.file-max",
@@ -607,7 +608,7 @@ fn plan_port_range(host: &Host, out: &mut Vec<Change>) {
             ports(new_lo, new_hi),
             ports(new_lo, new_hi) / 60
         ),
-        source: format!("{SEED001}; {IP_SYSCTL}"),
+        source: format!("{NGINX_10GBPS}; {IP_SYSCTL}"),
     });
 }
 
@@ -636,7 +637,7 @@ fn plan_clocksource(host: &Host, out: &mut Vec<Change>) {
             "{current} reads are slow (every request reads the clock several times); the kernel \
              lists tsc as available, so it considers the TSC stable here"
         ),
-        source: SEED000.into(),
+        source: EC2_1M_QPS.into(),
     });
 }
 
@@ -647,13 +648,13 @@ fn never_changed(host: &Host) -> Vec<Kept> {
         Kept {
             setting: "net.ipv4.tcp_tw_recycle".into(),
             reason: "never set: removed in Linux 4.12 because it dropped connections from \
-                     clients behind NAT (seed 001 set it on a 2013 kernel)"
+                     clients behind NAT (the 10 Gbps nginx tuning set it on a 2013 kernel)"
                 .into(),
         },
         Kept {
             setting: "net.ipv4.tcp_timestamps".into(),
             reason: format!(
-                "left at {timestamps}: turning them off gained 5% in seed 001 but loses PAWS \
+                "left at {timestamps}: turning them off gained 5% in the 10 Gbps nginx tuning but loses PAWS \
                  protection against wrapped sequence numbers and RTT measurement, and \
                  tcp_tw_reuse needs them"
             ),
@@ -661,7 +662,7 @@ fn never_changed(host: &Host) -> Vec<Kept> {
         Kept {
             setting: "net.ipv4.tcp_syncookies".into(),
             reason: "left as is: with the raised SYN backlog cookies are sent only under a real \
-                     flood, and 0 (seed 001) removes the protection"
+                     flood, and 0 (as the 10 Gbps nginx tuning set it) removes the protection"
                 .into(),
         },
     ]
