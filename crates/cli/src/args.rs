@@ -413,8 +413,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target URL(s) (http:// only), e.g. http://127.0.0.1:8080/; several spread over the
-    /// connections
+    /// Target URL(s), e.g. http://127.0.0.1:8080/ (http only; without a scheme, http:// is
+    /// assumed, as curl does); several spread over the connections
     #[arg(value_name = "URL", required_unless_present = "targets")]
     pub urls: Vec<String>,
 

@@ -484,3 +484,36 @@ fn write_affinity(dir: &std::path::Path, pid: u32, threads: &[(u32, &str)]) {
         }
     }
 }
+
+/// Regression: nginx's idle master may run on every CPU; busy CPUs around it did not make it,
+/// and so the server, saturated.
+#[test]
+fn an_idle_master_on_busy_cpus_is_not_a_saturated_server() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.watch = vec![
+        Watch { pid: 600, role: Role::Server },
+        Watch { pid: 601, role: Role::Server },
+        Watch { pid: 500, role: Role::Client },
+    ];
+    let write = |run: &Run, k: u64| {
+        write_process(run.dir.path(), 600, "nginx", &[(600, 0)], 20, 20000).unwrap();
+        write_process(run.dir.path(), 601, "nginx", &[(601, 60 * k)], 20, 20000).unwrap();
+        write_process(run.dir.path(), 500, "qpslab", &[(500, 96 * k)], 20, 20000).unwrap();
+        write_affinity(run.dir.path(), 600, &[(600, "0-1")]);
+        write_affinity(run.dir.path(), 601, &[(601, "0")]);
+        write_affinity(run.dir.path(), 500, &[(500, "1")]);
+    };
+    write(&run, 0);
+    run.samples.clear();
+    run.sample();
+    for k in 1..=2 {
+        write(&run, k);
+        run.step(|c, _| {
+            c.advance_cpus(100, |cpu| if cpu == 0 { (35, 40, 0, 25) } else { (10, 88, 2, 0) })
+        });
+    }
+    let f = run.findings();
+    let client = named(&f, "client-bound").expect("client-bound");
+    assert!(named(&f, "both-saturated").is_none(), "{f:?}");
+    assert!(!client.evidence.iter().any(|e| e.contains("pid 600")), "the idle master is left out");
+}

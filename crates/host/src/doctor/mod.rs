@@ -276,4 +276,14 @@ mod tests {
         assert!(RULES.iter().all(|r| !r.threshold.is_empty() && !r.remedy.is_empty()));
         assert!(rule("latency-bound").is_some() && rule("nonsense").is_none());
     }
+
+    /// The user documentation lists every rule as the code has it.
+    #[test]
+    fn the_docs_list_every_rule_with_its_threshold() {
+        let doc = include_str!("../../../../docs/doctor.md");
+        for r in RULES {
+            let row = format!("| `{}` | {} | {} | {} |", r.name, r.catches, r.threshold, r.remedy);
+            assert!(doc.contains(&row), "docs/doctor.md lacks or differs on: {row}");
+        }
+    }
 }

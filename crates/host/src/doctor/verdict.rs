@@ -85,19 +85,32 @@ impl<'a> Sides<'a> {
         Sides { servers, clients, server_sat, client_sat, contended, busy, watched, interrupts }
     }
 
-    /// The server's and then the generator's processes, described.
+    /// The server's and then the generator's processes, described; a side's idle processes
+    /// (nginx's master) are left out when it has busy ones.
     fn evidence(&self, server_first: bool) -> Vec<String> {
         let (a, b) = if server_first {
             (&self.servers, &self.clients)
         } else {
             (&self.clients, &self.servers)
         };
-        a.iter().chain(b.iter()).map(|p| describe(p)).collect()
+        working(a).into_iter().chain(working(b)).map(describe).collect()
     }
 }
 
+/// A process that wants CPU (a busy thread) and cannot get more: its own share, or its CPUs
+/// full. An idle process (nginx's master) on busy CPUs is not saturated.
 fn saturated(p: &ProcSummary) -> bool {
-    p.busy_ratio >= SATURATED || p.cpus_busy.is_some_and(|b| b >= SATURATED)
+    p.busy_ratio >= SATURATED || (p.busy_threads > 0 && p.cpus_busy.is_some_and(|b| b >= SATURATED))
+}
+
+/// The processes of a side that did work, or all of them when none did.
+fn working<'a>(side: &[&'a ProcSummary]) -> Vec<&'a ProcSummary> {
+    let busy: Vec<&ProcSummary> = side.iter().copied().filter(|p| p.busy_threads > 0).collect();
+    if busy.is_empty() {
+        side.to_vec()
+    } else {
+        busy
+    }
 }
 
 fn describe(p: &ProcSummary) -> String {
