@@ -938,6 +938,23 @@ mod tests {
         assert_eq!(Report::new(&cfg, &result, &meta()).generator.verdict, "ok");
     }
 
+    /// Regression: a run with no response was called generator-bound.
+    #[test]
+    fn no_response_or_a_short_window_is_not_judged() {
+        let (cfg, mut result) = fixed_result(19.0);
+        result.rec = Recorder { sent: 10, ..Recorder::default() };
+        result.rec.failure(ErrorClass::Connect, 10, || "connection refused".into());
+        let report = Report::new(&cfg, &result, &meta());
+        assert_eq!(report.generator.verdict, "not-judged");
+        assert_eq!(report.generator.verdict_reason.as_deref(), Some("no response was received"));
+        assert!(report.render_text().contains(": not judged, no response was received"));
+        let (cfg, mut result) = fixed_result(0.1);
+        result.duration = Duration::from_millis(50);
+        let report = Report::new(&cfg, &result, &meta());
+        assert_eq!(report.generator.verdict, "not-judged");
+        assert!(report.generator.verdict_reason.unwrap().contains("too short (0.05 s)"));
+    }
+
     #[test]
     fn polling_is_waiting_not_work() {
         // 20 CPU-seconds used of 20 available, 8 of them polling for events: 60% busy.

@@ -469,6 +469,21 @@ fn host_reads_a_captured_tree_and_the_live_host() {
     usage_error(&["host", "--root", "/nonexistent-root"], "--root /nonexistent-root");
 }
 
+/// Every rule says what it means, when it fires and what to do.
+#[test]
+fn doctor_explains_its_rules() {
+    let out = qpslab(&["doctor", "--explain", "softnet-time-squeeze"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fires at:  10 time squeezes/s or more over the window"), "{text}");
+    let all = qpslab(&["doctor", "--explain"]);
+    let text = String::from_utf8_lossy(&all.stdout);
+    for name in ["latency-bound", "shared-cpus", "no-responses", "single-rx-queue"] {
+        assert!(text.lines().any(|l| l == name), "{name} in {text}");
+    }
+    usage_error(&["doctor", "--explain", "slowness"], "--explain \"slowness\": no such rule");
+}
+
 #[test]
 fn doctor_bad_flags() {
     usage_error(&["doctor"], "--duration");
