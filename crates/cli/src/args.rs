@@ -263,9 +263,9 @@ pub struct ServeArgs {
     #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
     pub listen: Vec<String>,
 
-    /// Worker threads, one epoll loop each; auto = online CPUs
-    #[arg(short, long, value_name = "N|auto", default_value = "auto")]
-    pub workers: String,
+    /// Worker threads, one epoll loop each; auto = the CPUs this process may use
+    #[arg(short, long, value_name = "N|auto", default_value = "auto", value_parser = parse_workers)]
+    pub workers: Workers,
 
     /// Pin worker i to the i-th CPU of this list (e.g. 0 or 0-3)
     #[arg(long, value_name = "LIST")]
@@ -342,33 +342,32 @@ pub struct ServeArgs {
     /// Print the totals at exit as JSON
     #[arg(long)]
     pub json: bool,
+
+    /// Once listening, write one JSON line to descriptor N and close it: the bound addresses,
+    /// the PID and the worker count (for a supervisor that starts serve on port 0)
+    #[arg(long, value_name = "N")]
+    pub ready_fd: Option<i32>,
+}
+
+/// `--workers`: a count, or `auto` (None).
+#[derive(Debug, Clone, Copy)]
+pub struct Workers(pub Option<usize>);
+
+fn parse_workers(s: &str) -> Result<Workers, String> {
+    match s {
+        "auto" => Ok(Workers(None)),
+        n => n
+            .parse()
+            .map(|n| Workers(Some(n)))
+            .map_err(|_| format!("{n:?} is not a number; give N or auto")),
+    }
 }
 
 impl ServeArgs {
-    /// Converts flags into the server's options; errors name the flag.
-    pub fn to_options(&self) -> Result<qpslab_serve::ServeOptions, String> {
-        let workers = match self.workers.as_str() {
-            "auto" => None,
-            n => Some(
-                n.parse::<usize>()
-                    .map_err(|_| format!("--workers: {n:?} is not a number; give N or auto"))?,
-            ),
-        };
-        let cpus = match &self.cpus {
-            None => None,
-            Some(list) => {
-                let cpus =
-                    qpslab_sys::cpus::parse_cpu_list(list).map_err(|e| format!("--cpus: {e}"))?;
-                let allowed = qpslab_sys::cpus::allowed_cpus();
-                if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-                    return Err(format!(
-                        "--cpus: CPU {bad} is not available to this process (allowed: {allowed:?})"
-                    ));
-                }
-                Some(cpus)
-            }
-        };
-        let accept = qpslab_serve::AcceptMode::parse(&self.accept).map_err(|e| e.to_string())?;
+    /// The server's options, as given; the serve crate validates them.
+    pub fn to_options(&self) -> Result<qpslab_serve::ServeOptions, qpslab_serve::ConfigError> {
+        let (workers, cpus) = (self.workers.0, self.cpus.clone());
+        let accept = qpslab_serve::AcceptMode::parse(&self.accept)?;
         let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         Ok(qpslab_serve::ServeOptions {
             listen: self.listen.clone(),

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
-use qpslab_host::facts;
+use qpslab_host::{facts, Root};
 use qpslab_load::config::PollMode;
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
@@ -52,15 +52,15 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
     }
-    install_sigint_handler();
-
+    let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let result = qpslab_load::run(&cfg, &mut |p| progress.update(p)).map_err(|e| match e {
-        LoadError::Config(_) | LoadError::Unreachable { .. } => {
-            anyhow::Error::new(UsageError(e.to_string()))
-        }
-        other => anyhow::Error::new(other),
-    })?;
+    let result =
+        qpslab_load::run(&cfg, stop, &mut |p| progress.update(p)).map_err(|e| match e {
+            LoadError::Config(_) | LoadError::Unreachable { .. } => {
+                anyhow::Error::new(UsageError(e.to_string()))
+            }
+            other => anyhow::Error::new(other),
+        })?;
     progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
@@ -82,9 +82,9 @@ pub fn run_meta() -> RunMeta {
         version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
         command: std::env::args().collect(),
         host: HostInfo {
-            kernel: facts::kernel_release(),
-            cpu_model: facts::cpu_model(),
-            online_cpus: facts::online_cpus(),
+            kernel: qpslab_sys::system::kernel_release(),
+            cpu_model: facts::cpu_model(&Root::live()),
+            online_cpus: qpslab_sys::system::online_cpus(),
         },
     }
 }
@@ -131,17 +131,4 @@ fn print_progress(p: &Progress, last: &Progress) {
         rate,
         p.failed
     );
-}
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    qpslab_load::request_stop();
-    // A second Ctrl-C ends the process the usual way.
-    // SAFETY: signal() is async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
-}
-
-/// Ctrl-C stops the run early and still prints the results, as wrk does.
-fn install_sigint_handler() {
-    // SAFETY: the handler only stores an atomic and resets the disposition.
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
 }

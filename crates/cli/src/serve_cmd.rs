@@ -1,6 +1,5 @@
 //! `qpslab serve`: options in, server run, totals out.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qpslab_serve::{ServeConfig, ServeReport, Server, WorkerCounters};
@@ -9,54 +8,81 @@ use qpslab_sys::root::Root;
 use crate::args::ServeArgs;
 use crate::{output, Outcome, UsageError};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
 pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
-    let opts = a.to_options().map_err(UsageError)?;
-    let cfg = ServeConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
-    let server = Server::bind(cfg).map_err(|e| UsageError(e.to_string()))?;
-    let cfg = server.config();
-    // Before the "listening" line: whoever reads it may signal at once.
-    // SAFETY: the handler only stores an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    let usage = |e: &dyn std::fmt::Display| UsageError(e.to_string());
+    let opts = a.to_options().map_err(|e| usage(&e))?;
+    let cfg = ServeConfig::from_options(&opts).map_err(|e| usage(&e))?;
+    let server = Server::bind(cfg).map_err(|e| usage(&e))?;
+    // Before the "listening" line and the readiness line: whoever reads them may signal at once.
+    let stop = qpslab_sys::signals::stop_flag()?;
     for w in server.warnings(&Root::live()) {
         eprintln!("qpslab serve: warning: {w}");
     }
+    eprintln!("qpslab serve: {}", startup_line(&server));
+    if let Some(fd) = a.ready_fd {
+        let ready = serde_json::json!({
+            "ready": true,
+            "pid": std::process::id(),
+            "listen": server.local_addrs(),
+            "workers": server.config().workers,
+        });
+        qpslab_sys::fd::notify_ready(fd, &ready.to_string())
+            .map_err(|e| UsageError(format!("--ready-fd {fd}: {e}")))?;
+    }
+    let started = Instant::now();
+    let mut stats = StatsLines { started, last: None, per_worker: a.per_worker };
+    let totals = server.run(stop, a.stats_every, &mut |snap| stats.print(snap))?;
+    let cfg = server.config();
+    let report = ServeReport {
+        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
+        listen: server.local_addrs().iter().map(ToString::to_string).collect(),
+        workers: cfg.workers,
+        accept: cfg.accept.name(),
+        duration_s: started.elapsed().as_secs_f64(),
+        totals: WorkerCounters::sum(&totals),
+        per_worker: totals,
+    };
+    output::emit(a.json, &report, || serve_text(&report))?;
+    Ok(Outcome::Passed)
+}
+
+/// `listening on ADDR (N workers, accept MODE, pinned to [..], sharing the port with ...)`.
+fn startup_line(server: &Server) -> String {
+    let cfg = server.config();
     let addrs: Vec<String> = server.local_addrs().iter().map(ToString::to_string).collect();
     let shared: Vec<String> = server.shared_with().iter().map(ToString::to_string).collect();
-    eprintln!(
-        "qpslab serve: listening on {} ({} {}, accept {}{}{})",
+    let sharing = match (cfg.share_port, shared.is_empty()) {
+        (false, _) => String::new(),
+        (true, true) => ", sharing the port with no other server yet".into(),
+        (true, false) => {
+            format!(
+                ", sharing the port with {}: the servers split the connections",
+                shared.join(", ")
+            )
+        }
+    };
+    format!(
+        "listening on {} ({} {}, accept {}{}{sharing})",
         addrs.join(", "),
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         cfg.accept.name(),
         cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}")),
-        if cfg.share_port {
-            format!(
-                ", sharing the port with {}: the servers split the connections",
-                if shared.is_empty() {
-                    "no other server yet".to_string()
-                } else {
-                    shared.join(", ")
-                }
-            )
-        } else {
-            String::new()
-        }
-    );
-    let started = Instant::now();
-    let mut last: Option<(Instant, Vec<WorkerCounters>)> = None;
-    let per_worker = a.per_worker;
-    let mut print_stats = |snap: &[WorkerCounters]| {
+    )
+}
+
+/// `--stats-every`: a line of totals (and one per worker with `--per-worker`) each interval.
+struct StatsLines {
+    started: Instant,
+    last: Option<(Instant, Vec<WorkerCounters>)>,
+    per_worker: bool,
+}
+
+impl StatsLines {
+    fn print(&mut self, snap: &[WorkerCounters]) {
         let now = Instant::now();
-        let prev = last.take().unwrap_or((started, vec![WorkerCounters::default(); snap.len()]));
+        let prev =
+            self.last.take().unwrap_or((self.started, vec![WorkerCounters::default(); snap.len()]));
         let secs = now.duration_since(prev.0).as_secs_f64().max(1e-3);
         let line = |label: String, s: &WorkerCounters, p: &WorkerCounters| {
             format!(
@@ -68,32 +94,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
                 s.timeouts
             )
         };
-        let t = now.duration_since(started).as_secs_f64();
-        eprintln!(
-            "{}",
-            line(format!("[{t:>6.1}s]"), &WorkerCounters::sum(snap), &WorkerCounters::sum(&prev.1))
-        );
-        if per_worker {
+        let t = now.duration_since(self.started).as_secs_f64();
+        let (all, before) = (WorkerCounters::sum(snap), WorkerCounters::sum(&prev.1));
+        eprintln!("{}", line(format!("[{t:>6.1}s]"), &all, &before));
+        if self.per_worker {
             for (i, (s, p)) in snap.iter().zip(&prev.1).enumerate() {
                 eprintln!("{}", line(format!("  worker {i}"), s, p));
             }
         }
-        last = Some((now, snap.to_vec()));
-    };
-    let totals = server.run(&STOP, a.stats_every, &mut print_stats)?;
-    let elapsed = started.elapsed();
-    let all = WorkerCounters::sum(&totals);
-    let report = ServeReport {
-        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
-        listen: addrs,
-        workers: cfg.workers,
-        accept: cfg.accept.name(),
-        duration_s: elapsed.as_secs_f64(),
-        totals: all,
-        per_worker: totals,
-    };
-    output::emit(a.json, &report, || serve_text(&report))?;
-    Ok(Outcome::Passed)
+        self.last = Some((now, snap.to_vec()));
+    }
 }
 
 /// The totals line, and a line per worker when there are several.

@@ -1,9 +1,7 @@
 //! `qpslab tune plan|apply|revert|status`: flags into plan options, library calls, output.
 
 use std::io::BufRead as _;
-use std::path::{Path, PathBuf};
 
-use qpslab_host::doctor::JOURNAL;
 use qpslab_host::sample::Role;
 use qpslab_host::tune::{self, text, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError};
 use qpslab_host::{CpuSet, Host, Root};
@@ -25,9 +23,9 @@ pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
         TuneCommand::Apply(a) => {
             let (root, plan) = build_plan(&a.spec)?;
             let opts = ApplyOptions {
-                journal: journal_path(&root, a.journal.as_deref()),
+                journal: tune::journal_path(&root, a.journal.as_deref()),
                 stop_irqbalance: a.stop_irqbalance,
-                live: is_live(root.dir()),
+                live: tune::is_live(root.dir()),
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };
             tune::apply::check_apply(&plan, &opts).map_err(usage)?;
@@ -42,16 +40,20 @@ pub fn run(a: TuneArgs) -> anyhow::Result<Outcome> {
         }
         TuneCommand::Revert(r) => {
             let root = Root::new(&r.root);
-            let journal = journal_path(&root, r.journal.as_deref());
-            let report =
-                tune::revert(&mut RootFiles(root.clone()), &journal, r.force, is_live(&r.root))
-                    .map_err(usage)?;
+            let journal = tune::journal_path(&root, r.journal.as_deref());
+            let report = tune::revert(
+                &mut RootFiles(root.clone()),
+                &journal,
+                r.force,
+                tune::is_live(&r.root),
+            )
+            .map_err(usage)?;
             output::emit(r.json, &report, || text::revert_text(&report, &journal))?;
             Ok(if report.clean() { Outcome::Passed } else { Outcome::ChecksFailed })
         }
         TuneCommand::Status(s) => {
             let root = Root::new(&s.root);
-            let journal = journal_path(&root, s.journal.as_deref());
+            let journal = tune::journal_path(&root, s.journal.as_deref());
             let status = tune::status(&mut RootFiles(root), &journal).map_err(usage)?;
             output::emit(s.json, &status, || text::status_text(status.as_ref(), &journal))?;
             Ok(Outcome::Passed)
@@ -85,28 +87,6 @@ fn build_plan(spec: &PlanSpec) -> anyhow::Result<(Root, Plan)> {
     };
     let plan = tune::plan(&host, &opts).map_err(|e| UsageError(e.0))?;
     Ok((root, plan))
-}
-
-/// The --journal flag, or the default under the root; inside a network namespace the default
-/// is the namespace's own (`journal-net-ID.json`), since the filesystem is shared with the host
-/// and a namespace's changes must not block the host's.
-fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
-    if let Some(path) = flag {
-        return path.to_path_buf();
-    }
-    let default = root.path(JOURNAL);
-    match qpslab_host::host::net_namespace(root) {
-        Some(ns) => {
-            let id: String = ns.chars().filter(char::is_ascii_digit).collect();
-            default.with_file_name(format!("journal-net-{id}.json"))
-        }
-        None => default,
-    }
-}
-
-/// Whether `dir` is this host's own root.
-fn is_live(dir: &Path) -> bool {
-    dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
 }
 
 /// Shows the plan and asks; an unanswerable question (stdin closed) is a usage error.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::doctor::{diagnose, summarize, Context, Finding, Summary, JOURNAL};
 use crate::host::Host;
-use crate::sample::{sample_until, ticks_per_second, Role, Sample, Watch};
+use crate::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
 
 /// What the doctor says about a run: the summary and the findings, worst first.
@@ -64,7 +64,7 @@ impl Examination {
     /// Summarises the samples and applies every rule; whether a tune journal is active is
     /// read from the root.
     pub fn diagnose(&self, samples: &[Sample], mut ctx: Context) -> Diagnosis {
-        let summary = summarize(samples, &self.followed(), ticks_per_second());
+        let summary = summarize(samples, &self.followed(), qpslab_sys::system::clock_ticks());
         ctx.journal_active = self.root.exists(JOURNAL);
         let findings = diagnose(&self.host, samples, &summary, &ctx);
         Diagnosis { summary, findings }

@@ -1,23 +1,11 @@
-//! Provenance facts about the live machine for run reports: kernel release, CPU model, online
-//! CPU count.
+//! Provenance facts about a machine for run reports that /proc tells: the CPU model. (The
+//! kernel release and CPU count come from `qpslab_sys::system`.)
 
-/// `uname -r`.
-pub fn kernel_release() -> String {
-    // SAFETY: utsname is plain data; uname fills it with NUL-terminated strings.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is valid and writable.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return String::new();
-    }
-    // SAFETY: uname NUL-terminates release.
-    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
-    release.to_string_lossy().into_owned()
-}
+use qpslab_sys::root::Root;
 
-/// The first `model name` of /proc/cpuinfo.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
+/// The first `model name` of /proc/cpuinfo under `root`; empty when absent.
+pub fn cpu_model(root: &Root) -> String {
+    root.read_opt("proc/cpuinfo")
         .and_then(|t| {
             t.lines()
                 .find_map(|l| l.strip_prefix("model name"))
@@ -27,9 +15,21 @@ pub fn cpu_model() -> String {
         .unwrap_or_default()
 }
 
-/// CPUs online on the host (not the ones this process may use: under taskset they differ).
-pub fn online_cpus() -> usize {
-    // SAFETY: sysconf takes no pointers.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(0)
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn cpu_model_from_a_captured_cpuinfo() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        std::fs::write(
+            dir.path().join("proc/cpuinfo"),
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n",
+        )
+        .unwrap();
+        assert_eq!(cpu_model(&Root::new(dir.path())), "AMD EPYC 7B13");
+        assert_eq!(cpu_model(&Root::new("/nonexistent")), "");
+    }
 }

@@ -186,17 +186,6 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
     })
 }
 
-/// Clock ticks per second (USER_HZ), the unit of /proc/stat and /proc/PID/stat.
-pub fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
 /// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
 /// sample; at least two samples are returned. The first is taken at once.
 pub(crate) fn sample_until(

@@ -1,11 +1,16 @@
-//! Bench targets started on loopback: the built-in server (`qpslab serve` as a child process)
-//! and nginx from PATH with a generated configuration. Each is stopped by its PID.
+//! Bench targets started on loopback: the built-in server (`qpslab serve` as a child process,
+//! which says where it listens on a readiness descriptor) and nginx from PATH with a generated
+//! configuration. Each is stopped by its PID.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use qpslab_host::Root;
+use serde::Deserialize;
 
 use crate::BenchError;
 
@@ -33,8 +38,7 @@ impl Running {
     }
 
     fn terminate(&mut self) {
-        // SAFETY: kill() on the PID of our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = qpslab_sys::process::terminate(self.child.id());
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(3) {
             if self.child.try_wait().ok().flatten().is_some() {
@@ -55,55 +59,58 @@ impl Drop for Running {
     }
 }
 
-/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with one worker per CPU, pinned.
+/// What `qpslab serve --ready-fd N` writes once it listens.
+#[derive(Debug, Deserialize)]
+struct Ready {
+    listen: Vec<SocketAddr>,
+}
+
+/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with one worker per CPU, pinned, and
+/// waits for its readiness line: the addresses it bound, as JSON on a pipe it inherits.
 pub fn builtin(serve_exe: &Path, cpus: &[usize]) -> Result<Running, BenchError> {
+    let failed = |e: std::io::Error| {
+        BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
+    };
     let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+    let (ready, writer) = std::io::pipe().map_err(failed)?;
+    qpslab_sys::fd::inheritable(&writer).map_err(failed)?;
     let mut child = Command::new(serve_exe)
-        .args([
-            "serve",
-            "-l",
-            "127.0.0.1:0",
-            "-w",
-            &cpus.len().to_string(),
-            "--cpus",
-            &list.join(","),
-        ])
+        .args(["serve", "-l", "127.0.0.1:0", "-w", &cpus.len().to_string(), "--cpus"])
+        .arg(list.join(","))
+        .arg("--ready-fd")
+        .arg(writer.as_raw_fd().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| {
-            BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
-        })?;
-    let Some(stderr) = child.stderr.take() else {
-        return Err(BenchError::Target("serve: no stderr pipe".into()));
-    };
-    let mut reader = BufReader::new(stderr);
+        .map_err(failed)?;
+    // Only the child holds the writing end now: EOF means it exited without being ready.
+    drop(writer);
     let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            let _ = child.wait();
-            return Err(BenchError::Target(format!(
-                "the built-in server exited before listening: {}",
-                line.trim()
-            )));
+    let _ = BufReader::new(ready).read_line(&mut line);
+    let mut stderr = child.stderr.take();
+    let parsed: Option<Ready> = serde_json::from_str(&line).ok();
+    let Some(addr) = parsed.and_then(|r| r.listen.first().copied()) else {
+        let mut why = String::new();
+        if let Some(e) = &mut stderr {
+            let _ = e.read_to_string(&mut why);
         }
-        if let Some(addr) =
-            line.split("listening on ").nth(1).and_then(|r| r.split([' ', ',']).next())
-        {
-            let addr: SocketAddr = addr.parse().map_err(|_| {
-                BenchError::Target(format!("unexpected serve output: {}", line.trim()))
-            })?;
-            // Drain the rest of stderr so the server never blocks on a full pipe.
-            std::thread::spawn(move || {
-                let mut sink = Vec::new();
-                let _ = reader.read_to_end(&mut sink);
-            });
-            let pid = child.id();
-            return Ok(Running { kind: "builtin", addr, pids: vec![pid], child, _dir: None });
-        }
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(BenchError::Target(format!(
+            "the built-in server did not start: {}",
+            why.trim()
+        )));
+    };
+    // Drain stderr so the server never blocks on a full pipe.
+    if let Some(mut e) = stderr {
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = e.read_to_end(&mut sink);
+        });
     }
+    let pid = child.id();
+    Ok(Running { kind: "builtin", addr, pids: vec![pid], child, _dir: None })
 }
 
 /// The nginx executable on PATH.
@@ -164,9 +171,9 @@ pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
     let start = Instant::now();
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            let workers = children_of(running.child.id());
-            if workers.len() >= cpus.len() {
-                running.pids.extend(workers);
+            let family = qpslab_host::procs::with_descendants(&Root::live(), &[running.child.id()]);
+            if family.len() > cpus.len() {
+                running.pids = family;
                 break;
             }
         }
@@ -181,18 +188,4 @@ pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
     }
     running._dir = Some(dir);
     Ok(running)
-}
-
-/// PIDs whose parent is `pid` (from /proc/*/stat).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).ok().is_some_and(|s| {
-                let after = s.rfind(')').map_or("", |i| &s[i + 1..]);
-                after.split_ascii_whitespace().nth(1).and_then(|pp| pp.parse::<u32>().ok())
-                    == Some(pid)
-            })
-        })
-        .collect()
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use qpslab_http::{HeaderArg, RequestSpec};
 
 use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
+use qpslab_sys::root::Root;
 
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
@@ -234,6 +235,8 @@ pub struct LoadConfig {
     pub retry_closed: bool,
     /// What the user should know about how the options were read (a URL taken as `http://`).
     pub notes: Vec<String>,
+    /// See [`LoadConfig::port_budgets`].
+    port_budgets: Vec<PortBudget>,
 }
 
 impl LoadConfig {
@@ -441,7 +444,7 @@ impl LoadConfig {
         let auto_poll = auto_polls(
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
-            machine_cpus(),
+            qpslab_sys::system::online_cpus(),
             targets.iter().any(|t| t.addr.ip().is_loopback()),
         );
         Ok(Self {
@@ -466,7 +469,14 @@ impl LoadConfig {
             auto_poll,
             retry_closed: !opts.no_retry,
             notes,
-        })
+            port_budgets: Vec::new(),
+        }
+        .with_port_budgets(&Root::live()))
+    }
+
+    fn with_port_budgets(mut self, root: &Root) -> Self {
+        self.port_budgets = self.compute_port_budgets(root);
+        self
     }
 
     /// Connections owned by thread `i`: the total spread as evenly as possible.
@@ -513,11 +523,15 @@ impl LoadConfig {
     }
 
     /// Source tuples against what the run needs, for each destination; the first entry is the
-    /// tightest.
-    pub fn port_budgets(&self) -> Vec<PortBudget> {
+    /// tightest. Read from the kernel once, when the options were validated.
+    pub fn port_budgets(&self) -> &[PortBudget] {
+        &self.port_budgets
+    }
+
+    fn compute_port_budgets(&self, root: &Root) -> Vec<PortBudget> {
         let groups = self.groups();
         let dealt = self.connection_groups(&groups);
-        let ephemeral = source::ephemeral_ports();
+        let ephemeral = source::ephemeral_ports(root);
         let mut out: Vec<PortBudget> = groups
             .iter()
             .enumerate()
@@ -529,7 +543,7 @@ impl LoadConfig {
                 };
                 let hold_s = if !self.conn_per_request || self.rst_close {
                     0.0
-                } else if source::tw_reuse_applies(&group.addr) {
+                } else if source::tw_reuse_applies(root, &group.addr) {
                     source::TW_REUSE_S
                 } else {
                     source::TIME_WAIT_S
@@ -586,13 +600,6 @@ fn share(total: u64, parts: usize, i: usize) -> u64 {
 /// CPUs this process may use (its affinity), the default thread count.
 pub(crate) fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// CPUs online on the machine, whatever this process may use.
-fn machine_cpus() -> usize {
-    // SAFETY: sysconf takes a constant and reads no memory of ours.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
 }
 
 fn distinct_cpus(cpus: &[usize]) -> usize {

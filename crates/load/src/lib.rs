@@ -6,7 +6,6 @@
 //! CLI does.
 
 pub mod config;
-mod gate;
 pub mod hlog;
 mod pacer;
 pub mod rate;
@@ -19,18 +18,19 @@ mod worker;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
+use qpslab_sys::crew::{self, Crew, Hand, Supervise, WorkerError};
 use thiserror::Error;
 
-use worker::Msg;
+use worker::{Clock, Msg};
 
 pub use config::{ConfigError, LoadConfig, LoadOptions, Target};
+pub use qpslab_sys::thread::CpuTime;
 pub use report::Report;
 pub use stats::{ErrorClass, Recorder};
-pub use worker::{CpuTime, ThreadProgress};
+pub use worker::ThreadProgress;
 
 /// Why a run could not start or ran into trouble outside the request accounting.
 #[derive(Debug, Error)]
@@ -39,8 +39,9 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     #[error("cannot connect to {url} ({addr}): {reason}; is a server listening there?")]
     Unreachable { url: String, addr: std::net::SocketAddr, reason: String },
-    #[error("thread {thread}: {source}")]
-    Thread { thread: usize, source: std::io::Error },
+    /// A load thread could not start, be pinned, or run (a panic included).
+    #[error(transparent)]
+    Thread(#[from] WorkerError<std::io::Error>),
 }
 
 /// Live counters, summed over threads.
@@ -113,14 +114,6 @@ pub struct Setup {
     pub example: Option<String>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Asks a running [`run`] to stop early, as at the end of its duration. Async-signal-safe: a
-/// SIGINT handler may call it.
-pub fn request_stop() {
-    STOP.store(true, Ordering::Relaxed);
-}
-
 /// Checks that the run can start: the descriptor limit fits the connections, and every target
 /// accepts a TCP connection, so a wrong port fails in milliseconds instead of after the whole
 /// duration.
@@ -135,22 +128,23 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
         TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
             url: t.url.clone(),
             addr: t.addr,
-            reason: stats::io_message(&e),
+            reason: qpslab_sys::net::message(&e),
         })?;
     }
     Ok(())
 }
 
-/// Runs the load and returns the merged measurements. `on_progress` is called about once a
-/// second from the calling thread; it sees the same counters whatever it does with them.
+/// Runs the load and returns the merged measurements. The run ends at its duration or request
+/// count, or early when `stop` is set (a SIGINT handler may set it). `on_progress` is called
+/// about once a second from the calling thread; it sees the same counters whatever it does with
+/// them.
 pub fn run(
     cfg: &LoadConfig,
+    stop: &AtomicBool,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, LoadError> {
     ensure_fd_limit(cfg.connections, cfg.threads)?;
-    STOP.store(false, Ordering::Relaxed);
-    let mut intervals = Vec::new();
-    let mut log = match &cfg.log {
+    let log = match &cfg.log {
         None => None,
         Some(path) => Some(IntervalLog::new(
             hlog::HlogWriter::create(path).map_err(|e| {
@@ -166,73 +160,58 @@ pub fn run(
         groups,
         heads: cfg.targets.iter().map(|t| t.head).collect(),
         idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
-        stop_flag: &STOP,
+        stop_flag: stop,
     };
-    let gate = gate::StartGate::default();
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
-    let (done_tx, done_rx) = mpsc::channel();
+    let crew = Crew {
+        name: "qpslab-load",
+        workers: cfg.threads,
+        cpus: cfg.cpus.as_deref(),
+        every: Some(Duration::from_secs(1)),
+        start_line: true,
+    };
     let spawned = Instant::now();
-    let (outcomes, clock) = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..cfg.threads)
-            .map(|i| {
-                let (shared, gate, progress, done) =
-                    (&shared, &gate, &progress[i], done_tx.clone());
-                std::thread::Builder::new()
-                    .name(format!("qpslab-load-{i}"))
-                    .spawn_scoped(scope, move || {
-                        let result = run_thread(shared, gate, i, progress, done.clone());
-                        let _ = done.send(Msg::Done);
-                        result
-                    })
-                    .map_err(|source| LoadError::Thread { thread: i, source })
-            })
-            .collect();
-        let running = handles.iter().filter(|h| h.is_ok()).count();
-        drop(done_tx);
-        let started = gate.open(running, || {
-            let start = Instant::now();
-            let measure_start = start + cfg.warmup;
-            gate::Clock {
-                start,
-                started_at: SystemTime::now(),
-                measure_start,
-                stop_at: cfg.duration.map(|d| measure_start + d),
-            }
-        });
-        if let Some(log) = &mut log {
-            log.begin(started.started_at + cfg.warmup);
-        }
-        intervals =
-            watch(&done_rx, running, &progress, started.measure_start, on_progress, &mut log);
-        let outcomes = handles
-            .into_iter()
-            .enumerate()
-            .map(|(i, h)| match h?.join() {
-                Ok(r) => r.map_err(|source| LoadError::Thread { thread: i, source }),
-                Err(_) => Err(LoadError::Thread {
-                    thread: i,
-                    source: std::io::Error::other("load thread panicked"),
-                }),
-            })
-            .collect::<Result<Vec<_>, _>>();
-        (outcomes, started)
-    });
-    let outcomes = outcomes?;
-    let (started_at, measure_start) = (clock.started_at, clock.measure_start);
+    let mut watcher =
+        Watcher { cfg, progress: &progress, on_progress, log, intervals: Vec::new(), clock: None };
+    let outcomes = crew::run(
+        &crew,
+        |hand: &Hand<'_, Msg, Clock>| run_thread(&shared, hand, &progress[hand.index()]),
+        &mut watcher,
+    )
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
+    let merged = merge(cfg, &outcomes, clock, spawned);
+    let log_error = watcher.log.map(|l| l.finish(merged.duration)).and_then(Result::err);
+    Ok(RunResult {
+        intervals: watcher.intervals,
+        stopped_early: stop.load(Ordering::Relaxed),
+        log_error,
+        port_budget: cfg.port_budgets().first().cloned(),
+        ..merged
+    })
+}
+
+/// Adds up what the threads measured.
+fn merge(
+    cfg: &LoadConfig,
+    outcomes: &[worker::ThreadOutcome],
+    clock: Clock,
+    spawned: Instant,
+) -> RunResult {
     let mut rec = Recorder::default();
-    let mut in_flight_at_stop = 0;
+    let (mut in_flight_at_stop, mut due_unsent, mut idle_at_stop) = (0, 0, 0);
     let mut cpu = CpuTime::default();
     let mut polled = Duration::ZERO;
-    let mut ended = measure_start;
-    let (mut due_unsent, mut idle_at_stop) = (0, 0);
+    let mut ended = clock.measure_start;
     let mut in_flight_by_target = vec![0; cfg.targets.len()];
     let mut setup = Setup {
         connections: cfg.connections,
         duration: clock.start.saturating_duration_since(spawned),
         ..Setup::default()
     };
-    for o in &outcomes {
+    for o in outcomes {
         setup.opened += o.setup.opened;
         setup.failed += o.setup.failed;
         setup.closed_by_server += o.setup.closed_by_server;
@@ -250,24 +229,65 @@ pub fn run(
             *a += b;
         }
     }
-    let duration = ended.saturating_duration_since(measure_start);
-    let log_error = log.map(|l| l.finish(duration)).and_then(Result::err);
-    Ok(RunResult {
+    RunResult {
         rec,
         in_flight_at_stop,
-        duration,
+        duration: ended.saturating_duration_since(clock.measure_start),
         cpu,
         polled,
-        started_at,
-        intervals,
-        stopped_early: STOP.load(Ordering::Relaxed),
+        started_at: clock.started_at,
+        intervals: Vec::new(),
+        stopped_early: false,
         due_unsent,
         idle_at_stop,
         in_flight_by_target,
-        log_error,
-        port_budget: cfg.port_budgets().into_iter().next(),
+        log_error: None,
+        port_budget: None,
         setup: cfg.opens_first().then_some(setup),
-    })
+    }
+}
+
+/// The calling thread during a run: starts the run's clock when every load thread is ready,
+/// samples the progress counters once a second (the per-second rows and the progress
+/// callback), and gathers `--log` interval histograms.
+struct Watcher<'a> {
+    cfg: &'a LoadConfig,
+    progress: &'a [ThreadProgress],
+    on_progress: &'a mut dyn FnMut(&Progress),
+    log: Option<IntervalLog>,
+    intervals: Vec<Interval>,
+    clock: Option<Clock>,
+}
+
+impl Supervise<Msg, Clock> for Watcher<'_> {
+    fn start(&mut self) -> Clock {
+        let clock = Clock::now(self.cfg);
+        if let Some(log) = &mut self.log {
+            log.begin(clock.started_at + self.cfg.warmup);
+        }
+        self.clock = Some(clock);
+        clock
+    }
+
+    fn message(&mut self, thread: usize, Msg::Interval { index, hist }: Msg) {
+        if let Some(l) = &mut self.log {
+            l.add(thread, index, &hist);
+        }
+    }
+
+    fn tick(&mut self) {
+        let Some(clock) = self.clock else { return };
+        let p = sum_progress(self.progress, clock.measure_start);
+        if !p.warming_up {
+            self.intervals.push(Interval {
+                elapsed_s: p.elapsed.as_secs_f64(),
+                sent: p.sent,
+                completed: p.completed,
+                failed: p.failed,
+            });
+        }
+        (self.on_progress)(&p);
+    }
 }
 
 /// `--log`: per-interval histograms as threads hand them over, merged over threads, written
@@ -354,65 +374,18 @@ pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<(), ConfigE
     })
 }
 
-/// Waits for `running` threads to report done; once a second, samples their counters for the
-/// progress callback and the per-second interval rows.
-fn watch(
-    msgs: &mpsc::Receiver<Msg>,
-    mut running: usize,
-    progress: &[ThreadProgress],
-    measure_start: Instant,
-    on_progress: &mut dyn FnMut(&Progress),
-    log: &mut Option<IntervalLog>,
-) -> Vec<Interval> {
-    let mut intervals = Vec::new();
-    let mut next = Instant::now() + Duration::from_secs(1);
-    while running > 0 {
-        match msgs.recv_timeout(next.saturating_duration_since(Instant::now())) {
-            Ok(Msg::Done) => running -= 1,
-            Ok(Msg::Interval { thread, index, hist }) => {
-                if let Some(l) = log {
-                    l.add(thread, index, &hist);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let p = sum_progress(progress, measure_start);
-                if !p.warming_up {
-                    intervals.push(Interval {
-                        elapsed_s: p.elapsed.as_secs_f64(),
-                        sent: p.sent,
-                        completed: p.completed,
-                        failed: p.failed,
-                    });
-                }
-                on_progress(&p);
-                next += Duration::from_secs(1);
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    intervals
-}
-
-/// One load thread: builds its event loop (open loop: opens its connections), waits at the
-/// start line for the others, runs. It reaches the start line even when it fails before it,
-/// so the others are not held.
+/// One load thread: builds its event loop (in keep-alive runs, opens its connections), waits at
+/// the start line for the others, runs. A thread that fails before the line does not hold them.
 fn run_thread(
     shared: &worker::Shared<'_>,
-    gate: &gate::StartGate,
-    i: usize,
+    hand: &Hand<'_, Msg, Clock>,
     progress: &ThreadProgress,
-    msgs: mpsc::Sender<Msg>,
 ) -> std::io::Result<worker::ThreadOutcome> {
-    let ready = (|| {
-        if let Some(cpus) = &shared.cfg.cpus {
-            qpslab_sys::cpus::pin_current_thread(cpus[i % cpus.len()])?;
-        }
-        let mut w = worker::Worker::new(shared, i, progress, msgs)?;
-        w.connect_phase()?;
-        Ok::<_, std::io::Error>(w)
-    })();
-    let clock = gate.arrive();
-    ready?.run(clock)
+    let send = |index: u32, hist: Histogram<u64>| hand.send(Msg::Interval { index, hist });
+    let mut w = worker::Worker::new(shared, hand.index(), progress, &send)?;
+    w.connect_phase()?;
+    let clock = hand.ready();
+    w.run(clock)
 }
 
 fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress {

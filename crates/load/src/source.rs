@@ -7,6 +7,7 @@
 //!
 //! Does not open sockets: the worker binds with [`SourceRange::pick`].
 
+use qpslab_sys::root::Root;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::ConfigError;
@@ -178,10 +179,10 @@ impl PortBudget {
     }
 }
 
-/// The kernel's ephemeral port count (ip_local_port_range), or Linux's default when unreadable.
-pub fn ephemeral_ports() -> u64 {
-    let text =
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+/// The kernel's ephemeral port count (ip_local_port_range under `root`), or Linux's default when
+/// unreadable.
+pub fn ephemeral_ports(root: &Root) -> u64 {
+    let text = root.read_opt("proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
     let mut it = text.split_whitespace().filter_map(|w| w.parse::<u64>().ok());
     match (it.next(), it.next()) {
         (Some(lo), Some(hi)) if hi >= lo => hi - lo + 1,
@@ -191,8 +192,8 @@ pub fn ephemeral_ports() -> u64 {
 
 /// Whether the kernel reuses TIME_WAIT tuples for new connections to `dest`
 /// (`net.ipv4.tcp_tw_reuse`: 1 everywhere, 2 loopback only, the default).
-pub fn tw_reuse_applies(dest: &SocketAddr) -> bool {
-    let mode = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_tw_reuse").unwrap_or_default();
+pub fn tw_reuse_applies(root: &Root, dest: &SocketAddr) -> bool {
+    let mode = root.read_opt("proc/sys/net/ipv4/tcp_tw_reuse").unwrap_or_default();
     match mode.trim() {
         "1" => true,
         "2" => dest.ip().is_loopback(),
@@ -203,6 +204,23 @@ pub fn tw_reuse_applies(dest: &SocketAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_range_and_tw_reuse_from_a_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("proc/sys/net/ipv4");
+        std::fs::create_dir_all(&sys).unwrap();
+        let root = Root::new(dir.path());
+        assert_eq!(ephemeral_ports(&root), 28232, "Linux's default when unreadable");
+        std::fs::write(sys.join("ip_local_port_range"), "1024\t65535\n").unwrap();
+        assert_eq!(ephemeral_ports(&root), 64512);
+        let (lo, remote): (SocketAddr, SocketAddr) =
+            ("127.0.0.1:80".parse().unwrap(), "10.0.0.1:80".parse().unwrap());
+        std::fs::write(sys.join("tcp_tw_reuse"), "2\n").unwrap();
+        assert!(tw_reuse_applies(&root, &lo) && !tw_reuse_applies(&root, &remote));
+        std::fs::write(sys.join("tcp_tw_reuse"), "1\n").unwrap();
+        assert!(tw_reuse_applies(&root, &remote));
+    }
 
     #[test]
     fn ranges_parse_with_and_without_ports() {

@@ -238,20 +238,6 @@ impl Recorder {
     }
 }
 
-/// Formats an I/O error the way reports show it: `connection reset by peer`.
-pub fn io_message(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error") {
-        Some(i) => &text[..i],
-        None => &text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(c) => c.to_lowercase().chain(chars).collect(),
-        None => text.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,11 +259,5 @@ mod tests {
         assert_eq!(a.statuses().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);
         assert_eq!(a.latency.len(), 2);
         assert_eq!(a.bad_status(), 1);
-    }
-
-    #[test]
-    fn io_messages_are_short() {
-        let e = std::io::Error::from_raw_os_error(libc::ECONNRESET);
-        assert_eq!(io_message(&e), "connection reset by peer");
     }
 }

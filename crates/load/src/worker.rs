@@ -11,19 +11,19 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
-use crate::gate::Clock;
 use crate::pacer::{Pacer, Schedule};
-use crate::stats::{io_message, new_histogram, ErrorClass, Recorder};
+use crate::stats::{new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
 use qpslab_sys::epoll::{self as poll, Epoll};
+use qpslab_sys::net::message as io_message;
+use qpslab_sys::thread::CpuTime;
 
 /// Pause before reopening a connection whose connect failed, so a dead target is not hammered.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
@@ -48,44 +48,27 @@ pub struct ThreadProgress {
     pub connected: AtomicBool,
 }
 
-/// CPU time a thread used.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CpuTime {
-    pub user: Duration,
-    pub sys: Duration,
+/// When the run started, when measuring starts (after warm-up) and when it stops (`-d`): set
+/// once every load thread is ready, the same for all.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    pub start: Instant,
+    pub started_at: SystemTime,
+    pub measure_start: Instant,
+    pub stop_at: Option<Instant>,
 }
 
-impl CpuTime {
-    pub fn of_current_thread() -> Self {
-        // SAFETY: rusage is plain data; getrusage fills it.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `ru` is a valid, writable rusage.
-        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-            return Self::default();
+impl Clock {
+    /// The clock of a run of `cfg` starting now.
+    pub fn now(cfg: &LoadConfig) -> Self {
+        let start = Instant::now();
+        let measure_start = start + cfg.warmup;
+        Clock {
+            start,
+            started_at: SystemTime::now(),
+            measure_start,
+            stop_at: cfg.duration.map(|d| measure_start + d),
         }
-        let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-        };
-        Self { user: tv(ru.ru_utime), sys: tv(ru.ru_stime) }
-    }
-
-    pub fn since(self, earlier: Self) -> Self {
-        Self {
-            user: self.user.saturating_sub(earlier.user),
-            sys: self.sys.saturating_sub(earlier.sys),
-        }
-    }
-
-    pub fn total(self) -> Duration {
-        self.user + self.sys
-    }
-}
-
-impl std::ops::Add for CpuTime {
-    type Output = Self;
-
-    fn add(self, other: Self) -> Self {
-        Self { user: self.user + other.user, sys: self.sys + other.sys }
     }
 }
 
@@ -123,11 +106,9 @@ pub(crate) struct SetupCounts {
 /// What threads tell the thread that watches them.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    /// The thread has stopped.
-    Done,
     /// `--log`: the corrected latency of interval `index` (seconds since the start of
-    /// measurement) on one thread.
-    Interval { thread: usize, index: u32, hist: Histogram<u64> },
+    /// measurement) on the sending thread.
+    Interval { index: u32, hist: Histogram<u64> },
 }
 
 /// Run-wide, read-only inputs of every thread.
@@ -247,7 +228,8 @@ pub(crate) struct Worker<'a> {
     /// `--source`: this thread's first pick and how many connects it has made.
     source_start: u64,
     source_n: u64,
-    msgs: mpsc::Sender<Msg>,
+    /// `--log`: hands a finished interval's histogram to the thread that writes the log.
+    send_interval: &'a dyn Fn(u32, Histogram<u64>),
     /// `--log`: the current interval and when it ends.
     log_index: u32,
     log_next: Instant,
@@ -261,7 +243,7 @@ impl<'a> Worker<'a> {
         shared: &'a Shared<'a>,
         index: usize,
         progress: &'a ThreadProgress,
-        msgs: mpsc::Sender<Msg>,
+        send_interval: &'a dyn Fn(u32, Histogram<u64>),
     ) -> io::Result<Self> {
         let cfg = shared.cfg;
         let now = Instant::now();
@@ -318,7 +300,7 @@ impl<'a> Worker<'a> {
             scan_per_tick: n_conns.div_ceil(sweep_ticks as usize).max(FULL_SCAN),
             source_start: first_conn as u64,
             source_n: 0,
-            msgs,
+            send_interval,
             log_index: 0,
             log_next: now,
             started: false,
@@ -376,8 +358,7 @@ impl<'a> Worker<'a> {
         if open {
             // The kernel lets a timed wait run up to the thread's timer slack (50 us by default)
             // late; a schedule wants its wake-ups on time.
-            // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only this thread.
-            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+            qpslab_sys::thread::set_timer_slack(1);
         }
         self.started = true;
         for idx in 0..self.conns.len() {
@@ -446,8 +427,7 @@ impl<'a> Worker<'a> {
         self.publish();
         if let Some(h) = self.rec.interval.take() {
             // The last, partial interval.
-            let msg = Msg::Interval { thread: self.index, index: self.log_index, hist: h };
-            let _ = self.msgs.send(msg);
+            (self.send_interval)(self.log_index, h);
         }
         let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
         for c in &self.conns {
@@ -475,8 +455,7 @@ impl<'a> Worker<'a> {
         while now >= self.log_next {
             if let Some(h) = &mut self.rec.interval {
                 let hist = std::mem::replace(h, new_histogram());
-                let msg = Msg::Interval { thread: self.index, index: self.log_index, hist };
-                let _ = self.msgs.send(msg);
+                (self.send_interval)(self.log_index, hist);
             }
             self.log_index += 1;
             self.log_next += LOG_INTERVAL;
@@ -662,7 +641,7 @@ impl<'a> Worker<'a> {
             }
             match sock.connect(&SockAddr::from(addr)) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+                Err(e) if qpslab_sys::net::connect_in_progress(&e) => {}
                 Err(e) => return Err(e),
             }
             Ok(sock)
@@ -1063,20 +1042,7 @@ impl Conn {
 /// whole ephemeral range to every destination.
 fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> io::Result<()> {
     if local.port() == 0 {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket, option and int-sized value.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::IPPROTO_IP,
-                libc::IP_BIND_ADDRESS_NO_PORT,
-                std::ptr::addr_of!(one).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        qpslab_sys::net::bind_address_no_port(sock)?;
     } else {
         // The port may still be in TIME_WAIT from an earlier connection of this run.
         sock.set_reuse_address(true)?;

@@ -51,9 +51,10 @@ pub const MAX_DELAY_MS: u64 = 60_000;
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub listen: Vec<String>,
-    /// `None`: one worker per online CPU.
+    /// `None`: one worker per CPU this process may use.
     pub workers: Option<usize>,
-    pub cpus: Option<Vec<usize>>,
+    /// Worker i pinned to the i-th CPU of this cpulist (`0-3,8`).
+    pub cpus: Option<String>,
     pub accept: AcceptMode,
     /// `None`: [`DEFAULT_BACKLOG`], capped by the kernel without a warning.
     pub backlog: Option<u32>,
@@ -141,9 +142,7 @@ impl ServeConfig {
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        if o.cpus.as_ref().is_some_and(Vec::is_empty) {
-            return Err(ConfigError::new("--cpus", "empty CPU list; write e.g. 0-3,8"));
-        }
+        let cpus = o.cpus.as_deref().map(validate_cpus).transpose()?;
         let positive = |d: Duration, flag: &'static str| {
             if d.is_zero() {
                 Err(ConfigError::new(flag, "must be greater than zero, e.g. 10s"))
@@ -189,7 +188,7 @@ impl ServeConfig {
         Ok(Self {
             listen,
             workers,
-            cpus: o.cpus.clone(),
+            cpus,
             accept: o.accept,
             backlog: o.backlog.unwrap_or(DEFAULT_BACKLOG),
             backlog_requested: o.backlog.is_some(),
@@ -204,5 +203,38 @@ impl ServeConfig {
             body_size: o.body_size,
             status: o.status,
         })
+    }
+}
+
+/// A cpulist of CPUs this process may use.
+fn validate_cpus(list: &str) -> Result<Vec<usize>, ConfigError> {
+    let cpus = qpslab_sys::cpus::parse_cpu_list(list).map_err(|e| ConfigError::new("--cpus", e))?;
+    if cpus.is_empty() {
+        return Err(ConfigError::new("--cpus", "empty CPU list; write e.g. 0-3,8"));
+    }
+    let allowed = qpslab_sys::cpus::allowed_cpus();
+    if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+        return Err(ConfigError::new(
+            "--cpus",
+            format!("CPU {bad} is not available to this process (allowed: {allowed:?})"),
+        ));
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_checked_against_this_process() {
+        let with = |cpus: &str| ServeOptions { cpus: Some(cpus.into()), ..ServeOptions::default() };
+        let flag = |o: ServeOptions| ServeConfig::from_options(&o).map(|_| ()).unwrap_err().flag;
+        assert_eq!(flag(with("100000")), "--cpus");
+        assert_eq!(flag(with("")), "--cpus");
+        assert_eq!(flag(with("3-1")), "--cpus");
+        let first = qpslab_sys::cpus::allowed_cpus()[0];
+        let cfg = ServeConfig::from_options(&with(&first.to_string()));
+        assert_eq!(cfg.map(|c| c.cpus), Ok(Some(vec![first])));
     }
 }

@@ -14,8 +14,9 @@ mod worker;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use qpslab_sys::crew::{self, Crew, Hand, Supervise, WorkerError};
 use thiserror::Error;
 
 pub use config::{AcceptMode, ConfigError, ServeConfig, ServeOptions};
@@ -27,23 +28,13 @@ pub use worker::{WorkerCounters, WorkerStats};
 pub enum ServeError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("--listen {addr}: cannot listen there: {}", os_message(source))]
+    #[error("--listen {addr}: cannot listen there: {}", qpslab_sys::net::message(source))]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("--listen {addr}: the port is already in use by {}; stop it or pick another port (--share-port shares it on purpose: the servers then split the connections)", holders_text(holders))]
     PortInUse { addr: SocketAddr, holders: Vec<Holder> },
-    #[error("--cpus: cannot pin worker {worker} to CPU {cpu}: {source}")]
-    Pin { worker: usize, cpu: usize, source: std::io::Error },
-    #[error("worker {worker}: {source}")]
-    Worker { worker: usize, source: std::io::Error },
-}
-
-/// `Address already in use`, without the `(os error 98)` suffix.
-fn os_message(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.find(" (os error") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
+    /// A worker could not start, be pinned (`--cpus`), or run (a panic included).
+    #[error(transparent)]
+    Worker(#[from] WorkerError<std::io::Error>),
 }
 
 fn holders_text(holders: &[Holder]) -> String {
@@ -119,52 +110,39 @@ impl Server {
     ) -> Result<Vec<WorkerCounters>, ServeError> {
         let cfg = &self.cfg;
         let stats: Vec<WorkerStats> = (0..cfg.workers).map(|_| WorkerStats::default()).collect();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..cfg.workers)
-                .map(|i| {
-                    let (listeners, stats, done) =
-                        (self.listeners.of_worker(i), &stats[i], done_tx.clone());
-                    std::thread::Builder::new()
-                        .name(format!("qpslab-serve-{i}"))
-                        .spawn_scoped(scope, move || {
-                            let r = run_worker(cfg, i, listeners, stop, stats);
-                            let _ = done.send(());
-                            r
-                        })
-                        .map_err(|source| ServeError::Worker { worker: i, source })
-                })
-                .collect();
-            let mut running = handles.iter().filter(|h| h.is_ok()).count();
-            let mut next = interval.map(|d| Instant::now() + d);
-            while running > 0 {
-                // Sleeps until a worker ends or the next stats line is due; no polling.
-                let wait = next.map_or(Duration::from_secs(3600), |at| {
-                    at.saturating_duration_since(Instant::now())
-                });
-                match done_rx.recv_timeout(wait) {
-                    Ok(()) => running -= 1,
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        if let (Some(at), Some(every)) = (next, interval) {
-                            on_interval(&snapshot(&stats));
-                            next = Some(at + every);
-                        }
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            handles
-                .into_iter()
-                .enumerate()
-                .map(|(i, h)| match h?.join() {
-                    Ok(r) => r,
-                    Err(_) => Err(ServeError::Worker {
-                        worker: i,
-                        source: std::io::Error::other("worker panicked"),
-                    }),
-                })
-                .collect()
-        })
+        let crew = Crew {
+            name: "qpslab-serve",
+            workers: cfg.workers,
+            cpus: cfg.cpus.as_deref(),
+            every: interval,
+            start_line: false,
+        };
+        let mut ticker = Ticker { stats: &stats, on_interval };
+        crew::run(
+            &crew,
+            |hand: &Hand<'_, (), ()>| {
+                let i = hand.index();
+                worker::Worker::new(cfg, self.listeners.of_worker(i), stop, &stats[i])?.run()
+            },
+            &mut ticker,
+        )
+        .into_iter()
+        .map(|r| r.map_err(ServeError::from))
+        .collect()
+    }
+}
+
+/// The calling thread while the server runs: hands the live counters out every interval.
+struct Ticker<'a> {
+    stats: &'a [WorkerStats],
+    on_interval: &'a mut dyn FnMut(&[WorkerCounters]),
+}
+
+impl Supervise<(), ()> for Ticker<'_> {
+    fn start(&mut self) {}
+
+    fn tick(&mut self) {
+        (self.on_interval)(&snapshot(self.stats));
     }
 }
 
@@ -180,26 +158,6 @@ fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
             accept_errors: s.accept_errors.load(Ordering::Relaxed),
         })
         .collect()
-}
-
-fn run_worker(
-    cfg: &ServeConfig,
-    i: usize,
-    listeners: &[socket2::Socket],
-    stop: &AtomicBool,
-    stats: &WorkerStats,
-) -> Result<WorkerCounters, ServeError> {
-    if let Some(cpus) = &cfg.cpus {
-        let cpu = cpus[i % cpus.len()];
-        qpslab_sys::cpus::pin_current_thread(cpu).map_err(|source| ServeError::Pin {
-            worker: i,
-            cpu,
-            source,
-        })?;
-    }
-    let worker = worker::Worker::new(cfg, listeners, stop, stats)
-        .map_err(|source| ServeError::Worker { worker: i, source })?;
-    worker.run().map_err(|source| ServeError::Worker { worker: i, source })
 }
 
 /// What `qpslab serve --json` prints when the server stops.

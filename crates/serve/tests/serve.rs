@@ -463,7 +463,7 @@ fn qpslab_load(url: &str, requests: u64, connections: usize) -> qpslab_load::Run
         ..qpslab_load::LoadOptions::default()
     };
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
-    qpslab_load::run(&cfg, &mut |_| {}).unwrap()
+    qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).unwrap()
 }
 
 #[test]
@@ -513,7 +513,7 @@ fn several_listen_addresses() {
 fn workers_are_pinned_to_the_listed_cpus() {
     let mut o = opts();
     o.workers = Some(2);
-    o.cpus = Some(vec![1, 0]);
+    o.cpus = Some("1,0".into());
     let server = TestServer::start(o);
     std::thread::sleep(Duration::from_millis(100));
     let mut seen = std::collections::BTreeMap::new();

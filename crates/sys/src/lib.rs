@@ -1,11 +1,20 @@
-//! OS plumbing shared by the load engine and the server, so neither carries its own copy:
-//! a level-triggered epoll wrapper ([`epoll`]), CPU lists and thread pinning ([`cpus`]), the
-//! descriptor limit ([`nofile`]), and the flag-naming configuration error both return
-//! ([`config_error`]). Owns no policy: callers decide what to do with errors.
+//! The one door to the kernel: every system call of qpslab goes through this crate (or through
+//! `std`, `socket2` and `signal-hook`), and what must stay `unsafe` lives here with its SAFETY
+//! comment, as mio keeps its `sys/` folder. Also the plumbing every command shares: the worker
+//! thread crew ([`crew`]), the stop signal ([`signals`]), the configuration error that names a
+//! flag ([`config_error`]), and the injectable root under which /proc and /sys are read
+//! ([`root`]). Owns no policy: callers decide what to do with errors.
 
 pub mod config_error;
 pub mod cpus;
+pub mod crew;
 pub mod epoll;
+pub mod fd;
+pub mod net;
 pub mod nofile;
+pub mod process;
 pub mod root;
+pub mod signals;
 pub mod sockets;
+pub mod system;
+pub mod thread;

@@ -866,3 +866,29 @@ fn bench_of_another_host_says_the_doctor_sees_only_this_one() {
     assert!(v["load"]["requests"]["ok"].as_u64().unwrap() > 100);
     drop(server);
 }
+
+/// One stop signal for every command: the first SIGINT stops the run cleanly (the doctor asks
+/// its command to stop too), a second one ends the process at once with 130, as users expect
+/// of long-running tools. Here the command ignores SIGINT and SIGTERM, so only the second
+/// signal can end the wait for it.
+#[test]
+fn a_second_ctrl_c_ends_at_once_with_130() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+        .args(["doctor", "--interval", "100ms", "--", "sh", "-c", "trap '' INT TERM; sleep 3"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill() on the PID of our own child.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "still waiting for its command");
+    let started = Instant::now();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(status.code(), Some(130));
+}

@@ -98,8 +98,7 @@ pub struct ApplyReport {
 
 /// Refuses unless apply may start: root on a live host, no active journal, irqbalance handled.
 pub fn check_apply(plan: &Plan, opts: &ApplyOptions) -> Result<(), TuneError> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if opts.live && unsafe { libc::geteuid() } != 0 {
+    if opts.live && !qpslab_sys::process::is_root() {
         return Err(TuneError::Refused(
             "tune apply writes /proc and /sys: run it as root (or rehearse on a copy with --root DIR)"
                 .into(),
@@ -258,8 +257,7 @@ pub fn revert(
     let Some(mut journal) = Journal::load(journal_path)? else {
         return Ok(RevertReport { no_journal: true, ..RevertReport::default() });
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if live && unsafe { libc::geteuid() } != 0 {
+    if live && !qpslab_sys::process::is_root() {
         return Err(TuneError::Refused("tune revert writes /proc and /sys: run it as root".into()));
     }
     let report = undo(files, &mut journal, force, live)?;
@@ -414,6 +412,7 @@ pub fn status(files: &mut dyn Files, journal_path: &Path) -> Result<Option<Statu
 
 /// Stopping and starting irqbalance on the live host.
 mod service {
+    use qpslab_sys::root::Root;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -434,12 +433,8 @@ mod service {
         if systemctl(&["is-active", "--quiet", UNIT]) {
             return (Some(UNIT.into()), vec![]);
         }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        let cmdline = Root::live().read_opt(&format!("proc/{pid}/cmdline")).unwrap_or_default();
+        let args = cmdline.split('\0').filter(|a| !a.is_empty()).map(str::to_string).collect();
         (None, args)
     }
 
@@ -452,13 +447,10 @@ mod service {
                 Err(format!("systemctl stop {unit} failed"))
             };
         }
-        let pid_t = libc::pid_t::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
-        // SAFETY: kill has no memory preconditions; the PID was read from /proc just now.
-        if unsafe { libc::kill(pid_t, libc::SIGTERM) } != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
+        // The PID was read from /proc just now, and the user asked for it (--stop-irqbalance).
+        qpslab_sys::process::terminate(pid).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        while Root::live().exists(&format!("proc/{pid}")) {
             if Instant::now() > deadline {
                 return Err("still running 5 s after SIGTERM".into());
             }

@@ -15,3 +15,50 @@ pub mod text;
 
 pub use apply::{apply, revert, status, ApplyOptions, Files, RootFiles, TuneError};
 pub use plan::{plan, Plan, PlanError, PlanOptions};
+
+use std::path::{Path, PathBuf};
+
+use qpslab_sys::root::Root;
+
+use crate::doctor::JOURNAL;
+
+/// The journal to use: `flag` when given, else `ROOT/var/lib/qpslab/journal.json`; inside a
+/// network namespace the namespace's own (`journal-net-ID.json`), since the filesystem is shared
+/// with the host and a namespace's changes must not block the host's.
+pub fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
+    if let Some(path) = flag {
+        return path.to_path_buf();
+    }
+    let default = root.path(JOURNAL);
+    match crate::host::net_namespace(root) {
+        Some(ns) => {
+            let id: String = ns.chars().filter(char::is_ascii_digit).collect();
+            default.with_file_name(format!("journal-net-{id}.json"))
+        }
+        None => default,
+    }
+}
+
+/// Whether `dir` is this host's own root: writes there change the running kernel, so they need
+/// root and, on apply, the user's confirmation.
+pub fn is_live(dir: &Path) -> bool {
+    dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn the_journal_lives_under_the_root_unless_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        assert_eq!(journal_path(&root, None), dir.path().join("var/lib/qpslab/journal.json"));
+        assert_eq!(
+            journal_path(&root, Some(Path::new("/tmp/j.json"))),
+            PathBuf::from("/tmp/j.json")
+        );
+        assert!(is_live(Path::new("/")) && !is_live(dir.path()));
+    }
+}

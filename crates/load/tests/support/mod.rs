@@ -26,7 +26,8 @@ pub fn opts(url: &str) -> LoadOptions {
 /// Validates, runs and reports, asserting the accounting identities every run must satisfy.
 pub fn run(opts: &LoadOptions) -> Report {
     let cfg = LoadConfig::from_options(opts).expect("valid options");
-    let result = qpslab_load::run(&cfg, &mut |_| {}).expect("run completes");
+    let result = qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {})
+        .expect("run completes");
     let report = Report::new(&cfg, &result, &RunMeta::default());
     let r = &report.requests;
     assert_eq!(r.sent, r.completed + r.failed + r.in_flight_at_stop, "sent identity: {r:?}");

@@ -3,10 +3,11 @@
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use qpslab_sys::epoll as poll;
+use qpslab_sys::net::AcceptError;
 
 use super::{
     token, Conn, Deadline, Phase, PhaseCell, Worker, ACCEPT_BATCH, ACCEPT_PAUSE, LISTENER,
@@ -41,37 +42,24 @@ impl Worker<'_> {
                 self.log_accept("--max-conns reached; not accepting until a connection closes");
                 return;
             }
-            // SAFETY: accept4 with null address pointers only returns a descriptor.
-            let fd = unsafe {
-                libc::accept4(
-                    listener.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        self.counters.accept_errors += 1;
-                        let _ = self.set_accepting(false);
-                        self.accept_resume = Some(self.now + ACCEPT_PAUSE);
-                        self.log_accept(&format!(
-                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
-                        ));
-                        return;
-                    }
-                    _ => {
-                        self.counters.accept_errors += 1;
-                        return;
-                    }
+            let sock = match qpslab_sys::net::accept(listener) {
+                Ok(sock) => sock,
+                Err((AcceptError::Empty, _)) => return,
+                Err((AcceptError::Retry, _)) => continue,
+                Err((AcceptError::OutOfResources, e)) => {
+                    self.counters.accept_errors += 1;
+                    let _ = self.set_accepting(false);
+                    self.accept_resume = Some(self.now + ACCEPT_PAUSE);
+                    self.log_accept(&format!(
+                        "accept: {e}; pausing accepts for 100 ms, open connections are served"
+                    ));
+                    return;
                 }
-            }
-            // SAFETY: fd is a fresh descriptor that nothing else owns.
-            let sock = unsafe { TcpStream::from_raw_fd(fd) };
+                Err((AcceptError::Other, _)) => {
+                    self.counters.accept_errors += 1;
+                    return;
+                }
+            };
             let _ = sock.set_nodelay(true);
             self.counters.accepted += 1;
             self.add_conn(sock);

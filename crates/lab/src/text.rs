@@ -1,0 +1,86 @@
+//! The one-screen text summary of a bench.
+
+use qpslab_host::CpuSet;
+
+use crate::bench::BenchReport;
+
+/// The one-screen summary of a bench.
+pub fn render_text(r: &BenchReport) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let l = &r.load;
+    let ms = |us: u64| {
+        if us >= 1000 {
+            format!("{:.2}ms", us as f64 / 1000.0)
+        } else {
+            format!("{us}us")
+        }
+    };
+    let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let _ = writeln!(o, "target      {}", target_line(r));
+    let _ = writeln!(
+        o,
+        "generator   qpslab load, {} thread(s) on CPU {}, {} connections, {:.1}s{}",
+        l.config.threads,
+        list(&r.generator_cpus),
+        l.config.connections,
+        l.duration_s,
+        if r.cpus_shared { " (sharing the server's CPUs: figures compete)" } else { "" }
+    );
+    let _ = writeln!(
+        o,
+        "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status)",
+        l.throughput_rps, l.requests.ok, l.requests.failed, l.requests.bad_status
+    );
+    let lat = &l.latency_us;
+    let _ = writeln!(
+        o,
+        "latency     p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        ms(lat.p50),
+        ms(lat.p90),
+        ms(lat.p99),
+        ms(lat.p999),
+        ms(lat.max)
+    );
+    let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
+    let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
+    if let Some(per) = r.requests_per_server_cpu_s {
+        let _ = writeln!(o, "efficiency  {per:.0} requests per server CPU-second");
+    }
+    for note in &r.notes {
+        let _ = writeln!(o, "note        {note}");
+    }
+    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o
+}
+
+/// `builtin server on URL (1 worker(s) on CPU 0)`, or the URL and the server found behind it.
+fn target_line(r: &BenchReport) -> String {
+    let t = &r.target;
+    let list = |v: &[usize]| CpuSet::from_iter(v.iter().copied()).to_list();
+    let comm =
+        |pid: u32| r.doctor.summary.processes.iter().find(|p| p.pid == pid).map(|p| p.comm.clone());
+    match (t.kind, t.found_by) {
+        ("url", None) => t.url.clone(),
+        ("url", Some(how)) => {
+            let procs: Vec<String> = t
+                .pids
+                .iter()
+                .map(|&p| comm(p).map_or(format!("pid {p}"), |c| format!("{c} {p}")))
+                .collect();
+            let how = if how == "listening" { "found listening" } else { "given" };
+            let on = if t.cpus.is_empty() {
+                String::new()
+            } else {
+                format!(", on CPU {}", list(&t.cpus))
+            };
+            format!("{} (server {how}: {}{on})", t.url, procs.join(", "))
+        }
+        (kind, _) => format!(
+            "{kind} server on {} ({} worker(s) on CPU {})",
+            t.url,
+            t.cpus.len(),
+            list(&t.cpus)
+        ),
+    }
+}

@@ -1,0 +1,116 @@
+//! Socket calls that `std` and `socket2` do not cover: accepting without the address (and
+//! non-blocking, close-on-exec, in one call), binding an address whose port `connect()` picks,
+//! and telling apart the errors the accept and connect paths act on.
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, FromRawFd};
+
+/// What an accept error means for the accept loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptError {
+    /// No connection is waiting.
+    Empty,
+    /// The connection went away before it was taken, or a signal interrupted: take the next.
+    Retry,
+    /// Out of descriptors or memory: pause accepting for a while.
+    OutOfResources,
+    Other,
+}
+
+/// Takes a waiting connection from `listener`, non-blocking and close-on-exec.
+pub fn accept(listener: &impl AsRawFd) -> Result<TcpStream, (AcceptError, io::Error)> {
+    // SAFETY: accept4 with null address pointers only returns a descriptor.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        let kind = match e.raw_os_error() {
+            Some(libc::EAGAIN) => AcceptError::Empty,
+            Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => AcceptError::Retry,
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                AcceptError::OutOfResources
+            }
+            _ => AcceptError::Other,
+        };
+        return Err((kind, e));
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { TcpStream::from_raw_fd(fd) })
+}
+
+/// Lets `connect()` choose the port of a socket bound to an address (IP_BIND_ADDRESS_NO_PORT):
+/// the port is then picked per destination, so one source address serves the whole ephemeral
+/// range to every destination.
+pub fn bind_address_no_port(sock: &impl AsRawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid socket, option and int-sized value.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            std::ptr::addr_of!(one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A non-blocking `connect()` that has started and will finish later.
+pub fn connect_in_progress(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINPROGRESS)
+}
+
+/// An I/O error the way reports show it: `connection reset by peer`, without the
+/// `(os error 104)` suffix and with a lower-case first letter.
+pub fn message(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn accept_takes_a_waiting_connection_non_blocking() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        assert_eq!(accept(&listener).unwrap_err().0, AcceptError::Empty);
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let taken = accept(&listener).unwrap();
+        let mut buf = [0u8; 1];
+        let e = std::io::Read::read(&mut &taken, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "non-blocking");
+    }
+
+    #[test]
+    fn messages_read_like_the_reports() {
+        let e = io::Error::from_raw_os_error(libc::ECONNRESET);
+        assert_eq!(message(&e), "connection reset by peer");
+        assert!(connect_in_progress(&io::Error::from_raw_os_error(libc::EINPROGRESS)));
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        bind_address_no_port(&sock).unwrap();
+    }
+}
