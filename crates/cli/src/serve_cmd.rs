@@ -12,6 +12,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let usage = |e: &dyn std::fmt::Display| UsageError(e.to_string());
     let opts = a.to_options().map_err(|e| usage(&e))?;
     let cfg = ServeConfig::from_options(&opts).map_err(|e| usage(&e))?;
+    let ready_fd_error = |fd: i32, e: std::io::Error| {
+        let e = qpslab_sys::net::message(&e);
+        UsageError(format!(
+            "--ready-fd {fd}: {e}; give a descriptor open for writing that serve inherited (3 or more)"
+        ))
+    };
+    if let Some(fd) = a.ready_fd {
+        qpslab_sys::fd::check_ready(fd).map_err(|e| ready_fd_error(fd, e))?;
+    }
     let server = Server::bind(cfg).map_err(|e| usage(&e))?;
     // Before the "listening" line and the readiness line: whoever reads them may signal at once.
     let stop = qpslab_sys::signals::stop_flag()?;
@@ -26,8 +35,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
             "listen": server.local_addrs(),
             "workers": server.config().workers,
         });
-        qpslab_sys::fd::notify_ready(fd, &ready.to_string())
-            .map_err(|e| UsageError(format!("--ready-fd {fd}: {e}")))?;
+        qpslab_sys::fd::notify_ready(fd, &ready.to_string()).map_err(|e| ready_fd_error(fd, e))?;
     }
     let started = Instant::now();
     let mut stats = StatsLines { started, last: None, per_worker: a.per_worker };

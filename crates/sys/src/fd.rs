@@ -5,9 +5,9 @@
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
-/// Writes `line` and a newline to descriptor `fd`, then closes it. Fails without touching
-/// anything when `fd` is not an open descriptor, or is one of stdin, stdout and stderr.
-pub fn notify_ready(fd: RawFd, line: &str) -> io::Result<()> {
+/// Checks that `fd` can take a readiness line: an open descriptor other than stdin, stdout and
+/// stderr.
+pub fn check_ready(fd: RawFd) -> io::Result<()> {
     if fd <= 2 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not stdin, stdout or stderr"));
     }
@@ -15,6 +15,13 @@ pub fn notify_ready(fd: RawFd, line: &str) -> io::Result<()> {
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Writes `line` and a newline to descriptor `fd`, then closes it. Fails without touching
+/// anything when `fd` does not pass [`check_ready`].
+pub fn notify_ready(fd: RawFd, line: &str) -> io::Result<()> {
+    check_ready(fd)?;
     // SAFETY: fd is open (checked above) and was handed to this process to own and close.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     file.write_all(format!("{line}\n").as_bytes())

@@ -350,6 +350,14 @@ fn serve_bad_flags() {
     usage_error(&["serve", "--status", "99"], "--status");
     usage_error(&["serve", "--max-header-bytes", "8XB"], "--max-header-bytes");
     usage_error(&["serve", "--cpus", "100000"], "--cpus");
+    usage_error(
+        &["serve", "-l", "127.0.0.1:0", "--ready-fd", "99"],
+        "--ready-fd 99: bad file descriptor",
+    );
+    usage_error(
+        &["serve", "-l", "127.0.0.1:0", "--ready-fd", "1"],
+        "--ready-fd 1: not stdin, stdout or stderr",
+    );
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let me = format!("(pid {})", std::process::id());

@@ -7,13 +7,14 @@ use std::io::Read;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// A `qpslab serve` child on a free port; killed on drop if still running.
+/// A `qpslab serve` child on a free port; killed on drop if still running. It says where it
+/// listens on its readiness descriptor (`--ready-fd`), as a supervisor would read it.
 pub struct ServeChild {
     pub child: std::process::Child,
     pub addr: String,
-    /// What serve printed on stderr up to its "listening on" line.
+    /// What serve printed on stderr before it was ready.
     pub startup: String,
-    stderr: std::io::BufReader<std::process::ChildStderr>,
+    stderr: std::process::ChildStderr,
 }
 
 impl ServeChild {
@@ -23,6 +24,7 @@ impl ServeChild {
     )]
     pub fn start(wrapper: &[&str], args: &[&str]) -> Self {
         use std::io::BufRead;
+        use std::os::fd::AsRawFd;
         let bin = env!("CARGO_BIN_EXE_qpslab");
         let (program, pre): (&str, Vec<&str>) = match wrapper.split_first() {
             Some((p, rest)) => (p, rest.iter().copied().chain([bin]).collect()),
@@ -30,31 +32,32 @@ impl ServeChild {
         };
         // A free port unless the caller names the address.
         let listen: &[&str] = if args.contains(&"-l") { &[] } else { &["-l", "127.0.0.1:0"] };
+        let (ready, writer) = std::io::pipe().unwrap();
+        qpslab_sys::fd::inheritable(&writer).unwrap();
         let mut child = Command::new(program)
             .args(pre)
             .arg("serve")
             .args(listen)
+            .args(["--ready-fd", &writer.as_raw_fd().to_string()])
             .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn qpslab serve");
-        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut startup = String::new();
-        loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve exited before listening: {startup}");
-            }
-            startup += &line;
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let addr =
-                    rest.split_whitespace().next().unwrap().trim_end_matches(',').to_string();
-                return Self { child, addr, startup, stderr };
-            }
-        }
+        drop(writer);
+        let mut stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(ready).read_line(&mut line);
+        // serve wrote its startup lines before the readiness line: they are in the pipe now.
+        let startup = read_available(&mut stderr);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve exited before it was ready: {startup}");
+        };
+        assert_eq!(v["pid"], child.id(), "{line}");
+        let addr = v["listen"][0].as_str().unwrap().to_string();
+        Self { child, addr, startup, stderr }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -81,6 +84,27 @@ impl ServeChild {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// What is in `stderr`'s pipe now, without waiting for more.
+fn read_available(stderr: &mut std::process::ChildStderr) -> String {
+    use std::os::fd::AsRawFd;
+    let fd = stderr.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on a pipe this process owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags) };
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 impl Drop for ServeChild {
