@@ -13,7 +13,6 @@ pub mod parse;
 pub mod procs;
 pub mod render;
 pub mod sample;
-pub mod synth;
 pub mod tune;
 
 pub use cpuset::CpuSet;

@@ -5,8 +5,8 @@
 
 use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Severity};
 use qpslab_host::sample::{Role, Sample, Watch};
-use qpslab_host::synth::{write_process, Counters, Shape};
 use qpslab_host::{Host, Root};
+use qpslab_testkit::{write_process, Counters, Shape};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

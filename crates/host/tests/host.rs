@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use qpslab_host::render::host_text;
-use qpslab_host::synth::Shape;
 use qpslab_host::{CpuSet, Host, Root};
+use qpslab_testkit::Shape;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> Root {

@@ -6,11 +6,11 @@
 
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::sample::Role;
-use qpslab_host::synth::Shape;
 use qpslab_host::tune::{
     self, apply::Files, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError,
 };
 use qpslab_host::{Host, Root};
+use qpslab_testkit::Shape;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -26,7 +26,7 @@ fn tree(shape: &Shape) -> (tempfile::TempDir, Root) {
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    qpslab_host::synth::snapshot(dir).unwrap()
+    qpslab_testkit::snapshot(dir).unwrap()
 }
 
 fn opts(journal: &Path) -> ApplyOptions {

@@ -46,8 +46,8 @@ pub fn split(allowed: &[usize], host: Option<&Host>) -> Split {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
-    use qpslab_host::synth::Shape;
     use qpslab_host::Root;
+    use qpslab_testkit::Shape;
 
     #[test]
     fn two_cpus_one_each() {

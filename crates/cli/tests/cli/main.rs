@@ -507,11 +507,11 @@ fn doctor_bad_flags() {
 fn doctor_on_a_tree_that_changes_while_a_command_runs() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    qpslab_host::synth::Shape::small_virtio().write(root).unwrap();
-    let mut later = qpslab_host::synth::Counters::idle(&qpslab_host::synth::Shape::small_virtio());
+    qpslab_testkit::Shape::small_virtio().write(root).unwrap();
+    let mut later = qpslab_testkit::Counters::idle(&qpslab_testkit::Shape::small_virtio());
     *later.tcpext.get_mut("ListenOverflows").unwrap() = 40;
     let staged = tempfile::tempdir().unwrap();
-    later.write(&qpslab_host::synth::Shape::small_virtio(), staged.path()).unwrap();
+    later.write(&qpslab_testkit::Shape::small_virtio(), staged.path()).unwrap();
     let script = format!(
         "sleep 0.3; cp {}/proc/net/netstat {}/proc/net/netstat; sleep 0.3; exit 7",
         staged.path().display(),

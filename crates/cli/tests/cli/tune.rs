@@ -3,7 +3,7 @@
 
 use super::common::Netns;
 use super::{qpslab, usage_error};
-use qpslab_host::synth::Shape;
+use qpslab_testkit::Shape;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -15,7 +15,7 @@ fn synthetic(shape: &Shape) -> tempfile::TempDir {
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    qpslab_host::synth::snapshot(dir).unwrap()
+    qpslab_testkit::snapshot(dir).unwrap()
 }
 
 fn with_stdin(args: &[&str], input: &str) -> Output {

@@ -156,8 +156,8 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::Shape;
     use qpslab_sys::root::Root;
+    use qpslab_testkit::Shape;
 
     fn topo(shape: &Shape) -> Topology {
         let dir = tempfile::tempdir().unwrap();

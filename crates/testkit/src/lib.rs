@@ -1,10 +1,11 @@
-//! Synthetic /proc and /sys trees of machines bigger than the one at hand, for tests of `host`,
+//! Test support, kept out of the shipped binary. Synthetic /proc and /sys trees of machines
+//! bigger than the one at hand, for tests of `host`,
 //! `doctor` and `tune` with `--root`. CPUs are numbered as Linux numbers them on common two-socket
 //! x86 machines: all first hardware threads (package by package), then all second threads, so
 //! CPU 0's SMT sibling is CPU `packages * cores_per_package`.
 
-use crate::cpuset::CpuSet;
-use crate::parse::{CpuTimes, SockStat};
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::parse::{CpuTimes, SockStat};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -260,7 +261,7 @@ pub struct Counters {
     pub dev: BTreeMap<String, (u64, u64, u64, u64)>,
 }
 
-use crate::sample::TCPEXT;
+use qpslab_host::sample::TCPEXT;
 
 impl Counters {
     /// All counters zero.

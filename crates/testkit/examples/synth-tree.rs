@@ -1,11 +1,11 @@
 //! Writes a synthetic /proc and /sys tree for rehearsing `qpslab host`, `doctor` and `tune`
 //! with `--root DIR` on a machine shape you do not have.
 //!
-//! cargo run -p qpslab-host --example synth-tree -- SHAPE DIR
+//! cargo run -p qpslab-testkit --example synth-tree -- SHAPE DIR
 //! SHAPE: two-nodes (2 NUMA nodes x 16 CPUs with SMT, two NICs of 2 queues), 24-queues
 //! (24 CPUs in 2 packages with SMT, one NIC with 24 queues), small (2 CPUs, one virtio queue).
 
-use qpslab_host::synth::Shape;
+use qpslab_testkit::Shape;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
