@@ -5,17 +5,16 @@
 //! Does not own flag parsing (the CLI does) nor any I/O beyond resolving host names and reading
 //! the `--body @FILE`.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
-
-use qpslab_http::{HeaderArg, RequestSpec};
 
 use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
 use qpslab_sys::root::Root;
 
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
+use crate::target::{self as target_mod, RequestOptions};
+pub use crate::target::{idempotent, Target};
 use crate::targets;
 pub use qpslab_sys::config_error::ConfigError;
 
@@ -143,20 +142,6 @@ impl Default for LoadOptions {
     }
 }
 
-/// One target: where to connect and the bytes of its request.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub url: String,
-    pub method: String,
-    pub addr: SocketAddr,
-    /// The encoded request, written as is for every request.
-    pub request: Vec<u8>,
-    /// HEAD requests get responses without a body.
-    pub head: bool,
-    /// Share of the requests relative to the other targets (`weight=N` in a targets file).
-    pub weight: u32,
-}
-
 /// Status codes >= 400 that count as success (`--accept-status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatusSet {
@@ -242,167 +227,19 @@ pub struct LoadConfig {
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
-        if opts.urls.is_empty() && opts.targets_file.is_none() {
-            return Err(ConfigError::new(
-                "URL",
-                "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
-            ));
-        }
-        let body = match &opts.body {
-            None => Vec::new(),
-            Some(b) => read_body(b)?,
-        };
-        let mut headers = opts
-            .headers
-            .iter()
-            .map(|h| HeaderArg::parse(h).map_err(|e| ConfigError::new("--header", e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        if opts.conn_per_request
-            && !headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection"))
-        {
-            // The server closes after the response, as with ab (no -k) or wrk -H 'Connection: close'.
-            headers.push(HeaderArg { name: "Connection".into(), value: "close".into() });
-        }
-        let mut lines: Vec<targets::TargetLine> = opts
-            .urls
-            .iter()
-            .map(|u| targets::TargetLine {
-                method: opts.method.clone(),
-                url: u.clone(),
-                headers: Vec::new(),
-                weight: 1,
-            })
-            .collect();
-        if let Some(path) = &opts.targets_file {
-            lines.extend(targets::read_file(path)?);
-        }
-        let mut notes = Vec::new();
-        for l in &mut lines {
-            if let Some(full) = with_default_scheme(&l.url) {
-                notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
-                l.url = full;
-            }
-        }
-        let targets = lines
-            .iter()
-            .map(|l| {
-                // A header of the line replaces a -H header of the same name.
-                let mut hs: Vec<HeaderArg> = headers
-                    .iter()
-                    .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
-                    .cloned()
-                    .collect();
-                hs.extend(l.headers.iter().cloned());
-                let given = opts
-                    .urls
-                    .iter()
-                    .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
-                let flag = if given { "URL" } else { "--targets" };
-                resolve_target(&l.url, &l.method, &hs, &body, l.weight)
-                    .map_err(|e| ConfigError::new(flag, e.message))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-
+        let (targets, notes) = target_mod::build(&RequestOptions {
+            urls: &opts.urls,
+            method: &opts.method,
+            headers: &opts.headers,
+            body: opts.body.as_deref(),
+            targets_file: opts.targets_file.as_deref(),
+            conn_per_request: opts.conn_per_request,
+        })?;
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
-        if connections == 0 {
-            return Err(ConfigError::new("--connections", "must be at least 1"));
-        }
-        let threads = match opts.threads {
-            Some(0) => return Err(ConfigError::new("--threads", "must be at least 1")),
-            Some(t) if t > connections => {
-                return Err(ConfigError::new(
-                    "--connections",
-                    format!(
-                        "{connections} connections cannot be spread over {t} threads; \
-                         give -c >= -t (each thread needs at least one connection)"
-                    ),
-                ))
-            }
-            Some(t) => t,
-            None => online_cpus().min(connections),
-        };
-        if opts.duration == Some(Duration::ZERO) {
-            return Err(ConfigError::new("--duration", "must be greater than zero, e.g. 10s"));
-        }
-        if opts.requests == Some(0) {
-            return Err(ConfigError::new("--requests", "must be at least 1"));
-        }
-        if opts.timeout.is_zero() {
-            return Err(ConfigError::new("--timeout", "must be greater than zero, e.g. 5s"));
-        }
-        if opts.connect_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::new(
-                "--connect-timeout",
-                "must be greater than zero, e.g. 5s",
-            ));
-        }
-        if !(0.0..=1.0).contains(&opts.max_error_rate) {
-            return Err(ConfigError::new(
-                "--max-error-rate",
-                "must be a fraction between 0 and 1, e.g. 0.01 for 1%",
-            ));
-        }
-        let duration = match (opts.duration, opts.requests) {
-            (None, None) => Some(DEFAULT_DURATION),
-            (d, _) => d,
-        };
-        let cpus = match &opts.cpus {
-            None => None,
-            Some(list) => Some(validate_cpus(list)?),
-        };
-        let accept_status = match &opts.accept_status {
-            None => StatusSet::default(),
-            Some(list) => StatusSet::parse(list)?,
-        };
-        let rate = match (&opts.rate, opts.ramp, &opts.stages) {
-            (Some(_), _, Some(_)) => {
-                return Err(ConfigError::new(
-                    "--stages",
-                    "gives the rate itself; drop --rate (or drop --stages)",
-                ))
-            }
-            (None, Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    "--ramp",
-                    "a stage file has its own ramps; drop --ramp",
-                ))
-            }
-            (Some(r), ramp, None) => Some(Rate::parse(r, ramp)?),
-            (None, None, Some(path)) => Some(Rate::from_stage_file(path)?),
-            (None, Some(_), None) => {
-                return Err(ConfigError::new(
-                    "--ramp",
-                    "needs --rate A:B, e.g. --rate 1000:50000 --ramp 30s",
-                ))
-            }
-            (None, None, None) => None,
-        };
-        // A stage file sets the run's length unless -d or -n does.
-        let duration = match (&rate, &opts.stages, opts.duration, opts.requests) {
-            (Some(r), Some(_), None, None) => Some(r.staged()),
-            _ => duration,
-        };
-        if opts.pipeline == 0 || opts.pipeline > 1024 {
-            return Err(ConfigError::new("--pipeline", "must be between 1 and 1024"));
-        }
-        if opts.conn_per_request && opts.pipeline > 1 {
-            return Err(ConfigError::new(
-                "--pipeline",
-                "cannot pipeline with --conn-per-request (one request per connection); drop one",
-            ));
-        }
-        if opts.rst_close && !opts.conn_per_request {
-            return Err(ConfigError::new(
-                "--rst-close",
-                "applies to --conn-per-request (keep-alive connections are not closed); add it",
-            ));
-        }
-        let distinct = {
-            let mut addrs: Vec<SocketAddr> = targets.iter().map(|t| t.addr).collect();
-            addrs.sort();
-            addrs.dedup();
-            addrs.len()
-        };
+        let threads = threads(opts.threads, connections)?;
+        check_limits(opts)?;
+        check_connection_model(opts)?;
+        let distinct = target_mod::distinct_addresses(&targets);
         if distinct > connections {
             return Err(ConfigError::new(
                 "--connections",
@@ -412,35 +249,13 @@ impl LoadConfig {
                 ),
             ));
         }
-        let source = match &opts.source {
-            None => None,
-            Some(text) => {
-                let range = SourceRange::parse(text)?;
-                if let Some(t) = targets.iter().find(|t| t.addr.is_ipv4() != range.is_ipv4()) {
-                    return Err(ConfigError::new(
-                        "--source",
-                        format!(
-                            "{text:?} and the target {} are of different address families; \
-                             give IPv{} sources",
-                            t.url,
-                            if t.addr.is_ipv4() { 4 } else { 6 }
-                        ),
-                    ));
-                }
-                if let Some((lo, hi)) = range.ports {
-                    if usize::from(hi - lo) + 1 < threads {
-                        return Err(ConfigError::new(
-                            "--source",
-                            format!(
-                                "port range {lo}-{hi} has fewer ports than the {threads} threads \
-                                 (each thread binds its own ports); widen it"
-                            ),
-                        ));
-                    }
-                }
-                Some(range)
-            }
-        };
+        let rate = Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_deref())?;
+        let cpus = opts.cpus.as_deref().map(validate_cpus).transpose()?;
+        let source = opts
+            .source
+            .as_deref()
+            .map(|text| SourceRange::for_targets(text, &targets, threads))
+            .transpose()?;
         let auto_poll = auto_polls(
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
@@ -448,16 +263,21 @@ impl LoadConfig {
             targets.iter().any(|t| t.addr.ip().is_loopback()),
         );
         Ok(Self {
+            duration: run_length(opts, rate.as_ref()),
             targets,
             threads,
             connections,
-            duration,
             requests: opts.requests,
             timeout: opts.timeout,
             connect_timeout: opts.connect_timeout.unwrap_or(opts.timeout),
             warmup: opts.warmup,
             cpus,
-            accept_status,
+            accept_status: opts
+                .accept_status
+                .as_deref()
+                .map(StatusSet::parse)
+                .transpose()?
+                .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
             pipeline: opts.pipeline,
             rate,
@@ -577,17 +397,77 @@ impl LoadConfig {
     }
 }
 
-/// Whether a request with `method` may be sent again after its connection failed (RFC 9110
-/// 9.2.2: safe methods, PUT and DELETE).
-pub fn idempotent(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+/// Load threads: `-t`, or one per CPU this process may use, at most one per connection.
+fn threads(given: Option<usize>, connections: usize) -> Result<usize, ConfigError> {
+    if connections == 0 {
+        return Err(ConfigError::new("--connections", "must be at least 1"));
+    }
+    match given {
+        Some(0) => Err(ConfigError::new("--threads", "must be at least 1")),
+        Some(t) if t > connections => Err(ConfigError::new(
+            "--connections",
+            format!(
+                "{connections} connections cannot be spread over {t} threads; \
+                 give -c >= -t (each thread needs at least one connection)"
+            ),
+        )),
+        Some(t) => Ok(t),
+        None => Ok(online_cpus().min(connections)),
+    }
 }
 
-/// `localhost:8080/x` -> `http://localhost:8080/x`, as curl reads a URL without a scheme; None
-/// when the URL has one.
-fn with_default_scheme(url: &str) -> Option<String> {
-    let bare = !url.contains("://") && !url.is_empty() && !url.contains(char::is_whitespace);
-    bare.then(|| format!("http://{url}"))
+/// The run's length, request count, timeouts and error budget.
+fn check_limits(opts: &LoadOptions) -> Result<(), ConfigError> {
+    let positive = "must be greater than zero, e.g. 5s";
+    if opts.duration == Some(Duration::ZERO) {
+        return Err(ConfigError::new("--duration", "must be greater than zero, e.g. 10s"));
+    }
+    if opts.requests == Some(0) {
+        return Err(ConfigError::new("--requests", "must be at least 1"));
+    }
+    if opts.timeout.is_zero() {
+        return Err(ConfigError::new("--timeout", positive));
+    }
+    if opts.connect_timeout.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::new("--connect-timeout", positive));
+    }
+    if !(0.0..=1.0).contains(&opts.max_error_rate) {
+        return Err(ConfigError::new(
+            "--max-error-rate",
+            "must be a fraction between 0 and 1, e.g. 0.01 for 1%",
+        ));
+    }
+    Ok(())
+}
+
+/// Pipelining, a connection per request and reset-on-close against each other.
+fn check_connection_model(opts: &LoadOptions) -> Result<(), ConfigError> {
+    if opts.pipeline == 0 || opts.pipeline > 1024 {
+        return Err(ConfigError::new("--pipeline", "must be between 1 and 1024"));
+    }
+    if opts.conn_per_request && opts.pipeline > 1 {
+        return Err(ConfigError::new(
+            "--pipeline",
+            "cannot pipeline with --conn-per-request (one request per connection); drop one",
+        ));
+    }
+    if opts.rst_close && !opts.conn_per_request {
+        return Err(ConfigError::new(
+            "--rst-close",
+            "applies to --conn-per-request (keep-alive connections are not closed); add it",
+        ));
+    }
+    Ok(())
+}
+
+/// `-d`, or 10 s when neither `-d` nor `-n` is given; a stage file sets the length unless one
+/// of them does.
+fn run_length(opts: &LoadOptions, rate: Option<&Rate>) -> Option<Duration> {
+    match (rate, &opts.stages, opts.duration, opts.requests) {
+        (Some(r), Some(_), None, None) => Some(r.staged()),
+        (_, _, None, None) => Some(DEFAULT_DURATION),
+        (_, _, d, _) => d,
+    }
 }
 
 /// Part `i` of `total` split over `parts`, the remainder going to the first parts.
@@ -606,18 +486,6 @@ fn distinct_cpus(cpus: &[usize]) -> usize {
     cpus.iter().collect::<std::collections::BTreeSet<_>>().len()
 }
 
-fn read_body(arg: &str) -> Result<Vec<u8>, ConfigError> {
-    match arg.strip_prefix('@') {
-        None => Ok(arg.as_bytes().to_vec()),
-        Some(path) => std::fs::read(path).map_err(|e| {
-            ConfigError::new(
-                "--body",
-                format!("cannot read body file {path:?}: {e}; give an existing file after @"),
-            )
-        }),
-    }
-}
-
 fn validate_cpus(list: &str) -> Result<Vec<usize>, ConfigError> {
     let cpus = parse_cpu_list(list).map_err(|e| ConfigError::new("--cpus", e))?;
     if cpus.is_empty() {
@@ -631,71 +499,6 @@ fn validate_cpus(list: &str) -> Result<Vec<usize>, ConfigError> {
         ));
     }
     Ok(cpus)
-}
-
-fn resolve_target(
-    raw: &str,
-    method: &str,
-    headers: &[HeaderArg],
-    body: &[u8],
-    weight: u32,
-) -> Result<Target, ConfigError> {
-    let url = url::Url::parse(raw).map_err(|e| {
-        ConfigError::new(
-            "URL",
-            format!("{raw:?} is not a valid URL ({e}); e.g. http://127.0.0.1:8080/"),
-        )
-    })?;
-    match url.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(ConfigError::new(
-                "URL",
-                format!("{raw:?}: TLS is not supported yet; use an http:// URL"),
-            ))
-        }
-        other => {
-            return Err(ConfigError::new(
-                "URL",
-                format!("{raw:?}: unsupported scheme {other:?}; only http:// is supported"),
-            ))
-        }
-    }
-    let host =
-        url.host_str().ok_or_else(|| ConfigError::new("URL", format!("{raw:?} has no host")))?;
-    let port = url.port_or_known_default().unwrap_or(80);
-    // Host names resolve once, before the run; the first address is used.
-    let lookup = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = (lookup, port)
-        .to_socket_addrs()
-        .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
-        .next()
-        .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
-    let authority = match url.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_string(),
-    };
-    let mut target = url.path().to_string();
-    if let Some(q) = url.query() {
-        target.push('?');
-        target.push_str(q);
-    }
-    let spec = RequestSpec {
-        method: method.to_string(),
-        target,
-        host: authority,
-        headers: headers.to_vec(),
-        body: body.to_vec(),
-    };
-    let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
-    Ok(Target {
-        url: url.to_string(),
-        method: method.to_string(),
-        addr,
-        request,
-        head: spec.is_head(),
-        weight,
-    })
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ pub mod rate;
 pub mod report;
 pub mod source;
 pub mod stats;
+pub mod target;
 pub mod targets;
+pub mod targets_file;
 mod worker;
 
 use std::collections::BTreeMap;

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::ConfigError;
+use qpslab_sys::config_error::ConfigError;
 
 /// One stretch of a schedule: the rate goes linearly from `start_rps` to `end_rps` over `dur`
 /// (equal rates: constant).
@@ -71,6 +71,31 @@ impl Rate {
     }
 
     /// Parses `--rate N` or `--rate A:B` with `--ramp DUR`.
+    /// The open-loop schedule of `--rate N|A:B` (with `--ramp`) or `--stages FILE`; None for
+    /// closed loop.
+    pub fn from_options(
+        rate: Option<&str>,
+        ramp: Option<Duration>,
+        stages: Option<&Path>,
+    ) -> Result<Option<Rate>, ConfigError> {
+        match (rate, ramp, stages) {
+            (Some(_), _, Some(_)) => Err(ConfigError::new(
+                "--stages",
+                "gives the rate itself; drop --rate (or drop --stages)",
+            )),
+            (None, Some(_), Some(_)) => {
+                Err(ConfigError::new("--ramp", "a stage file has its own ramps; drop --ramp"))
+            }
+            (Some(r), ramp, None) => Rate::parse(r, ramp).map(Some),
+            (None, None, Some(path)) => Rate::from_stage_file(path).map(Some),
+            (None, Some(_), None) => Err(ConfigError::new(
+                "--ramp",
+                "needs --rate A:B, e.g. --rate 1000:50000 --ramp 30s",
+            )),
+            (None, None, None) => Ok(None),
+        }
+    }
+
     pub fn parse(text: &str, ramp: Option<Duration>) -> Result<Rate, ConfigError> {
         let number = |s: &str| positive(s, "--rate", "e.g. 5000 or 1000:50000");
         match (text.split_once(':'), ramp) {

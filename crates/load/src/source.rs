@@ -10,7 +10,9 @@
 use qpslab_sys::root::Root;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::config::ConfigError;
+use qpslab_sys::config_error::ConfigError;
+
+use crate::target::Target;
 
 /// Seconds a closed connection's tuple stays in TIME_WAIT on the side that closed first
 /// (Linux's TCP_TIMEWAIT_LEN).
@@ -33,6 +35,39 @@ const EXAMPLE: &str = "write e.g. 127.0.0.2-127.0.0.254, 127.0.0.2-127.0.0.9:200
                        [fd00::1]-[fd00::ff]";
 
 impl SourceRange {
+    /// `--source` checked against the targets (one address family) and the threads (each binds
+    /// its own ports, so a port range needs at least one per thread).
+    pub fn for_targets(
+        text: &str,
+        targets: &[Target],
+        threads: usize,
+    ) -> Result<Self, ConfigError> {
+        let range = Self::parse(text)?;
+        if let Some(t) = targets.iter().find(|t| t.addr.is_ipv4() != range.is_ipv4()) {
+            return Err(ConfigError::new(
+                FLAG,
+                format!(
+                    "{text:?} and the target {} are of different address families; give IPv{} \
+                     sources",
+                    t.url,
+                    if t.addr.is_ipv4() { 4 } else { 6 }
+                ),
+            ));
+        }
+        if let Some((lo, hi)) = range.ports {
+            if usize::from(hi - lo) + 1 < threads {
+                return Err(ConfigError::new(
+                    FLAG,
+                    format!(
+                        "port range {lo}-{hi} has fewer ports than the {threads} threads (each \
+                         thread binds its own ports); widen it"
+                    ),
+                ));
+            }
+        }
+        Ok(range)
+    }
+
     /// Parses `A`, `A-B`, `A-B:LO-HI` (IPv6 in brackets: `[A]-[B]:LO-HI`).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let bad = |what: String| ConfigError::new(FLAG, format!("{what}; {EXAMPLE}"));

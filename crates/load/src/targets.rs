@@ -1,4 +1,4 @@
-//! Many targets: the `--targets FILE` format, and how requests are spread over targets.
+//! Many targets: how requests are spread over them.
 //!
 //! Targets that share an address form a group. Connections are dealt to groups in proportion to
 //! the groups' weights (every group gets at least one); on a connection, requests cycle through
@@ -6,100 +6,11 @@
 //! connection starting at a different point of the cycle. A group's requests are laid out once,
 //! in cycle order, in one buffer, so k consecutive requests are one contiguous slice to write.
 //!
-//! Does not resolve URLs or encode requests: `config` does.
+//! Does not read the `--targets` file (`targets_file` does) nor resolve URLs and encode requests
+//! (`target` does).
 
+use crate::target::Target;
 use std::net::SocketAddr;
-use std::path::Path;
-
-use qpslab_http::HeaderArg;
-
-use crate::config::{ConfigError, Target};
-
-/// Highest weight of one target (keeps a group's request cycle small).
-pub const MAX_WEIGHT: u32 = 1000;
-
-/// One line of a targets file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetLine {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<HeaderArg>,
-    pub weight: u32,
-}
-
-/// Reads a targets file: one request per line, `METHOD URL [Name: value]... [weight=N]`.
-/// A header runs from its `Name:` word to the next `Name:` word (values may contain blanks).
-/// Blank lines and lines starting with `#` are skipped.
-pub fn read_file(path: &Path) -> Result<Vec<TargetLine>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new("--targets", format!("cannot read {}: {e}", path.display()))
-    })?;
-    let lines = parse(&text).map_err(|(line, msg)| {
-        ConfigError::new("--targets", format!("{} line {line}: {msg}", path.display()))
-    })?;
-    if lines.is_empty() {
-        return Err(ConfigError::new(
-            "--targets",
-            format!(
-                "{} has no request line; write e.g. 'GET http://127.0.0.1:8080/'",
-                path.display()
-            ),
-        ));
-    }
-    Ok(lines)
-}
-
-/// Parses targets-file text; errors carry the 1-based line number.
-pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
-    let mut out = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let err = |m: String| (i + 1, m);
-        let mut words: Vec<&str> = line.split_whitespace().collect();
-        let mut weight = 1;
-        if let Some(w) = words.last().and_then(|w| w.strip_prefix("weight=")) {
-            weight = match w.parse::<u32>() {
-                Ok(n) if (1..=MAX_WEIGHT).contains(&n) => n,
-                _ => {
-                    return Err(err(format!(
-                        "weight={w} is not a whole number from 1 to {MAX_WEIGHT}"
-                    )))
-                }
-            };
-            words.pop();
-        }
-        let [method, url, rest @ ..] = words.as_slice() else {
-            return Err(err(format!(
-                "{line:?}: write METHOD URL [Name: value]... [weight=N], e.g. 'GET http://127.0.0.1:8080/'"
-            )));
-        };
-        let mut headers: Vec<String> = Vec::new();
-        for w in rest {
-            let starts_header = w.ends_with(':') && w.len() > 1;
-            match headers.last_mut() {
-                Some(h) if !starts_header => {
-                    h.push(' ');
-                    h.push_str(w);
-                }
-                None if !starts_header => {
-                    return Err(err(format!(
-                        "{w:?} after the URL is not a header; write 'Name: value' or weight=N"
-                    )))
-                }
-                _ => headers.push((*w).to_string()),
-            }
-        }
-        let headers = headers
-            .iter()
-            .map(|h| HeaderArg::parse(h).map_err(|e| err(e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        out.push(TargetLine { method: method.to_string(), url: url.to_string(), headers, weight });
-    }
-    Ok(out)
-}
 
 /// `weights.len()` items dealt in smooth weighted round-robin order: over `sum(weights)` picks,
 /// item i is picked exactly `weights[i]` times, as evenly spread as the weights allow.
@@ -205,22 +116,6 @@ fn gcd(a: u64, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn target_lines_with_headers_and_weights() {
-        let text =
-            "# comment\n\nGET http://a/ weight=3\nPOST http://b/x X-A: one two Accept: */*\n";
-        let lines = parse(text).unwrap();
-        assert_eq!(lines.len(), 2);
-        assert_eq!((lines[0].method.as_str(), lines[0].weight), ("GET", 3));
-        assert_eq!(lines[1].headers.len(), 2);
-        assert_eq!(lines[1].headers[0].value, "one two");
-        assert_eq!(lines[1].headers[1].name, "Accept");
-        assert_eq!(parse("GET http://a/ stray").unwrap_err().0, 1);
-        assert_eq!(parse("GET\n").unwrap_err().0, 1);
-        assert_eq!(parse("\nGET http://a/ weight=0").unwrap_err().0, 2);
-        assert_eq!(parse("GET http://a/ Bad Name: x").unwrap_err().0, 1);
-    }
 
     #[test]
     fn smooth_order_picks_each_by_weight_spread_out() {

@@ -1,0 +1,204 @@
+//! One target: where to connect and the bytes of its request, resolved once before the run from
+//! the URLs on the command line and the lines of a targets file, with the headers and body the
+//! user gave. URLs without a scheme are taken as `http://`, as curl takes them.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+
+use qpslab_http::{HeaderArg, RequestSpec};
+use qpslab_sys::config_error::ConfigError;
+
+use crate::targets_file::{self, TargetLine};
+
+/// One target: where to connect and the bytes of its request.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub method: String,
+    pub addr: SocketAddr,
+    /// The encoded request, written as is for every request.
+    pub request: Vec<u8>,
+    /// HEAD requests get responses without a body.
+    pub head: bool,
+    /// Share of the requests relative to the other targets (`weight=N` in a targets file).
+    pub weight: u32,
+}
+
+/// What the targets are built from: the request options of `qpslab load`.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestOptions<'a> {
+    pub urls: &'a [String],
+    pub method: &'a str,
+    /// `Name: value` headers (`-H`).
+    pub headers: &'a [String],
+    /// A literal body, or `@path` to read one from a file.
+    pub body: Option<&'a str>,
+    pub targets_file: Option<&'a Path>,
+    /// Send `Connection: close` unless the user set a Connection header.
+    pub conn_per_request: bool,
+}
+
+/// Builds every target, command-line URLs first; also returns notes for the user (a URL taken
+/// as `http://`).
+pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
+    if o.urls.is_empty() && o.targets_file.is_none() {
+        return Err(ConfigError::new(
+            "URL",
+            "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
+        ));
+    }
+    let body = o.body.map(read_body).transpose()?.unwrap_or_default();
+    let headers = headers(o)?;
+    let mut lines: Vec<TargetLine> = o
+        .urls
+        .iter()
+        .map(|u| TargetLine {
+            method: o.method.into(),
+            url: u.clone(),
+            headers: Vec::new(),
+            weight: 1,
+        })
+        .collect();
+    if let Some(path) = o.targets_file {
+        lines.extend(targets_file::read_file(path)?);
+    }
+    let mut notes = Vec::new();
+    for l in &mut lines {
+        if let Some(full) = with_default_scheme(&l.url) {
+            notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
+            l.url = full;
+        }
+    }
+    let targets = lines
+        .iter()
+        .map(|l| {
+            // A header of the line replaces a -H header of the same name.
+            let mut hs: Vec<HeaderArg> = headers
+                .iter()
+                .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
+                .cloned()
+                .collect();
+            hs.extend(l.headers.iter().cloned());
+            let given = o
+                .urls
+                .iter()
+                .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
+            let flag = if given { "URL" } else { "--targets" };
+            resolve_target(&l.url, &l.method, &hs, &body, l.weight)
+                .map_err(|e| ConfigError::new(flag, e.message))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((targets, notes))
+}
+
+/// The `-H` headers, with `Connection: close` for a connection per request.
+fn headers(o: &RequestOptions<'_>) -> Result<Vec<HeaderArg>, ConfigError> {
+    let mut headers = o
+        .headers
+        .iter()
+        .map(|h| HeaderArg::parse(h).map_err(|e| ConfigError::new("--header", e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    if o.conn_per_request && !headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection")) {
+        // The server closes after the response, as with ab (no -k) or wrk -H 'Connection: close'.
+        headers.push(HeaderArg { name: "Connection".into(), value: "close".into() });
+    }
+    Ok(headers)
+}
+
+/// How many distinct addresses the targets have (each needs a connection of its own).
+pub fn distinct_addresses(targets: &[Target]) -> usize {
+    let mut addrs: Vec<SocketAddr> = targets.iter().map(|t| t.addr).collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs.len()
+}
+
+/// Whether a request with `method` may be sent again after its connection failed (RFC 9110
+/// 9.2.2: safe methods, PUT and DELETE).
+pub fn idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+/// `localhost:8080/x` -> `http://localhost:8080/x`, as curl reads a URL without a scheme; None
+/// when the URL has one.
+fn with_default_scheme(url: &str) -> Option<String> {
+    let bare = !url.contains("://") && !url.is_empty() && !url.contains(char::is_whitespace);
+    bare.then(|| format!("http://{url}"))
+}
+
+fn read_body(arg: &str) -> Result<Vec<u8>, ConfigError> {
+    match arg.strip_prefix('@') {
+        None => Ok(arg.as_bytes().to_vec()),
+        Some(path) => std::fs::read(path).map_err(|e| {
+            ConfigError::new(
+                "--body",
+                format!("cannot read body file {path:?}: {e}; give an existing file after @"),
+            )
+        }),
+    }
+}
+
+fn resolve_target(
+    raw: &str,
+    method: &str,
+    headers: &[HeaderArg],
+    body: &[u8],
+    weight: u32,
+) -> Result<Target, ConfigError> {
+    let url = url::Url::parse(raw).map_err(|e| {
+        ConfigError::new(
+            "URL",
+            format!("{raw:?} is not a valid URL ({e}); e.g. http://127.0.0.1:8080/"),
+        )
+    })?;
+    match url.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(ConfigError::new(
+                "URL",
+                format!("{raw:?}: TLS is not supported yet; use an http:// URL"),
+            ))
+        }
+        other => {
+            return Err(ConfigError::new(
+                "URL",
+                format!("{raw:?}: unsupported scheme {other:?}; only http:// is supported"),
+            ))
+        }
+    }
+    let host =
+        url.host_str().ok_or_else(|| ConfigError::new("URL", format!("{raw:?} has no host")))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    // Host names resolve once, before the run; the first address is used.
+    let lookup = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = (lookup, port)
+        .to_socket_addrs()
+        .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
+        .next()
+        .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    let mut target = url.path().to_string();
+    if let Some(q) = url.query() {
+        target.push('?');
+        target.push_str(q);
+    }
+    let spec = RequestSpec {
+        method: method.to_string(),
+        target,
+        host: authority,
+        headers: headers.to_vec(),
+        body: body.to_vec(),
+    };
+    let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
+    Ok(Target {
+        url: url.to_string(),
+        method: method.to_string(),
+        addr,
+        request,
+        head: spec.is_head(),
+        weight,
+    })
+}
