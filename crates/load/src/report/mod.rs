@@ -16,6 +16,8 @@ use crate::source::{PortBudget, SourceRange};
 use crate::stats::ErrorClass;
 use crate::RunResult;
 
+mod text;
+
 /// Busy share of the generator's threads at or above which the generator, not the target, may
 /// have set the rate.
 pub const GENERATOR_BOUND_RATIO: f64 = 0.9;
@@ -402,57 +404,9 @@ impl Report {
             in_flight_at_stop: result.in_flight_at_stop,
             retried: rec.retried + rec.race_retried,
         };
-        let busy_ratio = if secs > 0.0 {
-            // Polling is timed by the clock, which runs on while the thread is preempted; taking
-            // its share of the wall time (not subtracting it from the CPU time) keeps the
-            // figure right on a busy machine too.
-            let wall = secs * cfg.threads as f64;
-            let cpu_share = result.cpu.total().as_secs_f64() / wall;
-            let poll_share = (result.polled.as_secs_f64() / wall).min(1.0);
-            cpu_share * (1.0 - poll_share)
-        } else {
-            0.0
-        };
-        let rate = cfg.rate.as_ref().map(|r| {
-            let run = cfg.warmup + result.duration;
-            let scheduled = (r.due_by(run) - r.due_by(cfg.warmup)).round().max(0.0) as u64;
-            RateReport {
-                start_rps: r.start_rps(),
-                target_rps: r.hold_rps,
-                ramp_s: r.staged().as_secs_f64(),
-                stages: r.segments.len(),
-                scheduled,
-                achieved_rps: per_sec(rec.sent),
-                kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
-                due_unsent: result.due_unsent,
-                waited_for_connection: rec.waited_for_connection,
-                idle_at_stop: result.idle_at_stop,
-            }
-        });
-        // Open loop: behind schedule with connections free means the generator did not send
-        // in time; behind with every connection busy means the target set the pace.
-        let behind_with_free_connections =
-            rate.as_ref().is_some_and(|r| !r.kept && r.idle_at_stop > 0);
-        let (verdict, verdict_reason) = if rec.completed == 0 {
-            ("not-judged", Some("no response was received".to_string()))
-        } else if secs < MIN_JUDGED_S {
-            let why =
-                format!("the run was too short ({secs:.2} s) to tell whether it set the rate");
-            ("not-judged", Some(why))
-        } else if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
-            ("generator-bound", None)
-        } else {
-            ("ok", None)
-        };
+        let rate = RateReport::new(cfg, result);
         let open = cfg.rate.is_some();
-        let mut errors = BTreeMap::new();
-        let mut error_examples = BTreeMap::new();
-        for class in ErrorClass::ALL {
-            errors.insert(class.name(), rec.errors[class as usize]);
-            if let Some(ex) = &rec.examples[class as usize] {
-                error_examples.insert(class.name(), ex.clone());
-            }
-        }
+        let (errors, error_examples) = errors(rec);
         Self {
             version: meta.version.clone(),
             command: meta.command.clone(),
@@ -460,21 +414,7 @@ impl Report {
             host: meta.host.clone(),
             duration_s: secs,
             targets: cfg.targets.iter().map(|t| t.url.clone()).collect(),
-            config: ConfigReport {
-                threads: cfg.threads,
-                connections: cfg.connections,
-                mode: cfg.mode(),
-                duration_s: cfg.duration.map(|d| d.as_secs_f64()),
-                requests: cfg.requests,
-                timeout_s: cfg.timeout.as_secs_f64(),
-                warmup_s: cfg.warmup.as_secs_f64(),
-                pipeline: cfg.pipeline,
-                cpus: cfg.cpus.clone(),
-                conn_per_request: cfg.conn_per_request,
-                rst_close: cfg.rst_close,
-                source: cfg.source,
-                poll: cfg.poll.name(),
-            },
+            config: ConfigReport::new(cfg),
             requests,
             retries: Retries {
                 after_announced_close: rec.retried,
@@ -496,36 +436,11 @@ impl Report {
             latency_us: Latency::from_histogram(&rec.latency),
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
+            generator: Generator::new(cfg, result, rate.as_ref()),
             rate,
             latency_hdr: encode_histogram(&rec.latency),
-            per_target: cfg
-                .targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let c = rec.per_target.get(i).copied().unwrap_or_default();
-                    let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
-                    TargetReport {
-                        url: t.url.clone(),
-                        method: t.method.clone(),
-                        weight: t.weight,
-                        sent: c.completed + c.failed + in_flight,
-                        completed: c.completed,
-                        ok: c.ok,
-                        failed: c.failed,
-                    }
-                })
-                .collect(),
+            per_target: per_target(cfg, result),
             port_budget: result.port_budget.clone(),
-            generator: Generator {
-                threads: cfg.threads,
-                cpu_user_s: result.cpu.user.as_secs_f64(),
-                cpu_sys_s: result.cpu.sys.as_secs_f64(),
-                poll_s: result.polled.as_secs_f64(),
-                busy_ratio,
-                verdict,
-                verdict_reason,
-            },
             check: check(&requests, cfg.max_error_rate, result.setup.as_ref()),
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
@@ -534,228 +449,126 @@ impl Report {
 
     /// The wrk-style summary block.
     pub fn render_text(&self) -> String {
-        let mut s = String::new();
-        let r = &self.requests;
-        let l = &self.latency_us;
-        let c = &self.config;
-        let _ = writeln!(
-            s,
-            "{} test @ {}{}",
-            match c.requests {
-                Some(n) => format!("{n}-request"),
-                None => fmt_secs(c.duration_s.unwrap_or(self.duration_s)),
-            },
-            self.targets.join(", "),
-            if self.stopped_early {
-                format!(" (stopped early, after {})", fmt_secs(self.duration_s))
-            } else {
-                String::new()
-            }
-        );
-        let _ = writeln!(
-            s,
-            "  {} {} and {} connections, {}, {}{}",
-            c.threads,
-            plural(c.threads as u64, "thread", "threads"),
-            c.connections,
-            if self.rate.is_some() { "open loop" } else { "closed loop" },
-            match (c.conn_per_request, c.rst_close) {
-                (false, _) => "keep-alive",
-                (true, false) => "a connection per request",
-                (true, true) => "a connection per request, reset on close",
-            },
-            if c.pipeline > 1 { format!(", pipelined {} deep", c.pipeline) } else { String::new() }
-        );
-        let _ = writeln!(s, "  Latency     Avg       Stdev     Min       Max       +/- Stdev");
-        let _ = writeln!(
-            s,
-            "            {:<9} {:<9} {:<9} {:<9} {:.2}%",
-            fmt_us(l.mean),
-            fmt_us(l.stdev),
-            fmt_us(l.min as f64),
-            fmt_us(l.max as f64),
-            l.within_stdev * 100.0
-        );
-        let _ = writeln!(s, "  Latency Distribution");
-        l.write_distribution(&mut s);
-        let _ = writeln!(
-            s,
-            "  {} requests in {}, {} read, {} written",
-            r.completed,
-            fmt_secs(self.duration_s),
-            fmt_bytes(self.bytes.read as f64),
-            fmt_bytes(self.bytes.written as f64)
-        );
-        let _ = writeln!(s, "Requests/sec: {:.2}", self.throughput_rps);
-        let transfer =
-            if self.duration_s > 0.0 { self.bytes.read as f64 / self.duration_s } else { 0.0 };
-        let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
-        let retried = if self.retries.after_announced_close > 0 {
-            format!(", {} pipelined requests retried", self.retries.after_announced_close)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
-            "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects{})",
-            self.connections.connects,
-            r.sent,
-            r.ok,
-            r.failed + r.bad_status,
-            r.in_flight_at_stop,
-            self.connections.reconnects,
-            retried
-        );
-        let race = &self.retries;
-        if race.closed_before_response > 0 {
-            let _ = writeln!(
-                s,
-                "Retried: the server closed {} reused {} before responding (the keep-alive close \
-                 race); {} {} sent again on new connections, not counted as failed (--no-retry \
-                 counts them)",
-                race.connections_closed_before_response,
-                plural(race.connections_closed_before_response, "connection", "connections"),
-                race.closed_before_response,
-                plural(race.closed_before_response, "request was", "requests were"),
-            );
-        }
-        if let Some(setup) = &self.setup {
-            let _ = writeln!(s, "{}", setup.text());
-        }
-        if !self.status.is_empty() {
-            let parts: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-            let _ = writeln!(s, "Status:  {}", parts.join(", "));
-        }
-        if c.conn_per_request {
-            let k = &self.connections;
-            let _ = writeln!(
-                s,
-                "Connects/sec: {:.2}; connect latency p50 {} p99 {} max {} (apart from the \
-                 request latency above)",
-                k.connects_per_s,
-                fmt_us(k.connect_us.p50 as f64),
-                fmt_us(k.connect_us.p99 as f64),
-                fmt_us(k.connect_us.max as f64)
-            );
-        }
-        if let Some(b) = &self.port_budget {
-            if let Some(limit) =
-                b.sustainable_cps.filter(|&l| self.connections.connects_per_s > 0.8 * l)
-            {
-                let _ = writeln!(
-                    s,
-                    "Port budget: {:.0} connects/s to {} is near the {limit:.0}/s that {} source \
-                     tuples sustain with {:.0} s of TIME_WAIT; use --rst-close or a wider --source",
-                    self.connections.connects_per_s, b.destination, b.tuples, b.hold_s
-                );
-            }
-        }
-        if self.per_target.len() > 1 {
-            let _ = writeln!(s, "Targets:");
-            for t in &self.per_target {
-                let _ = writeln!(
-                    s,
-                    "  {:>9} sent {:>9} ok {:>7} failed  {} {}{}",
-                    t.sent,
-                    t.ok,
-                    t.failed,
-                    t.method,
-                    t.url,
-                    if t.weight != 1 { format!(" (weight {})", t.weight) } else { String::new() }
-                );
-            }
-        }
-        let errs: Vec<String> = self
-            .errors
-            .iter()
-            .filter(|(_, &n)| n > 0)
-            .map(|(k, n)| match self.error_examples.get(k) {
-                Some(ex) => format!("{k}: {n} ({ex})"),
-                None => format!("{k}: {n}"),
-            })
-            .collect();
-        if !errs.is_empty() {
-            let _ = writeln!(s, "Errors:  {}", errs.join(", "));
-        }
-        if let (Some(r), Some(u), Some(lag)) =
-            (&self.rate, &self.latency_uncorrected_us, &self.send_lag_us)
-        {
-            let target = if r.ramp_s > 0.0 {
-                format!("{:.0} -> {:.0}/s over {}", r.start_rps, r.target_rps, fmt_secs(r.ramp_s))
-            } else {
-                format!("{:.0}/s", r.target_rps)
-            };
-            let _ = writeln!(
-                s,
-                "Rate: target {target}, achieved {:.0}/s ({} of {} scheduled sent){}",
-                r.achieved_rps,
-                self.requests.sent,
-                r.scheduled,
-                if r.kept {
-                    ""
-                } else if r.idle_at_stop > 0 {
-                    "; behind schedule with connections free: the generator could not keep up"
-                } else {
-                    "; behind schedule with every connection busy: the target (or too few -c) set the pace"
-                }
-            );
-            if r.waited_for_connection > 0 {
-                let _ = writeln!(
-                    s,
-                    "Waited for a free connection: {} of {} requests ({:.2}%) fell due with all \
-                     {} connections busy; their wait is in the latency and send lag (more -c \
-                     keeps the schedule through target stalls)",
-                    r.waited_for_connection,
-                    self.requests.sent,
-                    100.0 * r.waited_for_connection as f64 / self.requests.sent.max(1) as f64,
-                    self.config.connections
-                );
-            }
-            let _ = writeln!(
-                s,
-                "Latency corrected above; uncorrected (from the actual write): p50 {} p99 {} max {}",
-                fmt_us(u.p50 as f64),
-                fmt_us(u.p99 as f64),
-                fmt_us(u.max as f64)
-            );
-            let _ = writeln!(
-                s,
-                "Send lag (write after its slot): p50 {} p90 {} p99 {} max {}",
-                fmt_us(lag.p50 as f64),
-                fmt_us(lag.p90 as f64),
-                fmt_us(lag.p99 as f64),
-                fmt_us(lag.max as f64)
-            );
-        }
-        let g = &self.generator;
-        let _ = write!(
-            s,
-            "Generator: {:.2}s user + {:.2}s sys on {} {}, busy {:.1}%",
-            g.cpu_user_s,
-            g.cpu_sys_s,
-            g.threads,
-            plural(g.threads as u64, "thread", "threads"),
-            g.busy_ratio * 100.0
-        );
-        if g.poll_s > 0.0 && self.duration_s > 0.0 {
-            let share = g.poll_s / (self.duration_s * g.threads as f64);
-            let _ = write!(s, " (+{:.1}% polling for events)", share * 100.0);
-        }
-        if let Some(why) = &g.verdict_reason {
-            let _ = write!(s, ": not judged, {why}");
-        } else if g.verdict == "generator-bound" {
-            let _ = write!(
-                s,
-                ": generator-bound, the rate is only a lower bound of the target's capacity; \
-                 add generator threads (-t) or machines"
-            );
-        }
-        s.push('\n');
-        if let Some(reason) = &self.check.reason {
-            let _ = writeln!(s, "FAILED: {reason}");
-        }
-        s
+        text::render(self)
     }
+}
+
+impl ConfigReport {
+    fn new(cfg: &LoadConfig) -> Self {
+        Self {
+            threads: cfg.threads,
+            connections: cfg.connections,
+            mode: cfg.mode(),
+            duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+            requests: cfg.requests,
+            timeout_s: cfg.timeout.as_secs_f64(),
+            warmup_s: cfg.warmup.as_secs_f64(),
+            pipeline: cfg.pipeline,
+            cpus: cfg.cpus.clone(),
+            conn_per_request: cfg.conn_per_request,
+            rst_close: cfg.rst_close,
+            source: cfg.source,
+            poll: cfg.poll.name(),
+        }
+    }
+}
+
+impl RateReport {
+    /// Open loop: the schedule over the measured window against what was sent.
+    fn new(cfg: &LoadConfig, result: &RunResult) -> Option<Self> {
+        let r = cfg.rate.as_ref()?;
+        let rec = &result.rec;
+        let secs = result.duration.as_secs_f64();
+        let run = cfg.warmup + result.duration;
+        let scheduled = (r.due_by(run) - r.due_by(cfg.warmup)).round().max(0.0) as u64;
+        Some(RateReport {
+            start_rps: r.start_rps(),
+            target_rps: r.hold_rps,
+            ramp_s: r.staged().as_secs_f64(),
+            stages: r.segments.len(),
+            scheduled,
+            achieved_rps: if secs > 0.0 { rec.sent as f64 / secs } else { 0.0 },
+            kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
+            due_unsent: result.due_unsent,
+            waited_for_connection: rec.waited_for_connection,
+            idle_at_stop: result.idle_at_stop,
+        })
+    }
+}
+
+impl Generator {
+    /// The load threads' CPU, busy share and verdict.
+    fn new(cfg: &LoadConfig, result: &RunResult, rate: Option<&RateReport>) -> Self {
+        let secs = result.duration.as_secs_f64();
+        let busy_ratio = if secs > 0.0 {
+            // Polling is timed by the clock, which runs on while the thread is preempted; taking
+            // its share of the wall time (not subtracting it from the CPU time) keeps the
+            // figure right on a busy machine too.
+            let wall = secs * cfg.threads as f64;
+            let cpu_share = result.cpu.total().as_secs_f64() / wall;
+            let poll_share = (result.polled.as_secs_f64() / wall).min(1.0);
+            cpu_share * (1.0 - poll_share)
+        } else {
+            0.0
+        };
+        // Open loop: behind schedule with connections free means the generator did not send
+        // in time; behind with every connection busy means the target set the pace.
+        let behind_with_free_connections = rate.is_some_and(|r| !r.kept && r.idle_at_stop > 0);
+        let (verdict, verdict_reason) = if result.rec.completed == 0 {
+            ("not-judged", Some("no response was received".to_string()))
+        } else if secs < MIN_JUDGED_S {
+            let why =
+                format!("the run was too short ({secs:.2} s) to tell whether it set the rate");
+            ("not-judged", Some(why))
+        } else if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
+            ("generator-bound", None)
+        } else {
+            ("ok", None)
+        };
+        Generator {
+            threads: cfg.threads,
+            cpu_user_s: result.cpu.user.as_secs_f64(),
+            cpu_sys_s: result.cpu.sys.as_secs_f64(),
+            poll_s: result.polled.as_secs_f64(),
+            busy_ratio,
+            verdict,
+            verdict_reason,
+        }
+    }
+}
+
+/// Failures by class, and one example message of each class that occurred.
+fn errors(rec: &crate::Recorder) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, String>) {
+    let mut errors = BTreeMap::new();
+    let mut examples = BTreeMap::new();
+    for class in ErrorClass::ALL {
+        errors.insert(class.name(), rec.errors[class as usize]);
+        if let Some(ex) = &rec.examples[class as usize] {
+            examples.insert(class.name(), ex.clone());
+        }
+    }
+    (errors, examples)
+}
+
+/// Requests by target, in the order of the configuration.
+fn per_target(cfg: &LoadConfig, result: &RunResult) -> Vec<TargetReport> {
+    cfg.targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let c = result.rec.per_target.get(i).copied().unwrap_or_default();
+            let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
+            TargetReport {
+                url: t.url.clone(),
+                method: t.method.clone(),
+                weight: t.weight,
+                sent: c.completed + c.failed + in_flight,
+                completed: c.completed,
+                ok: c.ok,
+                failed: c.failed,
+            }
+        })
+        .collect()
 }
 
 fn interval_rows(samples: &[crate::Interval]) -> Vec<IntervalRow> {

@@ -1,0 +1,267 @@
+//! The human summary of a load report, in wrk's layout, section by section.
+
+use std::fmt::Write as _;
+
+use super::{fmt_bytes, fmt_secs, fmt_us, plural, Report};
+
+/// The whole summary.
+pub(super) fn render(r: &Report) -> String {
+    let mut s = String::new();
+    header(r, &mut s);
+    latency(r, &mut s);
+    totals(r, &mut s);
+    connections(r, &mut s);
+    targets(r, &mut s);
+    errors(r, &mut s);
+    rate(r, &mut s);
+    generator(r, &mut s);
+    if let Some(reason) = &r.check.reason {
+        let _ = writeln!(s, "FAILED: {reason}");
+    }
+    s
+}
+
+/// `10.00s test @ URL` and the threads, connections and load model.
+fn header(r: &Report, s: &mut String) {
+    let c = &r.config;
+    let _ = writeln!(
+        s,
+        "{} test @ {}{}",
+        match c.requests {
+            Some(n) => format!("{n}-request"),
+            None => fmt_secs(c.duration_s.unwrap_or(r.duration_s)),
+        },
+        r.targets.join(", "),
+        if r.stopped_early {
+            format!(" (stopped early, after {})", fmt_secs(r.duration_s))
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  {} {} and {} connections, {}, {}{}",
+        c.threads,
+        plural(c.threads as u64, "thread", "threads"),
+        c.connections,
+        if r.rate.is_some() { "open loop" } else { "closed loop" },
+        match (c.conn_per_request, c.rst_close) {
+            (false, _) => "keep-alive",
+            (true, false) => "a connection per request",
+            (true, true) => "a connection per request, reset on close",
+        },
+        if c.pipeline > 1 { format!(", pipelined {} deep", c.pipeline) } else { String::new() }
+    );
+}
+
+/// The latency line and distribution.
+fn latency(r: &Report, s: &mut String) {
+    let l = &r.latency_us;
+    let _ = writeln!(s, "  Latency     Avg       Stdev     Min       Max       +/- Stdev");
+    let _ = writeln!(
+        s,
+        "            {:<9} {:<9} {:<9} {:<9} {:.2}%",
+        fmt_us(l.mean),
+        fmt_us(l.stdev),
+        fmt_us(l.min as f64),
+        fmt_us(l.max as f64),
+        l.within_stdev * 100.0
+    );
+    let _ = writeln!(s, "  Latency Distribution");
+    l.write_distribution(s);
+}
+
+/// Requests and bytes, the rates, TOTALS, retries, setup and statuses.
+fn totals(r: &Report, s: &mut String) {
+    let q = &r.requests;
+    let _ = writeln!(
+        s,
+        "  {} requests in {}, {} read, {} written",
+        q.completed,
+        fmt_secs(r.duration_s),
+        fmt_bytes(r.bytes.read as f64),
+        fmt_bytes(r.bytes.written as f64)
+    );
+    let _ = writeln!(s, "Requests/sec: {:.2}", r.throughput_rps);
+    let transfer = if r.duration_s > 0.0 { r.bytes.read as f64 / r.duration_s } else { 0.0 };
+    let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
+    let retried = if r.retries.after_announced_close > 0 {
+        format!(", {} pipelined requests retried", r.retries.after_announced_close)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects{})",
+        r.connections.connects,
+        q.sent,
+        q.ok,
+        q.failed + q.bad_status,
+        q.in_flight_at_stop,
+        r.connections.reconnects,
+        retried
+    );
+    let race = &r.retries;
+    if race.closed_before_response > 0 {
+        let _ = writeln!(
+            s,
+            "Retried: the server closed {} reused {} before responding (the keep-alive close \
+             race); {} {} sent again on new connections, not counted as failed (--no-retry \
+             counts them)",
+            race.connections_closed_before_response,
+            plural(race.connections_closed_before_response, "connection", "connections"),
+            race.closed_before_response,
+            plural(race.closed_before_response, "request was", "requests were"),
+        );
+    }
+    if let Some(setup) = &r.setup {
+        let _ = writeln!(s, "{}", setup.text());
+    }
+    if !r.status.is_empty() {
+        let parts: Vec<String> = r.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(s, "Status:  {}", parts.join(", "));
+    }
+}
+
+/// A connection per request: connects per second and their latency; the port budget.
+fn connections(r: &Report, s: &mut String) {
+    let k = &r.connections;
+    if r.config.conn_per_request {
+        let _ = writeln!(
+            s,
+            "Connects/sec: {:.2}; connect latency p50 {} p99 {} max {} (apart from the request \
+             latency above)",
+            k.connects_per_s,
+            fmt_us(k.connect_us.p50 as f64),
+            fmt_us(k.connect_us.p99 as f64),
+            fmt_us(k.connect_us.max as f64)
+        );
+    }
+    let Some(b) = &r.port_budget else { return };
+    if let Some(limit) = b.sustainable_cps.filter(|&l| k.connects_per_s > 0.8 * l) {
+        let _ = writeln!(
+            s,
+            "Port budget: {:.0} connects/s to {} is near the {limit:.0}/s that {} source tuples \
+             sustain with {:.0} s of TIME_WAIT; use --rst-close or a wider --source",
+            k.connects_per_s, b.destination, b.tuples, b.hold_s
+        );
+    }
+}
+
+/// Per target, when there are several.
+fn targets(r: &Report, s: &mut String) {
+    if r.per_target.len() <= 1 {
+        return;
+    }
+    let _ = writeln!(s, "Targets:");
+    for t in &r.per_target {
+        let _ = writeln!(
+            s,
+            "  {:>9} sent {:>9} ok {:>7} failed  {} {}{}",
+            t.sent,
+            t.ok,
+            t.failed,
+            t.method,
+            t.url,
+            if t.weight != 1 { format!(" (weight {})", t.weight) } else { String::new() }
+        );
+    }
+}
+
+/// Each error class that occurred, with its example.
+fn errors(r: &Report, s: &mut String) {
+    let errs: Vec<String> = r
+        .errors
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, n)| match r.error_examples.get(k) {
+            Some(ex) => format!("{k}: {n} ({ex})"),
+            None => format!("{k}: {n}"),
+        })
+        .collect();
+    if !errs.is_empty() {
+        let _ = writeln!(s, "Errors:  {}", errs.join(", "));
+    }
+}
+
+/// Open loop: the schedule against what went, waits, both latencies and the send lag.
+fn rate(r: &Report, s: &mut String) {
+    let (Some(rate), Some(u), Some(lag)) = (&r.rate, &r.latency_uncorrected_us, &r.send_lag_us)
+    else {
+        return;
+    };
+    let target = if rate.ramp_s > 0.0 {
+        format!("{:.0} -> {:.0}/s over {}", rate.start_rps, rate.target_rps, fmt_secs(rate.ramp_s))
+    } else {
+        format!("{:.0}/s", rate.target_rps)
+    };
+    let _ = writeln!(
+        s,
+        "Rate: target {target}, achieved {:.0}/s ({} of {} scheduled sent){}",
+        rate.achieved_rps,
+        r.requests.sent,
+        rate.scheduled,
+        if rate.kept {
+            ""
+        } else if rate.idle_at_stop > 0 {
+            "; behind schedule with connections free: the generator could not keep up"
+        } else {
+            "; behind schedule with every connection busy: the target (or too few -c) set the pace"
+        }
+    );
+    if rate.waited_for_connection > 0 {
+        let _ = writeln!(
+            s,
+            "Waited for a free connection: {} of {} requests ({:.2}%) fell due with all {} \
+             connections busy; their wait is in the latency and send lag (more -c keeps the \
+             schedule through target stalls)",
+            rate.waited_for_connection,
+            r.requests.sent,
+            100.0 * rate.waited_for_connection as f64 / r.requests.sent.max(1) as f64,
+            r.config.connections
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Latency corrected above; uncorrected (from the actual write): p50 {} p99 {} max {}",
+        fmt_us(u.p50 as f64),
+        fmt_us(u.p99 as f64),
+        fmt_us(u.max as f64)
+    );
+    let _ = writeln!(
+        s,
+        "Send lag (write after its slot): p50 {} p90 {} p99 {} max {}",
+        fmt_us(lag.p50 as f64),
+        fmt_us(lag.p90 as f64),
+        fmt_us(lag.p99 as f64),
+        fmt_us(lag.max as f64)
+    );
+}
+
+/// The generator's CPU, its busy and polling shares, and the verdict.
+fn generator(r: &Report, s: &mut String) {
+    let g = &r.generator;
+    let _ = write!(
+        s,
+        "Generator: {:.2}s user + {:.2}s sys on {} {}, busy {:.1}%",
+        g.cpu_user_s,
+        g.cpu_sys_s,
+        g.threads,
+        plural(g.threads as u64, "thread", "threads"),
+        g.busy_ratio * 100.0
+    );
+    if g.poll_s > 0.0 && r.duration_s > 0.0 {
+        let share = g.poll_s / (r.duration_s * g.threads as f64);
+        let _ = write!(s, " (+{:.1}% polling for events)", share * 100.0);
+    }
+    if let Some(why) = &g.verdict_reason {
+        let _ = write!(s, ": not judged, {why}");
+    } else if g.verdict == "generator-bound" {
+        let _ = write!(
+            s,
+            ": generator-bound, the rate is only a lower bound of the target's capacity; add \
+             generator threads (-t) or machines"
+        );
+    }
+    s.push('\n');
+}
