@@ -85,41 +85,7 @@ pub fn host_text(host: &Host, all: bool) -> String {
         host.irqbalance_pid.map_or("not running".to_string(), |p| format!("running (pid {p})"))
     );
     for nic in host.nics_shown(all) {
-        let _ = writeln!(
-            o,
-            "\nnic {}  driver {}  node {}  {}  mtu {}  speed {}  rx queues {}  tx queues {}",
-            nic.name,
-            or_dash(nic.driver.as_deref()),
-            or_dash(nic.numa_node),
-            nic.state,
-            or_dash(nic.mtu),
-            nic.speed_mbps.map_or("-".to_string(), |s| format!("{s}Mb/s")),
-            nic.rx.len(),
-            nic.tx.len()
-        );
-        for q in &nic.rx {
-            let rps = match &q.rps_cpus {
-                Some(c) if !c.is_empty() => format!("rps {c}"),
-                Some(_) => "rps off".to_string(),
-                None => "rps -".to_string(),
-            };
-            let _ = writeln!(
-                o,
-                "  rx-{:<3} {}  {}  flow_cnt {}",
-                q.index,
-                irq_text(q.irq.as_ref()),
-                rps,
-                or_dash(q.rps_flow_cnt)
-            );
-        }
-        for q in &nic.tx {
-            let xps = match &q.xps_cpus {
-                Some(c) if !c.is_empty() => c.to_list(),
-                Some(_) => "off".to_string(),
-                None => "-".to_string(),
-            };
-            let _ = writeln!(o, "  tx-{:<3} {}  xps {}", q.index, irq_text(q.irq.as_ref()), xps);
-        }
+        nic_text(nic, &mut o);
     }
     let _ = writeln!(o, "\nsysctls");
     for s in &host.sysctls {
@@ -131,6 +97,45 @@ pub fn host_text(host: &Host, all: bool) -> String {
         "RLIMIT_NOFILE", host.nofile.0, host.nofile.1
     );
     o
+}
+
+/// One NIC: its line, then a line per rx and tx queue.
+fn nic_text(nic: &crate::nic::Nic, o: &mut String) {
+    let _ = writeln!(
+        o,
+        "\nnic {}  driver {}  node {}  {}  mtu {}  speed {}  rx queues {}  tx queues {}",
+        nic.name,
+        or_dash(nic.driver.as_deref()),
+        or_dash(nic.numa_node),
+        nic.state,
+        or_dash(nic.mtu),
+        nic.speed_mbps.map_or("-".to_string(), |s| format!("{s}Mb/s")),
+        nic.rx.len(),
+        nic.tx.len()
+    );
+    for q in &nic.rx {
+        let rps = match &q.rps_cpus {
+            Some(c) if !c.is_empty() => format!("rps {c}"),
+            Some(_) => "rps off".to_string(),
+            None => "rps -".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  rx-{:<3} {}  {}  flow_cnt {}",
+            q.index,
+            irq_text(q.irq.as_ref()),
+            rps,
+            or_dash(q.rps_flow_cnt)
+        );
+    }
+    for q in &nic.tx {
+        let xps = match &q.xps_cpus {
+            Some(c) if !c.is_empty() => c.to_list(),
+            Some(_) => "off".to_string(),
+            None => "-".to_string(),
+        };
+        let _ = writeln!(o, "  tx-{:<3} {}  xps {}", q.index, irq_text(q.irq.as_ref()), xps);
+    }
 }
 
 /// A doctor report as text: the summary, then the findings worst first.

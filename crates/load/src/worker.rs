@@ -349,45 +349,14 @@ impl<'a> Worker<'a> {
 
     pub(crate) fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
         let mut cpu_start = CpuTime::of_current_thread();
-        let mut now = Instant::now();
-        self.measure_start = clock.measure_start;
-        self.pacer.begin(clock.start);
-        self.log_next = clock.measure_start + LOG_INTERVAL;
-        self.measuring = now >= clock.measure_start;
+        let mut now = self.begin(&clock);
         let open = self.pacer.is_open();
-        if open {
-            // The kernel lets a timed wait run up to the thread's timer slack (50 us by default)
-            // late; a schedule wants its wake-ups on time.
-            qpslab_sys::thread::set_timer_slack(1);
-        }
-        self.started = true;
-        for idx in 0..self.conns.len() {
-            if self.conns[idx].phase != Phase::Connecting {
-                self.issue(idx, now);
-            }
-        }
-        if open {
-            self.send_due(now);
-        }
-        let (poll_mode, auto_poll) = (self.shared.cfg.poll, self.shared.cfg.auto_poll);
         let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         loop {
-            let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
-            let next_due = self.pacer.next_due();
-            if let (Some(due), false) = (next_due, self.idle.is_empty()) {
-                // Requests due within one quantum go in one wake-up: at high rates a wake-up
-                // per request would cost more CPU than the requests.
-                wake = wake.min(due.max(now + WAKE_QUANTUM));
-            }
-            let spin = match poll_mode {
-                PollMode::Spin => true,
-                PollMode::Sleep => false,
-                PollMode::Auto => auto_poll && next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
-            };
+            let (timeout, spin) = self.next_wait(now, &clock, next_tick);
             let polled_at = spin.then(Instant::now);
             let granted = self.pacer.next_slot();
-            let timeout = if spin { Duration::ZERO } else { wake.saturating_duration_since(now) };
             let n = self.epoll.wait_for(&mut events, timeout)?;
             for (i, ev) in events[..n].iter().enumerate() {
                 self.dispatch(ev.u64, ev.events);
@@ -424,6 +393,55 @@ impl<'a> Worker<'a> {
                 break;
             }
         }
+        Ok(self.finish(now, CpuTime::of_current_thread().since(cpu_start)))
+    }
+
+    /// The run's clock has started: requests may go on every open connection.
+    fn begin(&mut self, clock: &Clock) -> Instant {
+        let now = Instant::now();
+        self.measure_start = clock.measure_start;
+        self.pacer.begin(clock.start);
+        self.log_next = clock.measure_start + LOG_INTERVAL;
+        self.measuring = now >= clock.measure_start;
+        if self.pacer.is_open() {
+            // The kernel lets a timed wait run up to the thread's timer slack (50 us by default)
+            // late; a schedule wants its wake-ups on time.
+            qpslab_sys::thread::set_timer_slack(1);
+        }
+        self.started = true;
+        for idx in 0..self.conns.len() {
+            if self.conns[idx].phase != Phase::Connecting {
+                self.issue(idx, now);
+            }
+        }
+        if self.pacer.is_open() {
+            self.send_due(now);
+        }
+        now
+    }
+
+    /// How long this turn may wait for events, and whether it polls instead of sleeping.
+    #[inline]
+    fn next_wait(&self, now: Instant, clock: &Clock, next_tick: Instant) -> (Duration, bool) {
+        let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
+        let next_due = self.pacer.next_due();
+        if let (Some(due), false) = (next_due, self.idle.is_empty()) {
+            // Requests due within one quantum go in one wake-up: at high rates a wake-up per
+            // request would cost more CPU than the requests.
+            wake = wake.min(due.max(now + WAKE_QUANTUM));
+        }
+        let cfg = self.shared.cfg;
+        let spin = match cfg.poll {
+            PollMode::Spin => true,
+            PollMode::Sleep => false,
+            PollMode::Auto => cfg.auto_poll && next_due.is_some_and(|due| due <= now + SPIN_WINDOW),
+        };
+        let timeout = if spin { Duration::ZERO } else { wake.saturating_duration_since(now) };
+        (timeout, spin)
+    }
+
+    /// What the thread hands back when it stops.
+    fn finish(mut self, now: Instant, cpu: CpuTime) -> ThreadOutcome {
         self.publish();
         if let Some(h) = self.rec.interval.take() {
             // The last, partial interval.
@@ -433,21 +451,17 @@ impl<'a> Worker<'a> {
         for c in &self.conns {
             c.add_counted_outstanding(&self.shared.groups[c.group], &mut in_flight_by_target);
         }
-        let in_flight = in_flight_by_target.iter().sum();
-        let cpu = CpuTime::of_current_thread().since(cpu_start);
-        let due_unsent = if open { self.pacer.due(now) } else { 0 };
-        let idle_at_stop = self.idle.len();
-        Ok(ThreadOutcome {
-            rec: self.rec,
-            in_flight,
+        ThreadOutcome {
+            in_flight: in_flight_by_target.iter().sum(),
             cpu,
             polled: self.polled,
             ended: now,
-            due_unsent,
-            idle_at_stop,
+            due_unsent: if self.pacer.is_open() { self.pacer.due(now) } else { 0 },
+            idle_at_stop: self.idle.len(),
             in_flight_by_target,
             setup: self.setup,
-        })
+            rec: self.rec,
+        }
     }
 
     /// `--log`: hands the finished interval(s) to the watcher and starts the next.

@@ -129,12 +129,61 @@ pub fn plan(host: &Host, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let mut kept = Vec::new();
     let mut changes = Vec::new();
 
-    // IRQ CPUs: one per queue, distinct while the pool lasts.
+    let queues = assign_irq_cpus(&topo, &pool, &nics, in_netns, &mut kept);
+    let irq_cpus: CpuSet = queues.iter().filter_map(|q| q.irq_cpu).collect();
+    for q in &queues {
+        irq_changes(host, &topo, q, &mut changes);
+    }
+    // RPS/RFS where a NIC has fewer queues than cores; both sides of the split get it.
+    let rps_pool = if explicit_workers { &pool } else { &online };
+    let groups = plan_rps(host, &topo, &queues, rps_pool, &irq_cpus, &mut changes, &mut kept);
+    xps_changes(host, &groups, &mut changes);
+    let (worker_cpus, workers_shared) =
+        worker_cpus(&topo, &online, &pool, &irq_cpus, explicit_workers);
+
+    plan_sysctls(host, opts.role, &mut changes, &mut kept);
+    plan_clocksource(host, &mut changes);
+    kept.extend(never_changed(host));
+    if in_netns {
+        kept.push(Kept {
+            setting: "host-wide settings".into(),
+            reason: "inside a network namespace only its own settings are planned (rps/xps of \
+                     its interfaces, somaxconn, tcp_max_syn_backlog, ip_local_port_range); IRQs, \
+                     netdev_*, rps_sock_flow_entries, fs.* and the clocksource belong to the host"
+                .into(),
+        });
+    }
+
+    let nofile = nofile_target(host);
+    Ok(Plan {
+        role: opts.role,
+        net_namespace: host.net_namespace.clone(),
+        interfaces: nics.iter().map(|n| n.name.clone()).collect(),
+        command: command_line(opts.role, &worker_cpus),
+        nginx: super::emit::nginx_snippet(&worker_cpus, nofile, backlog_target(host)),
+        irq_cpus,
+        worker_cpus,
+        workers_shared,
+        changes,
+        kept,
+        irqbalance_pid: host.irqbalance_pid,
+    })
+}
+
+/// IRQ CPUs: one per rx queue, distinct while the pool lasts (none inside a namespace: /proc/irq
+/// belongs to the host).
+fn assign_irq_cpus<'a>(
+    topo: &Topology,
+    pool: &CpuSet,
+    nics: &[&'a Nic],
+    in_netns: bool,
+    kept: &mut Vec<Kept>,
+) -> Vec<Queue<'a>> {
     let mut queues: Vec<Queue> = Vec::new();
     let mut used = CpuSet::new();
     let mut overflow = 0usize;
-    for nic in &nics {
-        let order = topo.irq_order(&pool, nic.numa_node);
+    for nic in nics {
+        let order = topo.irq_order(pool, nic.numa_node);
         for q in &nic.rx {
             let irq = q.irq.as_ref().map(|i| i.number).filter(|_| !in_netns);
             let irq_cpu = irq.and_then(|_| {
@@ -166,24 +215,28 @@ pub fn plan(host: &Host, opts: &PlanOptions) -> Result<Plan, PlanError> {
             reason: "not planned inside a network namespace: /proc/irq belongs to the host".into(),
         });
     }
-    let irq_cpus: CpuSet = queues.iter().filter_map(|q| q.irq_cpu).collect();
-    for q in &queues {
-        irq_changes(host, &topo, q, &mut changes);
-    }
+    queues
+}
 
-    // RPS/RFS where a NIC has fewer queues than cores; both sides of the split get it.
+/// RPS and RFS for the queues of NICs with fewer queues than cores; returns each queue's group
+/// (its IRQ CPU and RPS CPUs), which XPS follows.
+fn plan_rps<'q, 'a>(
+    host: &Host,
+    topo: &Topology,
+    queues: &'q [Queue<'a>],
+    pool: &CpuSet,
+    irq_cpus: &CpuSet,
+    changes: &mut Vec<Change>,
+    kept: &mut Vec<Kept>,
+) -> Vec<(&'q Queue<'a>, CpuSet)> {
     let cores = topo.cores();
-    let rps_pool = if explicit_workers { pool.clone() } else { online.clone() };
     let rps_queues: Vec<&Queue> = queues.iter().filter(|q| q.nic.rx.len() < cores).collect();
-    let rps = topo.rps_sets(
-        &rps_queues.iter().map(|q| q.irq_cpu).collect::<Vec<_>>(),
-        &rps_pool,
-        &irq_cpus,
-    );
-    let mut groups: Vec<(&Queue, CpuSet)> = Vec::new();
-    for q in &queues {
+    let rps =
+        topo.rps_sets(&rps_queues.iter().map(|q| q.irq_cpu).collect::<Vec<_>>(), pool, irq_cpus);
+    let mut groups = Vec::new();
+    for q in queues {
         let set = rps_queues.iter().position(|r| std::ptr::eq(*r, q)).map(|i| rps[i].clone());
-        rps_changes(host, q, set.as_ref(), cores, &mut changes);
+        rps_changes(host, q, set.as_ref(), cores, changes);
         let group = set.unwrap_or_default().union(&q.irq_cpu.into_iter().collect());
         groups.push((q, group));
     }
@@ -194,15 +247,24 @@ pub fn plan(host: &Host, opts: &PlanOptions) -> Result<Plan, PlanError> {
             RPS_SOCK_FLOW_ENTRIES,
             "RFS needs a global socket flow table; 32768 entries suit a moderately loaded server",
             SCALING,
-            &mut changes,
-            &mut kept,
+            changes,
+            kept,
         );
     }
-    xps_changes(host, &groups, &mut changes);
+    groups
+}
 
-    // Workers: the CPUs not given to interrupt work, whole cores.
-    let (worker_cpus, workers_shared) = if explicit_workers {
-        (online.difference(&pool), false)
+/// Workers: the CPUs not given to interrupt work, whole cores; whether they had to share the
+/// interrupt CPUs (nothing else was left).
+fn worker_cpus(
+    topo: &Topology,
+    online: &CpuSet,
+    pool: &CpuSet,
+    irq_cpus: &CpuSet,
+    explicit_workers: bool,
+) -> (CpuSet, bool) {
+    let (cpus, shared) = if explicit_workers {
+        (online.difference(pool), false)
     } else {
         let irq_cores = irq_cpus.iter().fold(CpuSet::new(), |acc, c| acc.union(&topo.siblings(c)));
         let rest = online.difference(&irq_cores);
@@ -212,35 +274,11 @@ pub fn plan(host: &Host, opts: &PlanOptions) -> Result<Plan, PlanError> {
             (rest, false)
         }
     };
-    let worker_cpus = if worker_cpus.is_empty() { online.clone() } else { worker_cpus };
-
-    plan_sysctls(host, opts.role, &mut changes, &mut kept);
-    plan_clocksource(host, &mut changes);
-    kept.extend(never_changed(host));
-    if in_netns {
-        kept.push(Kept {
-            setting: "host-wide settings".into(),
-            reason: "inside a network namespace only its own settings are planned (rps/xps of \
-                     its interfaces, somaxconn, tcp_max_syn_backlog, ip_local_port_range); IRQs, \
-                     netdev_*, rps_sock_flow_entries, fs.* and the clocksource belong to the host"
-                .into(),
-        });
+    if cpus.is_empty() {
+        (online.clone(), shared)
+    } else {
+        (cpus, shared)
     }
-
-    let nofile = nofile_target(host);
-    Ok(Plan {
-        role: opts.role,
-        net_namespace: host.net_namespace.clone(),
-        interfaces: nics.iter().map(|n| n.name.clone()).collect(),
-        command: command_line(opts.role, &worker_cpus),
-        nginx: super::emit::nginx_snippet(&worker_cpus, nofile, backlog_target(host)),
-        irq_cpus,
-        worker_cpus,
-        workers_shared,
-        changes,
-        kept,
-        irqbalance_pid: host.irqbalance_pid,
-    })
 }
 
 /// The interfaces to tune: the named ones, or every NIC with a device, or (none, e.g. in a
