@@ -376,19 +376,21 @@ impl ServeArgs {
             accept,
             backlog: self.backlog,
             share_port: self.share_port,
-            max_conns: self.max_conns,
-            keepalive_requests: self.keepalive_requests.unwrap_or(u64::MAX),
-            idle_timeout: self.idle_timeout,
-            header_timeout: self.header_timeout,
-            body_timeout: self.body_timeout,
-            limits: qpslab_http::RequestLimits {
-                max_request_line: usize_of(self.max_request_line),
-                max_header_bytes: usize_of(self.max_header_bytes),
-                max_headers: self.max_headers,
+            settings: qpslab_serve::config::Settings {
+                max_conns: self.max_conns,
+                keepalive_requests: self.keepalive_requests.unwrap_or(u64::MAX),
+                idle_timeout: self.idle_timeout,
+                header_timeout: self.header_timeout,
+                body_timeout: self.body_timeout,
+                limits: qpslab_http::RequestLimits {
+                    max_request_line: usize_of(self.max_request_line),
+                    max_header_bytes: usize_of(self.max_header_bytes),
+                    max_headers: self.max_headers,
+                },
+                max_body: self.max_body,
+                body_size: self.body_size,
+                status: self.status,
             },
-            max_body: self.max_body,
-            body_size: self.body_size,
-            status: self.status,
         })
     }
 }

@@ -371,40 +371,63 @@ fn a_short_window_gets_no_verdict() {
     assert!(named(&f, "latency-bound").is_none());
 }
 
-/// Regression: `qpslab serve -w 1 --cpus 0` and a generator on CPUs 0-1: CPU 0 was 100% busy,
-/// and the doctor said "latency-bound: neither side is saturated".
-#[test]
-fn a_saturated_server_cpu_is_never_called_latency_bound() {
+/// A followed process: its threads' CPU ticks per one-second step and their affinity.
+struct Proc {
+    pid: u32,
+    role: Role,
+    comm: &'static str,
+    threads: &'static [(u32, u64, &'static str)],
+}
+
+/// The processes over `steps` one-second steps, every CPU's time split as `cpus` says.
+fn with_procs(procs: &[Proc], steps: u64, cpus: fn(usize) -> (u64, u64, u64, u64)) -> Run {
     let mut run = Run::new(Shape::small_virtio());
-    run.watch =
-        vec![Watch { pid: 600, role: Role::Server }, Watch { pid: 500, role: Role::Client }];
+    run.watch = procs.iter().map(|p| Watch { pid: p.pid, role: p.role }).collect();
     let write = |run: &Run, k: u64| {
-        // The server's worker thread is pinned to CPU 0 and uses 55% of a CPU (the generator
-        // takes the rest of CPU 0); the generator's two threads may run on both CPUs.
-        write_process(run.dir.path(), 600, "qpslab", &[(600, 0), (601, 55 * k)], 20, 20000)
-            .unwrap();
-        write_process(
-            run.dir.path(),
-            500,
-            "qpslab",
-            &[(500, 0), (501, 45 * k), (502, 40 * k)],
-            20,
-            20000,
-        )
-        .unwrap();
-        write_affinity(run.dir.path(), 600, &[(600, "0-1"), (601, "0")]);
-        write_affinity(run.dir.path(), 500, &[(500, "0-1"), (501, "0-1"), (502, "0-1")]);
+        for p in procs {
+            let ticks: Vec<(u32, u64)> = p.threads.iter().map(|t| (t.0, t.1 * k)).collect();
+            write_process(run.dir.path(), p.pid, p.comm, &ticks, 20, 20000).unwrap();
+            let affinity: Vec<(u32, &str)> = p.threads.iter().map(|t| (t.0, t.2)).collect();
+            write_affinity(run.dir.path(), p.pid, &affinity);
+        }
     };
     write(&run, 0);
     run.samples.clear();
     run.sample();
-    for k in 1..=3 {
+    for k in 1..=steps {
         write(&run, k);
         run.step(|c, _| {
-            c.advance_cpus(100, |cpu| if cpu == 0 { (60, 38, 2, 0) } else { (20, 30, 0, 50) });
+            c.advance_cpus(100, cpus);
             c.dev.insert("lo".into(), (k * 1000, k * 100_000, k * 1000, k * 100_000));
         });
     }
+    run
+}
+
+/// Regression: `qpslab serve -w 1 --cpus 0` and a generator on CPUs 0-1: CPU 0 was 100% busy,
+/// and the doctor said "latency-bound: neither side is saturated".
+#[test]
+fn a_saturated_server_cpu_is_never_called_latency_bound() {
+    // The server's worker thread is pinned to CPU 0 and uses 55% of a CPU (the generator
+    // takes the rest of CPU 0); the generator's two threads may run on both CPUs.
+    let run = with_procs(
+        &[
+            Proc {
+                pid: 600,
+                role: Role::Server,
+                comm: "qpslab",
+                threads: &[(600, 0, "0-1"), (601, 55, "0")],
+            },
+            Proc {
+                pid: 500,
+                role: Role::Client,
+                comm: "qpslab",
+                threads: &[(500, 0, "0-1"), (501, 45, "0-1"), (502, 40, "0-1")],
+            },
+        ],
+        3,
+        |cpu| if cpu == 0 { (60, 38, 2, 0) } else { (20, 30, 0, 50) },
+    );
     let f = run.findings();
     assert!(
         named(&f, "latency-bound").is_none() && named(&f, "no-single-bottleneck").is_none(),
@@ -420,24 +443,14 @@ fn a_saturated_server_cpu_is_never_called_latency_bound() {
 /// Both sides confined to the same CPU, which is full.
 #[test]
 fn both_sides_on_one_full_cpu_share_it() {
-    let mut run = Run::new(Shape::small_virtio());
-    run.watch =
-        vec![Watch { pid: 600, role: Role::Server }, Watch { pid: 500, role: Role::Client }];
-    let write = |run: &Run, k: u64| {
-        write_process(run.dir.path(), 600, "server", &[(600, 50 * k)], 20, 20000).unwrap();
-        write_process(run.dir.path(), 500, "client", &[(500, 45 * k)], 20, 20000).unwrap();
-        write_affinity(run.dir.path(), 600, &[(600, "1")]);
-        write_affinity(run.dir.path(), 500, &[(500, "1")]);
-    };
-    write(&run, 0);
-    run.samples.clear();
-    run.sample();
-    for k in 1..=2 {
-        write(&run, k);
-        run.step(|c, _| {
-            c.advance_cpus(100, |cpu| if cpu == 1 { (60, 38, 2, 0) } else { (1, 1, 0, 98) })
-        });
-    }
+    let run = with_procs(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "server", threads: &[(600, 50, "1")] },
+            Proc { pid: 500, role: Role::Client, comm: "client", threads: &[(500, 45, "1")] },
+        ],
+        2,
+        |cpu| if cpu == 1 { (60, 38, 2, 0) } else { (1, 1, 0, 98) },
+    );
     let f = run.findings();
     let shared = named(&f, "shared-cpus").expect("shared-cpus");
     assert!(shared.summary.contains("same CPUs (1)"), "{}", shared.summary);
@@ -448,25 +461,19 @@ fn both_sides_on_one_full_cpu_share_it() {
 /// said as such, not as latency-bound.
 #[test]
 fn a_full_cpu_without_a_saturated_side_is_named() {
-    let mut run = Run::new(Shape::small_virtio());
-    run.watch =
-        vec![Watch { pid: 600, role: Role::Server }, Watch { pid: 500, role: Role::Client }];
-    let write = |run: &Run, k: u64| {
-        write_process(run.dir.path(), 600, "server", &[(600, 20 * k), (601, 20 * k)], 20, 20000)
-            .unwrap();
-        write_process(run.dir.path(), 500, "client", &[(500, 30 * k)], 20, 20000).unwrap();
-        write_affinity(run.dir.path(), 600, &[(600, "0-1"), (601, "0-1")]);
-        write_affinity(run.dir.path(), 500, &[(500, "0-1")]);
-    };
-    write(&run, 0);
-    run.samples.clear();
-    run.sample();
-    for k in 1..=3 {
-        write(&run, k);
-        run.step(|c, _| {
-            c.advance_cpus(100, |cpu| if cpu == 0 { (10, 10, 80, 0) } else { (30, 20, 0, 50) })
-        });
-    }
+    let run = with_procs(
+        &[
+            Proc {
+                pid: 600,
+                role: Role::Server,
+                comm: "server",
+                threads: &[(600, 20, "0-1"), (601, 20, "0-1")],
+            },
+            Proc { pid: 500, role: Role::Client, comm: "client", threads: &[(500, 30, "0-1")] },
+        ],
+        3,
+        |cpu| if cpu == 0 { (10, 10, 80, 0) } else { (30, 20, 0, 50) },
+    );
     let f = run.findings();
     let hot = named(&f, "cpu-saturated").expect("cpu-saturated");
     assert!(hot.summary.starts_with("CPU 0, "), "{}", hot.summary);
@@ -489,29 +496,15 @@ fn write_affinity(dir: &std::path::Path, pid: u32, threads: &[(u32, &str)]) {
 /// and so the server, saturated.
 #[test]
 fn an_idle_master_on_busy_cpus_is_not_a_saturated_server() {
-    let mut run = Run::new(Shape::small_virtio());
-    run.watch = vec![
-        Watch { pid: 600, role: Role::Server },
-        Watch { pid: 601, role: Role::Server },
-        Watch { pid: 500, role: Role::Client },
-    ];
-    let write = |run: &Run, k: u64| {
-        write_process(run.dir.path(), 600, "nginx", &[(600, 0)], 20, 20000).unwrap();
-        write_process(run.dir.path(), 601, "nginx", &[(601, 60 * k)], 20, 20000).unwrap();
-        write_process(run.dir.path(), 500, "qpslab", &[(500, 96 * k)], 20, 20000).unwrap();
-        write_affinity(run.dir.path(), 600, &[(600, "0-1")]);
-        write_affinity(run.dir.path(), 601, &[(601, "0")]);
-        write_affinity(run.dir.path(), 500, &[(500, "1")]);
-    };
-    write(&run, 0);
-    run.samples.clear();
-    run.sample();
-    for k in 1..=2 {
-        write(&run, k);
-        run.step(|c, _| {
-            c.advance_cpus(100, |cpu| if cpu == 0 { (35, 40, 0, 25) } else { (10, 88, 2, 0) })
-        });
-    }
+    let run = with_procs(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "nginx", threads: &[(600, 0, "0-1")] },
+            Proc { pid: 601, role: Role::Server, comm: "nginx", threads: &[(601, 60, "0")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 96, "1")] },
+        ],
+        2,
+        |cpu| if cpu == 0 { (35, 40, 0, 25) } else { (10, 88, 2, 0) },
+    );
     let f = run.findings();
     let client = named(&f, "client-bound").expect("client-bound");
     assert!(named(&f, "both-saturated").is_none(), "{f:?}");

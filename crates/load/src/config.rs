@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use qpslab_sys::cpus::{allowed_cpus, parse_cpu_list};
+use qpslab_sys::cpus::{allowed_cpus, usable_list};
 use qpslab_sys::root::Root;
 
 pub use crate::rate::Rate;
@@ -250,7 +250,7 @@ impl LoadConfig {
             ));
         }
         let rate = Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_deref())?;
-        let cpus = opts.cpus.as_deref().map(validate_cpus).transpose()?;
+        let cpus = opts.cpus.as_deref().map(|l| usable_list(l, "--cpus")).transpose()?;
         let source = opts
             .source
             .as_deref()
@@ -484,21 +484,6 @@ pub(crate) fn online_cpus() -> usize {
 
 fn distinct_cpus(cpus: &[usize]) -> usize {
     cpus.iter().collect::<std::collections::BTreeSet<_>>().len()
-}
-
-fn validate_cpus(list: &str) -> Result<Vec<usize>, ConfigError> {
-    let cpus = parse_cpu_list(list).map_err(|e| ConfigError::new("--cpus", e))?;
-    if cpus.is_empty() {
-        return Err(ConfigError::new("--cpus", "empty CPU list; write e.g. 0-3,8"));
-    }
-    let allowed = allowed_cpus();
-    if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-        return Err(ConfigError::new(
-            "--cpus",
-            format!("CPU {bad} is not available to this process (allowed: {allowed:?})"),
-        ));
-    }
-    Ok(cpus)
 }
 
 #[cfg(test)]

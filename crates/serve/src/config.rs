@@ -47,6 +47,70 @@ pub const MAX_BODY_SIZE: u64 = 1 << 30;
 /// Longest delay `t=` may ask for, in milliseconds.
 pub const MAX_DELAY_MS: u64 = 60_000;
 
+/// What every connection gets: the limits, deadlines and the response. The same in the
+/// options as given and in the validated configuration (checked in place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Connections per worker; beyond it new connections wait in the kernel's queue.
+    pub max_conns: usize,
+    pub keepalive_requests: u64,
+    pub idle_timeout: Duration,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub limits: RequestLimits,
+    pub max_body: u64,
+    pub body_size: u64,
+    pub status: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_conns: 65536,
+            keepalive_requests: u64::MAX,
+            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            limits: RequestLimits::default(),
+            max_body: 1 << 20,
+            body_size: 3,
+            status: 200,
+        }
+    }
+}
+
+impl Settings {
+    fn check(&self) -> Result<(), ConfigError> {
+        let must = |ok: bool, flag: &'static str, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::new(flag, what))
+            }
+        };
+        must(self.max_conns > 0, "--max-conns", "must be at least 1")?;
+        must(self.keepalive_requests > 0, "--keepalive-requests", "must be at least 1")?;
+        let positive = "must be greater than zero, e.g. 10s";
+        must(!self.idle_timeout.is_zero(), "--idle-timeout", positive)?;
+        must(!self.header_timeout.is_zero(), "--header-timeout", positive)?;
+        must(!self.body_timeout.is_zero(), "--body-timeout", positive)?;
+        let l = self.limits;
+        must(l.max_request_line >= 64, "--max-request-line", "must be at least 64 bytes")?;
+        must(l.max_header_bytes >= 64, "--max-header-bytes", "must be at least 64 bytes")?;
+        must(
+            (1..=HEADER_SLOTS).contains(&l.max_headers),
+            "--max-headers",
+            &format!("must be between 1 and {HEADER_SLOTS}"),
+        )?;
+        must(
+            self.body_size <= MAX_BODY_SIZE,
+            "--body-size",
+            &format!("at most {MAX_BODY_SIZE} bytes"),
+        )?;
+        must((200..=599).contains(&self.status), "--status", "must be a final status, 200 to 599")
+    }
+}
+
 /// Options as given.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -61,15 +125,7 @@ pub struct ServeOptions {
     /// Listen on a port another socket already listens on (SO_REUSEPORT splits the
     /// connections between the servers); refused otherwise.
     pub share_port: bool,
-    pub max_conns: usize,
-    pub keepalive_requests: u64,
-    pub idle_timeout: Duration,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub limits: RequestLimits,
-    pub max_body: u64,
-    pub body_size: u64,
-    pub status: u16,
+    pub settings: Settings,
 }
 
 /// The listen backlog asked for when `--backlog` is not given; the kernel caps it at
@@ -85,15 +141,7 @@ impl Default for ServeOptions {
             accept: AcceptMode::Reuseport,
             backlog: None,
             share_port: false,
-            max_conns: 65536,
-            keepalive_requests: u64::MAX,
-            idle_timeout: Duration::from_secs(60),
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(10),
-            limits: RequestLimits::default(),
-            max_body: 1 << 20,
-            body_size: 3,
-            status: 200,
+            settings: Settings::default(),
         }
     }
 }
@@ -109,15 +157,7 @@ pub struct ServeConfig {
     /// The user asked for this backlog (`--backlog`): say so when the kernel caps it.
     pub backlog_requested: bool,
     pub share_port: bool,
-    pub max_conns: usize,
-    pub keepalive_requests: u64,
-    pub idle_timeout: Duration,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub limits: RequestLimits,
-    pub max_body: u64,
-    pub body_size: u64,
-    pub status: u16,
+    pub settings: Settings,
 }
 
 impl ServeConfig {
@@ -142,14 +182,8 @@ impl ServeConfig {
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        let cpus = o.cpus.as_deref().map(validate_cpus).transpose()?;
-        let positive = |d: Duration, flag: &'static str| {
-            if d.is_zero() {
-                Err(ConfigError::new(flag, "must be greater than zero, e.g. 10s"))
-            } else {
-                Ok(d)
-            }
-        };
+        let cpus =
+            o.cpus.as_deref().map(|l| qpslab_sys::cpus::usable_list(l, "--cpus")).transpose()?;
         if o.backlog == Some(0) {
             return Err(ConfigError::new("--backlog", "must be at least 1"));
         }
@@ -160,31 +194,7 @@ impl ServeConfig {
                  listeners",
             ));
         }
-        if o.max_conns == 0 {
-            return Err(ConfigError::new("--max-conns", "must be at least 1"));
-        }
-        if o.keepalive_requests == 0 {
-            return Err(ConfigError::new("--keepalive-requests", "must be at least 1"));
-        }
-        let l = o.limits;
-        if l.max_request_line < 64 {
-            return Err(ConfigError::new("--max-request-line", "must be at least 64 bytes"));
-        }
-        if l.max_header_bytes < 64 {
-            return Err(ConfigError::new("--max-header-bytes", "must be at least 64 bytes"));
-        }
-        if l.max_headers == 0 || l.max_headers > HEADER_SLOTS {
-            return Err(ConfigError::new(
-                "--max-headers",
-                format!("must be between 1 and {HEADER_SLOTS}"),
-            ));
-        }
-        if o.body_size > MAX_BODY_SIZE {
-            return Err(ConfigError::new("--body-size", format!("at most {MAX_BODY_SIZE} bytes")));
-        }
-        if !(200..=599).contains(&o.status) {
-            return Err(ConfigError::new("--status", "must be a final status, 200 to 599"));
-        }
+        o.settings.check()?;
         Ok(Self {
             listen,
             workers,
@@ -193,33 +203,9 @@ impl ServeConfig {
             backlog: o.backlog.unwrap_or(DEFAULT_BACKLOG),
             backlog_requested: o.backlog.is_some(),
             share_port: o.share_port,
-            max_conns: o.max_conns,
-            keepalive_requests: o.keepalive_requests,
-            idle_timeout: positive(o.idle_timeout, "--idle-timeout")?,
-            header_timeout: positive(o.header_timeout, "--header-timeout")?,
-            body_timeout: positive(o.body_timeout, "--body-timeout")?,
-            limits: l,
-            max_body: o.max_body,
-            body_size: o.body_size,
-            status: o.status,
+            settings: o.settings,
         })
     }
-}
-
-/// A cpulist of CPUs this process may use.
-fn validate_cpus(list: &str) -> Result<Vec<usize>, ConfigError> {
-    let cpus = qpslab_sys::cpus::parse_cpu_list(list).map_err(|e| ConfigError::new("--cpus", e))?;
-    if cpus.is_empty() {
-        return Err(ConfigError::new("--cpus", "empty CPU list; write e.g. 0-3,8"));
-    }
-    let allowed = qpslab_sys::cpus::allowed_cpus();
-    if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-        return Err(ConfigError::new(
-            "--cpus",
-            format!("CPU {bad} is not available to this process (allowed: {allowed:?})"),
-        ));
-    }
-    Ok(cpus)
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl Server {
     /// Binds every listen address (port 0 picks a free port, shared by all workers). Raises the
     /// descriptor limit towards what `--max-conns` allows, as far as the hard limit permits.
     pub fn bind(cfg: ServeConfig) -> Result<Self, ServeError> {
-        let wanted = (cfg.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
+        let wanted = (cfg.settings.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
         qpslab_sys::nofile::raise_towards(wanted);
         let bound = listen::bind(&cfg).map_err(|e| match e {
             listen::BindError::InUse { addr, holders } => ServeError::PortInUse { addr, holders },

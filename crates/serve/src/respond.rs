@@ -45,8 +45,8 @@ pub(crate) struct ErrorReply {
 impl Plan {
     pub(crate) fn new(head: &RequestHead<'_>, cfg: &ServeConfig) -> Result<Self, ErrorReply> {
         let mut plan = Plan {
-            status: cfg.status,
-            body_len: cfg.body_size,
+            status: cfg.settings.status,
+            body_len: cfg.settings.body_size,
             head_only: head.method == Method::Head,
             chunked: false,
             keep_alive: head.keep_alive,
@@ -67,7 +67,7 @@ impl Plan {
             plan.body_len = 0;
         }
         if let BodyFraming::Length(n) = plan.request_body {
-            if n > cfg.max_body {
+            if n > cfg.settings.max_body {
                 return Err(ErrorReply { status: 413, reason: "request body too large" });
             }
         }
@@ -165,8 +165,8 @@ impl Template {
     pub(crate) fn new(cfg: &ServeConfig, date: &[u8; DATE_LEN]) -> Self {
         let mut bytes = Vec::new();
         let plan = Plan {
-            status: cfg.status,
-            body_len: cfg.body_size,
+            status: cfg.settings.status,
+            body_len: cfg.settings.body_size,
             head_only: false,
             chunked: false,
             keep_alive: true,
@@ -175,10 +175,10 @@ impl Template {
             request_body: BodyFraming::None,
             expect_continue: false,
         };
-        let inline = cfg.body_size <= BODY_PIECE as u64;
+        let inline = cfg.settings.body_size <= BODY_PIECE as u64;
         write_head(&mut bytes, &plan, false, date);
         if inline {
-            push_body(&mut bytes, cfg.body_size as usize, 0);
+            push_body(&mut bytes, cfg.settings.body_size as usize, 0);
         }
         let date_at = bytes
             .windows(DATE_LEN)
@@ -188,8 +188,8 @@ impl Template {
             bytes,
             date_at,
             // A body too big to inline never matches, so it takes the streaming path.
-            plan_status: if inline { cfg.status } else { 0 },
-            plan_body: cfg.body_size,
+            plan_status: if inline { cfg.settings.status } else { 0 },
+            plan_body: cfg.settings.body_size,
         }
     }
 

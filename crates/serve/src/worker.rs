@@ -308,7 +308,8 @@ impl<'a> Worker<'a> {
     /// Reads what the socket has, while input may be taken. Returns the bytes read; closes the
     /// connection on EOF or error.
     fn read_input(&mut self, idx: usize) -> usize {
-        let max_head = self.cfg.limits.max_request_line + self.cfg.limits.max_header_bytes;
+        let max_head =
+            self.cfg.settings.limits.max_request_line + self.cfg.settings.limits.max_header_bytes;
         let mut total = 0;
         loop {
             let c = &mut self.conns[idx];
@@ -434,7 +435,7 @@ impl<'a> Worker<'a> {
         let c = &mut self.conns[idx];
         if !matches!(c.deadline, Some((_, Deadline::Header))) {
             // One total deadline per head, from its first byte; not reset per byte.
-            c.deadline = Some((now + cfg.header_timeout, Deadline::Header));
+            c.deadline = Some((now + cfg.settings.header_timeout, Deadline::Header));
         }
         if let Some(plan) = c.cache_plan {
             let n = c.cache_bytes.len();
@@ -443,7 +444,7 @@ impl<'a> Worker<'a> {
                 return Ok(Some(plan));
             }
         }
-        let parsed = match parse_request(c.inbuf.filled_mut(), &cfg.limits) {
+        let parsed = match parse_request(c.inbuf.filled_mut(), &cfg.settings.limits) {
             Ok(None) => return Ok(None),
             Ok(Some((n, head))) => (n, Plan::new(&head, cfg)),
             Err(r) => return Err(ErrorReply { status: r.status, reason: r.reason }),
@@ -474,20 +475,20 @@ impl<'a> Worker<'a> {
                 c.plan = Some(plan);
                 c.body = Some(BodyLeft::Length(n));
                 c.phase = PhaseCell(Phase::Body);
-                c.deadline = Some((now + cfg.body_timeout, Deadline::Body));
+                c.deadline = Some((now + cfg.settings.body_timeout, Deadline::Body));
             }
             BodyFraming::Chunked => {
                 c.plan = Some(plan);
                 c.body = Some(BodyLeft::Chunked(ChunkedDecoder::new()));
                 c.phase = PhaseCell(Phase::Body);
-                c.deadline = Some((now + cfg.body_timeout, Deadline::Body));
+                c.deadline = Some((now + cfg.settings.body_timeout, Deadline::Body));
             }
         }
     }
 
     /// Discards buffered body bytes; answers when the body is complete. False: need more.
     fn read_body(&mut self, idx: usize, now: Instant) -> bool {
-        let max_body = self.cfg.max_body;
+        let max_body = self.cfg.settings.max_body;
         let c = &mut self.conns[idx];
         let data = c.inbuf.filled();
         let (used, done) = match c.body.as_mut() {
@@ -556,7 +557,7 @@ impl<'a> Worker<'a> {
         if !self.accepting
             && self.accept_resume.is_none()
             && self.draining_since.is_none()
-            && self.open < self.cfg.max_conns
+            && self.open < self.cfg.settings.max_conns
         {
             let _ = self.set_accepting(true);
         }

@@ -535,7 +535,7 @@ fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections() {
     // Regression: the write deadline once ran from the first blocked write and cut off any
     // download longer than the idle timeout; a short one makes the test show it.
     let mut o = opts();
-    o.idle_timeout = Duration::from_millis(500);
+    o.settings.idle_timeout = Duration::from_millis(500);
     let server = TestServer::start(o);
     let addr = server.addr();
     let downloader = std::thread::spawn(move || {
@@ -564,7 +564,7 @@ fn a_client_half_close_is_seen_at_once() {
     // Regression for edge-triggered reads: a request and its FIN can arrive together; a short
     // read must not be taken for "drained" when the peer has closed.
     let mut o = opts();
-    o.idle_timeout = Duration::from_secs(30);
+    o.settings.idle_timeout = Duration::from_secs(30);
     let server = TestServer::start(o);
     let mut s = TcpStream::connect(server.addr()).unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /?c=201 HTTP/1.1\r\nHost: t\r\n\r\n")

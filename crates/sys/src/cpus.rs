@@ -21,6 +21,26 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
+/// Parses `list` (the value of `flag`) and checks that this process may use every CPU in it.
+pub fn usable_list(
+    list: &str,
+    flag: &'static str,
+) -> Result<Vec<usize>, crate::config_error::ConfigError> {
+    use crate::config_error::ConfigError;
+    let cpus = parse_cpu_list(list).map_err(|e| ConfigError::new(flag, e))?;
+    if cpus.is_empty() {
+        return Err(ConfigError::new(flag, "empty CPU list; write e.g. 0-3,8"));
+    }
+    let allowed = allowed_cpus();
+    if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+        return Err(ConfigError::new(
+            flag,
+            format!("CPU {bad} is not available to this process (allowed: {allowed:?})"),
+        ));
+    }
+    Ok(cpus)
+}
+
 /// CPUs this process may run on (its affinity mask).
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.

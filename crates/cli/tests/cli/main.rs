@@ -28,6 +28,13 @@ fn usage_error(args: &[&str], needle: &str) {
     assert!(out.stdout.is_empty());
 }
 
+/// Runs qpslab, asserts exit 0, and parses its stdout as one JSON object.
+fn json_ok(args: &[&str]) -> serde_json::Value {
+    let out = qpslab(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
 /// The top-level fields of a load report that the design brief makes a contract.
 fn assert_load_contract(v: &serde_json::Value) {
     for key in [
@@ -50,7 +57,12 @@ fn assert_load_contract(v: &serde_json::Value) {
     }
 }
 
-/// A loopback server answering `n` keep-alive requests with 200 (enough for the tests here).
+/// The URL of a fresh [`tiny_server`].
+fn tiny_server_url() -> String {
+    format!("http://127.0.0.1:{}/", tiny_server())
+}
+
+/// A loopback server answering keep-alive requests with 200 (enough for the tests here).
 fn tiny_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -78,16 +90,36 @@ fn tiny_server() -> u16 {
     port
 }
 
+/// Every bad input to `load` is refused at once, with exit 2 and one line naming the flag (or
+/// the URL) and the fix.
 #[test]
-fn invalid_url() {
-    usage_error(&["load", "-n", "1", "not a url"], "URL");
-    usage_error(&["load", "-n", "1", "http://"], "URL");
-}
-
-#[test]
-fn unsupported_scheme() {
-    usage_error(&["load", "-n", "1", "https://127.0.0.1/"], "TLS is not supported yet");
-    usage_error(&["load", "-n", "1", "ftp://127.0.0.1/"], "unsupported scheme");
+fn load_refuses_bad_input_in_one_line_naming_the_flag() {
+    let any = "http://127.0.0.1:1/";
+    let cases: &[(&[&str], &str)] = &[
+        (&["-n", "1", "not a url"], "URL"),
+        (&["-n", "1", "http://"], "URL"),
+        (&["-n", "1", "https://127.0.0.1/"], "TLS is not supported yet"),
+        (&["-n", "1", "ftp://127.0.0.1/"], "unsupported scheme"),
+        (&["-t", "4", "-c", "2", any], "--connections"),
+        (&["-d", "0s", any], "--duration"),
+        (&["-d", "0", any], "--duration"),
+        (&["--body", "@/nonexistent/body.json", any], "--body: cannot read body file"),
+        (&["-H", "NoColon", any], "--header"),
+        (&["--accept-status", "4xx", any], "--accept-status"),
+        (&["--cpus", "100000", any], "--cpus"),
+        (&["--timeout", "soon", any], "--timeout"),
+        (&["-m", "GE T", any], "method"),
+        (&["-R", "0", any], "--rate"),
+        (&["-R", "fast", any], "--rate"),
+        (&["-R", "100:1000", any], "--ramp"),
+        (&["-R", "100", "--ramp", "5s", any], "--ramp"),
+        (&["--ramp", "5s", any], "--ramp"),
+        (&["--pipeline", "0", any], "--pipeline"),
+    ];
+    for (args, needle) in cases {
+        let all: Vec<&str> = ["load"].iter().chain(args.iter()).copied().collect();
+        usage_error(&all, needle);
+    }
 }
 
 #[test]
@@ -100,43 +132,9 @@ fn unreachable_target_fails_at_once() {
 }
 
 #[test]
-fn fewer_connections_than_threads() {
-    usage_error(&["load", "-t", "4", "-c", "2", "http://127.0.0.1:1/"], "--connections");
-}
-
-#[test]
-fn zero_duration() {
-    usage_error(&["load", "-d", "0s", "http://127.0.0.1:1/"], "--duration");
-    usage_error(&["load", "-d", "0", "http://127.0.0.1:1/"], "--duration");
-}
-
-#[test]
-fn missing_body_file() {
-    usage_error(
-        &["load", "--body", "@/nonexistent/body.json", "http://127.0.0.1:1/"],
-        "--body: cannot read body file",
-    );
-}
-
-#[test]
-fn other_bad_flags_name_the_flag() {
-    usage_error(&["load", "-H", "NoColon", "http://127.0.0.1:1/"], "--header");
-    usage_error(&["load", "--accept-status", "4xx", "http://127.0.0.1:1/"], "--accept-status");
-    usage_error(&["load", "--cpus", "100000", "http://127.0.0.1:1/"], "--cpus");
-    usage_error(&["load", "--timeout", "soon", "http://127.0.0.1:1/"], "--timeout");
-    usage_error(&["load", "-m", "GE T", "http://127.0.0.1:1/"], "method");
-    usage_error(&["load", "-R", "0", "http://127.0.0.1:1/"], "--rate");
-    usage_error(&["load", "-R", "fast", "http://127.0.0.1:1/"], "--rate");
-    usage_error(&["load", "-R", "100:1000", "http://127.0.0.1:1/"], "--ramp");
-    usage_error(&["load", "-R", "100", "--ramp", "5s", "http://127.0.0.1:1/"], "--ramp");
-    usage_error(&["load", "--ramp", "5s", "http://127.0.0.1:1/"], "--ramp");
-    usage_error(&["load", "--pipeline", "0", "http://127.0.0.1:1/"], "--pipeline");
-}
-
-#[test]
 fn open_loop_json_reports_both_latencies_send_lag_and_the_schedule() {
     let server = ServeChild::start(&[], &["-w", "1"]);
-    let out = qpslab(&[
+    let v = json_ok(&[
         "load",
         "-R",
         "500:1500",
@@ -151,8 +149,6 @@ fn open_loop_json_reports_both_latencies_send_lag_and_the_schedule() {
         "--json",
         &server.url("/"),
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_load_contract(&v);
     assert_eq!(v["config"]["mode"], "rate");
     // 1000 requests in the ramp (average 1000/s over 1 s), then 1500 in the second second.
@@ -169,8 +165,7 @@ fn open_loop_json_reports_both_latencies_send_lag_and_the_schedule() {
 
 #[test]
 fn json_output_follows_the_contract() {
-    let port = tiny_server();
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = tiny_server_url();
     let out = qpslab(&["load", "-n", "500", "-c", "5", "-t", "1", "--json", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value =
@@ -199,8 +194,7 @@ fn json_output_follows_the_contract() {
 
 #[test]
 fn hdr_out_writes_a_v2_histogram() {
-    let port = tiny_server();
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = tiny_server_url();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lat.hdr");
     let out = qpslab(&["load", "-n", "200", "-c", "2", "--hdr-out", path.to_str().unwrap(), &url]);
@@ -235,8 +229,7 @@ fn failed_checks_exit_1() {
 
 #[test]
 fn descriptor_limit_is_raised_to_the_hard_limit() {
-    let port = tiny_server();
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = tiny_server_url();
     let out = Command::new("prlimit")
         .args(["--nofile=100:4096", env!("CARGO_BIN_EXE_qpslab"), "load", "-t1", "-c300"])
         .args(["-n", "600", &url])
@@ -437,8 +430,7 @@ fn serve_stats_lines() {
 
 #[test]
 fn sigint_stops_a_load_run_early_with_results() {
-    let port = tiny_server();
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = tiny_server_url();
     let child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
         .args(["load", "-c", "4", "-t", "1", "-d", "30s", "--json", &url])
         .stdout(std::process::Stdio::piped())
@@ -544,7 +536,7 @@ fn doctor_follows_a_real_server_and_load() {
     let server = ServeChild::start(&["taskset", "-c", "0"], &["-w", "1"]);
     let pid = server.child.id().to_string();
     let url = server.url("/");
-    let out = qpslab(&[
+    let v = json_ok(&[
         "doctor",
         "--interval",
         "250ms",
@@ -562,8 +554,6 @@ fn doctor_follows_a_real_server_and_load() {
         "-d1500ms",
         &url,
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let procs = v["summary"]["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2, "{procs:?}");
     for p in procs {
@@ -633,7 +623,7 @@ fn bench_builtin_end_to_end_json() {
 
 #[test]
 fn bench_nginx_and_url_and_text() {
-    let out = qpslab(&[
+    let v = json_ok(&[
         "bench",
         "--target",
         "nginx",
@@ -645,8 +635,6 @@ fn bench_nginx_and_url_and_text() {
         "250ms",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["target"]["kind"], "nginx");
     assert!(v["target"]["pids"].as_array().unwrap().len() >= 2, "master and worker followed");
     assert!(v["load"]["requests"]["ok"].as_u64().unwrap() > 1000);
@@ -754,9 +742,7 @@ fn closed_stdout_exits_quietly() {
 #[test]
 fn setup_stays_outside_the_measured_window() {
     let server = ServeChild::start(&[], &["-w", "2", "--json"]);
-    let out = qpslab(&["load", "-t", "1", "-c", "10000", "-d", "1", "--json", &server.url("/")]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_ok(&["load", "-t", "1", "-c", "10000", "-d", "1", "--json", &server.url("/")]);
     let duration = v["duration_s"].as_f64().unwrap();
     assert!((0.99..1.3).contains(&duration), "measured window {duration}");
     let setup = &v["setup"];
@@ -795,7 +781,7 @@ fn bench_finds_a_pinned_local_server_it_did_not_start() {
     }
     let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
     let pid = u64::from(server.child.id());
-    let out = qpslab(&[
+    let v = json_ok(&[
         "bench",
         &server.url("/"),
         "-d",
@@ -806,8 +792,6 @@ fn bench_finds_a_pinned_local_server_it_did_not_start() {
         "250ms",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["target"]["pids"], serde_json::json!([pid]), "{}", v["target"]);
     assert_eq!(v["target"]["found_by"], "listening");
     assert_eq!(v["target"]["cpus"], serde_json::json!([0]));
@@ -826,7 +810,7 @@ fn bench_finds_a_pinned_local_server_it_did_not_start() {
     assert_eq!(serve["cpus"], "0", "{serve}");
 
     // Named by the user instead: the same, found_by says so.
-    let out = qpslab(&[
+    let v = json_ok(&[
         "bench",
         &server.url("/"),
         "--server-pid",
@@ -837,8 +821,6 @@ fn bench_finds_a_pinned_local_server_it_did_not_start() {
         "0s",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["target"]["found_by"], "--server-pid");
     assert_eq!(v["target"]["pids"], serde_json::json!([pid]));
     usage_error(
@@ -860,9 +842,7 @@ fn bench_of_another_host_says_the_doctor_sees_only_this_one() {
     let listen = format!("{ns_ip}:8080");
     let server = ServeChild::start(&netns, &["-w", "1", "-l", &listen]);
     let url = format!("http://{ns_ip}:8080/");
-    let out = qpslab(&["bench", &url, "-d", "1s", "--warmup", "0s", "-c", "10", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_ok(&["bench", &url, "-d", "1s", "--warmup", "0s", "-c", "10", "--json"]);
     assert_eq!(v["target"]["pids"], serde_json::json!([]));
     assert!(v["server_cpu"].is_null());
     let notes = v["notes"].as_array().unwrap();

@@ -3,7 +3,6 @@
 //! stopped by its own PID on drop. Both serve `/index.html` (3 bytes) with their default
 //! keep-alive settings, which close idle and long-lived connections by themselves.
 
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -85,31 +84,21 @@ impl Httpd {
         for p in [dir.path().to_path_buf(), dir.path().join("htdocs")] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        for _attempt in 0..5 {
-            let port = super::free_port();
-            let path = dir.path().join(format!("{name}.conf"));
+        let path = dir.path().join(format!("{name}.conf"));
+        let started = super::start_listening(|port| {
             std::fs::write(&path, conf(&d, port)).unwrap();
-            let mut child = Command::new(binary)
+            Command::new(binary)
                 .args(args(&path))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .unwrap_or_else(|e| panic!("spawn {binary}: {e}"));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Self { name, child, port, dir };
-                }
-                if child.try_wait().unwrap().is_some() {
-                    break; // port taken meanwhile: try another
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
-        panic!("{name} did not start: {log}");
+                .unwrap_or_else(|e| panic!("spawn {binary}: {e}"))
+        });
+        let Some((child, port)) = started else {
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            panic!("{name} did not start: {log}");
+        };
+        Self { name, child, port, dir }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -120,17 +109,7 @@ impl Httpd {
     /// passed (lighttpd writes its log in batches); read again a moment later so that extra
     /// lines would show too.
     pub fn access_log(&self, expect: usize) -> Vec<String> {
-        let path = self.dir.path().join("access.log");
-        let read = || -> Vec<String> {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            text.lines().map(str::to_string).collect()
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while read().len() < expect && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        read()
+        super::log_lines(&self.dir.path().join("access.log"), expect, Duration::from_secs(5))
     }
 }
 

@@ -53,3 +53,44 @@ pub fn run(opts: &LoadOptions) -> Report {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// Starts a server with `spawn(port)` on a free loopback port until it listens (5 tries: a port
+/// may be taken between finding it free and the server binding it); None when every try exited
+/// or did not listen within 5 s.
+pub fn start_listening(
+    mut spawn: impl FnMut(u16) -> std::process::Child,
+) -> Option<(std::process::Child, u16)> {
+    for _attempt in 0..5 {
+        let port = free_port();
+        let mut child = spawn(port);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some((child, port));
+            }
+            if child.try_wait().unwrap().is_some() {
+                break; // port taken meanwhile, or a config error: try again
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    None
+}
+
+/// The lines of a server's access log, once there are `expect` of them or `patience` has passed
+/// (servers log a request after its response, some in batches); read again a moment later so
+/// that extra lines would show too.
+pub fn log_lines(path: &std::path::Path, expect: usize, patience: Duration) -> Vec<String> {
+    let read = || -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines().map(str::to_string).collect()
+    };
+    let deadline = std::time::Instant::now() + patience;
+    while read().len() < expect && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    read()
+}

@@ -1,10 +1,9 @@
 //! A real nginx, one worker, started on a free loopback port with a temp config and killed (by
 //! its own PID, through the child handle) on drop.
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Nginx {
     child: Child,
@@ -33,8 +32,7 @@ impl Nginx {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
         let body = BODY_1K.repeat(64);
-        for _attempt in 0..5 {
-            let port = super::free_port();
+        let started = super::start_listening(|port| {
             let conf = format!(
                 r#"daemon off;
 master_process off;
@@ -43,30 +41,30 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-    log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri";
-    access_log {d}/access.log st;
-    client_body_temp_path {d};
-    proxy_temp_path {d};
-    fastcgi_temp_path {d};
-    uwsgi_temp_path {d};
-    scgi_temp_path {d};
-    server {{
-        listen 127.0.0.1:{port};
-        location = / {{ return 200; }}
-        location = /1k {{ return 200 "{body}"; }}
-        location = /404 {{ return 404; }}
-        location /t/ {{ return 200; }}
-        location = /close10 {{ keepalive_requests 10; return 200; }}
-        location = /mix {{
-            if ($request_id ~ "^[0-7]") {{ return 404; }}
-            return 200;
-        }}
+log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri";
+access_log {d}/access.log st;
+client_body_temp_path {d};
+proxy_temp_path {d};
+fastcgi_temp_path {d};
+uwsgi_temp_path {d};
+scgi_temp_path {d};
+server {{
+    listen 127.0.0.1:{port};
+    location = / {{ return 200; }}
+    location = /1k {{ return 200 "{body}"; }}
+    location = /404 {{ return 404; }}
+    location /t/ {{ return 200; }}
+    location = /close10 {{ keepalive_requests 10; return 200; }}
+    location = /mix {{
+        if ($request_id ~ "^[0-7]") {{ return 404; }}
+        return 200;
     }}
+}}
 }}
 "#
             );
             std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-            let mut child = Command::new(nginx_binary())
+            Command::new(nginx_binary())
                 .arg("-p")
                 .arg(dir.path())
                 .arg("-c")
@@ -74,22 +72,13 @@ http {{
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("spawn nginx");
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Self { child, port, dir };
-                }
-                if child.try_wait().unwrap().is_some() {
-                    break; // port taken meanwhile, or a config error: try again
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
-        panic!("nginx did not start: {log}");
+                .expect("spawn nginx")
+        });
+        let Some((child, port)) = started else {
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            panic!("nginx did not start: {log}");
+        };
+        Self { child, port, dir }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -100,17 +89,7 @@ http {{
     /// sending its response) or 3 s have passed; read again a moment later so that extra lines
     /// would show too.
     pub fn access_log(&self, expect: usize) -> Vec<String> {
-        let path = self.dir.path().join("access.log");
-        let read = || -> Vec<String> {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            text.lines().map(str::to_string).collect()
-        };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while read().len() < expect && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        read()
+        super::log_lines(&self.dir.path().join("access.log"), expect, Duration::from_secs(3))
     }
 }
 

@@ -35,7 +35,7 @@ impl Worker<'_> {
     pub(super) fn accept(&mut self, li: usize) {
         let Some(listener) = self.listeners.get(li) else { return };
         for _ in 0..ACCEPT_BATCH {
-            if self.open >= self.cfg.max_conns {
+            if self.open >= self.cfg.settings.max_conns {
                 // Leave further connections in the kernel's queue (or to other workers) until
                 // a slot frees up.
                 let _ = self.set_accepting(false);
@@ -97,7 +97,7 @@ impl Worker<'_> {
         c.phase = PhaseCell(Phase::Head);
         c.readable = false;
         // A connection that sends nothing is closed at the header deadline.
-        c.deadline = Some((now + self.cfg.header_timeout, Deadline::Header));
+        c.deadline = Some((now + self.cfg.settings.header_timeout, Deadline::Header));
         self.open += 1;
     }
 }

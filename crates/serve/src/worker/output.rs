@@ -49,7 +49,7 @@ impl Worker<'_> {
             self.delays.push(Reverse((until, idx, c.gen)));
             return;
         }
-        let close = !plan.keep_alive || c.requests >= cfg.keepalive_requests || draining;
+        let close = !plan.keep_alive || c.requests >= cfg.settings.keepalive_requests || draining;
         if self.template.matches(&plan, close) {
             c.out.extend_from_slice(&self.template.bytes);
         } else {
@@ -67,7 +67,7 @@ impl Worker<'_> {
             }
         }
         c.phase = PhaseCell(Phase::Head);
-        c.deadline = Some((now + cfg.idle_timeout, Deadline::Idle));
+        c.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Idle));
         if close {
             c.close_after = true;
         }
@@ -111,7 +111,7 @@ impl Worker<'_> {
                     // Idle and write deadlines are for a client that stops reading: progress
                     // moves them.
                     if matches!(c.deadline, Some((_, Deadline::Write | Deadline::Idle))) {
-                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
+                        c.deadline = Some((now + self.cfg.settings.idle_timeout, Deadline::Write));
                     }
                     let more = c.out_pos < c.out.len() || c.stream.is_some();
                     if written >= FLUSH_BUDGET && more {
@@ -122,7 +122,7 @@ impl Worker<'_> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if !matches!(c.deadline, Some((_, Deadline::Write))) {
-                        c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Write));
+                        c.deadline = Some((now + self.cfg.settings.idle_timeout, Deadline::Write));
                     }
                     return;
                 }
@@ -132,7 +132,7 @@ impl Worker<'_> {
         }
         let c = &mut self.conns[idx];
         if matches!(c.deadline, Some((_, Deadline::Write))) {
-            c.deadline = Some((now + self.cfg.idle_timeout, Deadline::Idle));
+            c.deadline = Some((now + self.cfg.settings.idle_timeout, Deadline::Idle));
         }
         if c.close_after && c.phase.0 != Phase::Lingering {
             if c.linger_after {

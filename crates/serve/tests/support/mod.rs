@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use qpslab_serve::config::Settings;
 use qpslab_serve::{ServeConfig, ServeOptions, Server, WorkerCounters};
 
 pub struct TestServer {
@@ -22,9 +23,12 @@ pub fn opts() -> ServeOptions {
     ServeOptions {
         listen: vec!["127.0.0.1:0".into()],
         workers: Some(1),
-        header_timeout: Duration::from_millis(400),
-        body_timeout: Duration::from_millis(400),
-        idle_timeout: Duration::from_secs(5),
+        settings: Settings {
+            header_timeout: Duration::from_millis(400),
+            body_timeout: Duration::from_millis(400),
+            idle_timeout: Duration::from_secs(5),
+            ..Settings::default()
+        },
         ..ServeOptions::default()
     }
 }
