@@ -11,6 +11,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QPSLAB = os.path.join(ROOT, "target", "release", "qpslab")
+# Optional contenders: another qpslab build to compare against (an earlier commit, for a
+# before/after A/B) and h1load (github.com/wtarreau/h1load, built beside the project).
+QPSLAB_BASE = os.environ.get("QPSLAB_BASE")
+H1LOAD = os.environ.get("H1LOAD")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -90,3 +94,10 @@ def callgrind_totals(path):
             if line.startswith("totals:") or line.startswith("summary:"):
                 return int(line.split()[1])
     sys.exit(f"no callgrind totals in {path}")
+
+
+def ratios(per, a, b):
+    """'mean A/B ratio (range over rounds)' for two contenders' per-round figures."""
+    mean = sum(per[a]) / len(per[a]) / (sum(per[b]) / len(per[b]))
+    each = [x / y for x, y in zip(per[a], per[b])]
+    return f"{a}/{b} {mean:.2f}x ({min(each):.2f}-{max(each):.2f} by round)"
