@@ -185,7 +185,8 @@ pub fn run(
     .collect::<Result<Vec<_>, _>>()?;
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
     let merged = merge(cfg, &outcomes, clock, spawned);
-    let log_error = watcher.log.map(|l| l.finish(merged.duration)).and_then(Result::err);
+    let log_error =
+        watcher.log.map(|l| l.finish(merged.duration, cfg.duration)).and_then(Result::err);
     Ok(RunResult {
         intervals: watcher.intervals,
         stopped_early: stop.load(Ordering::Relaxed),
@@ -337,15 +338,18 @@ impl IntervalLog {
         }
     }
 
-    /// Writes what is left; the last interval ends with the run.
-    fn finish(mut self, run: Duration) -> Result<(), String> {
+    /// Writes what is left; the last interval ends with the run (`run` long). An empty last
+    /// interval that starts at or after the configured `planned` length holds nothing of the
+    /// run: the threads stopped at the boundary, a few milliseconds late at most.
+    fn finish(mut self, run: Duration, planned: Option<Duration>) -> Result<(), String> {
         let last = self.pending.keys().next_back().copied();
         for (i, h) in std::mem::take(&mut self.pending) {
             let start = Duration::from_secs(u64::from(i));
             let length =
                 if Some(i) == last { run.saturating_sub(start) } else { Duration::from_secs(1) };
-            if h.is_empty() && length < Duration::from_millis(1) {
-                continue; // the run ended on the interval boundary
+            let past_the_end = planned.is_some_and(|p| start >= p);
+            if h.is_empty() && (length < Duration::from_millis(1) || past_the_end) {
+                continue;
             }
             self.write(&h, i, length);
         }
@@ -403,4 +407,37 @@ fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress 
         p.failed += t.failed.load(Ordering::Relaxed);
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    /// Regression: a 4 s run whose threads stopped 3 ms late logged a fifth, empty interval.
+    #[test]
+    fn an_empty_interval_past_the_planned_end_is_not_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.hlog");
+        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap(), 1);
+        log.begin(SystemTime::UNIX_EPOCH);
+        for i in 0..5u32 {
+            let mut h = stats::new_histogram();
+            if i < 4 {
+                h.record(100).unwrap();
+            }
+            log.add(0, i, &h);
+        }
+        let four = Some(Duration::from_secs(4));
+        log.finish(Duration::from_millis(4003), four).unwrap();
+        let file = hlog::read_file(&path).unwrap();
+        assert_eq!(file.intervals.len(), 4);
+        // Without a planned length (a -n run), the trailing interval is the run's own.
+        let path = dir.path().join("n.hlog");
+        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap(), 1);
+        log.begin(SystemTime::UNIX_EPOCH);
+        log.add(0, 0, &stats::new_histogram());
+        log.finish(Duration::from_millis(500), None).unwrap();
+        assert_eq!(hlog::read_file(&path).unwrap().intervals.len(), 1);
+    }
 }
