@@ -189,13 +189,44 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pub server_pid: Vec<u32>,
 
+    /// Server workers (threads of the built-in server, nginx worker processes) [default: one
+    /// per server CPU]
+    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
+    pub workers: Option<usize>,
+
+    /// The server's CPUs, e.g. 0-3 [default: the first half of the cores]; the generator gets
+    /// the others
+    #[arg(long, value_name = "LIST")]
+    pub server_cpus: Option<String>,
+
+    /// How the server's workers accept: reuseport, shared, exclusive (built-in) or mutex
+    /// (nginx's accept_mutex on) [default: reuseport]
+    #[arg(long, value_name = "MODE")]
+    pub accept: Option<String>,
+
     /// Measured duration
     #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Duration,
 
+    /// Load threads [default: one per generator CPU]
+    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
+    pub threads: Option<usize>,
+
     /// Total connections [default: 100 per generator thread]
     #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub connections: Option<usize>,
+
+    /// Requests kept in flight per connection (HTTP/1.1 pipelining)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Open loop at N requests/s (or A:B, as qpslab load -R)
+    #[arg(short = 'R', long, value_name = "N|A:B")]
+    pub rate: Option<String>,
+
+    /// A new connection for every request (as qpslab load --conn-per-request)
+    #[arg(long)]
+    pub conn_per_request: bool,
 
     /// Unmeasured load before the run
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]

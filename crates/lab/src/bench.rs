@@ -37,7 +37,42 @@ pub enum TargetKind {
     Nginx,
 }
 
-/// What to bench, as the user gave it.
+/// How the server's workers share the listening socket. The built-in server takes
+/// `reuseport`, `shared` and `exclusive` (`qpslab serve --accept`); nginx takes `reuseport`
+/// (`listen ... reuseport`), `shared` (one socket, `accept_mutex off`: the kernel wakes one
+/// worker, EPOLLEXCLUSIVE) and `mutex` (one socket, `accept_mutex on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accept {
+    Reuseport,
+    Shared,
+    Exclusive,
+    Mutex,
+}
+
+impl Accept {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reuseport => "reuseport",
+            Self::Shared => "shared",
+            Self::Exclusive => "exclusive",
+            Self::Mutex => "mutex",
+        }
+    }
+}
+
+/// The server bench starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub kind: TargetKind,
+    /// Worker threads (builtin) or processes (nginx); default: one per server CPU.
+    pub workers: Option<usize>,
+    /// The server's CPUs; default: the first half of the cores.
+    pub cpus: Option<Vec<usize>>,
+    pub accept: Accept,
+}
+
+/// What to bench, as the user gave it (the long options of `qpslab bench`).
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// An external target: load + doctor only.
@@ -47,15 +82,51 @@ pub struct BenchOptions {
     /// The server behind `url`, when the user names it (children and threads included);
     /// otherwise it is looked up in the kernel's socket table.
     pub server_pids: Vec<u32>,
+    /// Server workers [default: one per server CPU].
+    pub workers: Option<usize>,
+    /// The server's CPUs, a cpulist [default: the first half of the cores].
+    pub server_cpus: Option<String>,
+    /// How the server's workers accept connections [default: reuseport].
+    pub accept: Option<String>,
     pub duration: Duration,
+    pub warmup: Duration,
+    /// Load threads [default: one per generator CPU].
+    pub threads: Option<usize>,
     /// Total connections [default: 100 per generator thread].
     pub connections: Option<usize>,
-    pub warmup: Duration,
+    /// Requests in flight per connection.
+    pub pipeline: usize,
+    /// Open loop at this rate (`N` or `A:B` as `qpslab load -R`).
+    pub rate: Option<String>,
+    pub conn_per_request: bool,
     /// Doctor sampling interval.
     pub interval: Duration,
     /// The qpslab executable, started as `serve` for the built-in target.
     pub serve_exe: PathBuf,
     pub meta: RunMeta,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            url: None,
+            target: "builtin".into(),
+            server_pids: Vec::new(),
+            workers: None,
+            server_cpus: None,
+            accept: None,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            threads: None,
+            connections: None,
+            pipeline: 1,
+            rate: None,
+            conn_per_request: false,
+            interval: Duration::from_secs(1),
+            serve_exe: PathBuf::from("qpslab"),
+            meta: RunMeta::default(),
+        }
+    }
 }
 
 /// The target side of a bench.
@@ -71,6 +142,11 @@ pub struct TargetReport {
     pub found_by: Option<&'static str>,
     /// CPUs the server's workers may run on (empty when not known).
     pub cpus: Vec<usize>,
+    /// A server bench started: its workers and accept mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept: Option<&'static str>,
 }
 
 /// Everything a bench measured.
@@ -95,26 +171,60 @@ pub struct BenchReport {
 
 impl BenchOptions {
     /// Checks the options against each other; returns the server to start (None: a URL).
-    pub fn validate(&self) -> Result<Option<TargetKind>, BenchError> {
-        let usage = |m: &str| Err(BenchError::Usage(m.into()));
+    pub fn validate(&self) -> Result<Option<ServerSpec>, BenchError> {
+        let usage = |m: String| Err(BenchError::Usage(m));
         let kind = match self.target.as_str() {
             "builtin" => TargetKind::Builtin,
             "nginx" => TargetKind::Nginx,
-            other => return usage(&format!("--target {other:?}: use builtin or nginx")),
+            other => return usage(format!("--target {other:?}: use builtin or nginx")),
         };
-        if self.url.is_some() && kind != TargetKind::Builtin {
-            return usage("--target starts a server; it cannot be combined with a URL");
-        }
-        if self.url.is_none() && !self.server_pids.is_empty() {
-            return usage("--server-pid names the server behind a URL; give the URL too (bench starts its own server otherwise)");
-        }
         if self.duration.is_zero() {
-            return usage("--duration must be more than 0 (e.g. 10s)");
+            return usage("--duration must be more than 0 (e.g. 10s)".into());
         }
         if self.interval.is_zero() {
-            return usage("--interval must be more than 0 (e.g. 1s)");
+            return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
-        Ok(self.url.is_none().then_some(kind))
+        if self.url.is_some() {
+            let server_flag = [
+                (kind != TargetKind::Builtin, "--target"),
+                (self.workers.is_some(), "--workers"),
+                (self.server_cpus.is_some(), "--server-cpus"),
+                (self.accept.is_some(), "--accept"),
+            ];
+            if let Some((_, flag)) = server_flag.iter().find(|(given, _)| *given) {
+                return usage(format!(
+                    "{flag} sets up the server bench starts; it cannot be combined with a URL"
+                ));
+            }
+            return Ok(None);
+        }
+        if !self.server_pids.is_empty() {
+            return usage("--server-pid names the server behind a URL; give the URL too (bench starts its own server otherwise)".into());
+        }
+        if self.workers == Some(0) {
+            return usage("--workers must be at least 1".into());
+        }
+        let accept = match (kind, self.accept.as_deref().unwrap_or("reuseport")) {
+            (_, "reuseport") => Accept::Reuseport,
+            (_, "shared") => Accept::Shared,
+            (TargetKind::Builtin, "exclusive") => Accept::Exclusive,
+            (TargetKind::Nginx, "mutex") => Accept::Mutex,
+            (TargetKind::Builtin, other) => {
+                return usage(format!(
+                    "--accept {other:?}: the built-in server takes reuseport, shared or exclusive"
+                ))
+            }
+            (TargetKind::Nginx, other) => {
+                return usage(format!("--accept {other:?}: nginx takes reuseport, shared or mutex"))
+            }
+        };
+        let cpus = self
+            .server_cpus
+            .as_deref()
+            .map(|l| qpslab_sys::cpus::usable_list(l, "--server-cpus"))
+            .transpose()
+            .map_err(|e| BenchError::Usage(e.to_string()))?;
+        Ok(Some(ServerSpec { kind, workers: self.workers, cpus, accept }))
     }
 }
 
@@ -125,14 +235,13 @@ pub fn bench(
     stop: &AtomicBool,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport, BenchError> {
-    let kind = opts.validate()?;
+    let server = opts.validate()?;
     let root = Root::live();
     let mut exam = Examination::new(&root, opts.interval)?;
-    let placed = match (&opts.url, kind) {
+    let placed = match (&opts.url, &server) {
         (Some(url), _) => place::for_url(&root, exam.host(), url, &opts.server_pids)?,
-        (None, kind) => {
-            place::start_target(&opts.serve_exe, kind.unwrap_or(TargetKind::Builtin), exam.host())?
-        }
+        (None, Some(spec)) => place::start_target(&opts.serve_exe, spec, exam.host())?,
+        (None, None) => return Err(BenchError::Usage("no target".into())),
     };
     let cfg = load_config(opts, &placed, opts.duration)?;
     qpslab_load::preflight(&cfg).map_err(|e| match e {
@@ -195,6 +304,8 @@ fn report(placed: Placement, load: Report, doctor: Diagnosis) -> BenchReport {
         pids: placed.server_pids,
         found_by: placed.found_by,
         cpus: placed.server_cpus,
+        workers: placed.workers,
+        accept: placed.accept,
     };
     if let Some(r) = placed.running {
         r.stop();
@@ -214,13 +325,14 @@ fn report(placed: Placement, load: Report, doctor: Diagnosis) -> BenchReport {
     }
 }
 
-/// The load: one thread per generator CPU, pinned, 100 connections each unless given.
+/// The load: one thread per generator CPU (or `--threads`), pinned, 100 connections each
+/// unless given.
 fn load_config(
     opts: &BenchOptions,
     placed: &Placement,
     duration: Duration,
 ) -> Result<LoadConfig, BenchError> {
-    let threads = placed.generator_cpus.len().max(1);
+    let threads = opts.threads.unwrap_or(placed.generator_cpus.len()).max(1);
     let list: Vec<String> = placed.generator_cpus.iter().map(ToString::to_string).collect();
     let load_opts = LoadOptions {
         urls: vec![placed.url.clone()],
@@ -228,6 +340,9 @@ fn load_config(
         connections: Some(opts.connections.unwrap_or(100 * threads)),
         duration: Some(duration),
         cpus: Some(list.join(",")),
+        pipeline: opts.pipeline,
+        rate: opts.rate.clone(),
+        conn_per_request: opts.conn_per_request,
         ..LoadOptions::default()
     };
     LoadConfig::from_options(&load_opts).map_err(|e| BenchError::Usage(e.to_string()))
@@ -235,20 +350,11 @@ fn load_config(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
     fn opts() -> BenchOptions {
-        BenchOptions {
-            url: None,
-            target: "builtin".into(),
-            server_pids: Vec::new(),
-            duration: Duration::from_secs(10),
-            connections: None,
-            warmup: Duration::from_secs(1),
-            interval: Duration::from_secs(1),
-            serve_exe: PathBuf::from("qpslab"),
-            meta: RunMeta::default(),
-        }
+        BenchOptions::default()
     }
 
     fn refusal(o: BenchOptions) -> String {
@@ -260,9 +366,21 @@ mod tests {
 
     #[test]
     fn options_that_exclude_each_other_are_refused_by_name() {
-        assert!(matches!(opts().validate(), Ok(Some(TargetKind::Builtin))));
+        let builtin = opts().validate().unwrap().unwrap();
+        assert_eq!((builtin.kind, builtin.accept), (TargetKind::Builtin, Accept::Reuseport));
         let url = Some("http://127.0.0.1:8080/".to_string());
         assert!(matches!(BenchOptions { url: url.clone(), ..opts() }.validate(), Ok(None)));
+        let with_url = |o: BenchOptions| refusal(BenchOptions { url: url.clone(), ..o });
+        assert!(with_url(BenchOptions { workers: Some(2), ..opts() }).starts_with("--workers"));
+        assert!(with_url(BenchOptions { accept: Some("shared".into()), ..opts() })
+            .starts_with("--accept"));
+        let nginx =
+            |a: &str| BenchOptions { target: "nginx".into(), accept: Some(a.into()), ..opts() };
+        assert_eq!(nginx("mutex").validate().unwrap().unwrap().accept, Accept::Mutex);
+        assert!(refusal(nginx("exclusive")).contains("nginx takes reuseport, shared or mutex"));
+        let cpus = BenchOptions { server_cpus: Some("100000".into()), ..opts() };
+        assert!(refusal(cpus).starts_with("--server-cpus"));
+        assert!(refusal(BenchOptions { workers: Some(0), ..opts() }).starts_with("--workers"));
         assert!(refusal(BenchOptions { target: "apache".into(), ..opts() }).starts_with("--target"));
         let both = BenchOptions { url: url.clone(), target: "nginx".into(), ..opts() };
         assert!(refusal(both).contains("cannot be combined with a URL"));

@@ -6,7 +6,7 @@ use qpslab_load::{LoadConfig, LoadOptions};
 
 use std::path::Path;
 
-use crate::bench::{BenchError, TargetKind};
+use crate::bench::{BenchError, ServerSpec, TargetKind};
 use crate::{split, target};
 
 /// Where each side runs: the server's processes and CPUs, the generator's CPUs.
@@ -19,22 +19,39 @@ pub(crate) struct Placement {
     pub generator_cpus: Vec<usize>,
     pub shared: bool,
     pub notes: Vec<String>,
+    /// A started server's workers and accept mode.
+    pub workers: Option<usize>,
+    pub accept: Option<&'static str>,
 }
 
-/// Starts the built-in server (`serve_exe serve`) or nginx on half of the CPUs; the generator
-/// gets the others.
+/// Starts the built-in server (`serve_exe serve`) or nginx on its CPUs (by default the first
+/// half of the cores); the generator gets the others.
 pub(crate) fn start_target(
     serve_exe: &Path,
-    kind: TargetKind,
+    spec: &ServerSpec,
     host: &Host,
 ) -> Result<Placement, BenchError> {
-    let cpus = split::split(&qpslab_sys::cpus::allowed_cpus(), Some(host));
-    let running = match kind {
-        TargetKind::Builtin => target::builtin(serve_exe, &cpus.server)?,
-        TargetKind::Nginx => target::nginx(&cpus.server)?,
+    let allowed = qpslab_sys::cpus::allowed_cpus();
+    let cpus = match &spec.cpus {
+        None => split::split(&allowed, Some(host)),
+        Some(server) => {
+            let rest: Vec<usize> =
+                allowed.iter().copied().filter(|c| !server.contains(c)).collect();
+            let shared = rest.is_empty();
+            split::Split {
+                server: server.clone(),
+                generator: if shared { allowed.clone() } else { rest },
+                shared,
+            }
+        }
+    };
+    let workers = spec.workers.unwrap_or(cpus.server.len()).max(1);
+    let running = match spec.kind {
+        TargetKind::Builtin => target::builtin(serve_exe, &cpus.server, workers, spec.accept)?,
+        TargetKind::Nginx => target::nginx(&cpus.server, workers, spec.accept)?,
     };
     let notes = if cpus.shared {
-        vec!["one CPU only: the server and the generator share it, so the figures compete".into()]
+        vec!["the server and the generator share CPUs, so the figures compete".into()]
     } else {
         Vec::new()
     };
@@ -47,6 +64,8 @@ pub(crate) fn start_target(
         generator_cpus: cpus.generator,
         shared: cpus.shared,
         notes,
+        workers: Some(workers),
+        accept: Some(spec.accept.name()),
     })
 }
 
@@ -98,5 +117,7 @@ pub(crate) fn for_url(
         generator_cpus: generator.iter().collect(),
         shared,
         notes,
+        workers: None,
+        accept: None,
     })
 }

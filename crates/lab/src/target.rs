@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use qpslab_host::Root;
 use serde::Deserialize;
 
+use crate::bench::Accept;
 use crate::BenchError;
 
 /// A running target.
@@ -65,18 +66,27 @@ struct Ready {
     listen: Vec<SocketAddr>,
 }
 
-/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with one worker per CPU, pinned, and
-/// waits for its readiness line: the addresses it bound, as JSON on a pipe it inherits.
-pub fn builtin(serve_exe: &Path, cpus: &[usize]) -> Result<Running, BenchError> {
+/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with `workers` workers pinned over
+/// `cpus`, and waits for its readiness line: the addresses it bound, as JSON on a pipe it
+/// inherits. The server gets SIGKILL if this thread ends first, however it ends.
+pub fn builtin(
+    serve_exe: &Path,
+    cpus: &[usize],
+    workers: usize,
+    accept: Accept,
+) -> Result<Running, BenchError> {
     let failed = |e: std::io::Error| {
         BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
     };
     let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
     let (ready, writer) = std::io::pipe().map_err(failed)?;
     qpslab_sys::fd::inheritable(&writer).map_err(failed)?;
-    let mut child = Command::new(serve_exe)
-        .args(["serve", "-l", "127.0.0.1:0", "-w", &cpus.len().to_string(), "--cpus"])
+    let mut cmd = Command::new(serve_exe);
+    qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGKILL);
+    let mut child = cmd
+        .args(["serve", "-l", "127.0.0.1:0", "-w", &workers.to_string(), "--cpus"])
         .arg(list.join(","))
+        .args(["--accept", accept.name()])
         .arg("--ready-fd")
         .arg(writer.as_raw_fd().to_string())
         .stdin(Stdio::null())
@@ -119,26 +129,39 @@ pub fn find_nginx() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
 }
 
-/// The generated nginx configuration: `return 200`, one worker per CPU, pinned, reuseport,
-/// access_log off, keepalive_requests high (the seeds' target).
-pub fn nginx_config(dir: &Path, port: u16, cpus: &[usize]) -> String {
+/// The generated nginx configuration: `return 200`, `workers` worker processes pinned over
+/// `cpus`, the accept mode, access_log off, keepalive_requests high.
+pub fn nginx_config(
+    dir: &Path,
+    port: u16,
+    cpus: &[usize],
+    workers: usize,
+    accept: Accept,
+) -> String {
     let d = dir.display();
+    let pinned: Vec<usize> = (0..workers).map(|i| cpus[i % cpus.len().max(1)]).collect();
+    let (reuseport, mutex) = match accept {
+        Accept::Reuseport => (" reuseport", "off"),
+        Accept::Mutex => ("", "on"),
+        Accept::Shared | Accept::Exclusive => ("", "off"),
+    };
     format!(
         "worker_processes {workers};\nworker_cpu_affinity {affinity};\nworker_rlimit_nofile 65536;\n\
          pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n\
-         events {{ worker_connections 16384; }}\n\
+         events {{ worker_connections 16384; accept_mutex {mutex}; }}\n\
          http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen 127.0.0.1:{port} reuseport backlog=4096;\n\
+         \x20 server {{\n    listen 127.0.0.1:{port}{reuseport} backlog=4096;\n\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
-        workers = cpus.len(),
-        affinity = qpslab_host::tune::emit::nginx_affinity(cpus),
+        affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
     )
 }
 
-/// Starts nginx from PATH on a free loopback port with the generated configuration.
-pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
+/// Starts nginx from PATH on a free loopback port with the generated configuration. Its master
+/// gets SIGTERM (nginx's fast shutdown, which stops its workers) if this thread ends first,
+/// however it ends.
+pub fn nginx(cpus: &[usize], workers: usize, accept: Accept) -> Result<Running, BenchError> {
     let exe = find_nginx().ok_or_else(|| {
         BenchError::Usage(
             "--target nginx: nginx is not on PATH (install it, e.g. apt-get install nginx-light)"
@@ -152,9 +175,11 @@ pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
         .map_err(|e| BenchError::Target(format!("no free port: {e}")))?
         .port();
     let conf = dir.path().join("nginx.conf");
-    std::fs::write(&conf, nginx_config(dir.path(), port, cpus))
+    std::fs::write(&conf, nginx_config(dir.path(), port, cpus, workers, accept))
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
-    let child = Command::new(&exe)
+    let mut cmd = Command::new(&exe);
+    qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);
+    let child = cmd
         .arg("-p")
         .arg(dir.path())
         .arg("-c")
@@ -172,7 +197,7 @@ pub fn nginx(cpus: &[usize]) -> Result<Running, BenchError> {
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
             let family = qpslab_host::procs::with_descendants(&Root::live(), &[running.child.id()]);
-            if family.len() > cpus.len() {
+            if family.len() > workers {
                 running.pids = family;
                 break;
             }

@@ -77,10 +77,13 @@ fn target_line(r: &BenchReport) -> String {
             format!("{} (server {how}: {}{on})", t.url, procs.join(", "))
         }
         (kind, _) => format!(
-            "{kind} server on {} ({} worker(s) on CPU {})",
+            "{kind} server on {} ({} worker(s) on CPU {}{})",
             t.url,
-            t.cpus.len(),
-            list(&t.cpus)
+            t.workers.unwrap_or(t.cpus.len()),
+            list(&t.cpus),
+            t.accept
+                .filter(|a| *a != "reuseport")
+                .map_or(String::new(), |a| format!(", accept {a}"))
         ),
     }
 }

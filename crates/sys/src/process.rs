@@ -1,7 +1,10 @@
 //! Other processes: whether a child has exited (without reaping it, so its final CPU total can
-//! still be read), asking a process we started to stop, and whether we run as root.
+//! still be read), asking a process we started to stop, tying a child's life to ours, and
+//! whether we run as root.
 
 use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 
 /// Whether child `pid` has exited, leaving it unreaped (`waitid` with WNOWAIT) so that
 /// `/proc/PID/stat` still shows its final CPU total. An error (no such child) counts as exited.
@@ -34,6 +37,36 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     }
 }
 
+/// Makes the child that `cmd` starts receive `signal` when the thread that starts it ends, even
+/// when this process is killed with SIGKILL (PR_SET_PDEATHSIG): a server a benchmark started
+/// does not outlive it. (The setting survives `exec` but not the child's own forks: nginx's
+/// master gets it, and stops its workers on SIGTERM.)
+pub fn die_with_parent(cmd: &mut Command, signal: i32) -> &mut Command {
+    // SAFETY: getpid takes no arguments.
+    let parent = unsafe { libc::getpid() };
+    let hook = move || {
+        // SAFETY: prctl and getppid are async-signal-safe system calls taking plain integers;
+        // nothing is allocated between fork and exec.
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the setting took effect.
+            if libc::getppid() != parent {
+                libc::raise(signal);
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only makes async-signal-safe system calls (see above).
+    unsafe { cmd.pre_exec(hook) }
+}
+
+/// SIGTERM, for [`die_with_parent`].
+pub const SIGTERM: i32 = libc::SIGTERM;
+/// SIGKILL, for [`die_with_parent`].
+pub const SIGKILL: i32 = libc::SIGKILL;
+
 /// Whether the effective user is root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid takes no arguments and cannot fail.
@@ -44,6 +77,30 @@ pub fn is_root() -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
+
+    /// A child of a thread that ends gets the signal: here the thread stands in for a process
+    /// that is killed.
+    #[test]
+    fn a_child_dies_with_the_thread_that_started_it() {
+        let pid = std::thread::spawn(|| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            die_with_parent(&mut cmd, SIGKILL).spawn().unwrap().id()
+        })
+        .join()
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        // Zombie (`Z`) or gone: either way it is not running.
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z'))
+            })
+        };
+        while running() {
+            assert!(std::time::Instant::now() < deadline, "sleep outlived the thread");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn a_child_is_seen_exiting_and_stays_unreaped() {
