@@ -440,3 +440,42 @@ fn a_crash_at_any_point_of_apply_is_reverted_from_the_journal() {
         }
     }
 }
+
+/// Settings named outright (a sweep's host variant): written exactly, reverted exactly, and a
+/// queue or sysctl that does not exist is refused by name.
+#[test]
+fn explicit_settings_apply_and_revert_exactly() {
+    let (dir, root) = tree(&Shape::two_nodes_two_nics());
+    let before = snapshot(dir.path());
+    let host = Host::read(&root).unwrap();
+    let mut x = tune::Explicit::default();
+    x.rps.insert("eth0/rx-1".into(), [2, 3, 18].into_iter().collect());
+    x.irq.insert(100, [5].into_iter().collect());
+    x.sysctl.insert("net.core.somaxconn".into(), "8192".into());
+    let plan = tune::explicit_plan(&root, &host, &x).unwrap();
+    assert_eq!(plan.changes.len(), 3, "{:?}", plan.changes);
+    let journal = dir.path().join("j.json");
+    let mut files = RootFiles(root.clone());
+    tune::apply(&mut files, dir.path(), &plan, &opts(&journal)).unwrap();
+    let after = Host::read(&root).unwrap();
+    let eth0 = after.nics.iter().find(|n| n.name == "eth0").unwrap();
+    assert_eq!(eth0.rx[1].rps_cpus.as_ref().unwrap().to_list(), "2-3,18");
+    assert_eq!(eth0.rx[0].irq.as_ref().unwrap().affinity.as_ref().unwrap().to_list(), "5");
+    assert_eq!(after.sysctl("net.core.somaxconn"), Some("8192"));
+    // Already in place: nothing to write.
+    assert!(tune::explicit_plan(&root, &after, &x).unwrap().changes.is_empty());
+    let report = tune::revert(&mut files, &journal, false, false).unwrap();
+    assert!(report.clean());
+    assert_eq!(snapshot(dir.path()), before, "byte-identical after revert");
+
+    let refuse = |x: tune::Explicit| tune::explicit_plan(&root, &host, &x).unwrap_err().0;
+    let mut bad = tune::Explicit::default();
+    bad.rps.insert("eth9/rx-0".into(), CpuSet::new());
+    assert!(refuse(bad).contains("no interface eth9"));
+    let mut bad = tune::Explicit::default();
+    bad.rps.insert("eth0-rx-0".into(), CpuSet::new());
+    assert!(refuse(bad).contains("IFACE/rx-N"));
+    let mut bad = tune::Explicit::default();
+    bad.sysctl.insert("net.core.nonsense".into(), "1".into());
+    assert!(refuse(bad).contains("no such setting"));
+}

@@ -8,12 +8,14 @@
 
 pub mod apply;
 pub mod emit;
+pub mod explicit;
 pub mod journal;
 pub mod place;
 pub mod plan;
 pub mod text;
 
 pub use apply::{apply, revert, status, ApplyOptions, Files, RootFiles, TuneError};
+pub use explicit::{explicit_plan, Explicit};
 pub use plan::{plan, Plan, PlanError, PlanOptions};
 
 use std::path::{Path, PathBuf};

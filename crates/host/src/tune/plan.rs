@@ -355,7 +355,7 @@ fn split_cpus(
 /// The text a mask file gets, as wide as the kernel prints masks for the online CPUs
 /// (`00000000,00010000` on a 64-CPU host), so the file reads back the same way. (The kernel
 /// pads to nr_cpu_ids, the possible CPUs; a narrower mask is accepted all the same.)
-fn mask_text(set: &CpuSet, host: &Host) -> String {
+pub(crate) fn mask_text(set: &CpuSet, host: &Host) -> String {
     let bits = host.online.iter().max().map_or(1, |m| m + 1);
     format!("{}\n", set.to_mask(bits))
 }
