@@ -2,13 +2,21 @@
 //! doctor. [`bench`] is the main job: start a target on loopback (the built-in server or nginx)
 //! on half of the CPUs, or take a URL and find the server behind it, warm up, run the load on
 //! CPUs the server does not use while the doctor samples, and return one report. [`doctor`] runs
-//! the doctor alone, for a duration or while a command (the load) runs. Sweeps and the results
-//! store are planned.
+//! the doctor alone, for a duration or while a command (the load) runs. [`sweep`] runs a matrix
+//! of bench variants, interleaved and repeated, with host settings applied and reverted around
+//! each run; [`store`] keeps every run (SQLite), [`record`] says what of a run is kept.
 
 pub mod bench;
+pub mod compare;
 pub mod doctor;
 mod place;
+pub mod record;
+pub mod report;
+pub mod select;
+pub mod settings;
 pub mod split;
+pub mod store;
+pub mod sweep;
 pub mod target;
 mod text;
 

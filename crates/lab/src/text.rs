@@ -9,13 +9,7 @@ pub fn render_text(r: &BenchReport) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let l = &r.load;
-    let ms = |us: u64| {
-        if us >= 1000 {
-            format!("{:.2}ms", us as f64 / 1000.0)
-        } else {
-            format!("{us}us")
-        }
-    };
+    let ms = crate::compare::fmt_us;
     let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let _ = writeln!(o, "target      {}", target_line(r));
     let _ = writeln!(

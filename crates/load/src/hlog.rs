@@ -168,6 +168,17 @@ pub fn merge(paths: &[PathBuf]) -> Result<(Vec<FileHistograms>, Histogram<u64>),
     Ok((files, total))
 }
 
+/// Decodes every encoded histogram (as a report's `latency_hdr`) and adds them into one.
+pub fn merge_encoded<'a>(
+    encoded: impl IntoIterator<Item = &'a str>,
+) -> Result<Histogram<u64>, String> {
+    let mut total = new_histogram();
+    for b64 in encoded {
+        add(&mut total, &decode(b64)?)?;
+    }
+    Ok(total)
+}
+
 /// One merged file, as `qpslab merge` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileRow {

@@ -24,6 +24,15 @@ pub fn exited(pid: u32) -> bool {
     rc != 0 || unsafe { info.si_pid() } != 0
 }
 
+/// Whether a process `pid` exists (any process, not only a child): signal 0 checks without
+/// sending; EPERM means it exists but is not ours.
+pub fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: kill() with signal 0 sends nothing; it only checks the PID.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Sends SIGTERM to `pid`: a process this program started, identified by its PID (never by
 /// name).
 pub fn terminate(pid: u32) -> io::Result<()> {

@@ -73,8 +73,13 @@ pub struct IrqRate {
 #[derive(Debug, Clone, Serialize)]
 pub struct IntervalRow {
     pub t_s: f64,
+    /// The CPUs of the per-CPU columns below, in order.
+    pub cpus: Vec<usize>,
     /// Busy share (1 - idle) per CPU.
     pub cpu_busy: Vec<f64>,
+    /// User (with nice), system and softirq shares per CPU.
+    pub user: Vec<f64>,
+    pub system: Vec<f64>,
     pub softirq: Vec<f64>,
     /// Packets per second, all interfaces, both ways.
     pub pps: f64,
@@ -304,7 +309,10 @@ fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) ->
     let side = |r: Role| procs.iter().filter(|p| p.role == r).map(|p| p.cpu).sum();
     IntervalRow {
         t_s: b.at.as_secs_f64(),
+        cpus: shares.iter().map(|s| s.cpu).collect(),
         cpu_busy: shares.iter().map(|s| 1.0 - s.idle).collect(),
+        user: shares.iter().map(|s| s.user).collect(),
+        system: shares.iter().map(|s| s.system).collect(),
         softirq: shares.iter().map(|s| s.softirq).collect(),
         pps,
         server_cpu: side(Role::Server),

@@ -1,0 +1,388 @@
+//! Comparing stored runs: a group is the repeats of one variant (or any set of runs); its
+//! summary is the median and range of throughput over the repeats, the latency of all its runs
+//! merged exactly (HdrHistogram), its server CPU and findings. Two groups compare by the ratio
+//! of their medians, the range of ratios any pair of their runs gives, and the noise rule.
+//!
+//! The noise rule: B differs from A beyond run-to-run noise when the ranges of their repeats do
+//! not overlap (every B run is faster than every A run, or every one slower) and noise alone
+//! would rarely do that: with `m` and `n` repeats of one unchanged setting, all orders of the
+//! `m + n` results are equally likely, and in `2 / C(m + n, m)` of them the ranges come apart
+//! (1 in 3 with 2 and 2 repeats, 1 in 10 with 3 and 3, 1 in 35 with 4 and 4). The rule asks for
+//! at most 1 in 10; ranges apart with fewer repeats are reported as such, with the chance.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::store::{Percentiles, StoredRun};
+
+/// The largest chance that noise alone separated the ranges for "beyond noise".
+pub const NOISE_CHANCE_MAX: f64 = 0.1;
+
+/// Runs to compare as one: the repeats of a variant, or runs the user named.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    pub runs: Vec<StoredRun>,
+}
+
+/// Median, smallest and largest of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// None for an empty series.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Spread { median, min: v[0], max: v[n - 1] })
+    }
+}
+
+/// A group's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub name: String,
+    pub runs: Vec<i64>,
+    pub throughput_rps: Spread,
+    /// Of all the group's responses together (histograms merged exactly); the median of the
+    /// runs' percentiles when a run has no histogram.
+    pub latency_us: Percentiles,
+    /// Median over the runs, in CPUs.
+    pub server_cpu: Option<f64>,
+    /// Median over the runs.
+    pub requests_per_server_cpu_s: Option<f64>,
+    /// Findings seen in any of the runs, by name.
+    pub findings: Vec<String>,
+}
+
+/// What the noise rule says of B against A.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Median of B over median of A.
+    pub ratio: f64,
+    /// The range of B/A over every pair of runs.
+    pub low: f64,
+    pub high: f64,
+    /// `beyond-noise`, `within-noise` or `too-few-repeats` (ranges apart, but noise alone
+    /// would do that more often than [`NOISE_CHANCE_MAX`]).
+    pub judgement: &'static str,
+    /// How often noise alone separates the ranges with these numbers of repeats.
+    pub noise_chance: f64,
+}
+
+impl Verdict {
+    /// `B is 1.27x A (repeats 1.21-1.33), beyond run-to-run noise`.
+    pub fn sentence(&self, a: &str, b: &str, repeats: (usize, usize)) -> String {
+        let head =
+            format!("{b} is {:.2}x {a} (repeats {:.2}-{:.2})", self.ratio, self.low, self.high);
+        match self.judgement {
+            "beyond-noise" => format!("{head}, beyond run-to-run noise"),
+            "within-noise" => format!("{head}, within noise"),
+            _ => format!(
+                "{head}: the ranges are apart, but with {} and {} repeats noise alone does that \
+                 1 time in {:.0}; repeat 3 or more times",
+                repeats.0,
+                repeats.1,
+                1.0 / self.noise_chance
+            ),
+        }
+    }
+
+    /// The word the sweep table shows.
+    pub fn short(&self) -> &'static str {
+        match self.judgement {
+            "beyond-noise" => "beyond noise",
+            "within-noise" => "within noise",
+            _ => "few repeats",
+        }
+    }
+}
+
+/// The noise rule on two series of throughputs (see the module's doc).
+pub fn verdict(a: &[f64], b: &[f64]) -> Option<Verdict> {
+    let (sa, sb) = (Spread::of(a)?, Spread::of(b)?);
+    if sa.min <= 0.0 {
+        return None;
+    }
+    let low = sb.min / sa.max;
+    let high = sb.max / sa.min;
+    let noise_chance = (2.0 / binomial(a.len() + b.len(), a.len())).min(1.0);
+    let apart = low > 1.0 || high < 1.0;
+    let judgement = match (apart, noise_chance <= NOISE_CHANCE_MAX) {
+        (false, _) => "within-noise",
+        (true, true) => "beyond-noise",
+        (true, false) => "too-few-repeats",
+    };
+    Some(Verdict { ratio: sb.median / sa.median, low, high, judgement, noise_chance })
+}
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// A group's figures; None when it has no runs.
+pub fn summarize(g: &Group) -> Option<Summary> {
+    let rps: Vec<f64> = g.runs.iter().map(|r| r.facts.throughput_rps).collect();
+    let median = |f: &dyn Fn(&StoredRun) -> Option<f64>| {
+        let v: Vec<f64> = g.runs.iter().filter_map(f).collect();
+        Spread::of(&v).map(|s| s.median)
+    };
+    let mut findings = BTreeSet::new();
+    for r in &g.runs {
+        findings.extend(r.facts.findings.iter().map(|f| f.name.clone()));
+    }
+    Some(Summary {
+        name: g.name.clone(),
+        runs: g.runs.iter().map(|r| r.row.id).collect(),
+        throughput_rps: Spread::of(&rps)?,
+        latency_us: latency(&g.runs),
+        server_cpu: median(&|r| r.facts.server_cpu),
+        requests_per_server_cpu_s: median(&|r| r.facts.requests_per_server_cpu_s),
+        findings: findings.into_iter().collect(),
+    })
+}
+
+/// The runs' histograms merged, or the medians of their percentiles.
+fn latency(runs: &[StoredRun]) -> Percentiles {
+    if let Ok(h) = merged(runs) {
+        if !h.is_empty() {
+            return Percentiles {
+                p50: h.value_at_quantile(0.5),
+                p90: h.value_at_quantile(0.9),
+                p99: h.value_at_quantile(0.99),
+                p999: h.value_at_quantile(0.999),
+                max: h.max(),
+            };
+        }
+    }
+    let med = |f: fn(&Percentiles) -> u64| {
+        let v: Vec<f64> = runs.iter().map(|r| f(&r.facts.latency_us) as f64).collect();
+        Spread::of(&v).map_or(0, |s| s.median as u64)
+    };
+    Percentiles {
+        p50: med(|p| p.p50),
+        p90: med(|p| p.p90),
+        p99: med(|p| p.p99),
+        p999: med(|p| p.p999),
+        max: med(|p| p.max),
+    }
+}
+
+/// Every run's latency histogram added into one (exact).
+pub fn merged(runs: &[StoredRun]) -> Result<hdrhistogram::Histogram<u64>, String> {
+    if runs.iter().any(|r| r.histogram.is_empty()) {
+        return Err("a run has no histogram".into());
+    }
+    qpslab_load::hlog::merge_encoded(runs.iter().map(|r| r.histogram.as_str()))
+}
+
+/// Two groups side by side.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub a: Summary,
+    pub b: Summary,
+    /// None when A's throughput is 0.
+    pub verdict: Option<Verdict>,
+    /// The verdict in one sentence.
+    pub sentence: String,
+    /// B's requests per server CPU-second over A's.
+    pub efficiency_ratio: Option<f64>,
+    /// Findings in B's runs and in none of A's, and the other way round.
+    pub appeared: Vec<String>,
+    pub gone: Vec<String>,
+}
+
+/// Compares B with A; None when a group has no runs.
+pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
+    let (sa, sb) = (summarize(a)?, summarize(b)?);
+    let rps = |g: &Group| g.runs.iter().map(|r| r.facts.throughput_rps).collect::<Vec<_>>();
+    let verdict = verdict(&rps(a), &rps(b));
+    let sentence = match &verdict {
+        Some(v) => v.sentence("A", "B", (a.runs.len(), b.runs.len())),
+        None => "A served no requests: no ratio".into(),
+    };
+    let efficiency_ratio = match (sa.requests_per_server_cpu_s, sb.requests_per_server_cpu_s) {
+        (Some(x), Some(y)) if x > 0.0 => Some(y / x),
+        _ => None,
+    };
+    let names = |s: &Summary| s.findings.iter().cloned().collect::<BTreeSet<_>>();
+    let (fa, fb) = (names(&sa), names(&sb));
+    Some(Comparison {
+        appeared: fb.difference(&fa).cloned().collect(),
+        gone: fa.difference(&fb).cloned().collect(),
+        a: sa,
+        b: sb,
+        verdict,
+        sentence,
+        efficiency_ratio,
+    })
+}
+
+/// One row of a sweep's table: a variant against the first (the baseline).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// Median throughput over the baseline's.
+    pub ratio: Option<f64>,
+    /// Against the baseline; None for the baseline itself.
+    pub verdict: Option<Verdict>,
+}
+
+/// The sweep's table: one row per group, each against the first.
+pub fn table(groups: &[Group]) -> Vec<Row> {
+    let rps = |g: &Group| g.runs.iter().map(|r| r.facts.throughput_rps).collect::<Vec<_>>();
+    let base = groups.first().map(rps).unwrap_or_default();
+    let base_median = Spread::of(&base).map(|s| s.median).filter(|m| *m > 0.0);
+    groups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| {
+            let summary = summarize(g)?;
+            Some(Row {
+                ratio: base_median.map(|m| summary.throughput_rps.median / m),
+                verdict: if i == 0 { None } else { verdict(&base, &rps(g)) },
+                summary,
+            })
+        })
+        .collect()
+}
+
+/// `1.23ms` or `456us`.
+pub fn fmt_us(us: u64) -> String {
+    if us >= 1000 {
+        format!("{:.2}ms", us as f64 / 1000.0)
+    } else {
+        format!("{us}us")
+    }
+}
+
+/// The table as text, the way the seeds wrote it by hand.
+pub fn render_table(rows: &[Row]) -> String {
+    use std::fmt::Write as _;
+    let width = rows.iter().map(|r| r.summary.name.len()).max().unwrap_or(7).max(7);
+    let mut o = format!(
+        "{:<width$}  {:>4}  {:>10}  {:>21}  {:>6}  {:>8}  {:>8}  {:>7}  {:>10}  verdict\n",
+        "variant", "runs", "req/s", "min-max", "ratio", "p50", "p99", "srv CPU", "req/CPU-s"
+    );
+    for r in rows {
+        let s = &r.summary;
+        let t = &s.throughput_rps;
+        let _ = writeln!(
+            o,
+            "{:<width$}  {:>4}  {:>10.0}  {:>21}  {:>6}  {:>8}  {:>8}  {:>7}  {:>10}  {}",
+            s.name,
+            s.runs.len(),
+            t.median,
+            format!("{:.0}-{:.0}", t.min, t.max),
+            r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            fmt_us(s.latency_us.p50),
+            fmt_us(s.latency_us.p99),
+            s.server_cpu.map_or("-".into(), |c| format!("{c:.2}")),
+            s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}")),
+            r.verdict.as_ref().map_or("baseline", Verdict::short),
+        );
+    }
+    o
+}
+
+/// A comparison as text.
+pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "A  {a_what}");
+    let _ = writeln!(o, "B  {b_what}");
+    let _ = writeln!(o);
+    let t = |s: &Summary| {
+        let t = &s.throughput_rps;
+        format!("{:.0} req/s ({:.0}-{:.0}, {} run(s))", t.median, t.min, t.max, s.runs.len())
+    };
+    let _ = writeln!(o, "throughput     A {}   B {}", t(&c.a), t(&c.b));
+    let _ = writeln!(o, "               {}", c.sentence);
+    let _ = writeln!(
+        o,
+        "latency        {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "p50", "p90", "p99", "p99.9", "max"
+    );
+    for (name, s) in [("A", &c.a), ("B", &c.b)] {
+        let l = &s.latency_us;
+        let _ = writeln!(
+            o,
+            "             {name} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            fmt_us(l.p50),
+            fmt_us(l.p90),
+            fmt_us(l.p99),
+            fmt_us(l.p999),
+            fmt_us(l.max)
+        );
+    }
+    let cpu = |s: &Summary| s.server_cpu.map_or("not followed".into(), |c| format!("{c:.2} CPUs"));
+    let _ = writeln!(o, "server CPU     A {}   B {}", cpu(&c.a), cpu(&c.b));
+    let per = |s: &Summary| s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}"));
+    let ratio = c.efficiency_ratio.map_or(String::new(), |r| format!(" ({r:.2}x)"));
+    let _ = writeln!(o, "req/CPU-s      A {}   B {}{ratio}", per(&c.a), per(&c.b));
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    let _ =
+        writeln!(o, "findings       new in B: {}; gone in B: {}", list(&c.appeared), list(&c.gone));
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn a_tight_change_is_beyond_noise_and_overlapping_repeats_are_within() {
+        let v =
+            verdict(&[100_000.0, 101_000.0, 99_500.0], &[130_000.0, 131_500.0, 129_000.0]).unwrap();
+        assert_eq!(v.judgement, "beyond-noise");
+        assert!((v.ratio - 1.3).abs() < 0.01, "{v:?}");
+        assert!((v.low - 129_000.0 / 101_000.0).abs() < 1e-9);
+        assert!((v.high - 131_500.0 / 99_500.0).abs() < 1e-9);
+        assert!((v.noise_chance - 0.1).abs() < 1e-9);
+        assert_eq!(
+            v.sentence("A", "B", (3, 3)),
+            "B is 1.30x A (repeats 1.28-1.32), beyond run-to-run noise"
+        );
+        let slower = verdict(&[130_000.0, 131_500.0, 129_000.0], &[100_000.0, 101_000.0, 99_500.0]);
+        assert_eq!(slower.unwrap().judgement, "beyond-noise");
+
+        let noisy =
+            verdict(&[100_000.0, 120_000.0, 90_000.0], &[118_000.0, 95_000.0, 110_000.0]).unwrap();
+        assert_eq!(noisy.judgement, "within-noise");
+        assert!(noisy.sentence("A", "B", (3, 3)).ends_with("within noise"));
+
+        // Apart, but two repeats a side: noise alone separates them 1 time in 3.
+        let few = verdict(&[100.0, 101.0], &[130.0, 131.0]).unwrap();
+        assert_eq!(few.judgement, "too-few-repeats");
+        assert!(
+            few.sentence("A", "B", (2, 2)).contains("1 time in 3"),
+            "{}",
+            few.sentence("A", "B", (2, 2))
+        );
+        assert_eq!(verdict(&[100.0], &[200.0]).unwrap().judgement, "too-few-repeats");
+        assert!(verdict(&[0.0], &[1.0]).is_none());
+        assert!(verdict(&[], &[1.0]).is_none());
+    }
+
+    #[test]
+    fn spreads_take_the_middle_value() {
+        assert_eq!(
+            Spread::of(&[3.0, 1.0, 2.0]).unwrap(),
+            Spread { median: 2.0, min: 1.0, max: 3.0 }
+        );
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert!(Spread::of(&[]).is_none());
+    }
+}

@@ -1,0 +1,177 @@
+//! `qpslab bench`'s options as a sweep file and the runs store name them: the long options,
+//! same names (`connections`, `server-cpus`, `conn-per-request`, ...), every one optional, so
+//! that a sweep's base, its axes and its variants layer over each other, and a stored run's
+//! `config` says exactly what was asked.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::BenchOptions;
+
+/// The bench options, each optional; `target` is `builtin`, `nginx` or a URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BenchSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conn_per_request: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpus: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept: Option<String>,
+}
+
+/// Every key of [`BenchSettings`], for messages.
+pub const KEYS: &[&str] = &[
+    "target",
+    "duration",
+    "warmup",
+    "interval",
+    "connections",
+    "threads",
+    "pipeline",
+    "rate",
+    "conn-per-request",
+    "workers",
+    "server-cpus",
+    "accept",
+];
+
+impl BenchSettings {
+    /// `self` with every option `over` sets replaced.
+    pub fn layered(&self, over: &BenchSettings) -> BenchSettings {
+        macro_rules! pick {
+            ($($f:ident),*) => { BenchSettings { $($f: over.$f.clone().or_else(|| self.$f.clone())),* } };
+        }
+        pick!(
+            target,
+            duration,
+            warmup,
+            interval,
+            connections,
+            threads,
+            pipeline,
+            rate,
+            conn_per_request,
+            workers,
+            server_cpus,
+            accept
+        )
+    }
+
+    /// The options of a bench with these settings over `defaults`; an error names the key.
+    pub fn apply_to(&self, defaults: &BenchOptions) -> Result<BenchOptions, String> {
+        let mut o = defaults.clone();
+        match self.target.as_deref() {
+            None => {}
+            Some(kind @ ("builtin" | "nginx")) => {
+                o.target = kind.into();
+                o.url = None;
+            }
+            Some(url) => o.url = Some(url.into()),
+        }
+        let dur = |key: &str,
+                   v: &Option<String>,
+                   zero_ok: bool|
+         -> Result<Option<Duration>, String> {
+            let Some(text) = v else { return Ok(None) };
+            let d = humantime::parse_duration(text)
+                .or_else(|_| text.parse::<f64>().map(Duration::from_secs_f64).map_err(|_| ()))
+                .map_err(|()| format!("{key} = {text:?} is not a duration; write e.g. \"10s\""))?;
+            if d.is_zero() && !zero_ok {
+                return Err(format!("{key} must be more than 0"));
+            }
+            Ok(Some(d))
+        };
+        o.duration = dur("duration", &self.duration, false)?.unwrap_or(o.duration);
+        o.warmup = dur("warmup", &self.warmup, true)?.unwrap_or(o.warmup);
+        o.interval = dur("interval", &self.interval, false)?.unwrap_or(o.interval);
+        o.connections = self.connections.or(o.connections);
+        o.threads = self.threads.or(o.threads);
+        o.pipeline = self.pipeline.unwrap_or(o.pipeline);
+        o.rate = self.rate.clone().or(o.rate);
+        o.conn_per_request = self.conn_per_request.unwrap_or(o.conn_per_request);
+        o.workers = self.workers.or(o.workers);
+        o.server_cpus = self.server_cpus.clone().or(o.server_cpus);
+        o.accept = self.accept.clone().or(o.accept);
+        Ok(o)
+    }
+
+    /// The settings a bench ran with, as the store keeps them.
+    pub fn of_options(o: &BenchOptions) -> BenchSettings {
+        let secs = |d: Duration| humantime::format_duration(d).to_string();
+        BenchSettings {
+            target: Some(o.url.clone().unwrap_or_else(|| o.target.clone())),
+            duration: Some(secs(o.duration)),
+            warmup: Some(secs(o.warmup)),
+            interval: Some(secs(o.interval)),
+            connections: o.connections,
+            threads: o.threads,
+            pipeline: Some(o.pipeline),
+            rate: o.rate.clone(),
+            conn_per_request: Some(o.conn_per_request),
+            workers: o.workers,
+            server_cpus: o.server_cpus.clone(),
+            accept: o.accept.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn layers_override_in_order_and_map_onto_bench_options() {
+        let base = BenchSettings {
+            target: Some("nginx".into()),
+            duration: Some("5s".into()),
+            connections: Some(10),
+            ..BenchSettings::default()
+        };
+        let over = BenchSettings { connections: Some(100), ..BenchSettings::default() };
+        let s = base.layered(&over);
+        assert_eq!((s.target.as_deref(), s.connections), (Some("nginx"), Some(100)));
+        let o = s.apply_to(&BenchOptions::default()).unwrap();
+        assert_eq!(
+            (o.target.as_str(), o.duration, o.connections),
+            ("nginx", Duration::from_secs(5), Some(100))
+        );
+        let url = BenchSettings { target: Some("http://127.0.0.1:8080/".into()), ..s };
+        assert_eq!(
+            url.apply_to(&BenchOptions::default()).unwrap().url.as_deref(),
+            Some("http://127.0.0.1:8080/")
+        );
+        let bad = BenchSettings { duration: Some("soon".into()), ..BenchSettings::default() };
+        assert!(bad
+            .apply_to(&BenchOptions::default())
+            .unwrap_err()
+            .starts_with("duration = \"soon\""));
+        let zero = BenchSettings { duration: Some("0s".into()), ..BenchSettings::default() };
+        assert!(zero.apply_to(&BenchOptions::default()).is_err());
+        let json = serde_json::to_value(&base).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"target": "nginx", "duration": "5s", "connections": 10})
+        );
+    }
+}

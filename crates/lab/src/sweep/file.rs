@@ -1,0 +1,380 @@
+//! The sweep file: a base, axes whose cartesian product gives variants, and/or an explicit
+//! list of variants, each with host settings of its own. Every key is checked: an unknown or
+//! malformed key is an error that names it, its line and the fix, never ignored.
+//!
+//! ```toml
+//! name = "knee"
+//! repeat = 3
+//! [base]
+//! target = "builtin"
+//! duration = "5s"
+//! [axes]
+//! connections = [10, 100, 1000]
+//! [[variant]]
+//! name = "rps on"
+//! tune = { rps = { "veth1/rx-0" = "1" } }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{BenchSettings, KEYS};
+
+/// A sweep file that is not right; the message names the file, the line and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FileError(pub String);
+
+/// Host settings of a variant: the tune planner's flags, or settings named outright.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TuneSpec {
+    /// `qpslab tune plan --workers N`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// `qpslab tune plan --irq-cpus LIST`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub irq_cpus: Option<String>,
+    /// `qpslab tune plan --iface IF`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iface: Vec<String>,
+    /// `server` or `client`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// `"IFACE/rx-N" = "CPU list"` (empty: RPS off).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rps: BTreeMap<String, String>,
+    /// `"IRQ" = "CPU list"`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub irq: BTreeMap<String, String>,
+    /// `"net.core.somaxconn" = 4096`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctl: BTreeMap<String, toml::Value>,
+}
+
+impl TuneSpec {
+    /// Settings named outright (`rps`, `irq`, `sysctl`) rather than planned.
+    pub fn is_explicit(&self) -> bool {
+        !(self.rps.is_empty() && self.irq.is_empty() && self.sysctl.is_empty())
+    }
+
+    fn is_planned(&self) -> bool {
+        self.workers.is_some()
+            || self.irq_cpus.is_some()
+            || !self.iface.is_empty()
+            || self.role.is_some()
+    }
+}
+
+/// One variant: its name, its bench settings (base, variant and axis values layered) and its
+/// host settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    pub name: String,
+    pub settings: BenchSettings,
+    pub tune: Option<TuneSpec>,
+}
+
+/// A sweep, read and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub name: String,
+    pub repeat: u32,
+    pub variants: Vec<Variant>,
+    /// The file as given (kept with the sweep in the store).
+    pub text: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    repeat: Option<u32>,
+    description: Option<String>,
+    #[serde(default)]
+    base: BenchSettings,
+    #[serde(default)]
+    axes: toml::Table,
+    #[serde(default)]
+    variant: Vec<toml::Spanned<toml::Table>>,
+}
+
+/// Reads and checks the sweep file at `path`.
+pub fn read(path: &Path) -> Result<Sweep, FileError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        FileError(format!(
+            "{}: cannot read: {e}; give the path of a sweep file (.toml)",
+            path.display()
+        ))
+    })?;
+    parse(&path.display().to_string(), &text)
+}
+
+/// Parses and checks sweep-file text; `file` names it in messages.
+pub fn parse(file: &str, text: &str) -> Result<Sweep, FileError> {
+    let at = |line: usize, msg: String| FileError(format!("{file} line {line}: {msg}"));
+    let raw: Raw = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(text, s.start));
+        at(line, format!("{}{}", e.message().trim(), hint(e.message())))
+    })?;
+    let _ = raw.description;
+    if raw.repeat == Some(0) {
+        return Err(at(key_line(text, "repeat"), "repeat must be at least 1".into()));
+    }
+    let mut explicit = Vec::new();
+    for spanned in &raw.variant {
+        let line = line_of(text, spanned.span().start);
+        explicit.push(variant_of(spanned.get_ref()).map_err(|m| at(line, m))?);
+    }
+    let axes = axes(&raw.axes).map_err(|(key, m)| at(key_line(text, &key), m))?;
+    let variants = expand(&raw.base, explicit, &axes);
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(dup) = variants.iter().find(|v| !seen.insert(v.name.clone())) {
+        return Err(FileError(format!(
+            "{file}: two variants are named {:?}; give each its own name",
+            dup.name
+        )));
+    }
+    Ok(Sweep { name: raw.name, repeat: raw.repeat.unwrap_or(3), variants, text: text.to_string() })
+}
+
+/// A `[[variant]]` table: `name`, `tune`, and bench settings.
+fn variant_of(table: &toml::Table) -> Result<Variant, String> {
+    let mut rest = table.clone();
+    let name = match rest.remove("name") {
+        Some(toml::Value::String(n)) if !n.trim().is_empty() => n,
+        Some(_) => return Err("a variant's name must be a non-empty string".into()),
+        None => return Err("a [[variant]] needs a name, e.g. name = \"16 workers\"".into()),
+    };
+    let tune = rest
+        .remove("tune")
+        .map(|t| tune_of(t).map_err(|m| format!("variant {name:?}: {m}")))
+        .transpose()?;
+    let settings = settings_of(rest).map_err(|m| format!("variant {name:?}: {m}"))?;
+    Ok(Variant { name, settings, tune })
+}
+
+fn settings_of(table: toml::Table) -> Result<BenchSettings, String> {
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| format!("{}{}", e.message().trim(), hint(e.message())))
+}
+
+fn tune_of(value: toml::Value) -> Result<TuneSpec, String> {
+    let spec: TuneSpec = value.try_into().map_err(|e: toml::de::Error| {
+        format!(
+            "tune: {}; the tune keys are workers, irq-cpus, iface, role (planned) or rps, irq, \
+             sysctl (named outright)",
+            e.message().trim()
+        )
+    })?;
+    if spec.is_explicit() && spec.is_planned() {
+        return Err("tune: give planner flags (workers, irq-cpus, iface, role) or settings \
+                    named outright (rps, irq, sysctl), not both"
+            .into());
+    }
+    Ok(spec)
+}
+
+/// One axis value: the bench settings it sets, or the host settings (`tune`).
+#[derive(Debug, Clone)]
+enum Step {
+    Bench(BenchSettings),
+    Tune(TuneSpec),
+}
+
+/// An axis: each value's label and what it sets.
+type Axis = Vec<(String, Step)>;
+
+/// `[axes]`: each key with its values, in file order; an error is (key, message).
+fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
+    let mut out = Vec::new();
+    for (key, values) in table {
+        let err = |m: String| (key.clone(), format!("axes.{key}: {m}"));
+        let toml::Value::Array(values) = values else {
+            return Err(err("give a list of values, e.g. [10, 100]".into()));
+        };
+        if values.is_empty() {
+            return Err(err("the list is empty; give at least one value".into()));
+        }
+        if key != "tune" && !KEYS.contains(&key.as_str()) {
+            return Err(err(format!(
+                "not an option of a sweep; the options are {}, tune",
+                KEYS.join(", ")
+            )));
+        }
+        let mut steps = Vec::new();
+        for v in values {
+            let label = format!("{key}={}", v.to_string().trim_matches('"'));
+            let step = if key == "tune" {
+                Step::Tune(tune_of(v.clone()).map_err(err)?)
+            } else {
+                let mut one = toml::Table::new();
+                one.insert(key.clone(), v.clone());
+                Step::Bench(settings_of(one).map_err(err)?)
+            };
+            steps.push((label, step));
+        }
+        out.push(steps);
+    }
+    Ok(out)
+}
+
+/// Every variant with every combination of axis values, explicit variants first in file order.
+fn expand(
+    base: &BenchSettings,
+    explicit: Vec<Variant>,
+    axes: &[Vec<(String, Step)>],
+) -> Vec<Variant> {
+    let implicit = explicit.is_empty();
+    let variants = if implicit {
+        vec![Variant { name: "base".into(), settings: BenchSettings::default(), tune: None }]
+    } else {
+        explicit
+    };
+    let mut combos: Vec<Vec<&(String, Step)>> = vec![Vec::new()];
+    for axis in axes {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| axis.iter().map(move |v| [c.clone(), vec![v]].concat()))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for v in &variants {
+        for combo in &combos {
+            let mut settings = base.layered(&v.settings);
+            let mut tune = v.tune.clone();
+            for (_, step) in combo {
+                match step {
+                    Step::Bench(s) => settings = settings.layered(s),
+                    Step::Tune(t) => tune = Some(t.clone()),
+                }
+            }
+            let labels: Vec<&str> = combo.iter().map(|(l, _)| l.as_str()).collect();
+            let name = match (implicit, labels.is_empty()) {
+                (true, true) => v.name.clone(),
+                (true, false) => labels.join(" "),
+                (false, true) => v.name.clone(),
+                (false, false) => format!("{} {}", v.name, labels.join(" ")),
+            };
+            out.push(Variant { name, settings, tune });
+        }
+    }
+    out
+}
+
+/// 1-based line of byte offset `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at.min(text.len())].matches('\n').count() + 1
+}
+
+/// The first line that sets `key` (`key =` at the start of a line), or 1.
+fn key_line(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start().trim_start_matches('"');
+            l.starts_with(key)
+                && l[key.len()..].trim_start().trim_start_matches('"').trim_start().starts_with('=')
+        })
+        .map_or(1, |i| i + 1)
+}
+
+/// What to do about a serde message.
+fn hint(message: &str) -> &'static str {
+    if message.contains("unknown field") {
+        "; remove it or correct its spelling"
+    } else if message.contains("missing field `name`") {
+        "; give the sweep a name, e.g. name = \"knee\""
+    } else {
+        ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn axes_multiply_and_variants_layer_over_the_base() {
+        let s = parse(
+            "t.toml",
+            r#"name = "matrix"
+repeat = 2
+[base]
+duration = "2s"
+connections = 5
+[axes]
+target = ["builtin", "nginx"]
+connections = [10, 100]
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.repeat, 2);
+        let names: Vec<&str> = s.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "target=builtin connections=10",
+                "target=builtin connections=100",
+                "target=nginx connections=10",
+                "target=nginx connections=100"
+            ]
+        );
+        assert_eq!(s.variants[3].settings.connections, Some(100));
+        assert_eq!(s.variants[3].settings.duration.as_deref(), Some("2s"));
+
+        let steps = parse(
+            "t.toml",
+            r#"name = "steps"
+[base]
+target = "nginx"
+[[variant]]
+name = "4 workers"
+workers = 4
+[[variant]]
+name = "rps"
+workers = 4
+tune = { rps = { "eth0/rx-0" = "1-3" } }
+"#,
+        )
+        .unwrap();
+        assert_eq!(steps.repeat, 3, "the default");
+        assert_eq!(steps.variants.len(), 2);
+        assert_eq!(steps.variants[1].tune.as_ref().unwrap().rps["eth0/rx-0"], "1-3");
+        assert_eq!(steps.variants[1].settings.target.as_deref(), Some("nginx"));
+    }
+
+    #[test]
+    fn bad_keys_name_the_key_the_line_and_the_fix() {
+        let err = |text: &str| parse("s.toml", text).unwrap_err().0;
+        let e = err("name = \"x\"\n[base]\nconnectons = 10\n");
+        assert!(e.starts_with("s.toml line 3: unknown field `connectons`"), "{e}");
+        assert!(e.ends_with("remove it or correct its spelling"), "{e}");
+        let e = err("name = \"x\"\nrepet = 3\n");
+        assert!(e.starts_with("s.toml line 2: unknown field `repet`"), "{e}");
+        let e = err("name = \"x\"\n[axes]\n\nconnections = 10\n");
+        assert_eq!(e, "s.toml line 4: axes.connections: give a list of values, e.g. [10, 100]");
+        let e = err("name = \"x\"\n[axes]\nspeed = [1]\n");
+        assert!(e.starts_with("s.toml line 3: axes.speed: not an option of a sweep"), "{e}");
+        let e = err("name = \"x\"\n[axes]\nconnections = [\"many\"]\n");
+        assert!(
+            e.starts_with("s.toml line 3: axes.connections: invalid type: string \"many\""),
+            "{e}"
+        );
+        let e = err("name = \"x\"\n\n[[variant]]\nworkers = 2\n");
+        assert_eq!(e, "s.toml line 3: a [[variant]] needs a name, e.g. name = \"16 workers\"");
+        let e = err("name = \"x\"\n[[variant]]\nname = \"a\"\ntune = { cpus = 1 }\n");
+        assert!(e.contains("variant \"a\": tune: unknown field `cpus`"), "{e}");
+        let e = err("name = \"x\"\n[[variant]]\nname = \"a\"\n[[variant]]\nname = \"a\"\n");
+        assert!(e.contains("two variants are named \"a\""), "{e}");
+        let e = err("[base]\n");
+        assert!(e.contains("missing field `name`"), "{e}");
+        let e = err("name = \"x\"\nrepeat = 0\n");
+        assert_eq!(e, "s.toml line 2: repeat must be at least 1");
+        let e = err("name = \"x\"\n[base\n");
+        assert!(e.starts_with("s.toml line 2: "), "{e}");
+    }
+}
