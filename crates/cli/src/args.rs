@@ -44,6 +44,188 @@ pub enum Command {
     /// Merge latency histograms exactly: interval logs (load --log) and histogram files
     /// (--hdr-out) from several runs or machines; prints the combined summary
     Merge(MergeArgs),
+    /// Run a matrix of bench variants from a TOML file, each repeated, interleaved, with host
+    /// settings applied and reverted around each run; every run is stored
+    Sweep(SweepArgs),
+    /// List, show, export and remove stored runs and sweeps
+    Runs(RunsArgs),
+    /// Compare two sets of stored runs: throughput ratio with its spread over repeats and a
+    /// noise verdict, latency side by side, server CPU, findings that came or went
+    Compare(CompareArgs),
+    /// Write one self-contained HTML report (table, charts, per-CPU heatmaps, findings) of a
+    /// sweep or of runs
+    Report(ReportArgs),
+}
+
+/// Where runs are kept.
+#[derive(Debug, Args)]
+pub struct StoreArg {
+    /// The runs store [default: $QPSLAB_STORE, else $XDG_DATA_HOME/qpslab/runs.sqlite, else
+    /// ~/.local/share/qpslab/runs.sqlite]
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The sweep file (TOML: name, repeat, [base], [axes], [[variant]]; see examples/sweeps/)
+    #[arg(value_name = "FILE")]
+    pub file: std::path::PathBuf,
+
+    /// Runs per variant, instead of the file's `repeat` (default 3)
+    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
+    pub repeat: Option<usize>,
+
+    /// Let host variants (tune) change this host: each change is journaled and reverted after
+    /// its run; needs root, as `qpslab tune apply --yes`
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// Tune journal for host variants [default: /var/lib/qpslab/journal.json, or the network
+    /// namespace's own]
+    #[arg(long, value_name = "FILE")]
+    pub journal: Option<std::path::PathBuf>,
+
+    /// Store every run with this label (for `compare label:NAME`)
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
+
+    /// Only check the file and print the variants it gives (runs nothing)
+    #[arg(long)]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    /// Print the sweep's table as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: Option<RunsCommand>,
+
+    #[command(flatten)]
+    pub filter: RunsFilter,
+
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    /// Print one JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which runs to list or export.
+#[derive(Debug, Args)]
+pub struct RunsFilter {
+    /// Only the runs of sweep ID
+    #[arg(long, value_name = "ID")]
+    pub sweep: Option<i64>,
+
+    /// Only the runs stored with this label
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
+
+    /// Only runs started since this time: RFC 3339 (2026-11-22T10:00:00Z) or an age (2h, 3d)
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Print one run as bench printed it
+    Show(RunsShowArgs),
+    /// List the sweeps: name, status, runs
+    Sweeps(RunsSweepsArgs),
+    /// Write runs whole (report, figures, provenance, histogram) as JSON lines
+    Export(RunsExportArgs),
+    /// Remove runs (a sweep goes with its last run)
+    Rm(RunsRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunsShowArgs {
+    #[arg(value_name = "ID")]
+    pub id: i64,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Print the run as JSON (the bench report, figures and provenance)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsSweepsArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Print one JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsExportArgs {
+    #[command(flatten)]
+    pub filter: RunsFilter,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Write to FILE instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsRmArgs {
+    /// Runs to remove
+    #[arg(value_name = "ID", required_unless_present = "sweep")]
+    pub ids: Vec<i64>,
+    /// Remove every run of sweep ID
+    #[arg(long, value_name = "ID")]
+    pub sweep: Option<i64>,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline: a run (12), runs (12,15), a sweep (sweep:3), a sweep's variant (3/NAME
+    /// or 3/1), a label (label:NAME) or last
+    #[arg(value_name = "A")]
+    pub a: String,
+
+    /// The runs compared with A, named the same ways
+    #[arg(value_name = "B")]
+    pub b: String,
+
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    /// Print the comparison as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// What to report: a sweep (sweep:3), runs (12 15 or 12,15), a variant (3/NAME), a label
+    /// (label:NAME)
+    #[arg(value_name = "RUNS", required_unless_present = "last")]
+    pub what: Vec<String>,
+
+    /// The latest sweep, or the latest run if it was no sweep's
+    #[arg(long, conflicts_with = "what")]
+    pub last: bool,
+
+    /// Write the report to FILE [default: stdout]
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    pub store: StoreArg,
 }
 
 #[derive(Debug, Args)]
@@ -235,6 +417,17 @@ pub struct BenchArgs {
     /// Doctor sampling interval
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Duration,
+
+    /// Do not keep the run in the runs store
+    #[arg(long)]
+    pub no_save: bool,
+
+    /// Store the run with this label (for `qpslab compare label:NAME`)
+    #[arg(long, value_name = "NAME", conflicts_with = "no_save")]
+    pub label: Option<String>,
+
+    #[command(flatten)]
+    pub store: StoreArg,
 
     /// Print JSON instead of text
     #[arg(long)]
@@ -568,6 +761,17 @@ pub struct LoadArgs {
     /// Status codes >= 400 that count as success, e.g. 404,500-599
     #[arg(long, value_name = "LIST")]
     pub accept_status: Option<String>,
+
+    /// Keep the run in the runs store (see qpslab runs)
+    #[arg(long)]
+    pub save: bool,
+
+    /// With --save: store the run with this label
+    #[arg(long, value_name = "NAME", requires = "save")]
+    pub label: Option<String>,
+
+    #[command(flatten)]
+    pub store: StoreArg,
 }
 
 /// A count of at least 1 (connections, threads).

@@ -1,10 +1,11 @@
 //! `qpslab bench`: target + load + doctor in one command.
 
+use qpslab_lab::record::{store_bench, Provenance};
 use qpslab_lab::{bench, render_text, BenchError, BenchOptions};
 
 use crate::args::BenchArgs;
 use crate::load_cmd::{run_meta, ProgressLine};
-use crate::{output, Outcome, UsageError};
+use crate::{output, store_cmd, Outcome, UsageError};
 
 pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let opts = BenchOptions {
@@ -25,6 +26,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),
     };
+    // The store is opened (and its problems reported) before the run, and written after it.
+    let mut store = if a.no_save { None } else { Some(store_cmd::open(&a.store)?) };
+    let provenance = store.as_ref().map(|_| Provenance::read(&opts.meta, None));
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
     let report = bench(&opts, stop, &mut |p| progress.update(p)).map_err(|e| match e {
@@ -32,6 +36,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         other => anyhow::Error::new(other),
     })?;
     progress.finish();
+    if let (Some(store), Some(p)) = (&mut store, &provenance) {
+        let id = store_bench(store, &opts, &report, None, a.label.as_deref(), p)
+            .map_err(store_cmd::store_error)?;
+        eprintln!(
+            "qpslab: stored as run {id} in {} (qpslab runs show {id})",
+            store.path().display()
+        );
+    }
     output::emit(a.json, &report, || render_text(&report))?;
     Ok(if report.load.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
 }

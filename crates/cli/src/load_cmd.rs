@@ -52,6 +52,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
     }
+    let mut store = if a.save { Some(crate::store_cmd::open(&a.store)?) } else { None };
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
     let result =
@@ -67,6 +68,21 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.hdr_out {
         std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
             .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
+    }
+    if let Some(store) = &mut store {
+        let provenance = qpslab_lab::record::Provenance::read(&meta, None);
+        let id = qpslab_lab::record::store_load(
+            store,
+            &report,
+            &report.render_text(),
+            a.label.as_deref(),
+            &provenance,
+        )
+        .map_err(crate::store_cmd::store_error)?;
+        eprintln!(
+            "qpslab: stored as run {id} in {} (qpslab runs show {id})",
+            store.path().display()
+        );
     }
     output::emit(a.json, &report, || report.render_text())?;
     if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {

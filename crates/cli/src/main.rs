@@ -9,6 +9,8 @@ mod load_cmd;
 mod merge_cmd;
 mod output;
 mod serve_cmd;
+mod store_cmd;
+mod sweep_cmd;
 mod tune_cmd;
 
 use std::process::ExitCode;
@@ -119,6 +121,10 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Bench(a) => bench_cmd::run(a),
         args::Command::Tune(a) => tune_cmd::run(a),
         args::Command::Merge(a) => merge_cmd::run(a),
+        args::Command::Sweep(a) => sweep_cmd::run(a),
+        args::Command::Runs(a) => store_cmd::runs(a),
+        args::Command::Compare(a) => store_cmd::compare_cmd(a),
+        args::Command::Report(a) => store_cmd::report_cmd(a),
     }
 }
 

@@ -58,7 +58,7 @@ fn fifty_thousand_concurrent_connections_from_127_0_0_x_sources() {
     let children: Vec<_> = (0..loads)
         .map(|i| {
             let n = TOTAL / loads + u64::from(i < TOTAL % loads);
-            Command::new(env!("CARGO_BIN_EXE_qpslab"))
+            common::qpslab_command()
                 // Open loop at a modest rate: the point is the connections held at once; a
                 // closed-loop flood over 50,000 connections starves a debug build's accept loop.
                 .args(["load", "-t", "2", "-c", &n.to_string(), "-R", "10000", "-d", "12s"])

@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod lab;
 mod load_models;
 mod tune;
 
@@ -15,7 +16,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn qpslab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qpslab")).args(args).output().expect("run qpslab")
+    common::qpslab_command().args(args).output().expect("run qpslab")
 }
 
 /// Asserts exit code 2 and a single stderr line that mentions `needle`.
@@ -231,6 +232,7 @@ fn failed_checks_exit_1() {
 fn descriptor_limit_is_raised_to_the_hard_limit() {
     let url = tiny_server_url();
     let out = Command::new("prlimit")
+        .env("QPSLAB_STORE", common::TEST_STORE)
         .args(["--nofile=100:4096", env!("CARGO_BIN_EXE_qpslab"), "load", "-t1", "-c300"])
         .args(["-n", "600", &url])
         .output()
@@ -431,7 +433,7 @@ fn serve_stats_lines() {
 #[test]
 fn sigint_stops_a_load_run_early_with_results() {
     let url = tiny_server_url();
-    let child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+    let child = common::qpslab_command()
         .args(["load", "-c", "4", "-t", "1", "-d", "30s", "--json", &url])
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -664,7 +666,7 @@ fn bench_bad_flags() {
     usage_error(&["bench", "http://127.0.0.1:1/", "--target", "nginx"], "--target");
     usage_error(&["bench", "-d", "0s"], "--duration");
     usage_error(&["bench", "http://127.0.0.1:1/", "-d", "1s"], "127.0.0.1:1");
-    let out = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+    let out = common::qpslab_command()
         .args(["bench", "--target", "nginx"])
         .env("PATH", "/nonexistent")
         .output()
@@ -726,7 +728,7 @@ fn closed_stdout_exits_quietly() {
     for args in [&["host", "--json"][..], &["host"], &["tune", "plan", "--json"]] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let out = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+        let out = common::qpslab_command()
             .args(args)
             .stdout(writer)
             .stderr(std::process::Stdio::piped())
@@ -861,7 +863,7 @@ fn bench_of_another_host_says_the_doctor_sees_only_this_one() {
 /// signal can end the wait for it.
 #[test]
 fn a_second_ctrl_c_ends_at_once_with_130() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+    let mut child = common::qpslab_command()
         .args(["doctor", "--interval", "100ms", "--", "sh", "-c", "trap '' INT TERM; sleep 3"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

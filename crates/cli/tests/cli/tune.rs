@@ -19,7 +19,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 fn with_stdin(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+    let mut child = crate::common::qpslab_command()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

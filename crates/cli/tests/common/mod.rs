@@ -7,6 +7,17 @@ use std::io::Read;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// The runs store the tests' `qpslab` writes to (bench stores every run): under the build's
+/// own scratch directory, never the user's.
+pub const TEST_STORE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/cli-runs.sqlite");
+
+/// `qpslab` with the tests' runs store.
+pub fn qpslab_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qpslab"));
+    c.env("QPSLAB_STORE", TEST_STORE);
+    c
+}
+
 /// A `qpslab serve` child on a free port; killed on drop if still running. It says where it
 /// listens on its readiness descriptor (`--ready-fd`), as a supervisor would read it.
 pub struct ServeChild {
@@ -157,6 +168,7 @@ impl Netns {
     pub fn exec(&self, args: &[&str]) -> Output {
         Command::new("ip")
             .args(["netns", "exec", &self.name, env!("CARGO_BIN_EXE_qpslab")])
+            .env("QPSLAB_STORE", TEST_STORE)
             .args(args)
             .output()
             .unwrap()

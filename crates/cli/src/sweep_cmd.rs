@@ -1,0 +1,190 @@
+//! `qpslab sweep FILE`: reads and checks the file, runs the sweep with a progress line on a
+//! terminal (variant i/N, repeat j/M, ETA, the live rate), and prints the sweep's table.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use qpslab_lab::compare;
+use qpslab_lab::select::{self, Selector};
+use qpslab_lab::sweep::{self, Event, Status, SweepError, SweepOptions};
+use qpslab_lab::BenchOptions;
+use qpslab_load::Progress;
+
+use crate::args::SweepArgs;
+use crate::load_cmd::run_meta;
+use crate::store_cmd::{open, store_error};
+use crate::{output, Outcome, UsageError};
+
+pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
+    let file = sweep::file::read(&a.file).map_err(|e| UsageError(e.0))?;
+    let repeat = a
+        .repeat
+        .map(|r| u32::try_from(r).map_err(|_| UsageError(format!("--repeat {r}: too many"))))
+        .transpose()?;
+    if a.dry_run {
+        return dry_run(&file, repeat.unwrap_or(file.repeat));
+    }
+    let mut store = open(&a.store)?;
+    let opts = SweepOptions {
+        repeat,
+        yes: a.yes,
+        journal: a.journal.clone(),
+        label: a.label.clone(),
+        defaults: BenchOptions {
+            serve_exe: std::env::current_exe()?,
+            meta: run_meta(),
+            ..BenchOptions::default()
+        },
+    };
+    let stop = qpslab_sys::signals::stop_flag()?;
+    let mut line = Line::new();
+    let outcome = sweep::run(&file, &opts, &mut store, stop, &mut |e| line.event(&e)).map_err(
+        |e| match e {
+            SweepError::Usage(m) => UsageError(m).into(),
+            SweepError::Store(s) => store_error(s),
+            other => anyhow::Error::new(other),
+        },
+    )?;
+    line.clear();
+    let groups = if outcome.runs.is_empty() {
+        Vec::new()
+    } else {
+        select::groups(&store, &Selector::Sweep(outcome.sweep))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    };
+    let rows = compare::table(&groups);
+    let summary = serde_json::json!({
+        "sweep": outcome.sweep,
+        "name": file.name,
+        "status": outcome.status.name(),
+        "runs": outcome.runs,
+        "store": store.path(),
+        "variants": rows,
+        "error": outcome.error.as_ref().map(ToString::to_string),
+    });
+    output::emit(a.json, &summary, || {
+        let mut t = format!(
+            "sweep {} ({}): {}, {} run(s) stored in {}\n\n",
+            outcome.sweep,
+            file.name,
+            outcome.status.name(),
+            outcome.runs.len(),
+            store.path().display()
+        );
+        t += &compare::render_table(&rows);
+        if !outcome.runs.is_empty() {
+            t += &format!("\nqpslab report sweep:{} -o report.html   draws it\n", outcome.sweep);
+        }
+        t
+    })?;
+    match (outcome.status, outcome.error) {
+        (Status::Done, _) => Ok(Outcome::Passed),
+        (Status::Stopped, _) => {
+            eprintln!("qpslab: sweep stopped by a signal; the finished runs are stored");
+            Ok(Outcome::ChecksFailed)
+        }
+        (Status::Failed, Some(e)) => {
+            eprintln!("qpslab: error: sweep failed: {e}; every host setting is reverted, the finished runs are stored");
+            Ok(Outcome::ChecksFailed)
+        }
+        (Status::Failed, None) => Ok(Outcome::ChecksFailed),
+    }
+}
+
+/// `--dry-run`: the variants the file gives, and how long the sweep will take.
+fn dry_run(file: &sweep::Sweep, repeat: u32) -> anyhow::Result<Outcome> {
+    let defaults = BenchOptions::default();
+    let mut text = format!(
+        "sweep {:?}: {} variant(s) x {} repeat(s)\n",
+        file.name,
+        file.variants.len(),
+        repeat
+    );
+    let mut total = Duration::ZERO;
+    for (i, v) in file.variants.iter().enumerate() {
+        let o = v
+            .settings
+            .apply_to(&defaults)
+            .map_err(|m| UsageError(format!("variant {:?}: {m}", v.name)))?;
+        total += (o.warmup + o.duration) * repeat;
+        let settings = serde_json::to_string(&v.settings).unwrap_or_default();
+        let tune = v.tune.as_ref().map_or(String::new(), |t| {
+            format!(" tune {}", serde_json::to_string(t).unwrap_or_default())
+        });
+        text += &format!("{:>3}. {}  {settings}{tune}\n", i + 1, v.name);
+    }
+    text += &format!(
+        "at least {} of load (warm-up and measured time, not counting set-up)\n",
+        humantime::format_duration(total)
+    );
+    output::print(&text)?;
+    Ok(Outcome::Passed)
+}
+
+/// The progress line, on a terminal only.
+struct Line {
+    tty: bool,
+    head: String,
+    last: Progress,
+}
+
+impl Line {
+    fn new() -> Self {
+        Line {
+            tty: std::io::stderr().is_terminal(),
+            head: String::new(),
+            last: Progress::default(),
+        }
+    }
+
+    fn event(&mut self, e: &Event<'_>) {
+        match e {
+            Event::RunStart { run, runs, variant, variants, name, repeat, repeats, eta } => {
+                self.head = format!(
+                    "run {run}/{runs} \u{b7} variant {variant}/{variants} {name:?} \u{b7} repeat {repeat}/{repeats} \u{b7} ETA {}",
+                    short(*eta)
+                );
+                self.last = Progress::default();
+                self.draw("starting");
+            }
+            Event::Progress(p) => {
+                let dt = p.elapsed.saturating_sub(self.last.elapsed).max(Duration::from_millis(1));
+                let rate =
+                    p.completed.saturating_sub(self.last.completed) as f64 / dt.as_secs_f64();
+                let what =
+                    if p.warming_up { "warming up".into() } else { format!("{rate:.0} req/s") };
+                self.last = **p;
+                self.draw(&what);
+            }
+            Event::Stored { .. } => {}
+            Event::Note(n) => {
+                self.clear();
+                eprintln!("qpslab: note: {n}");
+            }
+        }
+    }
+
+    fn draw(&self, what: &str) {
+        if self.tty {
+            eprint!("\r\x1b[K{} \u{b7} {what}", self.head);
+        }
+    }
+
+    fn clear(&self) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// `1m05s`.
+fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
