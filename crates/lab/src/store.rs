@@ -232,6 +232,9 @@ impl Store {
             )),
             other => other,
         })?;
+        // Opening answers within 2 s; a finished run waits longer for a busy store rather
+        // than be lost.
+        store.conn.busy_timeout(Duration::from_secs(30)).map_err(|e| store.err(e))?;
         Ok(store)
     }
 
@@ -240,8 +243,33 @@ impl Store {
         c.busy_timeout(Duration::from_secs(2)).map_err(|e| self.err(e))?;
         // The version first: a newer store is refused before anything (even the journal
         // mode, which lives in the file's header) is written to it.
-        let version: i64 =
-            c.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| self.err(e))?;
+        self.refuse_newer()?;
+        c.pragma_update(None, "journal_mode", "WAL").map_err(|e| self.err(e))?;
+        c.pragma_update(None, "foreign_keys", "ON").map_err(|e| self.err(e))?;
+        // Migrates forward, or (already current) only proves the store can be written now. The
+        // version is read again under the write lock: another qpslab may have migrated it
+        // since (two commands opening a new store at once).
+        c.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))?;
+        let version = match self.refuse_newer() {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = c.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        };
+        for (v, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+            c.execute_batch(sql).map_err(|e| self.err(e))?;
+            c.pragma_update(None, "user_version", v as i64 + 1).map_err(|e| self.err(e))?;
+        }
+        c.execute_batch("COMMIT").map_err(|e| self.err(e))
+    }
+
+    /// The store's schema version; a newer one than this build's is refused.
+    fn refuse_newer(&self) -> Result<i64, StoreError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| self.err(e))?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::Usage(format!(
                 "--store {}: written by a newer qpslab (schema {version}, this one knows \
@@ -249,15 +277,7 @@ impl Store {
                 self.path.display()
             )));
         }
-        c.pragma_update(None, "journal_mode", "WAL").map_err(|e| self.err(e))?;
-        c.pragma_update(None, "foreign_keys", "ON").map_err(|e| self.err(e))?;
-        // Migrates forward, or (already current) only proves the store can be written now.
-        c.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))?;
-        for (v, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
-            c.execute_batch(sql).map_err(|e| self.err(e))?;
-            c.pragma_update(None, "user_version", v as i64 + 1).map_err(|e| self.err(e))?;
-        }
-        c.execute_batch("COMMIT").map_err(|e| self.err(e))
+        Ok(version)
     }
 
     fn err(&self, source: rusqlite::Error) -> StoreError {

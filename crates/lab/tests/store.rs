@@ -85,3 +85,18 @@ fn an_unwritable_path_names_the_flag() {
     let m = usage(Store::open(dir.path()));
     assert!(m.starts_with(&format!("--store {}", dir.path().display())), "{m}");
 }
+
+/// Two commands opening a new store at once (a sweep creating it while `qpslab runs` polls)
+/// once both migrated it: "table sweeps already exists".
+#[test]
+fn commands_opening_a_new_store_at_once_migrate_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let opened: Vec<Result<Store, StoreError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8).map(|_| s.spawn(|| Store::open(&path))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in opened {
+        r.unwrap();
+    }
+}

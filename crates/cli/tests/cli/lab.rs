@@ -401,6 +401,10 @@ fn kill_9_mid_sweep_keeps_the_finished_runs_leaves_no_server_and_leaves_the_jour
     let start = Instant::now();
     while count(&store) < 2 {
         assert!(start.elapsed() < Duration::from_secs(60), "two runs stored in a minute");
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            panic!("the sweep ended early: {}", String::from_utf8_lossy(&out.stderr));
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     // The first variant again: its RPS mask applied, its server running.
