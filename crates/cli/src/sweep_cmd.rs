@@ -91,7 +91,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// `--dry-run`: the variants the file gives, and how long the sweep will take.
+/// `--dry-run`: the variants the file gives (each checked as a bench would check it; the
+/// host settings are checked against the host only by a real run), and how long it takes.
 fn dry_run(file: &sweep::Sweep, repeat: u32) -> anyhow::Result<Outcome> {
     let defaults = BenchOptions::default();
     let mut text = format!(
@@ -106,6 +107,7 @@ fn dry_run(file: &sweep::Sweep, repeat: u32) -> anyhow::Result<Outcome> {
             .settings
             .apply_to(&defaults)
             .map_err(|m| UsageError(format!("variant {:?}: {m}", v.name)))?;
+        o.validate().map_err(|e| UsageError(format!("variant {:?}: {e}", v.name)))?;
         total += (o.warmup + o.duration) * repeat;
         let settings = serde_json::to_string(&v.settings).unwrap_or_default();
         let tune = v.tune.as_ref().map_or(String::new(), |t| {

@@ -549,3 +549,42 @@ fn bad_lab_input_is_named_with_its_fix() {
     one_line(lab(&store, &["runs"]), "locked by another process");
     holder.execute_batch("COMMIT").unwrap();
 }
+
+#[test]
+fn every_example_sweep_file_is_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sweeps");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = e.path();
+        let out = qpslab_command().args(["sweep", "--dry-run"]).arg(&path).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("variant(s) x 3 repeat(s)"), "{text}");
+        n += 1;
+    }
+    assert!(n >= 6, "the example files: {n}");
+}
+
+#[test]
+fn a_sweep_inside_a_namespace_refuses_host_wide_sysctls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Ns::new("hw", dir.path());
+    let file = write(
+        dir.path(),
+        "hw.toml",
+        "name = \"x\"\n[[variant]]\nname = \"files\"\ntune = { sysctl = { \"fs.file-max\" = 100 } }\n",
+    );
+    let out = ns.spawn_sweep(&file, &dir.path().join("runs.sqlite")).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sysctl fs.file-max: host-wide, and this runs inside a network namespace"),
+        "{stderr}"
+    );
+}

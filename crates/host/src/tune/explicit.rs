@@ -42,6 +42,14 @@ pub fn explicit_plan(root: &Root, host: &Host, x: &Explicit) -> Result<Plan, Pla
         changes.extend(irq_affinity(root, host, *irq, want)?);
     }
     for (name, value) in &x.sysctl {
+        // Inside a network namespace only net.* settings are the namespace's (the kernel
+        // hides the host-wide net.* ones there); fs.*, kernel.*, vm.* would change the host.
+        if host.net_namespace.is_some() && !name.starts_with("net.") {
+            return Err(PlanError(format!(
+                "sysctl {name}: host-wide, and this runs inside a network namespace whose \
+                 changes must stay in it; set it outside the namespace"
+            )));
+        }
         let current = read_sysctl(root, name).ok_or_else(|| {
             PlanError(format!(
                 "sysctl {name}: no such setting under {}",
