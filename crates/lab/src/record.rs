@@ -28,6 +28,7 @@ pub fn bench_facts(r: &BenchReport) -> RunFacts {
             user: cpu.iter().map(|i| i.user.clone()).collect(),
             system: cpu.iter().map(|i| i.system.clone()).collect(),
             softirq: cpu.iter().map(|i| i.softirq.clone()).collect(),
+            idle: cpu.iter().map(|i| i.cpu_busy.iter().map(|b| 1.0 - b).collect()).collect(),
         },
         findings: r
             .doctor
@@ -62,6 +63,7 @@ pub fn load_facts(l: &Report) -> RunFacts {
             max: lat.max,
         },
         rps: l.intervals.iter().map(|i| i.rps).collect(),
+        errors: l.intervals.iter().map(|i| i.failed).collect(),
         ..RunFacts::default()
     }
 }

@@ -95,6 +95,9 @@ pub struct RunFacts {
     pub requests_per_server_cpu_s: Option<f64>,
     /// Responses per second, second by second.
     pub rps: Vec<f64>,
+    /// Failed requests, second by second.
+    #[serde(default)]
+    pub errors: Vec<u64>,
     /// Per-CPU shares, sample interval by interval.
     pub cpu: CpuSeries,
     pub findings: Vec<FindingFact>,
@@ -119,6 +122,9 @@ pub struct CpuSeries {
     pub user: Vec<Vec<f64>>,
     pub system: Vec<Vec<f64>>,
     pub softirq: Vec<Vec<f64>>,
+    /// Idle share (the rest went to hard IRQs, steal and the like).
+    #[serde(default)]
+    pub idle: Vec<Vec<f64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

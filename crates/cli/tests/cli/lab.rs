@@ -588,3 +588,26 @@ fn a_sweep_inside_a_namespace_refuses_host_wide_sysctls() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_that_fails_has_its_host_settings_reverted_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Ns::new("rf", dir.path());
+    let end = &ns.ns.ns_end;
+    // Nothing listens on port 9 in the namespace: the run fails after the mask is applied.
+    let file = write(
+        dir.path(),
+        "dead.toml",
+        &format!(
+            "name = \"dead\"\nrepeat = 1\n[base]\ntarget = \"http://127.0.0.1:9/\"\nduration = \"1s\"\n\
+             [[variant]]\nname = \"rps on\"\ntune = {{ rps = {{ \"{end}/rx-0\" = \"1\" }} }}\n"
+        ),
+    );
+    let out = ns.spawn_sweep(&file, &dir.path().join("runs.sqlite")).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("variant \"rps on\", repeat 1: cannot connect"), "{stderr}");
+    assert!(stderr.contains("every host setting is reverted"), "{stderr}");
+    assert_eq!(ns.rps_mask(), 0);
+    assert!(!ns.journal.exists());
+}

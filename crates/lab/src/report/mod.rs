@@ -290,6 +290,13 @@ fn per_second(groups: &[Group]) -> String {
                     .collect();
             let tip = format!("run {} (repeat {})", r.row.id, r.row.repeat.unwrap_or(1));
             c.line(&pts, svg::colour(i), "per-second", &tip);
+            // Seconds with failed requests: a black dot on the line.
+            for (k, (&n, &v)) in r.facts.errors.iter().zip(&r.facts.rps).enumerate() {
+                if n > 0 {
+                    let what = format!("run {}, second {}: {n} failed", r.row.id, k + 1);
+                    c.dot(k as f64 + 1.0, v, "#000", "errors", &what);
+                }
+            }
         }
         let _ = write!(
             o,
@@ -449,10 +456,33 @@ fn provenance(r: &StoredRun) -> String {
             .collect();
         let _ = write!(o, "<p class=\"meta tune\">tune in force: {}</p>", esc(&items.join("; ")));
     }
+    let host = &p["host"];
+    if host.is_object() {
+        let nodes = host["nodes"].as_array().map_or(0, Vec::len);
+        let _ = write!(
+            o,
+            "<p class=\"meta host\">host: CPUs {} ({} core(s), {} NUMA node(s)), clocksource {}</p>",
+            esc(host["online"].as_str().unwrap_or("?")),
+            host["cores"],
+            nodes.max(1),
+            esc(host["clocksource"].as_str().unwrap_or("?"))
+        );
+        let sysctls: Vec<String> = host["sysctls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some(format!("{}={}", s["name"].as_str()?, s["value"].as_str()?)))
+            .collect();
+        if !sysctls.is_empty() {
+            let _ = write!(o, "<p class=\"meta sysctls\">sysctls: {}</p>", esc(&sysctls.join(" ")));
+        }
+    }
+    // The whole record (host model included) stays in the store, not in the page: a 100-run
+    // sweep of a big host would otherwise weigh megabytes.
     let _ = write!(
         o,
-        "<details><summary>provenance (JSON)</summary><pre>{}</pre></details>",
-        esc(&serde_json::to_string_pretty(p).unwrap_or_default())
+        "<p class=\"meta\">everything else: <code>qpslab runs show {} --json</code></p>",
+        r.row.id
     );
     o
 }
@@ -513,6 +543,46 @@ mod tests {
     #[test]
     fn the_variants_table_is_pinned() {
         insta::assert_snapshot!(table_html(&compare::table(&groups())));
+    }
+
+    /// 100 runs of a 64-CPU host, a minute each: the page stays readable and small.
+    #[test]
+    fn a_hundred_runs_of_a_big_host_stay_under_a_few_megabytes() {
+        let groups: Vec<Group> = (0..20)
+            .map(|v| Group {
+                name: format!("variant {v}"),
+                runs: (0..5)
+                    .map(|k| {
+                        let mut r = run(v * 5 + k + 1, "x", k as u32 + 1, 100_000.0 + v as f64, 90);
+                        let shares = |seed: usize| -> Vec<Vec<f64>> {
+                            (0..60)
+                                .map(|t| {
+                                    (0..64)
+                                        .map(|c| ((t * 7 + c * 13 + seed) % 100) as f64 / 100.0)
+                                        .collect()
+                                })
+                                .collect()
+                        };
+                        r.facts.rps =
+                            (0..60).map(|t| 100_000.0 + (t % 7) as f64 * 1000.0).collect();
+                        r.facts.errors = (0..60).map(|t| u64::from(t == 30)).collect();
+                        r.facts.cpu = crate::store::CpuSeries {
+                            cpus: (0..64).collect(),
+                            t_s: (1..=60).map(f64::from).collect(),
+                            user: shares(1),
+                            system: shares(2),
+                            softirq: shares(3),
+                            idle: shares(4),
+                        };
+                        r
+                    })
+                    .collect(),
+            })
+            .collect();
+        let html = render(&Input { title: "big".into(), sweep: None, groups: &groups });
+        assert_eq!(html.matches("<img class=\"heat\"").count(), 300);
+        assert_eq!(html.matches("class=\"errors\"").count(), 100, "the failed second of each run");
+        assert!(html.len() < 3 << 20, "{} bytes", html.len());
     }
 
     #[test]
