@@ -27,7 +27,15 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         meta: run_meta(),
     };
     // The store is opened (and its problems reported) before the run, and written after it.
-    let mut store = if a.no_save { None } else { Some(store_cmd::open(&a.store)?) };
+    let mut store = if a.no_save {
+        None
+    } else {
+        let opened = store_cmd::open(&a.store).map_err(|e| match e.downcast::<UsageError>() {
+            Ok(UsageError(m)) => UsageError(format!("{m}, or pass --no-save")).into(),
+            Err(other) => other,
+        })?;
+        Some(opened)
+    };
     let provenance = store.as_ref().map(|_| Provenance::read(&opts.meta, None));
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();

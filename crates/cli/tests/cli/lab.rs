@@ -543,6 +543,10 @@ fn bad_lab_input_is_named_with_its_fix() {
         "--store /proc/qpslab/runs.sqlite: cannot create /proc/qpslab",
     );
     one_line(lab(&store, &["runs", "--since", "yesterday"]), "--since \"yesterday\"");
+    one_line(
+        qpslab_command().args(["bench", "--store", "/proc/qpslab/runs.sqlite"]).output().unwrap(),
+        "give a writable file (--store or QPSLAB_STORE), or pass --no-save",
+    );
     // A store another process holds locked.
     let holder = rusqlite::Connection::open(&store).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
