@@ -33,6 +33,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         ramp: a.ramp,
         pipeline: a.pipeline,
         stages: a.stages,
+        schedule: None,
         targets_file: a.targets,
         conn_per_request: a.conn_per_request,
         rst_close: a.rst_close,

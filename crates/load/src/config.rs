@@ -51,6 +51,9 @@ pub struct LoadOptions {
     pub pipeline: usize,
     /// Open loop: a stage file (`DURATION RATE` or `DURATION A:B` per line) instead of `rate`.
     pub stages: Option<PathBuf>,
+    /// Open loop: a schedule already built (a coordinator's share for one agent), instead of
+    /// `rate`, `ramp` and `stages`.
+    pub schedule: Option<Rate>,
     /// More targets, one request per line (`METHOD URL [Name: value]... [weight=N]`).
     pub targets_file: Option<PathBuf>,
     /// A new connection for every request, closed after its response.
@@ -131,6 +134,7 @@ impl Default for LoadOptions {
             ramp: None,
             pipeline: 1,
             stages: None,
+            schedule: None,
             targets_file: None,
             conn_per_request: false,
             rst_close: false,
@@ -249,7 +253,10 @@ impl LoadConfig {
                 ),
             ));
         }
-        let rate = Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_deref())?;
+        let rate = match &opts.schedule {
+            Some(r) => Some(r.clone()),
+            None => Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_deref())?,
+        };
         let cpus = opts.cpus.as_deref().map(|l| usable_list(l, "--cpus")).transpose()?;
         let source = opts
             .source

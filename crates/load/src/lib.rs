@@ -15,6 +15,7 @@ pub mod stats;
 pub mod target;
 pub mod targets;
 pub mod targets_file;
+pub mod wire;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -136,6 +137,35 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// What the caller sees of a run while it runs, on the calling thread.
+pub trait Observe {
+    /// Every load thread is ready (its connections open, in keep-alive runs): the run's clock
+    /// starts when this returns. A coordinator holds it here until the agreed start instant.
+    fn ready(&mut self) {}
+
+    /// The live counters, about once a second.
+    fn progress(&mut self, _p: &Progress) {}
+
+    /// Whether [`Observe::interval`] should be called (threads then keep a histogram per
+    /// second, a few microseconds of work per second each).
+    fn wants_intervals(&self) -> bool {
+        false
+    }
+
+    /// Interval `index` (second `index` of the measured window, from 0) is complete: the
+    /// corrected latency of its responses, merged over threads. The last one may be partial.
+    fn interval(&mut self, _index: u32, _hist: &Histogram<u64>) {}
+}
+
+/// A progress callback as an observer.
+struct OnProgress<'a>(&'a mut dyn FnMut(&Progress));
+
+impl Observe for OnProgress<'_> {
+    fn progress(&mut self, p: &Progress) {
+        (self.0)(p);
+    }
+}
+
 /// Runs the load and returns the merged measurements. The run ends at its duration or request
 /// count, or early when `stop` is set (a SIGINT handler may set it). `on_progress` is called
 /// about once a second from the calling thread; it sees the same counters whatever it does with
@@ -145,6 +175,15 @@ pub fn run(
     stop: &AtomicBool,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, LoadError> {
+    run_observed(cfg, stop, &mut OnProgress(on_progress))
+}
+
+/// [`run`], with an observer that may hold the start and sees each second's histogram.
+pub fn run_observed(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    observer: &mut dyn Observe,
+) -> Result<RunResult, LoadError> {
     ensure_fd_limit(cfg.connections, cfg.threads)?;
     let log = match &cfg.log {
         None => None,
@@ -152,7 +191,6 @@ pub fn run(
             hlog::HlogWriter::create(path).map_err(|e| {
                 ConfigError::new("--log", format!("cannot create {}: {e}", path.display()))
             })?,
-            cfg.threads,
         )),
     };
     let groups = cfg.groups();
@@ -163,6 +201,7 @@ pub fn run(
         heads: cfg.targets.iter().map(|t| t.head).collect(),
         idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
         stop_flag: stop,
+        intervals: cfg.log.is_some() || observer.wants_intervals(),
     };
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
@@ -174,8 +213,15 @@ pub fn run(
         start_line: true,
     };
     let spawned = Instant::now();
-    let mut watcher =
-        Watcher { cfg, progress: &progress, on_progress, log, intervals: Vec::new(), clock: None };
+    let mut watcher = Watcher {
+        cfg,
+        progress: &progress,
+        observer,
+        log,
+        merge: IntervalMerge::new(cfg.threads),
+        intervals: Vec::new(),
+        clock: None,
+    };
     let outcomes = crew::run(
         &crew,
         |hand: &Hand<'_, Msg, Clock>| run_thread(&shared, hand, &progress[hand.index()]),
@@ -185,8 +231,15 @@ pub fn run(
     .collect::<Result<Vec<_>, _>>()?;
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
     let merged = merge(cfg, &outcomes, clock, spawned);
+    // The intervals every thread had not yet moved past (the last, partial one).
+    let rest = watcher.merge.rest();
+    if watcher.observer.wants_intervals() {
+        for (i, h) in &rest {
+            watcher.observer.interval(*i, h);
+        }
+    }
     let log_error =
-        watcher.log.map(|l| l.finish(merged.duration, cfg.duration)).and_then(Result::err);
+        watcher.log.map(|l| l.finish(rest, merged.duration, cfg.duration)).and_then(Result::err);
     Ok(RunResult {
         intervals: watcher.intervals,
         stopped_early: stop.load(Ordering::Relaxed),
@@ -250,20 +303,23 @@ fn merge(
     }
 }
 
-/// The calling thread during a run: starts the run's clock when every load thread is ready,
-/// samples the progress counters once a second (the per-second rows and the progress
-/// callback), and gathers `--log` interval histograms.
+/// The calling thread during a run: starts the run's clock when every load thread is ready
+/// (and the observer lets it), samples the progress counters once a second (the per-second rows
+/// and the observer's progress), and merges the threads' per-second histograms (for `--log`
+/// and the observer).
 struct Watcher<'a> {
     cfg: &'a LoadConfig,
     progress: &'a [ThreadProgress],
-    on_progress: &'a mut dyn FnMut(&Progress),
+    observer: &'a mut dyn Observe,
     log: Option<IntervalLog>,
+    merge: IntervalMerge,
     intervals: Vec<Interval>,
     clock: Option<Clock>,
 }
 
 impl Supervise<Msg, Clock> for Watcher<'_> {
     fn start(&mut self) -> Clock {
+        self.observer.ready();
         let clock = Clock::now(self.cfg);
         if let Some(log) = &mut self.log {
             log.begin(clock.started_at + self.cfg.warmup);
@@ -273,8 +329,13 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     }
 
     fn message(&mut self, thread: usize, Msg::Interval { index, hist }: Msg) {
-        if let Some(l) = &mut self.log {
-            l.add(thread, index, &hist);
+        for (i, h) in self.merge.add(thread, index, &hist) {
+            if let Some(l) = &mut self.log {
+                l.write(&h, i, Duration::from_secs(1));
+            }
+            if self.observer.wants_intervals() {
+                self.observer.interval(i, &h);
+            }
         }
     }
 
@@ -289,37 +350,55 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
                 failed: p.failed,
             });
         }
-        (self.on_progress)(&p);
+        self.observer.progress(&p);
     }
 }
 
-/// `--log`: per-interval histograms as threads hand them over, merged over threads, written
-/// once every thread has moved past an interval (the rest when the run ends).
-struct IntervalLog {
-    writer: hlog::HlogWriter,
+/// Per-second histograms as threads hand them over, merged over threads: an interval is
+/// complete once every thread has moved past it.
+struct IntervalMerge {
     pending: BTreeMap<u32, Histogram<u64>>,
     /// Per thread, the highest interval it has handed over.
     reported: Vec<Option<u32>>,
-    error: Option<String>,
 }
 
-impl IntervalLog {
-    fn new(writer: hlog::HlogWriter, threads: usize) -> Self {
-        Self { writer, pending: BTreeMap::new(), reported: vec![None; threads], error: None }
+impl IntervalMerge {
+    fn new(threads: usize) -> Self {
+        Self { pending: BTreeMap::new(), reported: vec![None; threads] }
     }
 
-    fn add(&mut self, thread: usize, index: u32, hist: &Histogram<u64>) {
+    /// Adds a thread's interval; returns the intervals now complete, in order.
+    fn add(&mut self, thread: usize, index: u32, hist: &Histogram<u64>) -> Vec<(u32, Histogram<u64>)> {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.pending.entry(index).or_insert_with(stats::new_histogram).add(hist);
         self.reported[thread] = self.reported[thread].max(Some(index));
         let done_below = self.reported.iter().map(|r| r.unwrap_or(0)).min().unwrap_or(0);
+        let mut out = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
             if *entry.key() >= done_below {
                 break;
             }
-            let (i, h) = entry.remove_entry();
-            self.write(&h, i, Duration::from_secs(1));
+            out.push(entry.remove_entry());
         }
+        out
+    }
+
+    /// What is left when the run ends.
+    fn rest(&mut self) -> Vec<(u32, Histogram<u64>)> {
+        std::mem::take(&mut self.pending).into_iter().collect()
+    }
+}
+
+/// `--log`: the merged per-second histograms, written as they complete (the rest when the run
+/// ends).
+struct IntervalLog {
+    writer: hlog::HlogWriter,
+    error: Option<String>,
+}
+
+impl IntervalLog {
+    fn new(writer: hlog::HlogWriter) -> Self {
+        Self { writer, error: None }
     }
 
     /// Writes the header once the start of measurement is known.
@@ -341,9 +420,14 @@ impl IntervalLog {
     /// Writes what is left; the last interval ends with the run (`run` long). An empty last
     /// interval that starts at or after the configured `planned` length holds nothing of the
     /// run: the threads stopped at the boundary, a few milliseconds late at most.
-    fn finish(mut self, run: Duration, planned: Option<Duration>) -> Result<(), String> {
-        let last = self.pending.keys().next_back().copied();
-        for (i, h) in std::mem::take(&mut self.pending) {
+    fn finish(
+        mut self,
+        rest: Vec<(u32, Histogram<u64>)>,
+        run: Duration,
+        planned: Option<Duration>,
+    ) -> Result<(), String> {
+        let last = rest.last().map(|(i, _)| *i);
+        for (i, h) in rest {
             let start = Duration::from_secs(u64::from(i));
             let length =
                 if Some(i) == last { run.saturating_sub(start) } else { Duration::from_secs(1) };
@@ -419,25 +503,29 @@ mod tests {
     fn an_empty_interval_past_the_planned_end_is_not_logged() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.hlog");
-        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap(), 1);
+        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap());
+        let mut merge = IntervalMerge::new(1);
         log.begin(SystemTime::UNIX_EPOCH);
         for i in 0..5u32 {
             let mut h = stats::new_histogram();
             if i < 4 {
                 h.record(100).unwrap();
             }
-            log.add(0, i, &h);
+            for (k, done) in merge.add(0, i, &h) {
+                log.write(&done, k, Duration::from_secs(1));
+            }
         }
         let four = Some(Duration::from_secs(4));
-        log.finish(Duration::from_millis(4003), four).unwrap();
+        log.finish(merge.rest(), Duration::from_millis(4003), four).unwrap();
         let file = hlog::read_file(&path).unwrap();
         assert_eq!(file.intervals.len(), 4);
         // Without a planned length (a -n run), the trailing interval is the run's own.
         let path = dir.path().join("n.hlog");
-        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap(), 1);
+        let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap());
+        let mut merge = IntervalMerge::new(1);
         log.begin(SystemTime::UNIX_EPOCH);
-        log.add(0, 0, &stats::new_histogram());
-        log.finish(Duration::from_millis(500), None).unwrap();
+        assert!(merge.add(0, 0, &stats::new_histogram()).is_empty());
+        log.finish(merge.rest(), Duration::from_millis(500), None).unwrap();
         assert_eq!(hlog::read_file(&path).unwrap().intervals.len(), 1);
     }
 }

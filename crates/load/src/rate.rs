@@ -11,7 +11,7 @@ use qpslab_sys::config_error::ConfigError;
 
 /// One stretch of a schedule: the rate goes linearly from `start_rps` to `end_rps` over `dur`
 /// (equal rates: constant).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Segment {
     pub dur: Duration,
     pub start_rps: f64,
@@ -45,12 +45,32 @@ impl Segment {
 
 /// A whole-run open-loop rate (all threads together): `segments` one after the other, then
 /// `hold_rps` for as long as the run lasts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "RateWire", into = "RateWire")]
 pub struct Rate {
     pub segments: Vec<Segment>,
     pub hold_rps: f64,
     /// Requests due before each segment (same length as `segments`).
     before: Vec<f64>,
+}
+
+/// A schedule as it travels (to a load agent): its segments and hold; the rest is derived.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RateWire {
+    segments: Vec<Segment>,
+    hold_rps: f64,
+}
+
+impl From<RateWire> for Rate {
+    fn from(w: RateWire) -> Rate {
+        Rate::new(w.segments, w.hold_rps)
+    }
+}
+
+impl From<Rate> for RateWire {
+    fn from(r: Rate) -> RateWire {
+        RateWire { segments: r.segments, hold_rps: r.hold_rps }
+    }
 }
 
 impl Rate {

@@ -124,6 +124,8 @@ pub(crate) struct Shared<'a> {
     /// Per target: its method may be sent again after a connection failure.
     pub idempotent: Vec<bool>,
     pub stop_flag: &'a AtomicBool,
+    /// Threads hand over a latency histogram per second (`--log`, or an observer wants them).
+    pub intervals: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -286,7 +288,7 @@ impl<'a> Worker<'a> {
                 Some(rate) => Pacer::open(Schedule { start: None, rate }, cfg.requests_of(index)),
                 None => Pacer::closed(cfg.requests_of(index)),
             },
-            rec: Recorder::new(cfg.targets.len(), cfg.log.is_some()),
+            rec: Recorder::new(cfg.targets.len(), shared.intervals),
             buf: vec![0u8; READ_BUF].into_boxed_slice(),
             outstanding: 0,
             idle: VecDeque::new(),

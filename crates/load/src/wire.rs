@@ -1,0 +1,349 @@
+//! A run's measurements as they travel between machines: [`RunPart`] is a [`RunResult`] with
+//! its histograms as HdrHistogram V2 (deflate, base64) and its times in plain numbers, so a
+//! load agent can send what it measured and a coordinator can add the parts of several agents
+//! into one result exactly ([`merge_parts`]): counts add, histograms add bucket by bucket,
+//! per-second rows add by second. Nothing is averaged.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::encode_histogram;
+use crate::stats::{Recorder, TargetCounts};
+use crate::{hlog, CpuTime, Interval, RunResult, Setup};
+
+/// A [`Recorder`] on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecorderPart {
+    pub sent: u64,
+    pub completed: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub errors: [u64; 5],
+    pub examples: [Option<String>; 5],
+    /// (status code, count), non-zero only.
+    pub status: Vec<(u16, u64)>,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub connects: u64,
+    pub reconnects: u64,
+    pub retried: u64,
+    pub race_retried: u64,
+    pub race_closes: u64,
+    pub waited_for_connection: u64,
+    pub latency: String,
+    pub latency_uncorrected: String,
+    pub send_lag: String,
+    pub connect_latency: String,
+    /// (completed, ok, failed) per target.
+    pub per_target: Vec<(u64, u64, u64)>,
+}
+
+/// One per-second row on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalPart {
+    pub elapsed_s: f64,
+    pub sent: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// The connect phase on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SetupPart {
+    pub connections: usize,
+    pub opened: usize,
+    pub failed: usize,
+    pub closed_by_server: usize,
+    pub duration_s: f64,
+    pub example: Option<String>,
+}
+
+/// A [`RunResult`] on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunPart {
+    pub rec: RecorderPart,
+    pub in_flight_at_stop: u64,
+    pub duration_s: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub polled_s: f64,
+    /// Unix time of the run's start, in nanoseconds.
+    pub started_at_ns: u128,
+    pub intervals: Vec<IntervalPart>,
+    pub stopped_early: bool,
+    pub due_unsent: u64,
+    pub idle_at_stop: usize,
+    pub in_flight_by_target: Vec<u64>,
+    pub setup: Option<SetupPart>,
+}
+
+/// Why a part could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a run part's {what} histogram is not readable: {reason}")]
+pub struct PartError {
+    pub what: &'static str,
+    pub reason: String,
+}
+
+impl RunPart {
+    pub fn of(r: &RunResult) -> RunPart {
+        let rec = &r.rec;
+        RunPart {
+            rec: RecorderPart {
+                sent: rec.sent,
+                completed: rec.completed,
+                ok: rec.ok,
+                failed: rec.failed,
+                errors: rec.errors,
+                examples: rec.examples.clone(),
+                status: rec.statuses().collect(),
+                bytes_read: rec.bytes_read,
+                bytes_written: rec.bytes_written,
+                connects: rec.connects,
+                reconnects: rec.reconnects,
+                retried: rec.retried,
+                race_retried: rec.race_retried,
+                race_closes: rec.race_closes,
+                waited_for_connection: rec.waited_for_connection,
+                latency: encode_histogram(&rec.latency),
+                latency_uncorrected: encode_histogram(&rec.latency_uncorrected),
+                send_lag: encode_histogram(&rec.send_lag),
+                connect_latency: encode_histogram(&rec.connect_latency),
+                per_target: rec.per_target.iter().map(|t| (t.completed, t.ok, t.failed)).collect(),
+            },
+            in_flight_at_stop: r.in_flight_at_stop,
+            duration_s: r.duration.as_secs_f64(),
+            cpu_user_s: r.cpu.user.as_secs_f64(),
+            cpu_sys_s: r.cpu.sys.as_secs_f64(),
+            polled_s: r.polled.as_secs_f64(),
+            started_at_ns: r
+                .started_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+            intervals: r
+                .intervals
+                .iter()
+                .map(|i| IntervalPart {
+                    elapsed_s: i.elapsed_s,
+                    sent: i.sent,
+                    completed: i.completed,
+                    failed: i.failed,
+                })
+                .collect(),
+            stopped_early: r.stopped_early,
+            due_unsent: r.due_unsent,
+            idle_at_stop: r.idle_at_stop,
+            in_flight_by_target: r.in_flight_by_target.clone(),
+            setup: r.setup.as_ref().map(|s| SetupPart {
+                connections: s.connections,
+                opened: s.opened,
+                failed: s.failed,
+                closed_by_server: s.closed_by_server,
+                duration_s: s.duration.as_secs_f64(),
+                example: s.example.clone(),
+            }),
+        }
+    }
+
+    /// The result again (the port budget, a local matter, is not carried).
+    pub fn to_result(&self) -> Result<RunResult, PartError> {
+        let p = &self.rec;
+        let hist = |what: &'static str, b64: &str| {
+            hlog::decode(b64).map_err(|reason| PartError { what, reason })
+        };
+        let mut rec = Recorder {
+            sent: p.sent,
+            completed: p.completed,
+            ok: p.ok,
+            failed: p.failed,
+            errors: p.errors,
+            examples: p.examples.clone(),
+            bytes_read: p.bytes_read,
+            bytes_written: p.bytes_written,
+            connects: p.connects,
+            reconnects: p.reconnects,
+            retried: p.retried,
+            race_retried: p.race_retried,
+            race_closes: p.race_closes,
+            waited_for_connection: p.waited_for_connection,
+            per_target: p
+                .per_target
+                .iter()
+                .map(|&(completed, ok, failed)| TargetCounts { completed, ok, failed })
+                .collect(),
+            ..Recorder::default()
+        };
+        // Into the engine's own histograms, so later merges add like for like.
+        let _ = rec.latency.add(hist("latency", &p.latency)?);
+        let _ = rec.latency_uncorrected.add(hist("uncorrected latency", &p.latency_uncorrected)?);
+        let _ = rec.send_lag.add(hist("send lag", &p.send_lag)?);
+        let _ = rec.connect_latency.add(hist("connect latency", &p.connect_latency)?);
+        for &(code, n) in &p.status {
+            if let Some(slot) = rec.status.get_mut(usize::from(code)) {
+                *slot += n;
+            }
+        }
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        Ok(RunResult {
+            rec,
+            in_flight_at_stop: self.in_flight_at_stop,
+            duration: secs(self.duration_s),
+            cpu: CpuTime { user: secs(self.cpu_user_s), sys: secs(self.cpu_sys_s) },
+            polled: secs(self.polled_s),
+            started_at: SystemTime::UNIX_EPOCH
+                + Duration::from_nanos(u64::try_from(self.started_at_ns).unwrap_or(u64::MAX)),
+            intervals: self
+                .intervals
+                .iter()
+                .map(|i| Interval {
+                    elapsed_s: i.elapsed_s,
+                    sent: i.sent,
+                    completed: i.completed,
+                    failed: i.failed,
+                })
+                .collect(),
+            stopped_early: self.stopped_early,
+            due_unsent: self.due_unsent,
+            idle_at_stop: self.idle_at_stop,
+            in_flight_by_target: self.in_flight_by_target.clone(),
+            log_error: None,
+            port_budget: None,
+            setup: self.setup.as_ref().map(|s| Setup {
+                connections: s.connections,
+                opened: s.opened,
+                failed: s.failed,
+                closed_by_server: s.closed_by_server,
+                duration: secs(s.duration_s),
+                example: s.example.clone(),
+            }),
+        })
+    }
+}
+
+/// Adds the results of several agents that ran the same load together: counts and histograms
+/// add; the run lasts from the earliest start to the latest end; the per-second rows add by
+/// second (an agent that stopped early adds its last counts to the later seconds).
+pub fn merge_parts(parts: &[RunResult]) -> RunResult {
+    let mut rec = Recorder::default();
+    let mut cpu = CpuTime::default();
+    let mut out = RunResult {
+        rec: Recorder::default(),
+        in_flight_at_stop: 0,
+        duration: Duration::ZERO,
+        cpu,
+        polled: Duration::ZERO,
+        started_at: parts.iter().map(|p| p.started_at).min().unwrap_or(SystemTime::UNIX_EPOCH),
+        intervals: Vec::new(),
+        stopped_early: false,
+        due_unsent: 0,
+        idle_at_stop: 0,
+        in_flight_by_target: Vec::new(),
+        log_error: None,
+        port_budget: None,
+        setup: None,
+    };
+    let rows = parts.iter().map(|p| p.intervals.len()).max().unwrap_or(0);
+    for p in parts {
+        rec.merge(&p.rec);
+        cpu = cpu + p.cpu;
+        out.polled += p.polled;
+        out.in_flight_at_stop += p.in_flight_at_stop;
+        out.due_unsent += p.due_unsent;
+        out.idle_at_stop += p.idle_at_stop;
+        out.stopped_early |= p.stopped_early;
+        let offset = p.started_at.duration_since(out.started_at).unwrap_or_default();
+        out.duration = out.duration.max(offset + p.duration);
+        if out.in_flight_by_target.len() < p.in_flight_by_target.len() {
+            out.in_flight_by_target.resize(p.in_flight_by_target.len(), 0);
+        }
+        for (a, b) in out.in_flight_by_target.iter_mut().zip(&p.in_flight_by_target) {
+            *a += b;
+        }
+        if let Some(s) = &p.setup {
+            let m = out.setup.get_or_insert_with(Setup::default);
+            m.connections += s.connections;
+            m.opened += s.opened;
+            m.failed += s.failed;
+            m.closed_by_server += s.closed_by_server;
+            m.duration = m.duration.max(s.duration);
+            if m.example.is_none() {
+                m.example.clone_from(&s.example);
+            }
+        }
+    }
+    for k in 0..rows {
+        let mut row = Interval { elapsed_s: 0.0, sent: 0, completed: 0, failed: 0 };
+        for p in parts {
+            // Rows are cumulative: past its last row an agent stays at its last counts.
+            if let Some(i) = p.intervals.get(k).or(p.intervals.last()) {
+                row.elapsed_s = row.elapsed_s.max(i.elapsed_s);
+                row.sent += i.sent;
+                row.completed += i.completed;
+                row.failed += i.failed;
+            }
+        }
+        out.intervals.push(row);
+    }
+    out.rec = rec;
+    out.cpu = cpu;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+    use crate::stats::ErrorClass;
+
+    fn result(sent: u64, latencies: &[u64], start_s: u64) -> RunResult {
+        let mut rec = Recorder::new(1, false);
+        rec.sent = sent;
+        for &l in latencies {
+            rec.response(200, true, l);
+            rec.target_response(0, true);
+        }
+        rec.failure(ErrorClass::Timeout, sent - latencies.len() as u64, || "late".into());
+        RunResult {
+            rec,
+            in_flight_at_stop: 0,
+            duration: Duration::from_secs(2),
+            cpu: CpuTime { user: Duration::from_millis(100), sys: Duration::from_millis(300) },
+            polled: Duration::ZERO,
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(start_s),
+            intervals: vec![
+                Interval { elapsed_s: 1.0, sent: sent / 2, completed: 1, failed: 0 },
+                Interval { elapsed_s: 2.0, sent, completed: latencies.len() as u64, failed: 1 },
+            ],
+            stopped_early: false,
+            due_unsent: 0,
+            idle_at_stop: 0,
+            in_flight_by_target: vec![0],
+            log_error: None,
+            port_budget: None,
+            setup: None,
+        }
+    }
+
+    #[test]
+    fn a_part_travels_whole_and_parts_add_exactly() {
+        let a = result(4, &[100, 200, 300], 1000);
+        let back = RunPart::of(&a).to_result().unwrap();
+        assert_eq!(RunPart::of(&back), RunPart::of(&a), "nothing lost on the way");
+        let json = serde_json::to_string(&RunPart::of(&a)).unwrap();
+        let parsed: RunPart = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed, RunPart::of(&a));
+
+        let b = result(3, &[1000, 2000], 1000);
+        let m = merge_parts(&[back, b]);
+        assert_eq!((m.rec.sent, m.rec.completed, m.rec.failed), (7, 5, 2));
+        assert_eq!(m.rec.errors[ErrorClass::Timeout as usize], 2);
+        assert_eq!(m.rec.latency.len(), 5);
+        assert_eq!(m.rec.latency.max(), m.rec.latency.highest_equivalent(2000));
+        assert_eq!(m.rec.statuses().collect::<Vec<_>>(), vec![(200, 5)]);
+        assert_eq!(m.rec.per_target[0].completed, 5);
+        assert_eq!(m.cpu.total(), Duration::from_millis(800));
+        assert_eq!(m.intervals[1].completed, 5);
+        assert_eq!(m.duration, Duration::from_secs(2));
+    }
+}
