@@ -187,11 +187,9 @@ pub fn run_observed(
     ensure_fd_limit(cfg.connections, cfg.threads)?;
     let log = match &cfg.log {
         None => None,
-        Some(path) => Some(IntervalLog::new(
-            hlog::HlogWriter::create(path).map_err(|e| {
-                ConfigError::new("--log", format!("cannot create {}: {e}", path.display()))
-            })?,
-        )),
+        Some(path) => Some(IntervalLog::new(hlog::HlogWriter::create(path).map_err(|e| {
+            ConfigError::new("--log", format!("cannot create {}: {e}", path.display()))
+        })?)),
     };
     let groups = cfg.groups();
     let shared = worker::Shared {
@@ -368,7 +366,12 @@ impl IntervalMerge {
     }
 
     /// Adds a thread's interval; returns the intervals now complete, in order.
-    fn add(&mut self, thread: usize, index: u32, hist: &Histogram<u64>) -> Vec<(u32, Histogram<u64>)> {
+    fn add(
+        &mut self,
+        thread: usize,
+        index: u32,
+        hist: &Histogram<u64>,
+    ) -> Vec<(u32, Histogram<u64>)> {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.pending.entry(index).or_insert_with(stats::new_histogram).add(hist);
         self.reported[thread] = self.reported[thread].max(Some(index));
