@@ -219,6 +219,7 @@ pub fn run_observed(
         merge: IntervalMerge::new(cfg.threads),
         intervals: Vec::new(),
         clock: None,
+        ready_at: None,
     };
     let outcomes = crew::run(
         &crew,
@@ -228,7 +229,7 @@ pub fn run_observed(
     .into_iter()
     .collect::<Result<Vec<_>, _>>()?;
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
-    let merged = merge(cfg, &outcomes, clock, spawned);
+    let merged = merge(cfg, &outcomes, clock, spawned, watcher.ready_at.unwrap_or(clock.start));
     // The intervals every thread had not yet moved past (the last, partial one).
     let rest = watcher.merge.rest();
     if watcher.observer.wants_intervals() {
@@ -253,6 +254,7 @@ fn merge(
     outcomes: &[worker::ThreadOutcome],
     clock: Clock,
     spawned: Instant,
+    ready_at: Instant,
 ) -> RunResult {
     let mut rec = Recorder::default();
     let (mut in_flight_at_stop, mut due_unsent, mut idle_at_stop) = (0, 0, 0);
@@ -262,7 +264,7 @@ fn merge(
     let mut in_flight_by_target = vec![0; cfg.targets.len()];
     let mut setup = Setup {
         connections: cfg.connections,
-        duration: clock.start.saturating_duration_since(spawned),
+        duration: ready_at.saturating_duration_since(spawned),
         ..Setup::default()
     };
     for o in outcomes {
@@ -313,10 +315,13 @@ struct Watcher<'a> {
     merge: IntervalMerge,
     intervals: Vec<Interval>,
     clock: Option<Clock>,
+    ready_at: Option<Instant>,
 }
 
 impl Supervise<Msg, Clock> for Watcher<'_> {
     fn start(&mut self) -> Clock {
+        // The connections are open now; what the observer holds is not setup.
+        self.ready_at = Some(Instant::now());
         self.observer.ready();
         let clock = Clock::now(self.cfg);
         if let Some(log) = &mut self.log {

@@ -69,7 +69,9 @@ pub struct RunPart {
     pub cpu_sys_s: f64,
     pub polled_s: f64,
     /// Unix time of the run's start, in nanoseconds.
-    pub started_at_ns: u128,
+    /// Nanoseconds since the Unix epoch (u64: until the year 2554; JSON inside a tagged
+    /// message cannot carry a u128).
+    pub started_at_ns: u64,
     pub intervals: Vec<IntervalPart>,
     pub stopped_early: bool,
     pub due_unsent: u64,
@@ -120,7 +122,7 @@ impl RunPart {
             started_at_ns: r
                 .started_at
                 .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             intervals: r
                 .intervals
                 .iter()
@@ -191,8 +193,7 @@ impl RunPart {
             duration: secs(self.duration_s),
             cpu: CpuTime { user: secs(self.cpu_user_s), sys: secs(self.cpu_sys_s) },
             polled: secs(self.polled_s),
-            started_at: SystemTime::UNIX_EPOCH
-                + Duration::from_nanos(u64::try_from(self.started_at_ns).unwrap_or(u64::MAX)),
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_nanos(self.started_at_ns),
             intervals: self
                 .intervals
                 .iter()
@@ -222,8 +223,8 @@ impl RunPart {
 }
 
 /// Adds the results of several agents that ran the same load together: counts and histograms
-/// add; the run lasts from the earliest start to the latest end; the per-second rows add by
-/// second (an agent that stopped early adds its last counts to the later seconds).
+/// add; the run lasts as long as the longest agent's window; the per-second rows add by
+/// second (an agent with fewer rows adds its final counts to the later seconds).
 pub fn merge_parts(parts: &[RunResult]) -> RunResult {
     let mut rec = Recorder::default();
     let mut cpu = CpuTime::default();
@@ -252,8 +253,9 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         out.due_unsent += p.due_unsent;
         out.idle_at_stop += p.idle_at_stop;
         out.stopped_early |= p.stopped_early;
-        let offset = p.started_at.duration_since(out.started_at).unwrap_or_default();
-        out.duration = out.duration.max(offset + p.duration);
+        // Agents start together (within the skew the coordinator reports) on machines whose
+        // wall clocks may differ by far more: the window is the longest agent's.
+        out.duration = out.duration.max(p.duration);
         if out.in_flight_by_target.len() < p.in_flight_by_target.len() {
             out.in_flight_by_target.resize(p.in_flight_by_target.len(), 0);
         }
@@ -275,15 +277,41 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
     for k in 0..rows {
         let mut row = Interval { elapsed_s: 0.0, sent: 0, completed: 0, failed: 0 };
         for p in parts {
-            // Rows are cumulative: past its last row an agent stays at its last counts.
-            if let Some(i) = p.intervals.get(k).or(p.intervals.last()) {
-                row.elapsed_s = row.elapsed_s.max(i.elapsed_s);
-                row.sent += i.sent;
-                row.completed += i.completed;
-                row.failed += i.failed;
-            }
+            // Rows are cumulative: past its last row an agent stays at its final counts (its
+            // last second ended before its row was taken, or it stopped early).
+            let fin = Interval {
+                elapsed_s: p.duration.as_secs_f64(),
+                sent: p.rec.sent,
+                completed: p.rec.completed,
+                failed: p.rec.failed,
+            };
+            // The row's time is that of the agents that took it.
+            let i = match p.intervals.get(k) {
+                Some(i) => {
+                    row.elapsed_s = row.elapsed_s.max(i.elapsed_s);
+                    i
+                }
+                None => &fin,
+            };
+            row.sent += i.sent;
+            row.completed += i.completed;
+            row.failed += i.failed;
         }
         out.intervals.push(row);
+    }
+    // The end, when it came after every agent's last row: the final counts, in a row of their
+    // own, or in the last row when they are only a few milliseconds later.
+    let fin = Interval {
+        elapsed_s: out.duration.as_secs_f64(),
+        sent: rec.sent,
+        completed: rec.completed,
+        failed: rec.failed,
+    };
+    match out.intervals.last_mut() {
+        Some(last) if fin.elapsed_s <= last.elapsed_s => {}
+        Some(last) if fin.elapsed_s < last.elapsed_s + 0.1 => *last = fin,
+        _ if fin.elapsed_s > 0.0 => out.intervals.push(fin),
+        _ => {}
     }
     out.rec = rec;
     out.cpu = cpu;
@@ -345,5 +373,19 @@ mod tests {
         assert_eq!(m.cpu.total(), Duration::from_millis(800));
         assert_eq!(m.intervals[1].completed, 5);
         assert_eq!(m.duration, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_agent_short_of_rows_counts_whole_in_the_later_seconds() {
+        let a = result(4, &[100, 200, 300], 1000);
+        let mut b = result(3, &[1000, 2000], 1000);
+        // Its second row was never taken, and it ended half a second later.
+        b.intervals.truncate(1);
+        b.duration = Duration::from_millis(2500);
+        let m = merge_parts(&[a, b]);
+        let rows: Vec<(f64, u64)> =
+            m.intervals.iter().map(|i| (i.elapsed_s, i.completed)).collect();
+        assert_eq!(rows, [(1.0, 2), (2.0, 5), (2.5, 5)]);
+        assert_eq!(m.duration, Duration::from_millis(2500));
     }
 }

@@ -3,15 +3,24 @@
 
 /// `uname -r`.
 pub fn kernel_release() -> String {
+    uname(|u| &u.release)
+}
+
+/// `uname -n`: the host's name (its UTS namespace's).
+pub fn hostname() -> String {
+    uname(|u| &u.nodename)
+}
+
+fn uname(field: fn(&libc::utsname) -> &[libc::c_char]) -> String {
     // SAFETY: utsname is plain data; uname fills it with NUL-terminated strings.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `u` is valid and writable.
     if unsafe { libc::uname(&mut u) } != 0 {
         return String::new();
     }
-    // SAFETY: uname NUL-terminates release.
-    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
-    release.to_string_lossy().into_owned()
+    // SAFETY: uname NUL-terminates every field.
+    let text = unsafe { std::ffi::CStr::from_ptr(field(&u).as_ptr()) };
+    text.to_string_lossy().into_owned()
 }
 
 /// CPUs online on the machine (not the ones this process may use: under taskset they differ).

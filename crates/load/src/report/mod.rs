@@ -97,6 +97,59 @@ pub struct Report {
     pub intervals: Vec<IntervalRow>,
     /// Stopped by SIGINT before the configured duration or request count.
     pub stopped_early: bool,
+    /// A load over agents (`--agents`): one row per agent; the figures above are their sum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentRow>>,
+    /// A load over agents that did not all finish: the totals are of those that did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<bool>,
+    /// A load over agents: how closely they started together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<StartSync>,
+}
+
+/// One load agent's share of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentRow {
+    /// As given (`user@host`, `local`).
+    pub host: String,
+    /// What the agent's machine calls itself.
+    pub hostname: String,
+    pub weight: u32,
+    /// `done`, `stopped` (by Ctrl-C), `lost` (died or went silent) or `failed` (an error).
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub threads: usize,
+    pub connections: usize,
+    pub sent: u64,
+    pub completed: u64,
+    /// Unknown for a lost agent (it sent counts, not statuses).
+    pub ok: Option<u64>,
+    pub failed: u64,
+    pub throughput_rps: f64,
+    pub duration_s: f64,
+    /// The agent's own generator figures (absent for a lost agent).
+    pub busy_ratio: Option<f64>,
+    pub verdict: Option<String>,
+    /// The agent's clock minus the coordinator's, and the round trip it was measured over.
+    pub clock_offset_ms: f64,
+    pub rtt_ms: f64,
+    /// How long after the agreed instant the agent's clock started.
+    pub started_late_ms: f64,
+    /// The agent's corrected latency (HdrHistogram V2, base64; absent for a lost agent): the
+    /// totals' `latency_hdr` is the exact merge of those of the agents that finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_hdr: Option<String>,
+}
+
+/// How closely the agents started.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartSync {
+    /// No two agents' run clocks started further apart than this.
+    pub skew_bound_ms: f64,
+    /// How far ahead the start instant was set.
+    pub lead_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -444,6 +497,9 @@ impl Report {
             check: check(&requests, cfg.max_error_rate, result.setup.as_ref()),
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
+            agents: None,
+            partial: None,
+            start: None,
         }
     }
 

@@ -15,6 +15,7 @@ pub(super) fn render(r: &Report) -> String {
     errors(r, &mut s);
     rate(r, &mut s);
     generator(r, &mut s);
+    agents(r, &mut s);
     if let Some(reason) = &r.check.reason {
         let _ = writeln!(s, "FAILED: {reason}");
     }
@@ -264,4 +265,57 @@ fn generator(r: &Report, s: &mut String) {
         );
     }
     s.push('\n');
+}
+
+/// A load over agents: a row per agent, how closely they started, and what is missing.
+fn agents(r: &Report, s: &mut String) {
+    let Some(rows) = &r.agents else { return };
+    let skew = r.start.as_ref().map_or(String::new(), |t| {
+        format!(", started within {:.2} ms of each other", t.skew_bound_ms)
+    });
+    let _ = writeln!(s, "Agents: {}{skew}", rows.len());
+    let width = rows.iter().map(|a| a.host.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(
+        s,
+        "  {:<width$}  {:<7} {:>7} {:>6} {:>12} {:>10} {:>8} {:>6}  {:<15} {:>9} {:>7}",
+        "host",
+        "status",
+        "threads",
+        "conns",
+        "requests/s",
+        "completed",
+        "failed",
+        "busy",
+        "verdict",
+        "offset",
+        "rtt"
+    );
+    for a in rows {
+        let _ = writeln!(
+            s,
+            "  {:<width$}  {:<7} {:>7} {:>6} {:>12.1} {:>10} {:>8} {:>6}  {:<15} {:>7.2}ms {:>5.2}ms",
+            a.host,
+            a.status,
+            a.threads,
+            a.connections,
+            a.throughput_rps,
+            a.completed,
+            a.failed,
+            a.busy_ratio.map_or("-".into(), |b| format!("{:.1}%", b * 100.0)),
+            a.verdict.as_deref().unwrap_or("-"),
+            a.clock_offset_ms,
+            a.rtt_ms
+        );
+    }
+    for a in rows.iter().filter(|a| a.status == "lost" || a.status == "failed") {
+        let what = a.error.as_deref().unwrap_or("no word from it");
+        let _ = writeln!(
+            s,
+            "PARTIAL: {} {} after {}: {what}; its {} responses up to then are not in the totals",
+            a.host,
+            a.status,
+            fmt_secs(a.duration_s),
+            a.completed
+        );
+    }
 }
