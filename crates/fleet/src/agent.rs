@@ -1,0 +1,220 @@
+//! `qpslab agent`: the agent's side of the protocol, on any byte pipe (stdin and stdout). It
+//! introduces itself, runs the load it is sent on its own threads, holds the run's clock at
+//! the start line until the coordinator's instant, streams progress and each second's
+//! histogram, and sends its whole result at the end. It answers pings at any time. When its
+//! input closes (the coordinator or the ssh channel went away) it stops the load and exits: no
+//! load outlives its coordinator.
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use qpslab_load::report::{encode_histogram, RunMeta};
+use qpslab_load::wire::RunPart;
+use qpslab_load::{LoadConfig, LoadError, Observe, Progress, Report};
+
+use crate::protocol::{self, Command, Event, PROTOCOL};
+use crate::spec::LoadSpec;
+
+/// How long a prepared agent waits for the start instant before giving up.
+pub const START_WAIT: Duration = Duration::from_secs(120);
+
+/// What the agent says of itself.
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    /// Its version, command line, kernel and CPU, for its reports.
+    pub meta: RunMeta,
+    pub hostname: String,
+}
+
+type Out = Arc<Mutex<Box<dyn Write + Send>>>;
+
+fn say(out: &Out, e: &Event) {
+    let mut o = out.lock().unwrap_or_else(PoisonError::into_inner);
+    // A closed pipe means the coordinator is gone: the input's end stops the agent.
+    let _ = protocol::send(&mut **o, e);
+}
+
+/// Serves one coordinator on `input` and `output` until the input ends.
+pub fn serve(info: &AgentInfo, input: &mut dyn BufRead, output: Box<dyn Write + Send>) {
+    let epoch = Instant::now();
+    let out: Out = Arc::new(Mutex::new(output));
+    say(
+        &out,
+        &Event::Hello {
+            protocol: PROTOCOL,
+            version: info.meta.version.clone(),
+            hash: crate::identity::own_hash(),
+            hostname: info.hostname.clone(),
+            cpus: info.meta.host.online_cpus,
+        },
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut start: Option<Sender<Option<u64>>> = None;
+    let mut load = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Command>(&line) {
+            Err(e) => {
+                say(&out, &Event::Error { message: format!("not a command: {e}"), usage: false });
+            }
+            Ok(Command::Ping { id }) => {
+                let clock_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                say(&out, &Event::Pong { id, clock_ns });
+            }
+            Ok(Command::Load { spec }) if load.is_none() => {
+                let (tx, rx) = mpsc::channel();
+                start = Some(tx);
+                let job =
+                    Job { out: out.clone(), stop: stop.clone(), epoch, meta: info.meta.clone() };
+                load = Some(std::thread::spawn(move || job.run(&spec, rx)));
+            }
+            Ok(Command::Load { .. }) => {
+                say(
+                    &out,
+                    &Event::Error { message: "a load is already running".into(), usage: false },
+                );
+            }
+            Ok(Command::Start { at_ns }) => {
+                if let Some(tx) = &start {
+                    let _ = tx.send(Some(at_ns));
+                }
+            }
+            Ok(Command::Stop) => {
+                stop.store(true, Ordering::Relaxed);
+                if let Some(tx) = &start {
+                    let _ = tx.send(None);
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(tx) = &start {
+        let _ = tx.send(None);
+    }
+    if let Some(h) = load {
+        let _ = h.join();
+    }
+}
+
+/// One load: its options, the run, the result.
+struct Job {
+    out: Out,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+    meta: RunMeta,
+}
+
+impl Job {
+    fn run(self, spec: &LoadSpec, start: Receiver<Option<u64>>) {
+        let usage = |message: String| Event::Error { message, usage: true };
+        let Ok(dir) = tempfile::tempdir() else {
+            return say(&self.out, &usage("cannot create a temporary directory".into()));
+        };
+        let opts = match spec.to_options(dir.path()) {
+            Ok(o) => o,
+            Err(m) => return say(&self.out, &usage(m)),
+        };
+        let cfg = match LoadConfig::from_options(&opts) {
+            Ok(c) => c,
+            Err(e) => return say(&self.out, &usage(e.to_string())),
+        };
+        if let Err(e) = qpslab_load::preflight(&cfg) {
+            return say(&self.out, &usage(e.to_string()));
+        }
+        let mut obs = Watch { job: &self, cfg: &cfg, start };
+        match qpslab_load::run_observed(&cfg, &self.stop, &mut obs) {
+            Ok(result) => {
+                let report = Report::new(&cfg, &result, &self.meta);
+                say(
+                    &self.out,
+                    &Event::Done {
+                        part: Box::new(RunPart::of(&result)),
+                        report: serde_json::to_value(&report).unwrap_or_default(),
+                    },
+                );
+            }
+            Err(e) => {
+                let usage = matches!(e, LoadError::Config(_) | LoadError::Unreachable { .. });
+                say(&self.out, &Event::Error { message: e.to_string(), usage });
+            }
+        }
+    }
+}
+
+/// The run as the agent sees it: ready, started, each second.
+struct Watch<'a> {
+    job: &'a Job,
+    cfg: &'a LoadConfig,
+    start: Receiver<Option<u64>>,
+}
+
+impl Observe for Watch<'_> {
+    fn ready(&mut self) {
+        let j = self.job;
+        say(
+            &j.out,
+            &Event::Ready {
+                threads: self.cfg.threads,
+                connections: self.cfg.connections,
+                notes: self.cfg.notes.clone(),
+            },
+        );
+        match self.start.recv_timeout(START_WAIT) {
+            Ok(Some(at_ns)) => {
+                let at = j.epoch + Duration::from_nanos(at_ns);
+                wait_until(at);
+                let late = Instant::now().saturating_duration_since(at);
+                let late_ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+                say(&j.out, &Event::Started { late_ns });
+            }
+            // Stopped, or the coordinator never said when: the run ends as it starts.
+            Ok(None) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                j.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn progress(&mut self, p: &Progress) {
+        say(
+            &self.job.out,
+            &Event::Progress {
+                elapsed_s: p.elapsed.as_secs_f64(),
+                warming_up: p.warming_up,
+                sent: p.sent,
+                completed: p.completed,
+                failed: p.failed,
+            },
+        );
+    }
+
+    fn wants_intervals(&self) -> bool {
+        true
+    }
+
+    fn interval(&mut self, index: u32, hist: &Histogram<u64>) {
+        say(&self.job.out, &Event::Interval { index, hist: encode_histogram(hist) });
+    }
+}
+
+/// Sleeps until a millisecond before `at`, then spins to it: a start within microseconds.
+fn wait_until(at: Instant) {
+    let now = Instant::now();
+    if at > now + Duration::from_millis(1) {
+        std::thread::sleep(at - now - Duration::from_millis(1));
+    }
+    while Instant::now() < at {
+        std::hint::spin_loop();
+    }
+}

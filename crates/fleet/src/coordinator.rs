@@ -1,0 +1,709 @@
+//! The coordinator: one load over several agents. It starts every agent (copying itself over
+//! when the remote one is missing or another build), splits the load, waits until every agent
+//! is ready, measures each agent's clock, starts them all at one instant, follows them live
+//! (progress, each second's histogram, silence), and merges their results exactly: counts and
+//! histograms add, nothing is averaged. Any agent that cannot start stops the run before any
+//! request; an agent lost mid-run leaves the others running and the result partial.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use qpslab_load::report::{AgentRow, RunMeta, StartSync};
+use qpslab_load::wire::merge_parts;
+use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
+
+use crate::clock::{self, Exchange, Offset};
+use crate::protocol::{Command, Event, PROTOCOL};
+use crate::spec;
+use crate::transport::{self, AgentHost, Exe, Incoming, Link, Message, Place};
+
+/// How long an agent has to introduce itself (ssh login included).
+pub const HELLO_WAIT: Duration = Duration::from_secs(30);
+/// An agent silent this long during the run is lost.
+pub const SILENCE: Duration = Duration::from_secs(3);
+/// Ping rounds per agent for its clock offset.
+pub const PINGS: u32 = 8;
+/// How long stopped agents get to send their results before they are ended.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Where and how to run the agents.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    pub hosts: Vec<AgentHost>,
+    /// The ssh command, split (`--ssh`, `QPSLAB_SSH`).
+    pub ssh: Vec<String>,
+    /// `--agent-exe`: the remote executable; else this build's copy, copied over when needed.
+    pub agent_exe: Option<String>,
+    /// This build: its version and executable hash, which agents must match.
+    pub version: String,
+    pub hash: String,
+}
+
+/// Why the run did not happen, or did not finish anywhere.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The user's to fix (a host, a key, a flag): exit 2, before any request.
+    #[error("{0}")]
+    Usage(String),
+    /// The run failed (every agent was lost): exit 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What the coordinator is doing, for a progress display.
+#[derive(Debug)]
+pub enum Status<'a> {
+    /// A phase before the run: "connecting to 3 agents".
+    Phase(&'a str),
+    /// The agents' live counters, summed, about once a second.
+    Progress(&'a Progress),
+}
+
+/// The merged run.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The totals over the agents that finished, with a row per agent.
+    pub report: Report,
+    /// The merged result (for `--hdr-out`).
+    pub result: RunResult,
+    /// Some agent did not finish: the totals are of the others.
+    pub partial: bool,
+    /// `--log` could not be written.
+    pub log_error: Option<String>,
+}
+
+#[derive(Debug)]
+enum State {
+    Starting,
+    Running,
+    Done(Box<RunResult>, serde_json::Value),
+    Lost(String),
+    Failed(String),
+}
+
+#[derive(Debug)]
+struct Hello {
+    version: String,
+    hash: String,
+    hostname: String,
+}
+
+/// One agent as the coordinator follows it.
+#[derive(Debug)]
+struct Agent {
+    host: AgentHost,
+    link: Option<Link>,
+    /// Which spawn of this agent is current (a copy respawns it).
+    generation: usize,
+    copying: bool,
+    copied: bool,
+    hello: Option<Hello>,
+    ready: Option<(usize, usize)>,
+    notes: Vec<String>,
+    exchanges: Vec<Exchange>,
+    offset: Option<Offset>,
+    late_ns: Option<u64>,
+    last_heard: Instant,
+    progress: Progress,
+    intervals: u32,
+    state: State,
+}
+
+/// Runs `opts` over the agents of `fleet`. `stop` (Ctrl-C) stops every agent and keeps their
+/// results.
+pub fn run_load(
+    opts: &LoadOptions,
+    fleet: &FleetOptions,
+    meta: &RunMeta,
+    stop: &AtomicBool,
+    on_status: &mut dyn FnMut(Status<'_>),
+) -> Result<Outcome, FleetError> {
+    // The totals' configuration, checked here first: a bad flag fails before any ssh. CPU
+    // lists are the agents' machines' to check.
+    let total_opts = LoadOptions { cpus: None, log: None, ..opts.clone() };
+    let mut total =
+        LoadConfig::from_options(&total_opts).map_err(|e| FleetError::Usage(e.to_string()))?;
+    let weights: Vec<u32> = fleet.hosts.iter().map(|h| h.weight).collect();
+    let mut specs = spec::split(opts, &weights).map_err(|e| FleetError::Usage(e.to_string()))?;
+    for (s, h) in specs.iter_mut().zip(&fleet.hosts) {
+        if let Place::Local { cpus: Some(c) } = &h.place {
+            s.cpus = Some(c.clone());
+        }
+    }
+    let mut c = Coordinator::new(fleet, stop);
+    on_status(Status::Phase(&format!("starting {} agents", c.agents.len())));
+    c.spawn_all()?;
+    c.await_hellos()?;
+    for (a, s) in c.agents.iter_mut().zip(specs) {
+        if let Some(l) = &mut a.link {
+            l.send(&Command::Load { spec: Box::new(s) });
+        }
+    }
+    on_status(Status::Phase("agents preparing (resolving, opening connections)"));
+    c.await_ready(opts)?;
+    c.measure_clocks()?;
+    let lead = c.start()?;
+    on_status(Status::Phase(&format!("starting in {} ms", lead.as_millis())));
+    let merged = c.follow(on_status);
+    for a in &mut c.agents {
+        if let Some(l) = &mut a.link {
+            l.close(Duration::from_secs(2));
+        }
+    }
+    c.finish(opts, &mut total, meta, lead, merged)
+}
+
+struct Coordinator<'a> {
+    fleet: &'a FleetOptions,
+    stop: &'a AtomicBool,
+    agents: Vec<Agent>,
+    tx: Sender<Message>,
+    rx: Receiver<Message>,
+    epoch: Instant,
+}
+
+impl<'a> Coordinator<'a> {
+    fn new(fleet: &'a FleetOptions, stop: &'a AtomicBool) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let now = Instant::now();
+        let agents = fleet
+            .hosts
+            .iter()
+            .map(|h| Agent {
+                host: h.clone(),
+                link: None,
+                generation: 0,
+                copying: false,
+                copied: false,
+                hello: None,
+                ready: None,
+                notes: Vec::new(),
+                exchanges: Vec::new(),
+                offset: None,
+                late_ns: None,
+                last_heard: now,
+                progress: Progress::default(),
+                intervals: 0,
+                state: State::Starting,
+            })
+            .collect();
+        Self { fleet, stop, agents, tx, rx, epoch: now }
+    }
+
+    fn exe(&self) -> Exe {
+        match &self.fleet.agent_exe {
+            Some(p) => Exe::Path(p.clone()),
+            None => Exe::Auto { hash: self.fleet.hash.clone() },
+        }
+    }
+
+    /// Link ids: agent index plus a multiple of the agent count per respawn.
+    fn spawn(&mut self, i: usize) -> Result<(), FleetError> {
+        let n = self.agents.len();
+        let exe = self.exe();
+        let a = &mut self.agents[i];
+        let id = i + n * a.generation;
+        let link =
+            Link::spawn(id, &a.host.place, &self.fleet.ssh, &exe, &self.tx).map_err(|e| {
+                FleetError::Usage(format!(
+                    "--agents {}: cannot run {}: {e} (see --ssh)",
+                    a.host.name,
+                    match a.host.place {
+                        Place::Local { .. } => "this executable",
+                        Place::Ssh(_) => self.fleet.ssh[0].as_str(),
+                    }
+                ))
+            })?;
+        a.link = Some(link);
+        Ok(())
+    }
+
+    fn spawn_all(&mut self) -> Result<(), FleetError> {
+        for i in 0..self.agents.len() {
+            self.spawn(i)?;
+        }
+        Ok(())
+    }
+
+    /// The next message of a current link, as (agent, time, what); None at the deadline.
+    fn next(&mut self, deadline: Instant) -> Option<(usize, Instant, Incoming)> {
+        let n = self.agents.len();
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let wait = wait.min(Duration::from_millis(100));
+            match self.rx.recv_timeout(wait) {
+                Ok(m) => {
+                    let i = m.link % n;
+                    if m.link / n == self.agents[i].generation {
+                        return Some((i, m.at, m.what));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn stopped(&self) -> Result<(), FleetError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(FleetError::Failed("stopped before the load started".into()));
+        }
+        Ok(())
+    }
+
+    /// Why agent `i`'s process ended, from its exit code and stderr.
+    fn why_closed(&mut self, i: usize) -> String {
+        let a = &mut self.agents[i];
+        let Some(l) = &mut a.link else { return "not running".into() };
+        std::thread::sleep(Duration::from_millis(50));
+        let code = l.exit_code();
+        let tail = l.stderr_tail();
+        match (tail.is_empty(), code) {
+            (false, _) => tail,
+            (true, Some(255)) => "ssh failed (exit 255)".into(),
+            (true, Some(c)) => format!("the agent exited with code {c}"),
+            (true, None) => "the connection closed".into(),
+        }
+    }
+
+    fn start_error(&mut self, i: usize, why: &str) -> FleetError {
+        let name = self.agents[i].host.name.clone();
+        FleetError::Usage(format!("--agents {name}: cannot start the agent: {why}"))
+    }
+
+    fn await_hellos(&mut self) -> Result<(), FleetError> {
+        let deadline = Instant::now() + HELLO_WAIT;
+        while self.agents.iter().any(|a| a.hello.is_none()) {
+            let Some((i, _, what)) = self.next(deadline) else {
+                self.stopped()?;
+                let late = self.agents.iter().position(|a| a.hello.is_none()).unwrap_or(0);
+                let tail = self.agents[late].link.as_ref().map(Link::stderr_tail);
+                let why = format!(
+                    "no answer in {} s{}",
+                    HELLO_WAIT.as_secs(),
+                    tail.filter(|t| !t.is_empty()).map_or(String::new(), |t| format!(": {t}"))
+                );
+                return Err(self.start_error(late, &why));
+            };
+            match what {
+                Incoming::Event(Event::Hello { protocol, version, hash, hostname, .. }) => {
+                    self.hello(i, protocol, Hello { version, hash, hostname })?;
+                }
+                Incoming::Event(Event::Error { message, .. }) => {
+                    return Err(self.start_error(i, &message));
+                }
+                Incoming::Event(_) | Incoming::Garbage(_) => {}
+                Incoming::Closed => {
+                    let why = self.why_closed(i);
+                    if why.contains(transport::MISSING) && self.fleet.agent_exe.is_none() {
+                        self.copy(i)?;
+                    } else {
+                        return Err(self.start_error(i, &why));
+                    }
+                }
+                Incoming::Copied(Ok(())) => {
+                    let a = &mut self.agents[i];
+                    a.copying = false;
+                    a.copied = true;
+                    self.spawn(i)?;
+                }
+                Incoming::Copied(Err(e)) => return Err(self.start_error(i, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an agent's build against this one's; copies this build over when it differs
+    /// and `--agent-exe` was not given.
+    fn hello(&mut self, i: usize, protocol: u32, h: Hello) -> Result<(), FleetError> {
+        let same_build = h.hash == self.fleet.hash;
+        if protocol == PROTOCOL && same_build {
+            self.agents[i].hello = Some(h);
+            return Ok(());
+        }
+        let auto = self.fleet.agent_exe.is_none();
+        if auto && !self.agents[i].copied && matches!(self.agents[i].host.place, Place::Ssh(_)) {
+            return self.copy(i);
+        }
+        if protocol == PROTOCOL && h.version == self.fleet.version {
+            // The same version built apart (`--agent-exe`): the same code, as far as it says.
+            self.agents[i].hello = Some(h);
+            return Ok(());
+        }
+        let fix = if auto {
+            "the copy of this build did not take its place; check the agent directory"
+        } else {
+            "install this version there, or drop --agent-exe to copy this build over"
+        };
+        Err(self.start_error(
+            i,
+            &format!(
+                "its qpslab is {} (protocol {protocol}), this is {} (protocol {PROTOCOL}); {fix}",
+                h.version, self.fleet.version
+            ),
+        ))
+    }
+
+    /// Copies this executable to agent `i`'s host in the background; [`Incoming::Copied`]
+    /// tells when it is done.
+    fn copy(&mut self, i: usize) -> Result<(), FleetError> {
+        let n = self.agents.len();
+        let a = &mut self.agents[i];
+        let Place::Ssh(dest) = a.host.place.clone() else {
+            return Err(self.start_error(i, "a local agent is this executable; nothing to copy"));
+        };
+        if a.copied {
+            let why = format!("still {} after copying this build there", transport::MISSING);
+            return Err(self.start_error(i, &why));
+        }
+        if let Some(l) = &mut a.link {
+            l.kill();
+        }
+        // The old link's last words are stale from here; the copy's message and the respawn
+        // come under the new generation.
+        a.copying = true;
+        a.generation += 1;
+        let id = i + n * a.generation;
+        let (ssh, hash, tx) = (self.fleet.ssh.clone(), self.fleet.hash.clone(), self.tx.clone());
+        std::thread::spawn(move || {
+            let r = transport::copy_self(&dest, &ssh, &hash);
+            let _ = tx.send(Message { link: id, at: Instant::now(), what: Incoming::Copied(r) });
+        });
+        Ok(())
+    }
+
+    fn await_ready(&mut self, opts: &LoadOptions) -> Result<(), FleetError> {
+        // Opening every connection may take up to the connect timeout, and then some.
+        let connect = opts.connect_timeout.unwrap_or(opts.timeout);
+        let deadline = Instant::now() + connect + Duration::from_secs(30);
+        while self.agents.iter().any(|a| a.ready.is_none()) {
+            let Some((i, _, what)) = self.next(deadline) else {
+                self.stopped()?;
+                let late = self.agents.iter().position(|a| a.ready.is_none()).unwrap_or(0);
+                return Err(self.start_error(late, "it did not get ready in time"));
+            };
+            match what {
+                Incoming::Event(Event::Ready { threads, connections, notes }) => {
+                    let a = &mut self.agents[i];
+                    a.ready = Some((threads, connections));
+                    a.notes = notes;
+                }
+                Incoming::Event(Event::Error { message, .. }) => {
+                    return Err(self.start_error(i, &message));
+                }
+                Incoming::Closed => {
+                    let why = self.why_closed(i);
+                    return Err(self.start_error(i, &why));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn now_ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// [`PINGS`] rounds to every agent at once; each agent's offset from its tightest round.
+    fn measure_clocks(&mut self) -> Result<(), FleetError> {
+        for round in 0..PINGS {
+            let sent = Instant::now();
+            for a in &mut self.agents {
+                if let Some(l) = &mut a.link {
+                    l.send(&Command::Ping { id: round });
+                }
+            }
+            let sent_ns = self.now_ns(sent);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut answered = vec![false; self.agents.len()];
+            while answered.iter().any(|x| !x) {
+                let Some((i, at, what)) = self.next(deadline) else {
+                    self.stopped()?;
+                    let late = answered.iter().position(|x| !x).unwrap_or(0);
+                    return Err(self.start_error(late, "no answer to a ping in 5 s"));
+                };
+                match what {
+                    Incoming::Event(Event::Pong { id, clock_ns }) if id == round => {
+                        answered[i] = true;
+                        let received_ns = self.now_ns(at);
+                        let e = Exchange { sent_ns, agent_ns: clock_ns, received_ns };
+                        self.agents[i].exchanges.push(e);
+                    }
+                    Incoming::Event(Event::Error { message, .. }) => {
+                        return Err(self.start_error(i, &message));
+                    }
+                    Incoming::Closed => {
+                        let why = self.why_closed(i);
+                        return Err(self.start_error(i, &why));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for a in &mut self.agents {
+            a.offset = clock::estimate(&a.exchanges);
+        }
+        Ok(())
+    }
+
+    /// Sends the start instant, far enough ahead for every agent to get it in time.
+    fn start(&mut self) -> Result<Duration, FleetError> {
+        self.stopped()?;
+        let max_rtt = self.agents.iter().filter_map(|a| a.offset).map(|o| o.rtt_ns).max();
+        let lead = Duration::from_millis(200).max(Duration::from_nanos(max_rtt.unwrap_or(0) * 4));
+        let at = self.now_ns(Instant::now() + lead);
+        let now = Instant::now();
+        for a in &mut self.agents {
+            let at_ns = a.offset.map_or(at, |o| o.to_agent(at));
+            if let Some(l) = &mut a.link {
+                l.send(&Command::Start { at_ns });
+            }
+            a.state = State::Running;
+            // Silence counts from the start instant.
+            a.last_heard = now + lead;
+        }
+        Ok(lead)
+    }
+
+    /// Follows the run to its end; returns each second's latency merged over agents.
+    fn follow(&mut self, on_status: &mut dyn FnMut(Status<'_>)) -> BTreeMap<u32, Histogram<u64>> {
+        let mut merged: BTreeMap<u32, Histogram<u64>> = BTreeMap::new();
+        let mut stop_sent: Option<Instant> = None;
+        let mut shown = Instant::now();
+        while self.agents.iter().any(|a| matches!(a.state, State::Running)) {
+            if stop_sent.is_none() && self.stop.load(Ordering::Relaxed) {
+                for a in &mut self.agents {
+                    if let Some(l) = &mut a.link {
+                        l.send(&Command::Stop);
+                    }
+                }
+                stop_sent = Some(Instant::now());
+            }
+            let now = Instant::now();
+            for i in 0..self.agents.len() {
+                let a = &mut self.agents[i];
+                let silent = now.saturating_duration_since(a.last_heard);
+                let late_stop = stop_sent.is_some_and(|s| now.duration_since(s) > STOP_GRACE);
+                if matches!(a.state, State::Running) && (silent > SILENCE || late_stop) {
+                    let why = if late_stop {
+                        format!("no result {} s after the stop", STOP_GRACE.as_secs())
+                    } else {
+                        format!("silent for {} s", SILENCE.as_secs())
+                    };
+                    a.state = State::Lost(why);
+                    if let Some(l) = &mut a.link {
+                        l.kill();
+                    }
+                }
+            }
+            if now.duration_since(shown) >= Duration::from_secs(1) {
+                shown = now;
+                on_status(Status::Progress(&self.summed()));
+            }
+            let Ok(m) = self.rx.recv_timeout(Duration::from_millis(100)) else { continue };
+            let n = self.agents.len();
+            let i = m.link % n;
+            if m.link / n != self.agents[i].generation {
+                continue;
+            }
+            let a = &mut self.agents[i];
+            a.last_heard = m.at;
+            match m.what {
+                Incoming::Event(Event::Started { late_ns }) => a.late_ns = Some(late_ns),
+                Incoming::Event(Event::Progress {
+                    elapsed_s,
+                    warming_up,
+                    sent,
+                    completed,
+                    failed,
+                }) => {
+                    a.progress = Progress {
+                        elapsed: Duration::from_secs_f64(elapsed_s.max(0.0)),
+                        warming_up,
+                        sent,
+                        completed,
+                        failed,
+                    };
+                }
+                Incoming::Event(Event::Interval { index, hist }) => {
+                    if let Ok(h) = qpslab_load::hlog::decode(&hist) {
+                        let slot =
+                            merged.entry(index).or_insert_with(qpslab_load::stats::new_histogram);
+                        let _ = slot.add(&h);
+                    }
+                    a.intervals = a.intervals.max(index + 1);
+                }
+                Incoming::Event(Event::Done { part, report }) => {
+                    a.state = match part.to_result() {
+                        Ok(r) => State::Done(Box::new(r), report),
+                        Err(e) => State::Failed(format!("its result did not decode: {e}")),
+                    };
+                }
+                Incoming::Event(Event::Error { message, .. }) => {
+                    if matches!(a.state, State::Running) {
+                        a.state = State::Failed(message);
+                    }
+                }
+                Incoming::Closed => {
+                    if matches!(a.state, State::Running) {
+                        let why = self.why_closed(i);
+                        self.agents[i].state = State::Lost(why);
+                    }
+                }
+                _ => {}
+            }
+        }
+        merged
+    }
+
+    /// The live counters of all agents, summed (the elapsed time is the furthest along).
+    fn summed(&self) -> Progress {
+        let mut p = Progress { warming_up: false, ..Progress::default() };
+        for a in &self.agents {
+            p.elapsed = p.elapsed.max(a.progress.elapsed);
+            p.warming_up |= a.progress.warming_up;
+            p.sent += a.progress.sent;
+            p.completed += a.progress.completed;
+            p.failed += a.progress.failed;
+        }
+        p
+    }
+
+    fn finish(
+        &mut self,
+        opts: &LoadOptions,
+        total: &mut LoadConfig,
+        meta: &RunMeta,
+        lead: Duration,
+        merged: BTreeMap<u32, Histogram<u64>>,
+    ) -> Result<Outcome, FleetError> {
+        let rows: Vec<AgentRow> = self.agents.iter().map(row).collect();
+        let partial = !self.agents.iter().all(|a| matches!(a.state, State::Done(..)));
+        let done = self.agents.iter().filter(|a| matches!(a.state, State::Done(..)));
+        total.threads = done.clone().filter_map(|a| a.ready).map(|r| r.0).sum();
+        total.connections = done.filter_map(|a| a.ready).map(|r| r.1).sum();
+        let synced: Vec<(Offset, u64)> =
+            self.agents.iter().filter_map(|a| Some((a.offset?, a.late_ns?))).collect();
+        let mut parts = Vec::new();
+        for a in &mut self.agents {
+            if let State::Done(r, _) = std::mem::replace(&mut a.state, State::Starting) {
+                parts.push(*r);
+            }
+        }
+        if parts.is_empty() {
+            let why: Vec<String> = rows
+                .iter()
+                .map(|r| format!("{}: {}", r.host, r.error.as_deref().unwrap_or(r.status)))
+                .collect();
+            return Err(FleetError::Failed(format!("no agent finished ({})", why.join("; "))));
+        }
+        let result = merge_parts(&parts);
+        let mut report = Report::new(total, &result, meta);
+        if rows.iter().any(|r| r.verdict.as_deref() == Some("generator-bound")) {
+            report.generator.verdict = "generator-bound";
+        }
+        report.start =
+            Some(StartSync { skew_bound_ms: ms(clock::skew_bound(&synced)), lead_ms: ms(lead) });
+        report.agents = Some(rows);
+        report.partial = Some(partial);
+        if partial {
+            report.check.passed = false;
+            report.check.reason = Some("partial: not every agent finished".into());
+        }
+        let log_error = match &opts.log {
+            Some(path) => write_log(path, &result, merged).err(),
+            None => None,
+        };
+        Ok(Outcome { report, result, partial, log_error })
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// An agent's row: from its result when it finished, else from its last progress.
+fn row(a: &Agent) -> AgentRow {
+    let (threads, connections) = a.ready.unwrap_or((0, 0));
+    let offset = a.offset.unwrap_or(Offset { offset_ns: 0, rtt_ns: 0 });
+    let mut r = AgentRow {
+        host: a.host.name.clone(),
+        hostname: a.hello.as_ref().map_or(String::new(), |h| h.hostname.clone()),
+        weight: a.host.weight,
+        status: "done",
+        error: None,
+        threads,
+        connections,
+        sent: a.progress.sent,
+        completed: a.progress.completed,
+        ok: None,
+        failed: a.progress.failed,
+        throughput_rps: 0.0,
+        duration_s: a.progress.elapsed.as_secs_f64(),
+        busy_ratio: None,
+        verdict: None,
+        clock_offset_ms: offset.offset_ns as f64 / 1e6,
+        rtt_ms: offset.rtt_ns as f64 / 1e6,
+        started_late_ms: a.late_ns.map_or(0.0, |l| l as f64 / 1e6),
+        latency_hdr: None,
+    };
+    match &a.state {
+        State::Done(res, report) => {
+            r.status = if res.stopped_early { "stopped" } else { "done" };
+            r.sent = res.rec.sent;
+            r.completed = res.rec.completed;
+            r.ok = Some(res.rec.ok);
+            r.failed = res.rec.failed;
+            r.duration_s = res.duration.as_secs_f64();
+            let g = &report["generator"];
+            r.busy_ratio = g["busy_ratio"].as_f64();
+            r.verdict = g["verdict"].as_str().map(str::to_string);
+            r.latency_hdr = report["latency_hdr"].as_str().map(str::to_string);
+        }
+        State::Lost(why) => {
+            r.status = "lost";
+            r.error = Some(why.clone());
+        }
+        State::Failed(why) => {
+            r.status = "failed";
+            r.error = Some(why.clone());
+        }
+        State::Starting | State::Running => r.status = "lost",
+    }
+    if r.duration_s > 0.0 {
+        r.throughput_rps = r.completed as f64 / r.duration_s;
+    }
+    r
+}
+
+/// `--log` over agents: each second's histogram merged over agents, the last one as long as
+/// the merged run.
+fn write_log(
+    path: &Path,
+    result: &RunResult,
+    merged: BTreeMap<u32, Histogram<u64>>,
+) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut w = qpslab_load::hlog::HlogWriter::create(path).map_err(fail)?;
+    w.begin(result.started_at).map_err(fail)?;
+    let last = merged.keys().next_back().copied();
+    for (i, h) in merged {
+        let start = Duration::from_secs(u64::from(i));
+        let length = if Some(i) == last {
+            result.duration.saturating_sub(start).max(Duration::from_millis(1))
+        } else {
+            Duration::from_secs(1)
+        };
+        w.write(&h, start, length).map_err(fail)?;
+    }
+    w.finish().map_err(fail)
+}

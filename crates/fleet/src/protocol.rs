@@ -1,0 +1,125 @@
+//! The coordinator <-> agent protocol: one JSON object per line, each with a `type`, over any
+//! byte pipe to a process (the ssh channel's stdin and stdout, or a local child's). The agent
+//! speaks first (`hello`, with the protocol number); a coordinator refuses another protocol.
+//!
+//! ```text
+//! agent        -> hello {protocol, version, hash, hostname, cpus}
+//! coordinator  -> load {spec}           agent prepares: resolves, opens its connections
+//! agent        -> ready {threads, connections, notes}
+//! coordinator  -> ping {id}  (x8)       agent -> pong {id, clock_ns}: the clock offset
+//! coordinator  -> start {at_ns}         in the agent's clock
+//! agent        -> started {late_ns}, then progress {..} and interval {index, hist} each second
+//! agent        -> done {part, report}   or error {message, usage}
+//! coordinator  -> stop                  (Ctrl-C); closing the pipe stops the agent too
+//! ```
+
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::LoadSpec;
+
+/// The protocol this build speaks; bumped on any incompatible change.
+pub const PROTOCOL: u32 = 1;
+
+/// What the coordinator sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Command {
+    Load {
+        spec: Box<LoadSpec>,
+    },
+    Ping {
+        id: u32,
+    },
+    /// Start the run's clock at this instant of the agent's own clock.
+    Start {
+        at_ns: u64,
+    },
+    Stop,
+}
+
+/// What an agent sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Hello {
+        protocol: u32,
+        version: String,
+        /// SHA-256 of the agent's executable, hex.
+        hash: String,
+        hostname: String,
+        cpus: usize,
+    },
+    Ready {
+        threads: usize,
+        connections: usize,
+        notes: Vec<String>,
+    },
+    Pong {
+        id: u32,
+        /// The agent's clock: nanoseconds since it started.
+        clock_ns: u64,
+    },
+    /// The run's clock started `late_ns` after the instant asked.
+    Started {
+        late_ns: u64,
+    },
+    Progress {
+        elapsed_s: f64,
+        warming_up: bool,
+        sent: u64,
+        completed: u64,
+        failed: u64,
+    },
+    /// Second `index` of the measured window is complete: its corrected latency (V2, base64).
+    Interval {
+        index: u32,
+        hist: String,
+    },
+    Done {
+        part: Box<qpslab_load::wire::RunPart>,
+        /// The agent's own report (the load JSON contract), for its row.
+        report: serde_json::Value,
+    },
+    Error {
+        message: String,
+        /// The user's to fix (a bad option, an unreachable target): exit 2.
+        usage: bool,
+    },
+}
+
+/// Writes one message as one line and flushes.
+pub fn send<T: Serialize>(out: &mut dyn Write, message: &T) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    out.write_all(&line)?;
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line_of_json_with_a_type() {
+        let mut out = Vec::new();
+        send(&mut out, &Command::Start { at_ns: 42 }).unwrap();
+        assert_eq!(out, b"{\"type\":\"start\",\"at_ns\":42}\n");
+        let e: Event = serde_json::from_str(r#"{"type":"pong","id":3,"clock_ns":7}"#).unwrap();
+        assert_eq!(e, Event::Pong { id: 3, clock_ns: 7 });
+        assert!(serde_json::from_str::<Event>(r#"{"type":"nonsense"}"#).is_err());
+    }
+
+    #[test]
+    fn a_result_travels_inside_a_tagged_message() {
+        // Tagged enums buffer their fields: every number in a part must fit that buffer.
+        let part = qpslab_load::wire::RunPart::of(&qpslab_load::wire::merge_parts(&[]));
+        let done = Event::Done { part: Box::new(part), report: serde_json::json!({"x": 1}) };
+        let mut out = Vec::new();
+        send(&mut out, &done).unwrap();
+        let back: Event = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, done);
+    }
+}
