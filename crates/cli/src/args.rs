@@ -27,7 +27,7 @@ pub struct Cli {
 pub enum Command {
     /// HTTP/1.1 load generator: closed or open loop, keep-alive or a connection per request,
     /// one or many URLs, source address ranges; exact accounting
-    Load(LoadArgs),
+    Load(Box<LoadArgs>),
     /// Benchmark target: a minimal, fast HTTP/1.1 server (plaintext `ok`, httpterm-style controls)
     Serve(ServeArgs),
     /// What the host is: CPUs, SMT, NUMA, NICs, queues, IRQs, RPS/XPS, sysctls (read-only)
@@ -55,7 +55,13 @@ pub enum Command {
     /// Write one self-contained HTML report (table, charts, per-CPU heatmaps, findings) of a
     /// sweep or of runs
     Report(ReportArgs),
+    /// A load agent: runs the loads a coordinator (qpslab load --agents) sends on its stdin and
+    /// answers on its stdout; exits when its input closes. Started for you over ssh
+    Agent(AgentArgs),
 }
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {}
 
 /// Where runs are kept.
 #[derive(Debug, Args)]
@@ -772,6 +778,23 @@ pub struct LoadArgs {
 
     #[command(flatten)]
     pub store: StoreArg,
+
+    /// Run the load on these machines, started together and merged exactly: user@host,... or a
+    /// FILE with one host per line and an optional weight ('user@h1 2'); 'local' or
+    /// 'local:CPUS' runs an agent here. Connections, threads, -R, -n and --source are split
+    /// by weight
+    #[arg(long, value_name = "LIST|FILE")]
+    pub agents: Option<String>,
+
+    /// With --agents: the ssh command, split as a shell would, e.g. 'ssh -F FILE -p 2222'
+    /// [default: $QPSLAB_SSH, else ssh]
+    #[arg(long, value_name = "CMD", requires = "agents")]
+    pub ssh: Option<String>,
+
+    /// With --agents: the qpslab executable on the agents' hosts [default: this build, copied
+    /// to ~/.cache/qpslab there when missing or different]
+    #[arg(long, value_name = "PATH", requires = "agents")]
+    pub agent_exe: Option<String>,
 }
 
 /// A count of at least 1 (connections, threads).

@@ -7,12 +7,14 @@ use anyhow::Context;
 use qpslab_host::{facts, Root};
 use qpslab_load::config::PollMode;
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
-use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
+use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report, RunResult};
 
 use crate::args::{LoadArgs, PollArg};
 use crate::{output, Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
+    let keep = Keep::of(&a);
+    let (agents, ssh, agent_exe) = (a.agents.clone(), a.ssh.clone(), a.agent_exe.clone());
     let opts = LoadOptions {
         urls: a.urls,
         threads: a.threads,
@@ -45,6 +47,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
             PollArg::Sleep => PollMode::Sleep,
         },
     };
+    if let Some(list) = &agents {
+        return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep);
+    }
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     for note in &cfg.notes {
         eprintln!("qpslab: note: {note}");
@@ -53,7 +58,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
     }
-    let mut store = if a.save { Some(crate::store_cmd::open(&a.store)?) } else { None };
+    let mut store = keep.open()?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
     let result =
@@ -66,31 +71,115 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
-    if let Some(path) = &a.hdr_out {
-        std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
-            .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
-    }
-    if let Some(store) = &mut store {
-        let provenance = qpslab_lab::record::Provenance::read(&meta, None);
-        let id = qpslab_lab::record::store_load(
-            store,
-            &report,
-            &report.render_text(),
-            a.label.as_deref(),
-            &provenance,
-        )
-        .map_err(crate::store_cmd::store_error)?;
-        eprintln!(
-            "qpslab: stored as run {id} in {} (qpslab runs show {id})",
-            store.path().display()
-        );
-    }
-    output::emit(a.json, &report, || report.render_text())?;
+    keep.finish(&mut store, &report, &result, &meta)?;
     if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {
         eprintln!("qpslab: error: --log: writing {} failed: {e}", path.display());
         return Ok(Outcome::ChecksFailed);
     }
     Ok(if report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
+}
+
+/// What becomes of a finished run: `--hdr-out`, the store, the summary.
+struct Keep {
+    hdr_out: Option<std::path::PathBuf>,
+    save: bool,
+    store: crate::args::StoreArg,
+    label: Option<String>,
+    json: bool,
+}
+
+impl Keep {
+    fn of(a: &LoadArgs) -> Self {
+        Self {
+            hdr_out: a.hdr_out.clone(),
+            save: a.save,
+            store: crate::args::StoreArg { store: a.store.store.clone() },
+            label: a.label.clone(),
+            json: a.json,
+        }
+    }
+
+    /// The store, opened before the run so that a store that cannot be opened costs no run.
+    fn open(&self) -> anyhow::Result<Option<qpslab_lab::store::Store>> {
+        Ok(if self.save { Some(crate::store_cmd::open(&self.store)?) } else { None })
+    }
+
+    fn finish(
+        &self,
+        store: &mut Option<qpslab_lab::store::Store>,
+        report: &Report,
+        result: &RunResult,
+        meta: &RunMeta,
+    ) -> anyhow::Result<()> {
+        if let Some(path) = &self.hdr_out {
+            std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
+                .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
+        }
+        if let Some(store) = store {
+            let provenance = qpslab_lab::record::Provenance::read(meta, None);
+            let id = qpslab_lab::record::store_load(
+                store,
+                report,
+                &report.render_text(),
+                self.label.as_deref(),
+                &provenance,
+            )
+            .map_err(crate::store_cmd::store_error)?;
+            eprintln!(
+                "qpslab: stored as run {id} in {} (qpslab runs show {id})",
+                store.path().display()
+            );
+        }
+        output::emit(self.json, report, || report.render_text())
+    }
+}
+
+/// `load --agents`: the same load over agents, merged.
+fn over_agents(
+    list: &str,
+    ssh: Option<&str>,
+    agent_exe: Option<String>,
+    opts: &LoadOptions,
+    keep: &Keep,
+) -> anyhow::Result<Outcome> {
+    use qpslab_fleet::coordinator::{self, FleetError, FleetOptions, Status};
+    let meta = run_meta();
+    let fleet = FleetOptions {
+        hosts: qpslab_fleet::transport::parse_agents(list).map_err(UsageError)?,
+        ssh: qpslab_fleet::transport::ssh_command(ssh).map_err(UsageError)?,
+        agent_exe,
+        version: meta.version.clone(),
+        hash: qpslab_fleet::identity::own_hash(),
+    };
+    let mut store = keep.open()?;
+    let stop = qpslab_sys::signals::stop_flag()?;
+    let mut progress = ProgressLine::new();
+    let outcome = coordinator::run_load(opts, &fleet, &meta, stop, &mut |s| match s {
+        Status::Phase(p) => progress.phase(p),
+        Status::Progress(p) => progress.update(p),
+    });
+    progress.finish();
+    let outcome = outcome.map_err(|e| match e {
+        FleetError::Usage(m) => anyhow::Error::new(UsageError(m)),
+        FleetError::Failed(m) => anyhow::anyhow!(m),
+    })?;
+    keep.finish(&mut store, &outcome.report, &outcome.result, &meta)?;
+    if let (Some(e), Some(_)) = (&outcome.log_error, &opts.log) {
+        eprintln!("qpslab: error: --log: writing {e} failed");
+        return Ok(Outcome::ChecksFailed);
+    }
+    Ok(if outcome.report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
+}
+
+/// `qpslab agent`: serves one coordinator on stdin and stdout.
+pub fn agent() -> anyhow::Result<Outcome> {
+    let info = qpslab_fleet::agent::AgentInfo {
+        meta: run_meta(),
+        hostname: qpslab_sys::system::hostname(),
+    };
+    let mut input = std::io::stdin().lock();
+    qpslab_fleet::agent::serve(&info, &mut input, Box::new(std::io::stdout()));
+    Ok(Outcome::Passed)
 }
 
 /// Provenance for reports: version, git commit, command line, kernel, CPU.
@@ -123,6 +212,13 @@ impl ProgressLine {
             print_progress(p, &self.last);
         }
         self.last = *p;
+    }
+
+    /// A phase before the run (agents starting, preparing).
+    pub fn phase(&self, what: &str) {
+        if self.tty {
+            eprint!("\r\x1b[K{what}...");
+        }
     }
 
     /// Clears the line before the results are printed.

@@ -114,7 +114,7 @@ fn command_path(argv: &[String]) -> String {
 
 fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
     match cli.command {
-        args::Command::Load(a) => load_cmd::run(a),
+        args::Command::Load(a) => load_cmd::run(*a),
         args::Command::Serve(a) => serve_cmd::run(a),
         args::Command::Host(a) => host_cmd::run(a),
         args::Command::Doctor(a) => doctor_cmd::run(a),
@@ -125,6 +125,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Runs(a) => store_cmd::runs(a),
         args::Command::Compare(a) => store_cmd::compare_cmd(a),
         args::Command::Report(a) => store_cmd::report_cmd(a),
+        args::Command::Agent(_) => load_cmd::agent(),
     }
 }
 

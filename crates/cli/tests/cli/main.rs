@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+mod agents;
 #[path = "../common/mod.rs"]
 mod common;
 mod lab;

@@ -1,0 +1,429 @@
+//! `load --agents` over real ssh: three network namespaces with their own sshd (host keys and a
+//! client key made here; nothing in the host's ssh configuration is used or changed), a fourth
+//! with nginx, all on one bridge; the coordinator runs in the root namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static LABS: AtomicU32 = AtomicU32::new(0);
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The namespaces, their daemons and keys; all removed on drop.
+pub struct Lab {
+    pub dir: tempfile::TempDir,
+    /// `lan` (the bridge), `a1`..`a3` (agents with sshd), `srv` (nginx).
+    names: Vec<String>,
+    root_end: String,
+    pub agents: Vec<String>,
+    pub server: String,
+    daemons: Vec<Child>,
+    pub ssh: String,
+}
+
+impl Lab {
+    pub fn start() -> Lab {
+        let k = LABS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}{}", std::process::id() % 10_000, k);
+        let net = format!("10.{}.{}", 80 + k, std::process::id() % 250);
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> =
+            ["lan", "a1", "a2", "a3", "srv"].iter().map(|n| format!("qpsag-{n}-{id}")).collect();
+        let mut lab = Lab {
+            dir,
+            names: names.clone(),
+            root_end: format!("qag{id}r"),
+            agents: Vec::new(),
+            server: format!("{net}.20"),
+            daemons: Vec::new(),
+            ssh: String::new(),
+        };
+        for n in &names {
+            run("ip", &["netns", "add", n]);
+            run("ip", &["-n", n, "link", "set", "lo", "up"]);
+        }
+        let lan = &names[0];
+        run("ip", &["-n", lan, "link", "add", "br0", "type", "bridge"]);
+        run("ip", &["-n", lan, "link", "set", "br0", "up"]);
+        // The root namespace's leg into the bridge.
+        run(
+            "ip",
+            &["link", "add", &lab.root_end, "type", "veth", "peer", "name", "up0", "netns", lan],
+        );
+        run("ip", &["addr", "add", &format!("{net}.1/24"), "dev", &lab.root_end]);
+        run("ip", &["link", "set", &lab.root_end, "up"]);
+        run("ip", &["-n", lan, "link", "set", "up0", "master", "br0", "up"]);
+        for (i, n) in names[1..].iter().enumerate() {
+            let host = if i == 3 { 20 } else { 11 + i };
+            let leg = format!("leg{i}");
+            run(
+                "ip",
+                &[
+                    "-n", lan, "link", "add", &leg, "type", "veth", "peer", "name", "eth0",
+                    "netns", n,
+                ],
+            );
+            run("ip", &["-n", lan, "link", "set", &leg, "master", "br0", "up"]);
+            run("ip", &["-n", n, "addr", "add", &format!("{net}.{host}/24"), "dev", "eth0"]);
+            run("ip", &["-n", n, "link", "set", "eth0", "up"]);
+        }
+        let d = lab.dir.path().to_path_buf();
+        run("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", &p(&d.join("host_key"))]);
+        run("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", &p(&d.join("client_key"))]);
+        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        for (i, n) in names[1..4].iter().enumerate() {
+            let addr = format!("{net}.{}", 11 + i);
+            let agent_dir = d.join(format!("agent-dir-{i}"));
+            let conf = d.join(format!("sshd-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "ListenAddress {addr}:22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPidFile none\n\
+                     StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
+                     KbdInteractiveAuthentication no\nSetEnv QPSLAB_AGENT_DIR={ad}\n",
+                    hk = p(&d.join("host_key")),
+                    ak = p(&d.join("authorized_keys")),
+                    ad = p(&agent_dir),
+                ),
+            )
+            .unwrap();
+            let child = Command::new("ip")
+                .args(["netns", "exec", n, "/usr/sbin/sshd", "-D", "-e", "-f", &p(&conf)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("sshd (openssh-server; scripts/test installs it)");
+            lab.daemons.push(child);
+            lab.agents.push(format!("root@{addr}"));
+        }
+        lab.daemons.push(lab.start_nginx());
+        lab.ssh = format!(
+            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o UserKnownHostsFile=/dev/null \
+             -o StrictHostKeyChecking=no -o LogLevel=ERROR",
+            p(&d.join("client_key"))
+        );
+        for a in lab.agents.clone() {
+            lab.wait_port(&a[5..], 22);
+        }
+        lab.wait_port(&lab.server.clone(), 80);
+        lab
+    }
+
+    fn start_nginx(&self) -> Child {
+        let d = self.dir.path();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log;\nevents {{ worker_connections 4096; }}\nhttp {{\n\
+             log_format st \"$status $remote_addr\";\naccess_log {d}/access.log st;\n\
+             client_body_temp_path {d};\nproxy_temp_path {d};\nfastcgi_temp_path {d};\n\
+             uwsgi_temp_path {d};\nscgi_temp_path {d};\nserver {{\nlisten {s}:80;\n\
+             location = / {{ return 200; }}\n}}\n}}\n",
+            d = d.display(),
+            s = self.server
+        );
+        std::fs::write(d.join("nginx.conf"), conf).unwrap();
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|x| Path::new(x).exists())
+            .expect("nginx (scripts/test installs nginx-light)");
+        Command::new("ip")
+            .args(["netns", "exec", &self.names[4], nginx, "-p", &p(d), "-c"])
+            .arg(d.join("nginx.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_port(&self, addr: &str, port: u16) {
+        let target = format!("{addr}:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_err() {
+            assert!(Instant::now() < deadline, "nothing listens on {target}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.server)
+    }
+
+    pub fn access_log_lines(&self, expect: usize) -> usize {
+        let path = self.dir.path().join("access.log");
+        let count = || std::fs::read_to_string(&path).map_or(0, |t| t.lines().count());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while count() < expect && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        count()
+    }
+
+    /// `qpslab load --agents` (all three unless given) with the lab's ssh command.
+    pub fn load(&self, agents: Option<&str>, args: &[&str]) -> Command {
+        let mut c = super::common::qpslab_command();
+        c.arg("load")
+            .args(["--agents", agents.unwrap_or(&self.agents.join(","))])
+            .args(["--ssh", &self.ssh])
+            .args(args);
+        c
+    }
+
+    /// PIDs of qpslab processes (any copy) in the agents' namespaces.
+    pub fn agent_processes(&self) -> Vec<u32> {
+        let inodes: Vec<u64> = self.names[1..4]
+            .iter()
+            .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .collect();
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue };
+            if !exe.to_string_lossy().contains("qpslab") {
+                continue;
+            }
+            let Ok(ns) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else { continue };
+            if inodes.contains(&std::os::unix::fs::MetadataExt::ino(&ns)) {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
+    /// Waits up to `limit` for no qpslab process in any agent namespace.
+    pub fn agents_gone_within(&self, limit: Duration) -> Vec<u32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = self.agent_processes();
+            if left.is_empty() || Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.daemons {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["link", "del", &self.root_end]).output();
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(out))
+    })
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
+    let lab = Lab::start();
+    // -n over three agents: the first run also copies this build to each (none is there).
+    let out = lab
+        .load(None, &["-n", "30000", "-c", "12", "-t", "3", "--json", &lab.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json(&out);
+    assert_eq!(lab.access_log_lines(30_000), 30_000, "nginx saw every request, once");
+    assert_eq!(r["requests"]["completed"], 30_000);
+    assert_eq!(r["partial"], false);
+    let rows = r["agents"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (k, sum) in [("completed", 30_000), ("sent", 30_000), ("threads", 3), ("connections", 12)] {
+        assert_eq!(rows.iter().map(|a| a[k].as_u64().unwrap()).sum::<u64>(), sum, "{k}");
+    }
+    for a in rows {
+        assert_eq!(a["status"], "done", "{a}");
+        assert_eq!(a["completed"], 10_000, "split evenly: {a}");
+        assert!(a["busy_ratio"].as_f64().is_some() && a["verdict"].is_string(), "{a}");
+    }
+    for i in 0..3 {
+        let copied = lab.dir.path().join(format!("agent-dir-{i}"));
+        assert_eq!(
+            std::fs::read_dir(&copied).map_or(0, Iterator::count),
+            1,
+            "one copy in {copied:?}"
+        );
+    }
+    // The totals' histogram is the exact merge of the agents'.
+    let files: Vec<PathBuf> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let f = lab.dir.path().join(format!("agent{i}.hdr"));
+            std::fs::write(&f, a["latency_hdr"].as_str().unwrap()).unwrap();
+            f
+        })
+        .collect();
+    let merged =
+        super::common::qpslab_command().arg("merge").args(&files).arg("--json").output().unwrap();
+    let m = json(&merged);
+    for k in ["p50", "p90", "p99", "p99_9", "max", "min"] {
+        assert_eq!(m["latency_us"][k], r["latency_us"][k], "{k}: merge {m} vs load {r}");
+    }
+
+    // Open loop: 6000/s over three agents for 5 s, each second within 2%, started together.
+    let out = lab
+        .load(None, &["-R", "6000", "-d", "5", "-c", "30", "-t", "3", "--json", &lab.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json(&out);
+    let skew = r["start"]["skew_bound_ms"].as_f64().unwrap();
+    assert!(skew < 10.0, "start skew {skew} ms");
+    let rows = r["intervals"].as_array().unwrap();
+    assert!(rows.len() >= 5, "{rows:?}");
+    for row in &rows[..5] {
+        let rps = row["rps"].as_f64().unwrap();
+        assert!((rps / 6000.0 - 1.0).abs() < 0.02, "a second at {rps}/s: {rows:?}");
+    }
+    let text = lab.load(None, &["-n", "300", "-c", "3", &lab.url()]).output().unwrap();
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains("Agents: 3, started within"), "{t}");
+}
+
+#[test]
+fn a_lost_agent_makes_a_partial_result_and_ctrl_c_stops_every_agent() {
+    let lab = Lab::start();
+    let child = lab
+        .load(None, &["-R", "1500", "-d", "8", "-c", "6", "--json", &lab.url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once all three run (their copies are made first), end the second one's process.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim = loop {
+        let found = lab.agent_processes();
+        if found.len() == 3 {
+            std::thread::sleep(Duration::from_secs(2));
+            let ns = std::fs::metadata(format!("/run/netns/{}", lab.names[2])).unwrap();
+            let ino = std::os::unix::fs::MetadataExt::ino(&ns);
+            break found
+                .into_iter()
+                .find(|pid| {
+                    std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino)
+                })
+                .unwrap();
+        }
+        assert!(Instant::now() < deadline, "agents did not start: {found:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: kill() on the PID of the agent this test's run started.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "partial: exit 1; {}", stderr(&out));
+    let r = json(&out);
+    assert_eq!(r["partial"], true);
+    let rows = r["agents"].as_array().unwrap();
+    let status: Vec<&str> = rows.iter().map(|a| a["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["done", "lost", "done"], "{rows:?}");
+    assert!(rows[1]["completed"].as_u64().unwrap() > 0, "its counts up to its last second");
+    let done: u64 = [&rows[0], &rows[2]].iter().map(|a| a["completed"].as_u64().unwrap()).sum();
+    assert_eq!(r["requests"]["completed"].as_u64().unwrap(), done, "totals of those that finished");
+    assert!(lab.agents_gone_within(Duration::from_secs(2)).is_empty());
+
+    // Ctrl-C on the coordinator: the agents stop, send what they have, and exit.
+    let child = lab
+        .load(None, &["-R", "1500", "-d", "30", "-c", "6", "--json", &lab.url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lab.agent_processes().len() < 3 {
+        assert!(Instant::now() < deadline, "agents did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill() on the PID of this test's own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let sent = Instant::now();
+    let left = lab.agents_gone_within(Duration::from_secs(2));
+    assert!(left.is_empty(), "agents {left:?} still running 2 s after Ctrl-C");
+    let out = child.wait_with_output().unwrap();
+    assert!(sent.elapsed() < Duration::from_secs(5));
+    let r = json(&out);
+    assert_eq!(r["stopped_early"], true, "{}", stderr(&out));
+    assert!(r["agents"].as_array().unwrap().iter().all(|a| a["status"] == "stopped"), "{r}");
+}
+
+#[test]
+fn agents_that_cannot_start_stop_the_run_before_any_request() {
+    let lab = Lab::start();
+    let d = lab.dir.path();
+    run("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", &p(&d.join("stranger"))]);
+    let fake = d.join("old-qpslab");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho '{\"type\":\"hello\",\"protocol\":1,\"version\":\"0.0.1 (old)\",\
+         \"hash\":\"00\",\"hostname\":\"old\",\"cpus\":1}'\ncat >/dev/null\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let good = lab.agents[0].clone();
+    let refused = lab.agents[1].clone();
+    let cases: Vec<(Command, &str, &str)> = vec![
+        (
+            {
+                let mut c = super::common::qpslab_command();
+                c.args(["load", "-n", "100", "--agents", &format!("{good},{refused}")])
+                    .args(["--ssh", &lab.ssh.replace("client_key", "stranger")])
+                    .arg(lab.url());
+                c
+            },
+            "root@",
+            "Permission denied",
+        ),
+        (
+            lab.load(
+                Some(&format!("{good},root@no-such-host.invalid")),
+                &["-n", "100", &lab.url()],
+            ),
+            "root@no-such-host.invalid",
+            "resolve",
+        ),
+        (
+            lab.load(Some(&good), &["-n", "100", "--agent-exe", &p(&fake), &lab.url()]),
+            &good,
+            "0.0.1 (old)",
+        ),
+    ];
+    for (mut cmd, host, why) in cases {
+        let out = cmd.output().unwrap();
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{e}");
+        assert!(e.contains(&format!("--agents {host}")) && e.contains(why), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(out.stdout.is_empty());
+    }
+    assert_eq!(lab.access_log_lines(0), 0, "no request reached the server");
+    assert!(lab.agents_gone_within(Duration::from_secs(2)).is_empty());
+}
