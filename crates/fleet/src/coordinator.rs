@@ -12,9 +12,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use qpslab_load::report::{AgentRow, RunMeta, StartSync};
+use qpslab_load::report::{AgentRow, CoordinatorCost, RunMeta, StartSync};
 use qpslab_load::wire::merge_parts;
 use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
+use qpslab_sys::thread::CpuTime;
 
 use crate::clock::{self, Exchange, Offset};
 use crate::protocol::{Command, Event, PROTOCOL};
@@ -148,7 +149,20 @@ pub fn run_load(
     c.measure_clocks()?;
     let lead = c.start()?;
     on_status(Status::Phase(&format!("starting in {} ms", lead.as_millis())));
+    let (cpu0, t0) = (CpuTime::of_current_process(), Instant::now() + lead);
     let merged = c.follow(on_status);
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = CpuTime::of_current_process().since(cpu0).total().as_secs_f64();
+    c.cost = Some(CoordinatorCost {
+        cpu_s: cpu,
+        cpu_share: if wall > 0.0 { cpu / wall } else { 0.0 },
+        intervals: c.merges,
+        merge_us_per_interval: if c.merges > 0 {
+            c.merge_time.as_secs_f64() * 1e6 / c.merges as f64
+        } else {
+            0.0
+        },
+    });
     for a in &mut c.agents {
         if let Some(l) = &mut a.link {
             l.close(Duration::from_secs(2));
@@ -164,6 +178,9 @@ struct Coordinator<'a> {
     tx: Sender<Message>,
     rx: Receiver<Message>,
     epoch: Instant,
+    merges: u64,
+    merge_time: Duration,
+    cost: Option<CoordinatorCost>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -191,7 +208,17 @@ impl<'a> Coordinator<'a> {
                 state: State::Starting,
             })
             .collect();
-        Self { fleet, stop, agents, tx, rx, epoch: now }
+        Self {
+            fleet,
+            stop,
+            agents,
+            tx,
+            rx,
+            epoch: now,
+            merges: 0,
+            merge_time: Duration::ZERO,
+            cost: None,
+        }
     }
 
     fn exe(&self) -> Exe {
@@ -535,12 +562,15 @@ impl<'a> Coordinator<'a> {
                     };
                 }
                 Incoming::Event(Event::Interval { index, hist }) => {
+                    let t = Instant::now();
                     if let Ok(h) = qpslab_load::hlog::decode(&hist) {
                         let slot =
                             merged.entry(index).or_insert_with(qpslab_load::stats::new_histogram);
                         let _ = slot.add(&h);
                     }
                     a.intervals = a.intervals.max(index + 1);
+                    self.merges += 1;
+                    self.merge_time += t.elapsed();
                 }
                 Incoming::Event(Event::Done { part, report }) => {
                     a.state = match part.to_result() {
@@ -614,6 +644,7 @@ impl<'a> Coordinator<'a> {
         report.start =
             Some(StartSync { skew_bound_ms: ms(clock::skew_bound(&synced)), lead_ms: ms(lead) });
         report.agents = Some(rows);
+        report.coordinator = self.cost.take();
         report.partial = Some(partial);
         if partial {
             report.check.passed = false;

@@ -12,10 +12,19 @@ pub struct CpuTime {
 impl CpuTime {
     /// The calling thread's CPU time so far (`getrusage(RUSAGE_THREAD)`); zero when unknown.
     pub fn of_current_thread() -> Self {
+        Self::usage(libc::RUSAGE_THREAD)
+    }
+
+    /// This process's CPU time so far, all its threads, not its children (`RUSAGE_SELF`).
+    pub fn of_current_process() -> Self {
+        Self::usage(libc::RUSAGE_SELF)
+    }
+
+    fn usage(who: libc::c_int) -> Self {
         // SAFETY: rusage is plain data; getrusage fills it.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `ru` is a valid, writable rusage.
-        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
             return Self::default();
         }
         let tv = |t: libc::timeval| {

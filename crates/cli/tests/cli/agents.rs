@@ -295,6 +295,8 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json(&out);
+    // Every agent's every second reached the coordinator and was merged.
+    assert!(r["coordinator"]["intervals"].as_u64().unwrap() >= 15, "{}", r["coordinator"]);
     let skew = r["start"]["skew_bound_ms"].as_f64().unwrap();
     assert!(skew < 10.0, "start skew {skew} ms");
     let rows = r["intervals"].as_array().unwrap();

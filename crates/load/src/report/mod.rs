@@ -106,6 +106,9 @@ pub struct Report {
     /// A load over agents: how closely they started together.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<StartSync>,
+    /// A load over agents: what the coordinator cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorCost>,
 }
 
 /// One load agent's share of a run.
@@ -150,6 +153,20 @@ pub struct StartSync {
     pub skew_bound_ms: f64,
     /// How far ahead the start instant was set.
     pub lead_ms: f64,
+}
+
+/// What the coordinator itself cost during the run (the ssh clients, separate processes, not
+/// counted).
+#[derive(Debug, Clone, Serialize)]
+pub struct CoordinatorCost {
+    /// CPU time of the coordinator process from the start instant to the last result.
+    pub cpu_s: f64,
+    /// `cpu_s` over that time: the share of one core.
+    pub cpu_share: f64,
+    /// Per-second histograms received and merged (one per agent and second).
+    pub intervals: u64,
+    /// Mean time to decode one and add it to the second's merge.
+    pub merge_us_per_interval: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -500,6 +517,7 @@ impl Report {
             agents: None,
             partial: None,
             start: None,
+            coordinator: None,
         }
     }
 

@@ -307,6 +307,16 @@ fn agents(r: &Report, s: &mut String) {
             a.rtt_ms
         );
     }
+    if let Some(c) = &r.coordinator {
+        let _ = writeln!(
+            s,
+            "Coordinator: {:.2}s CPU ({:.1}% of a core), {} per-second histograms merged, {:.0}us each",
+            c.cpu_s,
+            c.cpu_share * 100.0,
+            c.intervals,
+            c.merge_us_per_interval
+        );
+    }
     for a in rows.iter().filter(|a| a.status == "lost" || a.status == "failed") {
         let what = a.error.as_deref().unwrap_or("no word from it");
         let _ = writeln!(
