@@ -429,3 +429,20 @@ fn agents_that_cannot_start_stop_the_run_before_any_request() {
     assert_eq!(lab.access_log_lines(0), 0, "no request reached the server");
     assert!(lab.agents_gone_within(Duration::from_secs(2)).is_empty());
 }
+
+#[test]
+fn bad_agent_options_are_refused_with_the_flag_named() {
+    let url = "http://127.0.0.1:9/";
+    super::usage_error(&["load", "--agents", ",", url], "--agents \",\": an empty host");
+    super::usage_error(&["load", "--agents", "h1 two", url], "is not a whole number above 0");
+    super::usage_error(&["load", "--agents=-oProxyCommand=x", url], "is not a host name");
+    super::usage_error(&["load", "--agents", "h1", "--ssh", "ssh 'open", url], "--ssh");
+    super::usage_error(&["load", "--ssh", "ssh", url], "--agents");
+    // Checked before any agent starts: no ssh to a host that does not exist.
+    super::usage_error(
+        &["load", "--agents", "local,local,local", "-c", "2", url],
+        "--connections: 2 connections cannot be spread over 3 agents",
+    );
+    super::usage_error(&["load", "--agents", "local,local", "-n", "1", url], "--requests");
+    super::usage_error(&["load", "--agents", "local", "-R", "fast", url], "--rate");
+}
