@@ -423,17 +423,26 @@ impl<'a> Coordinator<'a> {
                     a.ready = Some((threads, connections));
                     a.notes = notes;
                 }
-                Incoming::Event(Event::Error { message, .. }) => {
-                    return Err(self.start_error(i, &message));
+                other => {
+                    if let Some(e) = self.start_fault(i, &other) {
+                        return Err(e);
+                    }
                 }
-                Incoming::Closed => {
-                    let why = self.why_closed(i);
-                    return Err(self.start_error(i, &why));
-                }
-                _ => {}
             }
         }
         Ok(())
+    }
+
+    /// An agent's error, or its end, before the run: the run cannot start.
+    fn start_fault(&mut self, i: usize, what: &Incoming) -> Option<FleetError> {
+        match what {
+            Incoming::Event(Event::Error { message, .. }) => Some(self.start_error(i, message)),
+            Incoming::Closed => {
+                let why = self.why_closed(i);
+                Some(self.start_error(i, &why))
+            }
+            _ => None,
+        }
     }
 
     fn now_ns(&self, at: Instant) -> u64 {
@@ -443,13 +452,15 @@ impl<'a> Coordinator<'a> {
     /// [`PINGS`] rounds to every agent at once; each agent's offset from its tightest round.
     fn measure_clocks(&mut self) -> Result<(), FleetError> {
         for round in 0..PINGS {
-            let sent = Instant::now();
+            // Each agent's own send time: a ping written after others' is not a longer trip.
+            let epoch = self.epoch;
+            let mut sent_at = Vec::with_capacity(self.agents.len());
             for a in &mut self.agents {
+                sent_at.push(Instant::now().saturating_duration_since(epoch));
                 if let Some(l) = &mut a.link {
                     l.send(&Command::Ping { id: round });
                 }
             }
-            let sent_ns = self.now_ns(sent);
             let deadline = Instant::now() + Duration::from_secs(5);
             let mut answered = vec![false; self.agents.len()];
             while answered.iter().any(|x| !x) {
@@ -462,17 +473,15 @@ impl<'a> Coordinator<'a> {
                     Incoming::Event(Event::Pong { id, clock_ns }) if id == round => {
                         answered[i] = true;
                         let received_ns = self.now_ns(at);
+                        let sent_ns = u64::try_from(sent_at[i].as_nanos()).unwrap_or(u64::MAX);
                         let e = Exchange { sent_ns, agent_ns: clock_ns, received_ns };
                         self.agents[i].exchanges.push(e);
                     }
-                    Incoming::Event(Event::Error { message, .. }) => {
-                        return Err(self.start_error(i, &message));
+                    other => {
+                        if let Some(e) = self.start_fault(i, &other) {
+                            return Err(e);
+                        }
                     }
-                    Incoming::Closed => {
-                        let why = self.why_closed(i);
-                        return Err(self.start_error(i, &why));
-                    }
-                    _ => {}
                 }
             }
         }
