@@ -171,6 +171,14 @@ impl serde::Serialize for CpuSet {
     }
 }
 
+/// Read back from its cpulist form.
+impl<'de> serde::Deserialize<'de> for CpuSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        CpuSet::parse_list(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::doctor::{diagnose, summarize, Context, Finding, Summary, JOURNAL};
 use crate::host::Host;
@@ -14,7 +14,7 @@ use crate::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
 
 /// What the doctor says about a run: the summary and the findings, worst first.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub summary: Summary,
     pub findings: Vec<Finding>,

@@ -4,12 +4,12 @@
 use crate::cpuset::CpuSet;
 use crate::parse::{self, CpuTimes, IfCounters, IrqLine, SockStat, SoftnetRow};
 use qpslab_sys::root::{ReadError, Root};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Which side of the experiment a watched process is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Server,

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Severity};
+use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Generator, Severity};
 use qpslab_host::sample::{Role, Sample, Watch};
 use qpslab_host::{Host, Root};
 use qpslab_testkit::{write_process, Counters, Shape};
@@ -306,6 +306,43 @@ fn client_bound_server_bound_latency_bound() {
     let f = two_sides(30, 30, 4, |k| if k % 2 == 0 { 2_000 } else { 20_000 }).findings();
     assert!(named(&f, "latency-bound").is_none());
     assert!(named(&f, "no-single-bottleneck").is_some());
+}
+
+/// The doctor on the server host, the load elsewhere: the generators' own verdicts are its
+/// generator side.
+#[test]
+fn generators_on_other_hosts_are_the_client_side_on_the_server_host() {
+    let mut run = two_sides(0, 40, 2, |_| 10_000);
+    run.watch.retain(|w| w.role == Role::Server);
+    let far = |bound| Generator { host: "root@gen1".into(), busy_ratio: 0.97, bound };
+    let ctx = Context { generators: vec![far(true), far(false)], ..Context::default() };
+    let f = run.findings_with(&ctx);
+    let c = named(&f, "client-bound").expect("client-bound from the generators' account");
+    assert_eq!(
+        c.evidence[0],
+        "load generator on root@gen1: busy 97%, generator-bound by its own account"
+    );
+    assert!(c.evidence.iter().any(|e| e.starts_with("nginx (pid 600)")), "{:?}", c.evidence);
+    let ctx = Context { generators: vec![far(false)], ..Context::default() };
+    let f = run.findings_with(&ctx);
+    assert!(named(&f, "client-bound").is_none(), "{f:?}");
+    assert!(named(&f, "latency-bound").is_some(), "{f:?}");
+}
+
+/// A diagnosis made on another host comes back as it left; finding names stay the catalogue's.
+#[test]
+fn a_diagnosis_travels_as_json_and_back() {
+    let run = two_sides(98, 40, 2, |_| 10_000);
+    let roles: BTreeMap<u32, Role> = run.watch.iter().map(|w| (w.pid, w.role)).collect();
+    let summary = summarize(&run.samples, &roles, 100.0);
+    let findings = diagnose(&run.host(), &run.samples, &summary, &Context::default());
+    let d = qpslab_host::Diagnosis { summary, findings };
+    let text = serde_json::to_string(&d).unwrap();
+    let back: qpslab_host::Diagnosis = serde_json::from_str(&text).unwrap();
+    assert_eq!(serde_json::to_string(&back).unwrap(), text);
+    let strange = text.replace("client-bound", "no-such-rule");
+    let e = serde_json::from_str::<qpslab_host::Diagnosis>(&strange).unwrap_err();
+    assert!(e.to_string().contains("unknown finding \"no-such-rule\""), "{e}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ mod rules;
 pub mod summary;
 mod verdict;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
 use crate::sample::Sample;
@@ -53,7 +53,7 @@ pub const MIN_WINDOW_S: f64 = 1.0;
 pub const MIN_INTERVALS: usize = 2;
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Info,
@@ -75,6 +75,34 @@ pub struct Finding {
     pub remedy: String,
 }
 
+/// A finding read back (a diagnosis made on another host), before its name is matched to the
+/// catalogue's: names stay the [`RULES`]' own; a name this build does not know is refused.
+#[derive(Deserialize)]
+struct FindingText {
+    name: String,
+    severity: Severity,
+    summary: String,
+    evidence: Vec<String>,
+    remedy: String,
+}
+
+// By hand: a derived impl would borrow the `&'static str` name from the input.
+impl<'de> Deserialize<'de> for Finding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = FindingText::deserialize(d)?;
+        let name = rule(&f.name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown finding {:?}", f.name)))?
+            .name;
+        Ok(Finding {
+            name,
+            severity: f.severity,
+            summary: f.summary,
+            evidence: f.evidence,
+            remedy: f.remedy,
+        })
+    }
+}
+
 /// What else the caller knows about the run.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
@@ -87,6 +115,21 @@ pub struct Context {
     pub addr_not_available: u64,
     /// Whether a qpslab tune journal is active (hand pinning in force).
     pub journal_active: bool,
+    /// Load generators that ran on other hosts (load agents, or the coordinator when the
+    /// doctor runs on the server host), by their own account: the generator side of the
+    /// verdict when no generator process runs here.
+    pub generators: Vec<Generator>,
+}
+
+/// A load generator on another host, as its report tells it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generator {
+    /// The host it ran on, as the user named it.
+    pub host: String,
+    /// Share of its threads' time spent working (the load report's `busy_ratio`).
+    pub busy_ratio: f64,
+    /// Its own verdict was `generator-bound`.
+    pub bound: bool,
 }
 
 /// A rule as `qpslab doctor --explain` describes it.

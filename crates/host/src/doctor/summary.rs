@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::sample::{ProcSample, Role, Sample};
 
 /// One CPU's time split over the window, as shares of 1.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct CpuShare {
     pub cpu: usize,
     pub user: f64,
@@ -28,7 +28,7 @@ impl CpuShare {
 }
 
 /// A watched process over the window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProcSummary {
     pub pid: u32,
     pub role: Role,
@@ -52,7 +52,7 @@ pub struct ProcSummary {
 }
 
 /// One interface's rates.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IfRate {
     pub name: String,
     pub rx_pps: f64,
@@ -62,7 +62,7 @@ pub struct IfRate {
 }
 
 /// One NIC queue IRQ's rate per CPU.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IrqRate {
     pub irq: u32,
     pub name: String,
@@ -70,7 +70,7 @@ pub struct IrqRate {
 }
 
 /// Per-interval row (provenance: the raw series beside the summary).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IntervalRow {
     pub t_s: f64,
     /// The CPUs of the per-CPU columns below, in order.
@@ -88,7 +88,7 @@ pub struct IntervalRow {
 }
 
 /// The samples' summary.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Summary {
     pub duration_s: f64,
     pub samples: usize,

@@ -6,7 +6,8 @@
 
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
-    Context, Finding, Severity, FLAT_CV, HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
+    Context, Finding, Generator, Severity, FLAT_CV, HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S,
+    SATURATED,
 };
 use crate::cpuset::CpuSet;
 use crate::sample::Role;
@@ -17,7 +18,7 @@ pub(super) fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
         out.push(f);
         return;
     }
-    let sides = Sides::new(s);
+    let sides = Sides::new(s, ctx);
     out.extend(contention(&sides));
     out.extend(shared_cpus(s, &sides));
     out.extend(saturation(&sides));
@@ -57,6 +58,8 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
 struct Sides<'a> {
     servers: Vec<&'a ProcSummary>,
     clients: Vec<&'a ProcSummary>,
+    /// Generators on other hosts.
+    remote: &'a [Generator],
     server_sat: bool,
     client_sat: bool,
     /// Other processes took a large share of the CPUs.
@@ -68,11 +71,14 @@ struct Sides<'a> {
 }
 
 impl<'a> Sides<'a> {
-    fn new(s: &'a Summary) -> Self {
+    fn new(s: &'a Summary, ctx: &'a Context) -> Self {
         let side = |r: Role| s.processes.iter().filter(|p| p.role == r).collect::<Vec<_>>();
         let (servers, clients) = (side(Role::Server), side(Role::Client));
-        let (server_sat, client_sat) =
-            (servers.iter().any(|p| saturated(p)), clients.iter().any(|p| saturated(p)));
+        let remote = ctx.generators.as_slice();
+        let (server_sat, client_sat) = (
+            servers.iter().any(|p| saturated(p)),
+            clients.iter().any(|p| saturated(p)) || remote.iter().any(|g| g.bound),
+        );
         // CPU time spent neither in the watched processes nor in interrupt work: other processes.
         let busy: f64 = s.cpus.iter().map(CpuShare::busy).sum();
         let interrupts: f64 = s.cpus.iter().map(|c| c.softirq + c.irq).sum();
@@ -82,18 +88,38 @@ impl<'a> Sides<'a> {
             && other >= 0.5
             && other >= 0.25 * busy
             && !(server_sat && client_sat);
-        Sides { servers, clients, server_sat, client_sat, contended, busy, watched, interrupts }
+        Sides {
+            servers,
+            clients,
+            remote,
+            server_sat,
+            client_sat,
+            contended,
+            busy,
+            watched,
+            interrupts,
+        }
     }
 
     /// The server's and then the generator's processes, described; a side's idle processes
     /// (nginx's master) are left out when it has busy ones.
     fn evidence(&self, server_first: bool) -> Vec<String> {
-        let (a, b) = if server_first {
-            (&self.servers, &self.clients)
+        let servers = working(&self.servers).into_iter().map(describe);
+        let clients = working(&self.clients).into_iter().map(describe);
+        let remote = self.remote.iter().map(|g| {
+            format!(
+                "load generator on {}: busy {}{}",
+                g.host,
+                pct(g.busy_ratio),
+                if g.bound { ", generator-bound by its own account" } else { "" }
+            )
+        });
+        let clients: Vec<String> = clients.chain(remote).collect();
+        if server_first {
+            servers.chain(clients).collect()
         } else {
-            (&self.clients, &self.servers)
-        };
-        working(a).into_iter().chain(working(b)).map(describe).collect()
+            clients.into_iter().chain(servers).collect()
+        }
     }
 }
 
@@ -268,7 +294,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides) -> Finding {
 
 /// latency-bound or no-single-bottleneck.
 fn neither_saturated(s: &Summary, ctx: &Context, sides: &Sides) -> Option<Finding> {
-    if sides.servers.is_empty() && sides.clients.is_empty() {
+    if sides.servers.is_empty() && sides.clients.is_empty() && sides.remote.is_empty() {
         return None;
     }
     let (rates, what) = match &ctx.request_rates {
