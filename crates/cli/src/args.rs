@@ -425,6 +425,32 @@ pub struct BenchArgs {
     pub interval: Duration,
 
     /// Do not keep the run in the runs store
+    /// Run the target and the doctor on this host, through ssh (user@host or an alias of
+    /// ~/.ssh/config): without a URL bench starts the target there; with one it finds the
+    /// server listening there. The doctor reads that host's counters
+    #[arg(long = "server", value_name = "HOST")]
+    pub server_host: Option<String>,
+
+    /// With --server: the address the target listens on there [default: the address ssh
+    /// reached]
+    #[arg(long, value_name = "IP", requires = "server_host")]
+    pub server_addr: Option<String>,
+
+    /// Run the load on these machines instead of here, started together and merged exactly
+    /// (as load --agents): user@host,... or a FILE with one host per line and a weight
+    #[arg(long, value_name = "LIST|FILE")]
+    pub agents: Option<String>,
+
+    /// With --server or --agents: the ssh command, split as a shell would [default:
+    /// $QPSLAB_SSH, else ssh]
+    #[arg(long, value_name = "CMD")]
+    pub ssh: Option<String>,
+
+    /// With --server or --agents: the qpslab executable on those hosts [default: this build,
+    /// copied to ~/.cache/qpslab there when missing or different]
+    #[arg(long, value_name = "PATH")]
+    pub agent_exe: Option<String>,
+
     #[arg(long)]
     pub no_save: bool,
 

@@ -25,6 +25,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         interval: a.interval,
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),
+        server_host: a.server_host,
+        server_addr: a.server_addr,
+        agents: a.agents,
+        ssh: a.ssh,
+        agent_exe: a.agent_exe,
     };
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {

@@ -156,6 +156,9 @@ fn over_agents(
     let mut progress = ProgressLine::new();
     let outcome = coordinator::run_load(opts, &fleet, &meta, stop, &mut |s| match s {
         Status::Phase(p) => progress.phase(p),
+        Status::Starting { lead } => {
+            progress.phase(&format!("starting in {} ms", lead.as_millis()))
+        }
         Status::Progress(p) => progress.update(p),
     });
     progress.finish();
@@ -173,12 +176,17 @@ fn over_agents(
 
 /// `qpslab agent`: serves one coordinator on stdin and stdout.
 pub fn agent() -> anyhow::Result<Outcome> {
+    let ssh_addr =
+        std::env::var("SSH_CONNECTION").ok().and_then(|c| qpslab_fleet::agent::ssh_server_addr(&c));
     let info = qpslab_fleet::agent::AgentInfo {
         meta: run_meta(),
         hostname: qpslab_sys::system::hostname(),
+        ssh_addr: ssh_addr.clone(),
     };
+    // On a bench's server host the same agent starts the target and runs the doctor.
+    let mut host = qpslab_lab::remote::HostAgent::new(std::env::current_exe()?, ssh_addr);
     let mut input = std::io::stdin().lock();
-    qpslab_fleet::agent::serve(&info, &mut input, Box::new(std::io::stdout()));
+    qpslab_fleet::agent::serve(&info, &mut input, Box::new(std::io::stdout()), &mut host);
     Ok(Outcome::Passed)
 }
 

@@ -28,6 +28,31 @@ pub struct AgentInfo {
     /// Its version, command line, kernel and CPU, for its reports.
     pub meta: RunMeta,
     pub hostname: String,
+    /// The address of this host that the ssh connection reached ([`ssh_server_addr`]).
+    pub ssh_addr: Option<String>,
+}
+
+/// The server's address in an `SSH_CONNECTION` value (`client port server port`): the
+/// address of this host that the coordinator's ssh reached, so also one the agents can reach.
+pub fn ssh_server_addr(ssh_connection: &str) -> Option<String> {
+    let words: Vec<&str> = ssh_connection.split_whitespace().collect();
+    match words.as_slice() {
+        [_, _, server, _] => server.parse::<std::net::IpAddr>().ok().map(|a| a.to_string()),
+        _ => None,
+    }
+}
+
+/// What an agent on a bench's server host does besides load: start the target, examine the
+/// host, change its settings. The lab implements it; the agent only passes calls through.
+/// Dropping it (when the coordinator's pipe closes) must undo what it started.
+pub trait HostSide {
+    /// Does `method` with `params`; the value or a one-line reason goes back in the reply.
+    /// Runs on the agent's input thread: pings wait meanwhile.
+    fn call(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, String>;
 }
 
 type Out = Arc<Mutex<Box<dyn Write + Send>>>;
@@ -38,8 +63,13 @@ fn say(out: &Out, e: &Event) {
     let _ = protocol::send(&mut **o, e);
 }
 
-/// Serves one coordinator on `input` and `output` until the input ends.
-pub fn serve(info: &AgentInfo, input: &mut dyn BufRead, output: Box<dyn Write + Send>) {
+/// Serves one coordinator on `input` and `output` until the input ends; calls go to `host`.
+pub fn serve(
+    info: &AgentInfo,
+    input: &mut dyn BufRead,
+    output: Box<dyn Write + Send>,
+    host: &mut dyn HostSide,
+) {
     let epoch = Instant::now();
     let out: Out = Arc::new(Mutex::new(output));
     say(
@@ -50,6 +80,7 @@ pub fn serve(info: &AgentInfo, input: &mut dyn BufRead, output: Box<dyn Write + 
             hash: crate::identity::own_hash(),
             hostname: info.hostname.clone(),
             cpus: info.meta.host.online_cpus,
+            ssh_addr: info.ssh_addr.clone(),
         },
     );
     let stop = Arc::new(AtomicBool::new(false));
@@ -96,6 +127,13 @@ pub fn serve(info: &AgentInfo, input: &mut dyn BufRead, output: Box<dyn Write + 
                 if let Some(tx) = &start {
                     let _ = tx.send(None);
                 }
+            }
+            Ok(Command::Call { id, method, params }) => {
+                let (result, error) = match host.call(&method, params) {
+                    Ok(v) => (Some(v), None),
+                    Err(e) => (None, Some(e)),
+                };
+                say(&out, &Event::Reply { id, result, error });
             }
         }
     }

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -18,12 +17,12 @@ use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
 use qpslab_sys::thread::CpuTime;
 
 use crate::clock::{self, Exchange, Offset};
-use crate::protocol::{Command, Event, PROTOCOL};
+use crate::protocol::{Command, Event};
+pub use crate::session::{FleetError, FleetOptions};
+use crate::session::{Session, HELLO_WAIT};
 use crate::spec;
-use crate::transport::{self, AgentHost, Exe, Incoming, Link, Message, Place};
+use crate::transport::{Incoming, Place};
 
-/// How long an agent has to introduce itself (ssh login included).
-pub const HELLO_WAIT: Duration = Duration::from_secs(30);
 /// An agent silent this long during the run is lost.
 pub const SILENCE: Duration = Duration::from_secs(3);
 /// Ping rounds per agent for its clock offset.
@@ -31,35 +30,14 @@ pub const PINGS: u32 = 8;
 /// How long stopped agents get to send their results before they are ended.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 
-/// Where and how to run the agents.
-#[derive(Debug, Clone)]
-pub struct FleetOptions {
-    pub hosts: Vec<AgentHost>,
-    /// The ssh command, split (`--ssh`, `QPSLAB_SSH`).
-    pub ssh: Vec<String>,
-    /// `--agent-exe`: the remote executable; else this build's copy, copied over when needed.
-    pub agent_exe: Option<String>,
-    /// This build: its version and executable hash, which agents must match.
-    pub version: String,
-    pub hash: String,
-}
-
-/// Why the run did not happen, or did not finish anywhere.
-#[derive(Debug, thiserror::Error)]
-pub enum FleetError {
-    /// The user's to fix (a host, a key, a flag): exit 2, before any request.
-    #[error("{0}")]
-    Usage(String),
-    /// The run failed (every agent was lost): exit 1.
-    #[error("{0}")]
-    Failed(String),
-}
-
 /// What the coordinator is doing, for a progress display.
 #[derive(Debug)]
 pub enum Status<'a> {
     /// A phase before the run: "connecting to 3 agents".
     Phase(&'a str),
+    /// The start instant is sent: the agents' clocks start `lead` from now (their warm-up,
+    /// if any, first).
+    Starting { lead: Duration },
     /// The agents' live counters, summed, about once a second.
     Progress(&'a Progress),
 }
@@ -86,23 +64,10 @@ enum State {
     Failed(String),
 }
 
-#[derive(Debug)]
-struct Hello {
-    version: String,
-    hash: String,
-    hostname: String,
-}
-
-/// One agent as the coordinator follows it.
+/// One agent's run as the coordinator follows it (its process is the session's member of the
+/// same index).
 #[derive(Debug)]
 struct Agent {
-    host: AgentHost,
-    link: Option<Link>,
-    /// Which spawn of this agent is current (a copy respawns it).
-    generation: usize,
-    copying: bool,
-    copied: bool,
-    hello: Option<Hello>,
     ready: Option<(usize, usize)>,
     notes: Vec<String>,
     exchanges: Vec<Exchange>,
@@ -135,20 +100,17 @@ pub fn run_load(
             s.cpus = Some(c.clone());
         }
     }
-    let mut c = Coordinator::new(fleet, stop);
-    on_status(Status::Phase(&format!("starting {} agents", c.agents.len())));
-    c.spawn_all()?;
-    c.await_hellos()?;
-    for (a, s) in c.agents.iter_mut().zip(specs) {
-        if let Some(l) = &mut a.link {
-            l.send(&Command::Load { spec: Box::new(s) });
-        }
+    on_status(Status::Phase(&format!("starting {} agents", fleet.hosts.len())));
+    let session = Session::open(fleet, "--agents", stop)?;
+    let mut c = Coordinator::new(session, stop);
+    for (i, s) in specs.into_iter().enumerate() {
+        c.session.send(i, &Command::Load { spec: Box::new(s) });
     }
     on_status(Status::Phase("agents preparing (resolving, opening connections)"));
     c.await_ready(opts)?;
     c.measure_clocks()?;
     let lead = c.start()?;
-    on_status(Status::Phase(&format!("starting in {} ms", lead.as_millis())));
+    on_status(Status::Starting { lead });
     let (cpu0, t0) = (CpuTime::of_current_process(), Instant::now() + lead);
     let merged = c.follow(on_status);
     let wall = t0.elapsed().as_secs_f64();
@@ -163,20 +125,14 @@ pub fn run_load(
             0.0
         },
     });
-    for a in &mut c.agents {
-        if let Some(l) = &mut a.link {
-            l.close(Duration::from_secs(2));
-        }
-    }
+    c.session.close_all(Duration::from_secs(2));
     c.finish(opts, &mut total, meta, lead, merged)
 }
 
 struct Coordinator<'a> {
-    fleet: &'a FleetOptions,
+    session: Session<'a>,
     stop: &'a AtomicBool,
     agents: Vec<Agent>,
-    tx: Sender<Message>,
-    rx: Receiver<Message>,
     epoch: Instant,
     merges: u64,
     merge_time: Duration,
@@ -184,19 +140,12 @@ struct Coordinator<'a> {
 }
 
 impl<'a> Coordinator<'a> {
-    fn new(fleet: &'a FleetOptions, stop: &'a AtomicBool) -> Self {
-        let (tx, rx) = mpsc::channel();
+    fn new(session: Session<'a>, stop: &'a AtomicBool) -> Self {
         let now = Instant::now();
-        let agents = fleet
-            .hosts
+        let agents = session
+            .members
             .iter()
-            .map(|h| Agent {
-                host: h.clone(),
-                link: None,
-                generation: 0,
-                copying: false,
-                copied: false,
-                hello: None,
+            .map(|_| Agent {
                 ready: None,
                 notes: Vec::new(),
                 exchanges: Vec::new(),
@@ -209,11 +158,9 @@ impl<'a> Coordinator<'a> {
             })
             .collect();
         Self {
-            fleet,
+            session,
             stop,
             agents,
-            tx,
-            rx,
             epoch: now,
             merges: 0,
             merge_time: Duration::ZERO,
@@ -221,201 +168,15 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    fn exe(&self) -> Exe {
-        match &self.fleet.agent_exe {
-            Some(p) => Exe::Path(p.clone()),
-            None => Exe::Auto { hash: self.fleet.hash.clone() },
-        }
-    }
-
-    /// Link ids: agent index plus a multiple of the agent count per respawn.
-    fn spawn(&mut self, i: usize) -> Result<(), FleetError> {
-        let n = self.agents.len();
-        let exe = self.exe();
-        let a = &mut self.agents[i];
-        let id = i + n * a.generation;
-        let link =
-            Link::spawn(id, &a.host.place, &self.fleet.ssh, &exe, &self.tx).map_err(|e| {
-                FleetError::Usage(format!(
-                    "--agents {}: cannot run {}: {e} (see --ssh)",
-                    a.host.name,
-                    match a.host.place {
-                        Place::Local { .. } => "this executable",
-                        Place::Ssh(_) => self.fleet.ssh[0].as_str(),
-                    }
-                ))
-            })?;
-        a.link = Some(link);
-        Ok(())
-    }
-
-    fn spawn_all(&mut self) -> Result<(), FleetError> {
-        for i in 0..self.agents.len() {
-            self.spawn(i)?;
-        }
-        Ok(())
-    }
-
-    /// The next message of a current link, as (agent, time, what); None at the deadline.
-    fn next(&mut self, deadline: Instant) -> Option<(usize, Instant, Incoming)> {
-        let n = self.agents.len();
-        loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let wait = wait.min(Duration::from_millis(100));
-            match self.rx.recv_timeout(wait) {
-                Ok(m) => {
-                    let i = m.link % n;
-                    if m.link / n == self.agents[i].generation {
-                        return Some((i, m.at, m.what));
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                    if self.stop.load(Ordering::Relaxed) {
-                        return None;
-                    }
-                }
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn stopped(&self) -> Result<(), FleetError> {
-        if self.stop.load(Ordering::Relaxed) {
-            return Err(FleetError::Failed("stopped before the load started".into()));
-        }
-        Ok(())
-    }
-
-    /// Why agent `i`'s process ended, from its exit code and stderr.
-    fn why_closed(&mut self, i: usize) -> String {
-        let a = &mut self.agents[i];
-        let Some(l) = &mut a.link else { return "not running".into() };
-        std::thread::sleep(Duration::from_millis(50));
-        let code = l.exit_code();
-        let tail = l.stderr_tail();
-        match (tail.is_empty(), code) {
-            (false, _) => tail,
-            (true, Some(255)) => "ssh failed (exit 255)".into(),
-            (true, Some(c)) => format!("the agent exited with code {c}"),
-            (true, None) => "the connection closed".into(),
-        }
-    }
-
-    fn start_error(&mut self, i: usize, why: &str) -> FleetError {
-        let name = self.agents[i].host.name.clone();
-        FleetError::Usage(format!("--agents {name}: cannot start the agent: {why}"))
-    }
-
-    fn await_hellos(&mut self) -> Result<(), FleetError> {
-        let deadline = Instant::now() + HELLO_WAIT;
-        while self.agents.iter().any(|a| a.hello.is_none()) {
-            let Some((i, _, what)) = self.next(deadline) else {
-                self.stopped()?;
-                let late = self.agents.iter().position(|a| a.hello.is_none()).unwrap_or(0);
-                let tail = self.agents[late].link.as_ref().map(Link::stderr_tail);
-                let why = format!(
-                    "no answer in {} s{}",
-                    HELLO_WAIT.as_secs(),
-                    tail.filter(|t| !t.is_empty()).map_or(String::new(), |t| format!(": {t}"))
-                );
-                return Err(self.start_error(late, &why));
-            };
-            match what {
-                Incoming::Event(Event::Hello { protocol, version, hash, hostname, .. }) => {
-                    self.hello(i, protocol, Hello { version, hash, hostname })?;
-                }
-                Incoming::Event(Event::Error { message, .. }) => {
-                    return Err(self.start_error(i, &message));
-                }
-                Incoming::Event(_) | Incoming::Garbage(_) => {}
-                Incoming::Closed => {
-                    let why = self.why_closed(i);
-                    if why.contains(transport::MISSING) && self.fleet.agent_exe.is_none() {
-                        self.copy(i)?;
-                    } else {
-                        return Err(self.start_error(i, &why));
-                    }
-                }
-                Incoming::Copied(Ok(())) => {
-                    let a = &mut self.agents[i];
-                    a.copying = false;
-                    a.copied = true;
-                    self.spawn(i)?;
-                }
-                Incoming::Copied(Err(e)) => return Err(self.start_error(i, &e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks an agent's build against this one's; copies this build over when it differs
-    /// and `--agent-exe` was not given.
-    fn hello(&mut self, i: usize, protocol: u32, h: Hello) -> Result<(), FleetError> {
-        let same_build = h.hash == self.fleet.hash;
-        if protocol == PROTOCOL && same_build {
-            self.agents[i].hello = Some(h);
-            return Ok(());
-        }
-        let auto = self.fleet.agent_exe.is_none();
-        if auto && !self.agents[i].copied && matches!(self.agents[i].host.place, Place::Ssh(_)) {
-            return self.copy(i);
-        }
-        if protocol == PROTOCOL && h.version == self.fleet.version {
-            // The same version built apart (`--agent-exe`): the same code, as far as it says.
-            self.agents[i].hello = Some(h);
-            return Ok(());
-        }
-        let fix = if auto {
-            "the copy of this build did not take its place; check the agent directory"
-        } else {
-            "install this version there, or drop --agent-exe to copy this build over"
-        };
-        Err(self.start_error(
-            i,
-            &format!(
-                "its qpslab is {} (protocol {protocol}), this is {} (protocol {PROTOCOL}); {fix}",
-                h.version, self.fleet.version
-            ),
-        ))
-    }
-
-    /// Copies this executable to agent `i`'s host in the background; [`Incoming::Copied`]
-    /// tells when it is done.
-    fn copy(&mut self, i: usize) -> Result<(), FleetError> {
-        let n = self.agents.len();
-        let a = &mut self.agents[i];
-        let Place::Ssh(dest) = a.host.place.clone() else {
-            return Err(self.start_error(i, "a local agent is this executable; nothing to copy"));
-        };
-        if a.copied {
-            let why = format!("still {} after copying this build there", transport::MISSING);
-            return Err(self.start_error(i, &why));
-        }
-        if let Some(l) = &mut a.link {
-            l.kill();
-        }
-        // The old link's last words are stale from here; the copy's message and the respawn
-        // come under the new generation.
-        a.copying = true;
-        a.generation += 1;
-        let id = i + n * a.generation;
-        let (ssh, hash, tx) = (self.fleet.ssh.clone(), self.fleet.hash.clone(), self.tx.clone());
-        std::thread::spawn(move || {
-            let r = transport::copy_self(&dest, &ssh, &hash);
-            let _ = tx.send(Message { link: id, at: Instant::now(), what: Incoming::Copied(r) });
-        });
-        Ok(())
-    }
-
     fn await_ready(&mut self, opts: &LoadOptions) -> Result<(), FleetError> {
         // Opening every connection may take up to the connect timeout, and then some.
         let connect = opts.connect_timeout.unwrap_or(opts.timeout);
-        let deadline = Instant::now() + connect + Duration::from_secs(30);
+        let deadline = Instant::now() + connect + HELLO_WAIT;
         while self.agents.iter().any(|a| a.ready.is_none()) {
-            let Some((i, _, what)) = self.next(deadline) else {
-                self.stopped()?;
+            let Some((i, _, what)) = self.session.next(deadline) else {
+                self.session.stopped()?;
                 let late = self.agents.iter().position(|a| a.ready.is_none()).unwrap_or(0);
-                return Err(self.start_error(late, "it did not get ready in time"));
+                return Err(self.session.start_error(late, "it did not get ready in time"));
             };
             match what {
                 Incoming::Event(Event::Ready { threads, connections, notes }) => {
@@ -424,25 +185,13 @@ impl<'a> Coordinator<'a> {
                     a.notes = notes;
                 }
                 other => {
-                    if let Some(e) = self.start_fault(i, &other) {
+                    if let Some(e) = self.session.start_fault(i, &other) {
                         return Err(e);
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    /// An agent's error, or its end, before the run: the run cannot start.
-    fn start_fault(&mut self, i: usize, what: &Incoming) -> Option<FleetError> {
-        match what {
-            Incoming::Event(Event::Error { message, .. }) => Some(self.start_error(i, message)),
-            Incoming::Closed => {
-                let why = self.why_closed(i);
-                Some(self.start_error(i, &why))
-            }
-            _ => None,
-        }
     }
 
     fn now_ns(&self, at: Instant) -> u64 {
@@ -455,19 +204,17 @@ impl<'a> Coordinator<'a> {
             // Each agent's own send time: a ping written after others' is not a longer trip.
             let epoch = self.epoch;
             let mut sent_at = Vec::with_capacity(self.agents.len());
-            for a in &mut self.agents {
+            for i in 0..self.agents.len() {
                 sent_at.push(Instant::now().saturating_duration_since(epoch));
-                if let Some(l) = &mut a.link {
-                    l.send(&Command::Ping { id: round });
-                }
+                self.session.send(i, &Command::Ping { id: round });
             }
             let deadline = Instant::now() + Duration::from_secs(5);
             let mut answered = vec![false; self.agents.len()];
             while answered.iter().any(|x| !x) {
-                let Some((i, at, what)) = self.next(deadline) else {
-                    self.stopped()?;
+                let Some((i, at, what)) = self.session.next(deadline) else {
+                    self.session.stopped()?;
                     let late = answered.iter().position(|x| !x).unwrap_or(0);
-                    return Err(self.start_error(late, "no answer to a ping in 5 s"));
+                    return Err(self.session.start_error(late, "no answer to a ping in 5 s"));
                 };
                 match what {
                     Incoming::Event(Event::Pong { id, clock_ns }) if id == round => {
@@ -478,7 +225,7 @@ impl<'a> Coordinator<'a> {
                         self.agents[i].exchanges.push(e);
                     }
                     other => {
-                        if let Some(e) = self.start_fault(i, &other) {
+                        if let Some(e) = self.session.start_fault(i, &other) {
                             return Err(e);
                         }
                     }
@@ -493,16 +240,14 @@ impl<'a> Coordinator<'a> {
 
     /// Sends the start instant, far enough ahead for every agent to get it in time.
     fn start(&mut self) -> Result<Duration, FleetError> {
-        self.stopped()?;
+        self.session.stopped()?;
         let max_rtt = self.agents.iter().filter_map(|a| a.offset).map(|o| o.rtt_ns).max();
         let lead = Duration::from_millis(200).max(Duration::from_nanos(max_rtt.unwrap_or(0) * 4));
         let at = self.now_ns(Instant::now() + lead);
         let now = Instant::now();
-        for a in &mut self.agents {
+        for (i, a) in self.agents.iter_mut().enumerate() {
             let at_ns = a.offset.map_or(at, |o| o.to_agent(at));
-            if let Some(l) = &mut a.link {
-                l.send(&Command::Start { at_ns });
-            }
+            self.session.send(i, &Command::Start { at_ns });
             a.state = State::Running;
             // Silence counts from the start instant.
             a.last_heard = now + lead;
@@ -517,10 +262,8 @@ impl<'a> Coordinator<'a> {
         let mut shown = Instant::now();
         while self.agents.iter().any(|a| matches!(a.state, State::Running)) {
             if stop_sent.is_none() && self.stop.load(Ordering::Relaxed) {
-                for a in &mut self.agents {
-                    if let Some(l) = &mut a.link {
-                        l.send(&Command::Stop);
-                    }
+                for i in 0..self.agents.len() {
+                    self.session.send(i, &Command::Stop);
                 }
                 stop_sent = Some(Instant::now());
             }
@@ -536,24 +279,19 @@ impl<'a> Coordinator<'a> {
                         format!("silent for {} s", SILENCE.as_secs())
                     };
                     a.state = State::Lost(why);
-                    if let Some(l) = &mut a.link {
-                        l.kill();
-                    }
+                    self.session.kill(i);
                 }
             }
             if now.duration_since(shown) >= Duration::from_secs(1) {
                 shown = now;
                 on_status(Status::Progress(&self.summed()));
             }
-            let Ok(m) = self.rx.recv_timeout(Duration::from_millis(100)) else { continue };
-            let n = self.agents.len();
-            let i = m.link % n;
-            if m.link / n != self.agents[i].generation {
+            let Some((i, at, what)) = self.session.recv(Duration::from_millis(100)) else {
                 continue;
-            }
+            };
             let a = &mut self.agents[i];
-            a.last_heard = m.at;
-            match m.what {
+            a.last_heard = at;
+            match what {
                 Incoming::Event(Event::Started { late_ns }) => a.late_ns = Some(late_ns),
                 Incoming::Event(Event::Progress {
                     elapsed_s,
@@ -594,7 +332,7 @@ impl<'a> Coordinator<'a> {
                 }
                 Incoming::Closed => {
                     if matches!(a.state, State::Running) {
-                        let why = self.why_closed(i);
+                        let why = self.session.why_closed(i);
                         self.agents[i].state = State::Lost(why);
                     }
                 }
@@ -625,7 +363,8 @@ impl<'a> Coordinator<'a> {
         lead: Duration,
         merged: BTreeMap<u32, Histogram<u64>>,
     ) -> Result<Outcome, FleetError> {
-        let rows: Vec<AgentRow> = self.agents.iter().map(row).collect();
+        let rows: Vec<AgentRow> =
+            self.agents.iter().zip(&self.session.members).map(|(a, m)| row(a, m)).collect();
         let partial = !self.agents.iter().all(|a| matches!(a.state, State::Done(..)));
         let done = self.agents.iter().filter(|a| matches!(a.state, State::Done(..)));
         total.threads = done.clone().filter_map(|a| a.ready).map(|r| r.0).sum();
@@ -672,13 +411,13 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// An agent's row: from its result when it finished, else from its last progress.
-fn row(a: &Agent) -> AgentRow {
+fn row(a: &Agent, m: &crate::session::Member) -> AgentRow {
     let (threads, connections) = a.ready.unwrap_or((0, 0));
     let offset = a.offset.unwrap_or(Offset { offset_ns: 0, rtt_ns: 0 });
     let mut r = AgentRow {
-        host: a.host.name.clone(),
-        hostname: a.hello.as_ref().map_or(String::new(), |h| h.hostname.clone()),
-        weight: a.host.weight,
+        host: m.host.name.clone(),
+        hostname: m.hello.as_ref().map_or(String::new(), |h| h.hostname.clone()),
+        weight: m.host.weight,
         status: "done",
         error: None,
         threads,

@@ -12,5 +12,6 @@ pub mod clock;
 pub mod coordinator;
 pub mod identity;
 pub mod protocol;
+pub mod session;
 pub mod spec;
 pub mod transport;

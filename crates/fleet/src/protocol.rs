@@ -12,6 +12,16 @@
 //! agent        -> done {part, report}   or error {message, usage}
 //! coordinator  -> stop                  (Ctrl-C); closing the pipe stops the agent too
 //! ```
+//!
+//! On the server host of a bench the same agent answers calls instead of running a load:
+//!
+//! ```text
+//! coordinator  -> call {id, method, params}      start the target, examine, diagnose, tune...
+//! agent        -> reply {id, result | error}
+//! ```
+//!
+//! The methods and their parameters belong to the caller (the lab's server host); here they
+//! are names and JSON values.
 
 use std::io::Write;
 
@@ -20,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::LoadSpec;
 
 /// The protocol this build speaks; bumped on any incompatible change.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +47,12 @@ pub enum Command {
         at_ns: u64,
     },
     Stop,
+    /// Do `method` on the agent's host; answered by a `reply` with the same id.
+    Call {
+        id: u32,
+        method: String,
+        params: serde_json::Value,
+    },
 }
 
 /// What an agent sends.
@@ -50,6 +66,10 @@ pub enum Event {
         hash: String,
         hostname: String,
         cpus: usize,
+        /// The address of the agent's host that the ssh connection reached (from
+        /// `SSH_CONNECTION`), when it came over ssh.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ssh_addr: Option<String>,
     },
     Ready {
         threads: usize,
@@ -86,6 +106,14 @@ pub enum Event {
         message: String,
         /// The user's to fix (a bad option, an unreachable target): exit 2.
         usage: bool,
+    },
+    /// The answer to a `call`: its result, or why it failed.
+    Reply {
+        id: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<serde_json::Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 

@@ -1,18 +1,26 @@
 //! `qpslab bench`: the options and their rules, the run (target, warm-up, load and doctor
-//! together) and the report.
+//! together) and the report. The server side (target and doctor) runs here or on a server
+//! host (`--server`, through ssh: [`crate::remote`]); the load runs here or on load agents
+//! (`--agents`: [`qpslab_fleet`]).
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use qpslab_host::doctor::Context;
+use qpslab_fleet::coordinator::{self, FleetError, Status};
+use qpslab_fleet::session::FleetOptions;
+use qpslab_fleet::transport::{self, AgentHost, Place};
+use qpslab_host::doctor::{Context, Generator};
 use qpslab_host::sample::Role;
 use qpslab_host::{Diagnosis, Examination, Root};
 use qpslab_load::report::RunMeta;
 use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::place::{self, Placement};
+use crate::remote::{DiagnoseCall, ExamineCall, Examining, ServerHost, TargetCall};
 
 /// Why a bench could not run.
 #[derive(Debug, thiserror::Error)]
@@ -27,10 +35,13 @@ pub enum BenchError {
     Load(LoadError),
     #[error("doctor: {0}")]
     Doctor(#[from] qpslab_host::ReadError),
+    /// The load over agents failed (every agent was lost).
+    #[error("{0}")]
+    Agents(String),
 }
 
 /// Which server `bench` starts when no URL is given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     Builtin,
@@ -41,7 +52,7 @@ pub enum TargetKind {
 /// `reuseport`, `shared` and `exclusive` (`qpslab serve --accept`); nginx takes `reuseport`
 /// (`listen ... reuseport`), `shared` (one socket, `accept_mutex off`: the kernel wakes one
 /// worker, EPOLLEXCLUSIVE) and `mutex` (one socket, `accept_mutex on`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Accept {
     Reuseport,
@@ -104,6 +115,26 @@ pub struct BenchOptions {
     /// The qpslab executable, started as `serve` for the built-in target.
     pub serve_exe: PathBuf,
     pub meta: RunMeta,
+    /// The server's host (`--server user@S`): the target and the doctor run there, through
+    /// ssh.
+    pub server_host: Option<String>,
+    /// The address on the server host the target listens on [default: the one ssh reached].
+    pub server_addr: Option<String>,
+    /// Load agents (`--agents`: a list, or a file with weights): the load runs on them.
+    pub agents: Option<String>,
+    /// The ssh command (`--ssh`) [default: $QPSLAB_SSH, else ssh].
+    pub ssh: Option<String>,
+    /// The qpslab executable on the other hosts (`--agent-exe`) [default: this build, copied
+    /// over when missing].
+    pub agent_exe: Option<String>,
+}
+
+/// Where the two sides run when not both here: the server host and the load agents.
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    pub server: Option<FleetOptions>,
+    pub server_addr: Option<IpAddr>,
+    pub agents: Option<FleetOptions>,
 }
 
 impl Default for BenchOptions {
@@ -125,6 +156,11 @@ impl Default for BenchOptions {
             interval: Duration::from_secs(1),
             serve_exe: PathBuf::from("qpslab"),
             meta: RunMeta::default(),
+            server_host: None,
+            server_addr: None,
+            agents: None,
+            ssh: None,
+            agent_exe: None,
         }
     }
 }
@@ -149,6 +185,15 @@ pub struct TargetReport {
     pub accept: Option<&'static str>,
 }
 
+/// The server host of a bench.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerHostReport {
+    /// As the user named it (`root@S`).
+    pub name: String,
+    /// As the host names itself.
+    pub hostname: String,
+}
+
 /// Everything a bench measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -157,6 +202,9 @@ pub struct BenchReport {
     pub generator_cpus: Vec<usize>,
     /// Server and generator share CPUs: the figures compete.
     pub cpus_shared: bool,
+    /// The server's host, when the target and the doctor ran there (`--server`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_host: Option<ServerHostReport>,
     /// CPUs used by the server processes and by this process (1.0 = one CPU), from the doctor.
     pub server_cpu: Option<f64>,
     pub generator_cpu: f64,
@@ -184,6 +232,7 @@ impl BenchOptions {
         if self.interval.is_zero() {
             return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
+        self.remote_hosts()?;
         if self.url.is_some() {
             let server_flag = [
                 (kind != TargetKind::Builtin, "--target"),
@@ -218,14 +267,95 @@ impl BenchOptions {
                 return usage(format!("--accept {other:?}: nginx takes reuseport, shared or mutex"))
             }
         };
-        let cpus = self
-            .server_cpus
-            .as_deref()
-            .map(|l| qpslab_sys::cpus::usable_list(l, "--server-cpus"))
-            .transpose()
-            .map_err(|e| BenchError::Usage(e.to_string()))?;
+        // The server host's CPUs are its own to check.
+        let cpus = match (&self.server_cpus, &self.server_host) {
+            (None, _) => None,
+            (Some(l), Some(_)) => Some(
+                qpslab_sys::cpus::parse_cpu_list(l)
+                    .map_err(|e| BenchError::Usage(format!("--server-cpus {l:?}: {e}")))?,
+            ),
+            (Some(l), None) => Some(
+                qpslab_sys::cpus::usable_list(l, "--server-cpus")
+                    .map_err(|e| BenchError::Usage(e.to_string()))?,
+            ),
+        };
         Ok(Some(ServerSpec { kind, workers: self.workers, cpus, accept }))
     }
+
+    /// The server host and the agents as given, checked: (server, agents, ssh command).
+    #[allow(clippy::type_complexity, reason = "a private triple, named where it is used")]
+    fn remote_hosts(
+        &self,
+    ) -> Result<(Option<AgentHost>, Option<Vec<AgentHost>>, Vec<String>), BenchError> {
+        let usage = |m: String| BenchError::Usage(m);
+        if self.server_host.is_none() && self.server_addr.is_some() {
+            return Err(usage("--server-addr is where the target listens on the server host; give --server HOST too".into()));
+        }
+        if self.server_host.is_none() && self.agents.is_none() {
+            if let Some(flag) =
+                [(self.ssh.is_some(), "--ssh"), (self.agent_exe.is_some(), "--agent-exe")]
+                    .iter()
+                    .find_map(|(given, f)| given.then_some(f))
+            {
+                return Err(usage(format!(
+                    "{flag} is for other hosts; give --server HOST or --agents HOSTS too"
+                )));
+            }
+        }
+        let server = self.server_host.as_deref().map(server_host).transpose().map_err(usage)?;
+        let agents =
+            self.agents.as_deref().map(transport::parse_agents).transpose().map_err(usage)?;
+        let remote_agents =
+            agents.as_ref().is_some_and(|a| a.iter().any(|h| matches!(h.place, Place::Ssh(_))));
+        if remote_agents && self.url.is_none() && server.is_none() {
+            return Err(usage("--agents: agents on other hosts cannot reach a target on this host's loopback; give --server HOST (bench starts the target there) or a URL".into()));
+        }
+        if let Some(a) = &self.server_addr {
+            a.parse::<IpAddr>().map_err(|_| {
+                usage(format!("--server-addr {a:?}: not an IP address (e.g. 10.0.0.5)"))
+            })?;
+            if self.url.is_some() {
+                return Err(usage("--server-addr sets where the target bench starts listens; with a URL the server is already listening".into()));
+            }
+        }
+        let ssh = transport::ssh_command(self.ssh.as_deref()).map_err(usage)?;
+        Ok((server, agents, ssh))
+    }
+
+    /// The server host and the agents, ready to reach (this build's hash read only when one
+    /// is given).
+    pub fn remote(&self) -> Result<Remote, BenchError> {
+        let (server, agents, ssh) = self.remote_hosts()?;
+        if server.is_none() && agents.is_none() {
+            return Ok(Remote::default());
+        }
+        let hash = qpslab_fleet::identity::own_hash();
+        let fleet = |hosts: Vec<AgentHost>| FleetOptions {
+            hosts,
+            ssh: ssh.clone(),
+            agent_exe: self.agent_exe.clone(),
+            version: self.meta.version.clone(),
+            hash: hash.clone(),
+        };
+        Ok(Remote {
+            server: server.map(|h| fleet(vec![h])),
+            server_addr: self.server_addr.as_deref().and_then(|a| a.parse().ok()),
+            agents: agents.map(fleet),
+        })
+    }
+}
+
+/// `--server`: one host, `user@host`, an ssh alias, or `local` (an agent here: tests, or a
+/// second view of this host).
+fn server_host(arg: &str) -> Result<AgentHost, String> {
+    let name = arg.trim();
+    if name.is_empty() || name.starts_with('-') || name.contains([',', ' ', '\t']) {
+        return Err(format!(
+            "--server {arg:?}: give one host, e.g. root@10.0.0.5 or an alias of ~/.ssh/config"
+        ));
+    }
+    let place = if name == "local" { Place::Local { cpus: None } } else { Place::Ssh(name.into()) };
+    Ok(AgentHost { name: name.into(), place, weight: 1 })
 }
 
 /// Runs a bench until its duration, or until `stop` is set (a SIGINT handler may set it).
@@ -236,44 +366,227 @@ pub fn bench(
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport, BenchError> {
     let server = opts.validate()?;
-    let root = Root::live();
-    let mut exam = Examination::new(&root, opts.interval)?;
-    let placed = match (&opts.url, &server) {
-        (Some(url), _) => place::for_url(&root, exam.host(), url, &opts.server_pids)?,
-        (None, Some(spec)) => place::start_target(&opts.serve_exe, spec, exam.host())?,
-        (None, None) => return Err(BenchError::Usage("no target".into())),
+    let remote = opts.remote()?;
+    let Some(fleet) = &remote.server else {
+        return run(opts, server, &remote, None, stop, on_progress);
     };
-    let cfg = load_config(opts, &placed, opts.duration)?;
-    qpslab_load::preflight(&cfg).map_err(|e| match e {
-        LoadError::Config(_) | LoadError::Unreachable { .. } => BenchError::Usage(e.to_string()),
-        other => BenchError::Load(other),
-    })?;
-    if !opts.warmup.is_zero() {
-        let warm = load_config(opts, &placed, opts.warmup)?;
-        qpslab_load::run(&warm, stop, &mut |_| {}).map_err(BenchError::Load)?;
+    let mut far = ServerHost::connect(fleet, stop)?;
+    let result = run(opts, server, &remote, Some(&mut far), stop, on_progress);
+    // Closing the pipe stops what the agent started there (target, sampling).
+    far.close();
+    result
+}
+
+/// Where the doctor samples: this host, or the server host.
+enum Doctor<'h, 'a> {
+    Here(Box<Examination>),
+    There(&'h mut ServerHost<'a>),
+}
+
+fn run(
+    opts: &BenchOptions,
+    server: Option<ServerSpec>,
+    remote: &Remote,
+    far: Option<&mut ServerHost<'_>>,
+    stop: &AtomicBool,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<BenchReport, BenchError> {
+    let root = Root::live();
+    let (mut doctor, placed) = match (far, &opts.url, &server) {
+        (None, url, server) => {
+            let exam = Examination::new(&root, opts.interval)?;
+            let placed = match (url, server) {
+                (Some(url), _) => place::for_url(&root, exam.host(), url, &opts.server_pids)?,
+                (None, Some(spec)) => place::start_target(&opts.serve_exe, spec, exam.host())?,
+                (None, None) => return Err(BenchError::Usage("no target".into())),
+            };
+            (Doctor::Here(Box::new(exam)), placed)
+        }
+        (Some(far), Some(url), _) => {
+            let (_, url, notes) = place::resolve(url)?;
+            let mut placed = place::for_server_host(url, None);
+            placed.notes = notes;
+            (Doctor::There(far), placed)
+        }
+        (Some(far), None, Some(spec)) => {
+            let call = TargetCall {
+                kind: spec.kind,
+                workers: spec.workers,
+                cpus: spec.cpus.clone(),
+                accept: spec.accept,
+                listen: remote.server_addr,
+            };
+            let up = far.start_target(&call)?;
+            let url = format!("http://{}/", up.addr);
+            let kind = if spec.kind == TargetKind::Builtin { "builtin" } else { "nginx" };
+            let placed = place::for_server_host(url, Some((kind, &up, spec.accept)));
+            (Doctor::There(far), placed)
+        }
+        (Some(_), None, None) => return Err(BenchError::Usage("no target".into())),
+    };
+    let here = matches!(doctor, Doctor::Here(_)) && remote.agents.is_none();
+    if let Doctor::Here(exam) = &mut doctor {
+        for &pid in &placed.server_pids {
+            exam.follow(pid, Role::Server);
+        }
+        if here {
+            exam.follow(std::process::id(), Role::Client);
+        }
     }
-    for &pid in &placed.server_pids {
-        exam.follow(pid, Role::Server);
-    }
-    exam.follow(std::process::id(), Role::Client);
-    let done = AtomicBool::new(false);
-    let (samples, result) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| exam.record(|| done.load(Ordering::Relaxed)));
-        let result = qpslab_load::run(&cfg, stop, on_progress);
-        done.store(true, Ordering::Relaxed);
-        let samples = sampler.join().unwrap_or_else(|_| Ok(Vec::new()));
-        (samples, result)
-    });
-    let (samples, result) = (samples?, result.map_err(BenchError::Load)?);
+    let (load, samples, examining) =
+        load_while_examined(opts, &placed, remote, &mut doctor, stop, on_progress)?;
     if let Some(r) = &placed.running {
         // A target that died mid-run makes every figure meaningless.
         if !placed.server_pids.iter().all(|p| root.exists(&format!("proc/{p}"))) {
             return Err(BenchError::Target(format!("the {} target exited during the run", r.kind)));
         }
     }
-    let load = Report::new(&cfg, &result, &opts.meta);
-    let doctor = exam.diagnose(&samples, doctor_context(&load));
-    Ok(report(placed, load, doctor))
+    let mut ctx = doctor_context(&load);
+    if !here {
+        ctx.generators = generators(&load, remote);
+    }
+    let (diagnosis, server_host) = match &mut doctor {
+        Doctor::Here(exam) => (exam.diagnose(&samples, ctx), None),
+        Doctor::There(far) => {
+            let call = DiagnoseCall {
+                request_rates: ctx.request_rates,
+                responses: ctx.responses,
+                addr_not_available: ctx.addr_not_available,
+                generators: ctx.generators,
+            };
+            let d = far.diagnose(&call)?;
+            if placed.started.is_some() {
+                far.stop_target()?;
+            }
+            let host = ServerHostReport { name: far.name.clone(), hostname: far.hostname.clone() };
+            (d, Some(host))
+        }
+    };
+    Ok(report(placed, examining, load, diagnosis, server_host, here))
+}
+
+/// The generators of a run the doctor did not follow: each agent, or this host's load.
+fn generators(load: &Report, remote: &Remote) -> Vec<Generator> {
+    let bound = |v: Option<&str>| v == Some("generator-bound");
+    match (&load.agents, &remote.agents) {
+        (Some(rows), _) => rows
+            .iter()
+            .map(|r| Generator {
+                host: r.host.clone(),
+                busy_ratio: r.busy_ratio.unwrap_or(0.0),
+                bound: bound(r.verdict.as_deref()),
+            })
+            .collect(),
+        _ => vec![Generator {
+            host: format!("this host ({})", qpslab_sys::system::hostname()),
+            busy_ratio: load.generator.busy_ratio,
+            bound: bound(Some(load.generator.verdict)),
+        }],
+    }
+}
+
+/// The load (here or on the agents) while the doctor samples from the load's start instant:
+/// the load's report, this host's samples (none when the doctor is on the server host) and
+/// what the server host found.
+fn load_while_examined(
+    opts: &BenchOptions,
+    placed: &Placement,
+    remote: &Remote,
+    doctor: &mut Doctor<'_, '_>,
+    stop: &AtomicBool,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<(Report, Vec<qpslab_host::sample::Sample>, Option<Examining>), BenchError> {
+    let done = AtomicBool::new(false);
+    let (go, starts) = mpsc::channel::<Instant>();
+    let mut examining = None;
+    // What the server host follows: the target bench started there or the --server-pid
+    // given, else the process listening on the URL's address.
+    let pids = if placed.server_pids.is_empty() {
+        opts.server_pids.clone()
+    } else {
+        placed.server_pids.clone()
+    };
+    let listen = place::resolve(&placed.url).ok().map(|r| r.0).filter(|_| pids.is_empty());
+    let (load, samples) = std::thread::scope(|s| {
+        let (exam, mut far) = match doctor {
+            Doctor::Here(exam) => (Some(&**exam), None),
+            Doctor::There(far) => (None, Some(far)),
+        };
+        let done = &done;
+        let sampler = exam.map(|exam| {
+            s.spawn(move || {
+                let Ok(at) = starts.recv() else { return Ok(Vec::new()) };
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                exam.record(|| done.load(Ordering::Relaxed))
+            })
+        });
+        let mut failed = None;
+        let mut begin = |delay: Duration| match far.as_deref_mut() {
+            None => {
+                let _ = go.send(Instant::now() + delay);
+            }
+            Some(far) => {
+                let call =
+                    ExamineCall { interval: opts.interval, delay, pids: pids.clone(), listen };
+                match far.examine(&call) {
+                    Ok(e) => examining = Some(e),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        };
+        let load = generate(opts, placed, remote, stop, on_progress, &mut begin);
+        drop(go);
+        done.store(true, Ordering::Relaxed);
+        let samples = sampler.map_or(Ok(Ok(Vec::new())), |t| t.join());
+        let samples = samples.unwrap_or_else(|_| Ok(Vec::new()));
+        (failed.map_or(load, Err), samples)
+    });
+    Ok((load?, samples?, examining))
+}
+
+/// Runs the load, here or over the agents; `begin` is told when the measured window starts
+/// (from now).
+fn generate(
+    opts: &BenchOptions,
+    placed: &Placement,
+    remote: &Remote,
+    stop: &AtomicBool,
+    on_progress: &mut dyn FnMut(&Progress),
+    begin: &mut dyn FnMut(Duration),
+) -> Result<Report, BenchError> {
+    if let Some(fleet) = &remote.agents {
+        let load_opts = LoadOptions {
+            cpus: None,
+            threads: opts.threads,
+            connections: Some(opts.connections.unwrap_or(100 * fleet.hosts.len())),
+            warmup: opts.warmup,
+            ..load_options(opts, placed, opts.duration)
+        };
+        let warmup = opts.warmup;
+        let outcome =
+            coordinator::run_load(&load_opts, fleet, &opts.meta, stop, &mut |s| match s {
+                Status::Starting { lead } => begin(lead + warmup),
+                Status::Progress(p) => on_progress(p),
+                Status::Phase(_) => {}
+            })
+            .map_err(|e| match e {
+                FleetError::Usage(m) => BenchError::Usage(m),
+                FleetError::Failed(m) => BenchError::Agents(m),
+            })?;
+        return Ok(outcome.report);
+    }
+    let cfg = load_config(opts, placed, opts.duration)?;
+    qpslab_load::preflight(&cfg).map_err(|e| match e {
+        LoadError::Config(_) | LoadError::Unreachable { .. } => BenchError::Usage(e.to_string()),
+        other => BenchError::Load(other),
+    })?;
+    if !opts.warmup.is_zero() {
+        let warm = load_config(opts, placed, opts.warmup)?;
+        qpslab_load::run(&warm, stop, &mut |_| {}).map_err(BenchError::Load)?;
+    }
+    begin(Duration::ZERO);
+    let result = qpslab_load::run(&cfg, stop, on_progress).map_err(BenchError::Load)?;
+    Ok(Report::new(&cfg, &result, &opts.meta))
 }
 
 /// What the load tells the doctor.
@@ -292,14 +605,21 @@ fn doctor_context(load: &Report) -> Context {
     }
 }
 
-fn report(placed: Placement, load: Report, doctor: Diagnosis) -> BenchReport {
+/// The report; `followed`: the doctor followed the generator's process (else its CPU comes
+/// from the load's own account).
+fn report(
+    placed: Placement,
+    examining: Option<Examining>,
+    load: Report,
+    doctor: Diagnosis,
+    server_host: Option<ServerHostReport>,
+    followed: bool,
+) -> BenchReport {
     let side = |r: Role| {
         doctor.summary.processes.iter().filter(|p| p.role == r).map(|p| p.cpu).sum::<f64>()
     };
-    let server_cpu = (!placed.server_pids.is_empty()).then(|| side(Role::Server));
-    let window = doctor.summary.duration_s.max(1e-9);
-    let target = TargetReport {
-        kind: placed.running.as_ref().map_or("url", |r| r.kind),
+    let mut target = TargetReport {
+        kind: placed.started.unwrap_or("url"),
         url: placed.url,
         pids: placed.server_pids,
         found_by: placed.found_by,
@@ -307,34 +627,50 @@ fn report(placed: Placement, load: Report, doctor: Diagnosis) -> BenchReport {
         workers: placed.workers,
         accept: placed.accept,
     };
+    let mut notes = placed.notes;
+    if let Some(e) = examining.filter(|_| target.pids.is_empty()) {
+        target.found_by = match e.found_by.as_deref() {
+            Some("listening") => Some("listening"),
+            Some(_) => Some("--server-pid"),
+            None => None,
+        };
+        target.pids = e.pids;
+        target.cpus = e.cpus;
+        notes.extend(e.notes);
+    }
+    let server_cpu = (!target.pids.is_empty()).then(|| side(Role::Server));
+    let window = doctor.summary.duration_s.max(1e-9);
     if let Some(r) = placed.running {
         r.stop();
     }
+    let generator_cpu = if followed {
+        side(Role::Client)
+    } else {
+        let g = &load.generator;
+        (g.cpu_user_s + g.cpu_sys_s) / load.duration_s.max(1e-9)
+    };
     BenchReport {
         requests_per_server_cpu_s: server_cpu
             .filter(|&c| c > 0.0)
             .map(|c| load.requests.completed as f64 / (c * window)),
         server_cpu,
-        generator_cpu: side(Role::Client),
-        generator_cpus: placed.generator_cpus,
+        generator_cpu,
+        generator_cpus: if load.agents.is_some() { Vec::new() } else { placed.generator_cpus },
         cpus_shared: placed.shared,
-        notes: placed.notes,
+        server_host,
+        notes,
         target,
         load,
         doctor,
     }
 }
 
-/// The load: one thread per generator CPU (or `--threads`), pinned, 100 connections each
-/// unless given.
-fn load_config(
-    opts: &BenchOptions,
-    placed: &Placement,
-    duration: Duration,
-) -> Result<LoadConfig, BenchError> {
+/// The load's options: one thread per generator CPU (or `--threads`), pinned, 100
+/// connections each unless given.
+fn load_options(opts: &BenchOptions, placed: &Placement, duration: Duration) -> LoadOptions {
     let threads = opts.threads.unwrap_or(placed.generator_cpus.len()).max(1);
     let list: Vec<String> = placed.generator_cpus.iter().map(ToString::to_string).collect();
-    let load_opts = LoadOptions {
+    LoadOptions {
         urls: vec![placed.url.clone()],
         threads: Some(threads),
         connections: Some(opts.connections.unwrap_or(100 * threads)),
@@ -344,8 +680,16 @@ fn load_config(
         rate: opts.rate.clone(),
         conn_per_request: opts.conn_per_request,
         ..LoadOptions::default()
-    };
-    LoadConfig::from_options(&load_opts).map_err(|e| BenchError::Usage(e.to_string()))
+    }
+}
+
+fn load_config(
+    opts: &BenchOptions,
+    placed: &Placement,
+    duration: Duration,
+) -> Result<LoadConfig, BenchError> {
+    LoadConfig::from_options(&load_options(opts, placed, duration))
+        .map_err(|e| BenchError::Usage(e.to_string()))
 }
 
 #[cfg(test)]

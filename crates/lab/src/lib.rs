@@ -9,8 +9,10 @@
 pub mod bench;
 pub mod compare;
 pub mod doctor;
+pub mod hostset;
 mod place;
 pub mod record;
+pub mod remote;
 pub mod report;
 pub mod select;
 pub mod settings;

@@ -1,16 +1,25 @@
 //! Where each side of a bench runs: the server bench starts (on half of the CPUs) or the one
-//! behind a URL (found in the kernel's socket table, or named), and the generator's CPUs.
+//! behind a URL (found in the kernel's socket table, or named), or the server on the server
+//! host (`--server`), and the generator's CPUs.
 
 use qpslab_host::{CpuSet, Host, Root};
 use qpslab_load::{LoadConfig, LoadOptions};
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use crate::bench::{BenchError, ServerSpec, TargetKind};
+use crate::bench::{Accept, BenchError, ServerSpec, TargetKind};
+use crate::remote::TargetUp;
 use crate::{split, target};
+
+/// Where bench's own target listens.
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Where each side runs: the server's processes and CPUs, the generator's CPUs.
 pub(crate) struct Placement {
+    /// The kind of target bench started (here or on the server host); None: a URL.
+    pub started: Option<&'static str>,
+    /// A target started on this host.
     pub running: Option<target::Running>,
     pub url: String,
     pub server_pids: Vec<u32>,
@@ -47,8 +56,10 @@ pub(crate) fn start_target(
     };
     let workers = spec.workers.unwrap_or(cpus.server.len()).max(1);
     let running = match spec.kind {
-        TargetKind::Builtin => target::builtin(serve_exe, &cpus.server, workers, spec.accept)?,
-        TargetKind::Nginx => target::nginx(&cpus.server, workers, spec.accept)?,
+        TargetKind::Builtin => {
+            target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, spec.accept)?
+        }
+        TargetKind::Nginx => target::nginx(LOOPBACK, &cpus.server, workers, spec.accept)?,
     };
     let notes = if cpus.shared {
         vec!["the server and the generator share CPUs, so the figures compete".into()]
@@ -56,6 +67,7 @@ pub(crate) fn start_target(
         Vec::new()
     };
     Ok(Placement {
+        started: Some(running.kind),
         url: running.url(),
         server_pids: running.pids.clone(),
         running: Some(running),
@@ -69,6 +81,53 @@ pub(crate) fn start_target(
     })
 }
 
+/// The server behind an address, as this host sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Found {
+    /// Its processes, children and threads included (empty when none was found).
+    pub pids: Vec<u32>,
+    /// `listening` (found in the kernel's socket table) or `--server-pid`.
+    pub found_by: Option<&'static str>,
+    /// The CPUs it may run on.
+    pub cpus: Vec<usize>,
+    pub notes: Vec<String>,
+}
+
+/// The server's processes: those `given` (`--server-pid`), else the one holding the listening
+/// socket of `addr` when that address is this host's; with the CPUs they may run on.
+pub(crate) fn find_server(
+    root: &Root,
+    host: &Host,
+    addr: Option<SocketAddr>,
+    given: &[u32],
+) -> Result<Found, BenchError> {
+    if let Some(bad) = given.iter().find(|p| !root.exists(&format!("proc/{p}"))) {
+        return Err(BenchError::Usage(format!("--server-pid {bad}: no such process")));
+    }
+    let mut notes = Vec::new();
+    let local = addr.is_some_and(|a| qpslab_sys::sockets::is_local(a.ip()));
+    let (pids, found_by) = match addr {
+        _ if !given.is_empty() => (given.to_vec(), Some("--server-pid")),
+        Some(a) if local => {
+            let holders = qpslab_sys::sockets::listener_holders(root, a);
+            (holders.iter().map(|h| h.pid).collect(), Some("listening"))
+        }
+        _ => (Vec::new(), None),
+    };
+    let pids = qpslab_host::procs::with_descendants(root, &pids);
+    match addr {
+        Some(a) if pids.is_empty() && local => notes.push(format!("no process visible here listens on {a}: the server's CPU is not counted; name it with --server-pid")),
+        _ => {}
+    }
+    let cpus = qpslab_host::procs::server_cpus(root, &pids, &host.online).unwrap_or_default();
+    Ok(Found {
+        found_by: found_by.filter(|_| !pids.is_empty()),
+        pids,
+        cpus: cpus.iter().collect(),
+        notes,
+    })
+}
+
 /// A URL: finds the server behind it on this host (or takes `--server-pid`) and puts the
 /// generator on the CPUs the server does not use.
 pub(crate) fn for_url(
@@ -77,30 +136,13 @@ pub(crate) fn for_url(
     url: &str,
     given: &[u32],
 ) -> Result<Placement, BenchError> {
-    let probe =
-        LoadConfig::from_options(&LoadOptions { urls: vec![url.into()], ..LoadOptions::default() })
-            .map_err(|e| BenchError::Usage(e.to_string()))?;
-    let mut notes = probe.notes.clone();
-    let (addr, url) = (probe.targets[0].addr, probe.targets[0].url.clone());
-    if let Some(bad) = given.iter().find(|p| !root.exists(&format!("proc/{p}"))) {
-        return Err(BenchError::Usage(format!("--server-pid {bad}: no such process")));
+    let (addr, url, mut notes) = resolve(url)?;
+    let found = find_server(root, host, Some(addr), given)?;
+    notes.extend(found.notes);
+    if !qpslab_sys::sockets::is_local(addr.ip()) && given.is_empty() {
+        notes.push(format!("{url} is on another host: the doctor sees only this host (the generator's side); give --server HOST to run it there"));
     }
-    let local = qpslab_sys::sockets::is_local(addr.ip());
-    let (pids, found_by) = if !given.is_empty() {
-        (given.to_vec(), Some("--server-pid"))
-    } else if local {
-        let holders = qpslab_sys::sockets::listener_holders(root, addr);
-        (holders.iter().map(|h| h.pid).collect(), Some("listening"))
-    } else {
-        (Vec::new(), None)
-    };
-    let pids = qpslab_host::procs::with_descendants(root, &pids);
-    if !local && given.is_empty() {
-        notes.push(format!("{url} is on another host: the doctor sees only this host (the generator's side); run `qpslab doctor` there for the server's"));
-    } else if pids.is_empty() {
-        notes.push(format!("no process visible here listens on {addr}: the server's CPU is not counted; name it with --server-pid"));
-    }
-    let server = qpslab_host::procs::server_cpus(root, &pids, &host.online).unwrap_or_default();
+    let server: CpuSet = found.cpus.iter().copied().collect();
     let allowed: CpuSet = qpslab_sys::cpus::allowed_cpus().into_iter().collect();
     let free = allowed.difference(&server);
     let shared = !server.is_empty() && free.is_empty();
@@ -109,15 +151,51 @@ pub(crate) fn for_url(
     }
     let generator = if free.is_empty() { allowed } else { free };
     Ok(Placement {
+        started: None,
         running: None,
         url,
-        found_by: found_by.filter(|_| !pids.is_empty()),
-        server_pids: pids,
-        server_cpus: server.iter().collect(),
+        found_by: found.found_by,
+        server_pids: found.pids,
+        server_cpus: found.cpus,
         generator_cpus: generator.iter().collect(),
         shared,
         notes,
         workers: None,
         accept: None,
     })
+}
+
+/// The URL's address (resolved here), the URL as the load writes it, and the load's notes.
+pub(crate) fn resolve(url: &str) -> Result<(SocketAddr, String, Vec<String>), BenchError> {
+    let probe =
+        LoadConfig::from_options(&LoadOptions { urls: vec![url.into()], ..LoadOptions::default() })
+            .map_err(|e| BenchError::Usage(e.to_string()))?;
+    Ok((probe.targets[0].addr, probe.targets[0].url.clone(), probe.notes.clone()))
+}
+
+/// The server on the server host (`--server`): bench started it there (`up`), or it is behind
+/// the URL; the generator (or the agents) has every CPU it may use here.
+pub(crate) fn for_server_host(
+    url: String,
+    started: Option<(&'static str, &TargetUp, Accept)>,
+) -> Placement {
+    let (pids, cpus, workers, accept) = match started {
+        Some((_, up, accept)) => {
+            (up.pids.clone(), up.cpus.clone(), Some(up.workers), Some(accept.name()))
+        }
+        None => (Vec::new(), Vec::new(), None, None),
+    };
+    Placement {
+        started: started.map(|s| s.0),
+        running: None,
+        url,
+        found_by: started.map(|_| "started"),
+        server_pids: pids,
+        server_cpus: cpus,
+        generator_cpus: qpslab_sys::cpus::allowed_cpus(),
+        shared: false,
+        notes: Vec::new(),
+        workers,
+        accept,
+    }
 }

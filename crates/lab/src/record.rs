@@ -92,6 +92,10 @@ pub struct Provenance {
     /// What the sweep's variant asked of the host, if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tune_asked: Option<serde_json::Value>,
+    /// The server host (`server`), read there as `host` above is here, with the variant's
+    /// settings in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_host: Option<serde_json::Value>,
 }
 
 impl Provenance {
@@ -107,6 +111,7 @@ impl Provenance {
             host: Host::read(&root).ok(),
             tune: tune::status(&mut RootFiles(root), &journal).ok().flatten(),
             tune_asked: None,
+            server_host: None,
         }
     }
 

@@ -37,6 +37,18 @@ pub struct BenchSettings {
     pub server_cpus: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accept: Option<String>,
+    /// `--server`: the target and the doctor on this host, through ssh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_addr: Option<String>,
+    /// `--agents`: the load on these hosts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_exe: Option<String>,
 }
 
 /// Every key of [`BenchSettings`], for messages.
@@ -53,6 +65,11 @@ pub const KEYS: &[&str] = &[
     "workers",
     "server-cpus",
     "accept",
+    "server",
+    "server-addr",
+    "agents",
+    "ssh",
+    "agent-exe",
 ];
 
 impl BenchSettings {
@@ -73,7 +90,12 @@ impl BenchSettings {
             conn_per_request,
             workers,
             server_cpus,
-            accept
+            accept,
+            server,
+            server_addr,
+            agents,
+            ssh,
+            agent_exe
         )
     }
 
@@ -112,6 +134,11 @@ impl BenchSettings {
         o.workers = self.workers.or(o.workers);
         o.server_cpus = self.server_cpus.clone().or(o.server_cpus);
         o.accept = self.accept.clone().or(o.accept);
+        o.server_host = self.server.clone().or(o.server_host);
+        o.server_addr = self.server_addr.clone().or(o.server_addr);
+        o.agents = self.agents.clone().or(o.agents);
+        o.ssh = self.ssh.clone().or(o.ssh);
+        o.agent_exe = self.agent_exe.clone().or(o.agent_exe);
         Ok(o)
     }
 
@@ -131,6 +158,11 @@ impl BenchSettings {
             workers: o.workers,
             server_cpus: o.server_cpus.clone(),
             accept: o.accept.clone(),
+            server: o.server_host.clone(),
+            server_addr: o.server_addr.clone(),
+            agents: o.agents.clone(),
+            ssh: o.ssh.clone(),
+            agent_exe: o.agent_exe.clone(),
         }
     }
 }

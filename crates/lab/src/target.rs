@@ -1,9 +1,10 @@
-//! Bench targets started on loopback: the built-in server (`qpslab serve` as a child process,
+//! Bench targets: the built-in server (`qpslab serve` as a child process,
 //! which says where it listens on a readiness descriptor) and nginx from PATH with a generated
-//! configuration. Each is stopped by its PID.
+//! configuration, on loopback (or, on a bench's server host, the address the load reaches).
+//! Each is stopped by its PID.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,11 +67,13 @@ struct Ready {
     listen: Vec<SocketAddr>,
 }
 
-/// Starts `serve_exe serve` on 127.0.0.1 (a free port) with `workers` workers pinned over
-/// `cpus`, and waits for its readiness line: the addresses it bound, as JSON on a pipe it
-/// inherits. The server gets SIGKILL if this thread ends first, however it ends.
+/// Starts `serve_exe serve` on `ip` (a free port; bench uses 127.0.0.1 on its own host) with
+/// `workers` workers pinned over `cpus`, and waits for its readiness line: the addresses it
+/// bound, as JSON on a pipe it inherits. The server gets SIGKILL if this thread ends first,
+/// however it ends.
 pub fn builtin(
     serve_exe: &Path,
+    ip: IpAddr,
     cpus: &[usize],
     workers: usize,
     accept: Accept,
@@ -84,7 +87,8 @@ pub fn builtin(
     let mut cmd = Command::new(serve_exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGKILL);
     let mut child = cmd
-        .args(["serve", "-l", "127.0.0.1:0", "-w", &workers.to_string(), "--cpus"])
+        .args(["serve", "-l", &SocketAddr::new(ip, 0).to_string()])
+        .args(["-w", &workers.to_string(), "--cpus"])
         .arg(list.join(","))
         .args(["--accept", accept.name()])
         .arg("--ready-fd")
@@ -129,11 +133,11 @@ pub fn find_nginx() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
 }
 
-/// The generated nginx configuration: `return 200`, `workers` worker processes pinned over
-/// `cpus`, the accept mode, access_log off, keepalive_requests high.
+/// The generated nginx configuration: `return 200` on `addr`, `workers` worker processes
+/// pinned over `cpus`, the accept mode, access_log off, keepalive_requests high.
 pub fn nginx_config(
     dir: &Path,
-    port: u16,
+    addr: SocketAddr,
     cpus: &[usize],
     workers: usize,
     accept: Accept,
@@ -152,16 +156,21 @@ pub fn nginx_config(
          http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen 127.0.0.1:{port}{reuseport} backlog=4096;\n\
+         \x20 server {{\n    listen {addr}{reuseport} backlog=4096;\n\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
         affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
     )
 }
 
-/// Starts nginx from PATH on a free loopback port with the generated configuration. Its master
+/// Starts nginx from PATH on a free port of `ip` with the generated configuration. Its master
 /// gets SIGTERM (nginx's fast shutdown, which stops its workers) if this thread ends first,
 /// however it ends.
-pub fn nginx(cpus: &[usize], workers: usize, accept: Accept) -> Result<Running, BenchError> {
+pub fn nginx(
+    ip: IpAddr,
+    cpus: &[usize],
+    workers: usize,
+    accept: Accept,
+) -> Result<Running, BenchError> {
     let exe = find_nginx().ok_or_else(|| {
         BenchError::Usage(
             "--target nginx: nginx is not on PATH (install it, e.g. apt-get install nginx-light)"
@@ -170,12 +179,11 @@ pub fn nginx(cpus: &[usize], workers: usize, accept: Accept) -> Result<Running, 
     })?;
     let dir =
         tempfile::tempdir().map_err(|e| BenchError::Target(format!("temporary directory: {e}")))?;
-    let port = TcpListener::bind("127.0.0.1:0")
+    let addr = TcpListener::bind(SocketAddr::new(ip, 0))
         .and_then(|l| l.local_addr())
-        .map_err(|e| BenchError::Target(format!("no free port: {e}")))?
-        .port();
+        .map_err(|e| BenchError::Target(format!("no free port on {ip}: {e}")))?;
     let conf = dir.path().join("nginx.conf");
-    std::fs::write(&conf, nginx_config(dir.path(), port, cpus, workers, accept))
+    std::fs::write(&conf, nginx_config(dir.path(), addr, cpus, workers, accept))
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
     let mut cmd = Command::new(&exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);
@@ -191,7 +199,6 @@ pub fn nginx(cpus: &[usize], workers: usize, accept: Accept) -> Result<Running, 
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| BenchError::Target(format!("cannot start {}: {e}", exe.display())))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut running = Running { kind: "nginx", addr, pids: vec![child.id()], child, _dir: None };
     let start = Instant::now();
     loop {

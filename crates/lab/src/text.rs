@@ -12,15 +12,52 @@ pub fn render_text(r: &BenchReport) -> String {
     let ms = crate::compare::fmt_us;
     let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let _ = writeln!(o, "target      {}", target_line(r));
-    let _ = writeln!(
-        o,
-        "generator   qpslab load, {} thread(s) on CPU {}, {} connections, {:.1}s{}",
-        l.config.threads,
-        list(&r.generator_cpus),
-        l.config.connections,
-        l.duration_s,
-        if r.cpus_shared { " (sharing the server's CPUs: figures compete)" } else { "" }
-    );
+    if let Some(h) = &r.server_host {
+        let _ = writeln!(
+            o,
+            "server host {} ({}): the target's host; the doctor ran there",
+            h.name, h.hostname
+        );
+    }
+    match &l.agents {
+        None => {
+            let _ = writeln!(
+                o,
+                "generator   qpslab load, {} thread(s) on CPU {}, {} connections, {:.1}s{}",
+                l.config.threads,
+                list(&r.generator_cpus),
+                l.config.connections,
+                l.duration_s,
+                if r.cpus_shared { " (sharing the server's CPUs: figures compete)" } else { "" }
+            );
+        }
+        Some(rows) => {
+            let _ = writeln!(
+                o,
+                "generator   qpslab load on {} agents, {} thread(s), {} connections, {:.1}s{}",
+                rows.len(),
+                l.config.threads,
+                l.config.connections,
+                l.duration_s,
+                l.start.as_ref().map_or(String::new(), |s| format!(
+                    ", started within {:.2} ms",
+                    s.skew_bound_ms
+                ))
+            );
+            for a in rows {
+                let _ = writeln!(
+                    o,
+                    "  agent     {}: {}, {:.0} requests/s, {} failed, busy {}, {}",
+                    a.host,
+                    a.status,
+                    a.throughput_rps,
+                    a.failed,
+                    a.busy_ratio.map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
+                    a.verdict.as_deref().or(a.error.as_deref()).unwrap_or("-")
+                );
+            }
+        }
+    }
     let _ = writeln!(
         o,
         "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status)",

@@ -1,6 +1,7 @@
-//! `load --agents` over real ssh: three network namespaces with their own sshd (host keys and a
-//! client key made here; nothing in the host's ssh configuration is used or changed), a fourth
-//! with nginx, all on one bridge; the coordinator runs in the root namespace.
+//! `load --agents` and `bench --server` over real ssh: three network namespaces with their own
+//! sshd (host keys and a client key made here; nothing in the host's ssh configuration is used
+//! or changed), a fourth with nginx and an sshd of its own (the server host), all on one
+//! bridge; the coordinator runs in the root namespace.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -24,7 +25,10 @@ pub struct Lab {
     names: Vec<String>,
     root_end: String,
     pub agents: Vec<String>,
+    /// The server namespace's address, and `root@` it for ssh.
     pub server: String,
+    pub server_host: String,
+    pub nginx_pid: u32,
     daemons: Vec<Child>,
     pub ssh: String,
 }
@@ -43,6 +47,8 @@ impl Lab {
             root_end: format!("qag{id}r"),
             agents: Vec::new(),
             server: format!("{net}.20"),
+            server_host: format!("root@{net}.20"),
+            nginx_pid: 0,
             daemons: Vec::new(),
             ssh: String::new(),
         };
@@ -80,8 +86,8 @@ impl Lab {
         run("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", &p(&d.join("client_key"))]);
         std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
         std::fs::create_dir_all("/run/sshd").unwrap();
-        for (i, n) in names[1..4].iter().enumerate() {
-            let addr = format!("{net}.{}", 11 + i);
+        for (i, n) in names[1..5].iter().enumerate() {
+            let addr = if i == 3 { format!("{net}.20") } else { format!("{net}.{}", 11 + i) };
             let agent_dir = d.join(format!("agent-dir-{i}"));
             let conf = d.join(format!("sshd-{i}.conf"));
             std::fs::write(
@@ -103,9 +109,13 @@ impl Lab {
                 .spawn()
                 .expect("sshd (openssh-server; scripts/test installs it)");
             lab.daemons.push(child);
-            lab.agents.push(format!("root@{addr}"));
+            if i < 3 {
+                lab.agents.push(format!("root@{addr}"));
+            }
         }
-        lab.daemons.push(lab.start_nginx());
+        let nginx = lab.start_nginx();
+        lab.nginx_pid = nginx.id();
+        lab.daemons.push(nginx);
         lab.ssh = format!(
             "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o UserKnownHostsFile=/dev/null \
              -o StrictHostKeyChecking=no -o LogLevel=ERROR",
@@ -114,6 +124,7 @@ impl Lab {
         for a in lab.agents.clone() {
             lab.wait_port(&a[5..], 22);
         }
+        lab.wait_port(&lab.server.clone(), 22);
         lab.wait_port(&lab.server.clone(), 80);
         lab
     }
@@ -178,9 +189,25 @@ impl Lab {
         c
     }
 
+    /// `qpslab bench` with the lab's ssh command.
+    pub fn bench(&self, args: &[&str]) -> Command {
+        let mut c = super::common::qpslab_command();
+        c.arg("bench").args(["--ssh", &self.ssh, "--no-save"]).args(args);
+        c
+    }
+
     /// PIDs of qpslab processes (any copy) in the agents' namespaces.
     pub fn agent_processes(&self) -> Vec<u32> {
-        let inodes: Vec<u64> = self.names[1..4]
+        self.processes_in(&self.names[1..4])
+    }
+
+    /// PIDs of qpslab processes in the server's namespace.
+    pub fn server_processes(&self) -> Vec<u32> {
+        self.processes_in(&self.names[4..5])
+    }
+
+    fn processes_in(&self, names: &[String]) -> Vec<u32> {
+        let inodes: Vec<u64> = names
             .iter()
             .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
@@ -445,4 +472,178 @@ fn bad_agent_options_are_refused_with_the_flag_named() {
     );
     super::usage_error(&["load", "--agents", "local,local", "-n", "1", url], "--requests");
     super::usage_error(&["load", "--agents", "local", "-R", "fast", url], "--rate");
+}
+
+/// The bench's doctor on the server host: its counters are the server namespace's (its eth0
+/// carried every request; this namespace's interfaces are not in the summary), its process is
+/// the nginx listening there; the load runs on two agents.
+#[test]
+fn bench_with_a_server_host_reads_the_server_namespace_and_finds_its_server() {
+    let lab = Lab::start();
+    let agents = lab.agents[..2].join(",");
+    let out = lab
+        .bench(&[
+            "--server",
+            &lab.server_host,
+            "--agents",
+            &agents,
+            "-d",
+            "3",
+            "--warmup",
+            "0",
+            "-c",
+            "20",
+            "--json",
+            &lab.url(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json(&out);
+    assert_eq!(r["server_host"]["name"], lab.server_host.as_str());
+    assert_eq!(r["target"]["found_by"], "listening", "{}", r["target"]);
+    assert_eq!(r["target"]["pids"], serde_json::json!([lab.nginx_pid]));
+    let summary = &r["doctor"]["summary"];
+    let ifaces: Vec<&str> = summary["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert!(!ifaces.contains(&lab.root_end.as_str()), "this namespace's veth: {ifaces:?}");
+    let eth0 = summary["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "eth0");
+    let eth0 = eth0.unwrap_or_else(|| panic!("the server namespace's eth0 in {ifaces:?}"));
+    let rps = r["load"]["throughput_rps"].as_f64().unwrap();
+    assert!(rps > 100.0, "{rps}");
+    // Each request arrives on the server's eth0 in at least one packet.
+    assert!(eth0["rx_pps"].as_f64().unwrap() >= 0.9 * rps, "eth0 {eth0} at {rps} req/s");
+    let procs = summary["processes"].as_array().unwrap();
+    assert!(procs.iter().any(|p| p["pid"] == lab.nginx_pid && p["role"] == "server"), "{procs:?}");
+    assert_eq!(r["load"]["agents"].as_array().unwrap().len(), 2);
+    assert_eq!(r["generator_cpus"], serde_json::json!([]));
+    let evidence = r["doctor"]["findings"].to_string();
+    assert!(
+        evidence.contains("load generator on root@"),
+        "agents as the generator side: {evidence}"
+    );
+    assert!(lab.server_processes().is_empty(), "the server host's agent is gone");
+}
+
+/// `--target builtin` on the server host: started there on the address ssh reached, loaded
+/// from here, followed there, and stopped with the run.
+#[test]
+fn bench_starts_the_builtin_target_on_the_server_host_and_stops_it() {
+    let lab = Lab::start();
+    let out = lab
+        .bench(&["--server", &lab.server_host, "-d", "2", "--warmup", "0", "-c", "10", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json(&out);
+    let t = &r["target"];
+    assert_eq!(t["kind"], "builtin");
+    assert_eq!(t["found_by"], "started");
+    assert!(t["url"].as_str().unwrap().starts_with(&format!("http://{}:", lab.server)), "{t}");
+    assert!(r["load"]["requests"]["ok"].as_u64().unwrap() > 100, "{}", r["load"]["requests"]);
+    assert!(r["server_cpu"].as_f64().unwrap() > 0.0, "the server followed there: {r}");
+    let pid = t["pids"][0].as_u64().unwrap();
+    let procs = r["doctor"]["summary"]["processes"].as_array().unwrap();
+    assert!(
+        procs.iter().any(|p| p["pid"] == pid && p["comm"].as_str().unwrap().starts_with("qpslab")),
+        "{procs:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !lab.server_processes().is_empty() {
+        assert!(Instant::now() < deadline, "left on the server host: {:?}", lab.server_processes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = lab
+        .bench(&["--server", &lab.server_host, "-d", "1", "--warmup", "0", "-c", "4"])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains(&format!("server host {}", lab.server_host)), "{t}");
+}
+
+#[test]
+fn a_server_host_that_cannot_be_reached_stops_the_bench_before_any_request() {
+    let lab = Lab::start();
+    let out = lab
+        .bench(&["--server", "root@no-such-host.invalid", "-d", "1", &lab.url()])
+        .output()
+        .unwrap();
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("--server root@no-such-host.invalid") && e.contains("resolve"), "{e}");
+    assert_eq!(lab.access_log_lines(0), 0, "no request reached the server");
+    super::usage_error(&["bench", "--server-addr", "10.0.0.1"], "--server");
+    super::usage_error(&["bench", "--server", "a,b"], "--server \"a,b\": give one host");
+    super::usage_error(&["bench", "--ssh", "ssh -p 2"], "--ssh is for other hosts");
+    super::usage_error(
+        &["bench", "--agents", "root@h1"],
+        "--agents: agents on other hosts cannot reach a target on this host's loopback",
+    );
+}
+
+/// A sweep's `server` key: host variants (RPS on the server namespace's eth0) are checked,
+/// applied and reverted there, and each run's provenance reads that host.
+#[test]
+fn a_sweep_applies_host_variants_on_its_server_host_and_reverts_them() {
+    let lab = Lab::start();
+    let d = lab.dir.path();
+    let journal = d.join("server-journal.json");
+    let file = d.join("remote.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"remote rps\"\nrepeat = 1\n[base]\nserver = \"{server}\"\nagents = \"{agent}\"\n\
+             ssh = \"{ssh}\"\nduration = \"1s\"\nwarmup = \"0s\"\nconnections = 4\n\n\
+             [[variant]]\nname = \"rps off\"\ntune = {{ rps = {{ \"eth0/rx-0\" = \"\" }} }}\n\n\
+             [[variant]]\nname = \"rps cpu 1\"\ntune = {{ rps = {{ \"eth0/rx-0\" = \"1\" }} }}\n",
+            server = lab.server_host,
+            agent = lab.agents[0],
+            ssh = lab.ssh,
+        ),
+    )
+    .unwrap();
+    let store = d.join("runs.sqlite");
+    let out = super::common::qpslab_command()
+        .args(["sweep", "--yes", "--json", "--journal"])
+        .arg(&journal)
+        .arg("--store")
+        .arg(&store)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let runs = super::common::qpslab_command()
+        .args(["runs", "--json", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let runs = json(&runs);
+    let ids: Vec<i64> =
+        runs.as_array().unwrap().iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{v}");
+    for id in ids {
+        let shown = super::common::qpslab_command()
+            .args(["runs", "show", &id.to_string(), "--json", "--store"])
+            .arg(&store)
+            .output()
+            .unwrap();
+        let shown = json(&shown);
+        let nics = shown["provenance"]["server_host"]["nics"].as_array().unwrap();
+        let eth0 = nics.iter().find(|n| n["name"] == "eth0").expect("the server's eth0");
+        let want = if shown["variant"] == "rps cpu 1" { "1" } else { "" };
+        assert_eq!(eth0["rx"][0]["rps_cpus"], want, "run {id} ({})", shown["variant"]);
+        assert_eq!(shown["report"]["server_host"]["name"], lab.server_host.as_str());
+    }
+    let rps = Command::new("ip")
+        .args(["netns", "exec", &lab.names[4], "cat", "/sys/class/net/eth0/queues/rx-0/rps_cpus"])
+        .output()
+        .unwrap();
+    let mask = String::from_utf8_lossy(&rps.stdout);
+    assert_eq!(u64::from_str_radix(mask.trim(), 16).unwrap(), 0, "RPS is off again: {mask}");
+    assert!(!journal.exists(), "the server host's journal is gone once everything is reverted");
 }

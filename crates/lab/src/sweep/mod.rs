@@ -13,16 +13,18 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use qpslab_host::sample::Role;
-use qpslab_host::tune::{self, ApplyOptions, Explicit, Plan, PlanOptions, RootFiles, TuneError};
-use qpslab_host::{CpuSet, Host, Root};
+use qpslab_host::tune;
+use qpslab_host::{Host, Root};
 use qpslab_load::Progress;
 
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
 use crate::bench::{bench, BenchError, BenchOptions};
+use crate::hostset::{apply_options, host_change, plan_for, Applied, HostChange};
 use crate::record::{store_bench, InSweep, Provenance};
+use crate::remote::{ServerHost, TuneCall};
 use crate::store::{Store, StoreError};
+use qpslab_fleet::session::FleetOptions;
 
 /// How a sweep runs, beyond its file.
 #[derive(Debug, Clone)]
@@ -111,29 +113,38 @@ pub struct Outcome {
 struct Ready {
     variant: Variant,
     opts: BenchOptions,
+    /// Its host settings, for this host (None: none, or they are the server host's).
     host: Option<HostChange>,
+    /// The server host (`server`), where its host settings apply and its provenance is read.
+    server: Option<FleetOptions>,
 }
 
-/// A variant's host settings in the tune planner's terms.
-#[derive(Debug, Clone)]
-enum HostChange {
-    Planned(PlanOptions),
-    Explicit(Explicit),
-}
-
-/// Checks every variant: its options, its host settings against this host, and the rights
-/// host settings need. Nothing is changed.
-fn prepare(sweep: &Sweep, o: &SweepOptions) -> Result<Vec<Ready>, SweepError> {
+/// Checks every variant: its options, its host settings against the host they change (this
+/// one, or the server host), and the rights host settings need. Nothing is changed.
+fn prepare(sweep: &Sweep, o: &SweepOptions, stop: &AtomicBool) -> Result<Vec<Ready>, SweepError> {
     let usage = SweepError::Usage;
     let root = Root::live();
     let mut out = Vec::new();
     let mut plans = Vec::new();
     let mut current = None;
+    let mut far_tunes = 0;
     for v in &sweep.variants {
         let named = |m: String| usage(format!("variant {:?}: {m}", v.name));
         let opts = v.settings.apply_to(&o.defaults).map_err(named)?;
         opts.validate().map_err(|e| named(e.to_string()))?;
+        let server = opts.remote().map_err(|e| named(e.to_string()))?.server;
         let host = v.tune.as_ref().map(host_change).transpose().map_err(named)?;
+        if let (Some(fleet), Some(tune)) = (&server, &v.tune) {
+            // Planned and checked there, against that host; applied there before each run.
+            let mut far = ServerHost::connect(fleet, stop).map_err(|e| named(e.to_string()))?;
+            let checked =
+                far.tune_check(&TuneCall { tune: tune.clone(), journal: o.journal.clone() });
+            far.close();
+            checked.map_err(|e| named(format!("on {}: tune: {e}", fleet.hosts[0].name)))?;
+            far_tunes += 1;
+            out.push(Ready { variant: v.clone(), opts, host: None, server });
+            continue;
+        }
         if let Some(change) = &host {
             let h = match &current {
                 Some(h) => h,
@@ -143,9 +154,9 @@ fn prepare(sweep: &Sweep, o: &SweepOptions) -> Result<Vec<Ready>, SweepError> {
             };
             plans.push(plan_for(&root, h, change).map_err(named)?);
         }
-        out.push(Ready { variant: v.clone(), opts, host });
+        out.push(Ready { variant: v.clone(), opts, host, server });
     }
-    if !plans.is_empty() && !o.yes {
+    if (!plans.is_empty() || far_tunes > 0) && !o.yes {
         return Err(usage(
             "this sweep changes host settings (tune): pass --yes, as to `qpslab tune apply \
              --yes` (each change is journaled and reverted after its run)"
@@ -160,69 +171,6 @@ fn prepare(sweep: &Sweep, o: &SweepOptions) -> Result<Vec<Ready>, SweepError> {
     Ok(out)
 }
 
-fn host_change(spec: &TuneSpec) -> Result<HostChange, String> {
-    if !spec.is_explicit() {
-        let irq_cpus = spec
-            .irq_cpus
-            .as_deref()
-            .map(|l| CpuSet::parse_list(l).map_err(|e| format!("tune.irq-cpus {l:?}: {e}")))
-            .transpose()?;
-        return Ok(HostChange::Planned(PlanOptions {
-            ifaces: spec.iface.clone(),
-            irq_cpus,
-            workers: spec.workers,
-            role: if spec.role.as_deref() == Some("client") { Role::Client } else { Role::Server },
-        }));
-    }
-    let mut x = Explicit::default();
-    for (queue, list) in &spec.rps {
-        let cpus = CpuSet::parse_list(list)
-            .map_err(|e| format!("tune.rps {queue:?} = {list:?}: {e}; give a CPU list, e.g. \"0-1\" (\"\" turns RPS off)"))?;
-        x.rps.insert(queue.clone(), cpus);
-    }
-    for (irq, list) in &spec.irq {
-        let n: u32 =
-            irq.parse().map_err(|_| format!("tune.irq {irq:?}: name an IRQ by its number"))?;
-        let cpus =
-            CpuSet::parse_list(list).map_err(|e| format!("tune.irq {irq:?} = {list:?}: {e}"))?;
-        x.irq.insert(n, cpus);
-    }
-    for (name, value) in &spec.sysctl {
-        let text = match value {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Array(a) => a
-                .iter()
-                .map(|v| v.to_string().trim_matches('"').to_string())
-                .collect::<Vec<_>>()
-                .join("\t"),
-            other => {
-                return Err(format!("tune.sysctl {name:?} = {other}: give a number or a string"))
-            }
-        };
-        x.sysctl.insert(name.clone(), text);
-    }
-    Ok(HostChange::Explicit(x))
-}
-
-fn plan_for(root: &Root, host: &Host, change: &HostChange) -> Result<Plan, String> {
-    match change {
-        HostChange::Planned(p) => tune::plan(host, p).map_err(|e| format!("tune: {e}")),
-        HostChange::Explicit(x) => {
-            tune::explicit_plan(root, host, x).map_err(|e| format!("tune: {e}"))
-        }
-    }
-}
-
-fn apply_options(journal: &std::path::Path) -> ApplyOptions {
-    ApplyOptions {
-        journal: journal.to_path_buf(),
-        stop_irqbalance: false,
-        live: true,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-    }
-}
-
 /// Runs `sweep`: checks it, records it in `store`, and runs every variant `repeat` times,
 /// interleaved. Returns how it ended; an error before the first run is `Err`.
 pub fn run(
@@ -232,7 +180,7 @@ pub fn run(
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<Outcome, SweepError> {
-    let ready = prepare(sweep, o)?;
+    let ready = prepare(sweep, o, stop)?;
     let repeats = o.repeat.unwrap_or(sweep.repeat).max(1);
     let started = now();
     let id = store.begin_sweep(&sweep.name, &started, &sweep.text)?;
@@ -298,15 +246,30 @@ fn visit(
     let tune_err = |message: String| SweepError::Tune { variant: r.variant.name.clone(), message };
     let root = Root::live();
     let journal = tune::journal_path(&root, o.journal.as_deref());
-    let applied = match &r.host {
-        None => None,
-        Some(change) => Some(Applied::new(&root, &journal, change).map_err(tune_err)?),
+    let mut settings = match (&r.host, &r.server, &r.variant.tune) {
+        (Some(change), _, _) => {
+            InForce::Here(Some(Applied::new(&root, &journal, change).map_err(tune_err)?))
+        }
+        (None, Some(fleet), tune) => {
+            let mut far = ServerHost::connect(fleet, stop).map_err(|e| tune_err(e.to_string()))?;
+            if let Some(t) = tune {
+                let call = TuneCall { tune: t.clone(), journal: o.journal.clone() };
+                far.tune_apply(&call).map_err(|e| {
+                    tune_err(format!("cannot apply its host settings on {}: {e}", far.name))
+                })?;
+            }
+            InForce::There(far, tune.is_some())
+        }
+        (None, None, _) => InForce::Here(None),
     };
     let mut provenance = Provenance::read(&o.defaults.meta, o.journal.as_deref());
     provenance.tune_asked = r.variant.tune.as_ref().and_then(|t| serde_json::to_value(t).ok());
+    if let InForce::There(far, _) = &mut settings {
+        provenance.server_host = far.host_json().ok();
+    }
     let result = bench(&r.opts, stop, &mut |p| on_event(Event::Progress(p)));
-    let reverted = applied.map(Applied::revert).transpose().map_err(tune_err)?;
-    if let Some(note) = reverted.flatten() {
+    let reverted = settings.revert().map_err(tune_err)?;
+    if let Some(note) = reverted {
         on_event(Event::Note(note));
     }
     let report = result.map_err(|source| SweepError::Run {
@@ -327,63 +290,32 @@ fn visit(
     Ok(Some(id))
 }
 
-/// A variant's host settings in force; reverted by [`Applied::revert`] or, failing that, on
-/// drop (an early return), so no path leaves them behind short of the process being killed,
-/// which leaves the journal for `qpslab tune revert`.
-#[derive(Debug)]
-struct Applied {
-    root: Root,
-    journal: PathBuf,
-    done: bool,
+/// A variant's host settings while its run lasts: applied here, or on the server host through
+/// an agent that reverts them by itself if this process dies (its pipe closes).
+enum InForce<'a> {
+    Here(Option<Applied>),
+    /// The server host, and whether settings were applied there.
+    There(ServerHost<'a>, bool),
 }
 
-impl Applied {
-    fn new(root: &Root, journal: &std::path::Path, change: &HostChange) -> Result<Self, String> {
-        let host = Host::read(root).map_err(|e| format!("cannot read the host: {e}"))?;
-        let plan = plan_for(root, &host, change)?;
-        tune::apply(&mut RootFiles(root.clone()), root.dir(), &plan, &apply_options(journal))
-            .map_err(|e| format!("cannot apply its host settings: {}", tune_message(&e)))?;
-        Ok(Applied { root: root.clone(), journal: journal.to_path_buf(), done: false })
-    }
-
+impl InForce<'_> {
     /// Reverts; Some(note) when a value someone else changed meanwhile was kept.
-    fn revert(mut self) -> Result<Option<String>, String> {
-        self.done = true;
-        let report = tune::revert(&mut RootFiles(self.root.clone()), &self.journal, false, true)
-            .map_err(|e| {
-                format!(
-                    "cannot revert its host settings: {}; run `qpslab tune revert`",
-                    tune_message(&e)
-                )
-            })?;
-        if !report.failed.is_empty() {
-            return Err(format!(
-                "cannot revert {}: {}; the journal {} stays for `qpslab tune revert`",
-                report.failed[0].0.setting,
-                report.failed[0].1,
-                self.journal.display()
-            ));
-        }
-        Ok((!report.kept.is_empty()).then(|| {
-            format!(
-                "{} changed by someone else during the run and kept; the journal {} stays for `qpslab tune revert --force`",
-                report.kept.iter().map(|i| i.setting.as_str()).collect::<Vec<_>>().join(", "),
-                self.journal.display()
-            )
-        }))
-    }
-}
-
-impl Drop for Applied {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = tune::revert(&mut RootFiles(self.root.clone()), &self.journal, false, true);
+    fn revert(self) -> Result<Option<String>, String> {
+        match self {
+            InForce::Here(applied) => Ok(applied.map(Applied::revert).transpose()?.flatten()),
+            InForce::There(far, false) => {
+                far.close();
+                Ok(None)
+            }
+            InForce::There(mut far, true) => {
+                let r = far.tune_revert().map_err(|e| {
+                    format!("cannot revert its host settings on {}: {e}; run `qpslab tune revert` there", far.name)
+                });
+                far.close();
+                r
+            }
         }
     }
-}
-
-fn tune_message(e: &TuneError) -> String {
-    e.to_string()
 }
 
 /// Now, RFC 3339 in UTC with milliseconds.

@@ -1,0 +1,145 @@
+//! A sweep variant's host settings (the `[tune]` table) in the tune planner's terms: planned
+//! against the host they will change, checked, applied through the tune journal and reverted
+//! after the run. The sweep does this on its own host, and the server-host agent on the
+//! server's (`server` in a sweep file).
+
+use std::path::PathBuf;
+
+use qpslab_host::sample::Role;
+use qpslab_host::tune::{self, ApplyOptions, Explicit, Plan, PlanOptions, RootFiles, TuneError};
+use qpslab_host::{CpuSet, Host, Root};
+
+use crate::sweep::TuneSpec;
+
+/// A variant's host settings in the tune planner's terms.
+#[derive(Debug, Clone)]
+pub enum HostChange {
+    Planned(PlanOptions),
+    Explicit(Explicit),
+}
+
+pub fn host_change(spec: &TuneSpec) -> Result<HostChange, String> {
+    if !spec.is_explicit() {
+        let irq_cpus = spec
+            .irq_cpus
+            .as_deref()
+            .map(|l| CpuSet::parse_list(l).map_err(|e| format!("tune.irq-cpus {l:?}: {e}")))
+            .transpose()?;
+        return Ok(HostChange::Planned(PlanOptions {
+            ifaces: spec.iface.clone(),
+            irq_cpus,
+            workers: spec.workers,
+            role: if spec.role.as_deref() == Some("client") { Role::Client } else { Role::Server },
+        }));
+    }
+    let mut x = Explicit::default();
+    for (queue, list) in &spec.rps {
+        let cpus = CpuSet::parse_list(list)
+            .map_err(|e| format!("tune.rps {queue:?} = {list:?}: {e}; give a CPU list, e.g. \"0-1\" (\"\" turns RPS off)"))?;
+        x.rps.insert(queue.clone(), cpus);
+    }
+    for (irq, list) in &spec.irq {
+        let n: u32 =
+            irq.parse().map_err(|_| format!("tune.irq {irq:?}: name an IRQ by its number"))?;
+        let cpus =
+            CpuSet::parse_list(list).map_err(|e| format!("tune.irq {irq:?} = {list:?}: {e}"))?;
+        x.irq.insert(n, cpus);
+    }
+    for (name, value) in &spec.sysctl {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|v| v.to_string().trim_matches('"').to_string())
+                .collect::<Vec<_>>()
+                .join("\t"),
+            other => {
+                return Err(format!("tune.sysctl {name:?} = {other}: give a number or a string"))
+            }
+        };
+        x.sysctl.insert(name.clone(), text);
+    }
+    Ok(HostChange::Explicit(x))
+}
+
+pub fn plan_for(root: &Root, host: &Host, change: &HostChange) -> Result<Plan, String> {
+    match change {
+        HostChange::Planned(p) => tune::plan(host, p).map_err(|e| format!("tune: {e}")),
+        HostChange::Explicit(x) => {
+            tune::explicit_plan(root, host, x).map_err(|e| format!("tune: {e}"))
+        }
+    }
+}
+
+pub fn apply_options(journal: &std::path::Path) -> ApplyOptions {
+    ApplyOptions {
+        journal: journal.to_path_buf(),
+        stop_irqbalance: false,
+        live: true,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    }
+}
+
+/// A variant's host settings in force; reverted by [`Applied::revert`] or, failing that, on
+/// drop (an early return), so no path leaves them behind short of the process being killed,
+/// which leaves the journal for `qpslab tune revert`.
+#[derive(Debug)]
+pub struct Applied {
+    root: Root,
+    journal: PathBuf,
+    done: bool,
+}
+
+impl Applied {
+    pub fn new(
+        root: &Root,
+        journal: &std::path::Path,
+        change: &HostChange,
+    ) -> Result<Self, String> {
+        let host = Host::read(root).map_err(|e| format!("cannot read the host: {e}"))?;
+        let plan = plan_for(root, &host, change)?;
+        tune::apply(&mut RootFiles(root.clone()), root.dir(), &plan, &apply_options(journal))
+            .map_err(|e| format!("cannot apply its host settings: {}", tune_message(&e)))?;
+        Ok(Applied { root: root.clone(), journal: journal.to_path_buf(), done: false })
+    }
+
+    /// Reverts; Some(note) when a value someone else changed meanwhile was kept.
+    pub fn revert(mut self) -> Result<Option<String>, String> {
+        self.done = true;
+        let report = tune::revert(&mut RootFiles(self.root.clone()), &self.journal, false, true)
+            .map_err(|e| {
+                format!(
+                    "cannot revert its host settings: {}; run `qpslab tune revert`",
+                    tune_message(&e)
+                )
+            })?;
+        if !report.failed.is_empty() {
+            return Err(format!(
+                "cannot revert {}: {}; the journal {} stays for `qpslab tune revert`",
+                report.failed[0].0.setting,
+                report.failed[0].1,
+                self.journal.display()
+            ));
+        }
+        Ok((!report.kept.is_empty()).then(|| {
+            format!(
+                "{} changed by someone else during the run and kept; the journal {} stays for `qpslab tune revert --force`",
+                report.kept.iter().map(|i| i.setting.as_str()).collect::<Vec<_>>().join(", "),
+                self.journal.display()
+            )
+        }))
+    }
+}
+
+impl Drop for Applied {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = tune::revert(&mut RootFiles(self.root.clone()), &self.journal, false, true);
+        }
+    }
+}
+
+fn tune_message(e: &TuneError) -> String {
+    e.to_string()
+}
