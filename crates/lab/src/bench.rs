@@ -73,7 +73,7 @@ impl Accept {
 }
 
 /// The server bench starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerSpec {
     pub kind: TargetKind,
     /// Worker threads (builtin) or processes (nginx); default: one per server CPU.
@@ -409,13 +409,7 @@ fn run(
             (Doctor::There(far), placed)
         }
         (Some(far), None, Some(spec)) => {
-            let call = TargetCall {
-                kind: spec.kind,
-                workers: spec.workers,
-                cpus: spec.cpus.clone(),
-                accept: spec.accept,
-                listen: remote.server_addr,
-            };
+            let call = TargetCall { spec: spec.clone(), listen: remote.server_addr };
             let up = far.start_target(&call)?;
             let url = format!("http://{}/", up.addr);
             let kind = if spec.kind == TargetKind::Builtin { "builtin" } else { "nginx" };

@@ -23,7 +23,7 @@ use qpslab_host::{Diagnosis, Examination, Root};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{Accept, BenchError, TargetKind};
+use crate::bench::{BenchError, ServerSpec, TargetKind};
 use crate::hostset::{self, Applied};
 use crate::sweep::TuneSpec;
 use crate::{place, target};
@@ -34,11 +34,8 @@ const CALL_LIMIT: Duration = Duration::from_secs(30);
 /// Start the target on the server host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetCall {
-    pub kind: TargetKind,
-    pub workers: Option<usize>,
-    /// The server's CPUs [default: every CPU the agent may use: the load runs elsewhere].
-    pub cpus: Option<Vec<usize>>,
-    pub accept: Accept,
+    /// Its CPUs default to every CPU the agent may use: the load runs elsewhere.
+    pub spec: ServerSpec,
     /// The address to listen on [default: the one the ssh connection reached; loopback for
     /// an agent started here].
     pub listen: Option<IpAddr>,
@@ -230,12 +227,14 @@ impl HostAgent {
         }
         // Not reached over ssh: a local pipe, and loopback reaches it.
         let ip = c.listen.or(self.ssh_addr).unwrap_or(IpAddr::from([127, 0, 0, 1]));
-        let allowed = qpslab_sys::cpus::allowed_cpus();
-        let cpus = c.cpus.unwrap_or(allowed);
-        let workers = c.workers.unwrap_or(cpus.len()).max(1);
-        let running = match c.kind {
-            TargetKind::Builtin => target::builtin(&self.serve_exe, ip, &cpus, workers, c.accept),
-            TargetKind::Nginx => target::nginx(ip, &cpus, workers, c.accept),
+        let spec = c.spec;
+        let cpus = spec.cpus.unwrap_or_else(qpslab_sys::cpus::allowed_cpus);
+        let workers = spec.workers.unwrap_or(cpus.len()).max(1);
+        let running = match spec.kind {
+            TargetKind::Builtin => {
+                target::builtin(&self.serve_exe, ip, &cpus, workers, spec.accept)
+            }
+            TargetKind::Nginx => target::nginx(ip, &cpus, workers, spec.accept),
         }
         .map_err(|e| e.to_string())?;
         let up = TargetUp { addr: running.addr, pids: running.pids.clone(), cpus, workers };
