@@ -37,7 +37,7 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// The main job: start a target on loopback (or take URL), load it from the other CPUs while
     /// the doctor samples, and print throughput, latency, each side's CPU and the findings
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Plan, apply and exactly revert IRQ affinity, RPS/RFS/XPS, sysctl and clocksource
     /// changes; every write is journaled first
     Tune(TuneArgs),
@@ -62,6 +62,36 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {}
+
+/// `--profile`: a profile of every CPU beside the doctor's counters.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Profile every CPU during the window (perf_event_open, cpu-clock, kernel and user call
+    /// chains): where each CPU's time went, by category and symbol, as evidence for the
+    /// findings. Needs root or CAP_PERFMON; without them the run goes on and says why
+    #[arg(long)]
+    pub profile: bool,
+
+    /// With --profile: samples per second per CPU
+    #[arg(long, value_name = "HZ", default_value_t = 499, requires = "profile", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub profile_freq: u64,
+
+    /// With --profile: write the folded stacks to FILE ('comm;frame;...;frame count' lines, as
+    /// flame graph tools read them)
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub profile_out: Option<std::path::PathBuf>,
+}
+
+impl ProfileArgs {
+    /// The sampler's options, when asked for.
+    pub fn options(&self) -> Option<qpslab_profile::ProfileOptions> {
+        self.profile.then(|| qpslab_profile::ProfileOptions {
+            frequency_hz: self.profile_freq,
+            folded: self.profile_out.is_some(),
+            ..qpslab_profile::ProfileOptions::default()
+        })
+    }
+}
 
 /// Where runs are kept.
 #[derive(Debug, Args)]
@@ -461,6 +491,9 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub store: StoreArg,
 
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
@@ -483,6 +516,9 @@ pub struct DoctorArgs {
     /// Server process to follow (all its threads); repeatable or comma-separated
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
+
+    #[command(flatten)]
+    pub profile: ProfileArgs,
 
     /// Print JSON (the command's stdout then goes to stderr)
     #[arg(long)]

@@ -30,6 +30,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         agents: a.agents,
         ssh: a.ssh,
         agent_exe: a.agent_exe,
+        profile: a.profile.options(),
     };
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {
@@ -44,11 +45,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let provenance = store.as_ref().map(|_| Provenance::read(&opts.meta, None));
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let report = bench(&opts, stop, &mut |p| progress.update(p)).map_err(|e| match e {
+    let mut report = bench(&opts, stop, &mut |p| progress.update(p)).map_err(|e| match e {
         BenchError::Usage(m) => anyhow::Error::new(UsageError(m)),
         other => anyhow::Error::new(other),
     })?;
     progress.finish();
+    output::folded_out(&mut report.doctor, a.profile.profile_out.as_deref())?;
     if let (Some(store), Some(p)) = (&mut store, &provenance) {
         let id = store_bench(store, &opts, &report, None, a.label.as_deref(), p)
             .map_err(store_cmd::store_error)?;

@@ -19,22 +19,27 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
         command: a.command,
         // Keep stdout one JSON object: the command's output goes to stderr.
         command_stdout_to_stderr: a.json,
+        profile: a.profile.options(),
     };
     let stop = qpslab_sys::signals::stop_flag()?;
-    let done = doctor(&opts, stop).map_err(|e| match e {
+    let mut done = doctor(&opts, stop).map_err(|e| match e {
         DoctorError::Usage(m) => anyhow::Error::new(UsageError(m)),
         other => anyhow::Error::new(other),
     })?;
-    let (summary, findings) = (&done.diagnosis.summary, &done.diagnosis.findings);
-    let doc = serde_json::json!({
+    output::folded_out(&mut done.diagnosis, a.profile.profile_out.as_deref())?;
+    let d = &done.diagnosis;
+    let mut doc = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "command": std::env::args().collect::<Vec<_>>(),
         "interval_s": a.interval.as_secs_f64(),
-        "summary": summary,
-        "findings": findings,
+        "summary": d.summary,
+        "findings": d.findings,
         "command_exit_code": done.command_exit_code,
     });
-    output::emit(a.json, &doc, || doctor_text(summary, findings))?;
+    if let Some(p) = &d.profile {
+        doc["profile"] = serde_json::to_value(p)?;
+    }
+    output::emit(a.json, &doc, || doctor_text(d))?;
     Ok(match done.command_exit_code {
         Some(c) => Outcome::Code(u8::try_from(c).unwrap_or(1)),
         None => Outcome::Passed,

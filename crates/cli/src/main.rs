@@ -118,7 +118,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Serve(a) => serve_cmd::run(a),
         args::Command::Host(a) => host_cmd::run(a),
         args::Command::Doctor(a) => doctor_cmd::run(a),
-        args::Command::Bench(a) => bench_cmd::run(a),
+        args::Command::Bench(a) => bench_cmd::run(*a),
         args::Command::Tune(a) => tune_cmd::run(a),
         args::Command::Merge(a) => merge_cmd::run(a),
         args::Command::Sweep(a) => sweep_cmd::run(a),

@@ -23,3 +23,21 @@ pub fn print(text: &str) -> anyhow::Result<()> {
     out.flush()?;
     Ok(())
 }
+
+/// `--profile-out FILE`: writes the diagnosis's folded stacks there and drops them from the
+/// report (they are for flame graph tools, not for the JSON).
+pub fn folded_out(
+    d: &mut qpslab_host::Diagnosis,
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let Some(p) = d.profile.as_mut() else { return Ok(()) };
+    if !p.available {
+        eprintln!("qpslab: note: no profile, so --profile-out {} was not written", path.display());
+        return Ok(());
+    }
+    std::fs::write(path, p.folded_text())
+        .map_err(|e| anyhow::anyhow!("--profile-out: cannot write {}: {e}", path.display()))?;
+    p.folded.clear();
+    Ok(())
+}

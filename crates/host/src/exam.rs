@@ -1,10 +1,13 @@
 //! One doctor pipeline for every command that examines a run (`qpslab doctor`, `qpslab
 //! bench`): read the host, follow the server's and the generator's processes, sample the
 //! kernel's counters until told to stop, then summarise and diagnose. The caller only decides
-//! when to stop and what else it knows about the run ([`Context`]).
+//! when to stop and what else it knows about the run ([`Context`]). Asked to, it also profiles
+//! every CPU while it samples ([`qpslab_profile`]), and the rules read the profile as evidence.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
+
+use qpslab_profile::{Profile, ProfileError, ProfileOptions, RawProfile, Sampler, Symbols};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,11 +16,15 @@ use crate::host::Host;
 use crate::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
 
-/// What the doctor says about a run: the summary and the findings, worst first.
+/// What the doctor says about a run: the summary and the findings, worst first, and the
+/// profile when one was asked for (`available: false` with the reason when it could not be
+/// taken).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub summary: Summary,
     pub findings: Vec<Finding>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
 }
 
 /// An examination of the host under a root, following some processes.
@@ -28,6 +35,8 @@ pub struct Examination {
     irqs: BTreeSet<u32>,
     watch: Vec<Watch>,
     interval: Duration,
+    profile: Option<ProfileOptions>,
+    profiled: Option<Result<RawProfile, ProfileError>>,
 }
 
 impl Examination {
@@ -35,7 +44,15 @@ impl Examination {
     pub fn new(root: &Root, interval: Duration) -> Result<Self, ReadError> {
         let host = Host::read(root)?;
         let irqs = host.nics.iter().flat_map(|n| n.irq_numbers()).collect();
-        Ok(Self { root: root.clone(), host, irqs, watch: Vec::new(), interval })
+        Ok(Self {
+            root: root.clone(),
+            host,
+            irqs,
+            watch: Vec::new(),
+            interval,
+            profile: None,
+            profiled: None,
+        })
     }
 
     /// The host as read at the start.
@@ -55,18 +72,44 @@ impl Examination {
         self.watch.iter().map(|w| (w.pid, w.role)).collect()
     }
 
+    /// Profiles every online CPU while recording.
+    pub fn profile(&mut self, o: ProfileOptions) {
+        self.profile = Some(o);
+    }
+
     /// Samples at once, then every interval until `stop()` says so (checked every 20 ms), then
-    /// once more.
-    pub fn record(&self, stop: impl FnMut() -> bool) -> Result<Vec<Sample>, ReadError> {
-        sample_until(&self.root, &self.irqs, &self.watch, self.interval, stop)
+    /// once more; profiles meanwhile when asked to (a profile that cannot be taken is not an
+    /// error: the diagnosis says why there is none).
+    pub fn record(&mut self, stop: impl FnMut() -> bool) -> Result<Vec<Sample>, ReadError> {
+        let cpus: Vec<usize> = self.host.online.iter().collect();
+        let sampler = self.profile.as_ref().map(|o| Sampler::start(&self.root, &cpus, o));
+        let samples = sample_until(&self.root, &self.irqs, &self.watch, self.interval, stop);
+        self.profiled = sampler.map(|s| s.map(Sampler::stop));
+        samples
     }
 
     /// Summarises the samples and applies every rule; whether a tune journal is active is
-    /// read from the root.
+    /// read from the root. The profile, if one was taken, is symbolized here, after the run.
     pub fn diagnose(&self, samples: &[Sample], mut ctx: Context) -> Diagnosis {
         let summary = summarize(samples, &self.followed(), qpslab_sys::system::clock_ticks());
         ctx.journal_active = self.root.exists(JOURNAL);
+        ctx.profile = self.profiled.as_ref().map(|r| self.build_profile(r));
         let findings = diagnose(&self.host, samples, &summary, &ctx);
-        Diagnosis { summary, findings }
+        Diagnosis { summary, findings, profile: ctx.profile }
+    }
+
+    fn build_profile(&self, raw: &Result<RawProfile, ProfileError>) -> Profile {
+        let raw = match raw {
+            Ok(r) => r,
+            Err(e) => return Profile::unavailable(e.to_string()),
+        };
+        let symbols = Symbols::resolve(raw, &self.root.path("proc/kallsyms"));
+        let roles: HashMap<u32, &str> = self
+            .watch
+            .iter()
+            .map(|w| (w.pid, if w.role == Role::Server { "server" } else { "generator" }))
+            .collect();
+        let folded = self.profile.as_ref().is_some_and(|o| o.folded);
+        Profile::build(raw, &symbols, &roles, folded)
     }
 }

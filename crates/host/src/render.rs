@@ -139,10 +139,8 @@ fn nic_text(nic: &crate::nic::Nic, o: &mut String) {
 }
 
 /// A doctor report as text: the summary, then the findings worst first.
-pub fn doctor_text(
-    summary: &crate::doctor::Summary,
-    findings: &[crate::doctor::Finding],
-) -> String {
+pub fn doctor_text(d: &crate::Diagnosis) -> String {
+    let (summary, findings) = (&d.summary, &d.findings);
     let p = |x: f64| format!("{:>4.0}%", x * 100.0);
     let mut o = String::new();
     let _ = writeln!(o, "window     {:.1} s, {} samples", summary.duration_s, summary.samples);
@@ -200,11 +198,25 @@ pub fn doctor_text(
             pr.open_fds.map_or(String::new(), |f| format!(", {f} fds"))
         );
     }
+    o.push_str(&profile_text(d));
     o.push_str(&findings_text(findings));
     o
 }
 
 /// The findings, worst first, with evidence and remedy.
+/// The profile's table and the top symbols of the saturated CPUs (or of the busiest one when
+/// none is); empty without a profile.
+pub fn profile_text(d: &crate::Diagnosis) -> String {
+    let Some(p) = &d.profile else { return String::new() };
+    let cpus = &d.summary.cpus;
+    let mut detail: Vec<usize> =
+        cpus.iter().filter(|c| c.busy() >= crate::doctor::SATURATED).map(|c| c.cpu).collect();
+    if detail.is_empty() {
+        detail.extend(cpus.iter().max_by(|a, b| a.busy().total_cmp(&b.busy())).map(|c| c.cpu));
+    }
+    format!("\n{}", p.render_text(&detail))
+}
+
 pub fn findings_text(findings: &[crate::doctor::Finding]) -> String {
     let mut o = String::new();
     if findings.is_empty() {

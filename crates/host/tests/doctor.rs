@@ -336,7 +336,7 @@ fn a_diagnosis_travels_as_json_and_back() {
     let roles: BTreeMap<u32, Role> = run.watch.iter().map(|w| (w.pid, w.role)).collect();
     let summary = summarize(&run.samples, &roles, 100.0);
     let findings = diagnose(&run.host(), &run.samples, &summary, &Context::default());
-    let d = qpslab_host::Diagnosis { summary, findings };
+    let d = qpslab_host::Diagnosis { summary, findings, profile: None };
     let text = serde_json::to_string(&d).unwrap();
     let back: qpslab_host::Diagnosis = serde_json::from_str(&text).unwrap();
     assert_eq!(serde_json::to_string(&back).unwrap(), text);
@@ -546,4 +546,163 @@ fn an_idle_master_on_busy_cpus_is_not_a_saturated_server() {
     let client = named(&f, "client-bound").expect("client-bound");
     assert!(named(&f, "both-saturated").is_none(), "{f:?}");
     assert!(!client.evidence.iter().any(|e| e.contains("pid 600")), "the idle master is left out");
+}
+
+// ---- The rules that read the profile (`--profile`), on synthetic profiles.
+
+fn share(name: &str, share: f64) -> qpslab_profile::Share {
+    qpslab_profile::Share { name: name.into(), samples: (share * 1000.0) as u64, share }
+}
+
+fn cpu_profile(
+    cpu: usize,
+    cats: &[(&str, f64)],
+    kernel: &[(&str, f64)],
+) -> qpslab_profile::CpuProfile {
+    qpslab_profile::CpuProfile {
+        cpu,
+        samples: 1000,
+        categories: cats.iter().map(|(n, s)| share(n, *s)).collect(),
+        net_rx_share: 0.0,
+        wakeup_lock_share: 0.0,
+        top_kernel: kernel.iter().map(|(n, s)| share(n, *s)).collect(),
+        top_user: Vec::new(),
+        wakeup_lock_stacks: Vec::new(),
+    }
+}
+
+fn process_profile(
+    pid: u32,
+    role: &str,
+    cats: &[(&str, f64)],
+    kernel: &[(&str, f64)],
+) -> qpslab_profile::ProcessProfile {
+    qpslab_profile::ProcessProfile {
+        pid,
+        comm: "nginx".into(),
+        role: role.into(),
+        samples: 1000,
+        share: 0.5,
+        categories: cats.iter().map(|(n, s)| share(n, *s)).collect(),
+        top_kernel: kernel.iter().map(|(n, s)| share(n, *s)).collect(),
+        top_user: vec![share("ngx_http_process_request_line", 0.02)],
+    }
+}
+
+fn with_profile(
+    cpus: Vec<qpslab_profile::CpuProfile>,
+    procs: Vec<qpslab_profile::ProcessProfile>,
+) -> Context {
+    let profile = qpslab_profile::Profile {
+        available: true,
+        event: "cpu-clock".into(),
+        frequency_hz: 499,
+        samples: 2000,
+        cpus,
+        processes: procs,
+        ..qpslab_profile::Profile::default()
+    };
+    Context { profile: Some(profile), ..Context::default() }
+}
+
+/// Seed 000: 36% of a CPU in `_raw_spin_unlock_irqrestore` under `__wake_up_sync_key` <-
+/// `sock_def_readable`: lock contention in socket wake-ups, named with the stack and its share.
+#[test]
+fn a_spinlock_under_socket_wakeups_is_lock_contention() {
+    let mut run = two_sides(40, 97, 2, |_| 10_000);
+    run.step(|c, _| c.advance_cpus(100, |_| (30, 60, 8, 2)));
+    let mut cpu = cpu_profile(0, &[("wakeup-lock", 0.38), ("tcp-receive", 0.3)], &[]);
+    cpu.wakeup_lock_share = 0.36;
+    cpu.net_rx_share = 0.55;
+    cpu.wakeup_lock_stacks = vec![share(
+        "_raw_spin_unlock_irqrestore <- __wake_up_sync_key <- sock_def_readable <- tcp_rcv_established",
+        0.33,
+    )];
+    let f = run.findings_with(&with_profile(vec![cpu.clone()], Vec::new()));
+    let l = named(&f, "lock-contention").expect("lock-contention");
+    assert_eq!(
+        l.evidence[0],
+        "CPU 0 (98% busy): 36% of its samples spinning on a lock under a socket wake-up: \
+         _raw_spin_unlock_irqrestore <- __wake_up_sync_key <- sock_def_readable <- \
+         tcp_rcv_established (33% of the CPU)"
+    );
+    assert!(l.evidence[1].contains("55% of its samples in the NET_RX softirq"), "{:?}", l.evidence);
+    assert!(l.remedy.contains("SO_REUSEPORT") && l.remedy.contains("RPS"), "{}", l.remedy);
+    cpu.wakeup_lock_share = 0.05;
+    let f = run.findings_with(&with_profile(vec![cpu], Vec::new()));
+    assert!(named(&f, "lock-contention").is_none(), "5% is below the threshold");
+    assert!(named(&run.findings(), "lock-contention").is_none(), "no profile, no finding");
+}
+
+/// Seed 000's other finding: the `xen` clocksource's reads "pretty high in the perf profiles".
+#[test]
+fn clock_reads_with_a_clocksource_other_than_tsc_are_a_slow_clocksource() {
+    let mut run = two_sides(40, 97, 2, |_| 10_000);
+    let cs = run.dir.path().join("sys/devices/system/clocksource/clocksource0");
+    std::fs::write(cs.join("current_clocksource"), "xen\n").unwrap();
+    std::fs::write(cs.join("available_clocksource"), "xen tsc hpet acpi_pm\n").unwrap();
+    run.step(|c, _| c.advance_cpus(100, |_| (30, 60, 8, 2)));
+    let cpu = cpu_profile(
+        1,
+        &[("tcp-transmit", 0.4), ("clock", 0.12)],
+        &[("tcp_sendmsg_locked", 0.2), ("xen_clocksource_read", 0.09), ("ktime_get", 0.03)],
+    );
+    let f = run.findings_with(&with_profile(vec![cpu.clone()], Vec::new()));
+    let c = named(&f, "slow-clocksource").expect("slow-clocksource");
+    assert_eq!(c.evidence[0], "clocksource xen (available: xen tsc hpet acpi_pm)");
+    assert_eq!(
+        c.evidence[1],
+        "CPU 1: 12% of its samples reading the clock (xen_clocksource_read 9%, ktime_get 3%)"
+    );
+    assert!(c.remedy.contains("tsc"), "{}", c.remedy);
+    std::fs::write(cs.join("current_clocksource"), "tsc\n").unwrap();
+    let f = run.findings_with(&with_profile(vec![cpu], Vec::new()));
+    assert!(named(&f, "slow-clocksource").is_none(), "tsc is not slow");
+}
+
+#[test]
+fn a_side_spending_its_samples_in_syscalls_or_copies_is_named() {
+    let run = two_sides(40, 97, 2, |_| 10_000);
+    let server = process_profile(
+        600,
+        "server",
+        &[("syscall", 0.31), ("tcp-transmit", 0.25), ("copy", 0.22)],
+        &[("entry_SYSCALL_64_after_hwframe", 0.12), ("rep_movs_alternative", 0.2)],
+    );
+    let f = run.findings_with(&with_profile(Vec::new(), vec![server]));
+    let s = named(&f, "syscall-bound").expect("syscall-bound");
+    assert_eq!(s.summary, "the server spends 31% of its CPU entering and leaving system calls");
+    assert_eq!(s.evidence[0], "nginx (pid 600, server): syscall 31%, tcp-transmit 25%, copy 22%");
+    assert_eq!(s.evidence[1], "its top kernel symbols there: entry_SYSCALL_64_after_hwframe 12%");
+    let c = named(&f, "copy-bound").expect("copy-bound");
+    assert_eq!(c.evidence[1], "its top copy symbols: rep_movs_alternative 20%");
+    // The server-bound verdict says where its CPU went.
+    let v = named(&f, "server-bound").expect("server-bound");
+    assert!(
+        v.evidence.iter().any(|e| e
+            .starts_with("profile: the server nginx (pid 600) spent its samples on syscall 31%")),
+        "{:?}",
+        v.evidence
+    );
+}
+
+#[test]
+fn the_profile_confirms_concentrated_softirq_with_its_net_rx_share() {
+    let mut run = Run::new(four_cpus());
+    run.step(|c, _| {
+        c.advance_cpus(100, |cpu| if cpu == 1 { (0, 5, 95, 0) } else { (20, 10, 0, 70) });
+        c.net_rx[1] += 200_000;
+    });
+    let mut cpu = cpu_profile(
+        1,
+        &[("softirq-net-rx", 0.6)],
+        &[("virtnet_poll", 0.2), ("napi_gro_receive", 0.1)],
+    );
+    cpu.net_rx_share = 0.93;
+    let f = run.findings_with(&with_profile(vec![cpu], Vec::new()));
+    let hot = named(&f, "softirq-concentrated").expect("finding");
+    assert_eq!(
+        hot.evidence.last().unwrap(),
+        "profile: 93% of CPU 1's samples in the NET_RX softirq (top: virtnet_poll 20%, napi_gro_receive 10%)"
+    );
 }

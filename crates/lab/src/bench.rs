@@ -127,6 +127,8 @@ pub struct BenchOptions {
     /// The qpslab executable on the other hosts (`--agent-exe`) [default: this build, copied
     /// over when missing].
     pub agent_exe: Option<String>,
+    /// Profile the server's host (every CPU) during the measured window (`--profile`).
+    pub profile: Option<qpslab_profile::ProfileOptions>,
 }
 
 /// Where the two sides run when not both here: the server host and the load agents.
@@ -161,6 +163,7 @@ impl Default for BenchOptions {
             agents: None,
             ssh: None,
             agent_exe: None,
+            profile: None,
         }
     }
 }
@@ -420,6 +423,9 @@ fn run(
     };
     let here = matches!(doctor, Doctor::Here(_)) && remote.agents.is_none();
     if let Doctor::Here(exam) = &mut doctor {
+        if let Some(o) = &opts.profile {
+            exam.profile(o.clone());
+        }
         for &pid in &placed.server_pids {
             exam.follow(pid, Role::Server);
         }
@@ -503,7 +509,7 @@ fn load_while_examined(
     let listen = place::resolve(&placed.url).ok().map(|r| r.0).filter(|_| pids.is_empty());
     let (load, samples) = std::thread::scope(|s| {
         let (exam, mut far) = match doctor {
-            Doctor::Here(exam) => (Some(&**exam), None),
+            Doctor::Here(exam) => (Some(&mut **exam), None),
             Doctor::There(far) => (None, Some(far)),
         };
         let done = &done;
@@ -520,8 +526,13 @@ fn load_while_examined(
                 let _ = go.send(Instant::now() + delay);
             }
             Some(far) => {
-                let call =
-                    ExamineCall { interval: opts.interval, delay, pids: pids.clone(), listen };
+                let call = ExamineCall {
+                    interval: opts.interval,
+                    delay,
+                    pids: pids.clone(),
+                    listen,
+                    profile: opts.profile.clone(),
+                };
                 match far.examine(&call) {
                     Ok(e) => examining = Some(e),
                     Err(e) => failed = Some(e),

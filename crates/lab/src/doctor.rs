@@ -27,6 +27,8 @@ pub struct DoctorOptions {
     pub command: Vec<String>,
     /// Send the command's stdout to stderr (so that stdout holds only the JSON report).
     pub command_stdout_to_stderr: bool,
+    /// Profile every CPU meanwhile (`--profile`).
+    pub profile: Option<qpslab_profile::ProfileOptions>,
 }
 
 /// Why the doctor could not run.
@@ -81,6 +83,9 @@ pub fn doctor(opts: &DoctorOptions, stop: &AtomicBool) -> Result<DoctorRun, Doct
     let root = opts.validate()?;
     let mut exam = Examination::new(&root, opts.interval)
         .map_err(|e| DoctorError::Usage(format!("--root {}: {e}", opts.root.display())))?;
+    if let Some(o) = &opts.profile {
+        exam.profile(o.clone());
+    }
     for pid in qpslab_host::procs::with_descendants(&root, &opts.pids) {
         exam.follow(pid, Role::Server);
     }
@@ -135,6 +140,7 @@ mod tests {
             pids: Vec::new(),
             command: Vec::new(),
             command_stdout_to_stderr: false,
+            profile: None,
         }
     }
 

@@ -10,7 +10,9 @@ use serde::Serialize;
 
 use crate::bench::{BenchOptions, BenchReport};
 use crate::settings::BenchSettings;
-use crate::store::{CpuSeries, FindingFact, NewRun, Percentiles, RunFacts, Store, StoreError};
+use crate::store::{
+    CpuCategories, CpuSeries, FindingFact, NewRun, Percentiles, RunFacts, Store, StoreError,
+};
 
 /// The figures of a bench.
 pub fn bench_facts(r: &BenchReport) -> RunFacts {
@@ -40,6 +42,17 @@ pub fn bench_facts(r: &BenchReport) -> RunFacts {
                 summary: f.summary.clone(),
                 evidence: f.evidence.clone(),
                 remedy: f.remedy.clone(),
+            })
+            .collect(),
+        profile: r
+            .doctor
+            .profile
+            .iter()
+            .flat_map(|p| &p.cpus)
+            .map(|c| CpuCategories {
+                cpu: c.cpu,
+                samples: c.samples,
+                shares: c.categories.iter().map(|s| (s.name.clone(), s.share)).collect(),
             })
             .collect(),
         ..load_facts(&r.load)

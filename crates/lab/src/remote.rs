@@ -60,6 +60,8 @@ pub struct ExamineCall {
     pub pids: Vec<u32>,
     /// Otherwise: the address the load connects to, to find the server listening there.
     pub listen: Option<SocketAddr>,
+    /// Profile that host's CPUs meanwhile.
+    pub profile: Option<qpslab_profile::ProfileOptions>,
 }
 
 /// The server as the server host sees it.
@@ -254,10 +256,14 @@ impl HostAgent {
         for &pid in &found.pids {
             exam.follow(pid, Role::Server);
         }
+        if let Some(o) = c.profile {
+            exam.profile(o);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let begin = Instant::now() + c.delay;
         let thread = std::thread::spawn(move || {
+            let mut exam = exam;
             while Instant::now() < begin {
                 if flag.load(Ordering::Relaxed) {
                     break;

@@ -49,6 +49,11 @@ pub struct BenchSettings {
     pub ssh: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_exe: Option<String>,
+    /// `--profile`: profile the server's host during each run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_freq: Option<u64>,
 }
 
 /// Every key of [`BenchSettings`], for messages.
@@ -70,6 +75,8 @@ pub const KEYS: &[&str] = &[
     "agents",
     "ssh",
     "agent-exe",
+    "profile",
+    "profile-freq",
 ];
 
 impl BenchSettings {
@@ -95,7 +102,9 @@ impl BenchSettings {
             server_addr,
             agents,
             ssh,
-            agent_exe
+            agent_exe,
+            profile,
+            profile_freq
         )
     }
 
@@ -139,6 +148,24 @@ impl BenchSettings {
         o.agents = self.agents.clone().or(o.agents);
         o.ssh = self.ssh.clone().or(o.ssh);
         o.agent_exe = self.agent_exe.clone().or(o.agent_exe);
+        match (self.profile, self.profile_freq) {
+            (Some(false), _) => o.profile = None,
+            (Some(true), _) | (None, Some(_)) => {
+                let hz = self
+                    .profile_freq
+                    .unwrap_or(qpslab_profile::ProfileOptions::default().frequency_hz);
+                if !(1..=100_000).contains(&hz) {
+                    return Err(format!(
+                        "profile-freq = {hz}: give 1 to 100000 samples per second"
+                    ));
+                }
+                o.profile = Some(qpslab_profile::ProfileOptions {
+                    frequency_hz: hz,
+                    ..qpslab_profile::ProfileOptions::default()
+                });
+            }
+            (None, None) => {}
+        }
         Ok(o)
     }
 
@@ -163,6 +190,8 @@ impl BenchSettings {
             agents: o.agents.clone(),
             ssh: o.ssh.clone(),
             agent_exe: o.agent_exe.clone(),
+            profile: o.profile.is_some().then_some(true),
+            profile_freq: o.profile.as_ref().map(|p| p.frequency_hz),
         }
     }
 }

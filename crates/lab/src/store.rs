@@ -101,6 +101,17 @@ pub struct RunFacts {
     /// Per-CPU shares, sample interval by interval.
     pub cpu: CpuSeries,
     pub findings: Vec<FindingFact>,
+    /// With `--profile`: each CPU's profile samples by category.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profile: Vec<CpuCategories>,
+}
+
+/// One CPU's profile samples by category (`tcp-receive` = 0.21, ...).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuCategories {
+    pub cpu: usize,
+    pub samples: u64,
+    pub shares: std::collections::BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -81,6 +81,7 @@ pub fn render_text(r: &BenchReport) -> String {
     for note in &r.notes {
         let _ = writeln!(o, "note        {note}");
     }
+    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
     o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
     o
 }

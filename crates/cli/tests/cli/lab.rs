@@ -48,7 +48,7 @@ fn a_sweep_interleaves_its_variants_stores_every_run_and_its_report_opens_in_chr
         dir.path(),
         "matrix.toml",
         "name = \"builtin vs nginx\"\nrepeat = 2\n[base]\nduration = \"1s\"\nwarmup = \"200ms\"\n\
-         [axes]\ntarget = [\"builtin\", \"nginx\"]\nconnections = [10, 100]\n",
+         profile = true\n[axes]\ntarget = [\"builtin\", \"nginx\"]\nconnections = [10, 100]\n",
     );
     let v = ok_json(&store, &["sweep", file.to_str().unwrap(), "--json"]);
     assert_eq!(v["status"], "done");
@@ -124,6 +124,8 @@ fn browser_check(html: &Path, dir: &Path) {
     assert_eq!(dom.matches("class=\"spectrum\"").count(), 4, "a latency line per variant");
     assert_eq!(dom.matches("class=\"per-second\"").count(), 8, "a rate line per run");
     assert_eq!(dom.matches("<img class=\"heat\"").count(), 24, "user, system, softirq per run");
+    assert_eq!(dom.matches("<table class=\"profile\">").count(), 8, "each run's profile table");
+    assert!(dom.contains("<th>tcp-receive</th>"), "the categories as columns");
     assert!(!dom.contains("src=\"http") && !dom.contains("href=\"http"), "nothing fetched");
 
     let shot = dir.join("report.png");

@@ -7,6 +7,7 @@ mod agents;
 mod common;
 mod lab;
 mod load_models;
+mod profile;
 mod tune;
 
 use common::ServeChild;

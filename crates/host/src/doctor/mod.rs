@@ -7,6 +7,7 @@
 //! --explain RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
+mod profiled;
 mod rules;
 pub mod summary;
 mod verdict;
@@ -51,6 +52,19 @@ pub const DROPS_CRITICAL_PER_S: f64 = 1.0;
 /// The shortest window, and fewest intervals, from which the verdict judges a run.
 pub const MIN_WINDOW_S: f64 = 1.0;
 pub const MIN_INTERVALS: usize = 2;
+/// Share of a busy CPU's profile samples spinning on a lock under a socket wake-up from which
+/// lock contention is reported.
+pub const LOCK_SHARE: f64 = 0.10;
+/// Share of a busy CPU's samples reading the clock, with a clocksource other than tsc, from
+/// which the clocksource is called slow.
+pub const CLOCK_SHARE: f64 = 0.05;
+/// Share of a followed process's samples entering and leaving system calls from which it is
+/// called syscall-bound.
+pub const SYSCALL_SHARE: f64 = 0.25;
+/// Share of a followed process's samples copying memory from which it is called copy-bound.
+pub const COPY_SHARE: f64 = 0.20;
+/// A CPU this busy (1 - idle) has a profile worth reading.
+pub const PROFILE_BUSY: f64 = 0.50;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -119,6 +133,8 @@ pub struct Context {
     /// doctor runs on the server host), by their own account: the generator side of the
     /// verdict when no generator process runs here.
     pub generators: Vec<Generator>,
+    /// The profile of the run, when one was taken: evidence for the rules that read it.
+    pub profile: Option<qpslab_profile::Profile>,
 }
 
 /// A load generator on another host, as its report tells it.
@@ -283,6 +299,30 @@ pub const RULES: &[Rule] = &[
         threshold: "TIME_WAIT sockets at 50% or more of ip_local_port_range, or connects failing with EADDRNOTAVAIL (critical)",
         remedy: "keep connections alive, widen the port range, allow TIME_WAIT reuse, or add source addresses",
     },
+    Rule {
+        name: "lock-contention",
+        catches: "CPU time spinning on a lock while waking a socket's waiters (`_raw_spin_unlock_irqrestore` under `__wake_up_sync_key` <- `sock_def_readable`): many threads wait on one socket, or all receive work lands on one CPU",
+        threshold: "with --profile: 10% or more of a CPU's samples (a CPU at least 50% busy) in a spinlock under a socket wake-up",
+        remedy: "spread receive work over CPUs (RPS/RSS: `qpslab tune plan`), and fewer threads waking on one socket (one listening socket per worker: SO_REUSEPORT, `qpslab serve --accept reuseport`, nginx `listen ... reuseport`)",
+    },
+    Rule {
+        name: "slow-clocksource",
+        catches: "time reads are expensive: the clocksource is not tsc and clock reads show in the profile",
+        threshold: "with --profile: a clocksource other than tsc, and 5% or more of a busy CPU's samples reading the clock",
+        remedy: "switch the clocksource to tsc where it is stable (`qpslab tune plan` proposes it when tsc is available)",
+    },
+    Rule {
+        name: "syscall-bound",
+        catches: "a side spends its CPU entering and leaving the kernel: many small reads and writes per request",
+        threshold: "with --profile: 25% or more of a followed process's samples in system call entry and exit",
+        remedy: "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine",
+    },
+    Rule {
+        name: "copy-bound",
+        catches: "a side spends its CPU copying memory between the kernel and user space: large bodies",
+        threshold: "with --profile: 20% or more of a followed process's samples copying memory",
+        remedy: "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side",
+    },
 ];
 
 /// The rule called `name`.
@@ -295,7 +335,8 @@ pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Contex
     let mut out = Vec::new();
     // The verdict first: among findings of equal severity it is the headline.
     verdict::bound(summary, ctx, &mut out);
-    rules::softirq_concentrated(summary, &mut out);
+    rules::softirq_concentrated(summary, ctx, &mut out);
+    profiled::rules(host, summary, ctx, &mut out);
     rules::nic_layout(host, summary, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
     rules::tcp_queues(host, summary, &mut out);

@@ -10,7 +10,7 @@ use super::{
 use crate::host::Host;
 use crate::sample::Sample;
 
-pub(super) fn softirq_concentrated(s: &Summary, out: &mut Vec<Finding>) {
+pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     let Some(hot) = s
         .cpus
         .iter()
@@ -28,15 +28,23 @@ pub(super) fn softirq_concentrated(s: &Summary, out: &mut Vec<Finding>) {
     let rx_hot = s.net_rx_per_s.get(&hot.cpu).copied().unwrap_or(0.0);
     let idle_list: crate::CpuSet = idle.iter().map(|c| c.cpu).collect();
     let mean_idle = idle.iter().map(|c| c.idle).sum::<f64>() / idle.len() as f64;
+    let mut evidence = vec![
+        format!("CPU {} softirq {} idle {}", hot.cpu, pct(hot.softirq), pct(hot.idle)),
+        format!(
+            "NET_RX on CPU {}: {:.0}/s of {:.0}/s on all CPUs ({})",
+            hot.cpu,
+            rx_hot,
+            rx_total,
+            pct(share(rx_hot as u64, rx_total as u64))
+        ),
+        format!("CPUs {} idle {} on average", idle_list, pct(mean_idle)),
+    ];
+    evidence.extend(super::profiled::net_rx_evidence(ctx, hot.cpu));
     out.push(Finding {
         name: "softirq-concentrated",
         severity: Severity::Critical,
         summary: format!("receive processing is concentrated on CPU {}: its softirq share is {} while CPUs {} have headroom", hot.cpu, pct(hot.softirq), idle_list),
-        evidence: vec![
-            format!("CPU {} softirq {} idle {}", hot.cpu, pct(hot.softirq), pct(hot.idle)),
-            format!("NET_RX on CPU {}: {:.0}/s of {:.0}/s on all CPUs ({})", hot.cpu, rx_hot, rx_total, pct(share(rx_hot as u64, rx_total as u64))),
-            format!("CPUs {} idle {} on average", idle_list, pct(mean_idle)),
-        ],
+        evidence,
         remedy: "spread receive work: one IRQ per queue on its own CPU and RPS over the other CPUs of the node (`qpslab tune plan`, then `qpslab tune apply`)".into(),
     });
 }

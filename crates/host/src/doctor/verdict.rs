@@ -21,7 +21,7 @@ pub(super) fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     let sides = Sides::new(s, ctx);
     out.extend(contention(&sides));
     out.extend(shared_cpus(s, &sides));
-    out.extend(saturation(&sides));
+    out.extend(saturation(&sides, ctx));
     if !sides.server_sat && !sides.client_sat && !sides.contended {
         match hot_cpus(s, &sides) {
             hot if !hot.is_empty() => out.push(cpu_saturated(&hot, &sides)),
@@ -214,8 +214,9 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
     })
 }
 
-/// client-bound, both-saturated or server-bound.
-fn saturation(sides: &Sides) -> Option<Finding> {
+/// client-bound, both-saturated or server-bound; with a profile, where the saturated sides'
+/// CPU went.
+fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
     let (name, summary, remedy, server_first) = match (sides.server_sat, sides.client_sat) {
         (false, true) => (
             "client-bound",
@@ -237,11 +238,18 @@ fn saturation(sides: &Sides) -> Option<Finding> {
         ),
         (false, false) => return None,
     };
+    let mut evidence = sides.evidence(server_first);
+    if sides.client_sat {
+        evidence.extend(super::profiled::where_it_went(ctx, "generator"));
+    }
+    if sides.server_sat {
+        evidence.extend(super::profiled::where_it_went(ctx, "server"));
+    }
     Some(Finding {
         name,
         severity: if name == "client-bound" { Severity::Warning } else { Severity::Info },
         summary: summary.into(),
-        evidence: sides.evidence(server_first),
+        evidence,
         remedy: remedy.into(),
     })
 }

@@ -399,10 +399,38 @@ fn runs_detail(groups: &[Group]) -> String {
                 o.push_str("<li>no findings</li>");
             }
             o.push_str("</ul>");
+            o.push_str(&profile_table(&f.profile));
             o.push_str(&provenance(r));
             o.push_str("</details>\n");
         }
     }
+    o
+}
+
+/// A run's profile: each CPU's samples by category, a row per CPU.
+fn profile_table(cpus: &[crate::store::CpuCategories]) -> String {
+    if cpus.is_empty() {
+        return String::new();
+    }
+    let cats = qpslab_profile::Category::ALL;
+    let mut o = String::from("<table class=\"profile\"><caption>where each CPU's time went (profile)</caption><tr><th>CPU</th><th>samples</th>");
+    for c in cats {
+        let _ = write!(o, "<th>{}</th>", c.name());
+    }
+    o.push_str("</tr>");
+    for c in cpus {
+        let _ = write!(o, "<tr><td>{}</td><td>{}</td>", c.cpu, c.samples);
+        for cat in cats {
+            match c.shares.get(cat.name()) {
+                Some(x) => {
+                    let _ = write!(o, "<td>{:.1}%</td>", x * 100.0);
+                }
+                None => o.push_str("<td>-</td>"),
+            }
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table>");
     o
 }
 
@@ -597,5 +625,24 @@ mod tests {
         assert!(!html.contains("<script"), "no script");
         assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "nothing fetched");
         assert_eq!(html.matches("class=\"repeat\"").count(), 6, "a dot per run");
+        assert!(!html.contains("class=\"profile\""), "no profile, no table");
+    }
+
+    #[test]
+    fn a_profiled_run_shows_each_cpus_categories() {
+        let mut g = groups();
+        g[0].runs[0].facts.profile = vec![crate::store::CpuCategories {
+            cpu: 0,
+            samples: 1500,
+            shares: [("tcp-transmit".to_string(), 0.314), ("user".to_string(), 0.148)].into(),
+        }];
+        let html = render(&Input { title: "p".into(), sweep: None, groups: &g });
+        assert_eq!(html.matches("<table class=\"profile\">").count(), 1);
+        assert!(html.contains("<th>tcp-transmit</th>"), "a column per category");
+        assert!(
+            html.contains("<tr><td>0</td><td>1500</td><td>-</td><td>-</td><td>31.4%</td>"),
+            "{}",
+            &html[html.find("class=\"profile\"").unwrap()..][..600]
+        );
     }
 }

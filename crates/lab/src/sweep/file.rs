@@ -181,7 +181,7 @@ fn tune_of(value: toml::Value) -> Result<TuneSpec, String> {
 /// One axis value: the bench settings it sets, or the host settings (`tune`).
 #[derive(Debug, Clone)]
 enum Step {
-    Bench(BenchSettings),
+    Bench(Box<BenchSettings>),
     Tune(TuneSpec),
 }
 
@@ -213,7 +213,7 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
             } else {
                 let mut one = toml::Table::new();
                 one.insert(key.clone(), v.clone());
-                Step::Bench(settings_of(one).map_err(err)?)
+                Step::Bench(Box::new(settings_of(one).map_err(err)?))
             };
             steps.push((label, step));
         }

@@ -1,0 +1,200 @@
+//! The rules that read the profile (`--profile`): spinlocks under socket wake-ups (the `perf
+//! top` of "1M QPS with nginx and Ubuntu 12.04 on EC2"), clock reads with a slow clocksource,
+//! and a side whose CPU goes to system call entry and exit or to copies. Each names the
+//! symbols and shares it saw. Without a profile they say nothing.
+
+use qpslab_profile::{Category, CpuProfile, ProcessProfile, Profile, Share};
+
+use super::summary::{pct, CpuShare, Summary};
+use super::{
+    Context, Finding, Severity, CLOCK_SHARE, COPY_SHARE, LOCK_SHARE, PROFILE_BUSY, SYSCALL_SHARE,
+};
+use crate::host::Host;
+
+/// Profile samples a process needs before its shares are judged.
+const MIN_SAMPLES: u64 = 50;
+
+pub(super) fn rules(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    let Some(p) = ctx.profile.as_ref().filter(|p| p.available) else { return };
+    lock_contention(s, p, out);
+    slow_clocksource(host, s, p, out);
+    for proc in p.processes.iter().filter(|x| x.role == "server" || x.role == "generator") {
+        side_bound(proc, out);
+    }
+}
+
+/// The CPUs busy enough to read, with their profiles.
+fn busy<'a>(
+    s: &'a Summary,
+    p: &'a Profile,
+) -> impl Iterator<Item = (&'a CpuShare, &'a CpuProfile)> {
+    s.cpus
+        .iter()
+        .filter(|c| c.busy() >= PROFILE_BUSY)
+        .filter_map(|c| p.cpus.iter().find(|x| x.cpu == c.cpu && x.samples > 0).map(|x| (c, x)))
+}
+
+/// The leaf symbols of `shares` that fall in category `c`.
+fn symbols_of(shares: &[Share], c: Category) -> String {
+    let v: Vec<String> = shares
+        .iter()
+        .filter(|s| qpslab_profile::category::classify(&[s.name.as_str()], None) == c)
+        .take(3)
+        .map(|s| format!("{} {}", s.name, pct(s.share)))
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn lock_contention(s: &Summary, p: &Profile, out: &mut Vec<Finding>) {
+    let hot: Vec<(&CpuShare, &CpuProfile)> =
+        busy(s, p).filter(|(_, x)| x.wakeup_lock_share >= LOCK_SHARE).collect();
+    if hot.is_empty() {
+        return;
+    }
+    let mut evidence = Vec::new();
+    for (c, x) in &hot {
+        let top = x
+            .wakeup_lock_stacks
+            .first()
+            .map_or(String::new(), |t| format!(": {} ({} of the CPU)", t.name, pct(t.share)));
+        evidence.push(format!(
+            "CPU {} ({} busy): {} of its samples spinning on a lock under a socket wake-up{top}",
+            c.cpu,
+            pct(c.busy()),
+            pct(x.wakeup_lock_share)
+        ));
+        if x.net_rx_share > 0.0 {
+            evidence.push(format!(
+                "CPU {}: {} of its samples in the NET_RX softirq",
+                c.cpu,
+                pct(x.net_rx_share)
+            ));
+        }
+    }
+    out.push(Finding {
+        name: "lock-contention",
+        severity: Severity::Warning,
+        summary: format!(
+            "{} spent a large share waking sockets' waiters under a spinlock: threads contend for one socket, or receive work is concentrated",
+            if hot.len() == 1 { format!("CPU {}", hot[0].0.cpu) } else { format!("{} CPUs", hot.len()) }
+        ),
+        evidence,
+        remedy: "spread receive work over CPUs (RPS/RSS: `qpslab tune plan`), and fewer threads waking on one socket (one listening socket per worker: SO_REUSEPORT, `qpslab serve --accept reuseport`, nginx `listen ... reuseport`)".into(),
+    });
+}
+
+fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding>) {
+    let Some(cs) = host.clocksource.as_deref().filter(|c| *c != "tsc") else { return };
+    let hot: Vec<(&CpuShare, &CpuProfile)> =
+        busy(s, p).filter(|(c, _)| p.cpu_share(c.cpu, Category::Clock) >= CLOCK_SHARE).collect();
+    if hot.is_empty() {
+        return;
+    }
+    let available = if host.clocksources_available.is_empty() {
+        "not listed".to_string()
+    } else {
+        host.clocksources_available.join(" ")
+    };
+    let mut evidence = vec![format!("clocksource {cs} (available: {available})")];
+    for (c, x) in &hot {
+        evidence.push(format!(
+            "CPU {}: {} of its samples reading the clock ({})",
+            c.cpu,
+            pct(p.cpu_share(c.cpu, Category::Clock)),
+            symbols_of(&x.top_kernel, Category::Clock)
+        ));
+    }
+    let tsc = host.clocksources_available.iter().any(|c| c == "tsc");
+    out.push(Finding {
+        name: "slow-clocksource",
+        severity: Severity::Warning,
+        summary: format!("clock reads are expensive with the {cs} clocksource and show in the profile"),
+        evidence,
+        remedy: if tsc {
+            "switch the clocksource to tsc (`qpslab tune plan` proposes it; `qpslab tune apply` writes it)".into()
+        } else {
+            "tsc is not offered here; a newer hypervisor or instance type may offer it (or kvm-clock/hyperv with the vDSO)".into()
+        },
+    });
+}
+
+/// syscall-bound and copy-bound for one followed process.
+fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
+    if x.samples < MIN_SAMPLES {
+        return;
+    }
+    let share =
+        |c: Category| x.categories.iter().find(|s| s.name == c.name()).map_or(0.0, |s| s.share);
+    let cats: Vec<String> =
+        x.categories.iter().take(4).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
+    let who = format!("{} (pid {}, {})", x.comm, x.pid, x.role);
+    let syscall = share(Category::Syscall);
+    if syscall >= SYSCALL_SHARE {
+        out.push(Finding {
+            name: "syscall-bound",
+            severity: Severity::Info,
+            summary: format!("the {} spends {} of its CPU entering and leaving system calls", x.role, pct(syscall)),
+            evidence: vec![
+                format!("{who}: {}", cats.join(", ")),
+                format!("its top kernel symbols there: {}", symbols_of(&x.top_kernel, Category::Syscall)),
+            ],
+            remedy: "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine".into(),
+        });
+    }
+    let copy = share(Category::Copy);
+    if copy >= COPY_SHARE {
+        out.push(Finding {
+            name: "copy-bound",
+            severity: Severity::Info,
+            summary: format!("the {} spends {} of its CPU copying memory", x.role, pct(copy)),
+            evidence: vec![
+                format!("{who}: {}", cats.join(", ")),
+                format!("its top copy symbols: {}", symbols_of(&x.top_kernel, Category::Copy)),
+            ],
+            remedy: "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side".into(),
+        });
+    }
+}
+
+/// Where a followed side's CPU went, for the verdict's evidence: `generator qpslab (pid 7):
+/// tcp-transmit 31%, syscall 22%, ... (top user: ...)`.
+pub(super) fn where_it_went(ctx: &Context, role: &str) -> Vec<String> {
+    let Some(p) = ctx.profile.as_ref().filter(|p| p.available) else { return Vec::new() };
+    p.with_role(role)
+        .filter(|x| x.samples >= MIN_SAMPLES)
+        .map(|x| {
+            let cats: Vec<String> = x
+                .categories
+                .iter()
+                .take(4)
+                .map(|s| format!("{} {}", s.name, pct(s.share)))
+                .collect();
+            let user = x.top_user.first().map_or(String::new(), |u| {
+                format!("; top user symbol {} {}", u.name, pct(u.share))
+            });
+            format!(
+                "profile: the {role} {} (pid {}) spent its samples on {}{user}",
+                x.comm,
+                x.pid,
+                cats.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// The softirq CPU's profile, for softirq-concentrated's evidence.
+pub(super) fn net_rx_evidence(ctx: &Context, cpu: usize) -> Option<String> {
+    let p = ctx.profile.as_ref().filter(|p| p.available)?;
+    let x = p.cpus.iter().find(|c| c.cpu == cpu && c.samples > 0)?;
+    let top: Vec<String> =
+        x.top_kernel.iter().take(3).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
+    Some(format!(
+        "profile: {} of CPU {cpu}'s samples in the NET_RX softirq (top: {})",
+        pct(x.net_rx_share),
+        top.join(", ")
+    ))
+}
