@@ -122,40 +122,48 @@ fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding
     });
 }
 
+/// A category that, past its share of a followed process's samples, is a finding:
+/// (category, share, finding, what the process does, what its evidence lists, remedy).
+const SIDE_RULES: [(Category, f64, &str, &str, &str, &str); 2] = [
+    (
+        Category::Syscall,
+        SYSCALL_SHARE,
+        "syscall-bound",
+        "entering and leaving system calls",
+        "its top kernel symbols there",
+        "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine",
+    ),
+    (
+        Category::Copy,
+        COPY_SHARE,
+        "copy-bound",
+        "copying memory",
+        "its top copy symbols",
+        "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side",
+    ),
+];
+
 /// syscall-bound and copy-bound for one followed process.
 fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
     if x.samples < MIN_SAMPLES {
         return;
     }
-    let share =
-        |c: Category| x.categories.iter().find(|s| s.name == c.name()).map_or(0.0, |s| s.share);
     let cats: Vec<String> =
         x.categories.iter().take(4).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
-    let who = format!("{} (pid {}, {})", x.comm, x.pid, x.role);
-    let syscall = share(Category::Syscall);
-    if syscall >= SYSCALL_SHARE {
+    for (cat, threshold, name, doing, listed, remedy) in SIDE_RULES {
+        let share = x.categories.iter().find(|s| s.name == cat.name()).map_or(0.0, |s| s.share);
+        if share < threshold {
+            continue;
+        }
         out.push(Finding {
-            name: "syscall-bound",
+            name,
             severity: Severity::Info,
-            summary: format!("the {} spends {} of its CPU entering and leaving system calls", x.role, pct(syscall)),
+            summary: format!("the {} spends {} of its CPU {doing}", x.role, pct(share)),
             evidence: vec![
-                format!("{who}: {}", cats.join(", ")),
-                format!("its top kernel symbols there: {}", symbols_of(&x.top_kernel, Category::Syscall)),
+                format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", ")),
+                format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
             ],
-            remedy: "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine".into(),
-        });
-    }
-    let copy = share(Category::Copy);
-    if copy >= COPY_SHARE {
-        out.push(Finding {
-            name: "copy-bound",
-            severity: Severity::Info,
-            summary: format!("the {} spends {} of its CPU copying memory", x.role, pct(copy)),
-            evidence: vec![
-                format!("{who}: {}", cats.join(", ")),
-                format!("its top copy symbols: {}", symbols_of(&x.top_kernel, Category::Copy)),
-            ],
-            remedy: "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side".into(),
+            remedy: remedy.into(),
         });
     }
 }
