@@ -157,7 +157,7 @@ impl Profile {
         Profile {
             available: true,
             reason: None,
-            event: "cpu-clock".into(),
+            event: raw.event.into(),
             frequency_hz: raw.frequency_hz,
             duration_s: raw.duration.as_secs_f64(),
             samples: raw.samples,

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use perf_event::data::Record;
-use perf_event::events::Software;
+use perf_event::events::{Event, Hardware, Software};
 use perf_event::{Builder, SampleFlag, Sampler as Ring};
 use qpslab_sys::root::Root;
 
@@ -86,6 +86,8 @@ pub struct RawProfile {
     /// Samples by stack.
     pub stacks: HashMap<Stack, u64>,
     pub samples: u64,
+    /// `cycles` (the PMU) or `cpu-clock` (no PMU, as in most VMs).
+    pub event: &'static str,
     /// Samples the kernel could not write (a full ring).
     pub lost: u64,
     /// Times the kernel throttled the event (too many samples per second).
@@ -129,28 +131,20 @@ pub fn split_chain(chain: &[u64]) -> (Vec<u64>, Vec<u64>) {
 
 impl Sampler {
     /// Opens an event on each of `cpus` (all of them, or an error: a permission error says
-    /// what would allow it) and starts reading them.
+    /// what would allow it) and starts reading them. The event is the PMU's `cycles` where
+    /// there is one, else the software `cpu-clock` (which also samples idle CPUs).
     pub fn start(root: &Root, cpus: &[usize], o: &ProfileOptions) -> Result<Sampler, ProfileError> {
-        let mut rings = Vec::with_capacity(cpus.len());
-        for &cpu in cpus {
-            let ring = Builder::new(Software::CPU_CLOCK)
-                .one_cpu(cpu)
-                .any_pid()
-                .sample_frequency(o.frequency_hz)
-                .sample(
-                    SampleFlag::IP
-                        | SampleFlag::TID
-                        | SampleFlag::TIME
-                        | SampleFlag::CPU
-                        | SampleFlag::CALLCHAIN,
-                )
-                .include_kernel()
-                .exclude_hv(true)
-                .build()
-                .and_then(|c| c.sampled(o.ring_pages.max(1) * 4096))
-                .map_err(|e| open_error(root, cpu, &e))?;
-            rings.push(ring);
-        }
+        let (event, rings) = match open_all(Hardware::CPU_CYCLES, cpus, o) {
+            Ok(rings) => ("cycles", rings),
+            // No PMU (ENOENT, ENODEV, EOPNOTSUPP): the software clock.
+            Err((_, e)) if matches!(e.raw_os_error(), Some(2 | 19 | 95)) => {
+                let rings = open_all(Software::CPU_CLOCK, cpus, o)
+                    .map_err(|(cpu, e)| open_error(root, cpu, &e))?;
+                ("cpu-clock", rings)
+            }
+            Err((cpu, e)) => return Err(open_error(root, cpu, &e)),
+        };
+        let mut rings = rings;
         for r in &mut rings {
             r.enable().map_err(|e| ProfileError::Other(format!("enabling the sampler: {e}")))?;
         }
@@ -159,6 +153,7 @@ impl Sampler {
         let mut raw = RawProfile {
             frequency_hz: o.frequency_hz,
             cpus: cpus.to_vec(),
+            event,
             ..RawProfile::default()
         };
         let (root, every) = (root.clone(), o.drain_every);
@@ -199,11 +194,40 @@ impl Sampler {
     }
 }
 
+/// One sampling event per CPU, or the CPU whose event could not be opened and why.
+fn open_all<E: Event + Clone>(
+    event: E,
+    cpus: &[usize],
+    o: &ProfileOptions,
+) -> Result<Vec<Ring>, (usize, std::io::Error)> {
+    let mut rings = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        let ring = Builder::new(event.clone())
+            .one_cpu(cpu)
+            .any_pid()
+            .sample_frequency(o.frequency_hz)
+            .sample(
+                SampleFlag::IP
+                    | SampleFlag::TID
+                    | SampleFlag::TIME
+                    | SampleFlag::CPU
+                    | SampleFlag::CALLCHAIN,
+            )
+            .include_kernel()
+            .exclude_hv(true)
+            .build()
+            .and_then(|c| c.sampled(o.ring_pages.max(1) * 4096))
+            .map_err(|e| (cpu, e))?;
+        rings.push(ring);
+    }
+    Ok(rings)
+}
+
 /// perf_event_open refused: say why, and what would allow it.
 fn open_error(root: &Root, cpu: usize, e: &std::io::Error) -> ProfileError {
     let denied = matches!(e.raw_os_error(), Some(1 | 13));
     if !denied {
-        return ProfileError::Other(format!("perf_event_open (cpu-clock) on CPU {cpu}: {e}"));
+        return ProfileError::Other(format!("perf_event_open on CPU {cpu}: {e}"));
     }
     let paranoid = root
         .read_opt("proc/sys/kernel/perf_event_paranoid")
