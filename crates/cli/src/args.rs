@@ -555,13 +555,18 @@ pub struct ServeArgs {
     #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
     pub listen: Vec<String>,
 
-    /// Worker threads, one epoll loop each; auto = the CPUs this process may use
+    /// Worker threads, one event loop each; auto = the CPUs this process may use
     #[arg(short, long, value_name = "N|auto", default_value = "auto", value_parser = parse_workers)]
     pub workers: Workers,
 
     /// Pin worker i to the i-th CPU of this list (e.g. 0 or 0-3)
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+
+    /// The event loop: epoll, uring (io_uring: multishot accept and receive, provided buffers,
+    /// one system call per loop turn), or auto (the faster one here where io_uring runs)
+    #[arg(long, value_name = "auto|epoll|uring", default_value = "auto")]
+    pub io: String,
 
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
@@ -660,8 +665,10 @@ impl ServeArgs {
     pub fn to_options(&self) -> Result<qpslab_serve::ServeOptions, qpslab_serve::ConfigError> {
         let (workers, cpus) = (self.workers.0, self.cpus.clone());
         let accept = qpslab_serve::AcceptMode::parse(&self.accept)?;
+        let io = qpslab_serve::IoChoice::parse(&self.io)?;
         let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         Ok(qpslab_serve::ServeOptions {
+            io,
             listen: self.listen.clone(),
             workers,
             cpus,

@@ -21,6 +21,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     if let Some(fd) = a.ready_fd {
         qpslab_sys::fd::check_ready(fd).map_err(|e| ready_fd_error(fd, e))?;
     }
+    if let Some(note) = &cfg.io_note {
+        eprintln!("qpslab serve: note: {note}");
+    }
     let server = Server::bind(cfg).map_err(|e| usage(&e))?;
     // Before the "listening" line and the readiness line: whoever reads them may signal at once.
     let stop = qpslab_sys::signals::stop_flag()?;
@@ -34,6 +37,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
             "pid": std::process::id(),
             "listen": server.local_addrs(),
             "workers": server.config().workers,
+            "io": server.config().io.name(),
         });
         qpslab_sys::fd::notify_ready(fd, &ready.to_string()).map_err(|e| ready_fd_error(fd, e))?;
     }
@@ -46,6 +50,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         listen: server.local_addrs().iter().map(ToString::to_string).collect(),
         workers: cfg.workers,
         accept: cfg.accept.name(),
+        io: cfg.io.name(),
         duration_s: started.elapsed().as_secs_f64(),
         totals: WorkerCounters::sum(&totals),
         per_worker: totals,
@@ -70,11 +75,12 @@ fn startup_line(server: &Server) -> String {
         }
     };
     format!(
-        "listening on {} ({} {}, accept {}{}{sharing})",
+        "listening on {} ({} {}, accept {}, io {}{}{sharing})",
         addrs.join(", "),
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         cfg.accept.name(),
+        cfg.io.name(),
         cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}")),
     )
 }

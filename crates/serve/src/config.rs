@@ -8,6 +8,7 @@ use qpslab_http::request_head::HEADER_SLOTS;
 use qpslab_http::RequestLimits;
 
 pub use qpslab_sys::config_error::ConfigError;
+pub use qpslab_sys::uring::{Engine, IoChoice};
 
 /// How workers share the listening sockets (nginx's choices, seed 001).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +127,13 @@ pub struct ServeOptions {
     /// connections between the servers); refused otherwise.
     pub share_port: bool,
     pub settings: Settings,
+    /// The event loop (`--io`).
+    pub io: IoChoice,
 }
+
+/// Whether io_uring serves more requests per CPU-second than epoll here (docs/performance.md):
+/// what `--io auto` goes by.
+pub const URING_MEASURED_FASTER: bool = false;
 
 /// The listen backlog asked for when `--backlog` is not given; the kernel caps it at
 /// `net.core.somaxconn`.
@@ -142,6 +149,7 @@ impl Default for ServeOptions {
             backlog: None,
             share_port: false,
             settings: Settings::default(),
+            io: IoChoice::Auto,
         }
     }
 }
@@ -158,6 +166,10 @@ pub struct ServeConfig {
     pub backlog_requested: bool,
     pub share_port: bool,
     pub settings: Settings,
+    /// The event loop the workers run.
+    pub io: Engine,
+    /// Why `--io auto` did not take io_uring, when it could not run.
+    pub io_note: Option<String>,
 }
 
 impl ServeConfig {
@@ -195,6 +207,13 @@ impl ServeConfig {
             ));
         }
         o.settings.check()?;
+        let (io, io_note) = o.io.resolve(URING_MEASURED_FASTER)?;
+        if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
+            return Err(ConfigError::new(
+                "--accept",
+                "exclusive is EPOLLEXCLUSIVE, an epoll mode; with --io uring use reuseport or                  shared",
+            ));
+        }
         Ok(Self {
             listen,
             workers,
@@ -204,6 +223,8 @@ impl ServeConfig {
             backlog_requested: o.backlog.is_some(),
             share_port: o.share_port,
             settings: o.settings,
+            io,
+            io_note,
         })
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use qpslab_sys::crew::{self, Crew, Hand, Supervise, WorkerError};
 use thiserror::Error;
 
-pub use config::{AcceptMode, ConfigError, ServeConfig, ServeOptions};
+pub use config::{AcceptMode, ConfigError, Engine, IoChoice, ServeConfig, ServeOptions};
 pub use qpslab_sys::sockets::Holder;
 pub use worker::{WorkerCounters, WorkerStats};
 
@@ -121,8 +121,15 @@ impl Server {
         crew::run(
             &crew,
             |hand: &Hand<'_, (), ()>| {
-                let i = hand.index();
-                worker::Worker::new(cfg, self.listeners.of_worker(i), stop, &stats[i])?.run()
+                let (i, listeners) = (hand.index(), self.listeners.of_worker(hand.index()));
+                match cfg.io {
+                    Engine::Epoll => {
+                        worker::epoll::Worker::new(cfg, listeners, stop, &stats[i])?.run()
+                    }
+                    Engine::Uring => {
+                        worker::uring::Worker::new(cfg, listeners, stop, &stats[i])?.run()
+                    }
+                }
             },
             &mut ticker,
         )
@@ -167,6 +174,8 @@ pub struct ServeReport {
     pub listen: Vec<String>,
     pub workers: usize,
     pub accept: &'static str,
+    /// The event loop: `epoll` or `uring`.
+    pub io: &'static str,
     pub duration_s: f64,
     pub totals: WorkerCounters,
     pub per_worker: Vec<WorkerCounters>,

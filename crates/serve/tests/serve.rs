@@ -10,7 +10,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{exchange, opts, read_all, still_serves, TestServer};
+use qpslab_serve::IoChoice;
+use support::{exchange, opts_on, read_all, still_serves, TestServer};
 
 const WAIT: Duration = Duration::from_millis(1500);
 const SHORT: Duration = Duration::from_millis(300);
@@ -118,9 +119,8 @@ fn bad_input_rows() -> Vec<Row> {
     ]
 }
 
-#[test]
-fn every_bad_input_row() {
-    let server = TestServer::start(opts());
+fn every_bad_input_row(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let mut failures = Vec::new();
     for r in bad_input_rows() {
         let e = exchange(server.addr(), &r.bytes, Duration::from_millis(600));
@@ -142,9 +142,8 @@ fn every_bad_input_row() {
     assert!(totals.rejected >= 60, "{totals:?}");
 }
 
-#[test]
-fn get_with_a_body_is_read_and_discarded_not_parsed_as_a_request() {
-    let server = TestServer::start(opts());
+fn get_with_a_body_is_read_and_discarded_not_parsed_as_a_request(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     // The body looks like a request: it must be discarded, not answered.
     let body = "GET /?c=404 HTTP/1.1\r\nHost: t\r\n\r\n";
     let req = format!(
@@ -155,9 +154,8 @@ fn get_with_a_body_is_read_and_discarded_not_parsed_as_a_request() {
     assert_eq!(e.statuses(), vec![200, 201], "{}", e.text());
 }
 
-#[test]
-fn chunked_request_bodies_are_discarded_within_limits() {
-    let server = TestServer::start(opts());
+fn chunked_request_bodies_are_discarded_within_limits(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let ok = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: v\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_eq!(exchange(server.addr(), ok, SHORT).statuses(), vec![200, 200]);
     // Running total over --max-body (1 MiB): 413 and close.
@@ -172,9 +170,8 @@ fn chunked_request_bodies_are_discarded_within_limits() {
     assert!(e.closed);
 }
 
-#[test]
-fn expect_100_continue() {
-    let server = TestServer::start(opts());
+fn expect_100_continue(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let mut s = TcpStream::connect(server.addr()).unwrap();
     s.write_all(b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
         .unwrap();
@@ -184,9 +181,8 @@ fn expect_100_continue() {
     assert_eq!(read_all(&mut s, SHORT).statuses(), vec![200]);
 }
 
-#[test]
-fn connection_close_ignores_the_rest_of_the_pipeline() {
-    let server = TestServer::start(opts());
+fn connection_close_ignores_the_rest_of_the_pipeline(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let req =
         b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
     let e = exchange(server.addr(), req, WAIT);
@@ -195,9 +191,8 @@ fn connection_close_ignores_the_rest_of_the_pipeline() {
     assert!(e.closed);
 }
 
-#[test]
-fn http10_semantics() {
-    let server = TestServer::start(opts());
+fn http10_semantics(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let e = exchange(server.addr(), b"GET /?chunked=1&s=5 HTTP/1.0\r\n\r\n", WAIT);
     assert_eq!(e.statuses(), vec![200]);
     assert!(e.closed, "HTTP/1.0 without keep-alive closes");
@@ -215,9 +210,8 @@ fn http10_semantics() {
     assert_eq!(e.statuses(), vec![200], "no 1xx for HTTP/1.0");
 }
 
-#[test]
-fn head_has_get_headers_and_no_body() {
-    let server = TestServer::start(opts());
+fn head_has_get_headers_and_no_body(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let e = exchange(
         server.addr(),
         b"HEAD /?s=1000 HTTP/1.1\r\nHost: t\r\n\r\nGET /?c=202 HTTP/1.1\r\nHost: t\r\n\r\n",
@@ -230,9 +224,8 @@ fn head_has_get_headers_and_no_body() {
     assert!(first.ends_with("\r\n\r\n"), "no body after the HEAD response: {first:?}");
 }
 
-#[test]
-fn sixteen_pipelined_requests_in_order() {
-    let server = TestServer::start(opts());
+fn sixteen_pipelined_requests_in_order(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let mut req = Vec::new();
     for i in 0..16 {
         req.extend_from_slice(
@@ -243,9 +236,8 @@ fn sixteen_pipelined_requests_in_order() {
     assert_eq!(e.statuses(), (200..216).collect::<Vec<u16>>());
 }
 
-#[test]
-fn request_trickled_one_byte_at_a_time() {
-    let server = TestServer::start(opts());
+fn request_trickled_one_byte_at_a_time(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let mut s = TcpStream::connect(server.addr()).unwrap();
     s.set_nodelay(true).unwrap();
     for b in b"GET /?s=4 HTTP/1.1\r\nHost: t\r\n\r\n" {
@@ -257,14 +249,13 @@ fn request_trickled_one_byte_at_a_time() {
     assert!(e.text().ends_with("\r\n\r\nok\no"));
 }
 
-#[test]
-fn slow_and_silent_clients_are_closed_at_their_deadline() {
-    let server = TestServer::start(opts());
+fn slow_and_silent_clients_are_closed_at_their_deadline(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let addr = server.addr();
     // Connect and send nothing.
     let started = Instant::now();
     let e = exchange(addr, b"", WAIT);
-    assert!(e.closed && e.bytes.is_empty());
+    assert!(e.closed && e.bytes.is_empty(), "closed {} {:?}", e.closed, e.text());
     let silent = started.elapsed();
     // Slowloris: a byte every 50 ms never finishes the head; the deadline is not reset per byte.
     let mut s = TcpStream::connect(addr).unwrap();
@@ -297,9 +288,8 @@ fn slow_and_silent_clients_are_closed_at_their_deadline() {
     assert!(totals.timeouts >= 3, "{totals:?}");
 }
 
-#[test]
-fn query_controls() {
-    let server = TestServer::start(opts());
+fn query_controls(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let e = exchange(server.addr(), b"GET /any/path?s=10&c=503 HTTP/1.1\r\nHost: t\r\n\r\n", SHORT);
     assert_eq!(e.statuses(), vec![503]);
     assert!(e.text().ends_with("Content-Length: 10\r\n\r\nok\nok\nok\no"), "{}", e.text());
@@ -318,9 +308,8 @@ fn query_controls() {
     assert!(!e.text().contains("Content-Length"), "{}", e.text());
 }
 
-#[test]
-fn delays_do_not_block_other_connections_or_reorder_responses() {
-    let server = TestServer::start(opts());
+fn delays_do_not_block_other_connections_or_reorder_responses(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let addr = server.addr();
     let started = Instant::now();
     let slow = std::thread::spawn(move || {
@@ -340,9 +329,8 @@ fn delays_do_not_block_other_connections_or_reorder_responses() {
     assert!(started.elapsed() >= Duration::from_millis(600));
 }
 
-#[test]
-fn large_bodies_stream_intact() {
-    let server = TestServer::start(opts());
+fn large_bodies_stream_intact(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     for (q, len) in [("s=5000000", 5_000_000usize), ("s=100000&chunked=1", 100_000)] {
         let req = format!("GET /?{q} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let e = exchange(server.addr(), req.as_bytes(), WAIT);
@@ -372,9 +360,8 @@ fn qpslab_dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
-#[test]
-fn output_is_bounded_when_the_client_does_not_read() {
-    let server = TestServer::start(opts());
+fn output_is_bounded_when_the_client_does_not_read(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let mut s = TcpStream::connect(server.addr()).unwrap();
     // 64 requests for 1 MiB each, never reading: the server must stop reading, not buffer
     // 64 MiB, and keep serving others.
@@ -407,9 +394,8 @@ fn number_after(text: &str, label: &str) -> u64 {
     text[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
 }
 
-#[test]
-fn curl_http11_and_http10() {
-    let server = TestServer::start(opts());
+fn curl_http11_and_http10(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let url = server.url("/?s=6");
     let out = run_tool("curl", &["-sS", "-i", &url, &url]);
     assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
@@ -418,9 +404,8 @@ fn curl_http11_and_http10() {
     assert_eq!(server.stop().requests, 3);
 }
 
-#[test]
-fn wrk_sees_only_2xx() {
-    let server = TestServer::start(opts());
+fn wrk_sees_only_2xx(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let out = run_tool("wrk", &["-t1", "-c20", "-d1s", &server.url("/")]);
     assert!(!out.contains("Non-2xx"), "{out}");
     assert!(!out.contains("Socket errors"), "{out}");
@@ -434,18 +419,16 @@ fn wrk_sees_only_2xx() {
     assert!(totals.requests >= n && totals.requests <= n + 20, "wrk {n}, server {totals:?}");
 }
 
-#[test]
-fn h2load_h1_sees_only_2xx() {
-    let server = TestServer::start(opts());
+fn h2load_h1_sees_only_2xx(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let out = run_tool("h2load", &["--h1", "-n", "5000", "-c", "10", &server.url("/")]);
     assert!(out.contains("5000 succeeded, 0 failed, 0 errored"), "{out}");
     assert!(out.contains("status codes: 5000 2xx"), "{out}");
     assert_eq!(server.stop().requests, 5000);
 }
 
-#[test]
-fn ab_http10_keep_alive() {
-    let server = TestServer::start(opts());
+fn ab_http10_keep_alive(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let out = run_tool("ab", &["-k", "-n", "3000", "-c", "10", &server.url("/")]);
     assert_eq!(number_after(&out, "Complete requests:"), 3000, "{out}");
     assert_eq!(number_after(&out, "Failed requests:"), 0, "{out}");
@@ -466,23 +449,26 @@ fn qpslab_load(url: &str, requests: u64, connections: usize) -> qpslab_load::Run
     qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).unwrap()
 }
 
-#[test]
-fn qpslab_load_counts_match() {
-    let server = TestServer::start(opts());
+fn qpslab_load_counts_match(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
     let r = qpslab_load(&server.url("/"), 20_000, 50);
     assert_eq!(r.rec.ok, 20_000);
     assert_eq!(r.rec.failed, 0);
     assert_eq!(server.stop().requests, 20_000);
 }
 
-#[test]
-fn each_accept_mode_serves_with_several_workers() {
-    for mode in [
-        qpslab_serve::AcceptMode::Reuseport,
-        qpslab_serve::AcceptMode::Shared,
-        qpslab_serve::AcceptMode::Exclusive,
-    ] {
-        let mut o = opts();
+fn each_accept_mode_serves_with_several_workers(io: IoChoice) {
+    let modes: &[qpslab_serve::AcceptMode] = match io {
+        // EPOLLEXCLUSIVE is an epoll mode: refused with io_uring (tested in the CLI tests).
+        IoChoice::Uring => &[qpslab_serve::AcceptMode::Reuseport, qpslab_serve::AcceptMode::Shared],
+        _ => &[
+            qpslab_serve::AcceptMode::Reuseport,
+            qpslab_serve::AcceptMode::Shared,
+            qpslab_serve::AcceptMode::Exclusive,
+        ],
+    };
+    for &mode in modes {
+        let mut o = opts_on(io);
         o.workers = Some(2);
         o.accept = mode;
         let server = TestServer::start(o);
@@ -494,9 +480,8 @@ fn each_accept_mode_serves_with_several_workers() {
     }
 }
 
-#[test]
-fn several_listen_addresses() {
-    let mut o = opts();
+fn several_listen_addresses(io: IoChoice) {
+    let mut o = opts_on(io);
     o.listen = vec!["127.0.0.1:0".into(), "127.0.0.2:0".into(), "[::1]:0".into()];
     o.workers = Some(2);
     let server = TestServer::start(o);
@@ -509,9 +494,8 @@ fn several_listen_addresses() {
     assert_eq!(server.stop().requests, 1500);
 }
 
-#[test]
-fn workers_are_pinned_to_the_listed_cpus() {
-    let mut o = opts();
+fn workers_are_pinned_to_the_listed_cpus(io: IoChoice) {
+    let mut o = opts_on(io);
     o.workers = Some(2);
     o.cpus = Some("1,0".into());
     let server = TestServer::start(o);
@@ -530,11 +514,10 @@ fn workers_are_pinned_to_the_listed_cpus() {
     assert!(seen.values().any(|a| a == "1") && seen.values().any(|a| a == "0"), "{seen:?}");
 }
 
-#[test]
-fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections() {
+fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections(io: IoChoice) {
     // Regression: the write deadline once ran from the first blocked write and cut off any
     // download longer than the idle timeout; a short one makes the test show it.
-    let mut o = opts();
+    let mut o = opts_on(io);
     o.settings.idle_timeout = Duration::from_millis(500);
     let server = TestServer::start(o);
     let addr = server.addr();
@@ -559,11 +542,10 @@ fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections() {
     assert!(got > 150_000_000, "downloaded {got} bytes");
 }
 
-#[test]
-fn a_client_half_close_is_seen_at_once() {
+fn a_client_half_close_is_seen_at_once(io: IoChoice) {
     // Regression for edge-triggered reads: a request and its FIN can arrive together; a short
     // read must not be taken for "drained" when the peer has closed.
-    let mut o = opts();
+    let mut o = opts_on(io);
     o.settings.idle_timeout = Duration::from_secs(30);
     let server = TestServer::start(o);
     let mut s = TcpStream::connect(server.addr()).unwrap();
@@ -576,3 +558,49 @@ fn a_client_half_close_is_seen_at_once() {
     assert!(e.closed, "the server closed after the client's FIN");
     assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
 }
+
+/// Every behaviour above, on each event loop: the same connection protocol driven by epoll
+/// and by io_uring.
+macro_rules! on_both_loops {
+    ($($name:ident),* $(,)?) => {
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Epoll)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Uring)
+            })*
+        }
+    };
+}
+
+on_both_loops!(
+    every_bad_input_row,
+    get_with_a_body_is_read_and_discarded_not_parsed_as_a_request,
+    chunked_request_bodies_are_discarded_within_limits,
+    expect_100_continue,
+    connection_close_ignores_the_rest_of_the_pipeline,
+    http10_semantics,
+    head_has_get_headers_and_no_body,
+    sixteen_pipelined_requests_in_order,
+    request_trickled_one_byte_at_a_time,
+    slow_and_silent_clients_are_closed_at_their_deadline,
+    query_controls,
+    delays_do_not_block_other_connections_or_reorder_responses,
+    large_bodies_stream_intact,
+    output_is_bounded_when_the_client_does_not_read,
+    curl_http11_and_http10,
+    wrk_sees_only_2xx,
+    h2load_h1_sees_only_2xx,
+    ab_http10_keep_alive,
+    qpslab_load_counts_match,
+    each_accept_mode_serves_with_several_workers,
+    several_listen_addresses,
+    workers_are_pinned_to_the_listed_cpus,
+    a_fast_reader_of_a_huge_body_does_not_stall_other_connections,
+    a_client_half_close_is_seen_at_once,
+);

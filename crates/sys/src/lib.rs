@@ -18,3 +18,4 @@ pub mod signals;
 pub mod sockets;
 pub mod system;
 pub mod thread;
+pub mod uring;

@@ -18,9 +18,10 @@ pub struct TestServer {
     handle: Option<JoinHandle<Vec<WorkerCounters>>>,
 }
 
-/// Options for tests: one worker on 127.0.0.1:0 with short deadlines.
-pub fn opts() -> ServeOptions {
+/// Options for tests: one worker on 127.0.0.1:0 with short deadlines, on event loop `io`.
+pub fn opts_on(io: qpslab_serve::IoChoice) -> ServeOptions {
     ServeOptions {
+        io,
         listen: vec!["127.0.0.1:0".into()],
         workers: Some(1),
         settings: Settings {

@@ -1,0 +1,456 @@
+//! The epoll loop of a server worker: listeners level-triggered (nginx's `EPOLLEXCLUSIVE` in
+//! the exclusive accept mode), connections registered once, edge-triggered both ways, read
+//! until a short read, written until the socket takes no more or the turn's budget is spent.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use qpslab_sys::epoll::{self as poll, Epoll};
+use qpslab_sys::net::AcceptError;
+use socket2::Socket;
+
+use super::session::{AfterOutput, Phase, Session, Shared};
+use super::{
+    ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
+    FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
+};
+use crate::config::ServeConfig;
+
+/// A connection slot: the socket, its readiness, and its session.
+#[derive(Debug, Default)]
+struct Conn {
+    sock: Option<TcpStream>,
+    s: Session,
+    /// Edge-triggered readiness: data may be waiting (cleared by a short read or EAGAIN).
+    readable: bool,
+    /// Used its write budget; waits in the worker's yielded list for its next turn.
+    yielded: bool,
+    /// The peer shut down its writing side: read on to EOF instead of stopping at a short read.
+    peer_closed: bool,
+}
+
+pub(crate) struct Worker<'a> {
+    sh: Shared<'a>,
+    listeners: &'a [Socket],
+    stop: &'a AtomicBool,
+    stats: &'a WorkerStats,
+    epoll: Epoll,
+    conns: Vec<Conn>,
+    free: Vec<usize>,
+    open: usize,
+    date_secs: u64,
+    accepting: bool,
+    accept_resume: Option<Instant>,
+    draining_since: Option<Instant>,
+    last_accept_log: Option<Instant>,
+    /// Connections that used their write budget, to be driven again after this batch; the
+    /// second vector keeps the first one's capacity across batches.
+    yielded: Vec<(usize, u32)>,
+    yielded_next: Vec<(usize, u32)>,
+    /// Taken once per epoll batch: deadlines need no finer clock, and it saves a clock read
+    /// per request.
+    now: Instant,
+}
+
+fn token(idx: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | idx as u64
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        cfg: &'a ServeConfig,
+        listeners: &'a [Socket],
+        stop: &'a AtomicBool,
+        stats: &'a WorkerStats,
+    ) -> io::Result<Self> {
+        let (sh, date_secs) = shared(cfg);
+        let mut w = Self {
+            sh,
+            listeners,
+            stop,
+            stats,
+            epoll: Epoll::new()?,
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            date_secs,
+            accepting: false,
+            accept_resume: None,
+            draining_since: None,
+            last_accept_log: None,
+            now: Instant::now(),
+            yielded: Vec::new(),
+            yielded_next: Vec::new(),
+        };
+        w.set_accepting(true)?;
+        Ok(w)
+    }
+
+    pub(crate) fn run(mut self) -> io::Result<WorkerCounters> {
+        let mut events = vec![poll::empty_event(); 512];
+        let mut now = Instant::now();
+        self.now = now;
+        let mut next_tick = now + TICK;
+        loop {
+            let mut wake = next_tick;
+            if let Some(std::cmp::Reverse((t, _, _))) = self.sh.delays.peek() {
+                wake = wake.min(*t);
+            }
+            let timeout = if self.yielded.is_empty() { ms_until(now, wake) } else { 0 };
+            let n = self.epoll.wait(&mut events, timeout)?;
+            now = Instant::now();
+            self.now = now;
+            for ev in &events[..n] {
+                let (token, flags) = (ev.u64, ev.events);
+                if token & LISTENER != 0 {
+                    self.accept((token & !LISTENER) as usize);
+                } else {
+                    self.on_event(token, flags);
+                }
+            }
+            self.resume_yielded();
+            self.fire_delays(now);
+            if now >= next_tick {
+                self.on_tick(now);
+                next_tick = now + TICK;
+            }
+            if let Some(since) = self.draining_since {
+                if self.open == 0 || now.duration_since(since) >= DRAIN {
+                    break;
+                }
+            }
+        }
+        for idx in 0..self.conns.len() {
+            self.close(idx);
+        }
+        self.sh.counters.publish(self.stats, self.open);
+        Ok(self.sh.counters.final_counts())
+    }
+
+    fn on_event(&mut self, token: u64, flags: u32) {
+        let idx = (token & 0xffff_ffff) as usize;
+        let gen = (token >> 32) as u32;
+        let live = |w: &Self| w.conns.get(idx).is_some_and(|c| c.s.gen == gen && c.sock.is_some());
+        if !live(self) {
+            return;
+        }
+        if flags & (poll::IN | poll::ERR | poll::RDHUP) != 0 {
+            self.conns[idx].readable = true;
+        }
+        if flags & (poll::RDHUP | poll::ERR) != 0 {
+            // Data and FIN can arrive in one edge: a short read is then not "drained".
+            self.conns[idx].peer_closed = true;
+        }
+        if flags & poll::OUT != 0 && self.conns[idx].s.has_output() {
+            self.flush(idx);
+        }
+        if live(self) {
+            self.drive(idx);
+        }
+    }
+
+    /// Reads what the socket has, while input may be taken. Returns the bytes read; closes the
+    /// connection on EOF or error.
+    fn read_input(&mut self, idx: usize) -> usize {
+        let limits = &self.sh.cfg.settings.limits;
+        let max_head = limits.max_request_line + limits.max_header_bytes;
+        let mut total = 0;
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = c.sock.as_ref() else { return total };
+            if c.s.phase == Phase::Lingering {
+                c.s.inbuf.clear();
+            }
+            // Never hold more than a maximal head plus a read: the parser rejects larger heads.
+            // Readiness stays set, so the rest is read once the buffer is consumed.
+            if c.s.inbuf.len() > max_head + READ_CHUNK {
+                return total;
+            }
+            let spare = c.s.inbuf.spare(READ_CHUNK);
+            let room = spare.len();
+            match (&*sock).read(spare) {
+                Ok(0) => {
+                    c.s.eof = true;
+                    c.readable = false;
+                    return total;
+                }
+                Ok(n) => {
+                    c.s.inbuf.filled_by(n);
+                    total += n;
+                    if n < room && !c.peer_closed {
+                        // A short read drained the socket: the next arrival is a new edge.
+                        c.readable = false;
+                        return total;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    return total;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close(idx);
+                    return total;
+                }
+            }
+        }
+    }
+
+    /// Reads, parses, answers and writes until the connection waits for the network; closes it
+    /// once the peer has closed and everything buffered was answered.
+    fn drive(&mut self, idx: usize) {
+        loop {
+            let c = &self.conns[idx];
+            if c.sock.is_none() {
+                return;
+            }
+            if c.s.phase == Phase::Lingering {
+                if c.readable {
+                    self.read_input(idx);
+                    self.conns[idx].s.inbuf.clear();
+                }
+                break;
+            }
+            let mut progress = 0;
+            if c.readable && !c.s.paused(0) {
+                progress += self.read_input(idx);
+            }
+            let now = self.now;
+            let c = &mut self.conns[idx];
+            progress += c.s.consume(&mut self.sh, idx, 0, now);
+            self.flush(idx);
+            let c = &self.conns[idx];
+            if progress == 0 || c.sock.is_none() || c.s.paused(0) {
+                break;
+            }
+            if !c.readable && c.s.inbuf.is_empty() {
+                break;
+            }
+        }
+        let c = &self.conns[idx];
+        if c.sock.is_some() && c.s.finished(0) {
+            self.close(idx);
+        }
+    }
+
+    /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
+    fn flush(&mut self, idx: usize) {
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let mut written = 0;
+        if self.conns[idx].yielded {
+            return;
+        }
+        loop {
+            let c = &mut self.conns[idx];
+            let Some(sock) = c.sock.as_ref() else { return };
+            let out = c.s.pending();
+            if out.is_empty() {
+                break;
+            }
+            match (&*sock).write(out) {
+                Ok(n) => {
+                    c.s.wrote(n, now, cfg);
+                    written += n;
+                    if written >= FLUSH_BUDGET && c.s.has_output() {
+                        c.yielded = true;
+                        self.yielded.push((idx, c.s.gen));
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.s.write_blocked(now, cfg);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(idx),
+            }
+        }
+        let c = &mut self.conns[idx];
+        match c.s.output_done(now, cfg) {
+            AfterOutput::Keep => {}
+            AfterOutput::Close => self.close(idx),
+            AfterOutput::Linger => {
+                if let Some(sock) = c.sock.as_ref() {
+                    let _ = sock.shutdown(Shutdown::Write);
+                }
+            }
+        }
+    }
+
+    /// Gives connections that yielded their turn another one.
+    fn resume_yielded(&mut self) {
+        std::mem::swap(&mut self.yielded, &mut self.yielded_next);
+        let mut list = std::mem::take(&mut self.yielded_next);
+        for &(idx, gen) in &list {
+            if self.conns[idx].s.gen == gen && self.conns[idx].sock.is_some() {
+                self.conns[idx].yielded = false;
+                self.flush(idx);
+                self.drive(idx);
+            }
+        }
+        list.clear();
+        self.yielded_next = list;
+    }
+
+    fn fire_delays(&mut self, now: Instant) {
+        while let Some(&std::cmp::Reverse((t, idx, gen))) = self.sh.delays.peek() {
+            if t > now {
+                break;
+            }
+            self.sh.delays.pop();
+            let c = &mut self.conns[idx];
+            if c.s.gen != gen || c.sock.is_none() {
+                continue;
+            }
+            if c.s.fire_delay(&mut self.sh, idx, now) {
+                self.drive(idx);
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        refresh_date(&mut self.sh, &mut self.date_secs);
+        if self.accept_resume.is_some_and(|t| now >= t) && self.draining_since.is_none() {
+            self.accept_resume = None;
+            let _ = self.set_accepting(true);
+        }
+        if !self.accepting
+            && self.accept_resume.is_none()
+            && self.draining_since.is_none()
+            && self.open < self.sh.cfg.settings.max_conns
+        {
+            let _ = self.set_accepting(true);
+        }
+        for idx in 0..self.conns.len() {
+            let c = &self.conns[idx];
+            if c.sock.is_none() {
+                continue;
+            }
+            if let Some(timeout) = c.s.expired(now) {
+                if timeout {
+                    self.sh.counters.timeouts += 1;
+                }
+                self.close(idx);
+            }
+        }
+        if self.draining_since.is_none() && self.stop.load(Ordering::Relaxed) {
+            self.start_draining(now);
+        }
+        self.sh.counters.publish(self.stats, self.open);
+    }
+
+    /// Stop accepting; close idle connections; let the others finish their responses.
+    fn start_draining(&mut self, now: Instant) {
+        self.draining_since = Some(now);
+        self.sh.draining = true;
+        let _ = self.set_accepting(false);
+        for idx in 0..self.conns.len() {
+            let c = &mut self.conns[idx];
+            if c.sock.is_some() && !c.s.drain() {
+                self.close(idx);
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let c = &mut self.conns[idx];
+        if c.sock.take().is_none() {
+            return;
+        }
+        c.s.reset();
+        c.readable = false;
+        c.yielded = false;
+        c.peer_closed = false;
+        self.open -= 1;
+        self.free.push(idx);
+    }
+
+    fn set_accepting(&mut self, on: bool) -> io::Result<()> {
+        if self.accepting == on {
+            return Ok(());
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            let fd = l.as_raw_fd();
+            if on {
+                let exclusive = self.sh.cfg.accept == crate::config::AcceptMode::Exclusive;
+                let flags = poll::IN | if exclusive { poll::EXCLUSIVE } else { 0 };
+                self.epoll.add(fd, LISTENER | i as u64, flags)?;
+            } else {
+                self.epoll.delete(fd)?;
+            }
+        }
+        self.accepting = on;
+        Ok(())
+    }
+
+    fn accept(&mut self, li: usize) {
+        let Some(listener) = self.listeners.get(li) else { return };
+        for _ in 0..ACCEPT_BATCH {
+            if self.open >= self.sh.cfg.settings.max_conns {
+                // Leave further connections in the kernel's queue (or to other workers) until
+                // a slot frees up.
+                let _ = self.set_accepting(false);
+                self.log_accept("--max-conns reached; not accepting until a connection closes");
+                return;
+            }
+            let sock = match qpslab_sys::net::accept(listener) {
+                Ok(sock) => sock,
+                Err((AcceptError::Empty, _)) => return,
+                Err((AcceptError::Retry, _)) => continue,
+                Err((AcceptError::OutOfResources, e)) => {
+                    self.sh.counters.accept_errors += 1;
+                    let _ = self.set_accepting(false);
+                    self.accept_resume = Some(self.now + ACCEPT_PAUSE);
+                    self.log_accept(&format!(
+                        "accept: {e}; pausing accepts for 100 ms, open connections are served"
+                    ));
+                    return;
+                }
+                Err((AcceptError::Other, _)) => {
+                    self.sh.counters.accept_errors += 1;
+                    return;
+                }
+            };
+            let _ = sock.set_nodelay(true);
+            self.sh.counters.accepted += 1;
+            self.add_conn(sock);
+        }
+    }
+
+    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
+    fn log_accept(&mut self, msg: &str) {
+        let now = self.now;
+        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.last_accept_log = Some(now);
+            eprintln!("qpslab serve: {msg}");
+        }
+    }
+
+    fn add_conn(&mut self, sock: TcpStream) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(Conn::default());
+                self.conns.len() - 1
+            }
+        };
+        let token = token(idx, self.conns[idx].s.gen);
+        // Registered once, edge-triggered for both directions (as nginx does): no epoll_ctl per
+        // request, and no re-poll of every ready socket on each epoll_wait.
+        let events = poll::IN | poll::OUT | poll::RDHUP | poll::EDGE;
+        if self.epoll.add(sock.as_raw_fd(), token, events).is_err() {
+            self.free.push(idx);
+            return;
+        }
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let c = &mut self.conns[idx];
+        c.sock = Some(sock);
+        c.readable = false;
+        // A connection that sends nothing is closed at the header deadline.
+        c.s.open(now, cfg);
+        self.open += 1;
+    }
+}

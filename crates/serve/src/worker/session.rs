@@ -1,0 +1,433 @@
+//! One connection's HTTP, without its socket: the bytes that arrived go in ([`Session::consume`]
+//! parses the pipelined requests in order and answers them), the bytes to send come out
+//! ([`Session::pending`]), and the loop tells it what the network did (written, blocked, EOF).
+//! Request bodies within limits, delayed responses (`t=`), streamed bodies, error responses
+//! with a lingering close, the header, body, idle and write deadlines: all here, once, for
+//! every event loop (epoll and io_uring) that drives it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use qpslab_http::{parse_request, BodyFraming, ChunkedDecoder};
+
+use crate::config::ServeConfig;
+use crate::date::DATE_LEN;
+use crate::inbuf::InBuf;
+use crate::respond::{
+    push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
+};
+
+use super::{Counters, CACHED_HEAD_MAX, LINGER, OUT_HIGH};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Phase {
+    /// Between requests or reading a head.
+    #[default]
+    Head,
+    /// Reading (and discarding) a request body; the plan waits for its end.
+    Body,
+    /// Waiting for a `t=` delay to pass before answering.
+    Delayed,
+    /// Response sent, write side shut: draining input until EOF or the linger deadline.
+    Lingering,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Deadline {
+    Idle,
+    Header,
+    Body,
+    Write,
+    Linger,
+}
+
+#[derive(Debug)]
+enum BodyLeft {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    left: u64,
+    sent: u64,
+    chunked: bool,
+}
+
+/// What every connection of a worker shares: the configuration, the response template and
+/// the date in it, the counters, the delayed responses, and whether the worker is draining.
+#[derive(Debug)]
+pub(super) struct Shared<'a> {
+    pub cfg: &'a ServeConfig,
+    pub template: Template,
+    pub date: [u8; DATE_LEN],
+    pub counters: Counters,
+    /// Delayed responses: (when, connection slot, its generation).
+    pub delays: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    pub draining: bool,
+}
+
+/// What to do once all output is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterOutput {
+    /// Keep the connection.
+    Keep,
+    /// Close it now.
+    Close,
+    /// Shut down its writing side and drain its input until EOF or the linger deadline.
+    Linger,
+}
+
+/// One connection's protocol state.
+#[derive(Debug, Default)]
+pub(super) struct Session {
+    /// Bumped on every close, so late events of a previous connection in the slot are ignored.
+    pub gen: u32,
+    pub inbuf: InBuf,
+    /// Response bytes; those from `out_pos` on are still to be sent.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    pub phase: Phase,
+    plan: Option<Plan>,
+    body: Option<BodyLeft>,
+    stream: Option<Stream>,
+    requests: u64,
+    pub close_after: bool,
+    /// Error response: linger after it instead of closing at once.
+    linger_after: bool,
+    pub deadline: Option<(Instant, Deadline)>,
+    /// EOF was read: answer what is buffered, then close.
+    pub eof: bool,
+    cache_bytes: Vec<u8>,
+    cache_plan: Option<Plan>,
+}
+
+impl Session {
+    /// A new connection: it must send a head before the header deadline.
+    pub fn open(&mut self, now: Instant, cfg: &ServeConfig) {
+        self.phase = Phase::Head;
+        self.deadline = Some((now + cfg.settings.header_timeout, Deadline::Header));
+    }
+
+    /// Forgets the connection (the cached request and buffers' capacity stay for the next).
+    pub fn reset(&mut self) {
+        self.gen = self.gen.wrapping_add(1);
+        self.inbuf.clear();
+        self.out.clear();
+        self.out_pos = 0;
+        self.phase = Phase::Head;
+        self.plan = None;
+        self.body = None;
+        self.stream = None;
+        self.requests = 0;
+        self.close_after = false;
+        self.linger_after = false;
+        self.deadline = None;
+        self.eof = false;
+    }
+
+    /// Whether the connection must not take more input now (`in_flight`: bytes the loop is
+    /// still sending that are no longer in `out`).
+    pub fn paused(&self, in_flight: usize) -> bool {
+        self.close_after
+            || self.stream.is_some()
+            || self.out.len() - self.out_pos + in_flight > OUT_HIGH
+            || matches!(self.phase, Phase::Delayed | Phase::Lingering)
+    }
+
+    /// Output waits to be sent (buffered, or a streamed body's next pieces).
+    pub fn has_output(&self) -> bool {
+        self.out_pos < self.out.len() || self.stream.is_some()
+    }
+
+    /// After EOF: done once every buffered request is answered and written. A request cut
+    /// short by the EOF can never complete, so it does not hold the connection open.
+    pub fn finished(&self, in_flight: usize) -> bool {
+        self.eof && !self.has_output() && in_flight == 0 && self.phase != Phase::Delayed
+    }
+
+    /// Parses and answers buffered requests in order. Returns how many steps it made.
+    pub fn consume(
+        &mut self,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        in_flight: usize,
+        now: Instant,
+    ) -> usize {
+        let mut steps = 0;
+        while !self.inbuf.is_empty() && !self.paused(in_flight) {
+            match self.phase {
+                Phase::Body => {
+                    if !self.read_body(sh, slot, now) {
+                        break;
+                    }
+                }
+                Phase::Head => match self.next_request(sh.cfg, now) {
+                    Ok(Some(plan)) => self.start_request(sh, slot, plan, now),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.reject(sh, e);
+                        break;
+                    }
+                },
+                Phase::Delayed | Phase::Lingering => break,
+            }
+            steps += 1;
+        }
+        steps
+    }
+
+    /// The plan of the next complete request head, consuming it; `None` if incomplete.
+    fn next_request(
+        &mut self,
+        cfg: &ServeConfig,
+        now: Instant,
+    ) -> Result<Option<Plan>, ErrorReply> {
+        if !matches!(self.deadline, Some((_, Deadline::Header))) {
+            // One total deadline per head, from its first byte; not reset per byte.
+            self.deadline = Some((now + cfg.settings.header_timeout, Deadline::Header));
+        }
+        if let Some(plan) = self.cache_plan {
+            let n = self.cache_bytes.len();
+            if self.inbuf.filled().starts_with(&self.cache_bytes) {
+                self.inbuf.consume(n);
+                return Ok(Some(plan));
+            }
+        }
+        let (n, plan) = match parse_request(self.inbuf.filled_mut(), &cfg.settings.limits) {
+            Ok(None) => return Ok(None),
+            Ok(Some((n, head))) => (n, Plan::new(&head, cfg)),
+            Err(r) => return Err(ErrorReply { status: r.status, reason: r.reason }),
+        };
+        let plan = plan?;
+        self.cache_plan = None;
+        if n <= CACHED_HEAD_MAX {
+            self.cache_bytes.clear();
+            self.cache_bytes.extend_from_slice(&self.inbuf.filled()[..n]);
+            self.cache_plan = Some(plan);
+        }
+        self.inbuf.consume(n);
+        Ok(Some(plan))
+    }
+
+    fn start_request(&mut self, sh: &mut Shared<'_>, slot: usize, plan: Plan, now: Instant) {
+        sh.counters.requests += 1;
+        self.requests += 1;
+        if plan.expect_continue {
+            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let body_deadline = now + sh.cfg.settings.body_timeout;
+        match plan.request_body {
+            BodyFraming::None => self.respond(sh, slot, plan, now),
+            BodyFraming::Length(n) => {
+                self.plan = Some(plan);
+                self.body = Some(BodyLeft::Length(n));
+                self.phase = Phase::Body;
+                self.deadline = Some((body_deadline, Deadline::Body));
+            }
+            BodyFraming::Chunked => {
+                self.plan = Some(plan);
+                self.body = Some(BodyLeft::Chunked(ChunkedDecoder::new()));
+                self.phase = Phase::Body;
+                self.deadline = Some((body_deadline, Deadline::Body));
+            }
+        }
+    }
+
+    /// Discards buffered body bytes; answers when the body is complete. False: need more.
+    fn read_body(&mut self, sh: &mut Shared<'_>, slot: usize, now: Instant) -> bool {
+        let max_body = sh.cfg.settings.max_body;
+        let data = self.inbuf.filled();
+        let (used, done) = match self.body.as_mut() {
+            Some(BodyLeft::Length(left)) => {
+                let take = (*left).min(data.len() as u64);
+                *left -= take;
+                (take as usize, *left == 0)
+            }
+            Some(BodyLeft::Chunked(dec)) => match dec.decode(data) {
+                Ok(_) if dec.data_bytes() > max_body => {
+                    let e = ErrorReply { status: 413, reason: "request body too large" };
+                    self.reject(sh, e);
+                    return false;
+                }
+                Ok(p) => (p.consumed, p.done),
+                Err(_) => {
+                    let e = ErrorReply { status: 400, reason: "malformed chunked body" };
+                    self.reject(sh, e);
+                    return false;
+                }
+            },
+            None => (0, true),
+        };
+        self.inbuf.consume(used);
+        if !done {
+            return false;
+        }
+        self.body = None;
+        self.phase = Phase::Head;
+        if let Some(plan) = self.plan.take() {
+            self.respond(sh, slot, plan, now);
+        }
+        true
+    }
+
+    /// Writes the response into `out` (or schedules it, for `t=`).
+    fn respond(&mut self, sh: &mut Shared<'_>, slot: usize, plan: Plan, now: Instant) {
+        let cfg = sh.cfg;
+        if plan.delay_ms > 0 {
+            let until = now + Duration::from_millis(u64::from(plan.delay_ms));
+            self.plan = Some(Plan { delay_ms: 0, ..plan });
+            self.phase = Phase::Delayed;
+            self.deadline = None;
+            sh.delays.push(Reverse((until, slot, self.gen)));
+            return;
+        }
+        let close =
+            !plan.keep_alive || self.requests >= cfg.settings.keepalive_requests || sh.draining;
+        if sh.template.matches(&plan, close) {
+            self.out.extend_from_slice(&sh.template.bytes);
+        } else {
+            write_head(&mut self.out, &plan, close, &sh.date);
+            if plan.head_only || matches!(plan.status, 204 | 304) {
+            } else if plan.streams_body() {
+                self.stream = Some(Stream { left: plan.body_len, sent: 0, chunked: plan.chunked });
+            } else if plan.chunked {
+                if plan.body_len > 0 {
+                    push_chunk(&mut self.out, plan.body_len as usize, 0);
+                }
+                push_chunk(&mut self.out, 0, 0);
+            } else {
+                push_body(&mut self.out, plan.body_len as usize, 0);
+            }
+        }
+        self.phase = Phase::Head;
+        self.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Idle));
+        if close {
+            self.close_after = true;
+        }
+    }
+
+    /// A delayed response's time came: answers it. False when it no longer waits.
+    pub fn fire_delay(&mut self, sh: &mut Shared<'_>, slot: usize, now: Instant) -> bool {
+        if self.phase != Phase::Delayed {
+            return false;
+        }
+        self.phase = Phase::Head;
+        if let Some(plan) = self.plan.take() {
+            self.respond(sh, slot, plan, now);
+        }
+        true
+    }
+
+    /// Answers with an error status and closes after it (lingering).
+    fn reject(&mut self, sh: &mut Shared<'_>, e: ErrorReply) {
+        sh.counters.rejected += 1;
+        write_error(&mut self.out, e.status, e.reason, &sh.date);
+        self.inbuf.clear();
+        self.body = None;
+        self.plan = None;
+        self.phase = Phase::Head;
+        self.close_after = true;
+        self.linger_after = true;
+    }
+
+    /// The bytes to send next: what is buffered, or the next piece of a streamed body (empty
+    /// when nothing waits).
+    pub fn pending(&mut self) -> &[u8] {
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+            self.next_stream_piece();
+        }
+        &self.out[self.out_pos..]
+    }
+
+    /// Puts the next piece of a streamed body (or its last chunk) into the empty output
+    /// buffer. False when no body is streaming.
+    fn next_stream_piece(&mut self) -> bool {
+        let Some(s) = self.stream.as_mut() else { return false };
+        if s.left == 0 {
+            if s.chunked {
+                push_chunk(&mut self.out, 0, s.sent);
+            }
+            self.stream = None;
+            return true;
+        }
+        let n = s.left.min(BODY_PIECE as u64) as usize;
+        if s.chunked {
+            push_chunk(&mut self.out, n, s.sent);
+        } else {
+            push_body(&mut self.out, n, s.sent);
+        }
+        s.left -= n as u64;
+        s.sent += n as u64;
+        true
+    }
+
+    /// `n` bytes of the output were sent.
+    pub fn wrote(&mut self, n: usize, now: Instant, cfg: &ServeConfig) {
+        self.out_pos += n;
+        self.progressed(now, cfg);
+    }
+
+    /// Output the loop took out of `out` (into a buffer of its own) made progress: the idle
+    /// and write deadlines, for a client that stops reading, move with progress.
+    pub fn progressed(&mut self, now: Instant, cfg: &ServeConfig) {
+        if matches!(self.deadline, Some((_, Deadline::Write | Deadline::Idle))) {
+            self.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Write));
+        }
+    }
+
+    /// Takes the pending output for the loop to send from a buffer of its own: `spare` (an
+    /// empty buffer, for its capacity) takes `out`'s place. Returns the buffer and where the
+    /// pending bytes start in it; None when nothing waits.
+    pub fn take_output(&mut self, spare: Vec<u8>) -> Option<(Vec<u8>, usize)> {
+        if self.pending().is_empty() {
+            return None;
+        }
+        let from = std::mem::replace(&mut self.out_pos, 0);
+        Some((std::mem::replace(&mut self.out, spare), from))
+    }
+
+    /// The socket took no more: the write deadline runs.
+    pub fn write_blocked(&mut self, now: Instant, cfg: &ServeConfig) {
+        if !matches!(self.deadline, Some((_, Deadline::Write))) {
+            self.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Write));
+        }
+    }
+
+    /// Everything is sent: back to the idle deadline, and whether to close or linger now.
+    pub fn output_done(&mut self, now: Instant, cfg: &ServeConfig) -> AfterOutput {
+        if matches!(self.deadline, Some((_, Deadline::Write))) {
+            self.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Idle));
+        }
+        if !self.close_after || self.phase == Phase::Lingering {
+            return AfterOutput::Keep;
+        }
+        if !self.linger_after {
+            return AfterOutput::Close;
+        }
+        self.phase = Phase::Lingering;
+        self.inbuf.clear();
+        self.deadline = Some((now + LINGER, Deadline::Linger));
+        AfterOutput::Linger
+    }
+
+    /// A deadline passed at `now`: whether it counts as a timeout (header, body, write; idle
+    /// and linger ends do not). None: no deadline passed.
+    pub fn expired(&self, now: Instant) -> Option<bool> {
+        let (t, kind) = self.deadline?;
+        (now >= t).then_some(matches!(kind, Deadline::Header | Deadline::Body | Deadline::Write))
+    }
+
+    /// When the worker starts draining: false when the connection is idle and can close now;
+    /// otherwise it closes after its current response.
+    pub fn drain(&mut self) -> bool {
+        let busy = self.has_output() || matches!(self.phase, Phase::Body | Phase::Delayed);
+        if busy {
+            self.close_after = true;
+        }
+        busy
+    }
+}

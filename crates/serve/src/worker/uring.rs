@@ -1,0 +1,431 @@
+//! The io_uring loop of a server worker: one ring per worker (single issuer, deferred task
+//! work), a multishot accept per listener, a multishot receive per connection into the ring's
+//! provided buffers, and one send per connection at a time of everything its session produced;
+//! every request of a turn goes to the kernel in the one `io_uring_enter` that also waits for
+//! the next completions. The protocol is the epoll loop's: [`super::session`].
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Submit, Uring};
+use socket2::Socket;
+
+use super::session::{AfterOutput, Phase, Session, Shared};
+use super::{
+    refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, READ_CHUNK, TICK,
+};
+use crate::config::ServeConfig;
+
+/// Connection slots fit in 22 bits of a token, their generation in the other 10: a late
+/// completion of a closed connection is told apart from the slot's next one.
+const SLOT_BITS: u32 = 22;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+
+fn token(slot: usize, gen: u32) -> u32 {
+    (gen << SLOT_BITS) | (slot as u32 & SLOT_MASK)
+}
+
+/// A connection slot.
+#[derive(Debug, Default)]
+struct Conn {
+    fd: Option<OwnedFd>,
+    s: Session,
+    /// The multishot receive is armed.
+    receiving: bool,
+    /// Input is not taken until the session has caught up (too much buffered).
+    recv_paused: bool,
+    /// Bytes of the send in flight (0: none); one send per connection at a time keeps the
+    /// responses in order.
+    in_flight: usize,
+    /// An empty buffer that takes the session's output buffer's place during a send.
+    spare: Vec<u8>,
+}
+
+struct State<'a> {
+    sh: Shared<'a>,
+    listeners: &'a [Socket],
+    stop: &'a AtomicBool,
+    stats: &'a WorkerStats,
+    conns: Vec<Conn>,
+    free: Vec<usize>,
+    open: usize,
+    date_secs: u64,
+    accepting: bool,
+    accept_resume: Option<Instant>,
+    draining_since: Option<Instant>,
+    last_accept_log: Option<Instant>,
+    now: Instant,
+}
+
+pub(crate) struct Worker<'a> {
+    ring: Uring,
+    st: State<'a>,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        cfg: &'a ServeConfig,
+        listeners: &'a [Socket],
+        stop: &'a AtomicBool,
+        stats: &'a WorkerStats,
+    ) -> io::Result<Self> {
+        let (sh, date_secs) = shared(cfg);
+        let ring =
+            Uring::new(&RingOptions { entries: 1024, buffers: 2048, buffer_size: READ_CHUNK })?;
+        let mut w = Worker {
+            ring,
+            st: State {
+                sh,
+                listeners,
+                stop,
+                stats,
+                conns: Vec::new(),
+                free: Vec::new(),
+                open: 0,
+                date_secs,
+                accepting: false,
+                accept_resume: None,
+                draining_since: None,
+                last_accept_log: None,
+                now: Instant::now(),
+            },
+        };
+        let st = &mut w.st;
+        w.ring.queue(|sub| st.set_accepting(true, sub));
+        Ok(w)
+    }
+
+    pub(crate) fn run(mut self) -> io::Result<WorkerCounters> {
+        let mut next_tick = Instant::now() + TICK;
+        loop {
+            let st = &mut self.st;
+            let mut wake = next_tick;
+            if let Some(std::cmp::Reverse((t, _, _))) = st.sh.delays.peek() {
+                wake = wake.min(*t);
+            }
+            let timeout = wake.saturating_duration_since(Instant::now());
+            st.now = Instant::now();
+            self.ring.turn(timeout, |c, sub| {
+                st.now = Instant::now();
+                st.on_completion(c, sub);
+            })?;
+            let now = Instant::now();
+            st.now = now;
+            self.ring.queue(|sub| {
+                st.fire_delays(now, sub);
+                if now >= next_tick {
+                    st.on_tick(now, sub);
+                    next_tick = now + TICK;
+                }
+            });
+            if let Some(since) = st.draining_since {
+                if st.open == 0 || now.duration_since(since) >= DRAIN {
+                    break;
+                }
+            }
+        }
+        let st = &mut self.st;
+        self.ring.queue(|sub| {
+            st.set_accepting(false, sub);
+            for slot in 0..st.conns.len() {
+                st.close(slot, sub);
+            }
+        });
+        // Submits the closes.
+        self.ring.turn(Duration::ZERO, |_, _| {})?;
+        st.sh.counters.publish(st.stats, st.open);
+        Ok(st.sh.counters.final_counts())
+    }
+}
+
+impl State<'_> {
+    fn on_completion(&mut self, c: Completion<'_>, sub: &mut Submit<'_>) {
+        match c.op {
+            Op::Accept => self.on_accept(c, sub),
+            Op::Recv => self.on_recv(&c, sub),
+            Op::Send => self.on_send(c, sub),
+            Op::Cancel | Op::Close | Op::Shutdown => {}
+        }
+    }
+
+    /// The live connection a token names, if it is still the one the request was for.
+    fn live(&self, token: u32) -> Option<usize> {
+        let slot = (token & SLOT_MASK) as usize;
+        let c = self.conns.get(slot)?;
+        (c.fd.is_some() && (c.s.gen & ((1 << (32 - SLOT_BITS)) - 1)) == token >> SLOT_BITS)
+            .then_some(slot)
+    }
+
+    fn on_accept(&mut self, c: Completion<'_>, sub: &mut Submit<'_>) {
+        if let Some(fd) = c.fd {
+            self.sh.counters.accepted += 1;
+            if self.sh.draining {
+                return;
+            }
+            self.add_conn(fd, sub);
+            if self.open >= self.sh.cfg.settings.max_conns && self.accepting {
+                self.set_accepting(false, sub);
+                self.log_accept("--max-conns reached; not accepting until a connection closes");
+            }
+        } else {
+            match c.failure() {
+                Some(Failure::OutOfResources(e)) => {
+                    self.sh.counters.accept_errors += 1;
+                    if self.accepting {
+                        self.set_accepting(false, sub);
+                        self.accept_resume = Some(self.now + ACCEPT_PAUSE);
+                        self.log_accept(&format!(
+                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
+                        ));
+                    }
+                }
+                Some(Failure::Other(_)) => self.sh.counters.accept_errors += 1,
+                _ => {}
+            }
+        }
+        // A multishot accept that ended by itself is armed again.
+        if !c.more && self.accepting {
+            if let Some(l) = self.listeners.get(c.token as usize) {
+                sub.accept_multi(l.as_raw_fd(), c.token);
+            }
+        }
+    }
+
+    fn on_recv(&mut self, c: &Completion<'_>, sub: &mut Submit<'_>) {
+        let Some(slot) = self.live(c.token) else { return };
+        let conn = &mut self.conns[slot];
+        if !c.more {
+            conn.receiving = false;
+        }
+        match c.failure() {
+            None if c.result > 0 => {
+                if conn.s.phase != Phase::Lingering {
+                    let limits = &self.sh.cfg.settings.limits;
+                    let max_head = limits.max_request_line + limits.max_header_bytes;
+                    conn.s.inbuf.spare(c.data.len())[..c.data.len()].copy_from_slice(c.data);
+                    conn.s.inbuf.filled_by(c.data.len());
+                    // More input than a maximal head while the session cannot take it: stop
+                    // receiving until it catches up.
+                    if conn.s.inbuf.len() > max_head + READ_CHUNK && conn.receiving {
+                        sub.cancel(Op::Recv, c.token);
+                        conn.receiving = false;
+                        conn.recv_paused = true;
+                    }
+                }
+                self.drive(slot, sub);
+            }
+            None => {
+                conn.s.eof = true;
+                if conn.s.phase == Phase::Lingering {
+                    self.close(slot, sub);
+                } else {
+                    self.drive(slot, sub);
+                }
+            }
+            // The provided buffers ran out: they come back at the end of this turn.
+            Some(Failure::NoBuffers) => self.drive(slot, sub),
+            Some(Failure::Cancelled | Failure::Retry) => {}
+            Some(Failure::OutOfResources(_) | Failure::Other(_)) => self.close(slot, sub),
+        }
+        self.rearm(slot, sub);
+    }
+
+    fn on_send(&mut self, c: Completion<'_>, sub: &mut Submit<'_>) {
+        let Some(slot) = self.live(c.token) else { return };
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let conn = &mut self.conns[slot];
+        let Some((mut buf, from)) = c.sent else { return };
+        if c.result < 0 {
+            conn.in_flight = 0;
+            return self.close(slot, sub);
+        }
+        let end = from + c.result as usize;
+        conn.s.progressed(now, cfg);
+        if end < buf.len() {
+            // A partial send: the rest, from where it stopped.
+            conn.in_flight = buf.len() - end;
+            conn.s.write_blocked(now, cfg);
+            if let Some(fd) = &conn.fd {
+                sub.send(fd.as_raw_fd(), buf, end, c.token);
+            }
+            return;
+        }
+        conn.in_flight = 0;
+        buf.clear();
+        conn.spare = buf;
+        self.drive(slot, sub);
+    }
+
+    /// Parses and answers what arrived, sends what is ready, closes when finished.
+    fn drive(&mut self, slot: usize, sub: &mut Submit<'_>) {
+        let now = self.now;
+        let conn = &mut self.conns[slot];
+        if conn.fd.is_none() {
+            return;
+        }
+        if conn.s.phase == Phase::Lingering {
+            conn.s.inbuf.clear();
+            return;
+        }
+        conn.s.consume(&mut self.sh, slot, conn.in_flight, now);
+        self.send(slot, sub);
+        let conn = &mut self.conns[slot];
+        if conn.fd.is_some() && conn.s.finished(conn.in_flight) {
+            return self.close(slot, sub);
+        }
+        self.rearm(slot, sub);
+    }
+
+    /// Receives again once the session has caught up with its input.
+    fn rearm(&mut self, slot: usize, sub: &mut Submit<'_>) {
+        let conn = &mut self.conns[slot];
+        let caught_up = conn.s.inbuf.len() <= READ_CHUNK && !conn.s.paused(conn.in_flight);
+        if conn.receiving || conn.s.eof || (conn.recv_paused && !caught_up) {
+            return;
+        }
+        if let Some(fd) = &conn.fd {
+            conn.recv_paused = false;
+            conn.receiving = true;
+            sub.recv_multi(fd.as_raw_fd(), token(slot, conn.s.gen));
+        }
+    }
+
+    /// Sends the session's output, when no send is in flight; closes or lingers when done.
+    fn send(&mut self, slot: usize, sub: &mut Submit<'_>) {
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let conn = &mut self.conns[slot];
+        if conn.in_flight > 0 {
+            return;
+        }
+        let Some(fd) = conn.fd.as_ref().map(AsRawFd::as_raw_fd) else { return };
+        match conn.s.take_output(std::mem::take(&mut conn.spare)) {
+            Some((buf, from)) => {
+                conn.in_flight = buf.len() - from;
+                sub.send(fd, buf, from, token(slot, conn.s.gen));
+            }
+            None => match conn.s.output_done(now, cfg) {
+                AfterOutput::Keep => {}
+                AfterOutput::Close => self.close(slot, sub),
+                AfterOutput::Linger => sub.shutdown_write(fd, token(slot, conn.s.gen)),
+            },
+        }
+    }
+
+    fn fire_delays(&mut self, now: Instant, sub: &mut Submit<'_>) {
+        while let Some(&std::cmp::Reverse((t, slot, gen))) = self.sh.delays.peek() {
+            if t > now {
+                break;
+            }
+            self.sh.delays.pop();
+            let conn = &mut self.conns[slot];
+            if conn.s.gen != gen || conn.fd.is_none() {
+                continue;
+            }
+            if conn.s.fire_delay(&mut self.sh, slot, now) {
+                self.drive(slot, sub);
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant, sub: &mut Submit<'_>) {
+        refresh_date(&mut self.sh, &mut self.date_secs);
+        if self.accept_resume.is_some_and(|t| now >= t) && self.draining_since.is_none() {
+            self.accept_resume = None;
+            self.set_accepting(true, sub);
+        }
+        if !self.accepting
+            && self.accept_resume.is_none()
+            && self.draining_since.is_none()
+            && self.open < self.sh.cfg.settings.max_conns
+        {
+            self.set_accepting(true, sub);
+        }
+        for slot in 0..self.conns.len() {
+            let conn = &self.conns[slot];
+            if conn.fd.is_none() {
+                continue;
+            }
+            if let Some(timeout) = conn.s.expired(now) {
+                if timeout {
+                    self.sh.counters.timeouts += 1;
+                }
+                self.close(slot, sub);
+            }
+        }
+        if self.draining_since.is_none() && self.stop.load(Ordering::Relaxed) {
+            self.draining_since = Some(now);
+            self.sh.draining = true;
+            self.set_accepting(false, sub);
+            for slot in 0..self.conns.len() {
+                let conn = &mut self.conns[slot];
+                if conn.fd.is_some() && !conn.s.drain() && conn.in_flight == 0 {
+                    self.close(slot, sub);
+                }
+            }
+        }
+        self.sh.counters.publish(self.stats, self.open);
+    }
+
+    fn close(&mut self, slot: usize, sub: &mut Submit<'_>) {
+        let conn = &mut self.conns[slot];
+        let Some(fd) = conn.fd.take() else { return };
+        let t = token(slot, conn.s.gen);
+        if conn.receiving {
+            sub.cancel(Op::Recv, t);
+        }
+        sub.close(fd, t);
+        conn.s.reset();
+        conn.receiving = false;
+        conn.recv_paused = false;
+        conn.in_flight = 0;
+        self.open -= 1;
+        self.free.push(slot);
+    }
+
+    fn set_accepting(&mut self, on: bool, sub: &mut Submit<'_>) {
+        if self.accepting == on {
+            return;
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            if on {
+                sub.accept_multi(l.as_raw_fd(), i as u32);
+            } else {
+                sub.cancel(Op::Accept, i as u32);
+            }
+        }
+        self.accepting = on;
+    }
+
+    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
+    fn log_accept(&mut self, msg: &str) {
+        let now = self.now;
+        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.last_accept_log = Some(now);
+            eprintln!("qpslab serve: {msg}");
+        }
+    }
+
+    fn add_conn(&mut self, fd: OwnedFd, sub: &mut Submit<'_>) {
+        let sock = TcpStream::from(fd);
+        let _ = sock.set_nodelay(true);
+        let fd = OwnedFd::from(sock);
+        let slot = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(Conn::default());
+                self.conns.len() - 1
+            }
+        };
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let conn = &mut self.conns[slot];
+        // A connection that sends nothing is closed at the header deadline.
+        conn.s.open(now, cfg);
+        sub.recv_multi(fd.as_raw_fd(), token(slot, conn.s.gen));
+        conn.receiving = true;
+        conn.fd = Some(fd);
+        self.open += 1;
+    }
+}

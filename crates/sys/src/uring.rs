@@ -1,0 +1,633 @@
+//! io_uring, behind a safe API for one event loop per thread: a ring set up for a single
+//! issuer with deferred task work (completions are posted only when this thread asks, in its
+//! one `io_uring_enter` per loop turn that also submits), multishot accept, multishot receive
+//! into a ring of provided buffers, and sends of buffers this module owns until the kernel's
+//! completion (so no buffer can be freed or reused while the kernel reads it).
+//!
+//! Each request carries a `user_data` of the operation's kind (4 bits), the send slot (28
+//! bits, sends only) and the caller's 32-bit token; a [`Completion`] gives them back, with the
+//! received bytes (lent for the duration of the callback, then the buffer goes back to the
+//! ring) or the send's buffer (returned for reuse).
+//!
+//! [`probe`] tells whether this kernel (and any seccomp filter or `kernel.io_uring_disabled`)
+//! allows everything used here.
+
+use std::io;
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use io_uring::types::{BufRingEntry, SubmitArgs, Timespec};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+/// What a request was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Accept,
+    Recv,
+    Send,
+    Cancel,
+    Close,
+    Shutdown,
+}
+
+impl Op {
+    fn bits(self) -> u64 {
+        match self {
+            Op::Accept => 1,
+            Op::Recv => 2,
+            Op::Send => 3,
+            Op::Cancel => 4,
+            Op::Close => 5,
+            Op::Shutdown => 6,
+        }
+    }
+
+    fn of(bits: u64) -> Option<Op> {
+        Some(match bits {
+            1 => Op::Accept,
+            2 => Op::Recv,
+            3 => Op::Send,
+            4 => Op::Cancel,
+            5 => Op::Close,
+            6 => Op::Shutdown,
+            _ => return None,
+        })
+    }
+}
+
+fn user_data(op: Op, slot: u32, token: u32) -> u64 {
+    (op.bits() << 60) | (u64::from(slot & 0x0fff_ffff) << 32) | u64::from(token)
+}
+
+/// One completion, as the loop sees it.
+#[derive(Debug)]
+pub struct Completion<'a> {
+    pub op: Op,
+    pub token: u32,
+    /// The result: a byte count or a descriptor, or `-errno`.
+    pub result: i32,
+    /// A multishot request stays armed: more completions will come for it.
+    pub more: bool,
+    /// A receive's bytes (empty otherwise).
+    pub data: &'a [u8],
+    /// A send's buffer, back from the kernel, and where the send began in it.
+    pub sent: Option<(Vec<u8>, usize)>,
+    /// An accepted connection (a successful accept): owned, closed on drop unless taken.
+    pub fd: Option<OwnedFd>,
+}
+
+/// Why a request failed, in the classes a loop acts on.
+#[derive(Debug)]
+pub enum Failure {
+    /// Cancelled (by a cancel request, or at close).
+    Cancelled,
+    /// A receive found no provided buffer (they come back at the end of the turn).
+    NoBuffers,
+    /// Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): back off.
+    OutOfResources(io::Error),
+    /// Try again (EAGAIN, EINTR).
+    Retry,
+    /// Anything else: the connection is done.
+    Other(io::Error),
+}
+
+impl Completion<'_> {
+    /// The failure, when the result is an error.
+    pub fn failure(&self) -> Option<Failure> {
+        let errno = self.result.checked_neg().filter(|e| *e > 0)?;
+        Some(match errno {
+            libc::ECANCELED => Failure::Cancelled,
+            libc::ENOBUFS if self.op == Op::Recv => Failure::NoBuffers,
+            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                Failure::OutOfResources(io::Error::from_raw_os_error(errno))
+            }
+            libc::EAGAIN | libc::EINTR => Failure::Retry,
+            _ => Failure::Other(io::Error::from_raw_os_error(errno)),
+        })
+    }
+}
+
+/// `--io`: the event loop a command asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoChoice {
+    /// io_uring where it runs and was measured faster for this use, else epoll.
+    #[default]
+    Auto,
+    Epoll,
+    Uring,
+}
+
+/// The event loop in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Epoll,
+    Uring,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Epoll => "epoll",
+            Engine::Uring => "uring",
+        }
+    }
+}
+
+impl IoChoice {
+    /// `auto`, `epoll` or `uring` (`--io`).
+    pub fn parse(s: &str) -> Result<IoChoice, crate::config_error::ConfigError> {
+        match s {
+            "auto" => Ok(IoChoice::Auto),
+            "epoll" => Ok(IoChoice::Epoll),
+            "uring" | "io_uring" => Ok(IoChoice::Uring),
+            _ => Err(crate::config_error::ConfigError::new(
+                "--io",
+                format!("{s:?} is not an event loop; use auto, epoll or uring"),
+            )),
+        }
+    }
+
+    /// The engine to run, and a note when `auto` fell back to epoll. `uring_faster`: io_uring
+    /// was measured faster than epoll for this use (what `auto` prefers where it runs).
+    pub fn resolve(
+        self,
+        uring_faster: bool,
+    ) -> Result<(Engine, Option<String>), crate::config_error::ConfigError> {
+        match self {
+            IoChoice::Epoll => Ok((Engine::Epoll, None)),
+            IoChoice::Uring => match probe() {
+                Ok(()) => Ok((Engine::Uring, None)),
+                Err(why) => Err(crate::config_error::ConfigError::new(
+                    "--io",
+                    format!("uring cannot run here: {why}; use --io epoll"),
+                )),
+            },
+            IoChoice::Auto if !uring_faster => Ok((Engine::Epoll, None)),
+            IoChoice::Auto => match probe() {
+                Ok(()) => Ok((Engine::Uring, None)),
+                Err(why) => {
+                    Ok((Engine::Epoll, Some(format!("io_uring unavailable ({why}): using epoll"))))
+                }
+            },
+        }
+    }
+}
+
+/// The ring's size and its receive buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct RingOptions {
+    /// Submission queue entries (a power of two); the completion queue is four times larger.
+    pub entries: u32,
+    /// Provided receive buffers (a power of two, at most 32768) and the size of each.
+    pub buffers: u16,
+    pub buffer_size: usize,
+}
+
+impl Default for RingOptions {
+    fn default() -> Self {
+        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096 }
+    }
+}
+
+/// The buffer group of the provided receive buffers.
+const GROUP: u16 = 0;
+
+/// An anonymous, page-aligned memory mapping, unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize) -> io::Result<Mapping> {
+        // SAFETY: an anonymous private mapping; no file, no address hint.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: ptr.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value created, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The provided receive buffers: a ring of entries the kernel takes buffers from, and the
+/// buffers' memory. A buffer the kernel filled is ours until [`BufRing::give_back`].
+#[derive(Debug)]
+struct BufRing {
+    entries: Mapping,
+    data: Mapping,
+    count: u16,
+    size: usize,
+    /// Our next tail (entries published up to it by [`BufRing::publish`]).
+    tail: u16,
+}
+
+impl BufRing {
+    fn new(count: u16, size: usize) -> io::Result<BufRing> {
+        let entries = Mapping::new(usize::from(count) * std::mem::size_of::<BufRingEntry>())?;
+        let data = Mapping::new(usize::from(count) * size)?;
+        let mut ring = BufRing { entries, data, count, size, tail: 0 };
+        for bid in 0..count {
+            ring.give_back(bid);
+        }
+        ring.publish();
+        Ok(ring)
+    }
+
+    fn base(&self) -> *mut BufRingEntry {
+        self.entries.ptr.cast()
+    }
+
+    /// Puts buffer `bid` at the tail (seen by the kernel after the next publish).
+    fn give_back(&mut self, bid: u16) {
+        let slot = usize::from(self.tail & (self.count - 1));
+        // SAFETY: `slot` < count entries of the mapping; the kernel reads an entry only below
+        // the published tail, and this one is at or above it.
+        let e = unsafe { &mut *self.base().add(slot) };
+        // SAFETY: `bid` < count, so the buffer lies inside the data mapping.
+        e.set_addr(unsafe { self.data.ptr.add(usize::from(bid) * self.size) } as u64);
+        e.set_len(self.size as u32);
+        e.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Makes the given-back buffers visible to the kernel.
+    fn publish(&self) {
+        // SAFETY: the tail field of the first entry of our mapping, a u16 the kernel reads
+        // atomically; the release store orders the entries' writes before it.
+        let tail = unsafe { AtomicU16::from_ptr(BufRingEntry::tail(self.base()).cast_mut()) };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Buffer `bid`'s first `len` bytes, which the kernel filled.
+    fn bytes(&self, bid: u16, len: usize) -> &[u8] {
+        let len = len.min(self.size);
+        // SAFETY: the buffer lies inside the data mapping; the kernel wrote it before posting
+        // the completion and does not touch it again until it is given back, which needs
+        // `&mut self` while this borrow lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.data.ptr.add(usize::from(bid) % usize::from(self.count) * self.size),
+                len,
+            )
+        }
+    }
+}
+
+/// Buffers the kernel is sending from, by slot.
+#[derive(Debug, Default)]
+struct Sends {
+    slots: Vec<Option<(Vec<u8>, usize)>>,
+    free: Vec<u32>,
+}
+
+impl Sends {
+    fn insert(&mut self, v: (Vec<u8>, usize)) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(v);
+                i
+            }
+            None => {
+                self.slots.push(Some(v));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, slot: u32) -> Option<(Vec<u8>, usize)> {
+        let v = self.slots.get_mut(slot as usize)?.take();
+        if v.is_some() {
+            self.free.push(slot);
+        }
+        v
+    }
+}
+
+/// A thread's ring.
+pub struct Uring {
+    ring: IoUring,
+    bufs: BufRing,
+    sends: Sends,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uring").field("sends", &self.sends.slots.len()).finish()
+    }
+}
+
+impl Uring {
+    /// A ring for this thread only (single issuer, deferred task work) with its provided
+    /// receive buffers registered.
+    pub fn new(o: &RingOptions) -> io::Result<Uring> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(o.entries * 4)
+            .build(o.entries)?;
+        let bufs = BufRing::new(o.buffers, o.buffer_size)?;
+        // SAFETY: the entries mapping lives in `bufs`, which this value owns alongside the ring
+        // and drops after it (fields drop in order: ring first).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                bufs.entries.ptr as u64,
+                o.buffers,
+                GROUP,
+                0,
+            )?;
+        }
+        Ok(Uring { ring, bufs, sends: Sends::default() })
+    }
+
+    /// Queues requests outside a turn (they are submitted by the next turn).
+    pub fn queue(&mut self, f: impl FnOnce(&mut Submit<'_>)) {
+        let (submitter, sq, _) = self.ring.split();
+        let mut submit = Submit { sq, submitter: &submitter, sends: &mut self.sends };
+        f(&mut submit);
+        submit.sq.sync();
+    }
+
+    /// Submits what was queued and waits up to `timeout` for a completion (none: do not
+    /// wait), then hands each completion to `f`, which may queue more requests.
+    pub fn turn(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+    ) -> io::Result<()> {
+        let Uring { ring, bufs, sends } = self;
+        let (submitter, mut sq, mut cq) = ring.split();
+        sq.sync();
+        let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
+        let args = SubmitArgs::new().timespec(&ts);
+        match submitter.submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+            }
+            Err(e) => return Err(e),
+        }
+        cq.sync();
+        let mut submit = Submit { sq, submitter: &submitter, sends };
+        let mut gave_back = false;
+        for cqe in &mut cq {
+            let ud = cqe.user_data();
+            let Some(op) = Op::of(ud >> 60) else { continue };
+            let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
+            let result = cqe.result();
+            let flags = cqe.flags();
+            let bid = cqueue::buffer_select(flags);
+            let data = match (op, bid) {
+                (Op::Recv, Some(b)) if result > 0 => bufs.bytes(b, result as usize),
+                _ => &[],
+            };
+            let sent = if op == Op::Send { submit.sends.take(slot) } else { None };
+            let fd = (op == Op::Accept && result >= 0).then(|| {
+                // SAFETY: a successful accept's result is a descriptor the kernel just created
+                // for this process, owned by nobody yet.
+                unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) }
+            });
+            let more = cqueue::more(flags);
+            f(Completion { op, token: ud as u32, result, more, data, sent, fd }, &mut submit);
+            if let Some(b) = bid {
+                bufs.give_back(b);
+                gave_back = true;
+            }
+        }
+        if gave_back {
+            bufs.publish();
+        }
+        submit.sq.sync();
+        Ok(())
+    }
+}
+
+/// Queues requests during a turn (submitted at the next turn's enter, or at once when the
+/// queue is full).
+pub struct Submit<'a> {
+    sq: io_uring::SubmissionQueue<'a>,
+    submitter: &'a io_uring::Submitter<'a>,
+    sends: &'a mut Sends,
+}
+
+impl std::fmt::Debug for Submit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submit").field("queued", &self.sq.len()).finish()
+    }
+}
+
+impl Submit<'_> {
+    /// # Safety
+    /// Whatever memory `e` points to stays valid until its completion.
+    unsafe fn push(&mut self, e: &squeue::Entry) {
+        loop {
+            // SAFETY: the caller's promise about the memory `e` refers to.
+            if unsafe { self.sq.push(e) }.is_ok() {
+                return;
+            }
+            self.sq.sync();
+            let _ = self.submitter.submit();
+            self.sq.sync();
+        }
+    }
+
+    /// Accepts on `listener` until cancelled or an error ends it (then `more` is false).
+    pub fn accept_multi(&mut self, listener: RawFd, token: u32) {
+        let e = opcode::AcceptMulti::new(types::Fd(listener))
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data(Op::Accept, 0, token));
+        // SAFETY: no memory besides the descriptor.
+        unsafe { self.push(&e) }
+    }
+
+    /// Receives on `fd` into provided buffers until cancelled, EOF or an error.
+    pub fn recv_multi(&mut self, fd: RawFd, token: u32) {
+        let e = opcode::RecvMulti::new(types::Fd(fd), GROUP).build().user_data(user_data(
+            Op::Recv,
+            0,
+            token,
+        ));
+        // SAFETY: the buffers are the registered group's, owned by the ring.
+        unsafe { self.push(&e) }
+    }
+
+    /// Sends `buf[from..]` on `fd`; the buffer comes back with the completion.
+    pub fn send(&mut self, fd: RawFd, buf: Vec<u8>, from: usize, token: u32) {
+        let len = buf.len().saturating_sub(from);
+        // The heap block of `buf` does not move when the Vec value moves into the slab.
+        let ptr = buf[from.min(buf.len())..].as_ptr();
+        let slot = self.sends.insert((buf, from));
+        let e = opcode::Send::new(types::Fd(fd), ptr, len.min(u32::MAX as usize) as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(Op::Send, slot, token));
+        // SAFETY: the buffer stays in `sends`, unmodified, until this request's completion
+        // takes it out.
+        unsafe { self.push(&e) }
+    }
+
+    /// Cancels the requests of kind `op` with `token` (a multishot receive or accept).
+    pub fn cancel(&mut self, op: Op, token: u32) {
+        let e = opcode::AsyncCancel::new(user_data(op, 0, token)).build().user_data(user_data(
+            Op::Cancel,
+            0,
+            token,
+        ));
+        // SAFETY: no memory.
+        unsafe { self.push(&e) }
+    }
+
+    /// Shuts down the writing side of `fd`.
+    pub fn shutdown_write(&mut self, fd: RawFd, token: u32) {
+        let e = opcode::Shutdown::new(types::Fd(fd), libc::SHUT_WR).build().user_data(user_data(
+            Op::Shutdown,
+            0,
+            token,
+        ));
+        // SAFETY: no memory.
+        unsafe { self.push(&e) }
+    }
+
+    /// Closes `fd` (after the requests queued before it on it).
+    pub fn close(&mut self, fd: OwnedFd, token: u32) {
+        let raw = fd.into_raw_fd();
+        let e =
+            opcode::Close::new(types::Fd(raw)).build().user_data(user_data(Op::Close, 0, token));
+        // SAFETY: no memory; the descriptor was ours and is now the request's.
+        unsafe { self.push(&e) }
+    }
+}
+
+/// Whether io_uring can run here as this module uses it; the reason when it cannot (an old
+/// kernel, `kernel.io_uring_disabled`, a seccomp filter, a container's policy). Tried once per
+/// process, on a thread of its own: the kernel tears a ring down asynchronously and then queues
+/// work on the thread that created it, which interrupts that thread's next blocking call that
+/// has a timeout (a read with `SO_RCVTIMEO` returned `EINTR` in a test that probed first).
+pub fn probe() -> Result<(), String> {
+    static PROBED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("qpslab-probe".into())
+                .spawn(try_ring)
+                .map_err(|e| format!("cannot start a thread to probe io_uring: {e}"))?
+                .join()
+                .unwrap_or_else(|_| Err("the io_uring probe panicked".into()))
+        })
+        .clone()
+}
+
+fn try_ring() -> Result<(), String> {
+    let o = RingOptions { entries: 8, buffers: 8, buffer_size: 64 };
+    let ring = Uring::new(&o).map_err(|e| {
+        let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .map(|v| format!(" (kernel.io_uring_disabled is {})", v.trim()))
+            .unwrap_or_default();
+        format!("io_uring_setup: {e}{disabled}")
+    })?;
+    let mut p = io_uring::Probe::new();
+    ring.ring.submitter().register_probe(&mut p).map_err(|e| format!("io_uring probe: {e}"))?;
+    let needed = [
+        ("accept", opcode::AcceptMulti::CODE),
+        ("recv", opcode::RecvMulti::CODE),
+        ("send", opcode::Send::CODE),
+        ("async cancel", opcode::AsyncCancel::CODE),
+        ("close", opcode::Close::CODE),
+        ("shutdown", opcode::Shutdown::CODE),
+    ];
+    match needed.iter().find(|(_, code)| !p.is_supported(*code)) {
+        Some((name, _)) => Err(format!("io_uring lacks the {name} operation on this kernel")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn user_data_carries_the_op_the_slot_and_the_token() {
+        let ud = user_data(Op::Send, 0x0abc_def1, 0xdead_beef);
+        assert_eq!(Op::of(ud >> 60), Some(Op::Send));
+        assert_eq!(((ud >> 32) & 0x0fff_ffff) as u32, 0x0abc_def1);
+        assert_eq!(ud as u32, 0xdead_beef);
+    }
+
+    /// A real round trip: accept, receive into a provided buffer, send back, close.
+    #[test]
+    fn accepts_receives_and_sends_over_loopback() {
+        probe().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut ring =
+            Uring::new(&RingOptions { entries: 64, buffers: 16, buffer_size: 256 }).unwrap();
+        ring.queue(|s| s.accept_multi(listener.as_raw_fd(), 7));
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.write_all(b"ping").unwrap();
+        let mut conn: Option<OwnedFd> = None;
+        let mut got = Vec::new();
+        let mut echoed = false;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !echoed {
+            assert!(std::time::Instant::now() < deadline, "no echo; got {got:?}");
+            ring.turn(Duration::from_millis(50), |c, s| match c.op {
+                Op::Accept => {
+                    assert_eq!(c.token, 7);
+                    assert!(c.more, "multishot accept stays armed");
+                    let fd = c.fd.unwrap();
+                    s.recv_multi(fd.as_raw_fd(), 9);
+                    conn = Some(fd);
+                }
+                Op::Recv if c.result > 0 => {
+                    got.extend_from_slice(c.data);
+                    if got == b"ping" {
+                        let fd = conn.as_ref().unwrap().as_raw_fd();
+                        s.send(fd, b"xxpong".to_vec(), 2, 11);
+                    }
+                }
+                Op::Send => {
+                    let (buf, from) = c.sent.unwrap();
+                    assert_eq!((buf.as_slice(), from, c.result), (&b"xxpong"[..], 2, 4));
+                    echoed = true;
+                }
+                _ => {}
+            })
+            .unwrap();
+        }
+        let mut back = [0u8; 4];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"pong");
+        let fd = conn.take().unwrap();
+        let mut closed = false;
+        ring.queue(|s| {
+            s.cancel(Op::Recv, 9);
+            s.close(fd, 9);
+        });
+        while !closed {
+            assert!(std::time::Instant::now() < deadline);
+            ring.turn(Duration::from_millis(50), |c, _| closed |= c.op == Op::Close).unwrap();
+        }
+        assert_eq!(client.read(&mut back).unwrap(), 0, "the server's side closed");
+    }
+}
