@@ -15,9 +15,9 @@
 use std::io;
 use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use io_uring::types::{BufRingEntry, SubmitArgs, Timespec};
+use io_uring::types::{BufRingEntry, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 /// What a request was.
@@ -29,6 +29,9 @@ pub enum Op {
     Cancel,
     Close,
     Shutdown,
+    /// The loop's own wake-ups (a timeout, or a no-op for a turn that must not wait); never
+    /// handed to the caller.
+    Timer,
 }
 
 impl Op {
@@ -40,6 +43,7 @@ impl Op {
             Op::Cancel => 4,
             Op::Close => 5,
             Op::Shutdown => 6,
+            Op::Timer => 7,
         }
     }
 
@@ -51,6 +55,7 @@ impl Op {
             4 => Op::Cancel,
             5 => Op::Close,
             6 => Op::Shutdown,
+            7 => Op::Timer,
             _ => return None,
         })
     }
@@ -326,6 +331,11 @@ pub struct Uring {
     ring: IoUring,
     bufs: BufRing,
     sends: Sends,
+    /// The wake-up armed in the ring: its number and when it fires. A turn waits for a
+    /// completion with a timeout request in the ring rather than the enter's own timeout
+    /// argument, which tools such as valgrind do not pass on (an idle loop then never woke).
+    timer: Option<(u32, Instant)>,
+    timers: u32,
 }
 
 impl std::fmt::Debug for Uring {
@@ -354,7 +364,7 @@ impl Uring {
                 0,
             )?;
         }
-        Ok(Uring { ring, bufs, sends: Sends::default() })
+        Ok(Uring { ring, bufs, sends: Sends::default(), timer: None, timers: 0 })
     }
 
     /// Queues requests outside a turn (they are submitted by the next turn).
@@ -372,23 +382,45 @@ impl Uring {
         timeout: Duration,
         mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
-        let Uring { ring, bufs, sends } = self;
-        let (submitter, mut sq, mut cq) = ring.split();
-        sq.sync();
+        let Uring { ring, bufs, sends, timer, timers } = self;
+        let (submitter, sq, mut cq) = ring.split();
+        let mut submit = Submit { sq, submitter: &submitter, sends };
+        // The wake-up: a timeout request, unless one armed earlier fires in time; a no-op when
+        // the turn must not wait. Its timespec is read by the kernel when the enter below
+        // submits it.
+        let now = Instant::now();
+        let wake = now + timeout;
         let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
-        let args = SubmitArgs::new().timespec(&ts);
-        match submitter.submit_with_args(1, &args) {
+        if timeout.is_zero() {
+            let e = opcode::Nop::new().build().user_data(user_data(Op::Timer, 0, 0));
+            // SAFETY: no memory.
+            unsafe { submit.push(&e) }
+        } else if timer.is_none_or(|(_, at)| at > wake) {
+            *timers = timers.wrapping_add(1).max(1);
+            *timer = Some((*timers, wake));
+            let e = opcode::Timeout::new(&ts).build().user_data(user_data(Op::Timer, 0, *timers));
+            // SAFETY: `ts` lives until after the enter that submits this request, and the
+            // kernel copies it when it takes the request.
+            unsafe { submit.push(&e) }
+        }
+        submit.sq.sync();
+        match submitter.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
             }
             Err(e) => return Err(e),
         }
         cq.sync();
-        let mut submit = Submit { sq, submitter: &submitter, sends };
         let mut gave_back = false;
         for cqe in &mut cq {
             let ud = cqe.user_data();
             let Some(op) = Op::of(ud >> 60) else { continue };
+            if op == Op::Timer {
+                if timer.is_some_and(|(n, _)| n == ud as u32) {
+                    *timer = None;
+                }
+                continue;
+            }
             let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
             let result = cqe.result();
             let flags = cqe.flags();
@@ -551,6 +583,8 @@ fn try_ring() -> Result<(), String> {
         ("async cancel", opcode::AsyncCancel::CODE),
         ("close", opcode::Close::CODE),
         ("shutdown", opcode::Shutdown::CODE),
+        ("timeout", opcode::Timeout::CODE),
+        ("nop", opcode::Nop::CODE),
     ];
     match needed.iter().find(|(_, code)| !p.is_supported(*code)) {
         Some((name, _)) => Err(format!("io_uring lacks the {name} operation on this kernel")),

@@ -335,7 +335,7 @@ impl Session {
     /// The bytes to send next: what is buffered, or the next piece of a streamed body (empty
     /// when nothing waits).
     pub fn pending(&mut self) -> &[u8] {
-        if self.out_pos == self.out.len() {
+        if self.out_pos == self.out.len() && (self.out_pos != 0 || self.stream.is_some()) {
             self.out.clear();
             self.out_pos = 0;
             self.next_stream_piece();
@@ -380,14 +380,15 @@ impl Session {
     }
 
     /// Takes the pending output for the loop to send from a buffer of its own: `spare` (an
-    /// empty buffer, for its capacity) takes `out`'s place. Returns the buffer and where the
-    /// pending bytes start in it; None when nothing waits.
-    pub fn take_output(&mut self, spare: Vec<u8>) -> Option<(Vec<u8>, usize)> {
+    /// empty buffer, kept for its capacity) takes `out`'s place. Returns the buffer and where
+    /// the pending bytes start in it; None (and `spare` untouched) when nothing waits.
+    pub fn take_output(&mut self, spare: &mut Vec<u8>) -> Option<(Vec<u8>, usize)> {
         if self.pending().is_empty() {
             return None;
         }
         let from = std::mem::replace(&mut self.out_pos, 0);
-        Some((std::mem::replace(&mut self.out, spare), from))
+        std::mem::swap(&mut self.out, spare);
+        Some((std::mem::take(spare), from))
     }
 
     /// The socket took no more: the write deadline runs.

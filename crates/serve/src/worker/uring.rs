@@ -106,13 +106,18 @@ impl<'a> Worker<'a> {
             if let Some(std::cmp::Reverse((t, _, _))) = st.sh.delays.peek() {
                 wake = wake.min(*t);
             }
-            let timeout = wake.saturating_duration_since(Instant::now());
-            st.now = Instant::now();
+            let timeout = wake.saturating_duration_since(st.now);
+            // One clock read per turn, as the epoll loop reads it once per batch: deadlines
+            // need no finer clock.
+            let mut clock_read = false;
             self.ring.turn(timeout, |c, sub| {
-                st.now = Instant::now();
+                if !clock_read {
+                    st.now = Instant::now();
+                    clock_read = true;
+                }
                 st.on_completion(c, sub);
             })?;
-            let now = Instant::now();
+            let now = if clock_read { st.now } else { Instant::now() };
             st.now = now;
             self.ring.queue(|sub| {
                 st.fire_delays(now, sub);
@@ -147,7 +152,7 @@ impl State<'_> {
             Op::Accept => self.on_accept(c, sub),
             Op::Recv => self.on_recv(&c, sub),
             Op::Send => self.on_send(c, sub),
-            Op::Cancel | Op::Close | Op::Shutdown => {}
+            Op::Cancel | Op::Close | Op::Shutdown | Op::Timer => {}
         }
     }
 
@@ -227,10 +232,9 @@ impl State<'_> {
             }
             // The provided buffers ran out: they come back at the end of this turn.
             Some(Failure::NoBuffers) => self.drive(slot, sub),
-            Some(Failure::Cancelled | Failure::Retry) => {}
+            Some(Failure::Cancelled | Failure::Retry) => self.rearm(slot, sub),
             Some(Failure::OutOfResources(_) | Failure::Other(_)) => self.close(slot, sub),
         }
-        self.rearm(slot, sub);
     }
 
     fn on_send(&mut self, c: Completion<'_>, sub: &mut Submit<'_>) {
@@ -256,7 +260,20 @@ impl State<'_> {
         conn.in_flight = 0;
         buf.clear();
         conn.spare = buf;
-        self.drive(slot, sub);
+        if !conn.s.inbuf.is_empty() || conn.recv_paused {
+            // Requests waited (pipelined, or input was paused) while this was sent.
+            return self.drive(slot, sub);
+        }
+        // Nothing new to parse: the next output (a streamed body's next piece), or the close.
+        if conn.s.has_output() || conn.s.close_after {
+            self.send(slot, sub);
+        } else {
+            conn.s.output_done(now, cfg);
+        }
+        let conn = &self.conns[slot];
+        if conn.fd.is_some() && conn.s.finished(conn.in_flight) {
+            self.close(slot, sub);
+        }
     }
 
     /// Parses and answers what arrived, sends what is ready, closes when finished.
@@ -267,8 +284,9 @@ impl State<'_> {
             return;
         }
         if conn.s.phase == Phase::Lingering {
+            // Input is drained and dropped until EOF or the linger deadline.
             conn.s.inbuf.clear();
-            return;
+            return self.rearm(slot, sub);
         }
         conn.s.consume(&mut self.sh, slot, conn.in_flight, now);
         self.send(slot, sub);
@@ -282,8 +300,11 @@ impl State<'_> {
     /// Receives again once the session has caught up with its input.
     fn rearm(&mut self, slot: usize, sub: &mut Submit<'_>) {
         let conn = &mut self.conns[slot];
+        if conn.receiving || conn.s.eof {
+            return;
+        }
         let caught_up = conn.s.inbuf.len() <= READ_CHUNK && !conn.s.paused(conn.in_flight);
-        if conn.receiving || conn.s.eof || (conn.recv_paused && !caught_up) {
+        if conn.recv_paused && !caught_up {
             return;
         }
         if let Some(fd) = &conn.fd {
@@ -301,7 +322,7 @@ impl State<'_> {
             return;
         }
         let Some(fd) = conn.fd.as_ref().map(AsRawFd::as_raw_fd) else { return };
-        match conn.s.take_output(std::mem::take(&mut conn.spare)) {
+        match conn.s.take_output(&mut conn.spare) {
             Some((buf, from)) => {
                 conn.in_flight = buf.len() - from;
                 sub.send(fd, buf, from, token(slot, conn.s.gen));
