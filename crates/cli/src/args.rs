@@ -787,6 +787,12 @@ pub struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     pub log: Option<std::path::PathBuf>,
 
+    /// The event loop: epoll, uring (io_uring: connects, sends and multishot receives as ring
+    /// requests, one system call per loop turn), or auto (the faster one here where io_uring
+    /// runs)
+    #[arg(long, value_name = "auto|epoll|uring", default_value = "auto")]
+    pub io: String,
+
     /// How threads wait for events: auto (open loop polls instead of sleeping when the next
     /// send is due within 100 us, if each thread has a CPU of its own and, for a loopback
     /// target, the generator is confined to part of the machine; closed loop sleeps), spin

@@ -41,6 +41,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         rst_close: a.rst_close,
         source: a.source,
         log: a.log,
+        io: qpslab_load::IoChoice::parse(&a.io).map_err(|e| UsageError(e.to_string()))?,
         poll: match a.poll {
             PollArg::Auto => PollMode::Auto,
             PollArg::Spin => PollMode::Spin,

@@ -45,6 +45,9 @@ pub struct LoadSpec {
     pub source: Option<String>,
     /// `auto`, `spin` or `sleep`.
     pub poll: String,
+    /// `auto`, `epoll` or `uring` (`--io`): the agent's machine decides what `auto` means.
+    #[serde(default = "auto")]
+    pub io: String,
     pub no_retry: bool,
 }
 
@@ -158,6 +161,12 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
             rst_close: o.rst_close,
             source: sources[i].clone(),
             poll: o.poll.name().to_string(),
+            io: match o.io {
+                qpslab_load::IoChoice::Auto => "auto",
+                qpslab_load::IoChoice::Epoll => "epoll",
+                qpslab_load::IoChoice::Uring => "uring",
+            }
+            .to_string(),
             no_retry: o.no_retry,
         })
         .collect())
@@ -270,8 +279,13 @@ impl LoadSpec {
                 _ => PollMode::Auto,
             },
             no_retry: self.no_retry,
+            io: qpslab_load::IoChoice::parse(&self.io).map_err(|e| e.to_string())?,
         })
     }
+}
+
+fn auto() -> String {
+    "auto".into()
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use qpslab_sys::cpus::{allowed_cpus, usable_list};
 use qpslab_sys::root::Root;
+use qpslab_sys::uring::{Engine, IoChoice};
 
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
@@ -69,7 +70,13 @@ pub struct LoadOptions {
     /// Count a request as failed when a reused keep-alive connection closes before its response,
     /// instead of sending it again once on a new connection.
     pub no_retry: bool,
+    /// The event loop (`--io`).
+    pub io: IoChoice,
 }
+
+/// Whether the load threads do more requests per CPU-second on io_uring than on epoll here
+/// (docs/performance.md): what `--io auto` goes by.
+pub const URING_MEASURED_FASTER: bool = false;
 
 /// How a load thread waits for its next event (`--poll`).
 ///
@@ -142,6 +149,7 @@ impl Default for LoadOptions {
             log: None,
             poll: PollMode::Auto,
             no_retry: false,
+            io: IoChoice::Auto,
         }
     }
 }
@@ -224,6 +232,8 @@ pub struct LoadConfig {
     pub retry_closed: bool,
     /// What the user should know about how the options were read (a URL taken as `http://`).
     pub notes: Vec<String>,
+    /// The event loop the threads run.
+    pub io: Engine,
     /// See [`LoadConfig::port_budgets`].
     port_budgets: Vec<PortBudget>,
 }
@@ -263,6 +273,9 @@ impl LoadConfig {
             .as_deref()
             .map(|text| SourceRange::for_targets(text, &targets, threads))
             .transpose()?;
+        let (io, io_note) = opts.io.resolve(URING_MEASURED_FASTER)?;
+        let mut notes = notes;
+        notes.extend(io_note);
         let auto_poll = auto_polls(
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
@@ -296,6 +309,7 @@ impl LoadConfig {
             auto_poll,
             retry_closed: !opts.no_retry,
             notes,
+            io,
             port_budgets: Vec::new(),
         }
         .with_port_budgets(&Root::live()))

@@ -31,6 +31,7 @@ use worker::{Clock, Msg};
 
 pub use config::{ConfigError, LoadConfig, LoadOptions, Target};
 pub use qpslab_sys::thread::CpuTime;
+pub use qpslab_sys::uring::{Engine, IoChoice};
 pub use report::Report;
 pub use stats::{ErrorClass, Recorder};
 pub use worker::ThreadProgress;

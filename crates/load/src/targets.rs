@@ -39,8 +39,9 @@ pub struct Group {
     /// Target index at each position of the cycle.
     pub cycle: Vec<u32>,
     /// Requests of the cycle followed by the first `pipeline` again, so any run of up to
-    /// `pipeline` consecutive requests is one slice.
-    pub wire: Vec<u8>,
+    /// `pipeline` consecutive requests is one slice. Shared: an io_uring send holds a reference
+    /// until the kernel is done with it.
+    pub wire: std::sync::Arc<[u8]>,
     /// Start of position p's request in `wire` (`cycle.len() + pipeline + 1` entries).
     pub offsets: Vec<usize>,
     /// Sum of the weights of its targets.
@@ -79,7 +80,7 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 wire.extend_from_slice(&targets[cycle[p % cycle.len()] as usize].request);
                 offsets.push(wire.len());
             }
-            Group { addr, cycle, wire, offsets, weight: weights.iter().sum() }
+            Group { addr, cycle, wire: wire.into(), offsets, weight: weights.iter().sum() }
         })
         .collect()
 }

@@ -1,4 +1,5 @@
-//! One load thread: an epoll loop over the thread's own connections.
+//! One load thread: an event loop (epoll or io_uring, [`io`]) over the thread's own
+//! connections.
 //!
 //! Owns the connection state machine (closed -> connecting -> open), the exact accounting of each
 //! request from commit to response, failure or stop, per-request timeouts (counted when they
@@ -7,9 +8,10 @@
 //! target groups decide where a connection goes and which request it sends next. Steady state per
 //! request: one read, one parse, one histogram record, one write; no allocation, lock or log.
 
+mod io;
+
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io as stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,11 +19,12 @@ use hdrhistogram::Histogram;
 use qpslab_http::{Response, ResponseParser};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use io::Io;
+
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
 use crate::stats::{new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
-use qpslab_sys::epoll::{self as poll, Epoll};
 use qpslab_sys::net::message as io_message;
 use qpslab_sys::thread::CpuTime;
 
@@ -169,7 +172,12 @@ struct Conn {
     idle: bool,
     write_pos: usize,
     write_end: usize,
+    /// epoll: write interest is armed.
     out_armed: bool,
+    /// io_uring: a send of the current batch is in flight.
+    sending: bool,
+    /// io_uring: the multishot receive is armed.
+    receiving: bool,
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
@@ -205,7 +213,7 @@ const SEND_DUE_EVERY: usize = 16;
 pub(crate) struct Worker<'a> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
-    epoll: Epoll,
+    io: Io,
     conns: Vec<Conn>,
     pacer: Pacer,
     rec: Recorder,
@@ -246,7 +254,7 @@ impl<'a> Worker<'a> {
         index: usize,
         progress: &'a ThreadProgress,
         send_interval: &'a dyn Fn(u32, Histogram<u64>),
-    ) -> io::Result<Self> {
+    ) -> stdio::Result<Self> {
         let cfg = shared.cfg;
         let now = Instant::now();
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
@@ -272,6 +280,8 @@ impl<'a> Worker<'a> {
                 write_pos: 0,
                 write_end: 0,
                 out_armed: false,
+                sending: false,
+                receiving: false,
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
@@ -281,7 +291,7 @@ impl<'a> Worker<'a> {
         Ok(Self {
             shared,
             progress,
-            epoll: Epoll::new()?,
+            io: Io::new(cfg.io)?,
             conns,
             pacer: match cfg.thread_rate() {
                 // Every thread's schedule starts with the run's clock (warm-up included).
@@ -289,7 +299,7 @@ impl<'a> Worker<'a> {
                 None => Pacer::closed(cfg.requests_of(index)),
             },
             rec: Recorder::new(cfg.targets.len(), shared.intervals),
-            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+            buf: io::read_buffer(cfg.io),
             outstanding: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
@@ -315,7 +325,7 @@ impl<'a> Worker<'a> {
     /// in the run), or on stop, so connection setup is not measured as load. The connects count
     /// in the run's connection figures unless there is a warm-up. With a connection per request
     /// nothing is done: connects are part of each request.
-    pub(crate) fn connect_phase(&mut self) -> io::Result<()> {
+    pub(crate) fn connect_phase(&mut self) -> stdio::Result<()> {
         if !self.shared.cfg.opens_first() {
             return Ok(());
         }
@@ -324,15 +334,11 @@ impl<'a> Worker<'a> {
         for idx in 0..self.conns.len() {
             self.connect(idx, now);
         }
-        let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         while self.conns.iter().any(|c| c.phase == Phase::Connecting)
             && !self.shared.stop_flag.load(Ordering::Relaxed)
         {
-            let n = self.epoll.wait_for(&mut events, next_tick.saturating_duration_since(now))?;
-            for ev in &events[..n] {
-                self.dispatch(ev.u64, ev.events);
-            }
+            self.wait(next_tick.saturating_duration_since(now))?;
             now = Instant::now();
             if now >= next_tick {
                 // Connect timeouts.
@@ -349,24 +355,16 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    pub(crate) fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
+    pub(crate) fn run(mut self, clock: Clock) -> stdio::Result<ThreadOutcome> {
         let mut cpu_start = CpuTime::of_current_thread();
         let mut now = self.begin(&clock);
         let open = self.pacer.is_open();
-        let mut events = vec![poll::empty_event(); 1024];
         let mut next_tick = now + self.tick;
         loop {
             let (timeout, spin) = self.next_wait(now, &clock, next_tick);
             let polled_at = spin.then(Instant::now);
             let granted = self.pacer.next_slot();
-            let n = self.epoll.wait_for(&mut events, timeout)?;
-            for (i, ev) in events[..n].iter().enumerate() {
-                self.dispatch(ev.u64, ev.events);
-                if open && i % SEND_DUE_EVERY == SEND_DUE_EVERY - 1 {
-                    // A long batch of responses must not hold back requests falling due meanwhile.
-                    self.send_due(Instant::now());
-                }
-            }
+            let n = self.wait(timeout)?;
             now = Instant::now();
             if open {
                 self.send_due(now);
@@ -444,6 +442,7 @@ impl<'a> Worker<'a> {
 
     /// What the thread hands back when it stops.
     fn finish(mut self, now: Instant, cpu: CpuTime) -> ThreadOutcome {
+        self.settle();
         self.publish();
         if let Some(h) = self.rec.interval.take() {
             // The last, partial interval.
@@ -475,35 +474,6 @@ impl<'a> Worker<'a> {
             }
             self.log_index += 1;
             self.log_next += LOG_INTERVAL;
-        }
-    }
-
-    fn token(&self, idx: usize) -> u64 {
-        (u64::from(self.conns[idx].gen) << 32) | idx as u64
-    }
-
-    fn dispatch(&mut self, token: u64, events: u32) {
-        let idx = (token & 0xffff_ffff) as usize;
-        let gen = (token >> 32) as u32;
-        let Some(c) = self.conns.get(idx) else { return };
-        if c.gen != gen {
-            return;
-        }
-        match c.phase {
-            Phase::Closed => {}
-            Phase::Connecting => {
-                if events & (poll::OUT | poll::ERR) != 0 {
-                    self.finish_connect(idx);
-                }
-            }
-            Phase::Open => {
-                if events & poll::OUT != 0 {
-                    self.flush(idx);
-                }
-                if events & (poll::IN | poll::ERR) != 0 && self.conns[idx].gen == gen {
-                    self.on_readable(idx);
-                }
-            }
         }
     }
 
@@ -655,21 +625,12 @@ impl<'a> Worker<'a> {
             if let Some(local) = local {
                 bind_source(&sock, local)?;
             }
-            match sock.connect(&SockAddr::from(addr)) {
-                Ok(()) => {}
-                Err(e) if qpslab_sys::net::connect_in_progress(&e) => {}
-                Err(e) => return Err(e),
-            }
             Ok(sock)
         })();
-        let sock = match opened {
+        let sock = match opened.and_then(|sock| self.start_connect(idx, sock, addr)) {
             Ok(s) => s,
             Err(e) => return self.fail(idx, ErrorClass::Connect, &e, now),
         };
-        let token = self.token(idx);
-        if let Err(e) = self.epoll.add(sock.as_raw_fd(), token, poll::IN | poll::OUT) {
-            return self.fail(idx, ErrorClass::Connect, &e, now);
-        }
         let c = &mut self.conns[idx];
         c.sock = Some(sock);
         c.phase = Phase::Connecting;
@@ -677,18 +638,15 @@ impl<'a> Worker<'a> {
         c.opened_at = now;
     }
 
-    fn finish_connect(&mut self, idx: usize) {
+    /// A connect finished with `status`.
+    fn connected(&mut self, idx: usize, status: stdio::Result<()>) {
         let now = Instant::now();
-        let c = &mut self.conns[idx];
-        let Some(sock) = &c.sock else { return };
-        let status = match sock.take_error() {
-            Ok(None) => Ok(()),
-            Ok(Some(e)) | Err(e) => Err(e),
-        };
         if let Err(e) = status {
             return self.fail(idx, ErrorClass::Connect, &e, now);
         }
-        c.phase = Phase::Open;
+        self.conns[idx].phase = Phase::Open;
+        self.opened(idx);
+        let c = &mut self.conns[idx];
         if self.measuring {
             self.rec.connects += 1;
             self.rec.reconnects += u64::from(c.ever_connected);
@@ -715,100 +673,36 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Arms or disarms write interest, only when it changes.
-    fn set_interest(&mut self, idx: usize, out: bool) {
-        let token = self.token(idx);
-        let c = &mut self.conns[idx];
-        if c.out_armed == out {
-            return;
+    /// Parses bytes that arrived on the connection; false when that failed it (handled).
+    fn take_bytes(&mut self, idx: usize, data: &[u8], now: Instant) -> bool {
+        if self.measuring {
+            self.rec.bytes_read += data.len() as u64;
         }
-        let Some(sock) = &c.sock else { return };
-        let events = if out { poll::IN | poll::OUT } else { poll::IN };
-        if self.epoll.modify(sock.as_raw_fd(), token, events).is_ok() {
-            c.out_armed = out;
-        }
-    }
-
-    /// Writes what is pending of the current batch.
-    fn flush(&mut self, idx: usize) {
-        loop {
-            let c = &mut self.conns[idx];
-            let Some(sock) = &c.sock else { return };
-            if c.write_pos == c.write_end {
-                return self.set_interest(idx, false);
+        match self.absorb(idx, data, now) {
+            Ok(Absorbed::Keep) => true,
+            Ok(Absorbed::Close) => {
+                self.close_after_response(idx);
+                true
             }
-            let wire = &self.shared.groups[c.group].wire[c.write_pos..c.write_end];
-            match (&*sock).write(wire) {
-                Ok(n) => {
-                    c.write_pos += n;
-                    if self.measuring {
-                        self.rec.bytes_written += n as u64;
-                    }
-                    if c.write_pos == c.write_end {
-                        c.write_pos = 0;
-                        c.write_end = 0;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return self.set_interest(idx, true);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let now = Instant::now();
-                    return self.closed_before_response(idx, ErrorClass::Write, &e, now);
-                }
+            Err(msg) => {
+                self.fail_with(idx, ErrorClass::Parse, msg, now);
+                false
             }
         }
     }
 
-    fn on_readable(&mut self, idx: usize) {
-        let mut now;
-        loop {
-            let c = &mut self.conns[idx];
-            let Some(sock) = &c.sock else { return };
-            let n = match (&*sock).read(&mut self.buf) {
-                Ok(0) => return self.on_eof(idx),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    now = Instant::now();
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let now = Instant::now();
-                    return self.closed_before_response(idx, ErrorClass::Read, &e, now);
-                }
-            };
-            now = Instant::now();
-            if self.measuring {
-                self.rec.bytes_read += n as u64;
-            }
-            match self.absorb(idx, n, now) {
-                Ok(Absorbed::Keep) => {}
-                Ok(Absorbed::Close) => {
-                    self.close_after_response(idx);
-                    break;
-                }
-                Err(msg) => return self.fail_with(idx, ErrorClass::Parse, msg, now),
-            }
-            if n < self.buf.len() {
-                break;
-            }
-        }
-        self.issue(idx, now);
-    }
-
-    /// Parses `buf[..n]` (after any carried head bytes) and records every complete response.
-    fn absorb(&mut self, idx: usize, n: usize, now: Instant) -> Result<Absorbed, String> {
+    /// Parses `data` (after any carried head bytes) and records every complete response.
+    fn absorb(&mut self, idx: usize, data: &[u8], now: Instant) -> Result<Absorbed, String> {
         let c = &mut self.conns[idx];
         let heads = &self.shared.heads;
         let one_request = self.shared.cfg.conn_per_request;
         let carried = !c.carry.is_empty();
         if carried {
-            c.carry.extend_from_slice(&self.buf[..n]);
+            c.carry.extend_from_slice(data);
         }
         let mut carry = std::mem::take(&mut c.carry);
-        let data: &[u8] = if carried { &carry } else { &self.buf[..n] };
+        let fresh = data;
+        let data: &[u8] = if carried { &carry } else { fresh };
         let mut off = 0;
         let mut outcome = Absorbed::Keep;
         while off < data.len() {
@@ -830,7 +724,7 @@ impl<'a> Worker<'a> {
         if carried {
             carry.drain(..off);
         } else {
-            carry.extend_from_slice(&self.buf[off..n]);
+            carry.extend_from_slice(&fresh[off..]);
         }
         c.carry = carry;
         Ok(outcome)
@@ -853,8 +747,8 @@ impl<'a> Worker<'a> {
                 self.setup.closed_by_server += usize::from(!self.started);
             }
             Ok(None) => {
-                let closed = io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
+                let closed = stdio::Error::new(
+                    stdio::ErrorKind::UnexpectedEof,
                     "connection closed by the server before the response",
                 );
                 return self.closed_before_response(idx, ErrorClass::Read, &closed, now);
@@ -898,7 +792,7 @@ impl<'a> Worker<'a> {
         &mut self,
         idx: usize,
         class: ErrorClass,
-        err: &io::Error,
+        err: &stdio::Error,
         now: Instant,
     ) {
         let c = &self.conns[idx];
@@ -937,7 +831,7 @@ impl<'a> Worker<'a> {
         self.flush(idx);
     }
 
-    fn fail(&mut self, idx: usize, class: ErrorClass, err: &io::Error, now: Instant) {
+    fn fail(&mut self, idx: usize, class: ErrorClass, err: &stdio::Error, now: Instant) {
         self.fail_with(idx, class, io_message(err), now);
     }
 
@@ -977,9 +871,8 @@ impl<'a> Worker<'a> {
 
     /// Closes the socket; requests still in flight stay (to be written again).
     fn close_socket(&mut self, idx: usize) {
+        self.drop_socket(idx);
         let c = &mut self.conns[idx];
-        // Dropping the socket closes it, which also removes it from the epoll set.
-        c.sock = None;
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
         c.parser.reset();
@@ -1056,7 +949,7 @@ impl Conn {
 /// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks
 /// one free for this destination (IP_BIND_ADDRESS_NO_PORT), so each source address gives the
 /// whole ephemeral range to every destination.
-fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> io::Result<()> {
+fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> stdio::Result<()> {
     if local.port() == 0 {
         qpslab_sys::net::bind_address_no_port(sock)?;
     } else {
@@ -1064,7 +957,7 @@ fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> io::Result<()> {
         sock.set_reuse_address(true)?;
     }
     sock.bind(&SockAddr::from(local))
-        .map_err(|e| io::Error::new(e.kind(), format!("bind {local}: {}", io_message(&e))))
+        .map_err(|e| stdio::Error::new(e.kind(), format!("bind {local}: {}", io_message(&e))))
 }
 
 impl Shared<'_> {

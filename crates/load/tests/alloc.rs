@@ -36,8 +36,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn allocations_for(url: &str, requests: u64) -> u64 {
-    let mut o = support::opts(url);
+fn allocations_for(io: qpslab_load::IoChoice, url: &str, requests: u64) -> u64 {
+    let mut o = support::opts_on(io, url);
     o.requests = Some(requests);
     o.connections = Some(20);
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
@@ -55,8 +55,13 @@ fn no_allocation_per_request() {
     let url = nginx.url("/1k");
     // nginx closes each connection after 1000 requests, so reconnects are part of the steady
     // state being checked too.
-    let short = allocations_for(&url, 2_000);
-    let long = allocations_for(&url, 40_000);
-    let extra = long.saturating_sub(short);
-    assert!(extra < 100, "38,000 more requests made {extra} more allocations ({short} vs {long})");
+    for io in [qpslab_load::IoChoice::Epoll, qpslab_load::IoChoice::Uring] {
+        let short = allocations_for(io, &url, 2_000);
+        let long = allocations_for(io, &url, 40_000);
+        let extra = long.saturating_sub(short);
+        assert!(
+            extra < 100,
+            "{io:?}: 38,000 more requests made {extra} more allocations ({short} vs {long})"
+        );
+    }
 }

@@ -9,14 +9,14 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use qpslab_load::config::PollMode;
+use qpslab_load::IoChoice;
 use support::nginx::Nginx;
 use support::scripted::{trickle, After, Scripted};
-use support::{opts, run};
+use support::{opts_on, run};
 
-#[test]
-fn exact_request_count_matches_nginx_access_log() {
+fn exact_request_count_matches_nginx_access_log(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(20_000);
     o.connections = Some(10);
     o.threads = Some(2);
@@ -32,10 +32,9 @@ fn exact_request_count_matches_nginx_access_log() {
     assert_eq!(report.errors.values().sum::<u64>(), 0);
 }
 
-#[test]
-fn status_counts_match_nginx_for_a_mix_of_200_and_404() {
+fn status_counts_match_nginx_for_a_mix_of_200_and_404(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/mix"));
+    let mut o = opts_on(io, &nginx.url("/mix"));
     o.requests = Some(3000);
     o.max_error_rate = 1.0;
     let report = run(&o);
@@ -51,10 +50,9 @@ fn status_counts_match_nginx_for_a_mix_of_200_and_404() {
     assert!(!report.check.passed || report.check.error_rate > 0.0);
 }
 
-#[test]
-fn accepted_status_counts_as_ok_and_passes_the_check() {
+fn accepted_status_counts_as_ok_and_passes_the_check(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/404"));
+    let mut o = opts_on(io, &nginx.url("/404"));
     o.requests = Some(500);
     let failing = run(&o);
     assert_eq!(failing.requests.bad_status, 500);
@@ -65,10 +63,9 @@ fn accepted_status_counts_as_ok_and_passes_the_check() {
     assert!(passing.check.passed, "{:?}", passing.check);
 }
 
-#[test]
-fn one_kib_bodies_and_head_requests() {
+fn one_kib_bodies_and_head_requests(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/1k"));
+    let mut o = opts_on(io, &nginx.url("/1k"));
     o.requests = Some(1000);
     let get = run(&o);
     assert_eq!(get.requests.ok, 1000);
@@ -83,13 +80,12 @@ fn one_kib_bodies_and_head_requests() {
     assert_eq!(log.iter().filter(|l| l.contains(" HEAD ")).count(), 1000);
 }
 
-#[test]
-fn post_body_reaches_the_server() {
+fn post_body_reaches_the_server(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(100);
     o.method = "POST".into();
     o.body = Some("x".repeat(300));
@@ -99,10 +95,9 @@ fn post_body_reaches_the_server() {
     assert_eq!(server.body_bytes(), 100 * 300);
 }
 
-#[test]
-fn duration_run_ends_on_time_and_warmup_is_excluded() {
+fn duration_run_ends_on_time_and_warmup_is_excluded(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.duration = Some(Duration::from_millis(800));
     o.warmup = Duration::from_millis(400);
     let started = Instant::now();
@@ -129,14 +124,13 @@ fn write(stream: &mut std::net::TcpStream, bytes: &[u8]) {
     let _ = stream.write_all(bytes);
 }
 
-#[test]
-fn chunked_responses_written_a_few_bytes_at_a_time() {
+fn chunked_responses_written_a_few_bytes_at_a_time(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         let body = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
         let _ = trickle(s, body, 3);
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(40);
     let report = run(&o);
     assert_eq!(report.requests.ok, 40);
@@ -144,13 +138,12 @@ fn chunked_responses_written_a_few_bytes_at_a_time() {
     assert_eq!(report.requests.failed, 0, "{:?}", report.error_examples);
 }
 
-#[test]
-fn close_delimited_bodies_reconnect_transparently() {
+fn close_delimited_bodies_reconnect_transparently(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nbody until close");
         After::Close
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(60);
     let report = run(&o);
     assert_eq!(report.requests.ok, 60, "{:?}", report.error_examples);
@@ -159,13 +152,12 @@ fn close_delimited_bodies_reconnect_transparently() {
     assert_eq!(report.connections.reconnects, 60 - 4);
 }
 
-#[test]
-fn connection_close_header_reconnects_transparently() {
+fn connection_close_header_reconnects_transparently(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
         After::Close
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(50);
     let report = run(&o);
     assert_eq!(report.requests.ok, 50);
@@ -173,10 +165,9 @@ fn connection_close_header_reconnects_transparently() {
     assert_eq!(report.connections.reconnects, 50 - 4);
 }
 
-#[test]
-fn reset_after_request_counts_read_errors() {
+fn reset_after_request_counts_read_errors(io: IoChoice) {
     let server = Scripted::start(|_, _| After::Reset);
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(30);
     let report = run(&o);
     assert_eq!(report.errors["read"], 30, "{:?}", report.error_examples);
@@ -190,10 +181,9 @@ fn reset_after_request_counts_read_errors() {
     assert!(!report.check.passed);
 }
 
-#[test]
-fn stalled_requests_time_out_at_expiry() {
+fn stalled_requests_time_out_at_expiry(io: IoChoice) {
     let server = Scripted::start(|_, _| After::Stall);
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(4);
     o.timeout = Duration::from_millis(300);
     let started = Instant::now();
@@ -206,8 +196,7 @@ fn stalled_requests_time_out_at_expiry() {
     assert!(wall < Duration::from_millis(900), "{wall:?}");
 }
 
-#[test]
-fn some_stalls_in_a_timed_run() {
+fn some_stalls_in_a_timed_run(io: IoChoice) {
     // Every 10th request stalls: those time out, the rest complete, the run ends on time.
     let server = Scripted::start(|n, s| {
         if n % 10 == 9 {
@@ -216,7 +205,7 @@ fn some_stalls_in_a_timed_run() {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.duration = Some(Duration::from_millis(1000));
     o.timeout = Duration::from_millis(200);
     let started = Instant::now();
@@ -231,13 +220,12 @@ fn some_stalls_in_a_timed_run() {
     assert_eq!(r.ok, r.completed);
 }
 
-#[test]
-fn garbage_status_lines_are_parse_errors() {
+fn garbage_status_lines_are_parse_errors(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(20);
     let report = run(&o);
     assert_eq!(report.errors["parse"], 20);
@@ -245,51 +233,48 @@ fn garbage_status_lines_are_parse_errors() {
     assert!(report.error_examples["parse"].contains("invalid response head"));
 }
 
-#[test]
-fn eof_mid_body_is_a_read_error() {
+fn eof_mid_body_is_a_read_error(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly a few bytes");
         After::Close
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(25);
     let report = run(&o);
     assert_eq!(report.errors["read"], 25);
     assert_eq!(report.error_examples["read"], "connection closed in the response body");
 }
 
-#[test]
-fn interim_responses_are_not_counted() {
+fn interim_responses_are_not_counted(io: IoChoice) {
     let server = Scripted::start(|_, s| {
         write(s, b"HTTP/1.1 100 Continue\r\n\r\n");
         std::thread::sleep(Duration::from_millis(2));
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.requests = Some(20);
     let report = run(&o);
     assert_eq!(report.requests.completed, 20);
     assert_eq!(report.status.len(), 1);
 }
 
-#[test]
-fn unreachable_target_fails_preflight_at_once() {
+fn unreachable_target_fails_preflight_at_once(io: IoChoice) {
     let port = support::free_port();
     let cfg =
-        qpslab_load::LoadConfig::from_options(&opts(&format!("http://127.0.0.1:{port}/"))).unwrap();
+        qpslab_load::LoadConfig::from_options(&opts_on(io, &format!("http://127.0.0.1:{port}/")))
+            .unwrap();
     let started = Instant::now();
     let err = qpslab_load::preflight(&cfg).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(err.to_string().contains("connection refused"), "{err}");
 }
 
-#[test]
-fn target_going_away_counts_connect_errors_with_backoff() {
+fn target_going_away_counts_connect_errors_with_backoff(io: IoChoice) {
     // Nothing listens: without preflight, every request fails to connect, and the backoff keeps
     // the failure rate bounded (about 100/s per connection).
     let port = support::free_port();
-    let mut o = opts(&format!("http://127.0.0.1:{port}/"));
+    let mut o = opts_on(io, &format!("http://127.0.0.1:{port}/"));
     o.duration = Some(Duration::from_millis(300));
     let report = run(&o);
     let connect = report.errors["connect"];
@@ -298,10 +283,9 @@ fn target_going_away_counts_connect_errors_with_backoff() {
     assert_eq!(report.error_examples["connect"], "connection refused");
 }
 
-#[test]
-fn threads_are_pinned_to_the_listed_cpus() {
+fn threads_are_pinned_to_the_listed_cpus(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.threads = Some(2);
     o.cpus = Some("1,0".into());
     o.duration = Some(Duration::from_millis(600));
@@ -328,10 +312,9 @@ fn threads_are_pinned_to_the_listed_cpus() {
     assert_eq!(seen.get("1").map(String::as_str), Some("0"), "{seen:?}");
 }
 
-#[test]
-fn open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds() {
+fn open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.rate = Some("5000".into());
     o.duration = Some(Duration::from_secs(10));
     o.connections = Some(20);
@@ -352,8 +335,7 @@ fn open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds() {
     assert!(logged >= report.requests.completed && logged <= report.requests.sent, "{logged}");
 }
 
-#[test]
-fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected() {
+fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected(io: IoChoice) {
     // Every response written between 2 s and 3 s after the start waits until 3 s.
     let start = Instant::now();
     let server = Scripted::start(move |_, s| {
@@ -364,7 +346,7 @@ fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected() {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.rate = Some("1000".into());
     o.duration = Some(Duration::from_secs(5));
     o.connections = Some(10);
@@ -385,10 +367,9 @@ fn a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected() {
     assert!((800..=1100).contains(&rate.waited_for_connection), "{rate:?}");
 }
 
-#[test]
-fn requests_pipelined_behind_a_close_are_written_again_on_a_new_connection() {
+fn requests_pipelined_behind_a_close_are_written_again_on_a_new_connection(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/close10"));
+    let mut o = opts_on(io, &nginx.url("/close10"));
     // nginx answers 10 requests per connection, the 10th with Connection: close, and drops
     // the 6 pipelined behind it unread; they go again on the next connection.
     o.pipeline = 16;
@@ -407,10 +388,9 @@ fn requests_pipelined_behind_a_close_are_written_again_on_a_new_connection() {
         .all(|l| l.split(' ').nth(4).is_some_and(|n| n.parse::<u32>().unwrap() <= 10)));
 }
 
-#[test]
-fn pipelined_requests_are_counted_exactly() {
+fn pipelined_requests_are_counted_exactly(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     // 20 connections x about 250 requests: below nginx's keepalive_requests (1000), so no
     // connection closes (that case has its own test).
     o.pipeline = 16;
@@ -422,15 +402,14 @@ fn pipelined_requests_are_counted_exactly() {
     assert_eq!(nginx.access_log(5_000).len(), 5_000, "nginx saw exactly the requests sent");
 }
 
-#[test]
-fn open_loop_starts_its_schedule_once_the_connections_are_open() {
+fn open_loop_starts_its_schedule_once_the_connections_are_open(io: IoChoice) {
     // Two connects complete at once; the others' SYNs are dropped and resent after 1 s. Were
     // the schedule running meanwhile, its first requests would go out up to a second late.
     let server = Scripted::start_late(Duration::from_millis(300), |_, s| {
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
     });
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.rate = Some("200".into());
     o.duration = Some(Duration::from_secs(1));
     o.connections = Some(10);
@@ -449,10 +428,9 @@ fn open_loop_starts_its_schedule_once_the_connections_are_open() {
     assert_eq!(report.requests.ok, 200, "{:?}", report.requests);
 }
 
-#[test]
-fn polling_time_is_reported_apart_from_work() {
+fn polling_time_is_reported_apart_from_work(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.rate = Some("2000".into());
     o.duration = Some(Duration::from_secs(1));
     o.poll = PollMode::Spin;
@@ -491,11 +469,10 @@ fn closes_reused_connections(reset: bool) -> Scripted {
     })
 }
 
-#[test]
-fn keepalive_close_race_is_retried_once_and_counted_apart() {
+fn keepalive_close_race_is_retried_once_and_counted_apart(io: IoChoice) {
     for reset in [false, true] {
         let server = closes_reused_connections(reset);
-        let mut o = opts(&server.url());
+        let mut o = opts_on(io, &server.url());
         o.connections = Some(1);
         o.requests = Some(20);
         let report = run(&o);
@@ -515,10 +492,9 @@ fn keepalive_close_race_is_retried_once_and_counted_apart() {
     }
 }
 
-#[test]
-fn no_retry_counts_the_close_race_as_failures() {
+fn no_retry_counts_the_close_race_as_failures(io: IoChoice) {
     let server = closes_reused_connections(false);
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.connections = Some(1);
     o.requests = Some(20);
     o.no_retry = true;
@@ -532,10 +508,9 @@ fn no_retry_counts_the_close_race_as_failures() {
     assert_eq!(report.retries.closed_before_response, 0);
 }
 
-#[test]
-fn a_post_is_not_sent_twice() {
+fn a_post_is_not_sent_twice(io: IoChoice) {
     let server = closes_reused_connections(false);
-    let mut o = opts(&server.url());
+    let mut o = opts_on(io, &server.url());
     o.connections = Some(1);
     o.requests = Some(20);
     o.method = "POST".into();
@@ -544,3 +519,52 @@ fn a_post_is_not_sent_twice() {
     assert_eq!(server.requests(), 20, "each POST reached the server once");
     assert_eq!(report.retries.closed_before_response, 0);
 }
+
+/// Every behaviour above, on each event loop: the same load engine driven by epoll and by
+/// io_uring.
+macro_rules! on_both_loops {
+    ($($name:ident),* $(,)?) => {
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Epoll)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Uring)
+            })*
+        }
+    };
+}
+
+on_both_loops!(
+    exact_request_count_matches_nginx_access_log,
+    status_counts_match_nginx_for_a_mix_of_200_and_404,
+    accepted_status_counts_as_ok_and_passes_the_check,
+    one_kib_bodies_and_head_requests,
+    post_body_reaches_the_server,
+    duration_run_ends_on_time_and_warmup_is_excluded,
+    chunked_responses_written_a_few_bytes_at_a_time,
+    close_delimited_bodies_reconnect_transparently,
+    connection_close_header_reconnects_transparently,
+    reset_after_request_counts_read_errors,
+    stalled_requests_time_out_at_expiry,
+    some_stalls_in_a_timed_run,
+    garbage_status_lines_are_parse_errors,
+    eof_mid_body_is_a_read_error,
+    interim_responses_are_not_counted,
+    unreachable_target_fails_preflight_at_once,
+    target_going_away_counts_connect_errors_with_backoff,
+    threads_are_pinned_to_the_listed_cpus,
+    open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds,
+    a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected,
+    requests_pipelined_behind_a_close_are_written_again_on_a_new_connection,
+    pipelined_requests_are_counted_exactly,
+    open_loop_starts_its_schedule_once_the_connections_are_open,
+    polling_time_is_reported_apart_from_work,
+    keepalive_close_race_is_retried_once_and_counted_apart,
+    no_retry_counts_the_close_race_as_failures,
+    a_post_is_not_sent_twice,
+);

@@ -10,9 +10,10 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Duration;
 
+use qpslab_load::IoChoice;
 use qpslab_load::{hlog, LoadConfig, LoadOptions};
 use support::nginx::Nginx;
-use support::{opts, run};
+use support::{opts_on, run};
 
 /// One nginx access-log line, as `support::nginx` formats it.
 #[derive(Debug)]
@@ -43,10 +44,9 @@ fn parse(log: &[String]) -> Vec<Line> {
         .collect()
 }
 
-#[test]
-fn conn_per_request_uses_exactly_one_connection_per_request() {
+fn conn_per_request_uses_exactly_one_connection_per_request(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(3000);
     o.connections = Some(8);
     o.threads = Some(2);
@@ -73,11 +73,10 @@ fn client_time_waits(src: &str, port: u16) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
 }
 
-#[test]
-fn rst_close_leaves_no_time_wait_on_the_generator() {
+fn rst_close_leaves_no_time_wait_on_the_generator(io: IoChoice) {
     let nginx = Nginx::start();
     let port: u16 = nginx.url("").rsplit(':').next().unwrap().parse().unwrap();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(500);
     o.conn_per_request = true;
     // Keep-alive asked for, so nginx does not close first: the generator closes every connection.
@@ -94,12 +93,11 @@ fn rst_close_leaves_no_time_wait_on_the_generator() {
     assert_eq!(nginx.access_log(1000).len(), 1000);
 }
 
-#[test]
-fn sources_spread_evenly_over_the_whole_range() {
+fn sources_spread_evenly_over_the_whole_range(io: IoChoice) {
     let nginx = Nginx::start();
     let range: Vec<String> = (2..=254).map(|i| format!("127.0.0.{i}")).collect();
     // A connection per request: every address is used equally often.
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(2530);
     o.connections = Some(10);
     o.threads = Some(2);
@@ -119,7 +117,7 @@ fn sources_spread_evenly_over_the_whole_range() {
 
     // Keep-alive: 253 connections, one per address.
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(2530);
     o.connections = Some(253);
     o.threads = Some(2);
@@ -148,10 +146,9 @@ fn ports_outside_ephemeral_range() -> std::ops::RangeInclusive<u16> {
     }
 }
 
-#[test]
-fn a_source_port_range_binds_every_pair_equally() {
+fn a_source_port_range_binds_every_pair_equally(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.requests = Some(300);
     o.connections = Some(2);
     o.threads = Some(2);
@@ -172,8 +169,7 @@ fn a_source_port_range_binds_every_pair_equally() {
     assert!(pairs.values().all(|&n| n == 3), "{pairs:?}");
 }
 
-#[test]
-fn targets_file_weights_and_per_target_counts_match_nginx() {
+fn targets_file_weights_and_per_target_counts_match_nginx(io: IoChoice) {
     let (one, two) = (Nginx::start(), Nginx::start());
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("targets");
@@ -189,7 +185,7 @@ fn targets_file_weights_and_per_target_counts_match_nginx() {
         ),
     )
     .unwrap();
-    let mut o: LoadOptions = opts(&one.url("/t/cli"));
+    let mut o: LoadOptions = opts_on(io, &one.url("/t/cli"));
     o.targets_file = Some(file);
     // Few enough that no connection reaches nginx's keepalive_requests (1000) and reconnects.
     o.requests = Some(4000);
@@ -217,13 +213,12 @@ fn targets_file_weights_and_per_target_counts_match_nginx() {
     assert_eq!(l2.iter().map(|l| l.connection).collect::<HashSet<_>>().len(), 2);
 }
 
-#[test]
-fn stage_file_sets_the_rate_second_by_second() {
+fn stage_file_sets_the_rate_second_by_second(io: IoChoice) {
     let nginx = Nginx::start();
     let dir = tempfile::tempdir().unwrap();
     let stages = dir.path().join("stages");
     std::fs::write(&stages, "1s 500\n1s 500:1500  # climb\n1s 1500\n").unwrap();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.stages = Some(stages);
     o.connections = Some(20);
     let report = run(&o);
@@ -242,10 +237,9 @@ fn stage_file_sets_the_rate_second_by_second() {
     assert!((900..=1100).contains(&rows[1]), "second second ~1000: {rows:?}");
 }
 
-#[test]
-fn open_loop_with_a_connection_per_request() {
+fn open_loop_with_a_connection_per_request(io: IoChoice) {
     let nginx = Nginx::start();
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.rate = Some("1000".into());
     o.duration = Some(Duration::from_secs(2));
     o.connections = Some(20);
@@ -260,12 +254,11 @@ fn open_loop_with_a_connection_per_request() {
     assert_eq!(conns.len() as u64, done, "one connection per request");
 }
 
-#[test]
-fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly() {
+fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly(io: IoChoice) {
     let nginx = Nginx::start();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run.hlog");
-    let mut o = opts(&nginx.url("/"));
+    let mut o = opts_on(io, &nginx.url("/"));
     o.rate = Some("2000".into());
     o.duration = Some(Duration::from_secs(4));
     o.threads = Some(2);
@@ -299,3 +292,33 @@ fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly() {
     assert!(files.iter().all(|f| f.total.len() < merged.len()));
     assert_eq!(merged, result.rec.latency);
 }
+
+/// Every behaviour above, on each event loop: the same load engine driven by epoll and by
+/// io_uring.
+macro_rules! on_both_loops {
+    ($($name:ident),* $(,)?) => {
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Epoll)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Uring)
+            })*
+        }
+    };
+}
+
+on_both_loops!(
+    conn_per_request_uses_exactly_one_connection_per_request,
+    rst_close_leaves_no_time_wait_on_the_generator,
+    sources_spread_evenly_over_the_whole_range,
+    a_source_port_range_binds_every_pair_equally,
+    targets_file_weights_and_per_target_counts_match_nginx,
+    stage_file_sets_the_rate_second_by_second,
+    open_loop_with_a_connection_per_request,
+    interval_log_sums_to_the_whole_run_and_halves_merge_exactly,
+);

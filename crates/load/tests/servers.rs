@@ -8,16 +8,17 @@
 
 mod support;
 
+use qpslab_load::IoChoice;
 use support::httpd::Httpd;
-use support::{opts, run};
+use support::{opts_on, run};
 
-fn exact_counts(server: &Httpd) {
+/// Runs every model on event loop `io`; `expected`: the log lines the server had before.
+fn exact_counts(server: &Httpd, io: IoChoice, mut expected: usize) -> usize {
     let url = server.url("/index.html");
-    let mut expected = 0;
     for (mode, requests) in
         [("keep-alive", 20_000u64), ("pipelined", 5_000), ("conn-per-request", 2_000)]
     {
-        let mut o = opts(&url);
+        let mut o = opts_on(io, &url);
         o.requests = Some(requests);
         o.connections = Some(50);
         o.threads = Some(2);
@@ -31,7 +32,7 @@ fn exact_counts(server: &Httpd) {
         assert_eq!(
             (r.ok, r.failed),
             (requests, 0),
-            "{} {mode}: {r:?} {:?} {:?}",
+            "{} {mode} ({io:?}): {r:?} {:?} {:?}",
             server.name,
             report.error_examples,
             report.retries
@@ -43,14 +44,19 @@ fn exact_counts(server: &Httpd) {
         assert_eq!(log.len(), expected, "{} {mode}: server log lines", server.name);
         assert!(log.iter().all(|l| l.starts_with("200 GET /index.html")), "{} {mode}", server.name);
     }
+    expected
 }
 
 #[test]
 fn apache_counts_are_exact_in_every_model() {
-    exact_counts(&Httpd::apache());
+    let server = Httpd::apache();
+    let seen = exact_counts(&server, IoChoice::Epoll, 0);
+    exact_counts(&server, IoChoice::Uring, seen);
 }
 
 #[test]
 fn lighttpd_counts_are_exact_in_every_model() {
-    exact_counts(&Httpd::lighttpd());
+    let server = Httpd::lighttpd();
+    let seen = exact_counts(&server, IoChoice::Epoll, 0);
+    exact_counts(&server, IoChoice::Uring, seen);
 }

@@ -13,12 +13,15 @@
 //! allows everything used here.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::types::{BufRingEntry, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use socket2::SockAddr;
 
 /// What a request was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +32,7 @@ pub enum Op {
     Cancel,
     Close,
     Shutdown,
+    Connect,
     /// The loop's own wake-ups (a timeout, or a no-op for a turn that must not wait); never
     /// handed to the caller.
     Timer,
@@ -44,6 +48,7 @@ impl Op {
             Op::Close => 5,
             Op::Shutdown => 6,
             Op::Timer => 7,
+            Op::Connect => 8,
         }
     }
 
@@ -56,6 +61,7 @@ impl Op {
             5 => Op::Close,
             6 => Op::Shutdown,
             7 => Op::Timer,
+            8 => Op::Connect,
             _ => return None,
         })
     }
@@ -296,15 +302,36 @@ impl BufRing {
     }
 }
 
-/// Buffers the kernel is sending from, by slot.
+/// Memory a request in flight points to, kept here until its completion.
+#[derive(Debug)]
+enum Held {
+    /// A send's own buffer and where the send began in it (given back with the completion).
+    Owned(Vec<u8>, usize),
+    /// A send from bytes shared for the run (the load's requests).
+    Shared(
+        #[allow(dead_code, reason = "held only to keep the bytes alive until the completion")]
+        Arc<[u8]>,
+    ),
+    /// A connect's address.
+    Addr(Box<SockAddr>),
+}
+
+/// What requests in flight point to, by slot.
 #[derive(Debug, Default)]
 struct Sends {
-    slots: Vec<Option<(Vec<u8>, usize)>>,
+    slots: Vec<Option<Held>>,
     free: Vec<u32>,
+    /// Address boxes of finished connects, reused (a connection per request connects once a
+    /// request).
+    #[allow(
+        clippy::vec_box,
+        reason = "the boxes move into requests, whose pointers must not move"
+    )]
+    addrs: Vec<Box<SockAddr>>,
 }
 
 impl Sends {
-    fn insert(&mut self, v: (Vec<u8>, usize)) -> u32 {
+    fn insert(&mut self, v: Held) -> u32 {
         match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(v);
@@ -317,12 +344,25 @@ impl Sends {
         }
     }
 
-    fn take(&mut self, slot: u32) -> Option<(Vec<u8>, usize)> {
+    fn take(&mut self, slot: u32) -> Option<Held> {
         let v = self.slots.get_mut(slot as usize)?.take();
         if v.is_some() {
             self.free.push(slot);
         }
         v
+    }
+
+    /// A completion's held memory: an owned buffer goes back to the caller, the rest is
+    /// dropped (an address box is kept for the next connect).
+    fn release(&mut self, slot: u32) -> Option<(Vec<u8>, usize)> {
+        match self.take(slot)? {
+            Held::Owned(buf, from) => Some((buf, from)),
+            Held::Shared(_) => None,
+            Held::Addr(b) => {
+                self.addrs.push(b);
+                None
+            }
+        }
     }
 }
 
@@ -429,7 +469,11 @@ impl Uring {
                 (Op::Recv, Some(b)) if result > 0 => bufs.bytes(b, result as usize),
                 _ => &[],
             };
-            let sent = if op == Op::Send { submit.sends.take(slot) } else { None };
+            let sent = if matches!(op, Op::Send | Op::Connect) {
+                submit.sends.release(slot)
+            } else {
+                None
+            };
             let fd = (op == Op::Accept && result >= 0).then(|| {
                 // SAFETY: a successful accept's result is a descriptor the kernel just created
                 // for this process, owned by nobody yet.
@@ -505,13 +549,56 @@ impl Submit<'_> {
         let len = buf.len().saturating_sub(from);
         // The heap block of `buf` does not move when the Vec value moves into the slab.
         let ptr = buf[from.min(buf.len())..].as_ptr();
-        let slot = self.sends.insert((buf, from));
+        let slot = self.sends.insert(Held::Owned(buf, from));
         let e = opcode::Send::new(types::Fd(fd), ptr, len.min(u32::MAX as usize) as u32)
             .flags(libc::MSG_NOSIGNAL)
             .build()
             .user_data(user_data(Op::Send, slot, token));
         // SAFETY: the buffer stays in `sends`, unmodified, until this request's completion
         // takes it out.
+        unsafe { self.push(&e) }
+    }
+
+    /// Sends `bytes[range]` on `fd`; the bytes are shared for the run (held until the
+    /// completion, which reports how many went).
+    pub fn send_shared(
+        &mut self,
+        fd: RawFd,
+        bytes: &Arc<[u8]>,
+        from: usize,
+        to: usize,
+        token: u32,
+    ) {
+        let part = &bytes[from.min(to)..to.min(bytes.len())];
+        let (ptr, len) = (part.as_ptr(), part.len());
+        let slot = self.sends.insert(Held::Shared(Arc::clone(bytes)));
+        let e = opcode::Send::new(types::Fd(fd), ptr, len.min(u32::MAX as usize) as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(Op::Send, slot, token));
+        // SAFETY: the slab holds a reference to the bytes until this request's completion;
+        // shared bytes are never written.
+        unsafe { self.push(&e) }
+    }
+
+    /// Connects `fd` (a new, non-blocking stream socket) to `addr`.
+    pub fn connect(&mut self, fd: RawFd, addr: SocketAddr, token: u32) {
+        let boxed = match self.sends.addrs.pop() {
+            Some(mut b) => {
+                *b = SockAddr::from(addr);
+                b
+            }
+            None => Box::new(SockAddr::from(addr)),
+        };
+        let (ptr, len) = (boxed.as_ptr(), boxed.len());
+        let slot = self.sends.insert(Held::Addr(boxed));
+        let e = opcode::Connect::new(types::Fd(fd), ptr.cast(), len).build().user_data(user_data(
+            Op::Connect,
+            slot,
+            token,
+        ));
+        // SAFETY: the boxed address stays in the slab (the box does not move) until this
+        // request's completion.
         unsafe { self.push(&e) }
     }
 
@@ -584,6 +671,7 @@ fn try_ring() -> Result<(), String> {
         ("close", opcode::Close::CODE),
         ("shutdown", opcode::Shutdown::CODE),
         ("timeout", opcode::Timeout::CODE),
+        ("connect", opcode::Connect::CODE),
         ("nop", opcode::Nop::CODE),
     ];
     match needed.iter().find(|(_, code)| !p.is_supported(*code)) {

@@ -271,24 +271,30 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// Ten thousand connections on each event loop, the server's and the generator's.
 #[test]
 fn ten_thousand_keep_alive_connections() {
-    let server = ServeChild::start(&[], &["-w", "2", "--json"]);
-    let out =
-        qpslab(&["load", "-t", "2", "-c", "10000", "-n", "40000", "--json", &server.url("/")]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["requests"]["ok"], 40000);
-    assert_eq!(v["requests"]["failed"], 0);
-    assert_eq!(v["connections"]["connects"], 10000);
-    server.signal(libc::SIGTERM);
-    let (code, out, _) = server.wait(Duration::from_secs(3));
-    assert_eq!(code, Some(0));
-    let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(totals["totals"]["requests"], 40000);
-    // The generator's preflight reachability check is one more connection.
-    assert_eq!(totals["totals"]["accepted"], 10001);
+    for io in ["epoll", "uring"] {
+        let server = ServeChild::start(&[], &["-w", "2", "--io", io, "--json"]);
+        let url = server.url("/");
+        let args = ["load", "-t", "2", "-c", "10000", "-n", "40000", "--io", io, "--json", &url];
+        let out = qpslab(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{io}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["config"]["io"], io);
+        assert_eq!(v["requests"]["ok"], 40000, "{io}");
+        assert_eq!(v["requests"]["failed"], 0, "{io}");
+        assert_eq!(v["connections"]["connects"], 10000, "{io}");
+        server.signal(libc::SIGTERM);
+        let (code, out, _) = server.wait(Duration::from_secs(3));
+        assert_eq!(code, Some(0), "{io}");
+        let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(totals["io"], io);
+        assert_eq!(totals["totals"]["requests"], 40000, "{io}");
+        // The generator's preflight reachability check is one more connection.
+        assert_eq!(totals["totals"]["accepted"], 10001, "{io}");
+    }
 }
 
 #[test]

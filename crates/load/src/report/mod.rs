@@ -185,6 +185,8 @@ pub struct ConfigReport {
     pub source: Option<SourceRange>,
     /// `--poll`: auto, spin or sleep.
     pub poll: &'static str,
+    /// The event loop: `epoll` or `uring`.
+    pub io: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -543,6 +545,7 @@ impl ConfigReport {
             rst_close: cfg.rst_close,
             source: cfg.source,
             poll: cfg.poll.name(),
+            io: cfg.io.name(),
         }
     }
 }

@@ -12,9 +12,10 @@ use std::time::Duration;
 use qpslab_load::report::RunMeta;
 use qpslab_load::{LoadConfig, LoadOptions, Report};
 
-/// Options for `url` with small, fast defaults for tests.
-pub fn opts(url: &str) -> LoadOptions {
+/// Options for `url` with small, fast defaults for tests, on event loop `io`.
+pub fn opts_on(io: qpslab_load::IoChoice, url: &str) -> LoadOptions {
     LoadOptions {
+        io,
         urls: vec![url.to_string()],
         threads: Some(1),
         connections: Some(4),

@@ -152,7 +152,7 @@ impl State<'_> {
             Op::Accept => self.on_accept(c, sub),
             Op::Recv => self.on_recv(&c, sub),
             Op::Send => self.on_send(c, sub),
-            Op::Cancel | Op::Close | Op::Shutdown | Op::Timer => {}
+            Op::Cancel | Op::Close | Op::Shutdown | Op::Timer | Op::Connect => {}
         }
     }
 
