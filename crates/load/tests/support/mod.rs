@@ -57,16 +57,16 @@ pub fn free_port() -> u16 {
 
 /// Starts a server with `spawn(port)` on a free loopback port until it listens (5 tries: a port
 /// may be taken between finding it free and the server binding it); None when every try exited
-/// or did not listen within 5 s.
+/// or did not listen within 15 s (CI runs many tests at once).
 pub fn start_listening(
     mut spawn: impl FnMut(u16) -> std::process::Child,
 ) -> Option<(std::process::Child, u16)> {
     for _attempt in 0..5 {
         let port = free_port();
         let mut child = spawn(port);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
         while std::time::Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if child_listens(child.id(), port) {
                 return Some((child, port));
             }
             if child.try_wait().unwrap().is_some() {
@@ -78,6 +78,26 @@ pub fn start_listening(
         let _ = child.wait();
     }
     None
+}
+
+/// Whether process `pid` holds a socket listening on loopback port `port`. A connect alone is
+/// not proof: while a slow server (Apache takes a second) starts, another test's server may take
+/// the same port, and the run would then load, and lose, someone else's server.
+fn child_listens(pid: u32, port: u16) -> bool {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!("0100007F:{port:04X}");
+    let inodes: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[1] == local && f[3] == "0A")
+        .map(|f| format!("socket:[{}]", f[9]))
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+    })
 }
 
 /// The lines of a server's access log, once there are `expect` of them or `patience` has passed
