@@ -366,7 +366,9 @@ impl<'a> Worker<'a> {
             let granted = self.pacer.next_slot();
             let n = self.wait(timeout)?;
             now = Instant::now();
-            if open {
+            let timed_out = clock.stop_at.is_some_and(|s| now >= s);
+            if open && !timed_out {
+                // A slot at or past the stop would go out only to be in flight at the stop.
                 self.send_due(now);
             }
             if let (Some(t), 0, true) = (polled_at, n, self.measuring) {
@@ -387,7 +389,6 @@ impl<'a> Worker<'a> {
                 self.on_tick(now);
                 next_tick = now + self.tick;
             }
-            let timed_out = clock.stop_at.is_some_and(|s| now >= s);
             let drained = self.pacer.exhausted() && self.outstanding == 0;
             if timed_out || drained || self.shared.stop_flag.load(Ordering::Relaxed) {
                 break;
@@ -618,6 +619,11 @@ impl<'a> Worker<'a> {
                 Some(Protocol::TCP),
             )?;
             sock.set_nodelay(true)?;
+            if cfg.conn_per_request {
+                // The handshake's last ACK waits for the request and leaves with it: one
+                // packet fewer per connection for both sides (h1load's -F).
+                sock.set_quickack(false)?;
+            }
             if cfg.rst_close {
                 // Closing sends a reset instead of a FIN: no TIME_WAIT on this side.
                 sock.set_linger(Some(Duration::ZERO))?;

@@ -114,6 +114,10 @@ impl Worker<'_> {
             }
             Io::Uring { ring, .. } => {
                 let Some(mut r) = ring.take() else { return Ok(0) };
+                // What was queued since the last turn (due sends, a tick's reconnects) goes
+                // with this turn's enter, not after its wait: a request due now must not wait
+                // for the next completion or timer.
+                r.queue(|sub| self.submit_queued(sub));
                 let mut n = 0;
                 let turned = r.turn(timeout, |c, sub| {
                     n += 1;
@@ -123,8 +127,6 @@ impl Worker<'_> {
                     }
                     self.submit_queued(sub);
                 });
-                // Requests queued outside a completion (a tick, a due send) go at the next turn.
-                r.queue(|sub| self.submit_queued(sub));
                 if let Io::Uring { ring, .. } = &mut self.io {
                     *ring = Some(r);
                 }
