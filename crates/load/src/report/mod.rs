@@ -747,6 +747,8 @@ mod tests {
             threads: Some(2),
             connections: Some(100),
             duration: Some(Duration::from_secs(10)),
+            // Explicit: auto depends on the machine, the snapshot must not.
+            io: crate::IoChoice::Epoll,
             ..LoadOptions::default()
         };
         let cfg = LoadConfig::from_options(&opts).unwrap();
