@@ -568,6 +568,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "auto|epoll|uring", default_value = "auto")]
     pub io: String,
 
+    /// io_uring: a kernel thread per worker polls its submissions (on the worker's CPU when
+    /// pinned with --cpus) and spins 50 ms after the last one; no system call to submit, but
+    /// the thread's CPU time is the server's too
+    #[arg(long)]
+    pub sqpoll: bool,
+
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
     /// with EPOLLEXCLUSIVE)
@@ -669,6 +675,7 @@ impl ServeArgs {
         let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         Ok(qpslab_serve::ServeOptions {
             io,
+            sqpoll: self.sqpoll,
             listen: self.listen.clone(),
             workers,
             cpus,

@@ -51,6 +51,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         workers: cfg.workers,
         accept: cfg.accept.name(),
         io: cfg.io.name(),
+        sqpoll: cfg.sqpoll,
         duration_s: started.elapsed().as_secs_f64(),
         totals: WorkerCounters::sum(&totals),
         per_worker: totals,
@@ -75,12 +76,13 @@ fn startup_line(server: &Server) -> String {
         }
     };
     format!(
-        "listening on {} ({} {}, accept {}, io {}{}{sharing})",
+        "listening on {} ({} {}, accept {}, io {}{}{}{sharing})",
         addrs.join(", "),
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         cfg.accept.name(),
         cfg.io.name(),
+        if cfg.sqpoll { " with submission polling" } else { "" },
         cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}")),
     )
 }

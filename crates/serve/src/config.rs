@@ -129,6 +129,8 @@ pub struct ServeOptions {
     pub settings: Settings,
     /// The event loop (`--io`).
     pub io: IoChoice,
+    /// io_uring with a kernel thread polling each ring's submissions (`--sqpoll`).
+    pub sqpoll: bool,
 }
 
 /// Whether io_uring serves more requests per CPU-second than epoll here: what `--io auto` goes
@@ -152,6 +154,7 @@ impl Default for ServeOptions {
             share_port: false,
             settings: Settings::default(),
             io: IoChoice::Auto,
+            sqpoll: false,
         }
     }
 }
@@ -172,6 +175,8 @@ pub struct ServeConfig {
     pub io: Engine,
     /// Why `--io auto` did not take io_uring, when it could not run.
     pub io_note: Option<String>,
+    /// Each io_uring worker's submissions are polled by a kernel thread on the worker's CPU.
+    pub sqpoll: bool,
 }
 
 impl ServeConfig {
@@ -213,7 +218,16 @@ impl ServeConfig {
         if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
             return Err(ConfigError::new(
                 "--accept",
-                "exclusive is EPOLLEXCLUSIVE, an epoll mode; with --io uring use reuseport or                  shared",
+                "exclusive is EPOLLEXCLUSIVE, an epoll mode; with --io uring use reuseport or shared",
+            ));
+        }
+        if o.sqpoll && io != Engine::Uring {
+            return Err(ConfigError::new(
+                "--sqpoll",
+                match io_note {
+                    Some(_) => "polls io_uring submissions, and io_uring cannot run here; drop it",
+                    None => "polls io_uring submissions; use it with --io uring or auto",
+                },
             ));
         }
         Ok(Self {
@@ -227,6 +241,7 @@ impl ServeConfig {
             settings: o.settings,
             io,
             io_note,
+            sqpoll: o.sqpoll,
         })
     }
 }

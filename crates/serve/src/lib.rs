@@ -176,6 +176,8 @@ pub struct ServeReport {
     pub accept: &'static str,
     /// The event loop: `epoll` or `uring`.
     pub io: &'static str,
+    /// io_uring submissions polled by a kernel thread (`--sqpoll`).
+    pub sqpoll: bool,
     pub duration_s: f64,
     pub totals: WorkerCounters,
     pub per_worker: Vec<WorkerCounters>,

@@ -41,7 +41,8 @@ pub fn usable_list(
     Ok(cpus)
 }
 
-/// CPUs this process may run on (its affinity mask).
+/// CPUs the calling thread may run on (its affinity mask; the process's unless it was
+/// changed for this thread).
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

@@ -193,11 +193,18 @@ pub struct RingOptions {
     /// Provided receive buffers (a power of two, at most 32768) and the size of each.
     pub buffers: u16,
     pub buffer_size: usize,
+    /// A kernel thread polls the submission queue (`IORING_SETUP_SQPOLL`): no system call to
+    /// submit, at the price of a thread that spins for [`SQPOLL_IDLE`] after the last
+    /// request. It runs on the calling thread's CPU when that thread is pinned to one.
+    pub sqpoll: bool,
 }
+
+/// How long an idle submission-polling thread spins before it sleeps.
+pub const SQPOLL_IDLE: Duration = Duration::from_millis(50);
 
 impl Default for RingOptions {
     fn default() -> Self {
-        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096 }
+        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096, sqpoll: false }
     }
 }
 
@@ -314,6 +321,11 @@ enum Held {
     ),
     /// A connect's address.
     Addr(Box<SockAddr>),
+    /// A timeout's duration (with a polling thread the kernel reads it after the enter).
+    Time(
+        #[allow(dead_code, reason = "held only to keep the timespec alive until the completion")]
+        Box<Timespec>,
+    ),
 }
 
 /// What requests in flight point to, by slot.
@@ -357,7 +369,7 @@ impl Sends {
     fn release(&mut self, slot: u32) -> Option<(Vec<u8>, usize)> {
         match self.take(slot)? {
             Held::Owned(buf, from) => Some((buf, from)),
-            Held::Shared(_) => None,
+            Held::Shared(_) | Held::Time(_) => None,
             Held::Addr(b) => {
                 self.addrs.push(b);
                 None
@@ -385,14 +397,22 @@ impl std::fmt::Debug for Uring {
 }
 
 impl Uring {
-    /// A ring for this thread only (single issuer, deferred task work) with its provided
-    /// receive buffers registered.
+    /// A ring for this thread only (single issuer, deferred task work; with `sqpoll` the
+    /// polling thread takes the task work) with its provided receive buffers registered.
     pub fn new(o: &RingOptions) -> io::Result<Uring> {
-        let ring = IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_cqsize(o.entries * 4)
-            .build(o.entries)?;
+        let mut b = IoUring::builder();
+        b.setup_single_issuer().setup_cqsize(o.entries * 4);
+        if o.sqpoll {
+            b.setup_sqpoll(SQPOLL_IDLE.as_millis() as u32);
+            // The calling thread's mask (pid 0 is this thread): pinned to one CPU, the polling
+            // thread shares it rather than take a core the other side of a benchmark needs.
+            if let [cpu] = crate::cpus::allowed_cpus()[..] {
+                b.setup_sqpoll_cpu(cpu as u32);
+            }
+        } else {
+            b.setup_defer_taskrun();
+        }
+        let ring = b.build(o.entries)?;
         let bufs = BufRing::new(o.buffers, o.buffer_size)?;
         // SAFETY: the entries mapping lives in `bufs`, which this value owns alongside the ring
         // and drops after it (fields drop in order: ring first).
@@ -430,7 +450,6 @@ impl Uring {
         // submits it.
         let now = Instant::now();
         let wake = now + timeout;
-        let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
         if timeout.is_zero() {
             let e = opcode::Nop::new().build().user_data(user_data(Op::Timer, 0, 0));
             // SAFETY: no memory.
@@ -438,9 +457,12 @@ impl Uring {
         } else if timer.is_none_or(|(_, at)| at > wake) {
             *timers = timers.wrapping_add(1).max(1);
             *timer = Some((*timers, wake));
-            let e = opcode::Timeout::new(&ts).build().user_data(user_data(Op::Timer, 0, *timers));
-            // SAFETY: `ts` lives until after the enter that submits this request, and the
-            // kernel copies it when it takes the request.
+            let ts = Box::new(Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos()));
+            let ptr: *const Timespec = &*ts;
+            let slot = submit.sends.insert(Held::Time(ts));
+            let e =
+                opcode::Timeout::new(ptr).build().user_data(user_data(Op::Timer, slot, *timers));
+            // SAFETY: the boxed timespec stays in the slab until this request's completion.
             unsafe { submit.push(&e) }
         }
         submit.sq.sync();
@@ -455,13 +477,16 @@ impl Uring {
         for cqe in &mut cq {
             let ud = cqe.user_data();
             let Some(op) = Op::of(ud >> 60) else { continue };
+            let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
             if op == Op::Timer {
+                if ud as u32 != 0 {
+                    submit.sends.release(slot);
+                }
                 if timer.is_some_and(|(n, _)| n == ud as u32) {
                     *timer = None;
                 }
                 continue;
             }
-            let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
             let result = cqe.result();
             let flags = cqe.flags();
             let bid = cqueue::buffer_select(flags);
@@ -654,7 +679,7 @@ pub fn probe() -> Result<(), String> {
 }
 
 fn try_ring() -> Result<(), String> {
-    let o = RingOptions { entries: 8, buffers: 8, buffer_size: 64 };
+    let o = RingOptions { entries: 8, buffers: 8, buffer_size: 64, ..RingOptions::default() };
     let ring = Uring::new(&o).map_err(|e| {
         let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
             .map(|v| format!(" (kernel.io_uring_disabled is {})", v.trim()))

@@ -976,4 +976,57 @@ fn without_io_uring_serve_falls_back_to_epoll_with_a_note() {
         "{seen}"
     );
     assert!(seen.contains("accept reuseport, io epoll)"), "{seen}");
+
+    // The generator: --io uring refused by name, auto on epoll with the note, and it runs.
+    let server = ServeChild::start(&[], &["-w", "1", "--io", "epoll"]);
+    let url = server.url("/");
+    let mut cmd = common::qpslab_command();
+    cmd.args(["load", "-n", "200", "-c", "4", "--io", "uring", &url]);
+    no_io_uring(&mut cmd);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--io: uring cannot run here") && err.contains("use --io epoll"), "{err}");
+    let mut cmd = common::qpslab_command();
+    cmd.args(["load", "-n", "200", "-c", "4", "--json", &url]);
+    no_io_uring(&mut cmd);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("note: io_uring unavailable (io_uring_setup: Function not implemented"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["config"]["io"].as_str(), v["requests"]["ok"].as_u64()),
+        (Some("epoll"), Some(200))
+    );
+}
+
+/// `serve --sqpoll`: a kernel thread polls the worker's ring (it is in the process, on the
+/// worker's CPU); the requests are served and counted; without io_uring the flag is refused.
+#[test]
+fn sqpoll_serves_on_its_polling_thread() {
+    let cpu = qpslab_sys::cpus::allowed_cpus()[0].to_string();
+    let server =
+        ServeChild::start(&[], &["-w", "1", "--cpus", &cpu, "--io", "uring", "--sqpoll", "--json"]);
+    let url = server.url("/");
+    let out = qpslab(&["load", "-t", "1", "-c", "20", "-n", "5000", "--json", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .collect();
+    assert!(threads.iter().any(|c| c.starts_with("iou-sqp-")), "{threads:?}");
+    assert!(server.startup.contains("io uring with submission polling"), "{}", server.startup);
+    server.signal(libc::SIGTERM);
+    let (code, out, err) = server.wait(Duration::from_secs(3));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["io"].as_str(), v["sqpoll"].as_bool()), (Some("uring"), Some(true)));
+    assert_eq!(v["totals"]["requests"], 5000);
+
+    let out = qpslab(&["serve", "-l", "127.0.0.1:0", "--io", "epoll", "--sqpoll"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("qpslab: error: --sqpoll: ") && err.contains("--io uring"), "{err}");
 }

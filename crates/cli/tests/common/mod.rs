@@ -75,6 +75,10 @@ impl ServeChild {
         format!("http://{}{path}", self.addr)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn signal(&self, sig: libc::c_int) {
         // SAFETY: kill() on the PID of our own child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };

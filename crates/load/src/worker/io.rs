@@ -63,7 +63,12 @@ impl Io {
                 Io::Epoll { epoll: Epoll::new()?, events: vec![poll::empty_event(); 1024] }
             }
             Engine::Uring => {
-                let o = RingOptions { entries: 1024, buffers: 4096, buffer_size: 16 * 1024 };
+                let o = RingOptions {
+                    entries: 1024,
+                    buffers: 4096,
+                    buffer_size: 16 * 1024,
+                    ..RingOptions::default()
+                };
                 Io::Uring { ring: Some(Box::new(Uring::new(&o)?)), queued: Vec::new() }
             }
         })

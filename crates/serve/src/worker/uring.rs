@@ -73,8 +73,12 @@ impl<'a> Worker<'a> {
         stats: &'a WorkerStats,
     ) -> io::Result<Self> {
         let (sh, date_secs) = shared(cfg);
-        let ring =
-            Uring::new(&RingOptions { entries: 1024, buffers: 2048, buffer_size: READ_CHUNK })?;
+        let ring = Uring::new(&RingOptions {
+            entries: 1024,
+            buffers: 2048,
+            buffer_size: READ_CHUNK,
+            sqpoll: cfg.sqpoll,
+        })?;
         let mut w = Worker {
             ring,
             st: State {
