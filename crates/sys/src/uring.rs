@@ -721,14 +721,21 @@ mod tests {
         assert_eq!(ud as u32, 0xdead_beef);
     }
 
-    /// A real round trip: accept, receive into a provided buffer, send back, close.
+    /// A real round trip: accept, receive into a provided buffer, send back, close; on a
+    /// ring this thread submits to and on one a kernel thread polls (whose timeouts are read
+    /// after the enter returned).
     #[test]
     fn accepts_receives_and_sends_over_loopback() {
+        round_trip(false);
+        round_trip(true);
+    }
+
+    fn round_trip(sqpoll: bool) {
         probe().unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut ring =
-            Uring::new(&RingOptions { entries: 64, buffers: 16, buffer_size: 256 }).unwrap();
+        let o = RingOptions { entries: 64, buffers: 16, buffer_size: 256, sqpoll };
+        let mut ring = Uring::new(&o).unwrap();
         ring.queue(|s| s.accept_multi(listener.as_raw_fd(), 7));
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"ping").unwrap();
