@@ -237,7 +237,22 @@ impl Store {
             usage(format!("--store {}: cannot open: {e}; give a writable file", path.display()))
         })?;
         let store = Store { conn, path: path.to_path_buf() };
-        store.prepare().map_err(|e| match e {
+        // SQLite answers "busy" at once, without waiting in its busy handler, where waiting
+        // could deadlock (a reader asking to write, the switch to WAL while another command
+        // opens the new file): such a refusal is tried again for up to 2 s.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        let prepared = loop {
+            match store.prepare() {
+                Err(StoreError::Sqlite { source, .. })
+                    if is_busy(&source) && std::time::Instant::now() < deadline =>
+                {
+                    let _ = store.conn.execute_batch("ROLLBACK");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other,
+            }
+        };
+        prepared.map_err(|e| match e {
             StoreError::Sqlite { source, .. } if is_busy(&source) => usage(format!(
                 "--store {}: locked by another process (a sweep still running?); wait for it or \
                  give another file",
