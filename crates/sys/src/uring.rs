@@ -340,6 +340,12 @@ struct Sends {
         reason = "the boxes move into requests, whose pointers must not move"
     )]
     addrs: Vec<Box<SockAddr>>,
+    /// Timespec boxes of fired timeouts, reused (no allocation per armed timer).
+    #[allow(
+        clippy::vec_box,
+        reason = "the boxes move into requests, whose pointers must not move"
+    )]
+    times: Vec<Box<Timespec>>,
 }
 
 impl Sends {
@@ -369,7 +375,11 @@ impl Sends {
     fn release(&mut self, slot: u32) -> Option<(Vec<u8>, usize)> {
         match self.take(slot)? {
             Held::Owned(buf, from) => Some((buf, from)),
-            Held::Shared(_) | Held::Time(_) => None,
+            Held::Shared(_) => None,
+            Held::Time(b) => {
+                self.times.push(b);
+                None
+            }
             Held::Addr(b) => {
                 self.addrs.push(b);
                 None
@@ -457,7 +467,14 @@ impl Uring {
         } else if timer.is_none_or(|(_, at)| at > wake) {
             *timers = timers.wrapping_add(1).max(1);
             *timer = Some((*timers, wake));
-            let ts = Box::new(Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos()));
+            let value = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
+            let ts = match submit.sends.times.pop() {
+                Some(mut b) => {
+                    *b = value;
+                    b
+                }
+                None => Box::new(value),
+            };
             let ptr: *const Timespec = &*ts;
             let slot = submit.sends.insert(Held::Time(ts));
             let e =
