@@ -6,13 +6,13 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use qpslab_sys::epoll::{self as poll, Epoll};
 use qpslab_sys::net::AcceptError;
 use socket2::Socket;
 
-use super::session::{AfterOutput, Phase, Session, Shared};
+use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
 use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
     FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
@@ -42,10 +42,8 @@ pub(crate) struct Worker<'a> {
     free: Vec<usize>,
     open: usize,
     date_secs: u64,
-    accepting: bool,
-    accept_resume: Option<Instant>,
+    gate: AcceptGate,
     draining_since: Option<Instant>,
-    last_accept_log: Option<Instant>,
     /// Connections that used their write budget, to be driven again after this batch; the
     /// second vector keeps the first one's capacity across batches.
     yielded: Vec<(usize, u32)>,
@@ -77,10 +75,8 @@ impl<'a> Worker<'a> {
             free: Vec::new(),
             open: 0,
             date_secs,
-            accepting: false,
-            accept_resume: None,
+            gate: AcceptGate::default(),
             draining_since: None,
-            last_accept_log: None,
             now: Instant::now(),
             yielded: Vec::new(),
             yielded_next: Vec::new(),
@@ -95,10 +91,7 @@ impl<'a> Worker<'a> {
         self.now = now;
         let mut next_tick = now + TICK;
         loop {
-            let mut wake = next_tick;
-            if let Some(std::cmp::Reverse((t, _, _))) = self.sh.delays.peek() {
-                wake = wake.min(*t);
-            }
+            let wake = self.sh.wake(next_tick);
             let timeout = if self.yielded.is_empty() { ms_until(now, wake) } else { 0 };
             let n = self.epoll.wait(&mut events, timeout)?;
             now = Instant::now();
@@ -296,11 +289,7 @@ impl<'a> Worker<'a> {
     }
 
     fn fire_delays(&mut self, now: Instant) {
-        while let Some(&std::cmp::Reverse((t, idx, gen))) = self.sh.delays.peek() {
-            if t > now {
-                break;
-            }
-            self.sh.delays.pop();
+        while let Some((idx, gen)) = self.sh.next_due(now) {
             let c = &mut self.conns[idx];
             if c.s.gen != gen || c.sock.is_none() {
                 continue;
@@ -313,15 +302,8 @@ impl<'a> Worker<'a> {
 
     fn on_tick(&mut self, now: Instant) {
         refresh_date(&mut self.sh, &mut self.date_secs);
-        if self.accept_resume.is_some_and(|t| now >= t) && self.draining_since.is_none() {
-            self.accept_resume = None;
-            let _ = self.set_accepting(true);
-        }
-        if !self.accepting
-            && self.accept_resume.is_none()
-            && self.draining_since.is_none()
-            && self.open < self.sh.cfg.settings.max_conns
-        {
+        let max = self.sh.cfg.settings.max_conns;
+        if self.gate.reopen(now, self.draining_since.is_some(), self.open, max) {
             let _ = self.set_accepting(true);
         }
         for idx in 0..self.conns.len() {
@@ -369,7 +351,7 @@ impl<'a> Worker<'a> {
     }
 
     fn set_accepting(&mut self, on: bool) -> io::Result<()> {
-        if self.accepting == on {
+        if self.gate.on == on {
             return Ok(());
         }
         for (i, l) in self.listeners.iter().enumerate() {
@@ -382,7 +364,7 @@ impl<'a> Worker<'a> {
                 self.epoll.delete(fd)?;
             }
         }
-        self.accepting = on;
+        self.gate.on = on;
         Ok(())
     }
 
@@ -393,7 +375,8 @@ impl<'a> Worker<'a> {
                 // Leave further connections in the kernel's queue (or to other workers) until
                 // a slot frees up.
                 let _ = self.set_accepting(false);
-                self.log_accept("--max-conns reached; not accepting until a connection closes");
+                let msg = "--max-conns reached; not accepting until a connection closes";
+                self.gate.log(self.now, msg);
                 return;
             }
             let sock = match qpslab_sys::net::accept(listener) {
@@ -403,10 +386,13 @@ impl<'a> Worker<'a> {
                 Err((AcceptError::OutOfResources, e)) => {
                     self.sh.counters.accept_errors += 1;
                     let _ = self.set_accepting(false);
-                    self.accept_resume = Some(self.now + ACCEPT_PAUSE);
-                    self.log_accept(&format!(
-                        "accept: {e}; pausing accepts for 100 ms, open connections are served"
-                    ));
+                    self.gate.resume_at = Some(self.now + ACCEPT_PAUSE);
+                    self.gate.log(
+                        self.now,
+                        &format!(
+                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
+                        ),
+                    );
                     return;
                 }
                 Err((AcceptError::Other, _)) => {
@@ -417,15 +403,6 @@ impl<'a> Worker<'a> {
             let _ = sock.set_nodelay(true);
             self.sh.counters.accepted += 1;
             self.add_conn(sock);
-        }
-    }
-
-    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
-    fn log_accept(&mut self, msg: &str) {
-        let now = self.now;
-        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
-            self.last_accept_log = Some(now);
-            eprintln!("qpslab serve: {msg}");
         }
     }
 

@@ -68,6 +68,54 @@ pub(super) struct Shared<'a> {
     pub draining: bool,
 }
 
+impl Shared<'_> {
+    /// When the loop must wake: at `tick`, or earlier for a delayed response.
+    pub fn wake(&self, tick: Instant) -> Instant {
+        self.delays.peek().map_or(tick, |Reverse((t, _, _))| tick.min(*t))
+    }
+
+    /// The next delayed response due by `now`, taken off the heap: (slot, generation).
+    pub fn next_due(&mut self, now: Instant) -> Option<(usize, u32)> {
+        let &Reverse((t, slot, gen)) = self.delays.peek()?;
+        if t > now {
+            return None;
+        }
+        self.delays.pop();
+        Some((slot, gen))
+    }
+}
+
+/// A worker's accepting: on or off, when a pause after a descriptor shortage ends, and when an
+/// accept problem was last logged (at most once a second, so a shortage cannot flood stderr).
+#[derive(Debug, Default)]
+pub(super) struct AcceptGate {
+    pub on: bool,
+    pub resume_at: Option<Instant>,
+    last_log: Option<Instant>,
+}
+
+impl AcceptGate {
+    /// On a tick: whether to accept again, because a pause ended or the worker is below
+    /// `--max-conns` again; never while draining.
+    pub fn reopen(&mut self, now: Instant, draining: bool, open: usize, max: usize) -> bool {
+        if draining {
+            return false;
+        }
+        if self.resume_at.is_some_and(|t| now >= t) {
+            self.resume_at = None;
+            return true;
+        }
+        !self.on && self.resume_at.is_none() && open < max
+    }
+
+    pub fn log(&mut self, now: Instant, msg: &str) {
+        if self.last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.last_log = Some(now);
+            eprintln!("qpslab serve: {msg}");
+        }
+    }
+}
+
 /// What to do once all output is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum AfterOutput {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Submit, Uring};
 use socket2::Socket;
 
-use super::session::{AfterOutput, Phase, Session, Shared};
+use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
 use super::{
     refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, READ_CHUNK, TICK,
 };
@@ -53,10 +53,8 @@ struct State<'a> {
     free: Vec<usize>,
     open: usize,
     date_secs: u64,
-    accepting: bool,
-    accept_resume: Option<Instant>,
+    gate: AcceptGate,
     draining_since: Option<Instant>,
-    last_accept_log: Option<Instant>,
     now: Instant,
 }
 
@@ -90,10 +88,8 @@ impl<'a> Worker<'a> {
                 free: Vec::new(),
                 open: 0,
                 date_secs,
-                accepting: false,
-                accept_resume: None,
+                gate: AcceptGate::default(),
                 draining_since: None,
-                last_accept_log: None,
                 now: Instant::now(),
             },
         };
@@ -106,10 +102,7 @@ impl<'a> Worker<'a> {
         let mut next_tick = Instant::now() + TICK;
         loop {
             let st = &mut self.st;
-            let mut wake = next_tick;
-            if let Some(std::cmp::Reverse((t, _, _))) = st.sh.delays.peek() {
-                wake = wake.min(*t);
-            }
+            let wake = st.sh.wake(next_tick);
             let timeout = wake.saturating_duration_since(st.now);
             // One clock read per turn, as the epoll loop reads it once per batch: deadlines
             // need no finer clock.
@@ -175,20 +168,25 @@ impl State<'_> {
                 return;
             }
             self.add_conn(fd, sub);
-            if self.open >= self.sh.cfg.settings.max_conns && self.accepting {
+            if self.open >= self.sh.cfg.settings.max_conns && self.gate.on {
                 self.set_accepting(false, sub);
-                self.log_accept("--max-conns reached; not accepting until a connection closes");
+                let msg = "--max-conns reached; not accepting until a connection closes";
+                self.gate.log(self.now, msg);
             }
         } else {
             match c.failure() {
                 Some(Failure::OutOfResources(e)) => {
                     self.sh.counters.accept_errors += 1;
-                    if self.accepting {
+                    if self.gate.on {
                         self.set_accepting(false, sub);
-                        self.accept_resume = Some(self.now + ACCEPT_PAUSE);
-                        self.log_accept(&format!(
-                            "accept: {e}; pausing accepts for 100 ms, open connections are served"
-                        ));
+                        self.gate.resume_at = Some(self.now + ACCEPT_PAUSE);
+                        self.gate.log(
+                            self.now,
+                            &format!(
+                                "accept: {e}; pausing accepts for 100 ms, open connections are \
+                                 served"
+                            ),
+                        );
                     }
                 }
                 Some(Failure::Other(_)) => self.sh.counters.accept_errors += 1,
@@ -196,7 +194,7 @@ impl State<'_> {
             }
         }
         // A multishot accept that ended by itself is armed again.
-        if !c.more && self.accepting {
+        if !c.more && self.gate.on {
             if let Some(l) = self.listeners.get(c.token as usize) {
                 sub.accept_multi(l.as_raw_fd(), c.token);
             }
@@ -340,11 +338,7 @@ impl State<'_> {
     }
 
     fn fire_delays(&mut self, now: Instant, sub: &mut Submit<'_>) {
-        while let Some(&std::cmp::Reverse((t, slot, gen))) = self.sh.delays.peek() {
-            if t > now {
-                break;
-            }
-            self.sh.delays.pop();
+        while let Some((slot, gen)) = self.sh.next_due(now) {
             let conn = &mut self.conns[slot];
             if conn.s.gen != gen || conn.fd.is_none() {
                 continue;
@@ -357,15 +351,8 @@ impl State<'_> {
 
     fn on_tick(&mut self, now: Instant, sub: &mut Submit<'_>) {
         refresh_date(&mut self.sh, &mut self.date_secs);
-        if self.accept_resume.is_some_and(|t| now >= t) && self.draining_since.is_none() {
-            self.accept_resume = None;
-            self.set_accepting(true, sub);
-        }
-        if !self.accepting
-            && self.accept_resume.is_none()
-            && self.draining_since.is_none()
-            && self.open < self.sh.cfg.settings.max_conns
-        {
+        let max = self.sh.cfg.settings.max_conns;
+        if self.gate.reopen(now, self.draining_since.is_some(), self.open, max) {
             self.set_accepting(true, sub);
         }
         for slot in 0..self.conns.len() {
@@ -411,7 +398,7 @@ impl State<'_> {
     }
 
     fn set_accepting(&mut self, on: bool, sub: &mut Submit<'_>) {
-        if self.accepting == on {
+        if self.gate.on == on {
             return;
         }
         for (i, l) in self.listeners.iter().enumerate() {
@@ -421,16 +408,7 @@ impl State<'_> {
                 sub.cancel(Op::Accept, i as u32);
             }
         }
-        self.accepting = on;
-    }
-
-    /// At most one accept message per second, so a descriptor shortage cannot flood stderr.
-    fn log_accept(&mut self, msg: &str) {
-        let now = self.now;
-        if self.last_accept_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
-            self.last_accept_log = Some(now);
-            eprintln!("qpslab serve: {msg}");
-        }
+        self.gate.on = on;
     }
 
     fn add_conn(&mut self, fd: OwnedFd, sub: &mut Submit<'_>) {
