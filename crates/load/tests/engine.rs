@@ -520,26 +520,8 @@ fn a_post_is_not_sent_twice(io: IoChoice) {
     assert_eq!(report.retries.closed_before_response, 0);
 }
 
-/// Every behaviour above, on each event loop: the same load engine driven by epoll and by
-/// io_uring.
-macro_rules! on_both_loops {
-    ($($name:ident),* $(,)?) => {
-        mod epoll {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Epoll)
-            })*
-        }
-        mod uring {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Uring)
-            })*
-        }
-    };
-}
-
-on_both_loops!(
+// Every behaviour above, on each event loop (epoll and io_uring).
+qpslab_testkit::on_both_loops!(
     exact_request_count_matches_nginx_access_log,
     status_counts_match_nginx_for_a_mix_of_200_and_404,
     accepted_status_counts_as_ok_and_passes_the_check,

@@ -293,26 +293,8 @@ fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly(io: IoChoice) {
     assert_eq!(merged, result.rec.latency);
 }
 
-/// Every behaviour above, on each event loop: the same load engine driven by epoll and by
-/// io_uring.
-macro_rules! on_both_loops {
-    ($($name:ident),* $(,)?) => {
-        mod epoll {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Epoll)
-            })*
-        }
-        mod uring {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Uring)
-            })*
-        }
-    };
-}
-
-on_both_loops!(
+// Every behaviour above, on each event loop (epoll and io_uring).
+qpslab_testkit::on_both_loops!(
     conn_per_request_uses_exactly_one_connection_per_request,
     rst_close_leaves_no_time_wait_on_the_generator,
     sources_spread_evenly_over_the_whole_range,

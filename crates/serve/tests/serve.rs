@@ -559,26 +559,8 @@ fn a_client_half_close_is_seen_at_once(io: IoChoice) {
     assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
 }
 
-/// Every behaviour above, on each event loop: the same connection protocol driven by epoll
-/// and by io_uring.
-macro_rules! on_both_loops {
-    ($($name:ident),* $(,)?) => {
-        mod epoll {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Epoll)
-            })*
-        }
-        mod uring {
-            $(#[test]
-            fn $name() {
-                super::$name(super::IoChoice::Uring)
-            })*
-        }
-    };
-}
-
-on_both_loops!(
+// Every behaviour above, on each event loop (epoll and io_uring).
+qpslab_testkit::on_both_loops!(
     every_bad_input_row,
     get_with_a_body_is_read_and_discarded_not_parsed_as_a_request,
     chunked_request_bodies_are_discarded_within_limits,

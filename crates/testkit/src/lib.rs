@@ -4,6 +4,27 @@
 //! x86 machines: all first hardware threads (package by package), then all second threads, so
 //! CPU 0's SMT sibling is CPU `packages * cores_per_package`.
 
+/// Each named test function `fn NAME(io: IoChoice)` becomes two tests, `epoll::NAME` and
+/// `uring::NAME`: the same behaviour on both event loops. `IoChoice` is the caller's (the load
+/// engine's or the server's), in scope where the macro is used.
+#[macro_export]
+macro_rules! on_both_loops {
+    ($($name:ident),* $(,)?) => {
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Epoll)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                super::$name(super::IoChoice::Uring)
+            })*
+        }
+    };
+}
+
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::parse::{CpuTimes, SockStat};
 use std::collections::BTreeMap;
