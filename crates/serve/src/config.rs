@@ -134,9 +134,8 @@ pub struct ServeOptions {
 }
 
 /// Whether io_uring serves more requests per CPU-second than epoll here: what `--io auto` goes
-/// by. Measured side by side (docs/performance.md): 1.05x and 1.12x with keep-alive (qpslab
-/// load and wrk as clients), 0.94x pipelined 16 deep; keep-alive is what a benchmark target is
-/// judged on.
+/// by. Measured side by side (docs/performance.md): 1.07x and 1.04x with keep-alive (qpslab
+/// load and wrk as clients), 1.11x pipelined 16 deep.
 pub const URING_MEASURED_FASTER: bool = true;
 
 /// The listen backlog asked for when `--backlog` is not given; the kernel caps it at
