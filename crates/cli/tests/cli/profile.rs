@@ -69,7 +69,14 @@ fn bench_profiles_the_servers_cpu_in_tcp_receive_and_transmit() {
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("profile: cpu-clock at 499 Hz on"), "{t}");
     assert!(t.contains("net-rx   tcp-rx   tcp-tx  syscall"), "{t}");
-    assert!(t.contains(&format!("CPU {server_cpu} kernel: ")), "{t}");
+    // Top symbols of the saturated CPUs, or of the busiest one: the server's or, as often on
+    // two CPUs, the generator's.
+    let detailed: Vec<&str> = t
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("CPU ")?.split_once(" kernel: "))
+        .map(|(cpu, _)| cpu)
+        .collect();
+    assert!(!detailed.is_empty() && detailed.iter().all(|c| c.parse::<usize>().is_ok()), "{t}");
 }
 
 #[test]
