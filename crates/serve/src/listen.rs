@@ -51,6 +51,10 @@ fn listener(addr: SocketAddr, reuseport: bool, backlog: u32) -> io::Result<Socke
     if reuseport {
         sock.set_reuse_port(true)?;
     }
+    // Accepted connections inherit TCP_NODELAY: a response leaves at once, without a
+    // setsockopt per connection (and direct descriptors of an io_uring worker have no
+    // descriptor to call it on).
+    sock.set_nodelay(true)?;
     sock.bind(&SockAddr::from(addr))?;
     sock.listen(backlog.min(i32::MAX as u32) as i32)?;
     Ok(sock)
@@ -135,6 +139,16 @@ pub fn backlog_warning(root: &Root, backlog: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let l = listener("127.0.0.1:0".parse().unwrap(), false, 16).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        l.set_nonblocking(false).unwrap();
+        let (conn, _) = l.accept().unwrap();
+        assert!(conn.nodelay().unwrap(), "TCP_NODELAY is inherited from the listener");
+    }
 
     #[test]
     fn somaxconn_cap_is_reported() {

@@ -9,12 +9,13 @@
 //! the ring's provided buffers, connects and closes are requests too, and everything a turn
 //! queued is submitted by the one `io_uring_enter` that also waits for the next completions.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use qpslab_sys::epoll::{self as poll, Epoll};
+use qpslab_sys::net;
 use qpslab_sys::uring::{Completion, Engine, Failure, Op, RingOptions, Submit, Uring};
 use socket2::{SockAddr, Socket};
 
@@ -372,7 +373,7 @@ impl Worker<'_> {
                 return self.set_interest(idx, false);
             }
             let wire = &self.shared.groups[c.group].wire[c.write_pos..c.write_end];
-            match (&*sock).write(wire) {
+            match net::send(sock, wire) {
                 Ok(n) => self.wrote(idx, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return self.set_interest(idx, true);
@@ -404,7 +405,7 @@ impl Worker<'_> {
         let mut buf = std::mem::take(&mut self.buf);
         let mut now;
         while let Some(sock) = &self.conns[idx].sock {
-            let n = match (&*sock).read(&mut buf) {
+            let n = match net::recv(sock, &mut buf) {
                 Ok(0) => {
                     self.buf = buf;
                     return self.on_eof(idx);

@@ -2,14 +2,14 @@
 //! the exclusive accept mode), connections registered once, edge-triggered both ways, read
 //! until a short read, written until the socket takes no more or the turn's budget is spent.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qpslab_sys::epoll::{self as poll, Epoll};
-use qpslab_sys::net::AcceptError;
+use qpslab_sys::net::{self, AcceptError};
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
@@ -164,7 +164,7 @@ impl<'a> Worker<'a> {
             }
             let spare = c.s.inbuf.spare(READ_CHUNK);
             let room = spare.len();
-            match (&*sock).read(spare) {
+            match net::recv(sock, spare) {
                 Ok(0) => {
                     c.s.eof = true;
                     c.readable = false;
@@ -243,7 +243,7 @@ impl<'a> Worker<'a> {
             if out.is_empty() {
                 break;
             }
-            match (&*sock).write(out) {
+            match net::send(sock, out) {
                 Ok(n) => {
                     c.s.wrote(n, now, cfg);
                     written += n;
@@ -400,7 +400,7 @@ impl<'a> Worker<'a> {
                     return;
                 }
             };
-            let _ = sock.set_nodelay(true);
+            // TCP_NODELAY comes from the listener.
             self.sh.counters.accepted += 1;
             self.add_conn(sock);
         }
