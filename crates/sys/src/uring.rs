@@ -84,8 +84,58 @@ pub struct Completion<'a> {
     pub data: &'a [u8],
     /// A send's buffer, back from the kernel, and where the send began in it.
     pub sent: Option<(Vec<u8>, usize)>,
-    /// An accepted connection (a successful accept): owned, closed on drop unless taken.
-    pub fd: Option<OwnedFd>,
+    /// An accepted connection (a successful accept).
+    pub sock: Option<Sock>,
+}
+
+/// A socket as the ring names it: a descriptor, or a slot of the ring's table of registered
+/// (direct) descriptors, which requests use without the per-request descriptor lookup and
+/// reference count, and which exists nowhere but in the ring (closed by [`Submit::close`], or
+/// when the ring goes).
+#[derive(Debug)]
+pub enum Sock {
+    /// Closed on drop unless handed to [`Submit::close`].
+    Fd(OwnedFd),
+    Direct(u32),
+}
+
+impl Sock {
+    /// What requests on this socket name.
+    pub fn target(&self) -> Target {
+        match self {
+            Sock::Fd(fd) => Target::Fd(std::os::fd::AsRawFd::as_raw_fd(fd)),
+            Sock::Direct(i) => Target::Direct(*i),
+        }
+    }
+}
+
+impl From<OwnedFd> for Sock {
+    fn from(fd: OwnedFd) -> Sock {
+        Sock::Fd(fd)
+    }
+}
+
+/// The socket a request is for: a descriptor, or a slot of the ring's registered ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Fd(RawFd),
+    Direct(u32),
+}
+
+impl From<RawFd> for Target {
+    fn from(fd: RawFd) -> Target {
+        Target::Fd(fd)
+    }
+}
+
+impl Target {
+    /// The request's descriptor field, and the flag that makes it a slot number.
+    fn parts(self) -> (types::Fd, squeue::Flags) {
+        match self {
+            Target::Fd(fd) => (types::Fd(fd), squeue::Flags::empty()),
+            Target::Direct(i) => (types::Fd(i as RawFd), squeue::Flags::FIXED_FILE),
+        }
+    }
 }
 
 /// Why a request failed, in the classes a loop acts on.
@@ -197,6 +247,10 @@ pub struct RingOptions {
     /// submit, at the price of a thread that spins for [`SQPOLL_IDLE`] after the last
     /// request. It runs on the calling thread's CPU when that thread is pinned to one.
     pub sqpoll: bool,
+    /// Slots of registered (direct) descriptors for accepted connections (0: none; accepted
+    /// sockets are then plain descriptors). Without the room for the table (it may not exceed
+    /// RLIMIT_NOFILE) the ring works without one: see [`Uring::direct`].
+    pub direct: u32,
 }
 
 /// How long an idle submission-polling thread spins before it sleeps.
@@ -204,7 +258,7 @@ pub const SQPOLL_IDLE: Duration = Duration::from_millis(50);
 
 impl Default for RingOptions {
     fn default() -> Self {
-        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096, sqpoll: false }
+        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096, sqpoll: false, direct: 0 }
     }
 }
 
@@ -398,6 +452,8 @@ pub struct Uring {
     /// argument, which tools such as valgrind do not pass on (an idle loop then never woke).
     timer: Option<(u32, Instant)>,
     timers: u32,
+    /// Accepts go to the registered descriptor table.
+    direct: bool,
 }
 
 impl std::fmt::Debug for Uring {
@@ -434,13 +490,21 @@ impl Uring {
                 0,
             )?;
         }
-        Ok(Uring { ring, bufs, sends: Sends::default(), timer: None, timers: 0 })
+        // A table the limit refuses (EMFILE) leaves accepted sockets as plain descriptors.
+        let direct = o.direct > 0 && ring.submitter().register_files_sparse(o.direct).is_ok();
+        Ok(Uring { ring, bufs, sends: Sends::default(), timer: None, timers: 0, direct })
+    }
+
+    /// Accepted connections are registered (direct) descriptors.
+    pub fn direct(&self) -> bool {
+        self.direct
     }
 
     /// Queues requests outside a turn (they are submitted by the next turn).
     pub fn queue(&mut self, f: impl FnOnce(&mut Submit<'_>)) {
         let (submitter, sq, _) = self.ring.split();
-        let mut submit = Submit { sq, submitter: &submitter, sends: &mut self.sends };
+        let mut submit =
+            Submit { sq, submitter: &submitter, sends: &mut self.sends, direct: self.direct };
         f(&mut submit);
         submit.sq.sync();
     }
@@ -452,9 +516,9 @@ impl Uring {
         timeout: Duration,
         mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
-        let Uring { ring, bufs, sends, timer, timers } = self;
+        let Uring { ring, bufs, sends, timer, timers, direct } = self;
         let (submitter, sq, mut cq) = ring.split();
-        let mut submit = Submit { sq, submitter: &submitter, sends };
+        let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
         // The wake-up: a timeout request, unless one armed earlier fires in time; a no-op when
         // the turn must not wait. Its timespec is read by the kernel when the enter below
         // submits it.
@@ -516,13 +580,17 @@ impl Uring {
             } else {
                 None
             };
-            let fd = (op == Op::Accept && result >= 0).then(|| {
-                // SAFETY: a successful accept's result is a descriptor the kernel just created
-                // for this process, owned by nobody yet.
-                unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) }
+            let sock = (op == Op::Accept && result >= 0).then(|| {
+                if *direct {
+                    Sock::Direct(result as u32)
+                } else {
+                    // SAFETY: a successful accept's result is a descriptor the kernel just
+                    // created for this process, owned by nobody yet.
+                    Sock::Fd(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) })
+                }
             });
             let more = cqueue::more(flags);
-            f(Completion { op, token: ud as u32, result, more, data, sent, fd }, &mut submit);
+            f(Completion { op, token: ud as u32, result, more, data, sent, sock }, &mut submit);
             if let Some(b) = bid {
                 bufs.give_back(b);
                 gave_back = true;
@@ -542,6 +610,7 @@ pub struct Submit<'a> {
     sq: io_uring::SubmissionQueue<'a>,
     submitter: &'a io_uring::Submitter<'a>,
     sends: &'a mut Sends,
+    direct: bool,
 }
 
 impl std::fmt::Debug for Submit<'_> {
@@ -565,19 +634,27 @@ impl Submit<'_> {
         }
     }
 
-    /// Accepts on `listener` until cancelled or an error ends it (then `more` is false).
+    /// Accepts on `listener` until cancelled or an error ends it (then `more` is false);
+    /// into the registered descriptor table when the ring has one. A full table fails the
+    /// accept with ENFILE after the connection left the backlog (the kernel closes it), so a
+    /// table needs room beyond the connections the loop keeps.
     pub fn accept_multi(&mut self, listener: RawFd, token: u32) {
-        let e = opcode::AcceptMulti::new(types::Fd(listener))
-            .flags(libc::SOCK_CLOEXEC)
-            .build()
-            .user_data(user_data(Op::Accept, 0, token));
+        let accept = opcode::AcceptMulti::new(types::Fd(listener));
+        // Direct descriptors have no close-on-exec flag (the kernel refuses one).
+        let accept = if self.direct {
+            accept.allocate_file_index(true)
+        } else {
+            accept.flags(libc::SOCK_CLOEXEC)
+        };
+        let e = accept.build().user_data(user_data(Op::Accept, 0, token));
         // SAFETY: no memory besides the descriptor.
         unsafe { self.push(&e) }
     }
 
     /// Receives on `fd` into provided buffers until cancelled, EOF or an error.
-    pub fn recv_multi(&mut self, fd: RawFd, token: u32) {
-        let e = opcode::RecvMulti::new(types::Fd(fd), GROUP).build().user_data(user_data(
+    pub fn recv_multi(&mut self, sock: impl Into<Target>, token: u32) {
+        let (fd, fixed) = sock.into().parts();
+        let e = opcode::RecvMulti::new(fd, GROUP).build().flags(fixed).user_data(user_data(
             Op::Recv,
             0,
             token,
@@ -587,14 +664,16 @@ impl Submit<'_> {
     }
 
     /// Sends `buf[from..]` on `fd`; the buffer comes back with the completion.
-    pub fn send(&mut self, fd: RawFd, buf: Vec<u8>, from: usize, token: u32) {
+    pub fn send(&mut self, sock: impl Into<Target>, buf: Vec<u8>, from: usize, token: u32) {
+        let (fd, fixed) = sock.into().parts();
         let len = buf.len().saturating_sub(from);
         // The heap block of `buf` does not move when the Vec value moves into the slab.
         let ptr = buf[from.min(buf.len())..].as_ptr();
         let slot = self.sends.insert(Held::Owned(buf, from));
-        let e = opcode::Send::new(types::Fd(fd), ptr, len.min(u32::MAX as usize) as u32)
+        let e = opcode::Send::new(fd, ptr, len.min(u32::MAX as usize) as u32)
             .flags(libc::MSG_NOSIGNAL)
             .build()
+            .flags(fixed)
             .user_data(user_data(Op::Send, slot, token));
         // SAFETY: the buffer stays in `sends`, unmodified, until this request's completion
         // takes it out.
@@ -656,8 +735,9 @@ impl Submit<'_> {
     }
 
     /// Shuts down the writing side of `fd`.
-    pub fn shutdown_write(&mut self, fd: RawFd, token: u32) {
-        let e = opcode::Shutdown::new(types::Fd(fd), libc::SHUT_WR).build().user_data(user_data(
+    pub fn shutdown_write(&mut self, sock: impl Into<Target>, token: u32) {
+        let (fd, fixed) = sock.into().parts();
+        let e = opcode::Shutdown::new(fd, libc::SHUT_WR).build().flags(fixed).user_data(user_data(
             Op::Shutdown,
             0,
             token,
@@ -666,11 +746,14 @@ impl Submit<'_> {
         unsafe { self.push(&e) }
     }
 
-    /// Closes `fd` (after the requests queued before it on it).
-    pub fn close(&mut self, fd: OwnedFd, token: u32) {
-        let raw = fd.into_raw_fd();
-        let e =
-            opcode::Close::new(types::Fd(raw)).build().user_data(user_data(Op::Close, 0, token));
+    /// Closes `sock` (after the requests queued before it on it); a direct descriptor's slot
+    /// is free once this completes.
+    pub fn close(&mut self, sock: impl Into<Sock>, token: u32) {
+        let close = match sock.into() {
+            Sock::Fd(fd) => opcode::Close::new(types::Fd(fd.into_raw_fd())),
+            Sock::Direct(i) => opcode::Close::new(types::Fixed(i)),
+        };
+        let e = close.build().user_data(user_data(Op::Close, 0, token));
         // SAFETY: no memory; the descriptor was ours and is now the request's.
         unsafe { self.push(&e) }
     }
@@ -743,20 +826,22 @@ mod tests {
     /// after the enter returned).
     #[test]
     fn accepts_receives_and_sends_over_loopback() {
-        round_trip(false);
-        round_trip(true);
+        for (sqpoll, direct) in [(false, 0), (true, 0), (false, 8), (true, 8)] {
+            round_trip(sqpoll, direct);
+        }
     }
 
-    fn round_trip(sqpoll: bool) {
+    fn round_trip(sqpoll: bool, direct: u32) {
         probe().unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let o = RingOptions { entries: 64, buffers: 16, buffer_size: 256, sqpoll };
+        let o = RingOptions { entries: 64, buffers: 16, buffer_size: 256, sqpoll, direct };
         let mut ring = Uring::new(&o).unwrap();
+        assert_eq!(ring.direct(), direct > 0);
         ring.queue(|s| s.accept_multi(listener.as_raw_fd(), 7));
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"ping").unwrap();
-        let mut conn: Option<OwnedFd> = None;
+        let mut conn: Option<Sock> = None;
         let mut got = Vec::new();
         let mut echoed = false;
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -766,15 +851,15 @@ mod tests {
                 Op::Accept => {
                     assert_eq!(c.token, 7);
                     assert!(c.more, "multishot accept stays armed");
-                    let fd = c.fd.unwrap();
-                    s.recv_multi(fd.as_raw_fd(), 9);
-                    conn = Some(fd);
+                    let sock = c.sock.unwrap();
+                    assert_eq!(matches!(sock, Sock::Direct(_)), direct > 0);
+                    s.recv_multi(sock.target(), 9);
+                    conn = Some(sock);
                 }
                 Op::Recv if c.result > 0 => {
                     got.extend_from_slice(c.data);
                     if got == b"ping" {
-                        let fd = conn.as_ref().unwrap().as_raw_fd();
-                        s.send(fd, b"xxpong".to_vec(), 2, 11);
+                        s.send(conn.as_ref().unwrap().target(), b"xxpong".to_vec(), 2, 11);
                     }
                 }
                 Op::Send => {
@@ -800,5 +885,70 @@ mod tests {
             ring.turn(Duration::from_millis(50), |c, _| closed |= c.op == Op::Close).unwrap();
         }
         assert_eq!(client.read(&mut back).unwrap(), 0, "the server's side closed");
+    }
+
+    /// A full table of direct descriptors fails the next accept with ENFILE (which the server
+    /// takes as a shortage: it pauses accepting) after the kernel took the connection from the
+    /// backlog, so that connection is closed: the table needs room beyond the connections a
+    /// loop keeps. A slot closed is taken again.
+    #[test]
+    fn a_full_direct_table_refuses_accepts_until_a_slot_is_closed() {
+        probe().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let o = RingOptions {
+            entries: 16,
+            buffers: 8,
+            buffer_size: 64,
+            direct: 1,
+            ..Default::default()
+        };
+        let mut ring = Uring::new(&o).unwrap();
+        assert!(ring.direct());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut events: Vec<(Option<u32>, Option<i32>)> = Vec::new();
+        let turn_until = |ring: &mut Uring, n: usize, events: &mut Vec<_>| {
+            while events.len() < n {
+                assert!(std::time::Instant::now() < deadline, "accepts seen: {events:?}");
+                ring.turn(Duration::from_millis(50), |c, s| {
+                    if c.op != Op::Accept {
+                        return;
+                    }
+                    let slot = match &c.sock {
+                        Some(Sock::Direct(i)) => Some(*i),
+                        _ => None,
+                    };
+                    events.push((slot, c.failure().map(|_| -c.result)));
+                    if !c.more {
+                        s.accept_multi(listener.as_raw_fd(), 1);
+                    }
+                    if let Some(sock) = c.sock {
+                        if events.len() == 1 {
+                            std::mem::forget(sock); // kept: the table is full now
+                        } else {
+                            s.close(sock, 2);
+                        }
+                    }
+                })
+                .unwrap();
+            }
+        };
+        ring.queue(|s| s.accept_multi(listener.as_raw_fd(), 1));
+        let _a = TcpStream::connect(addr).unwrap();
+        turn_until(&mut ring, 1, &mut events);
+        assert_eq!(events[0], (Some(0), None), "the first connection takes slot 0");
+        let mut b = TcpStream::connect(addr).unwrap();
+        turn_until(&mut ring, 2, &mut events);
+        assert_eq!(events[1], (None, Some(libc::ENFILE)), "no slot left: {events:?}");
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut byte = [0u8; 1];
+        assert!(!matches!(b.read(&mut byte), Ok(1..)), "the refused connection is closed");
+        // Slot 0 closed: the next connection gets it.
+        ring.queue(|s| s.close(Sock::Direct(0), 3));
+        // Submits the close (and the accept armed again) before the next connection comes.
+        ring.turn(Duration::ZERO, |_, _| {}).unwrap();
+        let _c = TcpStream::connect(addr).unwrap();
+        turn_until(&mut ring, 3, &mut events);
+        assert_eq!(events[2], (Some(0), None), "{events:?}");
     }
 }

@@ -1003,6 +1003,46 @@ fn without_io_uring_serve_falls_back_to_epoll_with_a_note() {
 
 /// `serve --sqpoll`: a kernel thread polls the worker's ring (it is in the process, on the
 /// worker's CPU); the requests are served and counted; without io_uring the flag is refused.
+/// io_uring workers keep connections as registered (direct) descriptors, which never enter the
+/// process's descriptor table; epoll workers hold one descriptor per connection. Both answer.
+#[test]
+fn io_uring_connections_live_in_the_ring_not_the_descriptor_table() {
+    let sockets = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    };
+    for (io, direct) in [("uring", true), ("epoll", false)] {
+        let server = ServeChild::start(&[], &["-w", "1", "--io", io]);
+        let addr = server.url("/").trim_start_matches("http://").trim_end_matches('/').to_string();
+        let mut conns = Vec::new();
+        for _ in 0..100 {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut buf = [0u8; 256];
+            let n = c.read(&mut buf).unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{io}: {:?}", &buf[..n]);
+            conns.push(c);
+        }
+        let held = sockets(server.pid());
+        if direct {
+            assert!(held < 20, "{io}: {held} sockets in the descriptor table for 100 connections");
+        } else {
+            assert!(held >= 100, "{io}: {held} sockets for 100 connections");
+        }
+        drop(conns);
+        server.signal(libc::SIGTERM);
+        let (code, _, err) = server.wait(Duration::from_secs(3));
+        assert_eq!(code, Some(0), "{io}: {err}");
+    }
+}
+
 #[test]
 fn sqpoll_serves_on_its_polling_thread() {
     let cpu = qpslab_sys::cpus::allowed_cpus()[0].to_string();

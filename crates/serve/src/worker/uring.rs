@@ -5,12 +5,11 @@
 //! the next completions. The protocol is the epoll loop's: [`super::session`].
 
 use std::io;
-use std::net::TcpStream;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Submit, Uring};
+use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Sock, Submit, Uring};
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
@@ -24,6 +23,10 @@ use crate::config::ServeConfig;
 const SLOT_BITS: u32 = 22;
 const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 
+/// Direct descriptor slots beyond `--max-conns`: connections closed but not yet gone from the
+/// table, and accepts completed in the turn that reached the limit.
+const DIRECT_ROOM: u64 = 1024;
+
 fn token(slot: usize, gen: u32) -> u32 {
     (gen << SLOT_BITS) | (slot as u32 & SLOT_MASK)
 }
@@ -31,7 +34,8 @@ fn token(slot: usize, gen: u32) -> u32 {
 /// A connection slot.
 #[derive(Debug, Default)]
 struct Conn {
-    fd: Option<OwnedFd>,
+    /// The socket: a registered (direct) descriptor of the ring, or a plain one.
+    fd: Option<Sock>,
     s: Session,
     /// The multishot receive is armed.
     receiving: bool,
@@ -71,11 +75,17 @@ impl<'a> Worker<'a> {
         stats: &'a WorkerStats,
     ) -> io::Result<Self> {
         let (sh, date_secs) = shared(cfg);
+        // Direct descriptors for the connections this worker keeps, and room for those whose
+        // close is still on its way (a full table would drop a connection it accepted), within
+        // the descriptor limit the kernel holds the table to.
+        let (soft, _) = qpslab_sys::nofile::limits();
+        let direct = (cfg.settings.max_conns as u64 + DIRECT_ROOM).min(soft).min(1 << 20) as u32;
         let ring = Uring::new(&RingOptions {
             entries: 1024,
             buffers: 2048,
             buffer_size: READ_CHUNK,
             sqpoll: cfg.sqpoll,
+            direct,
         })?;
         let mut w = Worker {
             ring,
@@ -162,7 +172,7 @@ impl State<'_> {
     }
 
     fn on_accept(&mut self, c: Completion<'_>, sub: &mut Submit<'_>) {
-        if let Some(fd) = c.fd {
+        if let Some(fd) = c.sock {
             self.sh.counters.accepted += 1;
             if self.sh.draining {
                 return;
@@ -255,7 +265,7 @@ impl State<'_> {
             conn.in_flight = buf.len() - end;
             conn.s.write_blocked(now, cfg);
             if let Some(fd) = &conn.fd {
-                sub.send(fd.as_raw_fd(), buf, end, c.token);
+                sub.send(fd.target(), buf, end, c.token);
             }
             return;
         }
@@ -312,7 +322,7 @@ impl State<'_> {
         if let Some(fd) = &conn.fd {
             conn.recv_paused = false;
             conn.receiving = true;
-            sub.recv_multi(fd.as_raw_fd(), token(slot, conn.s.gen));
+            sub.recv_multi(fd.target(), token(slot, conn.s.gen));
         }
     }
 
@@ -323,7 +333,7 @@ impl State<'_> {
         if conn.in_flight > 0 {
             return;
         }
-        let Some(fd) = conn.fd.as_ref().map(AsRawFd::as_raw_fd) else { return };
+        let Some(fd) = conn.fd.as_ref().map(Sock::target) else { return };
         match conn.s.take_output(&mut conn.spare) {
             Some((buf, from)) => {
                 conn.in_flight = buf.len() - from;
@@ -411,10 +421,8 @@ impl State<'_> {
         self.gate.on = on;
     }
 
-    fn add_conn(&mut self, fd: OwnedFd, sub: &mut Submit<'_>) {
-        let sock = TcpStream::from(fd);
-        let _ = sock.set_nodelay(true);
-        let fd = OwnedFd::from(sock);
+    /// A connection accepted (TCP_NODELAY comes from the listener).
+    fn add_conn(&mut self, fd: Sock, sub: &mut Submit<'_>) {
         let slot = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -426,7 +434,7 @@ impl State<'_> {
         let conn = &mut self.conns[slot];
         // A connection that sends nothing is closed at the header deadline.
         conn.s.open(now, cfg);
-        sub.recv_multi(fd.as_raw_fd(), token(slot, conn.s.gen));
+        sub.recv_multi(fd.target(), token(slot, conn.s.gen));
         conn.receiving = true;
         conn.fd = Some(fd);
         self.open += 1;
