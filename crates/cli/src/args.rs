@@ -800,6 +800,28 @@ pub struct LoadArgs {
     #[arg(long, value_name = "auto|epoll|uring", default_value = "auto")]
     pub io: String,
 
+    /// https: do not verify the server's certificate (the summary says so)
+    #[arg(long, short = 'k')]
+    pub insecure: bool,
+
+    /// https: trust the CA certificates in this PEM file instead of the system's roots
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
+
+    /// https: the server name to send (SNI) and verify, instead of the URL's host
+    #[arg(long, value_name = "NAME")]
+    pub sni: Option<String>,
+
+    /// https: hold the connections to one TLS version, 1.2 or 1.3 [default: either, the server
+    /// picks]
+    #[arg(long, value_name = "1.2|1.3")]
+    pub tls_version: Option<String>,
+
+    /// https: resume TLS sessions (tickets, PSK) on new connections instead of a full
+    /// handshake each; the report counts full and resumed handshakes
+    #[arg(long)]
+    pub tls_reuse: bool,
+
     /// How threads wait for events: auto (open loop polls instead of sleeping when the next
     /// send is due within 100 us, if each thread has a CPU of its own and, for a loopback
     /// target, the generator is confined to part of the machine; closed loop sleeps), spin

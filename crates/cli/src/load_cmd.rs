@@ -47,6 +47,18 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
             PollArg::Spin => PollMode::Spin,
             PollArg::Sleep => PollMode::Sleep,
         },
+        tls: qpslab_load::tls::TlsOptions {
+            insecure: a.insecure,
+            cacert: a.cacert,
+            sni: a.sni,
+            version: a
+                .tls_version
+                .as_deref()
+                .map(qpslab_load::tls::TlsVersion::parse)
+                .transpose()
+                .map_err(|e| UsageError(e.to_string()))?,
+            reuse: a.tls_reuse,
+        },
     };
     if let Some(list) = &agents {
         return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep);

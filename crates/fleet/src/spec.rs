@@ -49,6 +49,15 @@ pub struct LoadSpec {
     #[serde(default = "auto")]
     pub io: String,
     pub no_retry: bool,
+    /// https: `--insecure`, `--sni`, `--tls-version`, `--tls-reuse`.
+    #[serde(default)]
+    pub tls_insecure: bool,
+    #[serde(default)]
+    pub tls_sni: Option<String>,
+    #[serde(default)]
+    pub tls_version: Option<String>,
+    #[serde(default)]
+    pub tls_reuse: bool,
 }
 
 /// Why the load cannot be split: a flag and a message, as the user wrote it.
@@ -90,6 +99,13 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
     }
     if weights.contains(&0) {
         return Err(err("--agents", "a weight of 0 gives an agent nothing to do; drop it"));
+    }
+    if o.tls.cacert.is_some() {
+        return Err(err(
+            "--cacert",
+            "is not sent to agents; install the CA on the agents' machines (their system roots \
+             are used) or give --insecure",
+        ));
     }
     let total_w: f64 = weights.iter().map(|&w| f64::from(w)).sum();
     let connections = o.connections.unwrap_or(qpslab_load::config::DEFAULT_CONNECTIONS);
@@ -168,6 +184,10 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
             }
             .to_string(),
             no_retry: o.no_retry,
+            tls_insecure: o.tls.insecure,
+            tls_sni: o.tls.sni.clone(),
+            tls_version: o.tls.version.map(|v| v.name().to_string()),
+            tls_reuse: o.tls.reuse,
         })
         .collect())
 }
@@ -280,6 +300,18 @@ impl LoadSpec {
             },
             no_retry: self.no_retry,
             io: qpslab_load::IoChoice::parse(&self.io).map_err(|e| e.to_string())?,
+            tls: qpslab_load::tls::TlsOptions {
+                insecure: self.tls_insecure,
+                cacert: None,
+                sni: self.tls_sni.clone(),
+                version: self
+                    .tls_version
+                    .as_deref()
+                    .map(qpslab_load::tls::TlsVersion::parse)
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
+                reuse: self.tls_reuse,
+            },
         })
     }
 }

@@ -72,6 +72,8 @@ pub struct LoadOptions {
     pub no_retry: bool,
     /// The event loop (`--io`).
     pub io: IoChoice,
+    /// https targets: verification, version, SNI, session reuse.
+    pub tls: crate::tls::TlsOptions,
 }
 
 /// Whether the load threads do more requests per CPU-second on io_uring than on epoll here
@@ -151,6 +153,7 @@ impl Default for LoadOptions {
             poll: PollMode::Auto,
             no_retry: false,
             io: IoChoice::Auto,
+            tls: crate::tls::TlsOptions::default(),
         }
     }
 }
@@ -235,6 +238,8 @@ pub struct LoadConfig {
     pub notes: Vec<String>,
     /// The event loop the threads run.
     pub io: Engine,
+    /// https targets: the client set-up every connection shares (None: no https target).
+    pub tls: Option<crate::tls::TlsClient>,
     /// See [`LoadConfig::port_budgets`].
     port_budgets: Vec<PortBudget>,
 }
@@ -249,7 +254,18 @@ impl LoadConfig {
             body: opts.body.as_deref(),
             targets_file: opts.targets_file.as_deref(),
             conn_per_request: opts.conn_per_request,
+            sni: opts.tls.sni.as_deref(),
         })?;
+        if let Err((a, b)) = targets::check_schemes(&targets) {
+            return Err(ConfigError::new(
+                "URL",
+                format!(
+                    "{a} and {b} are one address with different schemes or TLS names; their                      connections are shared, so give one of them"
+                ),
+            ));
+        }
+        let https = targets.iter().any(|t| t.tls_name.is_some());
+        let tls = https.then(|| crate::tls::TlsClient::new(&opts.tls)).transpose()?;
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
         let threads = threads(opts.threads, connections)?;
         check_limits(opts)?;
@@ -274,8 +290,31 @@ impl LoadConfig {
             .as_deref()
             .map(|text| SourceRange::for_targets(text, &targets, threads))
             .transpose()?;
-        let (io, io_note) = opts.io.resolve(URING_MEASURED_FASTER)?;
         let mut notes = notes;
+        let (io, io_note) = if https {
+            // TLS runs on the epoll loop only (rustls inside the loop; the io_uring loop
+            // hands received bytes over in ring buffers, which TLS would need to copy).
+            match opts.io {
+                IoChoice::Uring => {
+                    return Err(ConfigError::new(
+                        "--io",
+                        "https:// targets run on the epoll loop; use --io epoll (or auto)",
+                    ))
+                }
+                IoChoice::Auto => (Engine::Epoll, None),
+                IoChoice::Epoll => opts.io.resolve(URING_MEASURED_FASTER)?,
+            }
+        } else {
+            if opts.tls.insecure
+                || opts.tls.cacert.is_some()
+                || opts.tls.sni.is_some()
+                || opts.tls.version.is_some()
+                || opts.tls.reuse
+            {
+                notes.push("TLS options have no effect: no https:// target".into());
+            }
+            opts.io.resolve(URING_MEASURED_FASTER)?
+        };
         notes.extend(io_note);
         let auto_poll = auto_polls(
             threads,
@@ -311,6 +350,7 @@ impl LoadConfig {
             retry_closed: !opts.no_retry,
             notes,
             io,
+            tls,
             port_budgets: Vec::new(),
         }
         .with_port_budgets(&Root::live()))
@@ -552,7 +592,14 @@ mod tests {
     fn errors_name_the_flag() {
         let flag = |o: LoadOptions| LoadConfig::from_options(&o).unwrap_err().flag;
         assert_eq!(flag(opts("ftp://x/")), "URL");
-        assert_eq!(flag(opts("https://127.0.0.1/")), "URL");
+        assert_eq!(flag(opts("ftp://127.0.0.1/")), "URL");
+        let https_on_uring = LoadOptions { io: IoChoice::Uring, ..opts("https://127.0.0.1/") };
+        assert_eq!(flag(https_on_uring), "--io");
+        let mixed = LoadOptions {
+            urls: vec!["http://127.0.0.1:9/".into(), "https://127.0.0.1:9/x".into()],
+            ..LoadOptions::default()
+        };
+        assert_eq!(flag(mixed), "URL");
         assert_eq!(flag(opts("not a url")), "URL");
         let o = |f: fn(&mut LoadOptions)| {
             let mut o = opts("http://127.0.0.1:1/");

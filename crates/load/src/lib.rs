@@ -15,6 +15,7 @@ pub mod stats;
 pub mod target;
 pub mod targets;
 pub mod targets_file;
+pub mod tls;
 pub mod wire;
 mod worker;
 

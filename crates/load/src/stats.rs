@@ -17,11 +17,16 @@ pub enum ErrorClass {
     Write = 2,
     Timeout = 3,
     Parse = 4,
+    /// The TLS handshake failed: certificate, protocol or cipher, or an alert from the server.
+    Tls = 5,
 }
 
+/// How many error classes there are.
+pub const CLASSES: usize = 6;
+
 impl ErrorClass {
-    pub const ALL: [ErrorClass; 5] =
-        [Self::Connect, Self::Read, Self::Write, Self::Timeout, Self::Parse];
+    pub const ALL: [ErrorClass; CLASSES] =
+        [Self::Connect, Self::Read, Self::Write, Self::Timeout, Self::Parse, Self::Tls];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,6 +35,7 @@ impl ErrorClass {
             Self::Write => "write",
             Self::Timeout => "timeout",
             Self::Parse => "parse",
+            Self::Tls => "tls",
         }
     }
 }
@@ -62,8 +68,8 @@ pub struct Recorder {
     pub ok: u64,
     /// Requests that ended without a response: sum of `errors`.
     pub failed: u64,
-    pub errors: [u64; 5],
-    pub examples: [Option<String>; 5],
+    pub errors: [u64; CLASSES],
+    pub examples: [Option<String>; CLASSES],
     pub status: Box<[u64; STATUS_SLOTS]>,
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -92,6 +98,11 @@ pub struct Recorder {
     pub waited_for_connection: u64,
     /// From connect() to the connection being writable (the handshake), per connect.
     pub connect_latency: Histogram<u64>,
+    /// https: TLS handshakes completed in full, and those that resumed a session.
+    pub tls_full: u64,
+    pub tls_resumed: u64,
+    /// https: from the TCP connection being open to the TLS handshake's end.
+    pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
     pub per_target: Vec<TargetCounts>,
     /// With `--log`: the corrected latency of the current interval only.
@@ -105,7 +116,7 @@ impl Default for Recorder {
             completed: 0,
             ok: 0,
             failed: 0,
-            errors: [0; 5],
+            errors: [0; CLASSES],
             examples: Default::default(),
             status: Box::new([0; STATUS_SLOTS]),
             bytes_read: 0,
@@ -120,6 +131,9 @@ impl Default for Recorder {
             send_lag: new_histogram(),
             waited_for_connection: 0,
             connect_latency: new_histogram(),
+            tls_full: 0,
+            tls_resumed: 0,
+            handshake_latency: new_histogram(),
             per_target: Vec::new(),
             interval: None,
         }
@@ -217,6 +231,9 @@ impl Recorder {
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
         let _ = self.send_lag.add(&other.send_lag);
         let _ = self.connect_latency.add(&other.connect_latency);
+        self.tls_full += other.tls_full;
+        self.tls_resumed += other.tls_resumed;
+        let _ = self.handshake_latency.add(&other.handshake_latency);
         if self.per_target.len() < other.per_target.len() {
             self.per_target.resize(other.per_target.len(), TargetCounts::default());
         }
@@ -253,7 +270,7 @@ mod tests {
         b.failure(ErrorClass::Timeout, 1, || "late".into());
         a.merge(&b);
         assert_eq!((a.sent, a.completed, a.ok, a.failed), (5, 2, 1, 4));
-        assert_eq!(a.errors, [0, 3, 0, 1, 0]);
+        assert_eq!(a.errors, [0, 3, 0, 1, 0, 0]);
         assert_eq!(a.examples[1].as_deref(), Some("first"));
         assert_eq!(a.examples[3].as_deref(), Some("late"));
         assert_eq!(a.statuses().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);

@@ -22,6 +22,8 @@ pub struct Target {
     pub head: bool,
     /// Share of the requests relative to the other targets (`weight=N` in a targets file).
     pub weight: u32,
+    /// https: the name its connections send (SNI) and verify the certificate against.
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 /// What the targets are built from: the request options of `qpslab load`.
@@ -36,6 +38,8 @@ pub struct RequestOptions<'a> {
     pub targets_file: Option<&'a Path>,
     /// Send `Connection: close` unless the user set a Connection header.
     pub conn_per_request: bool,
+    /// https targets: the TLS server name instead of the URL's host (`--sni`).
+    pub sni: Option<&'a str>,
 }
 
 /// Builds every target, command-line URLs first; also returns notes for the user (a URL taken
@@ -84,8 +88,13 @@ pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), Confi
                 .iter()
                 .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
             let flag = if given { "URL" } else { "--targets" };
-            resolve_target(&l.url, &l.method, &hs, &body, l.weight)
-                .map_err(|e| ConfigError::new(flag, e.message))
+            resolve_target(&l.url, &l.method, &hs, &body, l.weight, o.sni).map_err(|e| {
+                if e.flag == "--sni" {
+                    e
+                } else {
+                    ConfigError::new(flag, e.message)
+                }
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((targets, notes))
@@ -144,6 +153,7 @@ fn resolve_target(
     headers: &[HeaderArg],
     body: &[u8],
     weight: u32,
+    sni: Option<&str>,
 ) -> Result<Target, ConfigError> {
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
@@ -151,23 +161,19 @@ fn resolve_target(
             format!("{raw:?} is not a valid URL ({e}); e.g. http://127.0.0.1:8080/"),
         )
     })?;
-    match url.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(ConfigError::new(
-                "URL",
-                format!("{raw:?}: TLS is not supported yet; use an http:// URL"),
-            ))
-        }
+    let https = match url.scheme() {
+        "http" => false,
+        "https" => true,
         other => {
             return Err(ConfigError::new(
                 "URL",
-                format!("{raw:?}: unsupported scheme {other:?}; only http:// is supported"),
+                format!("{raw:?}: unsupported scheme {other:?}; use http:// or https://"),
             ))
         }
-    }
+    };
     let host =
         url.host_str().ok_or_else(|| ConfigError::new("URL", format!("{raw:?} has no host")))?;
+    let tls_name = https.then(|| crate::tls::server_name(host, sni)).transpose()?;
     let port = url.port_or_known_default().unwrap_or(80);
     // Host names resolve once, before the run; the first address is used.
     let lookup = host.trim_start_matches('[').trim_end_matches(']');
@@ -200,5 +206,6 @@ fn resolve_target(
         request,
         head: spec.is_head(),
         weight,
+        tls_name,
     })
 }

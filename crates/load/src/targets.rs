@@ -46,6 +46,8 @@ pub struct Group {
     pub offsets: Vec<usize>,
     /// Sum of the weights of its targets.
     pub weight: u64,
+    /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 impl Group {
@@ -80,9 +82,29 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 wire.extend_from_slice(&targets[cycle[p % cycle.len()] as usize].request);
                 offsets.push(wire.len());
             }
-            Group { addr, cycle, wire: wire.into(), offsets, weight: weights.iter().sum() }
+            Group {
+                addr,
+                cycle,
+                wire: wire.into(),
+                offsets,
+                weight: weights.iter().sum(),
+                tls_name: targets[members[0]].tls_name.clone(),
+            }
         })
         .collect()
+}
+
+/// Targets that share an address share their connections, so they must agree on http or
+/// https and on the TLS server name; the first pair that does not.
+pub fn check_schemes(targets: &[Target]) -> Result<(), (String, String)> {
+    for (i, a) in targets.iter().enumerate() {
+        if let Some(b) =
+            targets[i + 1..].iter().find(|b| b.addr == a.addr && b.tls_name != a.tls_name)
+        {
+            return Err((a.url.clone(), b.url.clone()));
+        }
+    }
+    Ok(())
 }
 
 /// The group of each of `connections` connections: in proportion to the groups' weights, at

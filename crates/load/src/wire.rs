@@ -19,8 +19,8 @@ pub struct RecorderPart {
     pub completed: u64,
     pub ok: u64,
     pub failed: u64,
-    pub errors: [u64; 5],
-    pub examples: [Option<String>; 5],
+    pub errors: [u64; crate::stats::CLASSES],
+    pub examples: [Option<String>; crate::stats::CLASSES],
     /// (status code, count), non-zero only.
     pub status: Vec<(u16, u64)>,
     pub bytes_read: u64,
@@ -35,6 +35,9 @@ pub struct RecorderPart {
     pub latency_uncorrected: String,
     pub send_lag: String,
     pub connect_latency: String,
+    pub tls_full: u64,
+    pub tls_resumed: u64,
+    pub handshake_latency: String,
     /// (completed, ok, failed) per target.
     pub per_target: Vec<(u64, u64, u64)>,
 }
@@ -112,6 +115,9 @@ impl RunPart {
                 latency_uncorrected: encode_histogram(&rec.latency_uncorrected),
                 send_lag: encode_histogram(&rec.send_lag),
                 connect_latency: encode_histogram(&rec.connect_latency),
+                tls_full: rec.tls_full,
+                tls_resumed: rec.tls_resumed,
+                handshake_latency: encode_histogram(&rec.handshake_latency),
                 per_target: rec.per_target.iter().map(|t| (t.completed, t.ok, t.failed)).collect(),
             },
             in_flight_at_stop: r.in_flight_at_stop,
@@ -169,6 +175,8 @@ impl RunPart {
             race_retried: p.race_retried,
             race_closes: p.race_closes,
             waited_for_connection: p.waited_for_connection,
+            tls_full: p.tls_full,
+            tls_resumed: p.tls_resumed,
             per_target: p
                 .per_target
                 .iter()
@@ -181,6 +189,7 @@ impl RunPart {
         let _ = rec.latency_uncorrected.add(hist("uncorrected latency", &p.latency_uncorrected)?);
         let _ = rec.send_lag.add(hist("send lag", &p.send_lag)?);
         let _ = rec.connect_latency.add(hist("connect latency", &p.connect_latency)?);
+        let _ = rec.handshake_latency.add(hist("handshake latency", &p.handshake_latency)?);
         for &(code, n) in &p.status {
             if let Some(slot) = rec.status.get_mut(usize::from(code)) {
                 *slot += n;

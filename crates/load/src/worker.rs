@@ -9,6 +9,7 @@
 //! request: one read, one parse, one histogram record, one write; no allocation, lock or log.
 
 mod io;
+mod tls;
 
 use std::collections::VecDeque;
 use std::io as stdio;
@@ -147,12 +148,18 @@ struct Req {
 enum Phase {
     Closed,
     Connecting,
+    /// https: TCP is open, the TLS handshake is under way.
+    Handshaking,
     Open,
 }
 
 #[derive(Debug)]
 struct Conn {
     sock: Option<Socket>,
+    /// https: the connection's TLS state, driven over `sock` by this thread's loop.
+    tls: Option<Box<rustls::ClientConnection>>,
+    /// https: when the TLS handshake began.
+    handshake_at: Instant,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
     gen: u32,
     group: usize,
@@ -264,6 +271,8 @@ impl<'a> Worker<'a> {
         let conns = (0..n_conns)
             .map(|i| Conn {
                 sock: None,
+                tls: None,
+                handshake_at: now,
                 gen: 0,
                 group: shared.conn_groups[first_conn + i],
                 // Connections start at different points of their group's request cycle.
@@ -335,7 +344,7 @@ impl<'a> Worker<'a> {
             self.connect(idx, now);
         }
         let mut next_tick = now + self.tick;
-        while self.conns.iter().any(|c| c.phase == Phase::Connecting)
+        while self.conns.iter().any(|c| matches!(c.phase, Phase::Connecting | Phase::Handshaking))
             && !self.shared.stop_flag.load(Ordering::Relaxed)
         {
             self.wait(next_tick.saturating_duration_since(now))?;
@@ -411,7 +420,7 @@ impl<'a> Worker<'a> {
         }
         self.started = true;
         for idx in 0..self.conns.len() {
-            if self.conns[idx].phase != Phase::Connecting {
+            if !matches!(self.conns[idx].phase, Phase::Connecting | Phase::Handshaking) {
                 self.issue(idx, now);
             }
         }
@@ -488,7 +497,7 @@ impl<'a> Worker<'a> {
         let depth = self.shared.cfg.pipeline as u64;
         let c = &mut self.conns[idx];
         match c.phase {
-            Phase::Connecting => {}
+            Phase::Connecting | Phase::Handshaking => {}
             Phase::Closed => {
                 if !c.inflight.is_empty() {
                     // Requests to write again once the new connection is open.
@@ -659,6 +668,47 @@ impl<'a> Worker<'a> {
             let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
             self.rec.connect_latency.saturating_record(us.max(1));
         }
+        let group = &self.shared.groups[c.group];
+        if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
+            match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
+                Ok(t) => {
+                    c.tls = Some(Box::new(t));
+                    c.phase = Phase::Handshaking;
+                    c.handshake_at = now;
+                    return self.handshake(idx);
+                }
+                Err(e) => {
+                    return self.fail_with(idx, ErrorClass::Tls, crate::tls::describe(&e), now)
+                }
+            }
+        }
+        self.ready(idx, now);
+    }
+
+    /// https: the TLS handshake is done (counted by kind, timed apart from requests).
+    fn handshake_done(&mut self, idx: usize, now: Instant) {
+        let c = &mut self.conns[idx];
+        c.phase = Phase::Open;
+        if self.measuring {
+            let resumed = c
+                .tls
+                .as_ref()
+                .and_then(|t| t.handshake_kind())
+                .is_some_and(|k| k == rustls::HandshakeKind::Resumed);
+            if resumed {
+                self.rec.tls_resumed += 1;
+            } else {
+                self.rec.tls_full += 1;
+            }
+            let us = now.saturating_duration_since(c.handshake_at).as_micros() as u64;
+            self.rec.handshake_latency.saturating_record(us.max(1));
+        }
+        self.ready(idx, now);
+    }
+
+    /// The connection can take requests (TCP open, and the TLS handshake done for https).
+    fn ready(&mut self, idx: usize, now: Instant) {
+        let c = &mut self.conns[idx];
         // With a connection per request, a new connection is the plan, not a reconnect.
         c.ever_connected = !self.shared.cfg.conn_per_request;
         self.progress.connected.store(true, Ordering::Relaxed);
@@ -860,7 +910,7 @@ impl<'a> Worker<'a> {
         self.outstanding -= c.inflight.len() as u64 + c.waiting;
         self.rec.failure(class, counted, || msg);
         self.close(idx);
-        if class == ErrorClass::Connect {
+        if matches!(class, ErrorClass::Connect | ErrorClass::Tls) {
             self.conns[idx].retry_at = Some(now + CONNECT_BACKOFF);
         }
         self.issue(idx, now);
@@ -881,6 +931,7 @@ impl<'a> Worker<'a> {
         let c = &mut self.conns[idx];
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
+        c.tls = None;
         c.parser.reset();
         c.carry.clear();
         c.write_pos = 0;
@@ -913,6 +964,16 @@ impl<'a> Worker<'a> {
                     if now.duration_since(c.opened_at) >= limit {
                         let msg = format!("connect timed out after {}", fmt_duration(limit));
                         self.fail_with(idx, ErrorClass::Connect, msg, now);
+                    }
+                }
+                Phase::Handshaking => {
+                    let limit = self.shared.cfg.connect_timeout;
+                    if now.duration_since(c.handshake_at) >= limit {
+                        let msg = format!(
+                            "TLS handshake failure: no handshake within {} (the server stalled)",
+                            fmt_duration(limit)
+                        );
+                        self.fail_with(idx, ErrorClass::Tls, msg, now);
                     }
                 }
                 Phase::Closed => {

@@ -247,6 +247,30 @@ pub struct Connections {
     pub connects_per_s: f64,
     /// From connect() to the connection being writable (the TCP handshake), per connect.
     pub connect_us: Latency,
+    /// https runs only: the TLS handshakes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsReport>,
+}
+
+/// The TLS handshakes of an https run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TlsReport {
+    /// Handshakes done in full (certificate, key exchange).
+    pub full_handshakes: u64,
+    /// Handshakes that resumed an earlier session (`--tls-reuse`).
+    pub resumed: u64,
+    /// Completed handshakes per second of measurement.
+    pub handshakes_per_s: f64,
+    /// From the TCP connection being open to the end of the TLS handshake, apart from the
+    /// request latency.
+    pub handshake_us: Latency,
+    /// `--tls-version`, if the run was held to one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<&'static str>,
+    /// `--tls-reuse`: sessions were offered for resumption.
+    pub reuse: bool,
+    /// `--insecure`: server certificates were not verified.
+    pub insecure: bool,
 }
 
 /// The connect phase of a keep-alive run, before the measured window.
@@ -503,6 +527,15 @@ impl Report {
                 reconnects: rec.reconnects,
                 connects_per_s: per_sec(rec.connects),
                 connect_us: Latency::from_histogram(&rec.connect_latency),
+                tls: cfg.tls.as_ref().map(|t| TlsReport {
+                    full_handshakes: rec.tls_full,
+                    resumed: rec.tls_resumed,
+                    handshakes_per_s: per_sec(rec.tls_full + rec.tls_resumed),
+                    handshake_us: Latency::from_histogram(&rec.handshake_latency),
+                    version: t.version.map(crate::tls::TlsVersion::name),
+                    reuse: t.reuse,
+                    insecure: t.insecure,
+                }),
             },
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
             latency_us: Latency::from_histogram(&rec.latency),

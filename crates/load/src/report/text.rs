@@ -102,6 +102,18 @@ fn totals(r: &Report, s: &mut String) {
         r.connections.reconnects,
         retried
     );
+    if let Some(t) = &r.connections.tls {
+        let _ = writeln!(
+            s,
+            "TLS:     {} full handshakes, {} resumed ({:.2}/s), handshake mean {}, p99 {}{}",
+            t.full_handshakes,
+            t.resumed,
+            t.handshakes_per_s,
+            fmt_us(t.handshake_us.mean),
+            fmt_us(t.handshake_us.p99 as f64),
+            if t.insecure { "; certificates NOT verified (--insecure)" } else { "" }
+        );
+    }
     let race = &r.retries;
     if race.closed_before_response > 0 {
         let _ = writeln!(

@@ -266,6 +266,7 @@ impl Worker<'_> {
                     self.connected(idx, status);
                 }
             }
+            Phase::Handshaking => self.handshake(idx),
             Phase::Open => {
                 if events & poll::OUT != 0 {
                     self.flush(idx);
@@ -366,6 +367,9 @@ impl Worker<'_> {
             }
             return;
         }
+        if self.conns[idx].tls.is_some() {
+            return self.flush_tls(idx);
+        }
         loop {
             let c = &mut self.conns[idx];
             let Some(sock) = &c.sock else { return };
@@ -388,7 +392,7 @@ impl Worker<'_> {
     }
 
     /// `n` bytes of the current batch went out.
-    fn wrote(&mut self, idx: usize, n: usize) {
+    pub(super) fn wrote(&mut self, idx: usize, n: usize) {
         let c = &mut self.conns[idx];
         c.write_pos += n;
         if self.measuring {
@@ -402,6 +406,9 @@ impl Worker<'_> {
 
     /// epoll: reads what the socket has.
     fn on_readable(&mut self, idx: usize) {
+        if self.conns[idx].tls.is_some() {
+            return self.on_readable_tls(idx);
+        }
         let mut buf = std::mem::take(&mut self.buf);
         let mut now;
         while let Some(sock) = &self.conns[idx].sock {

@@ -29,7 +29,35 @@ impl Nginx {
     /// status, method, request length, connection serial number, requests on that connection so
     /// far, peer address, peer port, URI.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// The same server on HTTPS with this certificate chain and key (PEM), TLS 1.2 and 1.3,
+    /// session tickets and a session cache on; the access log gains a last field,
+    /// `$ssl_session_reused` (`r` for a resumed session, `.` for a full handshake).
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Self {
+        Self::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let (ssl, ssl_conf, reused) = match tls {
+            Some((cert, key)) => {
+                std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+                std::fs::write(dir.path().join("key.pem"), key).unwrap();
+                let d = dir.path().display();
+                (
+                    " ssl",
+                    format!(
+                        "ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem; \
+                         ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on; \
+                         ssl_session_cache shared:qpslab:1m;"
+                    ),
+                    " $ssl_session_reused",
+                )
+            }
+            None => ("", String::new(), ""),
+        };
         let d = dir.path().display();
         let body = BODY_1K.repeat(64);
         let started = super::start_listening(|port| {
@@ -41,7 +69,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri";
+log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}";
 access_log {d}/access.log st;
 client_body_temp_path {d};
 proxy_temp_path {d};
@@ -49,7 +77,8 @@ fastcgi_temp_path {d};
 uwsgi_temp_path {d};
 scgi_temp_path {d};
 server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port}{ssl};
+    {ssl_conf}
     location = / {{ return 200; }}
     location = /1k {{ return 200 "{body}"; }}
     location = /404 {{ return 404; }}
@@ -83,6 +112,11 @@ server {{
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The https URL of `path` (host `localhost`, the name test certificates carry).
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
     }
 
     /// Access log lines, once there are `expect` of them (nginx logs a request just after

@@ -1,0 +1,273 @@
+//! HTTPS: the client TLS set-up of a run (rustls), built once from the options and shared by
+//! every connection, and the classes of TLS failures the report tells apart.
+//!
+//! The connections themselves drive rustls' sans-I/O state machine inside the load threads'
+//! own loops (`worker`); nothing here touches a socket.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::Resumption;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use crate::config::ConfigError;
+
+/// A TLS protocol version (`--tls-version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    V1_2,
+    V1_3,
+}
+
+impl TlsVersion {
+    pub fn parse(text: &str) -> Result<TlsVersion, ConfigError> {
+        match text.trim() {
+            "1.2" => Ok(TlsVersion::V1_2),
+            "1.3" => Ok(TlsVersion::V1_3),
+            other => Err(ConfigError::new(
+                "--tls-version",
+                format!("{other:?} is not a TLS version qpslab offers; use 1.2 or 1.3"),
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsVersion::V1_2 => "1.2",
+            TlsVersion::V1_3 => "1.3",
+        }
+    }
+}
+
+/// The TLS options as the user gave them.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// Do not verify the server's certificate (`--insecure`).
+    pub insecure: bool,
+    /// Trust these roots (PEM) instead of the system's (`--cacert`).
+    pub cacert: Option<PathBuf>,
+    /// The name sent in SNI and checked against the certificate, instead of the URL's host.
+    pub sni: Option<String>,
+    /// Only this version; None: 1.2 and 1.3, the server picks.
+    pub version: Option<TlsVersion>,
+    /// Resume sessions on new connections (tickets / PSK) instead of a full handshake each.
+    pub reuse: bool,
+}
+
+/// What the threads share: the client configuration and the name every connection of a target
+/// verifies.
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    pub config: Arc<ClientConfig>,
+    pub insecure: bool,
+    pub reuse: bool,
+    pub version: Option<TlsVersion>,
+}
+
+/// Sessions remembered for resumption (per server name), when `--tls-reuse` is on.
+const SESSION_CACHE: usize = 4096;
+
+impl TlsClient {
+    /// The configuration for a run with these options.
+    pub fn new(o: &TlsOptions) -> Result<TlsClient, ConfigError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let versions: &[&rustls::SupportedProtocolVersion] = match o.version {
+            Some(TlsVersion::V1_2) => &[&rustls::version::TLS12],
+            Some(TlsVersion::V1_3) => &[&rustls::version::TLS13],
+            None => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        };
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(versions)
+            .map_err(|e| ConfigError::new("--tls-version", e.to_string()))?;
+        let mut config = if o.insecure {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+                .with_no_client_auth()
+        } else {
+            builder.with_root_certificates(roots(o.cacert.as_deref())?).with_no_client_auth()
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.resumption = if o.reuse {
+            Resumption::in_memory_sessions(SESSION_CACHE)
+        } else {
+            Resumption::disabled()
+        };
+        Ok(TlsClient {
+            config: Arc::new(config),
+            insecure: o.insecure,
+            reuse: o.reuse,
+            version: o.version,
+        })
+    }
+}
+
+/// The name a target's connections send (SNI) and verify: `--sni`, else the URL's host (an IP
+/// address is verified against the certificate's IP addresses and sends no SNI).
+pub fn server_name(host: &str, sni: Option<&str>) -> Result<ServerName<'static>, ConfigError> {
+    let (flag, name) = match sni {
+        Some(s) => ("--sni", s),
+        None => ("URL", host.trim_start_matches('[').trim_end_matches(']')),
+    };
+    ServerName::try_from(name.to_string()).map_err(|e| {
+        ConfigError::new(flag, format!("{name:?} is not a valid TLS server name: {e}"))
+    })
+}
+
+fn roots(cacert: Option<&Path>) -> Result<RootCertStore, ConfigError> {
+    let mut store = RootCertStore::empty();
+    match cacert {
+        Some(path) => {
+            let err = |what: String| {
+                ConfigError::new(
+                    "--cacert",
+                    format!("{}: {what}; give a PEM file of CA certificates", path.display()),
+                )
+            };
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                .map_err(|e| err(e.to_string()))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| err(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(err("no certificate in it".into()));
+            }
+            for c in certs {
+                store.add(c).map_err(|e| err(e.to_string()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            store.add_parsable_certificates(found.certs);
+            if store.is_empty() {
+                return Err(ConfigError::new(
+                    "--cacert",
+                    "no trusted root certificates found on this system (install \
+                     ca-certificates); give --cacert FILE or --insecure",
+                ));
+            }
+        }
+    }
+    Ok(store)
+}
+
+/// `--insecure`: any certificate is taken; signatures are still checked to complete the
+/// handshake as a verifying client would (same cost).
+#[derive(Debug)]
+struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS failure as the report words it: the class of problem first (certificate, handshake,
+/// alert), then rustls' reason.
+pub fn describe(e: &rustls::Error) -> String {
+    use rustls::Error as E;
+    match e {
+        E::InvalidCertificate(c) => format!("TLS certificate: {}", certificate_reason(c)),
+        E::AlertReceived(a) => format!("TLS alert received from the server: {a:?}"),
+        E::PeerIncompatible(p) => format!("TLS handshake failure: incompatible server ({p:?})"),
+        E::InvalidMessage(m) => format!(
+            "TLS handshake failure: not a TLS answer ({m:?}); is this an http:// server on an \
+             https:// URL?"
+        ),
+        other => format!("TLS handshake failure: {other}"),
+    }
+}
+
+fn certificate_reason(c: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as C;
+    match c {
+        C::UnknownIssuer => "unknown issuer (not signed by a trusted root; --cacert FILE to \
+                             trust its CA, --insecure to skip verification)"
+            .into(),
+        C::Expired | C::ExpiredContext { .. } => "expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => "not valid yet".into(),
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "name mismatch (the certificate is not for this host; --sni NAME to ask for \
+             another name)"
+                .into()
+        }
+        C::Other(o) if o.to_string() == "CaUsedAsEndEntity" => {
+            "a CA certificate served as the server's own (give the server a certificate signed \
+             by that CA)"
+                .into()
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn versions_and_names_are_checked_with_the_flag_named() {
+        assert_eq!(TlsVersion::parse("1.3").unwrap(), TlsVersion::V1_3);
+        let e = TlsVersion::parse("1.1").unwrap_err();
+        assert_eq!(e.flag, "--tls-version");
+        assert!(server_name("127.0.0.1", None).is_ok());
+        assert!(server_name("[::1]", None).is_ok());
+        assert!(server_name("example.com", Some("other.example")).is_ok());
+        assert_eq!(server_name("x", Some("bad name!")).unwrap_err().flag, "--sni");
+    }
+
+    #[test]
+    fn a_cacert_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.pem");
+        std::fs::write(&p, "not a certificate\n").unwrap();
+        let o = TlsOptions { cacert: Some(p), ..TlsOptions::default() };
+        let e = TlsClient::new(&o).unwrap_err();
+        assert_eq!(e.flag, "--cacert");
+        assert!(e.to_string().contains("empty.pem"), "{e}");
+        let o =
+            TlsOptions { cacert: Some(dir.path().join("missing.pem")), ..TlsOptions::default() };
+        assert_eq!(TlsClient::new(&o).unwrap_err().flag, "--cacert");
+    }
+}

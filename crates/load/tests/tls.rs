@@ -1,0 +1,198 @@
+//! HTTPS against real nginx with test-made certificates: exact counts against its access log,
+//! full and resumed handshakes counted on both sides (`$ssl_session_reused`), and each kind of
+//! TLS failure in the `tls` error class with its reason, within the timeout.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use qpslab_load::tls::{TlsOptions, TlsVersion};
+use qpslab_load::IoChoice;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+use support::nginx::Nginx;
+use support::{opts_on, run};
+
+/// A CA and a server certificate it signed.
+struct Pki {
+    ca_pem: String,
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        Pki::named("qpslab test CA")
+    }
+
+    fn named(name: &str) -> Pki {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = p.self_signed(&ca_key).unwrap();
+        Pki { ca_pem: ca.pem(), ca, ca_key, dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// A certificate for `localhost` and 127.0.0.1 (expired long ago when `expired`), and its
+    /// key, both PEM.
+    fn server(&self, expired: bool) -> (String, String) {
+        let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        let path = self.dir.path().join("ca.pem");
+        std::fs::write(&path, &self.ca_pem).unwrap();
+        path
+    }
+}
+
+fn tls_opts(url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions {
+    qpslab_load::LoadOptions { tls, ..opts_on(IoChoice::Auto, url) }
+}
+
+/// The last field of nginx's TLS access log: `r` resumed, `.` full handshake.
+fn resumed_in_log(log: &[String]) -> usize {
+    log.iter().filter(|l| l.ends_with(" r")).count()
+}
+
+#[test]
+fn keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let nginx = Nginx::start_tls(&cert, &key);
+    let mut o = tls_opts(
+        &nginx.https_url("/"),
+        TlsOptions { cacert: Some(pki.ca_file()), ..TlsOptions::default() },
+    );
+    o.connections = Some(10);
+    o.requests = Some(3000);
+    let r = run(&o);
+    assert_eq!((r.requests.ok, r.requests.failed), (3000, 0), "{:?}", r.error_examples);
+    let log = nginx.access_log(3000);
+    assert_eq!(log.len(), 3000, "nginx saw exactly the requests sent");
+    let tls = r.connections.tls.expect("an https run reports its handshakes");
+    assert_eq!((tls.full_handshakes, tls.resumed), (10, 0), "one handshake per connection");
+    assert_eq!(resumed_in_log(&log), 0);
+    assert!(
+        tls.handshake_us.min > 0 && tls.handshake_us.max >= tls.handshake_us.min,
+        "{:?}",
+        tls.handshake_us
+    );
+    assert!(!tls.insecure);
+}
+
+#[test]
+fn a_connection_per_request_resumes_sessions_only_with_tls_reuse() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let nginx = Nginx::start_tls(&cert, &key);
+    for (version, reuse) in [
+        (None, false),
+        (None, true),
+        (Some(TlsVersion::V1_2), true),
+        (Some(TlsVersion::V1_3), true),
+    ] {
+        let before = nginx.access_log(0).len();
+        let tls =
+            TlsOptions { cacert: Some(pki.ca_file()), reuse, version, ..TlsOptions::default() };
+        let mut o = tls_opts(&nginx.https_url("/"), tls);
+        o.connections = Some(4);
+        o.requests = Some(300);
+        o.conn_per_request = true;
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 300, "{version:?} {reuse}: {:?}", r.error_examples);
+        let t = r.connections.tls.unwrap();
+        assert_eq!(t.full_handshakes + t.resumed, 300, "a handshake per request");
+        assert_eq!(r.connections.connects, 300);
+        let log = nginx.access_log(before + 300);
+        let log = &log[before..];
+        assert_eq!(log.len(), 300);
+        // The server agrees on which handshakes resumed.
+        assert_eq!(resumed_in_log(log) as u64, t.resumed, "{version:?} reuse {reuse}");
+        if reuse {
+            assert!(t.resumed >= 250, "{version:?}: most handshakes resume: {t:?}");
+        } else {
+            assert_eq!(t.resumed, 0);
+        }
+        assert_eq!(t.version, version.map(TlsVersion::name));
+    }
+}
+
+/// Runs one request against `url` and returns the tls error count, its example and how long
+/// the run took.
+fn failing(url: &str, tls: TlsOptions, connect_timeout: Duration) -> (u64, String, Duration) {
+    let mut o = tls_opts(url, tls);
+    o.connections = Some(1);
+    o.requests = Some(1);
+    o.connect_timeout = Some(connect_timeout);
+    let started = Instant::now();
+    let r = run(&o);
+    let took = started.elapsed();
+    let n = r.errors.get("tls").copied().unwrap_or(0);
+    (n, r.error_examples.get("tls").cloned().unwrap_or_default(), took)
+}
+
+#[test]
+fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let good = Nginx::start_tls(&cert, &key);
+    let quick = Duration::from_secs(2);
+
+    // A CA that did not sign the server's certificate.
+    let other = Pki::named("another CA");
+    let wrong_ca = TlsOptions { cacert: Some(other.ca_file()), ..TlsOptions::default() };
+    let (n, why, _) = failing(&good.https_url("/"), wrong_ca, quick);
+    assert_eq!(n, 1, "{why}");
+    assert!(why.starts_with("TLS certificate: unknown issuer"), "{why}");
+
+    // A name the certificate is not for.
+    let trusted = || TlsOptions { cacert: Some(pki.ca_file()), ..TlsOptions::default() };
+    let sni = TlsOptions { sni: Some("other.example".into()), ..trusted() };
+    let (n, why, _) = failing(&good.https_url("/"), sni, quick);
+    assert_eq!(n, 1, "{why}");
+    assert!(why.starts_with("TLS certificate: name mismatch"), "{why}");
+
+    // --insecure takes that same certificate and says so.
+    let insecure = TlsOptions { insecure: true, sni: Some("other.example".into()), ..trusted() };
+    let mut o = tls_opts(&good.https_url("/"), insecure);
+    o.requests = Some(10);
+    let r = run(&o);
+    assert_eq!(r.requests.ok, 10);
+    assert!(r.connections.tls.unwrap().insecure);
+
+    // An expired certificate.
+    let (old_cert, old_key) = pki.server(true);
+    let expired = Nginx::start_tls(&old_cert, &old_key);
+    let (n, why, _) = failing(&expired.https_url("/"), trusted(), quick);
+    assert_eq!(n, 1, "{why}");
+    assert!(why.starts_with("TLS certificate: expired"), "{why}");
+
+    // A plain-HTTP server on an https URL: a hint, not a parse error.
+    let plain = Nginx::start();
+    let url = format!("https://localhost:{}/", plain.port);
+    let (n, why, _) = failing(&url, trusted(), quick);
+    assert_eq!(n, 1, "{why}");
+    assert!(why.contains("is this an http:// server on an https:// URL?"), "{why}");
+
+    // A server that takes the connection and never answers the handshake: failed at the
+    // connect timeout, in the tls class.
+    let stall = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://localhost:{}/", stall.local_addr().unwrap().port());
+    let (n, why, took) = failing(&url, trusted(), Duration::from_millis(300));
+    assert_eq!(n, 1, "{why}");
+    assert!(why.contains("no handshake within 300ms"), "{why}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
