@@ -574,6 +574,20 @@ pub struct ServeArgs {
     #[arg(long)]
     pub sqpoll: bool,
 
+    /// HTTPS with this certificate chain (PEM, the server's certificate first); needs
+    /// --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key", conflicts_with = "tls_self_signed")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// HTTPS with a certificate made at start for localhost and the listen addresses (its
+    /// SHA-256 fingerprint is printed; clients need --insecure or to pin it)
+    #[arg(long)]
+    pub tls_self_signed: bool,
+
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
     /// with EPOLLEXCLUSIVE)
@@ -673,9 +687,17 @@ impl ServeArgs {
         let accept = qpslab_serve::AcceptMode::parse(&self.accept)?;
         let io = qpslab_serve::IoChoice::parse(&self.io)?;
         let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let tls = match (&self.tls_cert, &self.tls_key, self.tls_self_signed) {
+            (Some(cert), Some(key), _) => {
+                Some(qpslab_serve::tls::TlsSource::Files { cert: cert.clone(), key: key.clone() })
+            }
+            (_, _, true) => Some(qpslab_serve::tls::TlsSource::SelfSigned),
+            _ => None,
+        };
         Ok(qpslab_serve::ServeOptions {
             io,
             sqpoll: self.sqpoll,
+            tls,
             listen: self.listen.clone(),
             workers,
             cpus,

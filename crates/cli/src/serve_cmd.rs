@@ -31,6 +31,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         eprintln!("qpslab serve: warning: {w}");
     }
     eprintln!("qpslab serve: {}", startup_line(&server));
+    if let Some(t) = &server.config().tls {
+        let made = if t.self_signed {
+            format!("self-signed certificate for {} made at start", t.names.join(", "))
+        } else {
+            "certificate from --tls-cert".into()
+        };
+        eprintln!("qpslab serve: https: {made}; SHA-256 fingerprint {}", t.fingerprint);
+    }
     if let Some(fd) = a.ready_fd {
         let ready = serde_json::json!({
             "ready": true,
@@ -52,6 +60,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
         accept: cfg.accept.name(),
         io: cfg.io.name(),
         sqpoll: cfg.sqpoll,
+        tls: cfg.tls.as_ref().map(|t| qpslab_serve::TlsReport {
+            fingerprint_sha256: t.fingerprint.clone(),
+            self_signed: t.self_signed,
+        }),
         duration_s: started.elapsed().as_secs_f64(),
         totals: WorkerCounters::sum(&totals),
         per_worker: totals,
@@ -76,8 +88,9 @@ fn startup_line(server: &Server) -> String {
         }
     };
     format!(
-        "listening on {} ({} {}, accept {}, io {}{}{}{sharing})",
+        "listening on {}{} ({} {}, accept {}, io {}{}{}{sharing})",
         addrs.join(", "),
+        if cfg.tls.is_some() { " for https" } else { "" },
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         cfg.accept.name(),
@@ -125,8 +138,10 @@ impl StatsLines {
 /// The totals line, and a line per worker when there are several.
 fn serve_text(r: &ServeReport) -> String {
     let t = &r.totals;
+    let tls =
+        if r.tls.is_some() { format!(", TLS failures {}", t.tls_failures) } else { String::new() };
     let mut o = format!(
-        "served {} requests in {:.2}s on {} connections; rejected {}, timeouts {}, accept errors {}\n",
+        "served {} requests in {:.2}s on {} connections; rejected {}, timeouts {}, accept errors {}{tls}\n",
         t.requests, r.duration_s, t.accepted, t.rejected, t.timeouts, t.accept_errors
     );
     if r.per_worker.len() > 1 {

@@ -131,6 +131,8 @@ pub struct ServeOptions {
     pub io: IoChoice,
     /// io_uring with a kernel thread polling each ring's submissions (`--sqpoll`).
     pub sqpoll: bool,
+    /// HTTPS: where the certificate comes from (`--tls-cert`/`--tls-key`, `--tls-self-signed`).
+    pub tls: Option<crate::tls::TlsSource>,
 }
 
 /// Whether io_uring serves more requests per CPU-second than epoll here: what `--io auto` goes
@@ -154,6 +156,7 @@ impl Default for ServeOptions {
             settings: Settings::default(),
             io: IoChoice::Auto,
             sqpoll: false,
+            tls: None,
         }
     }
 }
@@ -176,6 +179,8 @@ pub struct ServeConfig {
     pub io_note: Option<String>,
     /// Each io_uring worker's submissions are polled by a kernel thread on the worker's CPU.
     pub sqpoll: bool,
+    /// HTTPS: the TLS set-up every worker shares.
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 impl ServeConfig {
@@ -213,12 +218,25 @@ impl ServeConfig {
             ));
         }
         o.settings.check()?;
-        let (io, io_note) = o.io.resolve(URING_MEASURED_FASTER)?;
+        let (io, io_note) = match (&o.tls, o.io) {
+            // TLS runs on the epoll loop (rustls inside the loop).
+            (Some(_), IoChoice::Uring) => {
+                return Err(ConfigError::new(
+                    "--io",
+                    "TLS runs on the epoll loop; use --io epoll (or auto) with --tls-*",
+                ))
+            }
+            (Some(_), _) => (Engine::Epoll, None),
+            (None, choice) => choice.resolve(URING_MEASURED_FASTER)?,
+        };
         if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
             return Err(ConfigError::new(
                 "--accept",
                 "exclusive is EPOLLEXCLUSIVE, an epoll mode; with --io uring use reuseport or shared",
             ));
+        }
+        if o.sqpoll && o.tls.is_some() {
+            return Err(ConfigError::new("--sqpoll", "is an io_uring option; TLS runs on epoll"));
         }
         if o.sqpoll && io != Engine::Uring {
             return Err(ConfigError::new(
@@ -229,6 +247,7 @@ impl ServeConfig {
                 },
             ));
         }
+        let tls = o.tls.as_ref().map(|t| crate::tls::ServerTls::new(t, &listen)).transpose()?;
         Ok(Self {
             listen,
             workers,
@@ -241,6 +260,7 @@ impl ServeConfig {
             io,
             io_note,
             sqpoll: o.sqpoll,
+            tls,
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod date;
 mod inbuf;
 pub mod listen;
 mod respond;
+pub mod tls;
 mod worker;
 
 use std::net::SocketAddr;
@@ -163,8 +164,16 @@ fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
             rejected: s.rejected.load(Ordering::Relaxed),
             timeouts: s.timeouts.load(Ordering::Relaxed),
             accept_errors: s.accept_errors.load(Ordering::Relaxed),
+            tls_failures: s.tls_failures.load(Ordering::Relaxed),
         })
         .collect()
+}
+
+/// The TLS part of [`ServeReport`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TlsReport {
+    pub fingerprint_sha256: String,
+    pub self_signed: bool,
 }
 
 /// What `qpslab serve --json` prints when the server stops.
@@ -178,6 +187,9 @@ pub struct ServeReport {
     pub io: &'static str,
     /// io_uring submissions polled by a kernel thread (`--sqpoll`).
     pub sqpoll: bool,
+    /// HTTPS: the certificate's SHA-256 fingerprint and whether it was made at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsReport>,
     pub duration_s: f64,
     pub totals: WorkerCounters,
     pub per_worker: Vec<WorkerCounters>,

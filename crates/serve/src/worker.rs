@@ -51,6 +51,9 @@ pub struct WorkerStats {
     pub timeouts: AtomicU64,
     /// accept() failures other than EAGAIN (EMFILE, ENFILE, ...).
     pub accept_errors: AtomicU64,
+    /// HTTPS: connections closed because their TLS failed (a bad handshake, an alert, a
+    /// record that does not decrypt).
+    pub tls_failures: AtomicU64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -60,6 +63,7 @@ pub(crate) struct Counters {
     rejected: u64,
     timeouts: u64,
     accept_errors: u64,
+    pub(crate) tls_failures: u64,
 }
 
 /// A worker's counters: sampled live for `--stats-every`, and returned when it stops.
@@ -72,6 +76,7 @@ pub struct WorkerCounters {
     pub rejected: u64,
     pub timeouts: u64,
     pub accept_errors: u64,
+    pub tls_failures: u64,
 }
 
 impl WorkerCounters {
@@ -84,6 +89,7 @@ impl WorkerCounters {
             rejected: a.rejected + w.rejected,
             timeouts: a.timeouts + w.timeouts,
             accept_errors: a.accept_errors + w.accept_errors,
+            tls_failures: a.tls_failures + w.tls_failures,
         })
     }
 }
@@ -95,6 +101,7 @@ impl Counters {
         stats.rejected.store(self.rejected, Ordering::Relaxed);
         stats.timeouts.store(self.timeouts, Ordering::Relaxed);
         stats.accept_errors.store(self.accept_errors, Ordering::Relaxed);
+        stats.tls_failures.store(self.tls_failures, Ordering::Relaxed);
         stats.open.store(open as u64, Ordering::Relaxed);
     }
 
@@ -107,6 +114,7 @@ impl Counters {
             rejected: self.rejected,
             timeouts: self.timeouts,
             accept_errors: self.accept_errors,
+            tls_failures: self.tls_failures,
         }
     }
 }

@@ -8,6 +8,7 @@ mod common;
 mod lab;
 mod load_models;
 mod profile;
+mod tls;
 mod tune;
 
 use common::ServeChild;

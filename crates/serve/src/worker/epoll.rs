@@ -2,7 +2,7 @@
 //! the exclusive accept mode), connections registered once, edge-triggered both ways, read
 //! until a short read, written until the socket takes no more or the turn's budget is spent.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,45 @@ struct Conn {
     yielded: bool,
     /// The peer shut down its writing side: read on to EOF instead of stopping at a short read.
     peer_closed: bool,
+    /// HTTPS: the connection's TLS state; records move over `sock`, plaintext through the
+    /// session's buffers.
+    tls: Option<Box<rustls::ServerConnection>>,
+}
+
+/// A socket as the `Read` and `Write` rustls moves its records through.
+struct SockIo<'a>(&'a TcpStream);
+
+impl io::Read for SockIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        net::recv(self.0, buf)
+    }
+}
+
+impl io::Write for SockIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        net::send(self.0, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Plaintext handed to the TLS session at a time: its records are sent before more is taken,
+/// so a large body is never held encrypted in memory at once.
+const TLS_CHUNK: usize = 16 * 1024;
+
+/// Sends the session's pending records; Ok(false) when the socket takes no more now.
+fn send_records(tls: &mut rustls::ServerConnection, sock: &TcpStream) -> io::Result<bool> {
+    while tls.wants_write() {
+        match tls.write_tls(&mut SockIo(sock)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 pub(crate) struct Worker<'a> {
@@ -137,7 +176,9 @@ impl<'a> Worker<'a> {
             // Data and FIN can arrive in one edge: a short read is then not "drained".
             self.conns[idx].peer_closed = true;
         }
-        if flags & poll::OUT != 0 && self.conns[idx].s.has_output() {
+        let c = &self.conns[idx];
+        let records = c.tls.as_ref().is_some_and(|t| t.wants_write());
+        if flags & poll::OUT != 0 && (c.s.has_output() || records) {
             self.flush(idx);
         }
         if live(self) {
@@ -148,6 +189,9 @@ impl<'a> Worker<'a> {
     /// Reads what the socket has, while input may be taken. Returns the bytes read; closes the
     /// connection on EOF or error.
     fn read_input(&mut self, idx: usize) -> usize {
+        if self.conns[idx].tls.is_some() {
+            return self.read_input_tls(idx);
+        }
         let limits = &self.sh.cfg.settings.limits;
         let max_head = limits.max_request_line + limits.max_header_bytes;
         let mut total = 0;
@@ -188,6 +232,108 @@ impl<'a> Worker<'a> {
                     self.close(idx);
                     return total;
                 }
+            }
+        }
+    }
+
+    /// HTTPS: reads records until the socket is drained, decrypting into the session's input
+    /// (the handshake happens here too: its replies go out with the next flush).
+    fn read_input_tls(&mut self, idx: usize) -> usize {
+        let limits = &self.sh.cfg.settings.limits;
+        let max_head = limits.max_request_line + limits.max_header_bytes;
+        let mut total = 0;
+        loop {
+            let c = &mut self.conns[idx];
+            let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) else { return total };
+            if c.s.phase == Phase::Lingering {
+                c.s.inbuf.clear();
+            }
+            if c.s.inbuf.len() > max_head + READ_CHUNK {
+                return total;
+            }
+            // Plaintext already decrypted first.
+            match tls.reader().read(c.s.inbuf.spare(READ_CHUNK)) {
+                Ok(0) => {
+                    // The client's close_notify.
+                    c.s.eof = true;
+                    c.readable = false;
+                    return total;
+                }
+                Ok(n) => {
+                    c.s.inbuf.filled_by(n);
+                    total += n;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    c.s.eof = true;
+                    c.readable = false;
+                    return total;
+                }
+            }
+            if !c.readable {
+                return total;
+            }
+            match tls.read_tls(&mut SockIo(sock)) {
+                Ok(0) => {
+                    c.s.eof = true;
+                    c.readable = false;
+                    return total;
+                }
+                Ok(_) => {
+                    if tls.process_new_packets().is_err() {
+                        // The alert rustls queued tells the client why.
+                        let _ = send_records(tls, sock);
+                        self.sh.counters.tls_failures += 1;
+                        self.close(idx);
+                        return total;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    return total;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close(idx);
+                    return total;
+                }
+            }
+        }
+    }
+
+    /// HTTPS: hands pending output to the TLS session a chunk at a time and sends its records.
+    /// Returns false when it yielded, blocked or closed (nothing more to do now).
+    fn flush_tls(&mut self, idx: usize) -> bool {
+        let (now, cfg) = (self.now, self.sh.cfg);
+        let mut written = 0;
+        loop {
+            let c = &mut self.conns[idx];
+            let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) else { return false };
+            match send_records(tls, sock) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if c.s.has_output() {
+                        c.s.write_blocked(now, cfg);
+                    }
+                    return false;
+                }
+                Err(_) => {
+                    self.close(idx);
+                    return false;
+                }
+            }
+            let out = c.s.pending();
+            if out.is_empty() {
+                return true;
+            }
+            let n = tls.writer().write(&out[..out.len().min(TLS_CHUNK)]).unwrap_or(0);
+            c.s.wrote(n, now, cfg);
+            written += n;
+            if written >= FLUSH_BUDGET && c.s.has_output() {
+                c.yielded = true;
+                self.yielded.push((idx, c.s.gen));
+                return false;
             }
         }
     }
@@ -236,6 +382,9 @@ impl<'a> Worker<'a> {
         if self.conns[idx].yielded {
             return;
         }
+        if self.conns[idx].tls.is_some() && !self.flush_tls(idx) {
+            return;
+        }
         loop {
             let c = &mut self.conns[idx];
             let Some(sock) = c.sock.as_ref() else { return };
@@ -267,6 +416,10 @@ impl<'a> Worker<'a> {
             AfterOutput::Close => self.close(idx),
             AfterOutput::Linger => {
                 if let Some(sock) = c.sock.as_ref() {
+                    if let Some(tls) = c.tls.as_mut() {
+                        tls.send_close_notify();
+                        let _ = send_records(tls, sock);
+                    }
                     let _ = sock.shutdown(Shutdown::Write);
                 }
             }
@@ -339,6 +492,14 @@ impl<'a> Worker<'a> {
 
     fn close(&mut self, idx: usize) {
         let c = &mut self.conns[idx];
+        if let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) {
+            // An orderly TLS close (best effort: the socket may not take it).
+            if !tls.is_handshaking() {
+                tls.send_close_notify();
+                let _ = send_records(tls, sock);
+            }
+        }
+        c.tls = None;
         if c.sock.take().is_none() {
             return;
         }
@@ -424,6 +585,15 @@ impl<'a> Worker<'a> {
         }
         let (now, cfg) = (self.now, self.sh.cfg);
         let c = &mut self.conns[idx];
+        if let Some(t) = &cfg.tls {
+            match rustls::ServerConnection::new(t.config.clone()) {
+                Ok(conn) => c.tls = Some(Box::new(conn)),
+                Err(_) => {
+                    self.free.push(idx);
+                    return;
+                }
+            }
+        }
         c.sock = Some(sock);
         c.readable = false;
         // A connection that sends nothing is closed at the header deadline.

@@ -1,0 +1,147 @@
+//! `serve` over HTTPS, seen by real clients: curl, h2load, openssl s_client and qpslab load;
+//! a client stalling mid-handshake closed at the header deadline while others are served.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::ServeChild;
+use crate::{qpslab, usage_error};
+
+fn https(server: &ServeChild, path: &str) -> String {
+    format!("https://{}{path}", server.addr)
+}
+
+/// The fingerprint serve printed at start.
+fn printed_fingerprint(startup: &str) -> String {
+    let at = startup.find("SHA-256 fingerprint ").expect("the fingerprint is printed") + 20;
+    startup[at..].split_whitespace().next().unwrap().to_string()
+}
+
+#[test]
+fn tls_self_signed_serves_curl_h2load_openssl_and_qpslab_load() {
+    let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--json"]);
+    assert!(server.startup.contains("for https"), "{}", server.startup);
+    let url = https(&server, "/");
+
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", &url])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+
+    let out =
+        Command::new("h2load").args(["--h1", "-n", "1000", "-c", "10", &url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1000 succeeded, 0 failed"), "{text}");
+
+    // openssl s_client: a request by hand, and the certificate's fingerprint is the one printed.
+    let mut s = Command::new("openssl")
+        .args(["s_client", "-connect", &server.addr, "-alpn", "http/1.1", "-quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    s.stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.stdout.take().unwrap().read_to_string(&mut answer).unwrap();
+    let _ = s.wait();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let pem = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "openssl s_client -connect {} </dev/null 2>/dev/null | openssl x509 -noout \
+                 -fingerprint -sha256",
+                server.addr
+            ),
+        ])
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&pem.stdout);
+    assert!(seen.contains(&printed_fingerprint(&server.startup)), "{seen} vs {}", server.startup);
+
+    // qpslab load: a connection per request, sessions resumed.
+    let out = qpslab(&[
+        "load",
+        "-k",
+        "-n",
+        "500",
+        "-c",
+        "5",
+        "--conn-per-request",
+        "--tls-reuse",
+        "--json",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["requests"]["ok"], 500);
+    let tls = &v["connections"]["tls"];
+    assert_eq!(tls["full_handshakes"].as_u64().unwrap() + tls["resumed"].as_u64().unwrap(), 500);
+    assert!(tls["resumed"].as_u64().unwrap() >= 400, "{tls}");
+    assert_eq!(tls["insecure"], true);
+
+    server.signal(libc::SIGTERM);
+    let (code, out, err) = server.wait(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // curl 1 + h2load 1000 + s_client 1 + load 500 (the fingerprint check sends no request).
+    assert_eq!(v["totals"]["requests"], 1502, "{out}");
+    assert_eq!(v["tls"]["self_signed"], true);
+}
+
+#[test]
+fn a_handshake_stalled_halfway_is_closed_at_the_header_deadline_and_others_are_served() {
+    let server = ServeChild::start(
+        &[],
+        &["-w", "1", "--tls-self-signed", "--header-timeout", "1s", "--json"],
+    );
+    let mut stalled = std::net::TcpStream::connect(&server.addr).unwrap();
+    // The first bytes of a ClientHello record, and then nothing.
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00]).unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", &https(&server, "/")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "served while one stalls");
+    let mut byte = [0u8; 1];
+    let closed = matches!(stalled.read(&mut byte), Ok(0) | Err(_));
+    let took = started.elapsed();
+    assert!(closed, "the stalled connection is closed");
+    assert!(took >= Duration::from_millis(800) && took < Duration::from_secs(4), "{took:?}");
+    server.signal(libc::SIGTERM);
+    let (code, out, err) = server.wait(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["totals"]["timeouts"], 1, "{out}");
+    assert_eq!(v["totals"]["requests"], 1, "{out}");
+}
+
+#[test]
+fn tls_flags_are_checked_naming_the_flag() {
+    usage_error(
+        &[
+            "serve",
+            "-l",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "/nonexistent.pem",
+            "--tls-key",
+            "/nonexistent.key",
+        ],
+        "--tls-cert",
+    );
+    usage_error(&["serve", "-l", "127.0.0.1:0", "--tls-self-signed", "--io", "uring"], "--io");
+    usage_error(&["serve", "-l", "127.0.0.1:0", "--tls-self-signed", "--sqpoll"], "--sqpoll");
+    let out = qpslab(&["serve", "-l", "127.0.0.1:0", "--tls-cert", "/x.pem"]);
+    assert_eq!(out.status.code(), Some(2), "--tls-cert needs --tls-key");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"));
+}

@@ -1,0 +1,155 @@
+//! HTTPS for `serve`: the server's TLS set-up, from certificate and key files or a
+//! certificate made in memory at start (`--tls-self-signed`), shared by every worker. The
+//! connections drive rustls' state machine inside the workers' own epoll loops.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::ServerSessionMemoryCache;
+use rustls::ServerConfig;
+use sha2::{Digest, Sha256};
+
+use crate::config::ConfigError;
+
+/// Where the server's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// PEM files: the certificate chain (server first) and its private key.
+    Files { cert: PathBuf, key: PathBuf },
+    /// Made at start for `localhost` and the listen addresses; its fingerprint is printed.
+    SelfSigned,
+}
+
+/// The server's TLS set-up.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub config: Arc<ServerConfig>,
+    /// SHA-256 of the server certificate (DER), `AB:CD:...`: what a client pins.
+    pub fingerprint: String,
+    pub self_signed: bool,
+    /// The names the self-signed certificate is for.
+    pub names: Vec<String>,
+}
+
+/// Sessions a worker remembers for resumption by session ID (TLS 1.2); tickets need no memory.
+const SESSION_CACHE: usize = 65536;
+
+impl ServerTls {
+    pub fn new(source: &TlsSource, listen: &[SocketAddr]) -> Result<ServerTls, ConfigError> {
+        let (chain, key, names) = match source {
+            TlsSource::Files { cert, key } => (read_chain(cert)?, read_key(key)?, Vec::new()),
+            TlsSource::SelfSigned => self_signed(listen)?,
+        };
+        let fingerprint = fingerprint(&chain[0]);
+        let flag = if matches!(source, TlsSource::Files { .. }) {
+            "--tls-key"
+        } else {
+            "--tls-self-signed"
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ConfigError::new(flag, e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| {
+                ConfigError::new(flag, format!("{e}; give the private key of the certificate"))
+            })?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+        config.ticketer = rustls::crypto::ring::Ticketer::new()
+            .map_err(|e| ConfigError::new(flag, format!("session tickets: {e}")))?;
+        Ok(ServerTls {
+            config: Arc::new(config),
+            fingerprint,
+            self_signed: *source == TlsSource::SelfSigned,
+            names,
+        })
+    }
+}
+
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    let err = |what: String| {
+        ConfigError::new(
+            "--tls-cert",
+            format!("{}: {what}; give a PEM certificate file", path.display()),
+        )
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if chain.is_empty() {
+        return Err(err("no certificate in it".into()));
+    }
+    Ok(chain)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, ConfigError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+        ConfigError::new(
+            "--tls-key",
+            format!("{}: {e}; give the certificate's private key in PEM", path.display()),
+        )
+    })
+}
+
+type Made = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, Vec<String>);
+
+fn self_signed(listen: &[SocketAddr]) -> Result<Made, ConfigError> {
+    let mut names = vec!["localhost".to_string()];
+    for a in listen {
+        let ip = a.ip();
+        if !ip.is_unspecified() && !names.contains(&ip.to_string()) {
+            names.push(ip.to_string());
+        }
+    }
+    let made = rcgen::generate_simple_self_signed(names.clone())
+        .map_err(|e| ConfigError::new("--tls-self-signed", e.to_string()))?;
+    let key = PrivateKeyDer::try_from(made.key_pair.serialize_der())
+        .map_err(|e| ConfigError::new("--tls-self-signed", e.to_string()))?;
+    Ok((vec![made.cert.der().clone()], key, names))
+}
+
+fn fingerprint(cert: &CertificateDer<'_>) -> String {
+    let digest = Sha256::digest(cert.as_ref());
+    digest.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn a_self_signed_certificate_names_localhost_and_the_listen_addresses() {
+        let listen = ["127.0.0.2:8443".parse().unwrap(), "0.0.0.0:443".parse().unwrap()];
+        let t = ServerTls::new(&TlsSource::SelfSigned, &listen).unwrap();
+        assert_eq!(t.names, ["localhost", "127.0.0.2"]);
+        assert_eq!(t.fingerprint.len(), 32 * 3 - 1, "{}", t.fingerprint);
+        assert!(t.self_signed);
+    }
+
+    #[test]
+    fn unreadable_or_mismatched_files_name_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing =
+            TlsSource::Files { cert: dir.path().join("c.pem"), key: dir.path().join("k.pem") };
+        assert_eq!(ServerTls::new(&missing, &[]).unwrap_err().flag, "--tls-cert");
+        let a = rcgen::generate_simple_self_signed(vec!["a".into()]).unwrap();
+        let b = rcgen::generate_simple_self_signed(vec!["b".into()]).unwrap();
+        std::fs::write(dir.path().join("c.pem"), a.cert.pem()).unwrap();
+        std::fs::write(dir.path().join("k.pem"), "nothing").unwrap();
+        let files =
+            TlsSource::Files { cert: dir.path().join("c.pem"), key: dir.path().join("k.pem") };
+        assert_eq!(ServerTls::new(&files, &[]).unwrap_err().flag, "--tls-key");
+        std::fs::write(dir.path().join("k.pem"), b.key_pair.serialize_pem()).unwrap();
+        let e = ServerTls::new(&files, &[]).unwrap_err();
+        assert_eq!(e.flag, "--tls-key", "a key of another certificate: {e}");
+        std::fs::write(dir.path().join("k.pem"), a.key_pair.serialize_pem()).unwrap();
+        assert!(ServerTls::new(&files, &[]).is_ok());
+    }
+}
