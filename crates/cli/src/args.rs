@@ -446,6 +446,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub conn_per_request: bool,
 
+    /// Start the target with HTTPS (a certificate made at start; TLS 1.2 and 1.3, session
+    /// tickets), so TLS cost shows per server CPU-second; with --conn-per-request every
+    /// request is a full handshake
+    #[arg(long)]
+    pub tls: bool,
+
     /// Unmeasured load before the run
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub warmup: Duration,

@@ -22,6 +22,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
         pipeline: a.pipeline,
         rate: a.rate,
         conn_per_request: a.conn_per_request,
+        tls: a.tls,
         interval: a.interval,
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),

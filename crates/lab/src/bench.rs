@@ -81,6 +81,9 @@ pub struct ServerSpec {
     /// The server's CPUs; default: the first half of the cores.
     pub cpus: Option<Vec<usize>>,
     pub accept: Accept,
+    /// HTTPS, with a certificate made at start (the load does not verify it).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// What to bench, as the user gave it (the long options of `qpslab bench`).
@@ -110,6 +113,8 @@ pub struct BenchOptions {
     /// Open loop at this rate (`N` or `A:B` as `qpslab load -R`).
     pub rate: Option<String>,
     pub conn_per_request: bool,
+    /// Start the target with TLS (`--tls`): HTTPS with a certificate made at start.
+    pub tls: bool,
     /// Doctor sampling interval.
     pub interval: Duration,
     /// The qpslab executable, started as `serve` for the built-in target.
@@ -155,6 +160,7 @@ impl Default for BenchOptions {
             pipeline: 1,
             rate: None,
             conn_per_request: false,
+            tls: false,
             interval: Duration::from_secs(1),
             serve_exe: PathBuf::from("qpslab"),
             meta: RunMeta::default(),
@@ -242,6 +248,7 @@ impl BenchOptions {
                 (self.workers.is_some(), "--workers"),
                 (self.server_cpus.is_some(), "--server-cpus"),
                 (self.accept.is_some(), "--accept"),
+                (self.tls, "--tls"),
             ];
             if let Some((_, flag)) = server_flag.iter().find(|(given, _)| *given) {
                 return usage(format!(
@@ -282,7 +289,7 @@ impl BenchOptions {
                     .map_err(|e| BenchError::Usage(e.to_string()))?,
             ),
         };
-        Ok(Some(ServerSpec { kind, workers: self.workers, cpus, accept }))
+        Ok(Some(ServerSpec { kind, workers: self.workers, cpus, accept, tls: self.tls }))
     }
 
     /// The server host and the agents as given, checked: (server, agents, ssh command).
@@ -414,7 +421,8 @@ fn run(
         (Some(far), None, Some(spec)) => {
             let call = TargetCall { spec: spec.clone(), listen: remote.server_addr };
             let up = far.start_target(&call)?;
-            let url = format!("http://{}/", up.addr);
+            let scheme = if spec.tls { "https" } else { "http" };
+            let url = format!("{scheme}://{}/", up.addr);
             let kind = if spec.kind == TargetKind::Builtin { "builtin" } else { "nginx" };
             let placed = place::for_server_host(url, Some((kind, &up, spec.accept)));
             (Doctor::There(far), placed)
@@ -684,6 +692,11 @@ fn load_options(opts: &BenchOptions, placed: &Placement, duration: Duration) -> 
         pipeline: opts.pipeline,
         rate: opts.rate.clone(),
         conn_per_request: opts.conn_per_request,
+        // The target's certificate was made at its start: nothing to verify it against.
+        tls: qpslab_load::tls::TlsOptions {
+            insecure: placed.url.starts_with("https://") && opts.url.is_none(),
+            ..Default::default()
+        },
         ..LoadOptions::default()
     }
 }

@@ -57,9 +57,9 @@ pub(crate) fn start_target(
     let workers = spec.workers.unwrap_or(cpus.server.len()).max(1);
     let running = match spec.kind {
         TargetKind::Builtin => {
-            target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, spec.accept)?
+            target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, spec.accept, spec.tls)?
         }
-        TargetKind::Nginx => target::nginx(LOOPBACK, &cpus.server, workers, spec.accept)?,
+        TargetKind::Nginx => target::nginx(LOOPBACK, &cpus.server, workers, spec.accept, spec.tls)?,
     };
     let notes = if cpus.shared {
         vec!["the server and the generator share CPUs, so the figures compete".into()]

@@ -234,9 +234,9 @@ impl HostAgent {
         let workers = spec.workers.unwrap_or(cpus.len()).max(1);
         let running = match spec.kind {
             TargetKind::Builtin => {
-                target::builtin(&self.serve_exe, ip, &cpus, workers, spec.accept)
+                target::builtin(&self.serve_exe, ip, &cpus, workers, spec.accept, spec.tls)
             }
-            TargetKind::Nginx => target::nginx(ip, &cpus, workers, spec.accept),
+            TargetKind::Nginx => target::nginx(ip, &cpus, workers, spec.accept, spec.tls),
         }
         .map_err(|e| e.to_string())?;
         let up = TargetUp { addr: running.addr, pids: running.pids.clone(), cpus, workers };

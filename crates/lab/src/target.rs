@@ -26,12 +26,14 @@ pub struct Running {
     child: Child,
     /// nginx's prefix directory (config, pid, logs), removed on drop.
     _dir: Option<tempfile::TempDir>,
+    /// HTTPS.
+    pub tls: bool,
 }
 
 impl Running {
-    /// `http://ADDR/`.
+    /// `http://ADDR/`, or `https://` for a TLS target.
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        format!("{}://{}/", if self.tls { "https" } else { "http" }, self.addr)
     }
 
     /// SIGTERM to our child, then wait (SIGKILL after 3 s).
@@ -77,6 +79,7 @@ pub fn builtin(
     cpus: &[usize],
     workers: usize,
     accept: Accept,
+    tls: bool,
 ) -> Result<Running, BenchError> {
     let failed = |e: std::io::Error| {
         BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
@@ -91,6 +94,7 @@ pub fn builtin(
         .args(["-w", &workers.to_string(), "--cpus"])
         .arg(list.join(","))
         .args(["--accept", accept.name()])
+        .args(if tls { &["--tls-self-signed"][..] } else { &[] })
         .arg("--ready-fd")
         .arg(writer.as_raw_fd().to_string())
         .stdin(Stdio::null())
@@ -124,7 +128,7 @@ pub fn builtin(
         });
     }
     let pid = child.id();
-    Ok(Running { kind: "builtin", addr, pids: vec![pid], child, _dir: None })
+    Ok(Running { kind: "builtin", addr, pids: vec![pid], child, _dir: None, tls })
 }
 
 /// The nginx executable on PATH.
@@ -134,13 +138,16 @@ pub fn find_nginx() -> Option<PathBuf> {
 }
 
 /// The generated nginx configuration: `return 200` on `addr`, `workers` worker processes
-/// pinned over `cpus`, the accept mode, access_log off, keepalive_requests high.
+/// pinned over `cpus`, the accept mode, access_log off, keepalive_requests high; with `tls`,
+/// HTTPS with `cert.pem` and `key.pem` of `dir`, TLS 1.2 and 1.3, session tickets and a
+/// shared session cache.
 pub fn nginx_config(
     dir: &Path,
     addr: SocketAddr,
     cpus: &[usize],
     workers: usize,
     accept: Accept,
+    tls: bool,
 ) -> String {
     let d = dir.display();
     let pinned: Vec<usize> = (0..workers).map(|i| cpus[i % cpus.len().max(1)]).collect();
@@ -156,9 +163,19 @@ pub fn nginx_config(
          http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen {addr}{reuseport} backlog=4096;\n\
+         \x20 server {{\n    listen {addr}{reuseport}{ssl} backlog=4096;\n{ssl_conf}\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
         affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
+        ssl = if tls { " ssl" } else { "" },
+        ssl_conf = if tls {
+            format!(
+                "    ssl_certificate {d}/cert.pem;\n    ssl_certificate_key {d}/key.pem;\n\
+                 \x20   ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_session_tickets on;\n\
+                 \x20   ssl_session_cache shared:qpslab:10m;\n"
+            )
+        } else {
+            String::new()
+        },
     )
 }
 
@@ -170,6 +187,7 @@ pub fn nginx(
     cpus: &[usize],
     workers: usize,
     accept: Accept,
+    tls: bool,
 ) -> Result<Running, BenchError> {
     let exe = find_nginx().ok_or_else(|| {
         BenchError::Usage(
@@ -182,8 +200,19 @@ pub fn nginx(
     let addr = TcpListener::bind(SocketAddr::new(ip, 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| BenchError::Target(format!("no free port on {ip}: {e}")))?;
+    if tls {
+        // A certificate made now, as `serve --tls-self-signed` makes its own.
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".into(), ip.to_string()])
+            .map_err(|e| BenchError::Target(format!("certificate for nginx: {e}")))?;
+        let write = |name: &str, pem: String| {
+            std::fs::write(dir.path().join(name), pem)
+                .map_err(|e| BenchError::Target(format!("{name}: {e}")))
+        };
+        write("cert.pem", made.cert.pem())?;
+        write("key.pem", made.key_pair.serialize_pem())?;
+    }
     let conf = dir.path().join("nginx.conf");
-    std::fs::write(&conf, nginx_config(dir.path(), addr, cpus, workers, accept))
+    std::fs::write(&conf, nginx_config(dir.path(), addr, cpus, workers, accept, tls))
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
     let mut cmd = Command::new(&exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);
@@ -199,7 +228,8 @@ pub fn nginx(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| BenchError::Target(format!("cannot start {}: {e}", exe.display())))?;
-    let mut running = Running { kind: "nginx", addr, pids: vec![child.id()], child, _dir: None };
+    let mut running =
+        Running { kind: "nginx", addr, pids: vec![child.id()], child, _dir: None, tls };
     let start = Instant::now();
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {

@@ -145,3 +145,70 @@ fn tls_flags_are_checked_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2), "--tls-cert needs --tls-key");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"));
 }
+
+/// `bench --tls` on both targets: HTTPS, one full handshake per connection of a keep-alive run,
+/// and with a connection per request a handshake per request.
+#[test]
+fn bench_tls_runs_https_on_the_builtin_server_and_on_nginx() {
+    for target in ["builtin", "nginx"] {
+        let out = qpslab(&[
+            "bench",
+            "--tls",
+            "--target",
+            target,
+            "-d",
+            "1s",
+            "--warmup",
+            "0s",
+            "-c",
+            "20",
+            "--interval",
+            "250ms",
+            "--json",
+            "--no-save",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let load = &v["load"];
+        assert!(
+            load["targets"][0].as_str().unwrap().starts_with("https://"),
+            "{}",
+            load["targets"]
+        );
+        assert!(load["requests"]["ok"].as_u64().unwrap() > 100, "{target}: {}", load["requests"]);
+        assert_eq!(load["requests"]["failed"], 0, "{target}: {}", load["error_examples"]);
+        let tls = &load["connections"]["tls"];
+        assert_eq!(tls["full_handshakes"], 20, "{target}: {tls}");
+        assert_eq!(tls["insecure"], true, "a certificate made at start is not verified");
+    }
+    let out = qpslab(&[
+        "bench",
+        "--tls",
+        "--conn-per-request",
+        "-d",
+        "1s",
+        "--warmup",
+        "0s",
+        "-c",
+        "5",
+        "--interval",
+        "250ms",
+        "--json",
+        "--no-save",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let load = &v["load"];
+    let tls = &load["connections"]["tls"];
+    let handshakes = tls["full_handshakes"].as_u64().unwrap() + tls["resumed"].as_u64().unwrap();
+    // Connections still in their handshake at the stop (at most -c) are connected, not shaken.
+    let connects = load["connections"]["connects"].as_u64().unwrap();
+    assert!(handshakes <= connects && handshakes + 5 >= connects, "{connects}: {tls}");
+    assert!(handshakes > 50, "{tls}");
+    usage_error(&["bench", "--tls", "http://127.0.0.1:1/"], "--tls");
+}
