@@ -37,7 +37,10 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn allocations_for(io: qpslab_load::IoChoice, url: &str, requests: u64) -> u64 {
-    let mut o = support::opts_on(io, url);
+    allocations_with(support::opts_on(io, url), requests)
+}
+
+fn allocations_with(mut o: qpslab_load::LoadOptions, requests: u64) -> u64 {
     o.requests = Some(requests);
     o.connections = Some(20);
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
@@ -64,4 +67,27 @@ fn no_allocation_per_request() {
             "{io:?}: 38,000 more requests made {extra} more allocations ({short} vs {long})"
         );
     }
+}
+
+/// HTTPS keep-alive: every request encrypted and every response decrypted. rustls 0.23 holds
+/// each record it encrypts and each record it decrypts in a buffer of its own (its
+/// `ChunkVecBuffer`; the unbuffered API still copies each received record into one, by its
+/// own note), so TLS costs exactly two allocations per request, and no more: a guard against
+/// anything of qpslab's own on this path.
+#[test]
+fn two_allocations_per_request_over_tls_and_none_of_our_own() {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let nginx = support::nginx::Nginx::start_tls(&made.cert.pem(), &made.key_pair.serialize_pem());
+    let o = || {
+        let mut o = support::opts_on(qpslab_load::IoChoice::Auto, &nginx.https_url("/1k"));
+        o.tls.insecure = true;
+        o
+    };
+    let short = allocations_with(o(), 2_000);
+    let long = allocations_with(o(), 40_000);
+    let extra = long.saturating_sub(short);
+    assert!(
+        extra < 2 * 38_000 + 100,
+        "38,000 more requests made {extra} more allocations ({short} vs {long})"
+    );
 }
