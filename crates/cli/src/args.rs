@@ -850,6 +850,11 @@ pub struct LoadArgs {
     #[arg(long)]
     pub tls_reuse: bool,
 
+    /// https: only these cipher suites, comma-separated IANA names (e.g.
+    /// TLS13_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) [default: rustls's]
+    #[arg(long, value_name = "LIST")]
+    pub ciphers: Option<String>,
+
     /// How threads wait for events: auto (open loop polls instead of sleeping when the next
     /// send is due within 100 us, if each thread has a CPU of its own and, for a loopback
     /// target, the generator is confined to part of the machine; closed loop sleeps), spin

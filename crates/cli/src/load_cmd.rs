@@ -58,6 +58,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
                 .transpose()
                 .map_err(|e| UsageError(e.to_string()))?,
             reuse: a.tls_reuse,
+            ciphers: a.ciphers,
         },
     };
     if let Some(list) = &agents {

@@ -58,6 +58,8 @@ pub struct LoadSpec {
     pub tls_version: Option<String>,
     #[serde(default)]
     pub tls_reuse: bool,
+    #[serde(default)]
+    pub tls_ciphers: Option<String>,
 }
 
 /// Why the load cannot be split: a flag and a message, as the user wrote it.
@@ -188,6 +190,7 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
             tls_sni: o.tls.sni.clone(),
             tls_version: o.tls.version.map(|v| v.name().to_string()),
             tls_reuse: o.tls.reuse,
+            tls_ciphers: o.tls.ciphers.clone(),
         })
         .collect())
 }
@@ -311,6 +314,7 @@ impl LoadSpec {
                     .transpose()
                     .map_err(|e| e.to_string())?,
                 reuse: self.tls_reuse,
+                ciphers: self.tls_ciphers.clone(),
             },
         })
     }

@@ -101,6 +101,9 @@ pub struct Recorder {
     /// https: TLS handshakes completed in full, and those that resumed a session.
     pub tls_full: u64,
     pub tls_resumed: u64,
+    /// https: the version and cipher suite of the first handshake (e.g. `TLSv1_3
+    /// TLS13_AES_256_GCM_SHA384`).
+    pub tls_negotiated: Option<String>,
     /// https: from the TCP connection being open to the TLS handshake's end.
     pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
@@ -133,6 +136,7 @@ impl Default for Recorder {
             connect_latency: new_histogram(),
             tls_full: 0,
             tls_resumed: 0,
+            tls_negotiated: None,
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
             interval: None,
@@ -233,6 +237,9 @@ impl Recorder {
         let _ = self.connect_latency.add(&other.connect_latency);
         self.tls_full += other.tls_full;
         self.tls_resumed += other.tls_resumed;
+        if self.tls_negotiated.is_none() {
+            self.tls_negotiated.clone_from(&other.tls_negotiated);
+        }
         let _ = self.handshake_latency.add(&other.handshake_latency);
         if self.per_target.len() < other.per_target.len() {
             self.per_target.resize(other.per_target.len(), TargetCounts::default());

@@ -55,6 +55,8 @@ pub struct TlsOptions {
     pub version: Option<TlsVersion>,
     /// Resume sessions on new connections (tickets / PSK) instead of a full handshake each.
     pub reuse: bool,
+    /// Only these cipher suites, by their IANA names (`--ciphers`); None: rustls' defaults.
+    pub ciphers: Option<String>,
 }
 
 /// What the threads share: the client configuration and the name every connection of a target
@@ -73,7 +75,11 @@ const SESSION_CACHE: usize = 4096;
 impl TlsClient {
     /// The configuration for a run with these options.
     pub fn new(o: &TlsOptions) -> Result<TlsClient, ConfigError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut provider = rustls::crypto::ring::default_provider();
+        if let Some(list) = &o.ciphers {
+            provider.cipher_suites = cipher_suites(list, &provider.cipher_suites)?;
+        }
+        let provider = Arc::new(provider);
         let versions: &[&rustls::SupportedProtocolVersion] = match o.version {
             Some(TlsVersion::V1_2) => &[&rustls::version::TLS12],
             Some(TlsVersion::V1_3) => &[&rustls::version::TLS13],
@@ -81,7 +87,10 @@ impl TlsClient {
         };
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
-            .map_err(|e| ConfigError::new("--tls-version", e.to_string()))?;
+            .map_err(|e| {
+                let flag = if o.ciphers.is_some() { "--ciphers" } else { "--tls-version" };
+                ConfigError::new(flag, format!("{e}: no cipher suite given fits the TLS version"))
+            })?;
         let mut config = if o.insecure {
             builder
                 .dangerous()
@@ -103,6 +112,38 @@ impl TlsClient {
             version: o.version,
         })
     }
+}
+
+/// The suites of `list` (comma-separated IANA names, as `TLS13_AES_128_GCM_SHA256` or
+/// `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`), in the order given.
+fn cipher_suites(
+    list: &str,
+    all: &[rustls::SupportedCipherSuite],
+) -> Result<Vec<rustls::SupportedCipherSuite>, ConfigError> {
+    let name = |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite());
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            all.iter().find(|s| name(s).eq_ignore_ascii_case(n)).copied().ok_or_else(|| {
+                let known: Vec<String> = all.iter().map(name).collect();
+                ConfigError::new(
+                    "--ciphers",
+                    format!(
+                        "{n:?} is not a cipher suite qpslab offers; give some of {}",
+                        known.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err(ConfigError::new("--ciphers", "no cipher suite given"))
+            } else {
+                Ok(v)
+            }
+        })
 }
 
 /// The name a target's connections send (SNI) and verify: `--sni`, else the URL's host (an IP
@@ -255,6 +296,25 @@ mod tests {
         assert!(server_name("[::1]", None).is_ok());
         assert!(server_name("example.com", Some("other.example")).is_ok());
         assert_eq!(server_name("x", Some("bad name!")).unwrap_err().flag, "--sni");
+    }
+
+    #[test]
+    fn cipher_suites_are_chosen_by_name_and_must_fit_the_version() {
+        let one = |list: &str, version| {
+            TlsClient::new(&TlsOptions {
+                insecure: true,
+                ciphers: Some(list.into()),
+                version,
+                ..TlsOptions::default()
+            })
+        };
+        assert!(one("TLS13_AES_128_GCM_SHA256", None).is_ok());
+        assert!(one("tls13_chacha20_poly1305_sha256, TLS13_AES_256_GCM_SHA384", None).is_ok());
+        let e = one("RC4-MD5", None).unwrap_err();
+        assert_eq!(e.flag, "--ciphers");
+        assert!(e.message.contains("TLS13_AES_128_GCM_SHA256"), "lists what is offered: {e}");
+        let e = one("TLS13_AES_128_GCM_SHA256", Some(TlsVersion::V1_2)).unwrap_err();
+        assert_eq!(e.flag, "--ciphers", "{e}");
     }
 
     #[test]

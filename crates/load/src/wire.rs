@@ -37,6 +37,8 @@ pub struct RecorderPart {
     pub connect_latency: String,
     pub tls_full: u64,
     pub tls_resumed: u64,
+    #[serde(default)]
+    pub tls_negotiated: Option<String>,
     pub handshake_latency: String,
     /// (completed, ok, failed) per target.
     pub per_target: Vec<(u64, u64, u64)>,
@@ -117,6 +119,7 @@ impl RunPart {
                 connect_latency: encode_histogram(&rec.connect_latency),
                 tls_full: rec.tls_full,
                 tls_resumed: rec.tls_resumed,
+                tls_negotiated: rec.tls_negotiated.clone(),
                 handshake_latency: encode_histogram(&rec.handshake_latency),
                 per_target: rec.per_target.iter().map(|t| (t.completed, t.ok, t.failed)).collect(),
             },
@@ -177,6 +180,7 @@ impl RunPart {
             waited_for_connection: p.waited_for_connection,
             tls_full: p.tls_full,
             tls_resumed: p.tls_resumed,
+            tls_negotiated: p.tls_negotiated.clone(),
             per_target: p
                 .per_target
                 .iter()

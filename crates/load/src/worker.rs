@@ -702,6 +702,15 @@ impl<'a> Worker<'a> {
             }
             let us = now.saturating_duration_since(c.handshake_at).as_micros() as u64;
             self.rec.handshake_latency.saturating_record(us.max(1));
+            if self.rec.tls_negotiated.is_none() {
+                // Once per run and thread: what the server chose.
+                self.rec.tls_negotiated = c.tls.as_ref().map(|t| {
+                    let version =
+                        t.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
+                    let suite = t.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));
+                    format!("{version} {}", suite.unwrap_or_default())
+                });
+            }
         }
         self.ready(idx, now);
     }

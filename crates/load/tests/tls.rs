@@ -91,6 +91,34 @@ fn keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection()
         tls.handshake_us
     );
     assert!(!tls.insecure);
+    assert!(tls.negotiated.as_deref().is_some_and(|n| n.starts_with("TLSv1_3 TLS13_")), "{tls:?}");
+}
+
+#[test]
+fn ciphers_and_versions_are_what_the_server_is_offered() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let nginx = Nginx::start_tls(&cert, &key);
+    for (version, ciphers, expect) in [
+        (None, "TLS13_CHACHA20_POLY1305_SHA256", "TLSv1_3 TLS13_CHACHA20_POLY1305_SHA256"),
+        (
+            Some(TlsVersion::V1_2),
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        ),
+    ] {
+        let tls = TlsOptions {
+            cacert: Some(pki.ca_file()),
+            version,
+            ciphers: Some(ciphers.into()),
+            ..TlsOptions::default()
+        };
+        let mut o = tls_opts(&nginx.https_url("/"), tls);
+        o.requests = Some(50);
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 50, "{:?}", r.error_examples);
+        assert_eq!(r.connections.tls.unwrap().negotiated.as_deref(), Some(expect));
+    }
 }
 
 #[test]

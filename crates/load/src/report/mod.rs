@@ -239,7 +239,7 @@ pub struct Bytes {
     pub written: u64,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Connections {
     pub connects: u64,
     pub reconnects: u64,
@@ -253,7 +253,7 @@ pub struct Connections {
 }
 
 /// The TLS handshakes of an https run.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct TlsReport {
     /// Handshakes done in full (certificate, key exchange).
     pub full_handshakes: u64,
@@ -264,6 +264,9 @@ pub struct TlsReport {
     /// From the TCP connection being open to the end of the TLS handshake, apart from the
     /// request latency.
     pub handshake_us: Latency,
+    /// The version and cipher suite the server chose (on the first handshake).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub negotiated: Option<String>,
     /// `--tls-version`, if the run was held to one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<&'static str>,
@@ -532,6 +535,7 @@ impl Report {
                     resumed: rec.tls_resumed,
                     handshakes_per_s: per_sec(rec.tls_full + rec.tls_resumed),
                     handshake_us: Latency::from_histogram(&rec.handshake_latency),
+                    negotiated: rec.tls_negotiated.clone(),
                     version: t.version.map(crate::tls::TlsVersion::name),
                     reuse: t.reuse,
                     insecure: t.insecure,

@@ -105,7 +105,8 @@ fn totals(r: &Report, s: &mut String) {
     if let Some(t) = &r.connections.tls {
         let _ = writeln!(
             s,
-            "TLS:     {} full handshakes, {} resumed ({:.2}/s), handshake mean {}, p99 {}{}",
+            "TLS:     {}{} full handshakes, {} resumed ({:.2}/s), handshake mean {}, p99 {}{}",
+            t.negotiated.as_deref().map(|n| format!("{n}; ")).unwrap_or_default(),
             t.full_handshakes,
             t.resumed,
             t.handshakes_per_s,
