@@ -52,7 +52,14 @@ fn allocations_with(mut o: qpslab_load::LoadOptions, requests: u64) -> u64 {
     after - before
 }
 
+/// One test function: `cargo test` runs the tests of a binary on parallel threads, and the
+/// counter is process-wide.
 #[test]
+fn allocations_per_request() {
+    no_allocation_per_request();
+    two_allocations_per_request_over_tls_and_none_of_our_own();
+}
+
 fn no_allocation_per_request() {
     let nginx = support::nginx::Nginx::start();
     let url = nginx.url("/1k");
@@ -74,7 +81,6 @@ fn no_allocation_per_request() {
 /// `ChunkVecBuffer`; the unbuffered API still copies each received record into one, by its
 /// own note), so TLS costs exactly two allocations per request, and no more: a guard against
 /// anything of qpslab's own on this path.
-#[test]
 fn two_allocations_per_request_over_tls_and_none_of_our_own() {
     let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let nginx = support::nginx::Nginx::start_tls(&made.cert.pem(), &made.key_pair.serialize_pem());
