@@ -34,6 +34,27 @@ pub enum AcceptError {
     Other,
 }
 
+/// A socket as `Read` and `Write` through [`recv`] and [`send`]: what a TLS library moves its
+/// records through.
+#[derive(Debug)]
+pub struct SockIo<'a, S: AsFd>(pub &'a S);
+
+impl<S: AsFd> io::Read for SockIo<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        recv(self.0, buf)
+    }
+}
+
+impl<S: AsFd> io::Write for SockIo<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        send(self.0, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Takes a waiting connection from `listener`, non-blocking and close-on-exec.
 pub fn accept(listener: &impl AsRawFd) -> Result<TcpStream, (AcceptError, io::Error)> {
     // SAFETY: accept4 with null address pointers only returns a descriptor.

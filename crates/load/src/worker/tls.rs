@@ -7,31 +7,12 @@
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
-use qpslab_sys::net;
+use qpslab_sys::net::{self, SockIo};
 use socket2::Socket;
 
 use super::Worker;
 use crate::stats::ErrorClass;
 use crate::tls::describe;
-
-/// The socket as the `Read` and `Write` rustls moves its records through.
-struct SockIo<'a>(&'a Socket);
-
-impl Read for SockIo<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        net::recv(self.0, buf)
-    }
-}
-
-impl Write for SockIo<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        net::send(self.0, buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 /// What sending the session's pending records came to.
 enum Sent {

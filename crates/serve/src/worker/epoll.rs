@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qpslab_sys::epoll::{self as poll, Epoll};
-use qpslab_sys::net::{self, AcceptError};
+use qpslab_sys::net::{self, AcceptError, SockIo};
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
@@ -35,22 +35,71 @@ struct Conn {
     tls: Option<Box<rustls::ServerConnection>>,
 }
 
-/// A socket as the `Read` and `Write` rustls moves its records through.
-struct SockIo<'a>(&'a TcpStream);
-
-impl io::Read for SockIo<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        net::recv(self.0, buf)
-    }
+/// What one read of a connection's input came to.
+enum Got {
+    /// Bytes added to the session's input; `drained`: the socket has no more now.
+    Bytes {
+        n: usize,
+        drained: bool,
+    },
+    /// Nothing yet; read again (interrupted, or TLS records that held no data).
+    Again,
+    Eof,
+    /// Nothing until the next readiness edge.
+    Blocked,
+    /// The connection is broken (`tls`: its TLS failed).
+    Failed {
+        tls: bool,
+    },
 }
 
-impl io::Write for SockIo<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        net::send(self.0, buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+impl Conn {
+    /// One read into the session's input: from the socket, or over TLS from the decrypted
+    /// records, reading and decrypting more when none are left.
+    fn read_some(&mut self) -> Got {
+        let Some(sock) = self.sock.as_ref() else { return Got::Failed { tls: false } };
+        let spare = self.s.inbuf.spare(READ_CHUNK);
+        let room = spare.len();
+        let Some(tls) = self.tls.as_mut() else {
+            return match net::recv(sock, spare) {
+                Ok(0) => Got::Eof,
+                Ok(n) => {
+                    self.s.inbuf.filled_by(n);
+                    // A short read drained the socket: the next arrival is a new edge.
+                    Got::Bytes { n, drained: n < room && !self.peer_closed }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Again,
+                Err(_) => Got::Failed { tls: false },
+            };
+        };
+        match tls.reader().read(spare) {
+            // The client's close_notify.
+            Ok(0) => return Got::Eof,
+            Ok(n) => {
+                self.s.inbuf.filled_by(n);
+                return Got::Bytes { n, drained: false };
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // Closed without close_notify.
+            Err(_) => return Got::Eof,
+        }
+        if !self.readable {
+            return Got::Blocked;
+        }
+        match tls.read_tls(&mut SockIo(sock)) {
+            Ok(0) => Got::Eof,
+            Ok(_) if tls.process_new_packets().is_err() => {
+                // The alert rustls queued tells the client why.
+                let _ = send_records(tls, sock);
+                Got::Failed { tls: true }
+            }
+            // Handshake records (their replies go out with the next flush) or data.
+            Ok(_) => Got::Again,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Blocked,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Again,
+            Err(_) => Got::Failed { tls: false },
+        }
     }
 }
 
@@ -186,18 +235,17 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Reads what the socket has, while input may be taken. Returns the bytes read; closes the
-    /// connection on EOF or error.
+    /// Reads what the socket has (decrypted, over TLS), while input may be taken. Returns the
+    /// bytes read; closes the connection on error.
     fn read_input(&mut self, idx: usize) -> usize {
-        if self.conns[idx].tls.is_some() {
-            return self.read_input_tls(idx);
-        }
         let limits = &self.sh.cfg.settings.limits;
         let max_head = limits.max_request_line + limits.max_header_bytes;
         let mut total = 0;
         loop {
             let c = &mut self.conns[idx];
-            let Some(sock) = c.sock.as_ref() else { return total };
+            if c.sock.is_none() {
+                return total;
+            }
             if c.s.phase == Phase::Lingering {
                 c.s.inbuf.clear();
             }
@@ -206,95 +254,26 @@ impl<'a> Worker<'a> {
             if c.s.inbuf.len() > max_head + READ_CHUNK {
                 return total;
             }
-            let spare = c.s.inbuf.spare(READ_CHUNK);
-            let room = spare.len();
-            match net::recv(sock, spare) {
-                Ok(0) => {
-                    c.s.eof = true;
-                    c.readable = false;
-                    return total;
-                }
-                Ok(n) => {
-                    c.s.inbuf.filled_by(n);
+            match c.read_some() {
+                Got::Bytes { n, drained } => {
                     total += n;
-                    if n < room && !c.peer_closed {
-                        // A short read drained the socket: the next arrival is a new edge.
+                    if drained {
                         c.readable = false;
                         return total;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.readable = false;
-                    return total;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.close(idx);
-                    return total;
-                }
-            }
-        }
-    }
-
-    /// HTTPS: reads records until the socket is drained, decrypting into the session's input
-    /// (the handshake happens here too: its replies go out with the next flush).
-    fn read_input_tls(&mut self, idx: usize) -> usize {
-        let limits = &self.sh.cfg.settings.limits;
-        let max_head = limits.max_request_line + limits.max_header_bytes;
-        let mut total = 0;
-        loop {
-            let c = &mut self.conns[idx];
-            let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) else { return total };
-            if c.s.phase == Phase::Lingering {
-                c.s.inbuf.clear();
-            }
-            if c.s.inbuf.len() > max_head + READ_CHUNK {
-                return total;
-            }
-            // Plaintext already decrypted first.
-            match tls.reader().read(c.s.inbuf.spare(READ_CHUNK)) {
-                Ok(0) => {
-                    // The client's close_notify.
+                Got::Again => {}
+                Got::Eof => {
                     c.s.eof = true;
                     c.readable = false;
                     return total;
                 }
-                Ok(n) => {
-                    c.s.inbuf.filled_by(n);
-                    total += n;
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => {
-                    c.s.eof = true;
+                Got::Blocked => {
                     c.readable = false;
                     return total;
                 }
-            }
-            if !c.readable {
-                return total;
-            }
-            match tls.read_tls(&mut SockIo(sock)) {
-                Ok(0) => {
-                    c.s.eof = true;
-                    c.readable = false;
-                    return total;
-                }
-                Ok(_) => {
-                    if tls.process_new_packets().is_err() {
-                        // The alert rustls queued tells the client why.
-                        let _ = send_records(tls, sock);
-                        self.sh.counters.tls_failures += 1;
-                        self.close(idx);
-                        return total;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.readable = false;
-                    return total;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
+                Got::Failed { tls } => {
+                    self.sh.counters.tls_failures += u64::from(tls);
                     self.close(idx);
                     return total;
                 }
