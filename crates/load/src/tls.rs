@@ -4,14 +4,17 @@
 //! The connections themselves drive rustls' sans-I/O state machine inside the load threads'
 //! own loops (`worker`); nothing here touches a socket.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::Resumption;
+use rustls::client::{
+    ClientSessionStore, Resumption, Tls12ClientSessionValue, Tls13ClientSessionValue,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, SignatureScheme};
 
 use crate::config::ConfigError;
 
@@ -69,8 +72,78 @@ pub struct TlsClient {
     pub version: Option<TlsVersion>,
 }
 
-/// Sessions remembered for resumption (per server name), when `--tls-reuse` is on.
-const SESSION_CACHE: usize = 4096;
+/// TLS 1.3 tickets kept per server name for `--tls-reuse` (each is used once).
+const TICKETS_PER_SERVER: usize = 65536;
+
+/// `--tls-reuse`: what the run's connections remember for resumption, per server name.
+/// rustls' own store keeps at most 8 TLS 1.3 tickets per server, and a ticket is single-use:
+/// with more connections opening at once than that, handshakes went full for want of one (a
+/// third of them at 50 connections against a rustls server). This store keeps up to
+/// [`TICKETS_PER_SERVER`], newest used first.
+#[derive(Default)]
+struct Sessions {
+    servers: Mutex<HashMap<ServerName<'static>, Remembered>>,
+}
+
+#[derive(Default)]
+struct Remembered {
+    kx: Option<NamedGroup>,
+    tls12: Option<Tls12ClientSessionValue>,
+    tls13: VecDeque<Tls13ClientSessionValue>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sessions")
+    }
+}
+
+impl Sessions {
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<ServerName<'static>, Remembered>) -> R) -> R {
+        // A panic elsewhere while holding the lock leaves a map that is still consistent.
+        f(&mut self.servers.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+impl ClientSessionStore for Sessions {
+    fn set_kx_hint(&self, server: ServerName<'static>, group: NamedGroup) {
+        self.with(|m| m.entry(server).or_default().kx = Some(group));
+    }
+
+    fn kx_hint(&self, server: &ServerName<'_>) -> Option<NamedGroup> {
+        self.with(|m| m.get(&server.to_owned()).and_then(|r| r.kx))
+    }
+
+    fn set_tls12_session(&self, server: ServerName<'static>, value: Tls12ClientSessionValue) {
+        self.with(|m| m.entry(server).or_default().tls12 = Some(value));
+    }
+
+    fn tls12_session(&self, server: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
+        self.with(|m| m.get(&server.to_owned()).and_then(|r| r.tls12.clone()))
+    }
+
+    fn remove_tls12_session(&self, server: &ServerName<'static>) {
+        self.with(|m| {
+            if let Some(r) = m.get_mut(server) {
+                r.tls12 = None;
+            }
+        });
+    }
+
+    fn insert_tls13_ticket(&self, server: ServerName<'static>, value: Tls13ClientSessionValue) {
+        self.with(|m| {
+            let tickets = &mut m.entry(server).or_default().tls13;
+            if tickets.len() == TICKETS_PER_SERVER {
+                tickets.pop_front();
+            }
+            tickets.push_back(value);
+        });
+    }
+
+    fn take_tls13_ticket(&self, server: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+        self.with(|m| m.get_mut(server).and_then(|r| r.tls13.pop_back()))
+    }
+}
 
 impl TlsClient {
     /// The configuration for a run with these options.
@@ -101,7 +174,7 @@ impl TlsClient {
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.resumption = if o.reuse {
-            Resumption::in_memory_sessions(SESSION_CACHE)
+            Resumption::store(Arc::new(Sessions::default()))
         } else {
             Resumption::disabled()
         };
