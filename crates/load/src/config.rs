@@ -256,16 +256,8 @@ impl LoadConfig {
             conn_per_request: opts.conn_per_request,
             sni: opts.tls.sni.as_deref(),
         })?;
-        if let Err((a, b)) = targets::check_schemes(&targets) {
-            return Err(ConfigError::new(
-                "URL",
-                format!(
-                    "{a} and {b} are one address with different schemes or TLS names; their                      connections are shared, so give one of them"
-                ),
-            ));
-        }
-        let https = targets.iter().any(|t| t.tls_name.is_some());
-        let tls = https.then(|| crate::tls::TlsClient::new(&opts.tls)).transpose()?;
+        let mut notes = notes;
+        let (io, tls) = io_and_tls(opts, &targets, &mut notes)?;
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
         let threads = threads(opts.threads, connections)?;
         check_limits(opts)?;
@@ -290,32 +282,6 @@ impl LoadConfig {
             .as_deref()
             .map(|text| SourceRange::for_targets(text, &targets, threads))
             .transpose()?;
-        let mut notes = notes;
-        let (io, io_note) = if https {
-            // TLS runs on the epoll loop only (rustls inside the loop; the io_uring loop
-            // hands received bytes over in ring buffers, which TLS would need to copy).
-            match opts.io {
-                IoChoice::Uring => {
-                    return Err(ConfigError::new(
-                        "--io",
-                        "https:// targets run on the epoll loop; use --io epoll (or auto)",
-                    ))
-                }
-                IoChoice::Auto => (Engine::Epoll, None),
-                IoChoice::Epoll => opts.io.resolve(URING_MEASURED_FASTER)?,
-            }
-        } else {
-            if opts.tls.insecure
-                || opts.tls.cacert.is_some()
-                || opts.tls.sni.is_some()
-                || opts.tls.version.is_some()
-                || opts.tls.reuse
-            {
-                notes.push("TLS options have no effect: no https:// target".into());
-            }
-            opts.io.resolve(URING_MEASURED_FASTER)?
-        };
-        notes.extend(io_note);
         let auto_poll = auto_polls(
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
@@ -460,6 +426,44 @@ impl LoadConfig {
 }
 
 /// Load threads: `-t`, or one per CPU this process may use, at most one per connection.
+/// The event loop and, with an https target, the TLS set-up. Targets sharing an address must
+/// agree on the scheme; TLS runs on the epoll loop only (rustls inside the loop; the io_uring
+/// loop hands received bytes over in ring buffers, which TLS would need to copy).
+fn io_and_tls(
+    opts: &LoadOptions,
+    targets: &[Target],
+    notes: &mut Vec<String>,
+) -> Result<(Engine, Option<crate::tls::TlsClient>), ConfigError> {
+    if let Err((a, b)) = targets::check_schemes(targets) {
+        return Err(ConfigError::new(
+            "URL",
+            format!(
+                "{a} and {b} are one address with different schemes or TLS names; their \
+                 connections are shared, so give one of them"
+            ),
+        ));
+    }
+    if !targets.iter().any(|t| t.tls_name.is_some()) {
+        if opts.tls.given() {
+            notes.push("TLS options have no effect: no https:// target".into());
+        }
+        let (io, note) = opts.io.resolve(URING_MEASURED_FASTER)?;
+        notes.extend(note);
+        return Ok((io, None));
+    }
+    let tls = crate::tls::TlsClient::new(&opts.tls)?;
+    let io = match opts.io {
+        IoChoice::Uring => {
+            return Err(ConfigError::new(
+                "--io",
+                "https:// targets run on the epoll loop; use --io epoll (or auto)",
+            ))
+        }
+        IoChoice::Auto | IoChoice::Epoll => Engine::Epoll,
+    };
+    Ok((io, Some(tls)))
+}
+
 fn threads(given: Option<usize>, connections: usize) -> Result<usize, ConfigError> {
     if connections == 0 {
         return Err(ConfigError::new("--connections", "must be at least 1"));

@@ -62,6 +62,18 @@ pub struct TlsOptions {
     pub ciphers: Option<String>,
 }
 
+impl TlsOptions {
+    /// Any TLS option was given.
+    pub fn given(&self) -> bool {
+        self.insecure
+            || self.cacert.is_some()
+            || self.sni.is_some()
+            || self.version.is_some()
+            || self.reuse
+            || self.ciphers.is_some()
+    }
+}
+
 /// What the threads share: the client configuration and the name every connection of a target
 /// verifies.
 #[derive(Debug, Clone)]
