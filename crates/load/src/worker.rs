@@ -31,6 +31,9 @@ use qpslab_sys::thread::CpuTime;
 
 /// Pause before reopening a connection whose connect failed, so a dead target is not hammered.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// Connects under way at once per thread while connections open before the run (see
+/// [`Worker::connect_phase`]).
+const CONNECT_WINDOW: usize = 256;
 /// Longest gap between timer checks; timeouts fire within this much of their expiry.
 const MAX_TICK: Duration = Duration::from_millis(10);
 /// Per-thread read buffer. Responses are parsed in place; only a split head is copied.
@@ -151,6 +154,13 @@ enum Phase {
     /// https: TCP is open, the TLS handshake is under way.
     Handshaking,
     Open,
+}
+
+impl Phase {
+    /// A connect or a TLS handshake is under way.
+    fn is_opening(self) -> bool {
+        matches!(self, Phase::Connecting | Phase::Handshaking)
+    }
 }
 
 #[derive(Debug)]
@@ -300,7 +310,7 @@ impl<'a> Worker<'a> {
         Ok(Self {
             shared,
             progress,
-            io: Io::new(cfg.io)?,
+            io: Io::new(cfg.io, n_conns)?,
             conns,
             pacer: match cfg.thread_rate() {
                 // Every thread's schedule starts with the run's clock (warm-up included).
@@ -334,19 +344,35 @@ impl<'a> Worker<'a> {
     /// in the run), or on stop, so connection setup is not measured as load. The connects count
     /// in the run's connection figures unless there is a warm-up. With a connection per request
     /// nothing is done: connects are part of each request.
+    ///
+    /// At most [`CONNECT_WINDOW`] connects are under way at once, each timed from its own
+    /// start: thousands of SYNs in one burst overflow the target's accept queue (a dropped SYN
+    /// is sent again only after 1 s, then 3 s) and, on io_uring, the completion queue, and a
+    /// connect queued behind thousands of others would time out before it was even sent.
     pub(crate) fn connect_phase(&mut self) -> stdio::Result<()> {
         if !self.shared.cfg.opens_first() {
             return Ok(());
         }
         self.measuring = self.shared.cfg.warmup.is_zero();
+        let n = self.conns.len();
+        // Connections below `oldest` are open or failed; from `next` on they are not started.
+        let (mut oldest, mut next) = (0, 0);
         let mut now = Instant::now();
-        for idx in 0..self.conns.len() {
-            self.connect(idx, now);
-        }
         let mut next_tick = now + self.tick;
-        while self.conns.iter().any(|c| matches!(c.phase, Phase::Connecting | Phase::Handshaking))
-            && !self.shared.stop_flag.load(Ordering::Relaxed)
-        {
+        while !self.shared.stop_flag.load(Ordering::Relaxed) {
+            while oldest < next && !self.conns[oldest].phase.is_opening() {
+                oldest += 1;
+            }
+            let under_way = self.conns[oldest..next].iter().filter(|c| c.phase.is_opening());
+            let room = CONNECT_WINDOW.saturating_sub(under_way.count());
+            let end = (next + room).min(n);
+            for idx in next..end {
+                self.connect(idx, now);
+            }
+            next = end;
+            if oldest == n {
+                break;
+            }
             self.wait(next_tick.saturating_duration_since(now))?;
             now = Instant::now();
             if now >= next_tick {

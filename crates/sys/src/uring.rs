@@ -169,6 +169,12 @@ impl Completion<'_> {
     }
 }
 
+/// ENFILE: for an accept into registered descriptors it means the ring's table is full, not
+/// the system's file table.
+pub fn is_enfile(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENFILE)
+}
+
 /// `--io`: the event loop a command asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoChoice {
@@ -238,8 +244,13 @@ impl IoChoice {
 /// The ring's size and its receive buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct RingOptions {
-    /// Submission queue entries (a power of two); the completion queue is four times larger.
+    /// Submission queue entries (a power of two).
     pub entries: u32,
+    /// Completion queue entries: at least four times `entries`, and room for a completion of
+    /// every connection in one turn (a multishot receive per connection) so that completions
+    /// do not spill into the kernel's slower overflow list; 0 takes four times `entries`.
+    /// Rounded up to a power of two, at most [`MAX_COMPLETIONS`].
+    pub completions: u32,
     /// Provided receive buffers (a power of two, at most 32768) and the size of each.
     pub buffers: u16,
     pub buffer_size: usize,
@@ -253,12 +264,22 @@ pub struct RingOptions {
     pub direct: u32,
 }
 
+/// The kernel's largest completion queue (IORING_MAX_CQ_ENTRIES): 1 MiB of entries.
+pub const MAX_COMPLETIONS: u32 = 65536;
+
 /// How long an idle submission-polling thread spins before it sleeps.
 pub const SQPOLL_IDLE: Duration = Duration::from_millis(50);
 
 impl Default for RingOptions {
     fn default() -> Self {
-        RingOptions { entries: 1024, buffers: 1024, buffer_size: 4096, sqpoll: false, direct: 0 }
+        RingOptions {
+            entries: 1024,
+            completions: 0,
+            buffers: 1024,
+            buffer_size: 4096,
+            sqpoll: false,
+            direct: 0,
+        }
     }
 }
 
@@ -467,7 +488,8 @@ impl Uring {
     /// polling thread takes the task work) with its provided receive buffers registered.
     pub fn new(o: &RingOptions) -> io::Result<Uring> {
         let mut b = IoUring::builder();
-        b.setup_single_issuer().setup_cqsize(o.entries * 4);
+        let cq = o.completions.max(o.entries * 4).next_power_of_two().min(MAX_COMPLETIONS);
+        b.setup_single_issuer().setup_cqsize(cq);
         if o.sqpoll {
             b.setup_sqpoll(SQPOLL_IDLE.as_millis() as u32);
             // The calling thread's mask (pid 0 is this thread): pinned to one CPU, the polling
@@ -835,7 +857,14 @@ mod tests {
         probe().unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let o = RingOptions { entries: 64, buffers: 16, buffer_size: 256, sqpoll, direct };
+        let o = RingOptions {
+            entries: 64,
+            buffers: 16,
+            buffer_size: 256,
+            sqpoll,
+            direct,
+            ..RingOptions::default()
+        };
         let mut ring = Uring::new(&o).unwrap();
         assert_eq!(ring.direct(), direct > 0);
         ring.queue(|s| s.accept_multi(listener.as_raw_fd(), 7));

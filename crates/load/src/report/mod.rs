@@ -332,6 +332,28 @@ impl SetupReport {
         }
     }
 
+    /// What to check when connections could not open, from what went wrong.
+    fn advice(&self) -> &'static str {
+        let e = self.error_example.as_deref().unwrap_or("");
+        if e.contains("open files") {
+            "raise the descriptor limit (ulimit -n) or use fewer connections per process \
+             (--agents local,local splits them over processes)"
+        } else if e.contains("timed out") {
+            "the target did not complete handshakes in time: check its accept backlog (the \
+             listen backlog, net.core.somaxconn), whether it accepts at all (its connection \
+             limit), and --connect-timeout, or give --warmup"
+        } else if e.contains("cannot assign") {
+            "the source ports to this destination are used up: add source addresses \
+             (--source) or widen net.ipv4.ip_local_port_range"
+        } else if self.closed_by_server > 0 {
+            "the server closed idle connections before the run began (its idle timeout): give \
+             --warmup or fewer connections"
+        } else {
+            "check that the target accepts this many connections (its backlog, connection \
+             limit and idle timeout), and --connect-timeout, or give --warmup"
+        }
+    }
+
     /// The summary line, with a hint when connections could not open or opened slowly.
     fn text(&self) -> String {
         let took = fmt_us(self.duration_s * 1e6);
@@ -351,10 +373,12 @@ impl SetupReport {
             let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) };
             format!(
                 "Setup: {} of {} connections open after {took} ({:.0}/s); {} were not{why} and \
-                 were reopened during the run: check the descriptor limit (ulimit -n), the \
-                 server's accept backlog (net.core.somaxconn) and idle timeout, and \
-                 --connect-timeout, or give --warmup",
-                self.opened, self.connections, self.connects_per_s, self.failed,
+                 were reopened during the run: {}",
+                self.opened,
+                self.connections,
+                self.connects_per_s,
+                self.failed,
+                self.advice(),
             )
         };
         if let Some(hint) = &self.port_search {
@@ -775,6 +799,34 @@ mod tests {
     use crate::config::LoadOptions;
     use crate::stats::Recorder;
     use crate::CpuTime;
+
+    fn failed_setup(example: &str) -> String {
+        SetupReport {
+            connections: 100,
+            opened: 60,
+            failed: 40,
+            closed_by_server: 0,
+            duration_s: 5.0,
+            connects_per_s: 12.0,
+            error_example: Some(example.into()),
+            port_search: None,
+        }
+        .text()
+    }
+
+    /// The Setup line's advice follows the failure: a connect that timed out is not a
+    /// descriptor shortage (it blamed ulimit -n for every failure).
+    #[test]
+    fn setup_advice_names_what_the_failure_points_at() {
+        let timed_out = failed_setup("connect timed out after 5s");
+        assert!(timed_out.contains("did not complete handshakes in time"), "{timed_out}");
+        assert!(!timed_out.contains("ulimit"), "{timed_out}");
+        let fds = failed_setup("too many open files");
+        assert!(fds.contains("ulimit -n"), "{fds}");
+        assert!(!fds.contains("backlog"), "{fds}");
+        let ports = failed_setup("cannot assign requested address");
+        assert!(ports.contains("--source"), "{ports}");
+    }
 
     /// A run with fixed numbers: 1000 requests, 990 answered (980 ok, 10 bad), 8 failed, 2 in
     /// flight; latencies 100..=1079 us.

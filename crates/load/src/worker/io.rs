@@ -58,7 +58,8 @@ impl std::fmt::Debug for Io {
 }
 
 impl Io {
-    pub(super) fn new(engine: Engine) -> io::Result<Io> {
+    /// The loop of a thread with `conns` connections.
+    pub(super) fn new(engine: Engine, conns: usize) -> io::Result<Io> {
         Ok(match engine {
             Engine::Epoll => {
                 Io::Epoll { epoll: Epoll::new()?, events: vec![poll::empty_event(); 1024] }
@@ -66,6 +67,8 @@ impl Io {
             Engine::Uring => {
                 let o = RingOptions {
                     entries: 1024,
+                    // A response (or a connect) on every connection may complete in one turn.
+                    completions: u32::try_from(conns.saturating_mul(2)).unwrap_or(u32::MAX),
                     buffers: 4096,
                     buffer_size: 16 * 1024,
                     ..RingOptions::default()

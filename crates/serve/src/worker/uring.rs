@@ -27,6 +27,15 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// table, and accepts completed in the turn that reached the limit.
 const DIRECT_ROOM: u64 = 1024;
 
+/// The slots of a table held below `--max-conns` + [`DIRECT_ROOM`] (by the descriptor limit)
+/// that are kept for closes under way: a 32nd of it (at least 64, or a quarter of a smaller
+/// table), so that a 20,000-slot table still keeps 19,375 connections.
+fn room_in(table: u32) -> u64 {
+    let t = u64::from(table);
+    let floor = if t >= 256 { 64 } else { t / 4 };
+    (t / 32).max(floor).min(DIRECT_ROOM)
+}
+
 fn token(slot: usize, gen: u32) -> u32 {
     (gen << SLOT_BITS) | (slot as u32 & SLOT_MASK)
 }
@@ -56,6 +65,11 @@ struct State<'a> {
     conns: Vec<Conn>,
     free: Vec<usize>,
     open: usize,
+    /// Connections this worker keeps: `--max-conns`, or fewer when its table of registered
+    /// descriptors is smaller than that plus [`DIRECT_ROOM`].
+    max_open: usize,
+    /// Slots of the registered descriptor table (0: connections are plain descriptors).
+    table: u32,
     date_secs: u64,
     gate: AcceptGate,
     draining_since: Option<Instant>,
@@ -82,11 +96,18 @@ impl<'a> Worker<'a> {
         let direct = (cfg.settings.max_conns as u64 + DIRECT_ROOM).min(soft).min(1 << 20) as u32;
         let ring = Uring::new(&RingOptions {
             entries: 1024,
+            // A request on every connection may complete in one turn.
+            completions: direct.saturating_mul(2),
             buffers: 2048,
             buffer_size: READ_CHUNK,
             sqpoll: cfg.sqpoll,
             direct,
         })?;
+        let table = if ring.direct() { direct } else { 0 };
+        let max_open = match table {
+            0 => cfg.settings.max_conns,
+            t => cfg.settings.max_conns.min(u64::from(t).saturating_sub(room_in(t)) as usize),
+        };
         let mut w = Worker {
             ring,
             st: State {
@@ -97,6 +118,8 @@ impl<'a> Worker<'a> {
                 conns: Vec::new(),
                 free: Vec::new(),
                 open: 0,
+                max_open,
+                table,
                 date_secs,
                 gate: AcceptGate::default(),
                 draining_since: None,
@@ -178,10 +201,10 @@ impl State<'_> {
                 return;
             }
             self.add_conn(fd, sub);
-            if self.open >= self.sh.cfg.settings.max_conns && self.gate.on {
+            if self.open >= self.max_open && self.gate.on {
                 self.set_accepting(false, sub);
-                let msg = "--max-conns reached; not accepting until a connection closes";
-                self.gate.log(self.now, msg);
+                let msg = self.full_message();
+                self.gate.log(self.now, &msg);
             }
         } else {
             match c.failure() {
@@ -190,11 +213,12 @@ impl State<'_> {
                     if self.gate.on {
                         self.set_accepting(false, sub);
                         self.gate.resume_at = Some(self.now + ACCEPT_PAUSE);
+                        let cause = accept_shortage(&e, self.table);
                         self.gate.log(
                             self.now,
                             &format!(
-                                "accept: {e}; pausing accepts for 100 ms, open connections are \
-                                 served"
+                                "accept: {cause}; pausing accepts for 100 ms, open connections \
+                                 are served"
                             ),
                         );
                     }
@@ -359,9 +383,27 @@ impl State<'_> {
         }
     }
 
+    /// Why the worker stopped accepting at [`State::max_open`] connections.
+    fn full_message(&self) -> String {
+        let max = self.sh.cfg.settings.max_conns;
+        if self.max_open >= max {
+            return "--max-conns reached; not accepting until a connection closes".into();
+        }
+        format!(
+            "{} connections open fill this worker's table of registered descriptors ({} slots, \
+             {} of them kept for closes under way; the kernel holds a table to the descriptor \
+             limit, ulimit -n {}); not accepting until one closes: raise ulimit -n towards \
+             --max-conns {max} + {DIRECT_ROOM}, or add workers (-w: a table each)",
+            self.open,
+            self.table,
+            room_in(self.table),
+            qpslab_sys::nofile::limits().0,
+        )
+    }
+
     fn on_tick(&mut self, now: Instant, sub: &mut Submit<'_>) {
         refresh_date(&mut self.sh, &mut self.date_secs);
-        let max = self.sh.cfg.settings.max_conns;
+        let max = self.max_open;
         if self.gate.reopen(now, self.draining_since.is_some(), self.open, max) {
             self.set_accepting(true, sub);
         }
@@ -439,4 +481,17 @@ impl State<'_> {
         conn.fd = Some(fd);
         self.open += 1;
     }
+}
+
+/// An accept that failed for want of a descriptor, said as what is full: with registered
+/// descriptors ENFILE means this worker's table, not the system's file table.
+fn accept_shortage(e: &io::Error, table: u32) -> String {
+    if table > 0 && qpslab_sys::uring::is_enfile(e) {
+        return format!(
+            "this worker's table of registered descriptors is full ({table} slots; ENFILE here \
+             is not the system's file table): raise ulimit -n, lower --max-conns, or add \
+             workers (-w: a table each)"
+        );
+    }
+    e.to_string()
 }
