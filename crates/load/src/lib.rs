@@ -82,8 +82,8 @@ pub struct RunResult {
     /// Of `cpu`: time spent polling for events instead of sleeping (`--poll`).
     pub polled: Duration,
     pub started_at: SystemTime,
-    /// Cumulative counters once a second during measurement (from the live progress counters,
-    /// which threads publish every 10 ms or so).
+    /// Cumulative counters at the end of each whole second of measurement, and at the end of
+    /// the run: the last row holds the run's totals, so the rows add up to them exactly.
     pub intervals: Vec<Interval>,
     /// [`request_stop`] ended the run before its duration or request count.
     pub stopped_early: bool,
@@ -219,7 +219,6 @@ pub fn run_observed(
         observer,
         log,
         merge: IntervalMerge::new(cfg.threads),
-        intervals: Vec::new(),
         clock: None,
         ready_at: None,
     };
@@ -242,7 +241,6 @@ pub fn run_observed(
     let log_error =
         watcher.log.map(|l| l.finish(rest, merged.duration, cfg.duration)).and_then(Result::err);
     Ok(RunResult {
-        intervals: watcher.intervals,
         stopped_early: stop.load(Ordering::Relaxed),
         log_error,
         port_budget: cfg.port_budgets().first().cloned(),
@@ -287,14 +285,15 @@ fn merge(
             *a += b;
         }
     }
+    let duration = ended.saturating_duration_since(clock.measure_start);
     RunResult {
+        intervals: second_rows(&rec, duration),
         rec,
         in_flight_at_stop,
-        duration: ended.saturating_duration_since(clock.measure_start),
+        duration,
         cpu,
         polled,
         started_at: clock.started_at,
-        intervals: Vec::new(),
         stopped_early: false,
         due_unsent,
         idle_at_stop,
@@ -303,6 +302,35 @@ fn merge(
         port_budget: None,
         setup: cfg.opens_first().then_some(setup),
     }
+}
+
+/// A tail shorter than this after the last whole second joins that second's row: its rate
+/// over a few milliseconds would be noise.
+const SHORT_TAIL_S: f64 = 0.25;
+
+/// The per-second rows of a run that lasted `duration`: the counts at each whole second, and
+/// the totals at the end.
+fn second_rows(rec: &Recorder, duration: Duration) -> Vec<Interval> {
+    let row = |elapsed_s: f64, [sent, completed, failed]: [u64; 3]| Interval {
+        elapsed_s,
+        sent,
+        completed,
+        failed,
+    };
+    let end = duration.as_secs_f64();
+    let mut rows: Vec<Interval> =
+        rec.seconds.iter().enumerate().map(|(i, c)| row((i + 1) as f64, *c)).collect();
+    let totals = rec.totals();
+    match rows.last_mut() {
+        // Nothing happened after the last whole second.
+        Some(last) if [last.sent, last.completed, last.failed] == totals => {
+            last.elapsed_s = last.elapsed_s.min(end);
+        }
+        Some(last) if end - last.elapsed_s < SHORT_TAIL_S => *last = row(end, totals),
+        _ if end > 0.0 => rows.push(row(end, totals)),
+        _ => {}
+    }
+    rows
 }
 
 /// The calling thread during a run: starts the run's clock when every load thread is ready
@@ -315,7 +343,6 @@ struct Watcher<'a> {
     observer: &'a mut dyn Observe,
     log: Option<IntervalLog>,
     merge: IntervalMerge,
-    intervals: Vec<Interval>,
     clock: Option<Clock>,
     ready_at: Option<Instant>,
 }
@@ -347,14 +374,6 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     fn tick(&mut self) {
         let Some(clock) = self.clock else { return };
         let p = sum_progress(self.progress, clock.measure_start);
-        if !p.warming_up {
-            self.intervals.push(Interval {
-                elapsed_s: p.elapsed.as_secs_f64(),
-                sent: p.sent,
-                completed: p.completed,
-                failed: p.failed,
-            });
-        }
         self.observer.progress(&p);
     }
 }

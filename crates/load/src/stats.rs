@@ -110,6 +110,10 @@ pub struct Recorder {
     pub per_target: Vec<TargetCounts>,
     /// With `--log`: the corrected latency of the current interval only.
     pub interval: Option<Histogram<u64>>,
+    /// Cumulative (sent, completed, failed) at the end of each whole second of measurement,
+    /// taken by the thread's loop when it passes the second (within a turn of the loop): the
+    /// per-second rows, exact because they are this recorder's own counts.
+    pub seconds: Vec<[u64; 3]>,
 }
 
 impl Default for Recorder {
@@ -140,11 +144,23 @@ impl Default for Recorder {
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
             interval: None,
+            seconds: Vec::new(),
         }
     }
 }
 
 impl Recorder {
+    /// (sent, completed, failed) so far.
+    pub fn totals(&self) -> [u64; 3] {
+        [self.sent, self.completed, self.failed]
+    }
+
+    /// A second of measurement ended: its cumulative counts join [`Recorder::seconds`].
+    pub fn end_second(&mut self) {
+        let t = self.totals();
+        self.seconds.push(t);
+    }
+
     /// A recorder for `targets` targets, with an interval histogram when `interval`.
     pub fn new(targets: usize, interval: bool) -> Self {
         Self {
@@ -209,6 +225,19 @@ impl Recorder {
     }
 
     pub fn merge(&mut self, other: &Recorder) {
+        // A recorder whose run ended before the other's holds its totals for the seconds it
+        // did not reach.
+        let (mine, theirs) = (self.totals(), other.totals());
+        if !other.seconds.is_empty() || !self.seconds.is_empty() {
+            let n = self.seconds.len().max(other.seconds.len());
+            let at = |v: &[[u64; 3]], i: usize, end: [u64; 3]| v.get(i).copied().unwrap_or(end);
+            self.seconds = (0..n)
+                .map(|i| {
+                    let (a, b) = (at(&self.seconds, i, mine), at(&other.seconds, i, theirs));
+                    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+                })
+                .collect();
+        }
         self.sent += other.sent;
         self.completed += other.completed;
         self.ok += other.ok;

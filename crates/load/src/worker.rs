@@ -412,7 +412,7 @@ impl<'a> Worker<'a> {
                     self.polled += now.saturating_duration_since(t);
                 }
             }
-            if self.rec.interval.is_some() && now >= self.log_next {
+            if now >= self.log_next {
                 self.rotate_interval(now);
             }
             if !self.measuring && now >= clock.measure_start {
@@ -501,9 +501,11 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// `--log`: hands the finished interval(s) to the watcher and starts the next.
+    /// A second of measurement ended: notes its counts and (`--log`) hands its histogram to
+    /// the watcher.
     fn rotate_interval(&mut self, now: Instant) {
         while now >= self.log_next {
+            self.rec.end_second();
             if let Some(h) = &mut self.rec.interval {
                 let hist = std::mem::replace(h, new_histogram());
                 (self.send_interval)(self.log_index, hist);

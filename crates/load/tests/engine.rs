@@ -120,6 +120,44 @@ fn duration_run_ends_on_time_and_warmup_is_excluded(io: IoChoice) {
     assert_eq!(report.connections.connects, report.connections.reconnects);
 }
 
+/// The per-second rows add up to the run's totals exactly, the last row ending with the run
+/// (they were sampled from the live progress a second apart on the wall clock: their sum
+/// missed the tail after the last sample, 340,983 of 341,700 in one run).
+fn per_second_rows_add_up_to_the_totals(io: IoChoice) {
+    let nginx = Nginx::start();
+    let mut o = opts_on(io, &nginx.url("/"));
+    o.threads = Some(2);
+    o.connections = Some(10);
+    o.duration = Some(Duration::from_millis(2500));
+    o.warmup = Duration::from_millis(300);
+    let report = run(&o);
+    let rows = &report.intervals;
+    let t: Vec<f64> = rows.iter().map(|r| r.t_s).collect();
+    assert_eq!(t.len(), 3, "{t:?}");
+    assert_eq!(&t[..2], &[1.0, 2.0]);
+    assert!((t[2] - report.duration_s).abs() < 1e-9, "{t:?} {}", report.duration_s);
+    let completed: u64 = rows.iter().map(|r| r.completed).sum();
+    assert_eq!(completed, report.requests.completed);
+    assert!(rows.iter().all(|r| r.completed > 0), "{rows:?}");
+
+    // Failures too: every 10th request stalls past the timeout.
+    let server = Scripted::start(|n, s| {
+        if n % 10 == 9 {
+            return After::Stall;
+        }
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        After::Continue
+    });
+    let mut o = opts_on(io, &server.url());
+    o.duration = Some(Duration::from_millis(1500));
+    o.timeout = Duration::from_millis(200);
+    let report = run(&o);
+    let rows = &report.intervals;
+    assert_eq!(rows.iter().map(|r| r.failed).sum::<u64>(), report.requests.failed);
+    assert_eq!(rows.iter().map(|r| r.completed).sum::<u64>(), report.requests.completed);
+    assert!(report.requests.failed > 0);
+}
+
 fn write(stream: &mut std::net::TcpStream, bytes: &[u8]) {
     let _ = stream.write_all(bytes);
 }
@@ -528,6 +566,7 @@ qpslab_testkit::on_both_loops!(
     one_kib_bodies_and_head_requests,
     post_body_reaches_the_server,
     duration_run_ends_on_time_and_warmup_is_excluded,
+    per_second_rows_add_up_to_the_totals,
     chunked_responses_written_a_few_bytes_at_a_time,
     close_delimited_bodies_reconnect_transparently,
     connection_close_header_reconnects_transparently,
