@@ -37,6 +37,8 @@ pub struct ProcSample {
     pub nofile_soft: Option<u64>,
     /// The CPUs the process (its main thread) may run on.
     pub allowed: Option<CpuSet>,
+    /// The CPU quotas of its cgroup and their ancestors, with their throttling counters.
+    pub cpu_limits: Vec<qpslab_sys::cgroup::CpuLimit>,
 }
 
 /// One thread of a watched process.
@@ -81,6 +83,74 @@ pub struct Sample {
     pub procs: BTreeMap<u32, ProcSample>,
     /// fs.file-nr: allocated handles and the maximum.
     pub file_nr: Option<(u64, u64)>,
+    /// Every process's name and CPU ticks, at the first and the last sample only: who else
+    /// used the CPUs.
+    pub census: BTreeMap<u32, (String, u64)>,
+    /// At the last sample, when the sockets could fill half the ephemeral port range: the
+    /// destinations holding most of this host's ephemeral ports.
+    pub dest_ports: Vec<DestPorts>,
+}
+
+/// Sockets from this host's ephemeral ports to one destination address and port, at one
+/// instant. The port budget is per destination: a source port may serve any number of
+/// destinations at once, so only sockets to the same destination compete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestPorts {
+    pub dest: std::net::SocketAddr,
+    /// Not in TIME_WAIT: open, opening or closing.
+    pub open: u64,
+    pub time_wait: u64,
+    /// Of `time_wait`: for under 1 s (not reusable even with tcp_tw_reuse).
+    pub tw_young: u64,
+    /// Of `time_wait`: closed within the window (connections made and closed during the run).
+    pub tw_in_window: u64,
+}
+
+/// Destinations named in [`Sample::dest_ports`].
+const DEST_PORTS_KEPT: usize = 3;
+
+/// The destinations of sockets bound to local ports in `range`, most ports first.
+pub fn dest_ports(
+    sockets: &[qpslab_sys::sockets::TcpSocket],
+    range: (u16, u16),
+    window: Duration,
+    hz: f64,
+) -> Vec<DestPorts> {
+    use qpslab_sys::sockets::{LISTEN, TIME_WAIT, TIME_WAIT_LEN};
+    let mut by: BTreeMap<std::net::SocketAddr, DestPorts> = BTreeMap::new();
+    for s in sockets {
+        let port = s.local.port();
+        if s.state == LISTEN || port < range.0 || port > range.1 || s.remote.port() == 0 {
+            continue;
+        }
+        let d = by.entry(s.remote).or_insert(DestPorts {
+            dest: s.remote,
+            open: 0,
+            time_wait: 0,
+            tw_young: 0,
+            tw_in_window: 0,
+        });
+        if s.state == TIME_WAIT {
+            let left = Duration::from_secs_f64(s.timer_left as f64 / hz.max(1.0));
+            let age = TIME_WAIT_LEN.saturating_sub(left);
+            d.time_wait += 1;
+            d.tw_young += u64::from(age < Duration::from_secs(1));
+            d.tw_in_window += u64::from(age <= window);
+        } else {
+            d.open += 1;
+        }
+    }
+    let mut v: Vec<DestPorts> = by.into_values().collect();
+    v.sort_by_key(|d| std::cmp::Reverse(d.open + d.time_wait));
+    v.truncate(DEST_PORTS_KEPT);
+    v
+}
+
+/// `net.ipv4.ip_local_port_range` under the root.
+pub fn port_range(root: &Root) -> Option<(u16, u16)> {
+    let t = root.read_opt("proc/sys/net/ipv4/ip_local_port_range")?;
+    let mut it = t.split_ascii_whitespace().filter_map(|v| v.parse().ok());
+    Some((it.next()?, it.next()?))
 }
 
 impl Sample {
@@ -148,7 +218,36 @@ impl Sample {
                     t.split_ascii_whitespace().filter_map(|f| f.parse().ok()).collect();
                 Some((*v.first()?, *v.get(2)?))
             }),
+            census: BTreeMap::new(),
+            dest_ports: Vec::new(),
         })
+    }
+}
+
+impl Sample {
+    /// Reads the socket tables for [`Sample::dest_ports`] when the sockets of the namespace
+    /// could fill half the ephemeral range (reading tens of thousands of rows costs
+    /// milliseconds; a quiet host is not read).
+    pub fn take_port_census(&mut self, root: &Root, hz: f64) {
+        let Some(range) = port_range(root) else { return };
+        let size = u64::from(range.1.saturating_sub(range.0)) + 1;
+        if (self.sockstat.tcp_tw + self.sockstat.tcp_inuse) * 2 < size {
+            return;
+        }
+        let sockets = qpslab_sys::sockets::tcp_sockets(root);
+        self.dest_ports = dest_ports(&sockets, range, self.at, hz);
+    }
+
+    /// Notes every process's name and CPU ticks ([`Sample::census`]).
+    pub fn take_census(&mut self, root: &Root) {
+        self.census = root
+            .pids()
+            .into_iter()
+            .filter_map(|pid| {
+                let st = parse::task_stat(&root.read_opt(&format!("proc/{pid}/stat"))?)?;
+                Some((pid, (st.comm, st.ticks)))
+            })
+            .collect();
     }
 }
 
@@ -183,6 +282,7 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
             .read_opt(&format!("{base}/limits"))
             .and_then(|t| parse::max_open_files(&t)),
         allowed: root.read_opt(&format!("{base}/status")).and_then(|t| parse::cpus_allowed(&t)),
+        cpu_limits: qpslab_sys::cgroup::cpu_limits(root, pid),
     })
 }
 
@@ -196,13 +296,20 @@ pub(crate) fn sample_until(
     mut stop: impl FnMut() -> bool,
 ) -> Result<Vec<Sample>, ReadError> {
     let start = std::time::Instant::now();
-    let mut samples = vec![Sample::read(root, nic_irqs, watch, Duration::ZERO)?];
+    let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
+    first.take_census(root);
+    let mut samples = vec![first];
     let mut next = interval;
     loop {
         let stopping = stop();
         let now = start.elapsed();
         if stopping || now >= next {
-            samples.push(Sample::read(root, nic_irqs, watch, now)?);
+            let mut s = Sample::read(root, nic_irqs, watch, now)?;
+            if stopping {
+                s.take_census(root);
+                s.take_port_census(root, qpslab_sys::system::clock_ticks());
+            }
+            samples.push(s);
             next += interval;
             if stopping {
                 return Ok(samples);

@@ -41,7 +41,10 @@ impl Run {
         let host = self.host();
         let irqs: BTreeSet<u32> = host.nics.iter().flat_map(|n| n.irq_numbers()).collect();
         let at = Duration::from_secs(self.samples.len() as u64);
-        self.samples.push(Sample::read(&self.root(), &irqs, &self.watch, at).unwrap());
+        let mut sample = Sample::read(&self.root(), &irqs, &self.watch, at).unwrap();
+        sample.take_census(&self.root());
+        sample.take_port_census(&self.root(), 100.0);
+        self.samples.push(sample);
     }
 
     /// Moves the counters with `f`, writes them, and samples (one second later).
@@ -231,19 +234,69 @@ fn descriptor_limit_close() {
     assert!(fd[0].evidence[0].contains("900 descriptors open at peak, soft RLIMIT_NOFILE 1024"));
 }
 
+/// `/proc/net/tcp` rows from ephemeral ports to `dest` (hex `ADDR:PORT` as the table prints
+/// it): `n` in TIME_WAIT with `left` clock ticks of their 60 s to go, from port `first` up.
+fn tw_rows(dest: &str, first: u16, n: u16, left: u64) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "   0: 0100007F:{:04X} {dest} 06 00000000:00000000 03:{left:08X} 00000000     0        0 0 3 0000000000000000\n",
+                first + i
+            )
+        })
+        .collect()
+}
+
+const TCP_HEADER: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+
+/// The port budget is per destination: 20,000 ports in TIME_WAIT to one server, closed within
+/// the window, is pressure; the same count spread over ten servers, or left from a run a
+/// minute ago, is not (an idle host got the warning from the namespace's total).
 #[test]
-fn ephemeral_port_pressure_on_the_client() {
-    let mut run = Run::new(Shape::small_virtio());
-    run.step(|c, _| c.sockstat.tcp_tw = 20_000);
-    let f = run.findings();
+fn ephemeral_port_pressure_is_per_destination_and_now() {
+    let run_with = |rows: String| {
+        let mut run = Run::new(Shape::small_virtio());
+        run.step(|c, dir| {
+            c.sockstat.tcp_tw = 20_000;
+            std::fs::write(dir.join("proc/net/tcp"), format!("{TCP_HEADER}{rows}")).unwrap();
+        });
+        run
+    };
+    // 10.0.0.2:80, closed half a second ago.
+    let one = run_with(tw_rows("0200000A:0050", 33000, 20_000, 5950));
+    let f = one.findings();
     let p = named(&f, "ephemeral-ports").expect("finding");
     assert_eq!(p.severity, Severity::Warning);
-    assert!(p.evidence[0].contains("20000 (71% of the 28232 ports"), "{:?}", p.evidence);
+    assert!(p.summary.contains("to 10.0.0.2:80"), "{}", p.summary);
+    assert!(
+        p.evidence[0]
+            .starts_with("10.0.0.2:80: 20000 of the 28232 ports of net.ipv4.ip_local_port_range"),
+        "{:?}",
+        p.evidence
+    );
+    assert!(p.evidence[0].contains("20000 closed within the window"), "{:?}", p.evidence);
     let ctx = Context { addr_not_available: 12, ..Context::default() };
     assert_eq!(
-        named(&run.findings_with(&ctx), "ephemeral-ports").unwrap().severity,
+        named(&one.findings_with(&ctx), "ephemeral-ports").unwrap().severity,
         Severity::Critical
     );
+
+    let spread: String = (0..10u16)
+        .map(|k| {
+            tw_rows(
+                &format!("{:08X}:0050", 0x0300_000A_u32 + (u32::from(k) << 24)),
+                33000 + k * 2000,
+                2000,
+                5950,
+            )
+        })
+        .collect();
+    let f = run_with(spread).findings();
+    assert!(named(&f, "ephemeral-ports").is_none(), "{f:?}");
+
+    // Closed 50 s ago: nothing connects there now.
+    let f = run_with(tw_rows("0200000A:0050", 33000, 20_000, 1000)).findings();
+    assert!(named(&f, "ephemeral-ports").is_none(), "{f:?}");
 }
 
 fn two_sides(client_pct: u64, server_pct: u64, steps: usize, pps: impl Fn(usize) -> u64) -> Run {
@@ -418,9 +471,20 @@ struct Proc {
 
 /// The processes over `steps` one-second steps, every CPU's time split as `cpus` says.
 fn with_procs(procs: &[Proc], steps: u64, cpus: fn(usize) -> (u64, u64, u64, u64)) -> Run {
+    with_procs_and(procs, steps, cpus, &|_, _| {})
+}
+
+/// [`with_procs`], and `also` writes more of the tree at each step (`k` from 0).
+fn with_procs_and(
+    procs: &[Proc],
+    steps: u64,
+    cpus: fn(usize) -> (u64, u64, u64, u64),
+    also: &dyn Fn(&std::path::Path, u64),
+) -> Run {
     let mut run = Run::new(Shape::small_virtio());
     run.watch = procs.iter().map(|p| Watch { pid: p.pid, role: p.role }).collect();
     let write = |run: &Run, k: u64| {
+        also(run.dir.path(), k);
         for p in procs {
             let ticks: Vec<(u32, u64)> = p.threads.iter().map(|t| (t.0, t.1 * k)).collect();
             write_process(run.dir.path(), p.pid, p.comm, &ticks, 20, 20000).unwrap();
@@ -546,6 +610,241 @@ fn an_idle_master_on_busy_cpus_is_not_a_saturated_server() {
     let client = named(&f, "client-bound").expect("client-bound");
     assert!(named(&f, "both-saturated").is_none(), "{f:?}");
     assert!(!client.evidence.iter().any(|e| e.contains("pid 600")), "the idle master is left out");
+    // Regression: the master's CPUs (0-1) counted as the server's, so CPU 1, the generator's
+    // own, full with its work, was called shared.
+    assert!(named(&f, "shared-cpus").is_none(), "{f:?}");
+}
+
+/// A v1 cgroup at /sys/fs/cgroup/cpu/NAME with a quota of `quota` microseconds per 100 ms,
+/// holding `pid`; at step `k`, `10 k` periods of which `9 k` throttled.
+fn cgroup_quota(dir: &std::path::Path, pid: u32, name: &str, quota: u64, k: u64) {
+    let w = |rel: &str, text: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    w(
+        &format!("proc/{pid}/mountinfo"),
+        "31 30 0:27 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n",
+    );
+    w(&format!("proc/{pid}/cgroup"), &format!("1:cpu:/{name}\n0::/\n"));
+    let cg = format!("sys/fs/cgroup/cpu/{name}");
+    w(&format!("{cg}/cpu.cfs_quota_us"), &format!("{quota}\n"));
+    w(&format!("{cg}/cpu.cfs_period_us"), "100000\n");
+    let stat = format!(
+        "nr_periods {}\nnr_throttled {}\nthrottled_time {}\n",
+        10 * k,
+        9 * k,
+        720_000_000 * k
+    );
+    w(&format!("{cg}/cpu.stat"), &stat);
+}
+
+/// A server held to 0.2 CPUs by its cgroup (a container's CPU limit) uses 20% of a CPU and
+/// is throttled in most periods: named as the quota, and its side saturated at that quota (it
+/// was called latency-bound, "add connections").
+#[test]
+fn a_server_held_by_a_cpu_quota_is_throttled_not_latency_bound() {
+    let run = with_procs_and(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "qpslab", threads: &[(600, 20, "0")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 30, "1")] },
+        ],
+        3,
+        |cpu| if cpu == 0 { (10, 10, 0, 80) } else { (10, 20, 0, 70) },
+        &|dir, k| cgroup_quota(dir, 600, "bench", 20_000, k),
+    );
+    let f = run.findings();
+    assert_eq!(f[0].name, "cpu-throttled", "the headline: {f:?}");
+    assert!(
+        f[0].summary.starts_with(
+            "the server (qpslab, pid 600) was held back by its cgroup's CPU quota of 0.20 CPUs"
+        ),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].evidence[0].starts_with("/sys/fs/cgroup/cpu/bench: CPU quota 20000/100000 us (0.20 CPUs), throttled in 90% of 30 periods (2.16 s held back)"), "{:?}", f[0].evidence);
+    let bound = named(&f, "server-bound").expect("server-bound at the quota");
+    assert!(bound.summary.contains("CPU quota"), "{}", bound.summary);
+    assert!(
+        bound.evidence[0].contains("100% of capacity (its cgroup's quota of 0.20 CPUs)"),
+        "{:?}",
+        bound.evidence
+    );
+    assert!(named(&f, "latency-bound").is_none(), "{f:?}");
+}
+
+/// The same for the generator: client-bound at its quota, never latency-bound.
+#[test]
+fn a_generator_held_by_a_cpu_quota_is_throttled() {
+    let run = with_procs_and(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "nginx", threads: &[(600, 15, "0")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 20, "1")] },
+        ],
+        3,
+        |cpu| if cpu == 0 { (10, 5, 0, 85) } else { (10, 10, 0, 80) },
+        &|dir, k| cgroup_quota(dir, 500, "gen", 20_000, k),
+    );
+    let f = run.findings();
+    assert_eq!(f[0].name, "cpu-throttled", "{f:?}");
+    assert!(f[0].summary.starts_with("the load generator (qpslab, pid 500)"), "{}", f[0].summary);
+    let bound = named(&f, "client-bound").expect("client-bound at the quota");
+    assert!(bound.summary.contains("CPU quota"), "{}", bound.summary);
+    assert!(named(&f, "latency-bound").is_none(), "{f:?}");
+}
+
+/// A quota the process never reached is no finding.
+#[test]
+fn an_unused_quota_is_not_a_finding() {
+    let run = with_procs_and(
+        &[Proc { pid: 600, role: Role::Server, comm: "qpslab", threads: &[(600, 20, "0")] }],
+        3,
+        |_| (10, 10, 0, 80),
+        &|dir, k| {
+            cgroup_quota(dir, 600, "roomy", 400_000, 0);
+            // Periods pass, none throttled.
+            let stat = format!("nr_periods {}\nnr_throttled 0\nthrottled_time 0\n", 10 * k);
+            std::fs::write(dir.join("sys/fs/cgroup/cpu/roomy/cpu.stat"), stat).unwrap();
+        },
+    );
+    let f = run.findings();
+    assert!(named(&f, "cpu-throttled").is_none(), "{f:?}");
+    assert!(named(&f, "server-bound").is_none(), "{f:?}");
+}
+
+/// Another process took the CPUs: named in the headline with its CPU.
+#[test]
+fn contention_names_the_other_process() {
+    let run = with_procs_and(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "qpslab", threads: &[(600, 45, "0")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 30, "1")] },
+        ],
+        3,
+        |cpu| if cpu == 0 { (90, 10, 0, 0) } else { (40, 20, 0, 40) },
+        &|dir, k| {
+            write_process(dir, 777, "yes", &[(777, 55 * k)], 3, 1024).unwrap();
+            write_process(dir, 778, "sshd", &[(778, k)], 3, 1024).unwrap();
+        },
+    );
+    let f = run.findings();
+    assert_eq!(f[0].name, "cpu-contention", "{f:?}");
+    assert!(f[0].summary.contains("above all yes (pid 777, 0.55 CPUs)"), "{}", f[0].summary);
+    assert!(
+        f[0].evidence.iter().any(|e| e == "busiest other processes: yes (pid 777) 0.55 CPUs"),
+        "{:?}",
+        f[0].evidence
+    );
+    // The server's CPU was full, mostly with the other process's work: said so.
+    let bound = named(&f, "server-bound").expect("server-bound");
+    assert!(
+        bound.summary.starts_with("the server's CPUs were saturated, mostly with work not its own"),
+        "{}",
+        bound.summary
+    );
+}
+
+/// A server (pid 600 on CPU 0) and a generator (pid 500 on CPU 1) using `server` and
+/// `client` hundredths of a CPU, CPU 0's time split as `cpu0` (user, system, softirq, idle),
+/// CPU 1 as `cpu1`, the server under a quota of `quota` microseconds per 100 ms if any.
+fn grid_run(server: u64, client: u64, cpu0: [u64; 4], cpu1: [u64; 4], quota: Option<u64>) -> Run {
+    let mut run = Run::new(Shape::small_virtio());
+    run.watch =
+        vec![Watch { pid: 600, role: Role::Server }, Watch { pid: 500, role: Role::Client }];
+    let write = |dir: &std::path::Path, k: u64| {
+        write_process(dir, 600, "srv", &[(600, server * k)], 20, 20000).unwrap();
+        write_affinity(dir, 600, &[(600, "0")]);
+        write_process(dir, 500, "gen", &[(500, client * k)], 20, 20000).unwrap();
+        write_affinity(dir, 500, &[(500, "1")]);
+        if let Some(q) = quota {
+            cgroup_quota(dir, 600, "q", q, k);
+        }
+    };
+    write(run.dir.path(), 0);
+    run.samples.clear();
+    run.sample();
+    for k in 1..=3 {
+        write(run.dir.path(), k);
+        run.step(|c, _| {
+            c.advance_cpus(100, |cpu| {
+                let [u, s, si, i] = if cpu == 0 { cpu0 } else { cpu1 };
+                (u, s, si, i)
+            });
+            c.dev.insert("lo".into(), (k * 1000, k * 100_000, k * 1000, k * 100_000));
+        });
+    }
+    run
+}
+
+/// Over a grid of runs (each side's CPU use, how busy its CPU is with other work, a quota or
+/// none), every finding that says a side or a CPU is saturated carries evidence at or above
+/// the rule's own threshold, and every throttled finding a throttled share at or above its
+/// own (a `server-bound: the server's threads are saturated` stood above `0.32 CPUs ... 32% of
+/// capacity`).
+#[test]
+fn no_headline_contradicts_its_evidence() {
+    /// The percentages in `text` followed by `what` (`% of capacity`, `% busy`).
+    fn percents(text: &str, what: &str) -> Vec<f64> {
+        let b = text.as_bytes();
+        text.match_indices('%')
+            .filter(|(i, _)| text[*i + 1..].starts_with(what))
+            .filter_map(|(i, _)| {
+                let start = b[..i].iter().rposition(|c| !c.is_ascii_digit()).map_or(0, |p| p + 1);
+                text[start..i].parse::<f64>().ok().map(|v| v / 100.0)
+            })
+            .collect()
+    }
+    let sat = qpslab_host::doctor::SATURATED;
+    let throttled = qpslab_sys::cgroup::THROTTLED_SHARE;
+    let mut judged = std::collections::BTreeMap::new();
+    for server in [20u64, 32, 60, 95] {
+        for client in [20u64, 50, 97] {
+            // The server's CPU: its own work and the rest idle, or full with other work.
+            for other0 in [0u64, 30, 100 - server] {
+                for quota in [None, Some(25_000u64), Some(40_000)] {
+                    let idle0 = 100 - server - other0.min(100 - server);
+                    let cpu0 = [server / 2 + other0, server - server / 2, 0, idle0];
+                    let cpu1 = [client / 2, client - client / 2, 0, 100 - client];
+                    let f = grid_run(server, client, cpu0, cpu1, quota).findings();
+                    for x in &f {
+                        // What the headline claims, and the evidence that must bear it out.
+                        let s = x.summary.as_str();
+                        let (what, floor) = if x.name == "cpu-throttled" {
+                            (" of ", throttled)
+                        } else if s.contains("threads are saturated")
+                            || s.contains("generator is saturated")
+                            || s.contains("CPU quota")
+                        {
+                            (" of capacity", sat)
+                        } else if s.contains("CPUs were saturated")
+                            || matches!(x.name, "cpu-saturated" | "shared-cpus")
+                        {
+                            (" busy", sat)
+                        } else if x.name == "both-saturated" {
+                            ("", sat)
+                        } else {
+                            continue;
+                        };
+                        *judged.entry(x.name).or_insert(0) += 1;
+                        let top =
+                            x.evidence.iter().flat_map(|e| percents(e, what)).fold(0.0, f64::max);
+                        assert!(
+                            top >= floor - 1e-9,
+                            "{}: {} with evidence {:?} (server {server}, client {client}, other {other0}, quota {quota:?})",
+                            x.name,
+                            x.summary,
+                            x.evidence
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The grid reaches every verdict it checks.
+    for name in ["server-bound", "client-bound", "both-saturated", "cpu-throttled"] {
+        assert!(judged.contains_key(name), "{name} never came up: {judged:?}");
+    }
 }
 
 // ---- The rules that read the profile (`--profile`), on synthetic profiles.

@@ -356,7 +356,7 @@ fn masks_over_32_cpus_are_written_in_32_bit_groups_and_read_back() {
 }
 
 #[test]
-fn client_role_widens_the_port_range_and_slow_clocksources_go_to_tsc() {
+fn client_role_widens_the_port_range_reuses_time_wait_and_slow_clocksources_go_to_tsc() {
     let (dir, root) = tree(&Shape::small_virtio());
     std::fs::write(
         dir.path().join("sys/devices/system/clocksource/clocksource0/current_clocksource"),
@@ -367,11 +367,17 @@ fn client_role_widens_the_port_range_and_slow_clocksources_go_to_tsc() {
     let range = plan.changes.iter().find(|c| c.setting == "net.ipv4.ip_local_port_range").unwrap();
     assert_eq!((range.current.as_str(), range.planned.as_str()), ("32768 60999", "1024 65535"));
     assert!(range.reason.contains("28232 ports allow 470 new connections/s"), "{}", range.reason);
+    // The doctor's ephemeral-ports remedy names this plan for TIME_WAIT reuse.
+    let reuse = plan.changes.iter().find(|c| c.setting == "net.ipv4.tcp_tw_reuse").unwrap();
+    assert_eq!((reuse.current.as_str(), reuse.planned.as_str()), ("2", "1"));
+    assert_eq!(reuse.path, "proc/sys/net/ipv4/tcp_tw_reuse");
+    assert!(reuse.reason.contains("for loopback destinations only"), "{}", reuse.reason);
     let clock = plan.changes.iter().find(|c| c.setting == "clocksource").unwrap();
     assert_eq!(clock.write, "tsc\n");
     assert!(plan.command.starts_with("qpslab load --threads 1 --cpus 1 "), "{}", plan.command);
     let server_plan = plan_for(&root, &server());
     assert!(!server_plan.changes.iter().any(|c| c.setting == "net.ipv4.ip_local_port_range"));
+    assert!(!server_plan.changes.iter().any(|c| c.setting == "net.ipv4.tcp_tw_reuse"));
     for never in ["net.ipv4.tcp_tw_recycle", "net.ipv4.tcp_timestamps"] {
         assert!(plan.kept.iter().any(|k| k.setting == never));
         assert!(!plan.changes.iter().any(|c| c.setting == never));

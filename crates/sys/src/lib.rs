@@ -5,6 +5,7 @@
 //! flag ([`config_error`]), and the injectable root under which /proc and /sys are read
 //! ([`root`]). Owns no policy: callers decide what to do with errors.
 
+pub mod cgroup;
 pub mod config_error;
 pub mod cpus;
 pub mod crew;

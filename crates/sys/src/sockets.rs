@@ -14,6 +14,10 @@ use crate::root::Root;
 
 /// `st` of a listening socket.
 pub const LISTEN: u8 = 0x0A;
+/// `st` of a socket in TIME_WAIT.
+pub const TIME_WAIT: u8 = 0x06;
+/// How long a socket stays in TIME_WAIT (the kernel's fixed TCP_TIMEWAIT_LEN).
+pub const TIME_WAIT_LEN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One row of a TCP socket table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +27,10 @@ pub struct TcpSocket {
     /// The kernel's TCP state number (`LISTEN` = 0x0A).
     pub state: u8,
     pub inode: u64,
+    /// The socket's timer (`tr`: 3 for TIME_WAIT's) and what is left of it in clock ticks
+    /// (`tm->when`, USER_HZ).
+    pub timer: u8,
+    pub timer_left: u64,
 }
 
 /// A process holding a socket.
@@ -50,11 +58,14 @@ pub fn parse_table(text: &str) -> Vec<TcpSocket> {
 
 fn parse_row(line: &str) -> Option<TcpSocket> {
     let f: Vec<&str> = line.split_ascii_whitespace().collect();
+    let (timer, left) = f.get(5)?.split_once(':')?;
     Some(TcpSocket {
         local: parse_addr(f.get(1)?)?,
         remote: parse_addr(f.get(2)?)?,
         state: u8::from_str_radix(f.get(3)?, 16).ok()?,
         inode: f.get(9)?.parse().ok()?,
+        timer: u8::from_str_radix(timer, 16).ok()?,
+        timer_left: u64::from_str_radix(left, 16).ok()?,
     })
 }
 
@@ -182,6 +193,7 @@ mod tests {
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 40123 1 0000000000000000 100 0 0 10 0
    1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 18344 1 0000000000000000 100 0 0 10 0
    2: 0100007F:1F90 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000     0        0 40999 1 0000000000000000 20 4 30 10 -1
+   3: 0100007F:D1B2 0100007F:B687 06 00000000:00000000 03:0000176E 00000000     0        0 0 3 0000000079328004
 ";
     const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5150 1 0000000000000000 100 0 0 10 0
@@ -191,7 +203,10 @@ mod tests {
     #[test]
     fn addresses_decode_in_host_order() {
         let t = parse_table(TCP);
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 4);
+        // TIME_WAIT, 59.98 s (5998 ticks at USER_HZ 100) left.
+        assert_eq!((t[3].state, t[3].timer, t[3].timer_left), (TIME_WAIT, 3, 5998));
+        assert_eq!(t[3].local.port(), 53682);
         assert_eq!(t[0].local, "127.0.0.1:8080".parse().unwrap());
         assert_eq!((t[0].state, t[0].inode), (LISTEN, 40123));
         assert_eq!(t[2].remote, "127.0.0.1:53924".parse().unwrap());

@@ -175,9 +175,15 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "server-bound",
-        catches: "the server's threads are saturated: the rate is what this server configuration can do",
-        threshold: "a server process at 85% or more of the CPUs its busy threads may use, or those CPUs at 85% busy or more; the generator not saturated",
+        catches: "the server is saturated: its threads, its cgroup's CPU quota, or its CPUs full of other work (the headline says which); the rate is what it could get",
+        threshold: "a server process at 85% or more of the CPUs its busy threads may use (or of its cgroup's CPU quota when smaller), or those CPUs at 85% busy or more; the generator not saturated",
         remedy: "more server workers on idle CPUs, or interrupt work moved off the server's CPUs",
+    },
+    Rule {
+        name: "cpu-throttled",
+        catches: "a side was held back by its cgroup's CPU quota (a container's CPU limit): its threads waited for the next period instead of running, so the rate measures the quota",
+        threshold: "the quota of its cgroup (or an ancestor's) ran out in 20% or more of the window's scheduling periods (cpu.stat nr_throttled over nr_periods; cgroup v1 and v2)",
+        remedy: "lift or raise the CPU limit for the benchmark (resources.limits.cpu, docker --cpus, CPUQuota=, cpu.max or cpu.cfs_quota_us), or take the rate as what the limit allows",
     },
     Rule {
         name: "client-bound",
@@ -205,7 +211,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "cpu-contention",
-        catches: "other processes used the CPUs during the run: the figures are lower than the host can do",
+        catches: "other processes used the CPUs during the run (the busiest are named): the figures are lower than the host can do",
         threshold: "CPU time outside the watched processes and interrupt work of 0.5 CPU or more and at least a quarter of all busy time",
         remedy: "stop the other work or pin it away from the benchmark's CPUs",
     },
@@ -295,9 +301,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "ephemeral-ports",
-        catches: "the client is running out of ephemeral ports (TIME_WAIT pressure)",
-        threshold: "TIME_WAIT sockets at 50% or more of ip_local_port_range, or connects failing with EADDRNOTAVAIL (critical)",
-        remedy: "keep connections alive, widen the port range, allow TIME_WAIT reuse, or add source addresses",
+        catches: "the client is running out of ephemeral ports to one destination (the budget is per destination address and port; closed connections hold theirs 60 s in TIME_WAIT)",
+        threshold: "sockets from ephemeral ports to one destination (open, and in TIME_WAIT unless tcp_tw_reuse lets it be reused) at 50% or more of ip_local_port_range, with connections to it closed in the window; or connects failing with EADDRNOTAVAIL (critical)",
+        remedy: "keep connections alive, add source addresses (load --source), widen the port range and set tcp_tw_reuse = 1 (tune plan --role client)",
     },
     Rule {
         name: "lock-contention",
@@ -333,7 +339,8 @@ pub fn rule(name: &str) -> Option<&'static Rule> {
 /// Applies every rule.
 pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
-    // The verdict first: among findings of equal severity it is the headline.
+    // The verdict first (a quota that held a side back before it): among findings of equal
+    // severity it is the headline.
     verdict::bound(summary, ctx, &mut out);
     rules::softirq_concentrated(summary, ctx, &mut out);
     profiled::rules(host, summary, ctx, &mut out);

@@ -241,32 +241,55 @@ pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding
 }
 
 pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    let range_text = host.sysctl("net.ipv4.ip_local_port_range").unwrap_or("?");
     let range = host.sysctl("net.ipv4.ip_local_port_range").and_then(|r| {
         let v: Vec<u64> = r.split_ascii_whitespace().filter_map(|x| x.parse().ok()).collect();
         Some(v.get(1)?.saturating_sub(*v.first()?) + 1)
     });
-    let tw_share = range.map_or(0.0, |r| share(s.tcp_tw_max, r));
-    if tw_share < TW_PRESSURE && ctx.addr_not_available == 0 {
+    // 1: TIME_WAIT ports over 1 s old are reused for new connects; 2 (the default): only to
+    // loopback destinations.
+    let reuse = host.sysctl("net.ipv4.tcp_tw_reuse").unwrap_or("0").to_string();
+    let reused =
+        |d: &crate::sample::DestPorts| reuse == "1" || (reuse == "2" && d.dest.ip().is_loopback());
+    // Ports a new connect to the destination cannot take, and whether connections to it were
+    // closed during the window (someone is connecting to it now).
+    let pressed = range.and_then(|r| {
+        s.dest_ports
+            .iter()
+            .map(|d| {
+                let blocked = d.open + if reused(d) { d.tw_young } else { d.time_wait };
+                (d, blocked, share(blocked, r))
+            })
+            .filter(|(d, _, sh)| *sh >= TW_PRESSURE && d.tw_in_window > 0)
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+    });
+    if pressed.is_none() && ctx.addr_not_available == 0 {
         return;
     }
-    let mut evidence = vec![format!(
-        "TIME_WAIT sockets peaked at {} ({} of the {} ports in net.ipv4.ip_local_port_range = {})",
-        s.tcp_tw_max,
-        pct(tw_share),
-        range.unwrap_or(0),
-        host.sysctl("net.ipv4.ip_local_port_range").unwrap_or("?")
-    )];
+    let mut evidence = Vec::new();
+    if let (Some((d, blocked, sh)), Some(r)) = (pressed, range) {
+        evidence.push(format!(
+            "{}: {blocked} of the {r} ports of net.ipv4.ip_local_port_range = {range_text} held ({}): {} open, {} in TIME_WAIT ({} closed within the window)",
+            d.dest, pct(sh), d.open, d.time_wait, d.tw_in_window
+        ));
+        evidence.push(if reused(d) {
+            format!("net.ipv4.tcp_tw_reuse = {reuse}: ports in TIME_WAIT for over 1 s are reused for new connects to it; the {} younger are counted", d.tw_young)
+        } else {
+            format!("net.ipv4.tcp_tw_reuse = {reuse}: every port in TIME_WAIT to it is held for 60 s")
+        });
+    }
     if ctx.addr_not_available > 0 {
         evidence.push(format!(
             "{} connects failed with \"Cannot assign requested address\"",
             ctx.addr_not_available
         ));
     }
+    let to = pressed.map_or(String::new(), |(d, _, _)| format!(" to {}", d.dest));
     out.push(Finding {
         name: "ephemeral-ports",
         severity: if ctx.addr_not_available > 0 { Severity::Critical } else { Severity::Warning },
-        summary: "the client is running out of ephemeral ports (TIME_WAIT pressure)".into(),
+        summary: format!("the client is running out of ephemeral ports{to}: each connection to one destination needs its own source port, held 60 s in TIME_WAIT after the close"),
         evidence,
-        remedy: "keep connections alive, widen the port range and allow TIME_WAIT reuse on the client (`qpslab tune plan --role client`: ip_local_port_range, tcp_tw_reuse), or add source addresses".into(),
+        remedy: "keep connections alive; add source addresses (`qpslab load --source`, each adds a port range); widen the port range and reuse TIME_WAIT ports (`qpslab tune plan --role client`: ip_local_port_range, tcp_tw_reuse = 1)".into(),
     });
 }

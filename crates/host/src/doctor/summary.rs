@@ -49,6 +49,16 @@ pub struct ProcSummary {
     pub cpus_busy: Option<f64>,
     pub open_fds: Option<usize>,
     pub nofile_soft: Option<u64>,
+    /// A cgroup CPU quota over it, and how often it held the process back in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttling: Option<qpslab_sys::cgroup::Throttling>,
+}
+
+impl ProcSummary {
+    /// A cgroup quota smaller than its busy threads set its capacity.
+    pub fn quota_bound(&self) -> bool {
+        self.throttling.as_ref().is_some_and(|t| t.quota_cpus < self.busy_threads.max(1) as f64)
+    }
 }
 
 /// One interface's rates.
@@ -106,7 +116,45 @@ pub struct Summary {
     pub tcp_orphan_max: u64,
     pub interfaces: Vec<IfRate>,
     pub processes: Vec<ProcSummary>,
+    /// The busiest processes not followed (at least [`OTHER_CPU`] CPUs over the window), most
+    /// CPU first: who else used the CPUs.
+    #[serde(default)]
+    pub others: Vec<OtherProc>,
+    /// At the end of the window, the destinations holding most ephemeral ports (read only
+    /// when the sockets could fill half the range).
+    #[serde(default)]
+    pub dest_ports: Vec<crate::sample::DestPorts>,
     pub intervals: Vec<IntervalRow>,
+}
+
+/// A process the doctor did not follow, by its CPU use over the window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OtherProc {
+    pub pid: u32,
+    pub comm: String,
+    /// In CPUs.
+    pub cpu: f64,
+}
+
+/// A process not followed that used at least this many CPUs is named among the others.
+pub const OTHER_CPU: f64 = 0.05;
+
+/// The processes in both censuses, not followed, by CPU used between them.
+fn others(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) -> Vec<OtherProc> {
+    let secs = (b.at - a.at).as_secs_f64().max(1e-9);
+    let mut v: Vec<OtherProc> = b
+        .census
+        .iter()
+        .filter(|(pid, _)| !roles.contains_key(pid))
+        .filter_map(|(pid, (comm, ticks))| {
+            let (_, before) = a.census.get(pid)?;
+            let cpu = ticks.saturating_sub(*before) as f64 / hz / secs;
+            (cpu >= OTHER_CPU).then(|| OtherProc { pid: *pid, comm: comm.clone(), cpu })
+        })
+        .collect();
+    v.sort_by(|x, y| y.cpu.total_cmp(&x.cpu));
+    v.truncate(5);
+    v
 }
 
 pub(crate) fn per_s(delta: u64, secs: f64) -> f64 {
@@ -191,6 +239,8 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
         interfaces: if_rates(first, last, secs),
         processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
+        others: others(first, last, roles, tick_hz),
+        dest_ports: last.dest_ports.clone(),
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
 }
@@ -267,7 +317,11 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
     let cpus = thread_cpus(if busy.is_empty() { used.iter().collect() } else { busy.clone() });
     let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
     let reach = cpus.as_ref().map(CpuSet::len).or(last.allowed.as_ref().map(CpuSet::len));
-    let capacity = busy.len().max(1).min(reach.unwrap_or(usize::MAX).max(1));
+    let throttling = qpslab_sys::cgroup::throttling(&first.cpu_limits, &last.cpu_limits);
+    // A quota caps what the process can use as surely as its affinity: a process held to
+    // 0.2 CPUs is saturated at 0.2.
+    let capacity = (busy.len().max(1).min(reach.unwrap_or(usize::MAX).max(1)) as f64)
+        .min(throttling.as_ref().map_or(f64::MAX, |t| t.quota_cpus.max(0.01)));
     let shares = cpu_shares(s0, s1);
     let cpus_busy = cpus.as_ref().and_then(|set| {
         let on: Vec<f64> =
@@ -281,11 +335,12 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         cpu,
         busiest_thread: used.iter().map(|u| u.0).fold(0.0, f64::max),
         busy_threads: busy.len(),
-        busy_ratio: cpu / capacity as f64,
+        busy_ratio: cpu / capacity,
         cpus,
         cpus_busy,
         open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
         nofile_soft: last.nofile_soft,
+        throttling,
     })
 }
 

@@ -18,8 +18,10 @@ pub(super) fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
         out.push(f);
         return;
     }
+    // A quota that held a side back heads that side's verdict: it is the cause.
+    out.extend(throttled(s));
     let sides = Sides::new(s, ctx);
-    out.extend(contention(&sides));
+    out.extend(contention(s, &sides));
     out.extend(shared_cpus(s, &sides));
     out.extend(saturation(&sides, ctx));
     if !sides.server_sat && !sides.client_sat && !sides.contended {
@@ -126,7 +128,63 @@ impl<'a> Sides<'a> {
 /// A process that wants CPU (a busy thread) and cannot get more: its own share, or its CPUs
 /// full. An idle process (nginx's master) on busy CPUs is not saturated.
 fn saturated(p: &ProcSummary) -> bool {
-    p.busy_ratio >= SATURATED || (p.busy_threads > 0 && p.cpus_busy.is_some_and(|b| b >= SATURATED))
+    held(p).is_some()
+}
+
+/// What held a saturated process back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Held {
+    /// Its threads used all the CPUs they may run on.
+    Own,
+    /// It used all of its cgroup's CPU quota.
+    Quota,
+    /// Its CPUs were full, mostly with work not its own.
+    Cpus,
+}
+
+fn held(p: &ProcSummary) -> Option<Held> {
+    if p.busy_ratio >= SATURATED {
+        Some(if p.quota_bound() { Held::Quota } else { Held::Own })
+    } else if p.busy_threads > 0 && p.cpus_busy.is_some_and(|b| b >= SATURATED) {
+        Some(Held::Cpus)
+    } else {
+        None
+    }
+}
+
+/// How a side is held: by its most direct cause (its own threads before a quota before full
+/// CPUs).
+fn side_held(procs: &[&ProcSummary]) -> Option<Held> {
+    procs.iter().filter_map(|p| held(p)).min()
+}
+
+/// A side held back by its cgroup's CPU quota in at least [`qpslab_sys::cgroup::THROTTLED_SHARE`]
+/// of the window's periods, once per cgroup.
+fn throttled(s: &Summary) -> Vec<Finding> {
+    let mut seen = std::collections::BTreeSet::new();
+    s.processes
+        .iter()
+        .filter_map(|p| {
+            let t = p.throttling.as_ref().filter(|t| t.bounds())?;
+            if !seen.insert(t.cgroup.clone()) {
+                return None;
+            }
+            let side = match p.role {
+                Role::Server => "the server",
+                Role::Client => "the load generator",
+            };
+            Some(Finding {
+                name: "cpu-throttled",
+                severity: Severity::Warning,
+                summary: format!(
+                    "{side} ({}, pid {}) was held back by its cgroup's CPU quota of {:.2} CPUs: the rate measures the quota, not what the host can do",
+                    p.comm, p.pid, t.quota_cpus
+                ),
+                evidence: vec![t.describe(), describe(p)],
+                remedy: "lift or raise the CPU limit for the benchmark (Kubernetes resources.limits.cpu, docker --cpus, systemd CPUQuota=, the cgroup's cpu.max or cpu.cfs_quota_us), or take the rate as what that limit allows".into(),
+            })
+        })
+        .collect()
 }
 
 /// The processes of a side that did work, or all of them when none did.
@@ -149,8 +207,12 @@ fn describe(p: &ProcSummary) -> String {
         ),
         _ => String::new(),
     };
+    let quota = match &p.throttling {
+        Some(t) if p.quota_bound() => format!(" (its cgroup's quota of {:.2} CPUs)", t.quota_cpus),
+        _ => String::new(),
+    };
     format!(
-        "{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity{cpus}",
+        "{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity{quota}{cpus}",
         p.comm,
         p.pid,
         p.cpu,
@@ -168,7 +230,7 @@ fn reach(procs: &[&ProcSummary]) -> Option<CpuSet> {
     (!procs.is_empty()).then_some(all)
 }
 
-fn contention(sides: &Sides) -> Option<Finding> {
+fn contention(s: &Summary, sides: &Sides) -> Option<Finding> {
     if !sides.contended {
         return None;
     }
@@ -177,11 +239,22 @@ fn contention(sides: &Sides) -> Option<Finding> {
         "CPUs busy {:.2} CPUs in all; the watched processes {:.2}, interrupt work {:.2}, other work {other:.2}",
         sides.busy, sides.watched, sides.interrupts
     )];
+    if !s.others.is_empty() {
+        let named: Vec<String> = s
+            .others
+            .iter()
+            .map(|o| format!("{} (pid {}) {:.2} CPUs", o.comm, o.pid, o.cpu))
+            .collect();
+        evidence.push(format!("busiest other processes: {}", named.join(", ")));
+    }
     evidence.extend(sides.evidence(true));
+    let who = s.others.first().map_or(String::new(), |o| {
+        format!(", above all {} (pid {}, {:.2} CPUs)", o.comm, o.pid, o.cpu)
+    });
     Some(Finding {
         name: "cpu-contention",
         severity: Severity::Warning,
-        summary: "other processes used the CPUs during the run: the figures are lower than this host can do".into(),
+        summary: format!("the host was busy with other processes during the run{who}: the figures are lower than this host can do"),
         evidence,
         remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
     })
@@ -189,7 +262,9 @@ fn contention(sides: &Sides) -> Option<Finding> {
 
 /// The two sides ran on CPUs they share, and those CPUs were saturated.
 fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
-    let both = reach(&sides.servers)?.intersection(&reach(&sides.clients)?);
+    // A side's idle processes (nginx's master, free to run anywhere) take no CPU from the
+    // other: the CPUs of its working processes decide.
+    let both = reach(&working(&sides.servers))?.intersection(&reach(&working(&sides.clients))?);
     let shares: Vec<&CpuShare> = s.cpus.iter().filter(|c| both.contains(c.cpu)).collect();
     if shares.is_empty() {
         return None;
@@ -214,29 +289,23 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
     })
 }
 
-/// client-bound, both-saturated or server-bound; with a profile, where the saturated sides'
-/// CPU went.
+/// client-bound, both-saturated or server-bound, each said as what held the side: its own
+/// threads, its cgroup's quota, or CPUs full of other work; with a profile, where the
+/// saturated sides' CPU went.
 fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
-    let (name, summary, remedy, server_first) = match (sides.server_sat, sides.client_sat) {
-        (false, true) => (
-            "client-bound",
-            "the load generator is saturated while the server has headroom: this measures the client, not the server",
-            "add generator threads (`qpslab load -t`) on free CPUs, or more client machines",
-            false,
-        ),
-        (true, true) => (
+    let server = side_held(&sides.servers);
+    let client =
+        side_held(&sides.clients).or(sides.remote.iter().any(|g| g.bound).then_some(Held::Own));
+    let (name, summary, remedy, server_first) = match (server, client) {
+        (None, Some(h)) => ("client-bound", client_bound(h), "add generator threads (`qpslab load -t`) on free CPUs, or more client machines", false),
+        (Some(_), Some(_)) => (
             "both-saturated",
             "the server and the load generator both use all the CPU they have: the rate is bounded by both",
             "give each side more CPUs (more server workers, more generator threads) or put the generator on another machine",
             true,
         ),
-        (true, false) => (
-            "server-bound",
-            "the server's threads are saturated: the rate is what this server configuration can do",
-            "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)",
-            true,
-        ),
-        (false, false) => return None,
+        (Some(h), None) => ("server-bound", server_bound(h), "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)", true),
+        (None, None) => return None,
     };
     let mut evidence = sides.evidence(server_first);
     if sides.client_sat {
@@ -254,13 +323,29 @@ fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
     })
 }
 
+fn server_bound(h: Held) -> &'static str {
+    match h {
+        Held::Own => "the server's threads are saturated: the rate is what this server configuration can do",
+        Held::Quota => "the server used all of its cgroup's CPU quota: the rate is what that quota allows",
+        Held::Cpus => "the server's CPUs were saturated, mostly with work not its own (interrupts, other processes): the rate is what the server could get there",
+    }
+}
+
+fn client_bound(h: Held) -> &'static str {
+    match h {
+        Held::Own => "the load generator is saturated while the server has headroom: this measures the client, not the server",
+        Held::Quota => "the load generator used all of its cgroup's CPU quota while the server has headroom: this measures the quota, not the server",
+        Held::Cpus => "the load generator's CPUs were saturated, mostly with work not its own, while the server has headroom: this measures the client, not the server",
+    }
+}
+
 /// Saturated CPUs that a side may run on (any CPU when the server is not known: on this host it
 /// may run anywhere).
 fn hot_cpus<'a>(s: &'a Summary, sides: &Sides) -> Vec<&'a CpuShare> {
     let watched = (|| {
-        let mut set = reach(&sides.servers)?;
+        let mut set = reach(&working(&sides.servers))?;
         if !sides.clients.is_empty() {
-            set = set.union(&reach(&sides.clients)?);
+            set = set.union(&reach(&working(&sides.clients))?);
         }
         Some(set)
     })();

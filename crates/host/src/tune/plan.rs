@@ -516,7 +516,10 @@ fn xps_changes(host: &Host, groups: &[(&Queue, CpuSet)], out: &mut Vec<Change>) 
 fn per_netns(name: &str) -> bool {
     matches!(
         name,
-        "net.core.somaxconn" | "net.ipv4.tcp_max_syn_backlog" | "net.ipv4.ip_local_port_range"
+        "net.core.somaxconn"
+            | "net.ipv4.tcp_max_syn_backlog"
+            | "net.ipv4.ip_local_port_range"
+            | "net.ipv4.tcp_tw_reuse"
     )
 }
 
@@ -616,7 +619,33 @@ fn plan_sysctls(host: &Host, role: Role, out: &mut Vec<Change>, kept: &mut Vec<K
     }
     if role == Role::Client {
         plan_port_range(host, out);
+        plan_tw_reuse(host, out);
     }
+}
+
+/// With role client: let new connects reuse source ports in TIME_WAIT (tcp_tw_reuse = 1).
+fn plan_tw_reuse(host: &Host, out: &mut Vec<Change>) {
+    let name = "net.ipv4.tcp_tw_reuse";
+    let Some(current) = host.sysctl(name) else { return };
+    if current == "1" {
+        return;
+    }
+    out.push(Change {
+        kind: Kind::Sysctl,
+        setting: name.into(),
+        path: format!("proc/sys/{}", name.replace('.', "/")),
+        current: current.into(),
+        planned: "1".into(),
+        write: "1\n".into(),
+        reason: format!(
+            "a connect may take a source port whose earlier connection to the same destination \
+             has been in TIME_WAIT for over 1 s (TCP timestamps tell its segments apart), so \
+             closed connections stop holding ports for 60 s; {current} allows it {}; outgoing \
+             connections only, the server side is unchanged",
+            if current == "2" { "for loopback destinations only" } else { "nowhere" }
+        ),
+        source: IP_SYSCTL.to_string(),
+    });
 }
 
 /// With role client: widen ip_local_port_range to 1024-65535 (never narrow it).
