@@ -117,10 +117,18 @@ pub fn dest_ports(
     hz: f64,
 ) -> Vec<DestPorts> {
     use qpslab_sys::sockets::{LISTEN, TIME_WAIT, TIME_WAIT_LEN};
+    // A server's own port may lie in the range: its accepted connections are not a client's.
+    let listening: BTreeSet<u16> =
+        sockets.iter().filter(|s| s.state == LISTEN).map(|s| s.local.port()).collect();
     let mut by: BTreeMap<std::net::SocketAddr, DestPorts> = BTreeMap::new();
     for s in sockets {
         let port = s.local.port();
-        if s.state == LISTEN || port < range.0 || port > range.1 || s.remote.port() == 0 {
+        if s.state == LISTEN
+            || port < range.0
+            || port > range.1
+            || s.remote.port() == 0
+            || listening.contains(&port)
+        {
             continue;
         }
         let d = by.entry(s.remote).or_insert(DestPorts {

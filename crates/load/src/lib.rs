@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use qpslab_sys::crew::{self, Crew, Hand, Supervise, WorkerError};
+use qpslab_sys::root::Root;
 use thiserror::Error;
 
 use worker::{Clock, Msg};
@@ -99,6 +100,9 @@ pub struct RunResult {
     pub port_budget: Option<source::PortBudget>,
     /// Keep-alive runs: the connections opened before the run's clock started.
     pub setup: Option<Setup>,
+    /// A cgroup CPU quota over this process, and how often it held the run back: a throttled
+    /// generator's threads wait instead of running, so its busy share alone looks idle.
+    pub throttling: Option<qpslab_sys::cgroup::Throttling>,
 }
 
 /// The connect phase before a keep-alive run: every connection is opened (or has failed once)
@@ -221,6 +225,7 @@ pub fn run_observed(
         merge: IntervalMerge::new(cfg.threads),
         clock: None,
         ready_at: None,
+        limits: Vec::new(),
     };
     let outcomes = crew::run(
         &crew,
@@ -229,6 +234,8 @@ pub fn run_observed(
     )
     .into_iter()
     .collect::<Result<Vec<_>, _>>()?;
+    let limits = qpslab_sys::cgroup::cpu_limits(&Root::live(), std::process::id());
+    let throttling = qpslab_sys::cgroup::throttling(&watcher.limits, &limits);
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
     let merged = merge(cfg, &outcomes, clock, spawned, watcher.ready_at.unwrap_or(clock.start));
     // The intervals every thread had not yet moved past (the last, partial one).
@@ -241,6 +248,7 @@ pub fn run_observed(
     let log_error =
         watcher.log.map(|l| l.finish(rest, merged.duration, cfg.duration)).and_then(Result::err);
     Ok(RunResult {
+        throttling,
         stopped_early: stop.load(Ordering::Relaxed),
         log_error,
         port_budget: cfg.port_budgets().first().cloned(),
@@ -301,6 +309,7 @@ fn merge(
         log_error: None,
         port_budget: None,
         setup: cfg.opens_first().then_some(setup),
+        throttling: None,
     }
 }
 
@@ -345,6 +354,8 @@ struct Watcher<'a> {
     merge: IntervalMerge,
     clock: Option<Clock>,
     ready_at: Option<Instant>,
+    /// This process's cgroup CPU limits when the run's clock started.
+    limits: Vec<qpslab_sys::cgroup::CpuLimit>,
 }
 
 impl Supervise<Msg, Clock> for Watcher<'_> {
@@ -352,6 +363,7 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
         // The connections are open now; what the observer holds is not setup.
         self.ready_at = Some(Instant::now());
         self.observer.ready();
+        self.limits = qpslab_sys::cgroup::cpu_limits(&Root::live(), std::process::id());
         let clock = Clock::now(self.cfg);
         if let Some(log) = &mut self.log {
             log.begin(clock.started_at + self.cfg.warmup);

@@ -83,6 +83,8 @@ pub struct RunPart {
     pub idle_at_stop: usize,
     pub in_flight_by_target: Vec<u64>,
     pub setup: Option<SetupPart>,
+    #[serde(default)]
+    pub throttling: Option<qpslab_sys::cgroup::Throttling>,
 }
 
 /// Why a part could not be read back.
@@ -154,6 +156,7 @@ impl RunPart {
                 duration_s: s.duration.as_secs_f64(),
                 example: s.example.clone(),
             }),
+            throttling: r.throttling.clone(),
         }
     }
 
@@ -231,6 +234,7 @@ impl RunPart {
                 duration: secs(s.duration_s),
                 example: s.example.clone(),
             }),
+            throttling: self.throttling.clone(),
         })
     }
 }
@@ -278,9 +282,17 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         log_error: None,
         port_budget: None,
         setup: None,
+        throttling: None,
     };
     for p in parts {
         rec.merge(&p.rec);
+        // The agent a quota held back most speaks for the merged run.
+        if p.throttling
+            .as_ref()
+            .is_some_and(|t| out.throttling.as_ref().is_none_or(|o| t.share() > o.share()))
+        {
+            out.throttling.clone_from(&p.throttling);
+        }
         cpu = cpu + p.cpu;
         out.polled += p.polled;
         out.in_flight_at_stop += p.in_flight_at_stop;
@@ -372,6 +384,7 @@ mod tests {
             log_error: None,
             port_budget: None,
             setup: None,
+            throttling: None,
         }
     }
 

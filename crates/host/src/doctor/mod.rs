@@ -29,6 +29,10 @@ pub const HEADROOM_IDLE: f64 = 0.25;
 /// A process busy at this share of the CPUs it can use, or whose CPUs are this busy, is
 /// saturated; a CPU this busy is saturated.
 pub const SATURATED: f64 = 0.85;
+/// Other processes' CPU (in CPUs, and as a share of all busy time) from which the CPUs are
+/// called contended.
+pub const CONTENDED_CPU: f64 = 0.3;
+pub const CONTENDED_SHARE: f64 = 0.2;
 /// Packets per second below which an interface's queue layout is not worth a finding.
 pub const BUSY_NIC_PPS: f64 = 1000.0;
 /// Descriptor use at which the limit is close.
@@ -212,7 +216,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "cpu-contention",
         catches: "other processes used the CPUs during the run (the busiest are named): the figures are lower than the host can do",
-        threshold: "CPU time outside the watched processes and interrupt work of 0.5 CPU or more and at least a quarter of all busy time",
+        threshold: "other processes' CPU time (counted per process, or what the watched processes and interrupt work leave) of 0.3 CPU or more and at least a fifth of all busy time",
         remedy: "stop the other work or pin it away from the benchmark's CPUs",
     },
     Rule {

@@ -251,8 +251,9 @@ pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
     let reuse = host.sysctl("net.ipv4.tcp_tw_reuse").unwrap_or("0").to_string();
     let reused =
         |d: &crate::sample::DestPorts| reuse == "1" || (reuse == "2" && d.dest.ip().is_loopback());
-    // Ports a new connect to the destination cannot take, and whether connections to it were
-    // closed during the window (someone is connecting to it now).
+    // Ports a new connect to the destination cannot take, and whether someone connects to it
+    // now: connections to it closed during the window, or connects failing for want of a port
+    // (once the range is used up, nothing new closes until TIME_WAIT ends).
     let pressed = range.and_then(|r| {
         s.dest_ports
             .iter()
@@ -260,7 +261,9 @@ pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
                 let blocked = d.open + if reused(d) { d.tw_young } else { d.time_wait };
                 (d, blocked, share(blocked, r))
             })
-            .filter(|(d, _, sh)| *sh >= TW_PRESSURE && d.tw_in_window > 0)
+            .filter(|(d, _, sh)| {
+                *sh >= TW_PRESSURE && (d.tw_in_window > 0 || ctx.addr_not_available > 0)
+            })
             .max_by(|a, b| a.2.total_cmp(&b.2))
     });
     if pressed.is_none() && ctx.addr_not_available == 0 {

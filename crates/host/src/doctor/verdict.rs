@@ -6,8 +6,8 @@
 
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
-    Context, Finding, Generator, Severity, FLAT_CV, HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S,
-    SATURATED,
+    Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, FLAT_CV, HEADROOM_IDLE,
+    MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
 };
 use crate::cpuset::CpuSet;
 use crate::sample::Role;
@@ -70,6 +70,8 @@ struct Sides<'a> {
     busy: f64,
     watched: f64,
     interrupts: f64,
+    /// Other processes' CPU.
+    other: f64,
 }
 
 impl<'a> Sides<'a> {
@@ -85,10 +87,13 @@ impl<'a> Sides<'a> {
         let busy: f64 = s.cpus.iter().map(CpuShare::busy).sum();
         let interrupts: f64 = s.cpus.iter().map(|c| c.softirq + c.irq).sum();
         let watched: f64 = s.processes.iter().map(|p| p.cpu).sum();
-        let other = busy - watched - interrupts;
+        // Interrupt work done in a process's system call is in its time too, so the remainder
+        // runs low; the other processes' own time, when it was counted, is the better figure.
+        let counted: f64 = s.others.iter().map(|o| o.cpu).sum();
+        let other = (busy - watched - interrupts).max(counted);
         let contended = !s.processes.is_empty()
-            && other >= 0.5
-            && other >= 0.25 * busy
+            && other >= CONTENDED_CPU
+            && other >= CONTENDED_SHARE * busy
             && !(server_sat && client_sat);
         Sides {
             servers,
@@ -100,6 +105,7 @@ impl<'a> Sides<'a> {
             busy,
             watched,
             interrupts,
+            other,
         }
     }
 
@@ -234,7 +240,7 @@ fn contention(s: &Summary, sides: &Sides) -> Option<Finding> {
     if !sides.contended {
         return None;
     }
-    let other = sides.busy - sides.watched - sides.interrupts;
+    let other = sides.other;
     let mut evidence = vec![format!(
         "CPUs busy {:.2} CPUs in all; the watched processes {:.2}, interrupt work {:.2}, other work {other:.2}",
         sides.busy, sides.watched, sides.interrupts

@@ -451,6 +451,11 @@ pub struct Generator {
     /// Why the verdict is `not-judged`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict_reason: Option<String>,
+    /// A cgroup CPU quota over the generator and how often it held the run back; with
+    /// [`qpslab_sys::cgroup::Throttling::bounds`] the verdict is `generator-bound` whatever the
+    /// busy share (throttled threads wait, they do not look busy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<qpslab_sys::cgroup::Throttling>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -658,7 +663,10 @@ impl Generator {
             let why =
                 format!("the run was too short ({secs:.2} s) to tell whether it set the rate");
             ("not-judged", Some(why))
-        } else if busy_ratio >= GENERATOR_BOUND_RATIO || behind_with_free_connections {
+        } else if busy_ratio >= GENERATOR_BOUND_RATIO
+            || behind_with_free_connections
+            || result.throttling.as_ref().is_some_and(qpslab_sys::cgroup::Throttling::bounds)
+        {
             ("generator-bound", None)
         } else {
             ("ok", None)
@@ -671,6 +679,7 @@ impl Generator {
             busy_ratio,
             verdict,
             verdict_reason,
+            throttled: result.throttling.clone(),
         }
     }
 }
@@ -882,6 +891,7 @@ mod tests {
                 duration: Duration::from_millis(4),
                 example: None,
             }),
+            throttling: None,
         };
         (cfg, result)
     }
@@ -916,6 +926,35 @@ mod tests {
         assert_eq!(report.generator.verdict, "generator-bound");
         assert!(report.render_text().contains("generator-bound, the rate is only a lower bound"));
         let (cfg, result) = fixed_result(17.0);
+        assert_eq!(Report::new(&cfg, &result, &meta()).generator.verdict, "ok");
+    }
+
+    /// A generator held back by its cgroup's CPU quota waits instead of running: its busy share
+    /// looks idle, and the verdict says generator-bound with the quota.
+    #[test]
+    fn a_throttled_generator_is_generator_bound_whatever_its_busy_share() {
+        let (cfg, mut result) = fixed_result(2.0);
+        result.throttling = Some(qpslab_sys::cgroup::Throttling {
+            cgroup: "/sys/fs/cgroup/cpu/gen".into(),
+            quota_cpus: 0.2,
+            quota: "20000/100000".into(),
+            periods: 100,
+            throttled_periods: 95,
+            throttled_s: 7.9,
+        });
+        let report = Report::new(&cfg, &result, &meta());
+        assert!(report.generator.busy_ratio < 0.2);
+        assert_eq!(report.generator.verdict, "generator-bound");
+        let text = report.render_text();
+        assert!(
+            text.contains(
+                "generator-bound, held back by its cgroup's CPU quota (/sys/fs/cgroup/cpu/gen: \
+                 CPU quota 20000/100000 us (0.20 CPUs), throttled in 95% of 100 periods"
+            ),
+            "{text}"
+        );
+        // Throttled now and then: the busy share decides, as before.
+        result.throttling.as_mut().unwrap().throttled_periods = 5;
         assert_eq!(Report::new(&cfg, &result, &meta()).generator.verdict, "ok");
     }
 

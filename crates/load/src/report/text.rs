@@ -270,6 +270,13 @@ fn generator(r: &Report, s: &mut String) {
     }
     if let Some(why) = &g.verdict_reason {
         let _ = write!(s, ": not judged, {why}");
+    } else if let Some(t) = g.throttled.as_ref().filter(|t| t.bounds()) {
+        let _ = write!(
+            s,
+            ": generator-bound, held back by its cgroup's CPU quota ({}); the rate is only a \
+             lower bound of the target's capacity: lift the limit, or add machines",
+            t.describe()
+        );
     } else if g.verdict == "generator-bound" {
         let _ = write!(
             s,

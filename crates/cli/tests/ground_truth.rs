@@ -1,0 +1,451 @@
+//! The doctor against induced ground truth: each test makes a bottleneck happen on this
+//! machine (a cgroup CPU quota, a slow server, both sides on one CPU, a CPU hog, a narrowed
+//! port range in a network namespace, a listen backlog that overflows) and checks that the
+//! finding names it, and that nothing false is said. A test binary of its own, one scenario at
+//! a time: CPU verdicts must not see another test's load.
+//!
+//! Cgroups are this test's own (created under the cpu controller's mount, v1 or v2, and
+//! removed); network namespaces likewise. Nothing of the host's own settings is changed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{qpslab_command, Netns, ServeChild};
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A cgroup of this test's with a CPU quota, under the cpu controller's hierarchy (v1
+/// `cpu.cfs_quota_us`, or v2 `cpu.max`); removed on drop once its processes are gone.
+struct Cgroup {
+    dir: std::path::PathBuf,
+}
+
+impl Cgroup {
+    fn with_quota(name: &str, quota_us: u64) -> Cgroup {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounts = qpslab_sys::cgroup::parse_mountinfo(&info);
+        let v1 = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == "cpu"));
+        let (mount, v2) = match v1 {
+            Some(m) => (m, false),
+            None => (mounts.iter().find(|m| m.v2).expect("a cgroup v1 cpu or a v2 mount"), true),
+        };
+        let dir = std::path::Path::new(&mount.point)
+            .join(format!("qpslab-gt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        if v2 {
+            std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000\n")).unwrap();
+        } else {
+            std::fs::write(dir.join("cpu.cfs_period_us"), "100000\n").unwrap();
+            std::fs::write(dir.join("cpu.cfs_quota_us"), format!("{quota_us}\n")).unwrap();
+        }
+        Cgroup { dir }
+    }
+
+    /// Moves process `pid` (all its threads) into the cgroup.
+    fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+    }
+
+    /// A shell command that joins the cgroup, then becomes `qpslab ARGS`.
+    fn wrap(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"", self.dir.display()))
+            .arg(env!("CARGO_BIN_EXE_qpslab"))
+            .args(args)
+            .env("QPSLAB_STORE", common::TEST_STORE);
+        c
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Processes leave it as they exit; wait for that briefly.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn findings(v: &Value) -> Vec<Value> {
+    let f = if v["doctor"].is_object() { &v["doctor"]["findings"] } else { &v["findings"] };
+    f.as_array().unwrap().clone()
+}
+
+fn names(f: &[Value]) -> Vec<String> {
+    f.iter().map(|x| x["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn named<'a>(f: &'a [Value], name: &str) -> Option<&'a Value> {
+    f.iter().find(|x| x["name"] == name)
+}
+
+fn text_of(f: &Value) -> String {
+    format!("{} {}", f["summary"], f["evidence"])
+}
+
+/// Names no finding of these in `f`.
+fn none_of(f: &[Value], bad: &[&str]) {
+    for b in bad {
+        assert!(named(f, b).is_none(), "{b} said falsely: {:#?}", f);
+    }
+}
+
+/// Warnings and worse, but for those named.
+fn no_warnings_but(f: &[Value], allowed: &[&str]) {
+    for x in f {
+        let name = x["name"].as_str().unwrap();
+        if x["severity"] != "info" && !allowed.contains(&name) {
+            panic!("a false {name}: {x:#}");
+        }
+    }
+}
+
+fn bench(url: &str, extra: &[&str]) -> Value {
+    let out = qpslab_command()
+        .args(["bench", "-d", "3s", "--warmup", "500ms", "--no-save", "--json", url])
+        .args(extra)
+        .output()
+        .unwrap();
+    json(&out)
+}
+
+/// A server held to 20% of a CPU by its cgroup (what a container CPU limit does): the
+/// doctor names the quota and its cgroup, the server side is bound by it, and it is not
+/// called latency-bound (it was: "add connections").
+#[test]
+fn a_server_held_by_a_cgroup_quota_is_throttled() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let cg = Cgroup::with_quota("srv", 20_000);
+    cg.add(server.pid());
+    let v = bench(&server.url("/"), &[]);
+    let f = findings(&v);
+    assert_eq!(f[0]["name"], "cpu-throttled", "the headline: {f:#?}");
+    let t = text_of(&f[0]);
+    assert!(t.contains("the server"), "{t}");
+    assert!(
+        t.contains(&format!("{}: CPU quota 20000/100000 us (0.20 CPUs)", cg.dir.display())),
+        "{t}"
+    );
+    let bound = named(&f, "server-bound").expect("server-bound at the quota");
+    assert!(bound["summary"].as_str().unwrap().contains("CPU quota"), "{bound}");
+    none_of(
+        &f,
+        &["latency-bound", "client-bound", "both-saturated", "shared-cpus", "no-single-bottleneck"],
+    );
+    // The server used about its 0.2 CPUs.
+    let cpu = v["server_cpu"].as_f64().unwrap();
+    assert!((0.1..0.3).contains(&cpu), "server cpu {cpu}");
+}
+
+/// The generator held by a quota: the doctor names it, and the load's own verdict says
+/// generator-bound with the cgroup (its busy share alone looked idle).
+#[test]
+fn a_generator_held_by_a_cgroup_quota_is_throttled() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let cg = Cgroup::with_quota("gen", 20_000);
+    let url = server.url("/");
+    let out = cg
+        .wrap(&["bench", "-d", "3s", "--warmup", "500ms", "--no-save", "--json", &url])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    let f = findings(&v);
+    assert_eq!(f[0]["name"], "cpu-throttled", "the headline: {f:#?}");
+    assert!(text_of(&f[0]).contains("the load generator"), "{}", f[0]);
+    assert!(named(&f, "client-bound").is_some(), "{f:#?}");
+    none_of(&f, &["latency-bound", "server-bound", "both-saturated", "no-single-bottleneck"]);
+    let g = &v["load"]["generator"];
+    assert_eq!(g["verdict"], "generator-bound", "{g}");
+    assert_eq!(g["throttled"]["cgroup"], cg.dir.display().to_string(), "{g}");
+    assert!(g["busy_ratio"].as_f64().unwrap() < 0.5, "it looked idle: {g}");
+}
+
+/// A slow server (every response 20 ms late) with 10 connections: latency-bound, and no
+/// warning of any kind.
+#[test]
+fn a_slow_server_is_latency_bound() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let v = bench(&server.url("/?t=20"), &["-c", "10"]);
+    let f = findings(&v);
+    assert_eq!(names(&f), ["latency-bound"], "{f:#?}");
+    let rate = v["load"]["throughput_rps"].as_f64().unwrap();
+    // 10 connections, one request per 20 ms each.
+    assert!((400.0..=500.0).contains(&rate), "{rate}");
+}
+
+/// Both sides confined to one CPU, which they fill: shared-cpus.
+#[test]
+fn both_sides_on_one_cpu_share_it() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let url = server.url("/");
+    let out = Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_qpslab")])
+        .args(["bench", "-d", "3s", "--warmup", "500ms", "--no-save", "--json", &url])
+        .env("QPSLAB_STORE", common::TEST_STORE)
+        .output()
+        .expect("taskset (util-linux)");
+    let v = json(&out);
+    let f = findings(&v);
+    let shared = named(&f, "shared-cpus").expect("shared-cpus");
+    assert!(shared["summary"].as_str().unwrap().contains("same CPUs (0)"), "{shared}");
+    assert_eq!(v["cpus_shared"], true);
+    none_of(&f, &["latency-bound", "cpu-contention", "ephemeral-ports"]);
+}
+
+/// nginx, its worker pinned to CPU 0 and the generator on CPU 1, its idle master free to run
+/// anywhere: not shared-cpus (the master was counted, and CPU 1 called shared).
+#[test]
+fn nginx_with_its_master_unpinned_shares_nothing() {
+    let _one = one_at_a_time();
+    let out = qpslab_command()
+        .args([
+            "bench",
+            "--target",
+            "nginx",
+            "-d",
+            "3s",
+            "--warmup",
+            "500ms",
+            "--no-save",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["cpus_shared"], false);
+    let f = findings(&v);
+    none_of(&f, &["shared-cpus", "cpu-contention", "ephemeral-ports", "latency-bound"]);
+    no_warnings_but(&f, &["client-bound"]);
+}
+
+/// Another process spinning on the server's CPU: the host was busy with it, and it is named.
+#[test]
+fn a_cpu_hog_is_named() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let mut hog = Command::new("taskset")
+        .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let v = bench(&server.url("/"), &[]);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    let f = findings(&v);
+    assert_eq!(f[0]["name"], "cpu-contention", "the headline: {f:#?}");
+    let s = f[0]["summary"].as_str().unwrap();
+    assert!(s.contains(&format!("above all sh (pid {}", hog.id())), "{s}");
+    none_of(&f, &["latency-bound", "shared-cpus", "cpu-throttled"]);
+    if let Some(b) = named(&f, "server-bound") {
+        // The server got about half of its CPU: said as its CPU full of other work.
+        assert!(b["summary"].as_str().unwrap().contains("mostly with work not its own"), "{b}");
+    }
+}
+
+/// An idle host: a sample of two seconds says nothing, even with a thousand sockets in
+/// TIME_WAIT to other destinations filling 80% of a narrowed port range (it warned of
+/// ephemeral ports from the namespace's total).
+#[test]
+fn an_idle_host_with_time_wait_elsewhere_has_no_warning() {
+    let _one = one_at_a_time();
+    let ns = Netns::create("idle");
+    let run = |cmd: &str| {
+        let out =
+            Command::new("ip").args(["netns", "exec", &ns.name, "sh", "-c", cmd]).output().unwrap();
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run("ip link set lo up; echo '20000 20999' > /proc/sys/net/ipv4/ip_local_port_range");
+    // 200 connections to each of four listeners, each closed by the client: 800 ports in
+    // TIME_WAIT on the client side, spread over four destinations.
+    let made = run(r#"python3 - <<'EOF'
+import socket
+ls = []
+for _ in range(4):
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(512); ls.append(s)
+n = 0
+for l in ls:
+    for _ in range(200):
+        c = socket.create_connection(l.getsockname()); a, _ = l.accept(); c.close(); a.close(); n += 1
+print(n)
+EOF"#);
+    assert_eq!(made.trim(), "800");
+    let tw = ns.read("/proc/net/sockstat");
+    assert!(tw.contains("tw 8"), "{tw}");
+    // Let the window start after they closed: nothing connects during it.
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = ns.exec(&["doctor", "-d", "2s", "--json"]);
+    let f = findings(&json(&out));
+    assert!(f.is_empty(), "{f:#?}");
+}
+
+/// A server for the port test: answers each request, then waits for the client to close
+/// first (the client's port then holds TIME_WAIT, as when a server keeps connections open).
+const WAITS_FOR_THE_CLIENT: &str = r#"
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', 18080)); s.listen(1024)
+print('ready', flush=True)
+def serve(c):
+    buf = b''
+    while b'\r\n\r\n' not in buf:
+        d = c.recv(4096)
+        if not d:
+            c.close(); return
+        buf += d
+    c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok')
+    while c.recv(4096):
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// A child process killed on drop.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `python3 -c SCRIPT` in the namespace and waits for its `ready` line.
+fn python_in(ns: &Netns, script: &str) -> Kill {
+    let mut child = Kill(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3", "-c", script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    child
+}
+
+/// A connection per request to one server in a namespace whose port range was narrowed to
+/// 1,000 ports (TIME_WAIT reuse off there), the client closing first: the ports run out, and
+/// the finding says so for that destination, with its count. Against a server that closes
+/// first (qpslab serve), the same run holds no port and gets no such finding.
+#[test]
+fn a_narrowed_port_range_runs_out_for_one_destination() {
+    let _one = one_at_a_time();
+    let ns = Netns::create("port");
+    let set = |what: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "sh", "-c", what])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{what}");
+    };
+    set("ip link set lo up; echo '20000 20999' > /proc/sys/net/ipv4/ip_local_port_range; echo 0 > /proc/sys/net/ipv4/tcp_tw_reuse");
+    let bench_args = [
+        "bench",
+        "--conn-per-request",
+        "-c",
+        "10",
+        "-d",
+        "3s",
+        "--warmup",
+        "500ms",
+        "--no-save",
+        "--json",
+    ];
+
+    // The server closes first: its side holds TIME_WAIT, on its own port.
+    let v = json(&ns.exec(&bench_args));
+    let f = findings(&v);
+    none_of(&f, &["ephemeral-ports"]);
+
+    let _server = python_in(&ns, WAITS_FOR_THE_CLIENT);
+    let mut args = bench_args.to_vec();
+    args.push("http://127.0.0.1:18080/");
+    let v = json(&ns.exec(&args));
+    let f = findings(&v);
+    let p = named(&f, "ephemeral-ports").expect("ephemeral-ports");
+    assert_eq!(p["severity"], "critical", "connects failed: {p}");
+    assert!(p["summary"].as_str().unwrap().contains("to 127.0.0.1:18080"), "{p}");
+    let e = p["evidence"][0].as_str().unwrap();
+    assert!(e.starts_with("127.0.0.1:18080: "), "{e}");
+    assert!(e.contains("of the 1000 ports of net.ipv4.ip_local_port_range = 20000"), "{e}");
+    let held: u64 = e["127.0.0.1:18080: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(held >= 900, "{e}");
+    assert!(text_of(p).contains("net.ipv4.tcp_tw_reuse = 0"), "{p}");
+    assert!(text_of(p).contains("Cannot assign requested address"), "{p}");
+    none_of(&f, &["shared-cpus", "cpu-contention", "cpu-throttled"]);
+}
+
+/// A listener that does not accept, with a backlog of 4, and a burst of 100 connects: the
+/// accept queue overflows, and the doctor says so with the count.
+#[test]
+fn an_overflowed_listen_backlog_is_named() {
+    let _one = one_at_a_time();
+    let ns = Netns::create("blog");
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "ip", "link", "set", "lo", "up"])
+        .output();
+    let _listener = python_in(
+        &ns,
+        "import socket, time\n\
+         s = socket.socket(); s.bind(('127.0.0.1', 18080)); s.listen(4)\n\
+         print('ready', flush=True); time.sleep(30)\n",
+    );
+    let out = ns.exec(&[
+        "doctor",
+        "--json",
+        "--",
+        env!("CARGO_BIN_EXE_qpslab"),
+        "load",
+        "-c",
+        "100",
+        "-d",
+        "2s",
+        "--connect-timeout",
+        "500ms",
+        "--timeout",
+        "500ms",
+        "http://127.0.0.1:18080/",
+    ]);
+    let f = findings(&json(&out));
+    let o = named(&f, "accept-queue-overflow").expect("accept-queue-overflow");
+    assert!(o["evidence"][0].as_str().unwrap().starts_with("TcpExt ListenOverflows +"), "{o}");
+    none_of(&f, &["shared-cpus", "cpu-throttled", "ephemeral-ports"]);
+}
