@@ -21,10 +21,6 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         .repeat
         .map(|r| u32::try_from(r).map_err(|_| UsageError(format!("--repeat {r}: too many"))))
         .transpose()?;
-    if a.dry_run {
-        return dry_run(&file, repeat.unwrap_or(file.repeat));
-    }
-    let mut store = open(&a.store)?;
     let opts = SweepOptions {
         repeat,
         yes: a.yes,
@@ -37,6 +33,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         },
     };
     let stop = qpslab_sys::signals::stop_flag()?;
+    if a.dry_run {
+        return dry_run(&file, &opts, stop);
+    }
+    let mut store = open(&a.store)?;
     let mut line = Line::new();
     let outcome = sweep::run(&file, &opts, &mut store, stop, &mut |e| line.event(&e)).map_err(
         |e| match e {
@@ -91,29 +91,32 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// `--dry-run`: the variants the file gives (each checked as a bench would check it; the
-/// host settings are checked against the host only by a real run), and how long it takes.
-fn dry_run(file: &sweep::Sweep, repeat: u32) -> anyhow::Result<Outcome> {
-    let defaults = BenchOptions::default();
+/// `--dry-run`: the variants the file gives, each checked as a real run checks it before its
+/// first run (options, host settings against the host), and how long it takes.
+fn dry_run(
+    file: &sweep::Sweep,
+    opts: &SweepOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Outcome> {
+    let repeat = opts.repeat.unwrap_or(file.repeat).max(1);
+    let checked = sweep::check(file, opts, stop).map_err(|e| match e {
+        SweepError::Usage(m) => UsageError(m).into(),
+        other => anyhow::Error::new(other),
+    })?;
     let mut text = format!(
-        "sweep {:?}: {} variant(s) x {} repeat(s)\n",
+        "sweep {:?}: {} variant(s) x {} repeat(s), each checked\n",
         file.name,
-        file.variants.len(),
+        checked.len(),
         repeat
     );
     let mut total = Duration::ZERO;
-    for (i, v) in file.variants.iter().enumerate() {
-        let o = v
-            .settings
-            .apply_to(&defaults)
-            .map_err(|m| UsageError(format!("variant {:?}: {m}", v.name)))?;
-        o.validate().map_err(|e| UsageError(format!("variant {:?}: {e}", v.name)))?;
-        total += (o.warmup + o.duration) * repeat;
-        let settings = serde_json::to_string(&v.settings).unwrap_or_default();
-        let tune = v.tune.as_ref().map_or(String::new(), |t| {
+    for (i, c) in checked.iter().enumerate() {
+        total += (c.opts.warmup + c.opts.duration) * repeat;
+        let settings = serde_json::to_string(&c.variant.settings).unwrap_or_default();
+        let tune = c.variant.tune.as_ref().map_or(String::new(), |t| {
             format!(" tune {}", serde_json::to_string(t).unwrap_or_default())
         });
-        text += &format!("{:>3}. {}  {settings}{tune}\n", i + 1, v.name);
+        text += &format!("{:>3}. {}  {settings}{tune}\n", i + 1, c.variant.name);
     }
     text += &format!(
         "at least {} of load (warm-up and measured time, not counting set-up)\n",

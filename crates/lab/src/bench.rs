@@ -229,6 +229,24 @@ pub struct BenchReport {
 impl BenchOptions {
     /// Checks the options against each other; returns the server to start (None: a URL).
     pub fn validate(&self) -> Result<Option<ServerSpec>, BenchError> {
+        let spec = self.validate_server()?;
+        self.validate_load()?;
+        Ok(spec)
+    }
+
+    /// The load's options as bench would make them, checked as the load checks them, on a
+    /// stand-in address for a target bench starts (its port is known only then).
+    fn validate_load(&self) -> Result<(), BenchError> {
+        let scheme = if self.tls { "https" } else { "http" };
+        let url = self.url.clone().unwrap_or_else(|| format!("{scheme}://127.0.0.1:1/"));
+        let placed = Placement::stand_in(url);
+        let opts = load_options(self, &placed, self.duration);
+        LoadConfig::from_options(&LoadOptions { cpus: None, ..opts })
+            .map(drop)
+            .map_err(|e| BenchError::Usage(e.to_string()))
+    }
+
+    fn validate_server(&self) -> Result<Option<ServerSpec>, BenchError> {
         let usage = |m: String| Err(BenchError::Usage(m));
         let kind = match self.target.as_str() {
             "builtin" => TargetKind::Builtin,

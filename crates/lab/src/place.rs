@@ -33,6 +33,26 @@ pub(crate) struct Placement {
     pub accept: Option<&'static str>,
 }
 
+impl Placement {
+    /// A target at `url` with one generator CPU: what checking the load's options before
+    /// anything runs needs to know of a placement.
+    pub(crate) fn stand_in(url: String) -> Placement {
+        Placement {
+            started: None,
+            running: None,
+            url,
+            server_pids: Vec::new(),
+            found_by: None,
+            server_cpus: Vec::new(),
+            generator_cpus: vec![0],
+            shared: false,
+            notes: Vec::new(),
+            workers: None,
+            accept: None,
+        }
+    }
+}
+
 /// Starts the built-in server (`serve_exe serve`) or nginx on its CPUs (by default the first
 /// half of the cores); the generator gets the others.
 pub(crate) fn start_target(

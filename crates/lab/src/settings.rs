@@ -117,7 +117,25 @@ impl BenchSettings {
                 o.target = kind.into();
                 o.url = None;
             }
-            Some(url) => o.url = Some(url.into()),
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                o.url = Some(url.into());
+            }
+            Some(other) => {
+                return Err(format!(
+                    "target = {other:?}: use \"builtin\", \"nginx\" or a URL \
+                     (\"http://HOST:PORT/PATH\")"
+                ))
+            }
+        }
+        for (key, v) in [
+            ("connections", self.connections),
+            ("threads", self.threads),
+            ("pipeline", self.pipeline),
+            ("workers", self.workers),
+        ] {
+            if v == Some(0) {
+                return Err(format!("{key} = 0: it must be at least 1"));
+            }
         }
         let dur = |key: &str,
                    v: &Option<String>,

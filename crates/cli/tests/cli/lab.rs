@@ -559,22 +559,85 @@ fn bad_lab_input_is_named_with_its_fix() {
 #[test]
 fn every_example_sweep_file_is_valid() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sweeps");
+    // These need their own set-up (a veth pair, a server host over ssh): the dry run checks
+    // them as a real run would, and names what is missing here.
+    let needs = [
+        ("rps-masks-veth.toml", "no interface vq1 on this host"),
+        ("server-host-rps.toml", "--server web1: cannot start the agent"),
+    ];
     let mut n = 0;
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let path = e.path();
         let out = qpslab_command().args(["sweep", "--dry-run"]).arg(&path).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("variant(s) x 3 repeat(s)"), "{text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = path.file_name().unwrap().to_str().unwrap();
         n += 1;
+        if let Some((_, missing)) = needs.iter().find(|(f, _)| *f == name) {
+            assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+            assert!(stderr.contains(missing), "{name}: {stderr}");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{}: {stderr}", path.display());
+        assert!(text.contains("variant(s) x 3 repeat(s), each checked"), "{text}");
     }
     assert!(n >= 6, "the example files: {n}");
+}
+
+/// Mistakes in a sweep file are refused before anything runs, by the dry run and by the real
+/// sweep alike, with exit 2 (a zero connection count ran the first variant and failed the
+/// second with exit 1; a misspelt target was taken as a URL and failed at run time; an RPS
+/// key for an interface that is not there passed the dry run).
+#[test]
+fn sweep_mistakes_are_refused_before_the_first_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let cases = [
+        ("zero.toml", "[axes]\nconnections = [10, 0]\n", "connections = 0: it must be at least 1"),
+        (
+            "typo.toml",
+            "[base]\ntarget = \"nginks\"\n",
+            "target = \"nginks\": use \"builtin\", \"nginx\" or a URL",
+        ),
+        (
+            "pipe.toml",
+            "[base]\nconn-per-request = true\npipeline = 4\n",
+            "--pipeline: cannot pipeline with --conn-per-request",
+        ),
+        (
+            "nic.toml",
+            "[[variant]]\nname = \"x\"\ntune = { rps = { \"nosuch0/rx-0\" = \"1\" } }\n",
+            "no interface nosuch0 on this host",
+        ),
+    ];
+    for (file, body, said) in cases {
+        let path = write(
+            dir.path(),
+            file,
+            &format!(
+                "name = \"m\"\nrepeat = 1\n[base]\nduration = \"1s\"\nwarmup = \"0s\"\n{body}"
+            )
+            .replace(
+                "[base]\nduration = \"1s\"\nwarmup = \"0s\"\n[base]\n",
+                "[base]\nduration = \"1s\"\nwarmup = \"0s\"\n",
+            ),
+        );
+        for dry in [true, false] {
+            let mut args = vec!["sweep", path.to_str().unwrap(), "--yes"];
+            if dry {
+                args.push("--dry-run");
+            }
+            let out = lab(&store, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{file} dry {dry}: {stderr}");
+            assert!(stderr.contains(said), "{file} dry {dry}: {stderr}");
+            assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        }
+    }
+    // Nothing ran, so nothing was stored.
+    let runs = lab(&store, &["runs", "--json"]);
+    let text = String::from_utf8_lossy(&runs.stdout);
+    assert_eq!(text.trim(), "[]", "{}", String::from_utf8_lossy(&runs.stderr));
 }
 
 #[test]

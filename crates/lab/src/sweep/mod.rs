@@ -119,9 +119,36 @@ struct Ready {
     server: Option<FleetOptions>,
 }
 
+/// A variant as `--dry-run` shows it, checked as a real run would check it.
+#[derive(Debug)]
+pub struct Checked {
+    pub variant: Variant,
+    pub opts: BenchOptions,
+}
+
+/// `--dry-run`: checks every variant as [`run`] does before its first run (the options as
+/// bench checks them, the host settings planned against the host they change and the rights
+/// to apply them), without asking for `--yes`: nothing is changed and nothing runs.
+pub fn check(
+    sweep: &Sweep,
+    o: &SweepOptions,
+    stop: &AtomicBool,
+) -> Result<Vec<Checked>, SweepError> {
+    Ok(prepare(sweep, o, stop, false)?
+        .into_iter()
+        .map(|r| Checked { variant: r.variant, opts: r.opts })
+        .collect())
+}
+
 /// Checks every variant: its options, its host settings against the host they change (this
-/// one, or the server host), and the rights host settings need. Nothing is changed.
-fn prepare(sweep: &Sweep, o: &SweepOptions, stop: &AtomicBool) -> Result<Vec<Ready>, SweepError> {
+/// one, or the server host), and the rights host settings need (and `--yes` for them when
+/// `for_real`). Nothing is changed.
+fn prepare(
+    sweep: &Sweep,
+    o: &SweepOptions,
+    stop: &AtomicBool,
+    for_real: bool,
+) -> Result<Vec<Ready>, SweepError> {
     let usage = SweepError::Usage;
     let root = Root::live();
     let mut out = Vec::new();
@@ -156,7 +183,7 @@ fn prepare(sweep: &Sweep, o: &SweepOptions, stop: &AtomicBool) -> Result<Vec<Rea
         }
         out.push(Ready { variant: v.clone(), opts, host, server });
     }
-    if (!plans.is_empty() || far_tunes > 0) && !o.yes {
+    if (!plans.is_empty() || far_tunes > 0) && !o.yes && for_real {
         return Err(usage(
             "this sweep changes host settings (tune): pass --yes, as to `qpslab tune apply \
              --yes` (each change is journaled and reverted after its run)"
@@ -180,7 +207,7 @@ pub fn run(
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<Outcome, SweepError> {
-    let ready = prepare(sweep, o, stop)?;
+    let ready = prepare(sweep, o, stop, true)?;
     let repeats = o.repeat.unwrap_or(sweep.repeat).max(1);
     let started = now();
     let id = store.begin_sweep(&sweep.name, &started, &sweep.text)?;
