@@ -7,7 +7,7 @@ use anyhow::Context;
 use qpslab_host::{facts, Root};
 use qpslab_load::config::PollMode;
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
-use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report, RunResult};
+use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
 
 use crate::args::{LoadArgs, PollArg};
 use crate::{output, Outcome, UsageError};
@@ -75,13 +75,13 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let mut store = keep.open()?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let result =
-        qpslab_load::run(&cfg, stop, &mut |p| progress.update(p)).map_err(|e| match e {
-            LoadError::Config(_) | LoadError::Unreachable { .. } => {
-                anyhow::Error::new(UsageError(e.to_string()))
-            }
-            other => anyhow::Error::new(other),
-        })?;
+    let result = qpslab_load::run(&cfg, stop, &mut |p| progress.update(p)).map_err(|e| {
+        if e.is_setup() {
+            anyhow::Error::new(UsageError(e.to_string()))
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
     progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use qpslab_load::report::{encode_histogram, RunMeta};
 use qpslab_load::wire::RunPart;
-use qpslab_load::{LoadConfig, LoadError, Observe, Progress, Report};
+use qpslab_load::{LoadConfig, Observe, Progress, Report};
 
 use crate::protocol::{self, Command, Event, PROTOCOL};
 use crate::spec::LoadSpec;
@@ -184,7 +184,7 @@ impl Job {
                 );
             }
             Err(e) => {
-                let usage = matches!(e, LoadError::Config(_) | LoadError::Unreachable { .. });
+                let usage = e.is_setup();
                 say(&self.out, &Event::Error { message: e.to_string(), usage });
             }
         }

@@ -608,7 +608,7 @@ fn generate(
     }
     let cfg = load_config(opts, placed, opts.duration)?;
     qpslab_load::preflight(&cfg).map_err(|e| match e {
-        LoadError::Config(_) | LoadError::Unreachable { .. } => BenchError::Usage(e.to_string()),
+        _ if e.is_setup() => BenchError::Usage(e.to_string()),
         other => BenchError::Load(other),
     })?;
     if !opts.warmup.is_zero() {

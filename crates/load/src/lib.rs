@@ -45,9 +45,21 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     #[error("cannot connect to {url} ({addr}): {reason}; is a server listening there?")]
     Unreachable { url: String, addr: std::net::SocketAddr, reason: String },
+    /// The target's TLS handshake failed before the run (a certificate that does not verify,
+    /// a version or suite it does not offer, plain HTTP on an https:// URL).
+    #[error("{url}: {reason}")]
+    Tls { url: String, reason: String },
     /// A load thread could not start, be pinned, or run (a panic included).
     #[error(transparent)]
     Thread(#[from] WorkerError<std::io::Error>),
+}
+
+impl LoadError {
+    /// The user's to fix before a run (exit 2): the options, or a target that cannot be
+    /// reached or verified.
+    pub fn is_setup(&self) -> bool {
+        matches!(self, LoadError::Config(_) | LoadError::Unreachable { .. } | LoadError::Tls { .. })
+    }
 }
 
 /// Live counters, summed over threads.
@@ -134,11 +146,16 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     let wait = cfg.timeout.min(Duration::from_secs(3));
     for t in &cfg.targets {
-        TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
-            url: t.url.clone(),
-            addr: t.addr,
-            reason: qpslab_sys::net::message(&e),
-        })?;
+        let sock =
+            TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
+                url: t.url.clone(),
+                addr: t.addr,
+                reason: qpslab_sys::net::message(&e),
+            })?;
+        if let (Some(tls), Some(name)) = (&cfg.tls, &t.tls_name) {
+            tls::handshake_once(tls, name, sock, wait)
+                .map_err(|reason| LoadError::Tls { url: t.url.clone(), reason })?;
+        }
     }
     Ok(())
 }

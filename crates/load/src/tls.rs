@@ -182,7 +182,17 @@ impl TlsClient {
                 .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
                 .with_no_client_auth()
         } else {
-            builder.with_root_certificates(roots(o.cacert.as_deref())?).with_no_client_auth()
+            let (store, given) = roots(o.cacert.as_deref())?;
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(store),
+                provider,
+            )
+            .build()
+            .map_err(|e| ConfigError::new("--cacert", e.to_string()))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Verifier { webpki, given }))
+                .with_no_client_auth()
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.resumption = if o.reuse {
@@ -197,6 +207,50 @@ impl TlsClient {
             version: o.version,
         })
     }
+}
+
+/// One full handshake with the run's configuration (no session kept) on `sock`, before the
+/// run: a certificate that does not verify, a version or suite the server does not offer, or
+/// plain HTTP on an https:// URL is a set-up error to say at once, not a failure to count on
+/// every connection of the run. Returns the reason, as the report words it.
+pub fn handshake_once(
+    tls: &TlsClient,
+    name: &ServerName<'static>,
+    mut sock: std::net::TcpStream,
+    wait: std::time::Duration,
+) -> Result<(), String> {
+    let mut config = (*tls.config).clone();
+    config.resumption = Resumption::disabled();
+    let mut conn =
+        rustls::ClientConnection::new(Arc::new(config), name.clone()).map_err(|e| describe(&e))?;
+    let _ = sock.set_read_timeout(Some(wait));
+    let _ = sock.set_write_timeout(Some(wait));
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut sock) {
+            let tls_error = e.get_ref().and_then(|x| x.downcast_ref::<rustls::Error>());
+            return Err(match tls_error {
+                Some(t) => describe(t),
+                None if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+                {
+                    format!(
+                        "TLS handshake failure: no handshake within {:?} (is this a TLS server?)",
+                        wait
+                    )
+                }
+                None => format!(
+                    "TLS handshake failure: {} (the server closed the connection: is this an \
+                     http:// server on an https:// URL?)",
+                    qpslab_sys::net::message(&e)
+                ),
+            });
+        }
+    }
+    conn.send_close_notify();
+    let _ = conn.complete_io(&mut sock);
+    Ok(())
 }
 
 /// The suites of `list` (comma-separated IANA names, as `TLS13_AES_128_GCM_SHA256` or
@@ -243,8 +297,12 @@ pub fn server_name(host: &str, sni: Option<&str>) -> Result<ServerName<'static>,
     })
 }
 
-fn roots(cacert: Option<&Path>) -> Result<RootCertStore, ConfigError> {
+/// The roots to verify against, and the certificates `--cacert` gave (as given).
+fn roots(
+    cacert: Option<&Path>,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), ConfigError> {
     let mut store = RootCertStore::empty();
+    let mut given = Vec::new();
     match cacert {
         Some(path) => {
             let err = |what: String| {
@@ -260,9 +318,10 @@ fn roots(cacert: Option<&Path>) -> Result<RootCertStore, ConfigError> {
             if certs.is_empty() {
                 return Err(err("no certificate in it".into()));
             }
-            for c in certs {
-                store.add(c).map_err(|e| err(e.to_string()))?;
+            for c in &certs {
+                store.add(c.clone()).map_err(|e| err(e.to_string()))?;
             }
+            given = certs;
         }
         None => {
             let found = rustls_native_certs::load_native_certs();
@@ -276,7 +335,133 @@ fn roots(cacert: Option<&Path>) -> Result<RootCertStore, ConfigError> {
             }
         }
     }
-    Ok(store)
+    Ok((store, given))
+}
+
+/// Verification as curl users have it: the chain to a trusted root (webpki), or, when the
+/// server's certificate is itself one of those `--cacert` gave (a self-signed test
+/// certificate made with `openssl req -x509`, which marks it a CA), that certificate trusted
+/// as given, its name and validity still checked, and the handshake's signature checked
+/// against its key either way.
+#[derive(Debug)]
+struct Verifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    given: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let chained = self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        if chained.is_ok() || !self.given.iter().any(|g| g.as_ref() == end_entity.as_ref()) {
+            return chained;
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&parsed, server_name)?;
+        let (from, until) = validity(end_entity.as_ref())
+            .ok_or(rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+        let t = now.as_secs();
+        if t < from {
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYet));
+        }
+        if t > until {
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Expired));
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// A certificate's validity (notBefore, notAfter) in Unix seconds, from its DER: Certificate
+/// SEQUENCE { TBSCertificate SEQUENCE { [0] version?, serial, signature, issuer, validity
+/// SEQUENCE { Time, Time } ... } ... }, each Time a UTCTime or a GeneralizedTime.
+fn validity(der: &[u8]) -> Option<(u64, u64)> {
+    /// One DER element at the start of `b`: (tag, contents, rest).
+    fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, b) = b.split_first()?;
+        let (&first, b) = b.split_first()?;
+        let (len, b) = if first < 0x80 {
+            (usize::from(first), b)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 || b.len() < n {
+                return None;
+            }
+            (b[..n].iter().fold(0usize, |a, &x| (a << 8) | usize::from(x)), &b[n..])
+        };
+        (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+    }
+    let (_, cert, _) = element(der)?;
+    let (_, tbs, _) = element(cert)?;
+    let mut rest = tbs;
+    let (tag, _, after) = element(rest)?;
+    if tag == 0xa0 {
+        rest = after; // the explicit version
+    }
+    for _ in 0..3 {
+        rest = element(rest)?.2; // serial, signature algorithm, issuer
+    }
+    let (_, validity, _) = element(rest)?;
+    let (t1, a, rest) = element(validity)?;
+    let (t2, b, _) = element(rest)?;
+    Some((asn1_time(t1, a)?, asn1_time(t2, b)?))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, years 1950-2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`), in
+/// Unix seconds.
+fn asn1_time(tag: u8, text: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let (year, s) = match tag {
+        0x17 => {
+            let yy: i64 = s.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
+        }
+        0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
+        _ => return None,
+    };
+    let n = |i: usize| -> Option<i64> { s.get(i..i + 2)?.parse().ok() };
+    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    // Days from 1970-01-01 to the date (the proleptic Gregorian calendar).
+    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + m * 60 + sec).ok()
 }
 
 /// `--insecure`: any certificate is taken; signatures are still checked to complete the
@@ -359,8 +544,8 @@ fn certificate_reason(c: &rustls::CertificateError) -> String {
                 .into()
         }
         C::Other(o) if o.to_string() == "CaUsedAsEndEntity" => {
-            "a CA certificate served as the server's own (give the server a certificate signed \
-             by that CA)"
+            "a CA certificate served as the server's own (give that very certificate with \
+             --cacert to trust it as it is, or give the server one signed by that CA)"
                 .into()
         }
         other => other.to_string(),
@@ -371,6 +556,22 @@ fn certificate_reason(c: &rustls::CertificateError) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
+
+    #[test]
+    fn asn1_times_and_a_certificates_validity() {
+        assert_eq!(asn1_time(0x17, b"700101000000Z"), Some(0));
+        assert_eq!(asn1_time(0x17, b"491231235959Z"), Some(2_524_607_999));
+        assert_eq!(asn1_time(0x18, b"20300101000000Z"), Some(1_893_456_000));
+        assert_eq!(asn1_time(0x18, b"2030010100000"), None, "no Z");
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2024, 2, 29);
+        params.not_after = rcgen::date_time_ymd(2051, 1, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        // 2051 is past UTCTime's range: GeneralizedTime.
+        assert_eq!(validity(cert.der()), Some((1_709_164_800, 2_556_144_000)));
+        assert_eq!(validity(b"\x30\x03\x30\x01"), None);
+    }
 
     #[test]
     fn versions_and_names_are_checked_with_the_flag_named() {

@@ -800,7 +800,15 @@ impl<'a> Worker<'a> {
         let mut outcome = Absorbed::Keep;
         while off < data.len() {
             let head = c.inflight.front().is_some_and(|r| heads[r.target as usize]);
-            let step = c.parser.feed(&data[off..], head).map_err(|e| e.to_string())?;
+            let step = c.parser.feed(&data[off..], head).map_err(|e| {
+                if looks_like_tls(&data[off..]) {
+                    "the server answered with TLS where an HTTP response was expected: use an \
+                     https:// URL"
+                        .to_string()
+                } else {
+                    e.to_string()
+                }
+            })?;
             off += step.consumed;
             let Some(resp) = step.response else { break };
             let Some(req) = c.inflight.pop_front() else {
@@ -1080,6 +1088,12 @@ impl Shared<'_> {
             }
         }
     }
+}
+
+/// A TLS record's header: an alert (21) or a handshake (22), version 3.x. A TLS server sent
+/// a plain-HTTP request answers with an alert.
+fn looks_like_tls(b: &[u8]) -> bool {
+    matches!(b, [21 | 22, 3, 0..=4, ..])
 }
 
 pub(crate) fn fmt_duration(d: Duration) -> String {

@@ -224,3 +224,97 @@ fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() 
     assert!(why.contains("no handshake within 300ms"), "{why}");
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
+
+/// The first handshake happens before the run: a certificate that does not verify, plain
+/// HTTP on an https:// URL, or a server that never answers the handshake is a set-up error,
+/// said at once (it was retried for the whole run: 2,960 TLS errors over 10 s, with generic
+/// advice about descriptors and backlogs).
+#[test]
+fn a_handshake_that_fails_before_the_run_is_a_setup_error() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let good = Nginx::start_tls(&cert, &key);
+    let trusted = || TlsOptions { cacert: Some(pki.ca_file()), ..TlsOptions::default() };
+    let preflight = |url: &str, tls: TlsOptions, wait: Duration| {
+        let mut o = tls_opts(url, tls);
+        o.timeout = wait;
+        let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+        let started = Instant::now();
+        let r = qpslab_load::preflight(&cfg);
+        (r, started.elapsed())
+    };
+    let (ok, _) = preflight(&good.https_url("/"), trusted(), Duration::from_secs(2));
+    ok.unwrap();
+
+    let other = Pki::named("another CA");
+    let wrong = TlsOptions { cacert: Some(other.ca_file()), ..TlsOptions::default() };
+    let (e, took) = preflight(&good.https_url("/"), wrong, Duration::from_secs(2));
+    let e = e.unwrap_err();
+    assert!(e.is_setup(), "{e}");
+    assert!(e.to_string().contains("TLS certificate: unknown issuer"), "{e}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
+    let plain = Nginx::start();
+    let url = format!("https://localhost:{}/", plain.port);
+    let e = preflight(&url, trusted(), Duration::from_secs(2)).0.unwrap_err();
+    assert!(e.to_string().contains("is this an http:// server on an https:// URL?"), "{e}");
+
+    let stall = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://localhost:{}/", stall.local_addr().unwrap().port());
+    let (e, took) = preflight(&url, trusted(), Duration::from_millis(300));
+    assert!(e.unwrap_err().to_string().contains("no handshake within 300ms"));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// A self-signed certificate made as most tutorials make one (`openssl req -x509`, which
+/// marks it CA:TRUE) and given with `--cacert` is trusted, as `curl --cacert` trusts it (it
+/// was refused as "a CA certificate served as the server's own"); its name is still checked.
+#[test]
+fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"), "a CA certificate");
+    let pem = |p: &PathBuf| std::fs::read_to_string(p).unwrap();
+    let nginx = Nginx::start_tls(&pem(&cert), &pem(&key));
+    let url = nginx.https_url("/");
+    // The ground truth: curl takes it.
+    let curl = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(&cert)
+        .arg(&url)
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "200", "{curl:?}");
+
+    let given = || TlsOptions { cacert: Some(cert.clone()), ..TlsOptions::default() };
+    let mut o = tls_opts(&url, given());
+    o.requests = Some(20);
+    let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+    qpslab_load::preflight(&cfg).unwrap();
+    let r = run(&o);
+    assert_eq!(r.requests.ok, 20, "{:?}", r.error_examples);
+
+    let (n, why, _) = failing(
+        &url,
+        TlsOptions { sni: Some("other.example".into()), ..given() },
+        Duration::from_secs(2),
+    );
+    assert_eq!(n, 1, "{why}");
+    assert!(why.starts_with("TLS certificate: name mismatch"), "{why}");
+}
