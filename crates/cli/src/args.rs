@@ -16,6 +16,7 @@ pub enum PollArg {
 #[command(
     name = "qpslab",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("QPSLAB_GIT_COMMIT"), ")"),
+    propagate_version = true,
     about = "Measure how many HTTP requests per second a Linux host can serve, and why not more"
 )]
 pub struct Cli {
@@ -248,8 +249,8 @@ pub struct CompareArgs {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// What to report: a sweep (sweep:3), runs (12 15 or 12,15), a variant (3/NAME), a label
-    /// (label:NAME)
-    #[arg(value_name = "RUNS", required_unless_present = "last")]
+    /// (label:NAME); or --last
+    #[arg(value_name = "RUNS")]
     pub what: Vec<String>,
 
     /// The latest sweep, or the latest run if it was no sweep's
@@ -460,7 +461,6 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Duration,
 
-    /// Do not keep the run in the runs store
     /// Run the target and the doctor on this host, through ssh (user@host or an alias of
     /// ~/.ssh/config): without a URL bench starts the target there; with one it finds the
     /// server listening there. The doctor reads that host's counters
@@ -487,6 +487,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub agent_exe: Option<String>,
 
+    /// Do not keep the run in the runs store
     #[arg(long)]
     pub no_save: bool,
 
@@ -748,8 +749,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target URL(s), e.g. http://127.0.0.1:8080/ (http only; without a scheme, http:// is
-    /// assumed, as curl does); several spread over the connections
+    /// Target URL(s), e.g. http://127.0.0.1:8080/ or https://example.com/ (without a scheme,
+    /// http:// is assumed, as curl does); several spread over the connections
     #[arg(value_name = "URL", required_unless_present = "targets")]
     pub urls: Vec<String>,
 

@@ -235,6 +235,15 @@ pub fn compare_cmd(a: CompareArgs) -> anyhow::Result<Outcome> {
 }
 
 pub fn report_cmd(a: ReportArgs) -> anyhow::Result<Outcome> {
+    if a.what.is_empty() && !a.last {
+        return Err(UsageError(
+            "report: which runs? give --last (the latest sweep, or the latest run), a sweep \
+             (sweep:3), runs (12 15), a variant (3/NAME) or a label (label:NAME); `qpslab runs` \
+             lists them"
+                .into(),
+        )
+        .into());
+    }
     let store = open(&a.store)?;
     let texts: Vec<String> = if a.last { vec!["last".into()] } else { a.what.clone() };
     let mut sels = Vec::new();

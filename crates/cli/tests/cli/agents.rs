@@ -335,6 +335,16 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
     let text = lab.load(None, &["-n", "300", "-c", "3", &lab.url()]).output().unwrap();
     let t = String::from_utf8_lossy(&text.stdout);
     assert!(t.contains("Agents: 3, started within"), "{t}");
+    // Each row says how late its agent began after the common instant (the column was an
+    // "offset" of clocks that each count from their own process's start: tens of ms for
+    // agents on one host, which looked like a clock error).
+    let header = t.lines().find(|l| l.trim_start().starts_with("host")).unwrap();
+    assert!(header.contains("late") && !header.contains("offset"), "{header}");
+    for row in t.lines().filter(|l| l.contains("  done  ")) {
+        let late: f64 =
+            row.split_whitespace().rev().nth(1).unwrap().trim_end_matches("ms").parse().unwrap();
+        assert!((0.0..10.0).contains(&late), "{row}");
+    }
 }
 
 #[test]

@@ -1099,3 +1099,29 @@ fn sqpoll_serves_on_its_polling_thread() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.starts_with("qpslab: error: --sqpoll: ") && err.contains("--io uring"), "{err}");
 }
+
+/// What `--help` and `--version` say, as a user reads them: bench's --no-save has its own
+/// text and --server its own (a doc comment sat on the wrong field), load takes https URLs,
+/// `load --version` prints the version (it suggested --tls-version), and `report` without
+/// runs points at --last.
+#[test]
+fn help_version_and_a_report_without_runs_say_what_they_should() {
+    let help = |args: &[&str]| {
+        let out = qpslab(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let bench = help(&["bench", "--help"]);
+    let line = |text: &str, flag: &str| {
+        text.lines().find(|l| l.trim_start().starts_with(flag)).unwrap_or_default().to_string()
+    };
+    assert!(line(&bench, "--no-save").contains("Do not keep the run in the runs store"), "{bench}");
+    assert!(line(&bench, "--server <HOST>").contains("Run the target and the doctor"), "{bench}");
+    let load = help(&["load", "--help"]);
+    assert!(load.contains("https://") && !load.contains("http only"), "{load}");
+    for args in [&["--version"][..], &["load", "--version"], &["bench", "--version"]] {
+        let v = help(args);
+        assert!(v.contains(env!("CARGO_PKG_VERSION")), "{args:?}: {v}");
+    }
+    usage_error(&["report", "-o", "/tmp/qpslab-never-written.html"], "give --last");
+}

@@ -136,9 +136,13 @@ pub struct AgentRow {
     pub busy_ratio: Option<f64>,
     pub verdict: Option<String>,
     /// The agent's clock minus the coordinator's, and the round trip it was measured over.
+    /// Each clock counts from its own process's start, so this is mostly the gap between the
+    /// two starts, not a drift of one clock against the other: it converts the start instant
+    /// into the agent's clock.
     pub clock_offset_ms: f64,
     pub rtt_ms: f64,
-    /// How long after the agreed instant the agent's clock started.
+    /// How long after the agreed instant the agent began its run, in its own clock (the text's
+    /// `late` column; its error is at most half the round trip).
     pub started_late_ms: f64,
     /// The agent's corrected latency (HdrHistogram V2, base64; absent for a lost agent): the
     /// totals' `latency_hdr` is the exact merge of those of the agents that finished.

@@ -307,7 +307,7 @@ fn agents(r: &Report, s: &mut String) {
         "failed",
         "busy",
         "verdict",
-        "offset",
+        "late",
         "rtt"
     );
     for a in rows {
@@ -323,7 +323,7 @@ fn agents(r: &Report, s: &mut String) {
             a.failed,
             a.busy_ratio.map_or("-".into(), |b| format!("{:.1}%", b * 100.0)),
             a.verdict.as_deref().unwrap_or("-"),
-            a.clock_offset_ms,
+            a.started_late_ms,
             a.rtt_ms
         );
     }
