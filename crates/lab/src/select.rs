@@ -129,9 +129,12 @@ pub fn groups(store: &Store, sel: &Selector) -> Result<Vec<Group>, SelectError> 
         let name = match (&run.row.variant, run.row.sweep) {
             (Some(v), Some(_)) if one_sweep => v.clone(),
             (Some(v), Some(s)) => format!("{s}/{v}"),
+            // A run of no sweep: its number, what it ran against, and its label.
             _ => format!(
-                "run {}{}",
+                "run {} \u{b7} {} {}{}",
                 run.row.id,
+                run.row.kind,
+                run.facts.target,
                 run.row.label.as_ref().map_or(String::new(), |l| format!(" ({l})"))
             ),
         };

@@ -505,6 +505,16 @@ fn bench_stores_its_run_unless_told_not_to_and_load_stores_with_save() {
         .collect();
     assert_eq!(lines.len(), 2);
     assert!(!lines[0]["histogram"].as_str().unwrap().is_empty(), "the exact histogram travels too");
+    // Runs of no sweep are named in a report by number, kind and target (they were `run 1`,
+    // `run 2`, with nothing to tell what they ran against).
+    let html = lab(&store, &["report", "1", "2"]);
+    let page = String::from_utf8_lossy(&html.stdout);
+    assert!(
+        page.contains("run 1 \u{b7} bench builtin (first)"),
+        "{}",
+        &page[..page.len().min(3000)]
+    );
+    assert!(page.contains(&format!("run 2 \u{b7} load {} (load)", server.url("/"))));
     let out = lab(&store, &["runs", "rm", "2"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 1 run(s)\n");
 }

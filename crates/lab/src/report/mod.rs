@@ -130,9 +130,9 @@ fn header(input: &Input<'_>) -> String {
 /// Section 1: the table (pinned by a snapshot test).
 pub fn table_html(rows: &[Row]) -> String {
     let mut o = String::from(
-        "<table id=\"variants\"><thead><tr><th>variant</th><th>runs</th><th>req/s (median)</th><th>min-max</th><th>ratio</th><th>p50</th><th>p99</th><th>server CPU</th><th>req per server CPU-s</th><th>verdict</th></tr></thead><tbody>\n",
+        "<table id=\"variants\"><thead><tr><th>#</th><th>variant</th><th>runs</th><th>req/s (median)</th><th>min-max</th><th>ratio</th><th>p50</th><th>p99</th><th>server CPU</th><th>req per server CPU-s</th><th>verdict</th></tr></thead><tbody>\n",
     );
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
         let s = &r.summary;
         let t = &s.throughput_rps;
         let (class, word) = match &r.verdict {
@@ -148,8 +148,9 @@ pub fn table_html(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             o,
-            "<tr data-variant=\"{}\"><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}-{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
+            "<tr data-variant=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}-{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
             esc(&s.name),
+            i + 1,
             esc(&s.name),
             s.runs.len(),
             t.median,
@@ -281,7 +282,16 @@ fn per_second(groups: &[Group]) -> String {
             title: "time into the run".into(),
         };
         let mut c = Chart::new(360.0, 220.0, x, Axis::linear_from_zero(max, "requests/s", svg::si));
-        for r in &g.runs {
+        let mut key = String::from("<p class=\"legend\">");
+        for (k, r) in g.runs.iter().enumerate() {
+            // Repeats of one variant in colours of their own, named below the chart.
+            let colour = svg::colour(k);
+            let _ = write!(
+                key,
+                "<span><i style=\"background:{colour}\"></i>repeat {} (run {})</span>",
+                r.row.repeat.unwrap_or(1),
+                r.row.id
+            );
             let pts: Vec<(f64, f64)> =
                 r.facts.rps.iter().enumerate().map(|(k, v)| (k as f64 + 1.0, *v)).collect();
             let pts: Vec<(f64, f64)> =
@@ -289,7 +299,7 @@ fn per_second(groups: &[Group]) -> String {
                     .chain(pts)
                     .collect();
             let tip = format!("run {} (repeat {})", r.row.id, r.row.repeat.unwrap_or(1));
-            c.line(&pts, svg::colour(i), "per-second", &tip);
+            c.line(&pts, colour, "per-second", &tip);
             // Seconds with failed requests: a black dot on the line.
             for (k, (&n, &v)) in r.facts.errors.iter().zip(&r.facts.rps).enumerate() {
                 if n > 0 {
@@ -298,9 +308,10 @@ fn per_second(groups: &[Group]) -> String {
                 }
             }
         }
+        key.push_str("</p>");
         let _ = write!(
             o,
-            "<div><h3>{}. {}</h3>{}</div>",
+            "<div><h3>{}. {}</h3>{}{key}</div>",
             i + 1,
             esc(&g.name),
             c.finish(&format!("per-second-{}", i + 1), &g.name)
@@ -320,7 +331,8 @@ fn heatmaps(groups: &[Group]) -> String {
         let _ = write!(o, "<h3>{}. {}</h3>", i + 1, esc(&g.name));
         for r in &g.runs {
             let cpu = &r.facts.cpu;
-            let (cols, rows) = (cpu.t_s.len(), cpu.cpus.len());
+            let keep = full_intervals(&cpu.t_s);
+            let (cols, rows) = (keep.len(), cpu.cpus.len());
             if cols == 0 || rows == 0 {
                 let _ = write!(o, "<p class=\"meta\">run {}: no CPU samples stored</p>", r.row.id);
                 continue;
@@ -328,19 +340,23 @@ fn heatmaps(groups: &[Group]) -> String {
             any = true;
             let cell_h = (160 / rows).clamp(3, 16);
             let cell_w = (360 / cols).clamp(4, 24);
+            let left_out = cpu.t_s.len() - cols;
             let _ = write!(
                 o,
-                "<div class=\"heatrow\" data-run=\"{}\"><div class=\"who\">run {} \u{b7} repeat {}<br>CPUs {}<br>{} intervals</div>",
+                "<div class=\"heatrow\" data-run=\"{}\"><div class=\"who\">run {} \u{b7} repeat {}<br>CPUs {}<br>{} intervals{}</div>",
                 r.row.id,
                 r.row.id,
                 r.row.repeat.unwrap_or(1),
                 esc(&cpu_list(&cpu.cpus)),
-                cols
+                cols,
+                if left_out > 0 { format!(" ({left_out} short one(s) left out)") } else { String::new() }
             );
             for ((kind, full), series) in
                 heat::KINDS.iter().zip([&cpu.user, &cpu.system, &cpu.softirq])
             {
-                if let Some(uri) = heat::data_uri(series, rows, *full) {
+                let series: Vec<Vec<f64>> =
+                    keep.iter().filter_map(|&k| series.get(k).cloned()).collect();
+                if let Some(uri) = heat::data_uri(&series, rows, *full) {
                     let peak = series.iter().flatten().fold(0.0f64, |a, b| a.max(*b));
                     let _ = write!(
                         o,
@@ -359,6 +375,18 @@ fn heatmaps(groups: &[Group]) -> String {
         o.push_str("<p>No CPU samples were stored for these runs (load runs have none).</p>");
     }
     o
+}
+
+/// The sample intervals (by index) worth a heatmap column: those at least half the median
+/// interval long. The last sample comes when the run stops, often tens of milliseconds after
+/// the one before; shares over so short a time are noise, and they set the peak.
+fn full_intervals(t_s: &[f64]) -> Vec<usize> {
+    let lengths: Vec<f64> =
+        t_s.iter().enumerate().map(|(k, t)| t - if k == 0 { 0.0 } else { t_s[k - 1] }).collect();
+    let mut sorted = lengths.clone();
+    sorted.sort_by(f64::total_cmp);
+    let Some(&median) = sorted.get(sorted.len() / 2) else { return Vec::new() };
+    (0..lengths.len()).filter(|&k| lengths[k] >= median / 2.0).collect()
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -626,6 +654,45 @@ mod tests {
         assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "nothing fetched");
         assert_eq!(html.matches("class=\"repeat\"").count(), 6, "a dot per run");
         assert!(!html.contains("class=\"profile\""), "no profile, no table");
+    }
+
+    /// The table numbers its rows as the charts' axes number the variants; the repeats of a
+    /// variant have colours of their own with a key under its per-second chart; a short last
+    /// sample interval gets no heatmap column and no say in the peak.
+    #[test]
+    fn numbers_colours_and_short_intervals_are_as_the_reader_needs_them() {
+        let mut g = groups();
+        let html = table_html(&compare::table(&g));
+        assert!(
+            html.contains("<td>1</td><td>builtin</td>")
+                && html.contains("<td>2</td><td>nginx</td>")
+        );
+        for r in &mut g[0].runs {
+            r.facts.cpu = crate::store::CpuSeries {
+                cpus: vec![0, 1],
+                // Three whole seconds, then a 30 ms tail at 100% busy.
+                t_s: vec![1.0, 2.0, 3.0, 3.03],
+                user: vec![vec![0.4, 0.2], vec![0.5, 0.2], vec![0.45, 0.2], vec![1.0, 1.0]],
+                system: vec![vec![0.1; 2]; 4],
+                softirq: vec![vec![0.0; 2]; 4],
+                idle: vec![vec![0.5; 2]; 4],
+            };
+        }
+        let page = render(&Input { title: "t".into(), sweep: None, groups: &g });
+        assert!(page.contains("3 intervals (1 short one(s) left out)"), "the tail");
+        assert!(page.contains("user (peak 50%)"), "the tail's 100% is not the peak");
+        let chart = &page[page.find("id=\"per-second-1\"").unwrap()..];
+        let key = &chart[..chart.find("</p>").unwrap()];
+        for (k, run) in g[0].runs.iter().enumerate() {
+            let entry = format!(
+                "<i style=\"background:{}\"></i>repeat {} (run {})",
+                svg::colour(k),
+                k + 1,
+                run.row.id
+            );
+            assert!(key.contains(&entry), "{entry} in {key}");
+        }
+        assert_ne!(svg::colour(0), svg::colour(1));
     }
 
     #[test]
