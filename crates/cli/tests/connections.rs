@@ -123,7 +123,7 @@ fn fifty_thousand_concurrent_connections_from_127_0_0_x_sources() {
     }
     eprintln!("{most} established after {:?}", started.elapsed());
 
-    let mut connects = 0;
+    let (mut connects, mut sent) = (0, 0);
     for child in children {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -133,20 +133,24 @@ fn fifty_thousand_concurrent_connections_from_127_0_0_x_sources() {
         assert_eq!(v["connections"]["reconnects"], 0, "every connection stayed open");
         assert!(v["requests"]["ok"].as_u64().unwrap() > 0);
         connects += v["connections"]["connects"].as_u64().unwrap();
+        sent += v["requests"]["sent"].as_u64().unwrap();
     }
     assert_eq!(connects, TOTAL);
     assert!(most as u64 >= TOTAL, "only {most} connections were established at once");
     let range: HashSet<String> = (2..=254).map(|i| format!("127.0.0.{i}")).collect();
     assert_eq!(peers, range, "peers spread over the whole source range");
 
-    let mut accepted = 0;
+    let (mut accepted, mut served) = (0, 0);
     for s in serves {
         s.signal(libc::SIGTERM);
         let (code, out, err) = s.wait(Duration::from_secs(10));
         assert_eq!(code, Some(0), "{err}");
         let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
         accepted += totals["totals"]["accepted"].as_u64().unwrap();
+        served += totals["totals"]["requests"].as_u64().unwrap();
     }
+    // Every request the generators wrote was read and answered by one of the servers.
+    assert_eq!(served, sent);
     // Each load process's preflight reachability check is one more connection.
     assert_eq!(accepted, TOTAL + loads);
 }
