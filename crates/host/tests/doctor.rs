@@ -666,6 +666,8 @@ fn a_server_held_by_a_cpu_quota_is_throttled_not_latency_bound() {
     assert!(f[0].evidence[0].starts_with("/sys/fs/cgroup/cpu/bench: CPU quota 20000/100000 us (0.20 CPUs), throttled in 90% of 30 periods (2.16 s held back)"), "{:?}", f[0].evidence);
     let bound = named(&f, "server-bound").expect("server-bound at the quota");
     assert!(bound.summary.contains("CPU quota"), "{}", bound.summary);
+    // More workers under the same quota would not help: the remedy is the limit.
+    assert!(bound.remedy.starts_with("lift or raise the server's CPU limit"), "{}", bound.remedy);
     assert!(
         bound.evidence[0].contains("100% of capacity (its cgroup's quota of 0.20 CPUs)"),
         "{:?}",

@@ -302,15 +302,17 @@ fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
     let server = side_held(&sides.servers);
     let client =
         side_held(&sides.clients).or(sides.remote.iter().any(|g| g.bound).then_some(Held::Own));
-    let (name, summary, remedy, server_first) = match (server, client) {
-        (None, Some(h)) => ("client-bound", client_bound(h), "add generator threads (`qpslab load -t`) on free CPUs, or more client machines", false),
+    let (name, (summary, remedy), server_first) = match (server, client) {
+        (None, Some(h)) => ("client-bound", client_bound(h), false),
         (Some(_), Some(_)) => (
             "both-saturated",
-            "the server and the load generator both use all the CPU they have: the rate is bounded by both",
-            "give each side more CPUs (more server workers, more generator threads) or put the generator on another machine",
+            (
+                "the server and the load generator both use all the CPU they have: the rate is bounded by both",
+                "give each side more CPUs (more server workers, more generator threads) or put the generator on another machine",
+            ),
             true,
         ),
-        (Some(h), None) => ("server-bound", server_bound(h), "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)", true),
+        (Some(h), None) => ("server-bound", server_bound(h), true),
         (None, None) => return None,
     };
     let mut evidence = sides.evidence(server_first);
@@ -329,19 +331,39 @@ fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
     })
 }
 
-fn server_bound(h: Held) -> &'static str {
+/// The server-bound headline and its remedy, by what held the server.
+fn server_bound(h: Held) -> (&'static str, &'static str) {
     match h {
-        Held::Own => "the server's threads are saturated: the rate is what this server configuration can do",
-        Held::Quota => "the server used all of its cgroup's CPU quota: the rate is what that quota allows",
-        Held::Cpus => "the server's CPUs were saturated, mostly with work not its own (interrupts, other processes): the rate is what the server could get there",
+        Held::Own => (
+            "the server's threads are saturated: the rate is what this server configuration can do",
+            "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)",
+        ),
+        Held::Quota => (
+            "the server used all of its cgroup's CPU quota: the rate is what that quota allows",
+            "lift or raise the server's CPU limit (cpu-throttled names its cgroup); more workers under the same quota share the same CPU time",
+        ),
+        Held::Cpus => (
+            "the server's CPUs were saturated, mostly with work not its own (interrupts, other processes): the rate is what the server could get there",
+            "move the other work off the server's CPUs (interrupts: `qpslab tune plan`; processes: taskset), or give the server CPUs of its own",
+        ),
     }
 }
 
-fn client_bound(h: Held) -> &'static str {
+/// The client-bound headline and its remedy, by what held the generator.
+fn client_bound(h: Held) -> (&'static str, &'static str) {
     match h {
-        Held::Own => "the load generator is saturated while the server has headroom: this measures the client, not the server",
-        Held::Quota => "the load generator used all of its cgroup's CPU quota while the server has headroom: this measures the quota, not the server",
-        Held::Cpus => "the load generator's CPUs were saturated, mostly with work not its own, while the server has headroom: this measures the client, not the server",
+        Held::Own => (
+            "the load generator is saturated while the server has headroom: this measures the client, not the server",
+            "add generator threads (`qpslab load -t`) on free CPUs, or more client machines",
+        ),
+        Held::Quota => (
+            "the load generator used all of its cgroup's CPU quota while the server has headroom: this measures the quota, not the server",
+            "lift or raise the generator's CPU limit (cpu-throttled names its cgroup), or run it outside that cgroup",
+        ),
+        Held::Cpus => (
+            "the load generator's CPUs were saturated, mostly with work not its own, while the server has headroom: this measures the client, not the server",
+            "move the other work off the generator's CPUs, or give the generator CPUs of its own (`qpslab load --cpus`)",
+        ),
     }
 }
 
