@@ -181,7 +181,7 @@ pub const RULES: &[Rule] = &[
         name: "server-bound",
         catches: "the server is saturated: its threads, its cgroup's CPU quota, or its CPUs full of other work (the headline says which); the rate is what it could get",
         threshold: "a server process at 85% or more of the CPUs its busy threads may use (or of its cgroup's CPU quota when smaller), or those CPUs at 85% busy or more; the generator not saturated",
-        remedy: "more server workers on idle CPUs, or interrupt work moved off the server's CPUs",
+        remedy: "by what held it: more server workers on idle CPUs; the CPU limit lifted or raised; the other work moved off its CPUs",
     },
     Rule {
         name: "cpu-throttled",
@@ -191,9 +191,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "client-bound",
-        catches: "the load generator is saturated while the server has headroom: the run measures the client",
+        catches: "the load generator is saturated (its threads, its cgroup's CPU quota, or its CPUs full of other work) while the server has headroom: the run measures the client",
         threshold: "a generator process saturated as above, the server not",
-        remedy: "more generator threads on free CPUs, or more client machines",
+        remedy: "by what held it: more generator threads on free CPUs or more client machines; the CPU limit lifted; the other work moved off its CPUs",
     },
     Rule {
         name: "both-saturated",
