@@ -488,9 +488,10 @@ impl State<'_> {
 fn accept_shortage(e: &io::Error, table: u32) -> String {
     if table > 0 && qpslab_sys::uring::is_enfile(e) {
         return format!(
-            "this worker's table of registered descriptors is full ({table} slots; ENFILE here \
-             is not the system's file table): raise ulimit -n, lower --max-conns, or add \
-             workers (-w: a table each)"
+            "this worker's table of registered descriptors is full ({table} slots, held to the \
+             descriptor limit, ulimit -n {}; ENFILE here is not the system's file table): \
+             raise ulimit -n, lower --max-conns, or add workers (-w: a table each)",
+            qpslab_sys::nofile::limits().0
         );
     }
     e.to_string()
