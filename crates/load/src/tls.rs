@@ -176,24 +176,22 @@ impl TlsClient {
                 let flag = if o.ciphers.is_some() { "--ciphers" } else { "--tls-version" };
                 ConfigError::new(flag, format!("{e}: no cipher suite given fits the TLS version"))
             })?;
-        let mut config = if o.insecure {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
-                .with_no_client_auth()
+        let verifier = if o.insecure {
+            Verifier { chain: None, given: Vec::new(), provider }
         } else {
             let (store, given) = roots(o.cacert.as_deref())?;
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            let chain = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(store),
-                provider,
+                provider.clone(),
             )
             .build()
             .map_err(|e| ConfigError::new("--cacert", e.to_string()))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Verifier { webpki, given }))
-                .with_no_client_auth()
+            Verifier { chain: Some(chain), given, provider }
         };
+        let mut config = builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.resumption = if o.reuse {
             Resumption::store(Arc::new(Sessions::default()))
@@ -341,12 +339,14 @@ fn roots(
 /// Verification as curl users have it: the chain to a trusted root (webpki), or, when the
 /// server's certificate is itself one of those `--cacert` gave (a self-signed test
 /// certificate made with `openssl req -x509`, which marks it a CA), that certificate trusted
-/// as given, its name and validity still checked, and the handshake's signature checked
-/// against its key either way.
+/// as given, its name and validity still checked. With `--insecure` (no chain) any
+/// certificate is taken. The handshake's signature is checked against the certificate's key
+/// in every case, so an insecure handshake costs what a verifying one does.
 #[derive(Debug)]
 struct Verifier {
-    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
     given: Vec<CertificateDer<'static>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
 impl ServerCertVerifier for Verifier {
@@ -358,13 +358,9 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let chained = self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        );
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        let chained =
+            chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
         if chained.is_ok() || !self.given.iter().any(|g| g.as_ref() == end_entity.as_ref()) {
             return chained;
         }
@@ -388,7 +384,8 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -397,11 +394,12 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -462,56 +460,6 @@ fn asn1_time(tag: u8, text: &[u8]) -> Option<u64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     u64::try_from(days * 86_400 + h * 3600 + m * 60 + sec).ok()
-}
-
-/// `--insecure`: any certificate is taken; signatures are still checked to complete the
-/// handshake as a verifying client would (same cost).
-#[derive(Debug)]
-struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// A TLS failure as the report words it: the class of problem first (certificate, handshake,

@@ -141,13 +141,7 @@ fn per_second_rows_add_up_to_the_totals(io: IoChoice) {
     assert!(rows.iter().all(|r| r.completed > 0), "{rows:?}");
 
     // Failures too: every 10th request stalls past the timeout.
-    let server = Scripted::start(|n, s| {
-        if n % 10 == 9 {
-            return After::Stall;
-        }
-        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-        After::Continue
-    });
+    let server = every_tenth_stalls();
     let mut o = opts_on(io, &server.url());
     o.duration = Some(Duration::from_millis(1500));
     o.timeout = Duration::from_millis(200);
@@ -234,15 +228,20 @@ fn stalled_requests_time_out_at_expiry(io: IoChoice) {
     assert!(wall < Duration::from_millis(900), "{wall:?}");
 }
 
-fn some_stalls_in_a_timed_run(io: IoChoice) {
-    // Every 10th request stalls: those time out, the rest complete, the run ends on time.
-    let server = Scripted::start(|n, s| {
+/// A server that answers every request but each 10th, which it never answers.
+fn every_tenth_stalls() -> Scripted {
+    Scripted::start(|n, s| {
         if n % 10 == 9 {
             return After::Stall;
         }
         write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         After::Continue
-    });
+    })
+}
+
+fn some_stalls_in_a_timed_run(io: IoChoice) {
+    // Every 10th request stalls: those time out, the rest complete, the run ends on time.
+    let server = every_tenth_stalls();
     let mut o = opts_on(io, &server.url());
     o.duration = Some(Duration::from_millis(1000));
     o.timeout = Duration::from_millis(200);
