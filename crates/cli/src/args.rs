@@ -2,15 +2,8 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-/// `load --poll`: how load threads wait for events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PollArg {
-    Auto,
-    Spin,
-    Sleep,
-}
+use clap::{Args, Parser, Subcommand};
+use qpslab_load::options::{parse_count, parse_duration};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -400,8 +393,9 @@ pub struct BenchArgs {
     pub url: Option<String>,
 
     /// Server to start when no URL is given: builtin (qpslab serve) or nginx (from PATH)
-    #[arg(long, value_name = "KIND", default_value = "builtin")]
-    pub target: String,
+    /// [default: builtin]
+    #[arg(long, value_name = "KIND", conflicts_with = "url")]
+    pub target: Option<String>,
 
     /// With a URL: the server's process (repeatable or comma-separated; its children and
     /// threads are followed too) [default: the process listening on the URL's address]
@@ -423,39 +417,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MODE")]
     pub accept: Option<String>,
 
-    /// Measured duration
-    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub duration: Duration,
-
-    /// Load threads [default: one per generator CPU]
-    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
-    pub threads: Option<usize>,
-
-    /// Total connections [default: 100 per generator thread]
-    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
-    pub connections: Option<usize>,
-
-    /// Requests kept in flight per connection (HTTP/1.1 pipelining)
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub pipeline: usize,
-
-    /// Open loop at N requests/s (or A:B, as qpslab load -R)
-    #[arg(short = 'R', long, value_name = "N|A:B")]
-    pub rate: Option<String>,
-
-    /// A new connection for every request (as qpslab load --conn-per-request)
-    #[arg(long)]
-    pub conn_per_request: bool,
-
     /// Start the target with HTTPS (a certificate made at start; TLS 1.2 and 1.3, session
     /// tickets), so TLS cost shows per server CPU-second; with --conn-per-request every
     /// request is a full handshake
     #[arg(long)]
     pub tls: bool,
-
-    /// Unmeasured load before the run
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
-    pub warmup: Duration,
 
     /// Doctor sampling interval
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -504,6 +470,10 @@ pub struct BenchArgs {
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
+
+    /// The load's options, as `qpslab load` takes them.
+    #[command(flatten)]
+    pub load: qpslab_load::LoadOptions,
 }
 
 #[derive(Debug, Args)]
@@ -754,137 +724,8 @@ pub struct LoadArgs {
     #[arg(value_name = "URL", required_unless_present = "targets")]
     pub urls: Vec<String>,
 
-    /// More targets from FILE, one request per line: METHOD URL [Name: value]... [weight=N]
-    #[arg(long, value_name = "FILE")]
-    pub targets: Option<std::path::PathBuf>,
-
-    /// Load threads, one event loop each [default: online CPUs, at most -c]
-    #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
-    pub threads: Option<usize>,
-
-    /// Total keep-alive connections, spread over the threads
-    #[arg(short, long, value_name = "N", default_value_t = qpslab_load::config::DEFAULT_CONNECTIONS, value_parser = parse_count, allow_hyphen_values = true)]
-    pub connections: usize,
-
-    /// Run length after warm-up, e.g. 10s, 2m [default: 10s unless -n is given]
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub duration: Option<Duration>,
-
-    /// Send exactly N requests (after warm-up), then stop when they are answered
-    #[arg(short = 'n', long, value_name = "N", value_parser = parse_count_u64, allow_hyphen_values = true)]
-    pub requests: Option<u64>,
-
-    /// Extra request header 'Name: value' (repeatable); replaces a default of the same name
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
-    pub headers: Vec<String>,
-
-    /// Request method
-    #[arg(short, long, value_name = "METHOD", default_value = "GET")]
-    pub method: String,
-
-    /// Request body: a literal string, or @FILE to read it from a file
-    #[arg(long, value_name = "STRING|@FILE")]
-    pub body: Option<String>,
-
-    /// Open loop: total requests/s spread evenly (e.g. 5000), or A:B with --ramp; latency
-    /// counts from each request's scheduled time, so a stall cannot hide (coordinated omission)
-    #[arg(short = 'R', long, value_name = "N|A:B")]
-    pub rate: Option<String>,
-
-    /// With --rate A:B: the time to go linearly from A to B requests/s, then stay at B
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub ramp: Option<Duration>,
-
-    /// Open loop from a stage file: one 'DURATION RATE' or 'DURATION A:B' (linear) per line;
-    /// the run lasts as long as the stages unless -d or -n is given
-    #[arg(long, value_name = "FILE")]
-    pub stages: Option<std::path::PathBuf>,
-
-    /// Requests kept in flight per connection (HTTP/1.1 pipelining); latency per request
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub pipeline: usize,
-
-    /// Open a new connection for every request (sent with 'Connection: close') and close it
-    /// after the response; reports connects/s and connect latency apart
-    #[arg(long)]
-    pub conn_per_request: bool,
-
-    /// With --conn-per-request: close with a reset (SO_LINGER 0) so the generator keeps no
-    /// TIME_WAIT; the server sees a reset instead of an orderly close
-    #[arg(long)]
-    pub rst_close: bool,
-
-    /// Bind connections to source addresses FIRST-LAST, spread evenly, e.g.
-    /// 127.0.0.2-127.0.0.254; add :LO-HI to bind ports from that range too
-    #[arg(long, value_name = "RANGE")]
-    pub source: Option<String>,
-
-    /// Write per-second HdrHistogram interval logs of corrected latency (.hlog) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<std::path::PathBuf>,
-
-    /// The event loop: epoll, uring (io_uring: connects, sends and multishot receives as ring
-    /// requests, one system call per loop turn), or auto (the faster one here where io_uring
-    /// runs)
-    #[arg(long, value_name = "auto|epoll|uring", default_value = "auto")]
-    pub io: String,
-
-    /// https: do not verify the server's certificate (the summary says so)
-    #[arg(long, short = 'k')]
-    pub insecure: bool,
-
-    /// https: trust the CA certificates in this PEM file instead of the system's roots
-    #[arg(long, value_name = "FILE")]
-    pub cacert: Option<std::path::PathBuf>,
-
-    /// https: the server name to send (SNI) and verify, instead of the URL's host
-    #[arg(long, value_name = "NAME")]
-    pub sni: Option<String>,
-
-    /// https: hold the connections to one TLS version, 1.2 or 1.3 [default: either, the server
-    /// picks]
-    #[arg(long, value_name = "1.2|1.3")]
-    pub tls_version: Option<String>,
-
-    /// https: resume TLS sessions (tickets, PSK) on new connections instead of a full
-    /// handshake each; the report counts full and resumed handshakes
-    #[arg(long)]
-    pub tls_reuse: bool,
-
-    /// https: only these cipher suites, comma-separated IANA names (e.g.
-    /// TLS13_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) [default: rustls's]
-    #[arg(long, value_name = "LIST")]
-    pub ciphers: Option<String>,
-
-    /// How threads wait for events: auto (open loop polls instead of sleeping when the next
-    /// send is due within 100 us, if each thread has a CPU of its own and, for a loopback
-    /// target, the generator is confined to part of the machine; closed loop sleeps), spin
-    /// (never sleeps: exact timing for a whole CPU per thread), sleep (always sleeps: least
-    /// CPU). Polling time is not counted as busy
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = PollArg::Auto)]
-    pub poll: PollArg,
-
-    /// Per-request timeout; an unanswered request counts as a timeout when it expires
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub timeout: Duration,
-
-    /// How long a connect may take before it counts as a connect error [default: --timeout]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub connect_timeout: Option<Duration>,
-
-    /// Count a request as failed when a reused keep-alive connection closes before any byte of
-    /// its response, instead of sending it again once on a new connection (the default for
-    /// GET, HEAD, PUT, DELETE, OPTIONS and TRACE, as browsers and curl do)
-    #[arg(long)]
-    pub no_retry: bool,
-
-    /// Warm-up before measuring; its requests are excluded from every figure
-    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
-    pub warmup: Duration,
-
-    /// Pin load thread i to the i-th CPU of this list (e.g. 2-3 or 1,3,5)
-    #[arg(long, value_name = "LIST")]
-    pub cpus: Option<String>,
+    #[command(flatten)]
+    pub load: qpslab_load::LoadOptions,
 
     /// Print one JSON object (the documented contract) instead of the text summary
     #[arg(long)]
@@ -897,14 +738,6 @@ pub struct LoadArgs {
     /// Write the latency histogram to FILE as HdrHistogram V2 (deflate, base64)
     #[arg(long, value_name = "FILE")]
     pub hdr_out: Option<std::path::PathBuf>,
-
-    /// Highest tolerated share of failed requests and bad statuses before exit code 1
-    #[arg(long, value_name = "R", default_value_t = 0.0)]
-    pub max_error_rate: f64,
-
-    /// Status codes >= 400 that count as success, e.g. 404,500-599
-    #[arg(long, value_name = "LIST")]
-    pub accept_status: Option<String>,
 
     /// Keep the run in the runs store (see qpslab runs)
     #[arg(long)]
@@ -935,44 +768,6 @@ pub struct LoadArgs {
     pub agent_exe: Option<String>,
 }
 
-/// A count of at least 1 (connections, threads).
-pub fn parse_count(s: &str) -> Result<usize, String> {
-    parse_count_u64(s).and_then(|n| usize::try_from(n).map_err(|_| format!("{s:?} is too large")))
-}
-
-/// A count of at least 1 (requests).
-pub fn parse_count_u64(s: &str) -> Result<u64, String> {
-    match s.trim().parse::<u64>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) if s.trim().starts_with('-') => Err("must be a positive whole number".into()),
-        Err(_) => Err(format!("{s:?} is not a whole number, e.g. 100")),
-    }
-}
-
-/// `10s`, `2m`, `1h30m`, `500ms`; a bare number means seconds. Zero is rejected.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = parse_duration_or_zero(s)?;
-    if d.is_zero() {
-        return Err("must be greater than zero, e.g. 10s".into());
-    }
-    Ok(d)
-}
-
-fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s.starts_with('-') {
-        return Err("must be a positive duration, e.g. 10s".into());
-    }
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
-        }
-    }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration ({e}); write e.g. 10s, 2m or 500ms"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -985,25 +780,5 @@ mod tests {
         assert_eq!(parse_size("2k"), Ok(2048));
         assert!(parse_size("8XB").is_err());
         assert!(parse_size("-1").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("ten").is_err());
-        assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("-1"), Err("must be a positive duration, e.g. 10s".into()));
-        assert_eq!(parse_duration("-5s"), Err("must be a positive duration, e.g. 10s".into()));
-    }
-
-    #[test]
-    fn counts() {
-        assert_eq!(parse_count("100"), Ok(100));
-        assert_eq!(parse_count("0"), Err("must be at least 1".into()));
-        assert_eq!(parse_count("-5"), Err("must be a positive whole number".into()));
-        assert!(parse_count("many").is_err());
     }
 }

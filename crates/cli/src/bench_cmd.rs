@@ -9,29 +9,24 @@ use crate::{output, store_cmd, Outcome, UsageError};
 
 pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let opts = BenchOptions {
-        url: a.url,
-        target: a.target,
+        target: a.url.or(a.target).unwrap_or_else(|| "builtin".into()),
         server_pids: a.server_pid,
         workers: a.workers,
         server_cpus: a.server_cpus,
         accept: a.accept,
-        duration: a.duration,
-        warmup: a.warmup,
-        threads: a.threads,
-        connections: a.connections,
-        pipeline: a.pipeline,
-        rate: a.rate,
-        conn_per_request: a.conn_per_request,
         tls: a.tls,
         interval: a.interval,
-        serve_exe: std::env::current_exe()?,
-        meta: run_meta(),
         server_host: a.server_host,
         server_addr: a.server_addr,
         agents: a.agents,
         ssh: a.ssh,
         agent_exe: a.agent_exe,
-        profile: a.profile.options(),
+        profile: a.profile.profile,
+        profile_freq: a.profile.profile.then_some(a.profile.profile_freq),
+        folded: a.profile.profile_out.is_some(),
+        load: a.load,
+        serve_exe: std::env::current_exe()?,
+        meta: run_meta(),
     };
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {

@@ -5,62 +5,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use qpslab_host::{facts, Root};
-use qpslab_load::config::PollMode;
+
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
 
-use crate::args::{LoadArgs, PollArg};
+use crate::args::LoadArgs;
 use crate::{output, Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let keep = Keep::of(&a);
     let (agents, ssh, agent_exe) = (a.agents.clone(), a.ssh.clone(), a.agent_exe.clone());
-    let opts = LoadOptions {
-        urls: a.urls,
-        threads: a.threads,
-        connections: Some(a.connections),
-        duration: a.duration,
-        requests: a.requests,
-        headers: a.headers,
-        method: a.method,
-        body: a.body,
-        timeout: a.timeout,
-        connect_timeout: a.connect_timeout,
-        no_retry: a.no_retry,
-        warmup: a.warmup,
-        cpus: a.cpus,
-        accept_status: a.accept_status,
-        max_error_rate: a.max_error_rate,
-        rate: a.rate,
-        ramp: a.ramp,
-        pipeline: a.pipeline,
-        stages: a.stages,
-        schedule: None,
-        targets_file: a.targets,
-        conn_per_request: a.conn_per_request,
-        rst_close: a.rst_close,
-        source: a.source,
-        log: a.log,
-        io: qpslab_load::IoChoice::parse(&a.io).map_err(|e| UsageError(e.to_string()))?,
-        poll: match a.poll {
-            PollArg::Auto => PollMode::Auto,
-            PollArg::Spin => PollMode::Spin,
-            PollArg::Sleep => PollMode::Sleep,
-        },
-        tls: qpslab_load::tls::TlsOptions {
-            insecure: a.insecure,
-            cacert: a.cacert,
-            sni: a.sni,
-            version: a
-                .tls_version
-                .as_deref()
-                .map(qpslab_load::tls::TlsVersion::parse)
-                .transpose()
-                .map_err(|e| UsageError(e.to_string()))?,
-            reuse: a.tls_reuse,
-            ciphers: a.ciphers,
-        },
-    };
+    let opts = LoadOptions { urls: a.urls, ..a.load };
     if let Some(list) = &agents {
         return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep);
     }

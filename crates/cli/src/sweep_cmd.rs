@@ -111,7 +111,7 @@ fn dry_run(
     );
     let mut total = Duration::ZERO;
     for (i, c) in checked.iter().enumerate() {
-        total += (c.opts.warmup + c.opts.duration) * repeat;
+        total += (c.opts.warmup() + c.opts.duration()) * repeat;
         let settings = serde_json::to_string(&c.variant.settings).unwrap_or_default();
         let tune = c.variant.tune.as_ref().map_or(String::new(), |t| {
             format!(" tune {}", serde_json::to_string(t).unwrap_or_default())

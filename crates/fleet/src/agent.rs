@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use qpslab_load::report::{encode_histogram, RunMeta};
 use qpslab_load::wire::RunPart;
-use qpslab_load::{LoadConfig, Observe, Progress, Report};
+use qpslab_load::{LoadConfig, LoadOptions, Observe, Progress, Report};
 
 use crate::protocol::{self, Command, Event, PROTOCOL};
-use crate::spec::LoadSpec;
 
 /// How long a prepared agent waits for the start instant before giving up.
 pub const START_WAIT: Duration = Duration::from_secs(120);
@@ -155,16 +154,9 @@ struct Job {
 }
 
 impl Job {
-    fn run(self, spec: &LoadSpec, start: Receiver<Option<u64>>) {
+    fn run(self, opts: &LoadOptions, start: Receiver<Option<u64>>) {
         let usage = |message: String| Event::Error { message, usage: true };
-        let Ok(dir) = tempfile::tempdir() else {
-            return say(&self.out, &usage("cannot create a temporary directory".into()));
-        };
-        let opts = match spec.to_options(dir.path()) {
-            Ok(o) => o,
-            Err(m) => return say(&self.out, &usage(m)),
-        };
-        let cfg = match LoadConfig::from_options(&opts) {
+        let cfg = match LoadConfig::from_options(opts) {
             Ok(c) => c,
             Err(e) => return say(&self.out, &usage(e.to_string())),
         };

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! agent        -> hello {protocol, version, hash, hostname, cpus}
-//! coordinator  -> load {spec}           agent prepares: resolves, opens its connections
+//! coordinator  -> load {spec}           the agent's share (load options); it resolves, opens
+//!                                       its connections
 //! agent        -> ready {threads, connections, notes}
 //! coordinator  -> ping {id}  (x8)       agent -> pong {id, clock_ns}: the clock offset
 //! coordinator  -> start {at_ns}         in the agent's clock
@@ -27,17 +28,18 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::LoadSpec;
+use qpslab_load::LoadOptions;
 
 /// The protocol this build speaks; bumped on any incompatible change.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {
+    /// The agent's share of the load: the load's own options, self-contained.
     Load {
-        spec: Box<LoadSpec>,
+        spec: Box<LoadOptions>,
     },
     Ping {
         id: u32,

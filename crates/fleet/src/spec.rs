@@ -1,66 +1,14 @@
-//! One agent's share of a load: [`LoadSpec`] is `qpslab load`'s options made self-contained
-//! (files read on the coordinator and carried as text, the open-loop schedule already built),
-//! and [`split`] divides the user's load over agents by weight: connections, threads, the
-//! rate (every stage of a schedule), `-n` and source address ranges. Counts are split exactly:
-//! the shares add up to the whole.
+//! One agent's share of a load: [`split`] divides the user's load options over agents by
+//! weight: connections, threads, the rate (every stage of a schedule, built once here), `-n`
+//! and source address ranges; every other option goes to each agent as given. Counts are split
+//! exactly: the shares add up to the whole. The options are self-contained (files travel as
+//! their contents), so each share is sent to its agent as it is.
 
 use std::net::IpAddr;
-use std::path::Path;
-use std::time::Duration;
 
-use base64::Engine as _;
-use qpslab_load::config::PollMode;
 use qpslab_load::rate::Rate;
 use qpslab_load::source::SourceRange;
 use qpslab_load::LoadOptions;
-use serde::{Deserialize, Serialize};
-
-/// The options of one agent's load.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadSpec {
-    pub urls: Vec<String>,
-    /// The `--targets` file's text.
-    pub targets_text: Option<String>,
-    pub threads: Option<usize>,
-    pub connections: usize,
-    pub duration: Option<Duration>,
-    pub requests: Option<u64>,
-    pub headers: Vec<String>,
-    pub method: String,
-    /// A literal body.
-    pub body: Option<String>,
-    /// A body read from `@FILE`, base64.
-    pub body_file: Option<String>,
-    pub timeout: Duration,
-    pub connect_timeout: Option<Duration>,
-    pub warmup: Duration,
-    pub cpus: Option<String>,
-    pub accept_status: Option<String>,
-    pub max_error_rate: f64,
-    /// This agent's share of the open-loop schedule.
-    pub schedule: Option<Rate>,
-    pub pipeline: usize,
-    pub conn_per_request: bool,
-    pub rst_close: bool,
-    pub source: Option<String>,
-    /// `auto`, `spin` or `sleep`.
-    pub poll: String,
-    /// `auto`, `epoll` or `uring` (`--io`): the agent's machine decides what `auto` means.
-    #[serde(default = "auto")]
-    pub io: String,
-    pub no_retry: bool,
-    /// https: `--insecure`, `--sni`, `--tls-version`, `--tls-reuse`.
-    #[serde(default)]
-    pub tls_insecure: bool,
-    #[serde(default)]
-    pub tls_sni: Option<String>,
-    #[serde(default)]
-    pub tls_version: Option<String>,
-    #[serde(default)]
-    pub tls_reuse: bool,
-    #[serde(default)]
-    pub tls_ciphers: Option<String>,
-}
 
 /// Why the load cannot be split: a flag and a message, as the user wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +42,7 @@ pub fn apportion(total: u64, weights: &[u32]) -> Vec<u64> {
 }
 
 /// The user's load, split over agents of `weights`.
-pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitError> {
+pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadOptions>, SplitError> {
     let n = weights.len();
     if n == 0 {
         return Err(err("--agents", "no agent given"));
@@ -102,15 +50,11 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
     if weights.contains(&0) {
         return Err(err("--agents", "a weight of 0 gives an agent nothing to do; drop it"));
     }
-    if o.tls.cacert.is_some() {
-        return Err(err(
-            "--cacert",
-            "is not sent to agents; install the CA on the agents' machines (their system roots \
-             are used) or give --insecure",
-        ));
+    if o.log.is_some() {
+        return Err(err("--log", "is written by one process; not with --agents"));
     }
     let total_w: f64 = weights.iter().map(|&w| f64::from(w)).sum();
-    let connections = o.connections.unwrap_or(qpslab_load::config::DEFAULT_CONNECTIONS);
+    let connections = o.connections_or_default();
     let conns = apportion(connections as u64, weights);
     if conns.contains(&0) {
         return Err(err(
@@ -135,62 +79,27 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadSpec>, SplitErr
     if requests.contains(&Some(0)) {
         return Err(err("--requests", format!("give at least one request per agent ({n})")));
     }
-    let schedule = Rate::from_options(o.rate.as_deref(), o.ramp, o.stages.as_deref())
-        .map_err(|e| err("--rate", e.to_string()))?;
+    let schedule = match &o.schedule {
+        Some(r) => Some(r.clone()),
+        None => Rate::from_options(o.rate.as_deref(), o.ramp, o.stages.as_ref())
+            .map_err(|e| err("--rate", e.to_string()))?,
+    };
     let sources = match &o.source {
         None => vec![None; n],
         Some(text) => split_source(text, weights)?.into_iter().map(Some).collect(),
     };
-    let read = |flag: &'static str, p: &Path| {
-        std::fs::read(p).map_err(|e| err(flag, format!("cannot read {}: {e}", p.display())))
-    };
-    let targets_text = match &o.targets_file {
-        Some(p) => Some(String::from_utf8_lossy(&read("--targets", p)?).into_owned()),
-        None => None,
-    };
-    let (body, body_file) = match o.body.as_deref() {
-        Some(b) if b.starts_with('@') => {
-            let bytes = read("--body", Path::new(&b[1..]))?;
-            (None, Some(base64::engine::general_purpose::STANDARD.encode(bytes)))
-        }
-        other => (other.map(str::to_string), None),
-    };
     Ok((0..n)
-        .map(|i| LoadSpec {
-            urls: o.urls.clone(),
-            targets_text: targets_text.clone(),
+        .map(|i| LoadOptions {
             threads: threads[i],
-            connections: conns[i] as usize,
-            duration: o.duration,
+            connections: Some(conns[i] as usize),
             requests: requests[i],
-            headers: o.headers.clone(),
-            method: o.method.clone(),
-            body: body.clone(),
-            body_file: body_file.clone(),
-            timeout: o.timeout,
-            connect_timeout: o.connect_timeout,
-            warmup: o.warmup,
-            cpus: o.cpus.clone(),
-            accept_status: o.accept_status.clone(),
-            max_error_rate: o.max_error_rate,
+            // The agent's share of the schedule, built here once for every stage.
             schedule: schedule.as_ref().map(|r| r.share(total_w / f64::from(weights[i]))),
-            pipeline: o.pipeline,
-            conn_per_request: o.conn_per_request,
-            rst_close: o.rst_close,
+            rate: None,
+            ramp: None,
+            stages: None,
             source: sources[i].clone(),
-            poll: o.poll.name().to_string(),
-            io: match o.io {
-                qpslab_load::IoChoice::Auto => "auto",
-                qpslab_load::IoChoice::Epoll => "epoll",
-                qpslab_load::IoChoice::Uring => "uring",
-            }
-            .to_string(),
-            no_retry: o.no_retry,
-            tls_insecure: o.tls.insecure,
-            tls_sni: o.tls.sni.clone(),
-            tls_version: o.tls.version.map(|v| v.name().to_string()),
-            tls_reuse: o.tls.reuse,
-            tls_ciphers: o.tls.ciphers.clone(),
+            ..o.clone()
         })
         .collect())
 }
@@ -251,79 +160,6 @@ fn split_source(text: &str, weights: &[u32]) -> Result<Vec<String>, SplitError> 
         .collect())
 }
 
-impl LoadSpec {
-    /// The options an agent runs: files carried as text are written under `dir`.
-    pub fn to_options(&self, dir: &Path) -> Result<LoadOptions, String> {
-        let write = |name: &str, bytes: &[u8]| {
-            let p = dir.join(name);
-            std::fs::write(&p, bytes).map(|()| p).map_err(|e| format!("cannot write {name}: {e}"))
-        };
-        let targets_file = match &self.targets_text {
-            Some(t) => Some(write("targets", t.as_bytes())?),
-            None => None,
-        };
-        let body = match &self.body_file {
-            Some(b64) => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| format!("body: bad base64: {e}"))?;
-                Some(format!("@{}", write("body", &bytes)?.display()))
-            }
-            None => self.body.clone(),
-        };
-        Ok(LoadOptions {
-            urls: self.urls.clone(),
-            threads: self.threads,
-            connections: Some(self.connections),
-            duration: self.duration,
-            requests: self.requests,
-            headers: self.headers.clone(),
-            method: self.method.clone(),
-            body,
-            timeout: self.timeout,
-            connect_timeout: self.connect_timeout,
-            warmup: self.warmup,
-            cpus: self.cpus.clone(),
-            accept_status: self.accept_status.clone(),
-            max_error_rate: self.max_error_rate,
-            rate: None,
-            ramp: None,
-            pipeline: self.pipeline,
-            stages: None,
-            schedule: self.schedule.clone(),
-            targets_file,
-            conn_per_request: self.conn_per_request,
-            rst_close: self.rst_close,
-            source: self.source.clone(),
-            log: None,
-            poll: match self.poll.as_str() {
-                "spin" => PollMode::Spin,
-                "sleep" => PollMode::Sleep,
-                _ => PollMode::Auto,
-            },
-            no_retry: self.no_retry,
-            io: qpslab_load::IoChoice::parse(&self.io).map_err(|e| e.to_string())?,
-            tls: qpslab_load::tls::TlsOptions {
-                insecure: self.tls_insecure,
-                cacert: None,
-                sni: self.tls_sni.clone(),
-                version: self
-                    .tls_version
-                    .as_deref()
-                    .map(qpslab_load::tls::TlsVersion::parse)
-                    .transpose()
-                    .map_err(|e| e.to_string())?,
-                reuse: self.tls_reuse,
-                ciphers: self.tls_ciphers.clone(),
-            },
-        })
-    }
-}
-
-fn auto() -> String {
-    "auto".into()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -350,7 +186,7 @@ mod tests {
             ..LoadOptions::default()
         };
         let s = split(&o, &[1, 1, 1]).unwrap();
-        assert_eq!(s.iter().map(|x| x.connections).sum::<usize>(), 300);
+        assert_eq!(s.iter().map(|x| x.connections.unwrap()).sum::<usize>(), 300);
         assert_eq!(s.iter().map(|x| x.requests.unwrap()).sum::<u64>(), 30_001);
         assert_eq!(s[0].threads, Some(2));
         assert_eq!(s[0].schedule.as_ref().unwrap().hold_rps, 2000.0);
@@ -363,7 +199,7 @@ mod tests {
             ]
         );
         let weighted = split(&LoadOptions { threads: None, ..o.clone() }, &[2, 1]).unwrap();
-        assert_eq!(weighted[0].connections, 200);
+        assert_eq!(weighted[0].connections, Some(200));
         assert!((weighted[1].schedule.as_ref().unwrap().hold_rps - 2000.0).abs() < 1e-6);
         let one = LoadOptions { source: Some("10.1.0.1:2000-2099".into()), ..o.clone() };
         let ports: Vec<String> =
@@ -374,22 +210,33 @@ mod tests {
         assert_eq!(split(&o, &[1, 0]).unwrap_err().flag, "--agents");
     }
 
+    /// A share travels whole: files as their contents, the schedule built, every option as
+    /// the user gave it.
     #[test]
-    fn a_spec_becomes_options_with_its_files_written() {
+    fn a_share_travels_whole_with_its_files() {
         let dir = tempfile::tempdir().unwrap();
-        let body = dir.path().join("in.json");
-        std::fs::write(&body, b"{\"x\":1}").unwrap();
+        let body = dir.path().join("in.bin");
+        std::fs::write(&body, b"\xff\x00{\"x\":1}").unwrap();
+        let stages = dir.path().join("stages");
+        std::fs::write(&stages, "2s 100:1000\n5s 1000\n").unwrap();
         let o = LoadOptions {
             urls: vec!["http://127.0.0.1:1/".into()],
-            body: Some(format!("@{}", body.display())),
+            body: Some(
+                qpslab_load::options::Body::from_arg(&format!("@{}", body.display())).unwrap(),
+            ),
+            stages: Some(
+                qpslab_load::options::FileText::from_arg(stages.to_str().unwrap()).unwrap(),
+            ),
+            headers: vec!["X-A: 1".into()],
             ..LoadOptions::default()
         };
-        let spec = &split(&o, &[1]).unwrap()[0];
-        let json = serde_json::to_string(spec).unwrap();
-        let back: LoadSpec = serde_json::from_str(&json).unwrap();
-        let out = tempfile::tempdir().unwrap();
-        let opts = back.to_options(out.path()).unwrap();
-        let path = opts.body.unwrap();
-        assert_eq!(std::fs::read(path.trim_start_matches('@')).unwrap(), b"{\"x\":1}");
+        let share = &split(&o, &[1, 1]).unwrap()[1];
+        let json = serde_json::to_string(share).unwrap();
+        let back: LoadOptions = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, share);
+        assert_eq!(back.body.unwrap().0, b"\xff\x00{\"x\":1}", "bytes that are not text, whole");
+        assert_eq!(back.schedule.unwrap().hold_rps, 500.0, "half of the last stage");
+        assert_eq!(back.stages, None, "the schedule replaces the file");
+        assert_eq!(back.headers, ["X-A: 1"]);
     }
 }

@@ -86,15 +86,18 @@ pub struct ServerSpec {
     pub tls: bool,
 }
 
-/// What to bench, as the user gave it (the long options of `qpslab bench`).
-#[derive(Debug, Clone)]
+/// What to bench, as the user gave it (the long options of `qpslab bench`), and as sweep files
+/// name it: bench's own keys and every load option (flattened: `connections`, `rate`,
+/// `header`, ...), kebab-case, the same names as the flags.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
 pub struct BenchOptions {
-    /// An external target: load + doctor only.
-    pub url: Option<String>,
-    /// The server to start without a URL: `builtin` or `nginx`.
+    /// `builtin` or `nginx` (a server bench starts), or the URL of an external target (load
+    /// and doctor only).
     pub target: String,
-    /// The server behind `url`, when the user names it (children and threads included);
+    /// The server behind a URL, when the user names it (children and threads included);
     /// otherwise it is looked up in the kernel's socket table.
+    #[serde(rename = "server-pid")]
     pub server_pids: Vec<u32>,
     /// Server workers [default: one per server CPU].
     pub workers: Option<usize>,
@@ -102,26 +105,14 @@ pub struct BenchOptions {
     pub server_cpus: Option<String>,
     /// How the server's workers accept connections [default: reuseport].
     pub accept: Option<String>,
-    pub duration: Duration,
-    pub warmup: Duration,
-    /// Load threads [default: one per generator CPU].
-    pub threads: Option<usize>,
-    /// Total connections [default: 100 per generator thread].
-    pub connections: Option<usize>,
-    /// Requests in flight per connection.
-    pub pipeline: usize,
-    /// Open loop at this rate (`N` or `A:B` as `qpslab load -R`).
-    pub rate: Option<String>,
-    pub conn_per_request: bool,
     /// Start the target with TLS (`--tls`): HTTPS with a certificate made at start.
     pub tls: bool,
     /// Doctor sampling interval.
+    #[serde(with = "qpslab_load::options::dur")]
     pub interval: Duration,
-    /// The qpslab executable, started as `serve` for the built-in target.
-    pub serve_exe: PathBuf,
-    pub meta: RunMeta,
     /// The server's host (`--server user@S`): the target and the doctor run there, through
     /// ssh.
+    #[serde(rename = "server")]
     pub server_host: Option<String>,
     /// The address on the server host the target listens on [default: the one ssh reached].
     pub server_addr: Option<String>,
@@ -132,8 +123,50 @@ pub struct BenchOptions {
     /// The qpslab executable on the other hosts (`--agent-exe`) [default: this build, copied
     /// over when missing].
     pub agent_exe: Option<String>,
-    /// Profile the server's host (every CPU) during the measured window (`--profile`).
-    pub profile: Option<qpslab_profile::ProfileOptions>,
+    /// Profile the server's host (every CPU) during the measured window (`--profile`), at
+    /// `profile_freq` samples per second.
+    pub profile: bool,
+    pub profile_freq: Option<u64>,
+    /// With `profile`: keep the folded stacks (`--profile-out`, a file of this machine).
+    #[serde(skip)]
+    pub folded: bool,
+    /// The load: its options as `qpslab load` takes them (URL and CPUs are bench's to set).
+    #[serde(flatten)]
+    pub load: LoadOptions,
+    /// The qpslab executable, started as `serve` for the built-in target.
+    #[serde(skip)]
+    pub serve_exe: PathBuf,
+    #[serde(skip)]
+    pub meta: RunMeta,
+}
+
+impl BenchOptions {
+    /// The external target's URL, when the target is one.
+    pub fn url(&self) -> Option<&str> {
+        let t = self.target.as_str();
+        (t.starts_with("http://") || t.starts_with("https://")).then_some(t)
+    }
+
+    /// The measured window.
+    pub fn duration(&self) -> Duration {
+        self.load.duration.unwrap_or(qpslab_load::options::DEFAULT_DURATION)
+    }
+
+    /// The warm-up before it.
+    pub fn warmup(&self) -> Duration {
+        self.load.warmup.unwrap_or(qpslab_load::options::BENCH_WARMUP)
+    }
+
+    /// The profiler's options, when asked for.
+    pub fn profile_options(&self) -> Option<qpslab_profile::ProfileOptions> {
+        self.profile.then(|| qpslab_profile::ProfileOptions {
+            frequency_hz: self
+                .profile_freq
+                .unwrap_or(qpslab_profile::ProfileOptions::default().frequency_hz),
+            folded: self.folded,
+            ..qpslab_profile::ProfileOptions::default()
+        })
+    }
 }
 
 /// Where the two sides run when not both here: the server host and the load agents.
@@ -147,29 +180,24 @@ pub struct Remote {
 impl Default for BenchOptions {
     fn default() -> Self {
         Self {
-            url: None,
             target: "builtin".into(),
             server_pids: Vec::new(),
             workers: None,
             server_cpus: None,
             accept: None,
-            duration: Duration::from_secs(10),
-            warmup: Duration::from_secs(1),
-            threads: None,
-            connections: None,
-            pipeline: 1,
-            rate: None,
-            conn_per_request: false,
             tls: false,
             interval: Duration::from_secs(1),
-            serve_exe: PathBuf::from("qpslab"),
-            meta: RunMeta::default(),
             server_host: None,
             server_addr: None,
             agents: None,
             ssh: None,
             agent_exe: None,
-            profile: None,
+            profile: false,
+            profile_freq: None,
+            folded: false,
+            load: LoadOptions::default(),
+            serve_exe: PathBuf::from("qpslab"),
+            meta: RunMeta::default(),
         }
     }
 }
@@ -237,10 +265,20 @@ impl BenchOptions {
     /// The load's options as bench would make them, checked as the load checks them, on a
     /// stand-in address for a target bench starts (its port is known only then).
     fn validate_load(&self) -> Result<(), BenchError> {
+        let usage = |m: &str| Err(BenchError::Usage(m.into()));
+        if self.load.cpus.is_some() {
+            return usage(
+                "--cpus: bench puts the generator on the CPUs the server does not use; give \
+                 --server-cpus for the server's",
+            );
+        }
+        if self.load.targets.is_some() {
+            return usage("--targets: bench loads one target, the one it examines; give its URL");
+        }
         let scheme = if self.tls { "https" } else { "http" };
-        let url = self.url.clone().unwrap_or_else(|| format!("{scheme}://127.0.0.1:1/"));
+        let url = self.url().map_or_else(|| format!("{scheme}://127.0.0.1:1/"), str::to_string);
         let placed = Placement::stand_in(url);
-        let opts = load_options(self, &placed, self.duration);
+        let opts = load_options(self, &placed, self.duration());
         LoadConfig::from_options(&LoadOptions { cpus: None, ..opts })
             .map(drop)
             .map_err(|e| BenchError::Usage(e.to_string()))
@@ -249,20 +287,24 @@ impl BenchOptions {
     fn validate_server(&self) -> Result<Option<ServerSpec>, BenchError> {
         let usage = |m: String| Err(BenchError::Usage(m));
         let kind = match self.target.as_str() {
+            _ if self.url().is_some() => TargetKind::Builtin,
             "builtin" => TargetKind::Builtin,
             "nginx" => TargetKind::Nginx,
-            other => return usage(format!("--target {other:?}: use builtin or nginx")),
+            other => {
+                return usage(format!(
+                "--target {other:?}: use builtin or nginx (or give a URL, http://HOST:PORT/PATH)"
+            ))
+            }
         };
-        if self.duration.is_zero() {
+        if self.duration().is_zero() {
             return usage("--duration must be more than 0 (e.g. 10s)".into());
         }
         if self.interval.is_zero() {
             return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
         self.remote_hosts()?;
-        if self.url.is_some() {
+        if self.url().is_some() {
             let server_flag = [
-                (kind != TargetKind::Builtin, "--target"),
                 (self.workers.is_some(), "--workers"),
                 (self.server_cpus.is_some(), "--server-cpus"),
                 (self.accept.is_some(), "--accept"),
@@ -335,14 +377,14 @@ impl BenchOptions {
             self.agents.as_deref().map(transport::parse_agents).transpose().map_err(usage)?;
         let remote_agents =
             agents.as_ref().is_some_and(|a| a.iter().any(|h| matches!(h.place, Place::Ssh(_))));
-        if remote_agents && self.url.is_none() && server.is_none() {
+        if remote_agents && self.url().is_none() && server.is_none() {
             return Err(usage("--agents: agents on other hosts cannot reach a target on this host's loopback; give --server HOST (bench starts the target there) or a URL".into()));
         }
         if let Some(a) = &self.server_addr {
             a.parse::<IpAddr>().map_err(|_| {
                 usage(format!("--server-addr {a:?}: not an IP address (e.g. 10.0.0.5)"))
             })?;
-            if self.url.is_some() {
+            if self.url().is_some() {
                 return Err(usage("--server-addr sets where the target bench starts listens; with a URL the server is already listening".into()));
             }
         }
@@ -420,7 +462,7 @@ fn run(
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport, BenchError> {
     let root = Root::live();
-    let (mut doctor, placed) = match (far, &opts.url, &server) {
+    let (mut doctor, placed) = match (far, opts.url(), &server) {
         (None, url, server) => {
             let exam = Examination::new(&root, opts.interval)?;
             let placed = match (url, server) {
@@ -449,8 +491,8 @@ fn run(
     };
     let here = matches!(doctor, Doctor::Here(_)) && remote.agents.is_none();
     if let Doctor::Here(exam) = &mut doctor {
-        if let Some(o) = &opts.profile {
-            exam.profile(o.clone());
+        if let Some(o) = opts.profile_options() {
+            exam.profile(o);
         }
         for &pid in &placed.server_pids {
             exam.follow(pid, Role::Server);
@@ -557,7 +599,7 @@ fn load_while_examined(
                     delay,
                     pids: pids.clone(),
                     listen,
-                    profile: opts.profile.clone(),
+                    profile: opts.profile_options(),
                 };
                 match far.examine(&call) {
                     Ok(e) => examining = Some(e),
@@ -588,12 +630,11 @@ fn generate(
     if let Some(fleet) = &remote.agents {
         let load_opts = LoadOptions {
             cpus: None,
-            threads: opts.threads,
-            connections: Some(opts.connections.unwrap_or(100 * fleet.hosts.len())),
-            warmup: opts.warmup,
-            ..load_options(opts, placed, opts.duration)
+            threads: opts.load.threads,
+            warmup: Some(opts.warmup()),
+            ..load_options(opts, placed, opts.duration())
         };
-        let warmup = opts.warmup;
+        let warmup = opts.warmup();
         let outcome =
             coordinator::run_load(&load_opts, fleet, &opts.meta, stop, &mut |s| match s {
                 Status::Starting { lead } => begin(lead + warmup),
@@ -606,13 +647,13 @@ fn generate(
             })?;
         return Ok(outcome.report);
     }
-    let cfg = load_config(opts, placed, opts.duration)?;
+    let cfg = load_config(opts, placed, opts.duration())?;
     qpslab_load::preflight(&cfg).map_err(|e| match e {
         _ if e.is_setup() => BenchError::Usage(e.to_string()),
         other => BenchError::Load(other),
     })?;
-    if !opts.warmup.is_zero() {
-        let warm = load_config(opts, placed, opts.warmup)?;
+    if !opts.warmup().is_zero() {
+        let warm = load_config(opts, placed, opts.warmup())?;
         qpslab_load::run(&warm, stop, &mut |_| {}).map_err(BenchError::Load)?;
     }
     begin(Duration::ZERO);
@@ -696,26 +737,22 @@ fn report(
     }
 }
 
-/// The load's options: one thread per generator CPU (or `--threads`), pinned, 100
-/// connections each unless given.
+/// The load's options: the user's, on bench's target, one thread per generator CPU (or
+/// `--threads`), pinned there, for `duration` (the warm-up is a run of its own).
 fn load_options(opts: &BenchOptions, placed: &Placement, duration: Duration) -> LoadOptions {
-    let threads = opts.threads.unwrap_or(placed.generator_cpus.len()).max(1);
+    let threads = opts.load.threads.unwrap_or(placed.generator_cpus.len()).max(1);
     let list: Vec<String> = placed.generator_cpus.iter().map(ToString::to_string).collect();
+    let mut tls = opts.load.tls.clone();
+    // The target's certificate was made at its start: nothing to verify it against.
+    tls.insecure |= placed.url.starts_with("https://") && opts.url().is_none();
     LoadOptions {
         urls: vec![placed.url.clone()],
         threads: Some(threads),
-        connections: Some(opts.connections.unwrap_or(100 * threads)),
         duration: Some(duration),
+        warmup: None,
         cpus: Some(list.join(",")),
-        pipeline: opts.pipeline,
-        rate: opts.rate.clone(),
-        conn_per_request: opts.conn_per_request,
-        // The target's certificate was made at its start: nothing to verify it against.
-        tls: qpslab_load::tls::TlsOptions {
-            insecure: placed.url.starts_with("https://") && opts.url.is_none(),
-            ..Default::default()
-        },
-        ..LoadOptions::default()
+        tls,
+        ..opts.load.clone()
     }
 }
 
@@ -748,9 +785,9 @@ mod tests {
     fn options_that_exclude_each_other_are_refused_by_name() {
         let builtin = opts().validate().unwrap().unwrap();
         assert_eq!((builtin.kind, builtin.accept), (TargetKind::Builtin, Accept::Reuseport));
-        let url = Some("http://127.0.0.1:8080/".to_string());
-        assert!(matches!(BenchOptions { url: url.clone(), ..opts() }.validate(), Ok(None)));
-        let with_url = |o: BenchOptions| refusal(BenchOptions { url: url.clone(), ..o });
+        let url = "http://127.0.0.1:8080/".to_string();
+        assert!(matches!(BenchOptions { target: url.clone(), ..opts() }.validate(), Ok(None)));
+        let with_url = |o: BenchOptions| refusal(BenchOptions { target: url.clone(), ..o });
         assert!(with_url(BenchOptions { workers: Some(2), ..opts() }).starts_with("--workers"));
         assert!(with_url(BenchOptions { accept: Some("shared".into()), ..opts() })
             .starts_with("--accept"));
@@ -762,13 +799,15 @@ mod tests {
         assert!(refusal(cpus).starts_with("--server-cpus"));
         assert!(refusal(BenchOptions { workers: Some(0), ..opts() }).starts_with("--workers"));
         assert!(refusal(BenchOptions { target: "apache".into(), ..opts() }).starts_with("--target"));
-        let both = BenchOptions { url: url.clone(), target: "nginx".into(), ..opts() };
-        assert!(refusal(both).contains("cannot be combined with a URL"));
+        let tls = BenchOptions { tls: true, ..opts() };
+        assert!(with_url(tls).contains("cannot be combined with a URL"));
         let pid_alone = BenchOptions { server_pids: vec![1], ..opts() };
         assert!(refusal(pid_alone).starts_with("--server-pid names the server behind a URL"));
-        assert!(
-            refusal(BenchOptions { duration: Duration::ZERO, ..opts() }).starts_with("--duration")
-        );
+        assert!(refusal(BenchOptions {
+            load: LoadOptions { duration: Some(Duration::ZERO), ..LoadOptions::default() },
+            ..opts()
+        })
+        .starts_with("--duration"));
         assert!(
             refusal(BenchOptions { interval: Duration::ZERO, ..opts() }).starts_with("--interval")
         );

@@ -1,256 +1,151 @@
-//! `qpslab bench`'s options as a sweep file and the runs store name them: the long options,
-//! same names (`connections`, `server-cpus`, `conn-per-request`, ...), every one optional, so
-//! that a sweep's base, its axes and its variants layer over each other, and a stored run's
-//! `config` says exactly what was asked.
+//! `qpslab bench`'s options as sweep files and the store name them: [`BenchOptions`] in its
+//! serde form, bench's own keys and every load option flattened beside them, kebab-case, the
+//! same names as the flags (`connections`, `server-cpus`, `conn-per-request`, `header`, ...).
+//! The keys and the check of their values come from the type itself: a field added to the
+//! load options is a sweep key with nothing listed here. A sweep's base, its variants and its
+//! axes give some keys each, layered over each other ([`BenchSettings::layered`]).
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::bench::BenchOptions;
 
-/// The bench options, each optional; `target` is `builtin`, `nginx` or a URL.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct BenchSettings {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub duration: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warmup: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interval: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connections: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threads: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pipeline: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub conn_per_request: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workers: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_cpus: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub accept: Option<String>,
-    /// `--server`: the target and the doctor on this host, through ssh.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_addr: Option<String>,
-    /// `--agents`: the load on these hosts.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub agents: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ssh: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent_exe: Option<String>,
-    /// `--profile`: profile the server's host during each run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile_freq: Option<u64>,
-}
+/// The keys a sweep file gives for one variant (or one layer of it), each checked: its name
+/// is a key of [`BenchOptions`] and its value is of that key's type.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct BenchSettings(toml::Table);
 
-/// Every key of [`BenchSettings`], for messages.
-pub const KEYS: &[&str] = &[
-    "target",
-    "duration",
-    "warmup",
-    "interval",
-    "connections",
-    "threads",
-    "pipeline",
-    "rate",
-    "conn-per-request",
-    "workers",
-    "server-cpus",
-    "accept",
-    "server",
-    "server-addr",
-    "agents",
-    "ssh",
-    "agent-exe",
-    "profile",
-    "profile-freq",
+/// Fields of [`BenchOptions`] that are not sweep keys, and why: bench sets them itself.
+pub const NOT_KEYS: &[(&str, &str)] = &[
+    ("urls", "bench's target is `target`"),
+    ("cpus", "bench puts the generator on the CPUs the server does not use"),
+    ("targets", "bench loads the one target it examines"),
+    ("schedule", "a coordinator's share of a rate, for its agents"),
 ];
 
+/// Every sweep key: the fields of [`BenchOptions`] (the flags' long names), from its
+/// serialized form, but [`NOT_KEYS`].
+pub fn keys() -> Vec<String> {
+    match serde_json::to_value(BenchOptions::default()) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !NOT_KEYS.iter().any(|(n, _)| n == k))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl BenchSettings {
-    /// `self` with every option `over` sets replaced.
-    pub fn layered(&self, over: &BenchSettings) -> BenchSettings {
-        macro_rules! pick {
-            ($($f:ident),*) => { BenchSettings { $($f: over.$f.clone().or_else(|| self.$f.clone())),* } };
+    /// The keys of `table`, checked one by one over bench's defaults; an error names the key.
+    pub fn parse(table: toml::Table) -> Result<BenchSettings, String> {
+        let known = keys();
+        for (key, value) in &table {
+            if let Some((_, why)) = NOT_KEYS.iter().find(|(n, _)| n == key) {
+                return Err(format!("{key} is not a sweep key: {why}"));
+            }
+            if !known.contains(key) {
+                return Err(format!(
+                    "unknown field `{key}`, expected one of {}",
+                    known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                ));
+            }
+            let mut one = toml::Table::new();
+            one.insert(key.clone(), value.clone());
+            BenchSettings(one).apply_to(&BenchOptions::default())?;
         }
-        pick!(
-            target,
-            duration,
-            warmup,
-            interval,
-            connections,
-            threads,
-            pipeline,
-            rate,
-            conn_per_request,
-            workers,
-            server_cpus,
-            accept,
-            server,
-            server_addr,
-            agents,
-            ssh,
-            agent_exe,
-            profile,
-            profile_freq
-        )
+        Ok(BenchSettings(table))
+    }
+
+    /// `self` with every key `over` gives replaced.
+    pub fn layered(&self, over: &BenchSettings) -> BenchSettings {
+        let mut t = self.0.clone();
+        t.extend(over.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        BenchSettings(t)
+    }
+
+    /// The value given for `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&toml::Value> {
+        self.0.get(key)
     }
 
     /// The options of a bench with these settings over `defaults`; an error names the key.
     pub fn apply_to(&self, defaults: &BenchOptions) -> Result<BenchOptions, String> {
-        let mut o = defaults.clone();
-        match self.target.as_deref() {
-            None => {}
-            Some(kind @ ("builtin" | "nginx")) => {
-                o.target = kind.into();
-                o.url = None;
-            }
-            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                o.url = Some(url.into());
-            }
-            Some(other) => {
-                return Err(format!(
-                    "target = {other:?}: use \"builtin\", \"nginx\" or a URL \
-                     (\"http://HOST:PORT/PATH\")"
-                ))
-            }
-        }
-        for (key, v) in [
-            ("connections", self.connections),
-            ("threads", self.threads),
-            ("pipeline", self.pipeline),
-            ("workers", self.workers),
-        ] {
-            if v == Some(0) {
-                return Err(format!("{key} = 0: it must be at least 1"));
-            }
-        }
-        let dur = |key: &str,
-                   v: &Option<String>,
-                   zero_ok: bool|
-         -> Result<Option<Duration>, String> {
-            let Some(text) = v else { return Ok(None) };
-            let d = humantime::parse_duration(text)
-                .or_else(|_| text.parse::<f64>().map(Duration::from_secs_f64).map_err(|_| ()))
-                .map_err(|()| format!("{key} = {text:?} is not a duration; write e.g. \"10s\""))?;
-            if d.is_zero() && !zero_ok {
-                return Err(format!("{key} must be more than 0"));
-            }
-            Ok(Some(d))
-        };
-        o.duration = dur("duration", &self.duration, false)?.unwrap_or(o.duration);
-        o.warmup = dur("warmup", &self.warmup, true)?.unwrap_or(o.warmup);
-        o.interval = dur("interval", &self.interval, false)?.unwrap_or(o.interval);
-        o.connections = self.connections.or(o.connections);
-        o.threads = self.threads.or(o.threads);
-        o.pipeline = self.pipeline.unwrap_or(o.pipeline);
-        o.rate = self.rate.clone().or(o.rate);
-        o.conn_per_request = self.conn_per_request.unwrap_or(o.conn_per_request);
-        o.workers = self.workers.or(o.workers);
-        o.server_cpus = self.server_cpus.clone().or(o.server_cpus);
-        o.accept = self.accept.clone().or(o.accept);
-        o.server_host = self.server.clone().or(o.server_host);
-        o.server_addr = self.server_addr.clone().or(o.server_addr);
-        o.agents = self.agents.clone().or(o.agents);
-        o.ssh = self.ssh.clone().or(o.ssh);
-        o.agent_exe = self.agent_exe.clone().or(o.agent_exe);
-        match (self.profile, self.profile_freq) {
-            (Some(false), _) => o.profile = None,
-            (Some(true), _) | (None, Some(_)) => {
-                let hz = self
-                    .profile_freq
-                    .unwrap_or(qpslab_profile::ProfileOptions::default().frequency_hz);
-                if !(1..=100_000).contains(&hz) {
-                    return Err(format!(
-                        "profile-freq = {hz}: give 1 to 100000 samples per second"
-                    ));
+        let mut table = toml::Table::try_from(defaults).map_err(|e| e.to_string())?;
+        table.extend(self.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut o: BenchOptions =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
+                let msg = e.message().trim().to_string();
+                match self.0.iter().find(|(k, _)| msg.contains(k.as_str())).or(self.0.iter().next())
+                {
+                    Some((k, v)) if self.0.len() == 1 || msg.contains(k.as_str()) => {
+                        format!("{k} = {v}: {msg}")
+                    }
+                    _ => msg,
                 }
-                o.profile = Some(qpslab_profile::ProfileOptions {
-                    frequency_hz: hz,
-                    ..qpslab_profile::ProfileOptions::default()
-                });
-            }
-            (None, None) => {}
-        }
+            })?;
+        o.serve_exe.clone_from(&defaults.serve_exe);
+        o.meta.clone_from(&defaults.meta);
         Ok(o)
     }
 
-    /// The settings a bench ran with, as the store keeps them.
-    pub fn of_options(o: &BenchOptions) -> BenchSettings {
-        let secs = |d: Duration| humantime::format_duration(d).to_string();
-        BenchSettings {
-            target: Some(o.url.clone().unwrap_or_else(|| o.target.clone())),
-            duration: Some(secs(o.duration)),
-            warmup: Some(secs(o.warmup)),
-            interval: Some(secs(o.interval)),
-            connections: o.connections,
-            threads: o.threads,
-            pipeline: Some(o.pipeline),
-            rate: o.rate.clone(),
-            conn_per_request: Some(o.conn_per_request),
-            workers: o.workers,
-            server_cpus: o.server_cpus.clone(),
-            accept: o.accept.clone(),
-            server: o.server_host.clone(),
-            server_addr: o.server_addr.clone(),
-            agents: o.agents.clone(),
-            ssh: o.ssh.clone(),
-            agent_exe: o.agent_exe.clone(),
-            profile: o.profile.is_some().then_some(true),
-            profile_freq: o.profile.as_ref().map(|p| p.frequency_hz),
-        }
+    /// The settings a bench ran with, as the store keeps them: every key.
+    pub fn of_options(o: &BenchOptions) -> serde_json::Value {
+        serde_json::to_value(o).unwrap_or_default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use std::time::Duration;
+
     use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
 
     #[test]
     fn layers_override_in_order_and_map_onto_bench_options() {
-        let base = BenchSettings {
-            target: Some("nginx".into()),
-            duration: Some("5s".into()),
-            connections: Some(10),
-            ..BenchSettings::default()
-        };
-        let over = BenchSettings { connections: Some(100), ..BenchSettings::default() };
-        let s = base.layered(&over);
-        assert_eq!((s.target.as_deref(), s.connections), (Some("nginx"), Some(100)));
-        let o = s.apply_to(&BenchOptions::default()).unwrap();
+        let base = BenchSettings::parse(table(
+            "target = \"nginx\"\nduration = \"5s\"\nconnections = 10\nheader = [\"X-A: 1\"]",
+        ))
+        .unwrap();
+        let over = BenchSettings::parse(table("connections = 100")).unwrap();
+        let o = base.layered(&over).apply_to(&BenchOptions::default()).unwrap();
         assert_eq!(
-            (o.target.as_str(), o.duration, o.connections),
+            (o.target.as_str(), o.duration(), o.load.connections),
             ("nginx", Duration::from_secs(5), Some(100))
         );
-        let url = BenchSettings { target: Some("http://127.0.0.1:8080/".into()), ..s };
-        assert_eq!(
-            url.apply_to(&BenchOptions::default()).unwrap().url.as_deref(),
-            Some("http://127.0.0.1:8080/")
-        );
-        let bad = BenchSettings { duration: Some("soon".into()), ..BenchSettings::default() };
-        assert!(bad
-            .apply_to(&BenchOptions::default())
-            .unwrap_err()
-            .starts_with("duration = \"soon\""));
-        let zero = BenchSettings { duration: Some("0s".into()), ..BenchSettings::default() };
-        assert!(zero.apply_to(&BenchOptions::default()).is_err());
-        let json = serde_json::to_value(&base).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!({"target": "nginx", "duration": "5s", "connections": 10})
-        );
+        // A load option is a key without being listed anywhere.
+        assert_eq!(o.load.headers, ["X-A: 1"]);
+        let url = BenchSettings::parse(table("target = \"http://127.0.0.1:8080/\"")).unwrap();
+        let o = url.apply_to(&BenchOptions::default()).unwrap();
+        assert_eq!(o.url(), Some("http://127.0.0.1:8080/"));
+        let bad = BenchSettings::parse(table("duration = \"soon\"")).unwrap_err();
+        assert!(bad.starts_with("duration = \"soon\": "), "{bad}");
+        let typo = BenchSettings::parse(table("conections = 1")).unwrap_err();
+        assert!(typo.starts_with("unknown field `conections`, expected one of "), "{typo}");
+        assert!(typo.contains("`connections`") && typo.contains("`tls-reuse`"), "{typo}");
+    }
+
+    /// Every key of the load's options is a sweep key, but those bench sets itself (which say
+    /// why): a field added to the load options reaches sweep files with nothing listed here.
+    #[test]
+    fn every_load_option_is_a_sweep_key_or_says_why_not() {
+        let load = serde_json::to_value(qpslab_load::LoadOptions::default()).unwrap();
+        let keys = keys();
+        for key in load.as_object().unwrap().keys() {
+            if NOT_KEYS.iter().any(|(n, _)| n == key) {
+                assert!(!keys.contains(key), "{key} is marked as not a key");
+                continue;
+            }
+            assert!(keys.contains(key), "the load option {key} is not a sweep key");
+        }
+        for (n, _) in NOT_KEYS {
+            let e = BenchSettings::parse(table(&format!("{n} = \"x\""))).unwrap_err();
+            assert!(e.starts_with(&format!("{n} is not a sweep key: ")), "{e}");
+        }
     }
 }

@@ -19,86 +19,14 @@ pub use crate::target::{idempotent, Target};
 use crate::targets;
 pub use qpslab_sys::config_error::ConfigError;
 
-/// Default connection count when `-c` is not given (the design brief's reference runs use 100).
-pub const DEFAULT_CONNECTIONS: usize = 100;
-/// Default run length when neither `-d` nor `-n` is given (wrk's default).
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
-/// Default per-request timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Options as the user gave them.
-#[derive(Debug, Clone)]
-pub struct LoadOptions {
-    pub urls: Vec<String>,
-    pub threads: Option<usize>,
-    pub connections: Option<usize>,
-    pub duration: Option<Duration>,
-    pub requests: Option<u64>,
-    pub headers: Vec<String>,
-    pub method: String,
-    /// A literal body, or `@path` to read one from a file.
-    pub body: Option<String>,
-    pub timeout: Duration,
-    /// How long a connect may take; None: `timeout`.
-    pub connect_timeout: Option<Duration>,
-    pub warmup: Duration,
-    pub cpus: Option<String>,
-    pub accept_status: Option<String>,
-    pub max_error_rate: f64,
-    /// Open loop: `N` requests/s in total, or `A:B` for a linear ramp from A to B over `ramp`.
-    pub rate: Option<String>,
-    pub ramp: Option<Duration>,
-    /// Requests kept in flight per connection.
-    pub pipeline: usize,
-    /// Open loop: a stage file (`DURATION RATE` or `DURATION A:B` per line) instead of `rate`.
-    pub stages: Option<PathBuf>,
-    /// Open loop: a schedule already built (a coordinator's share for one agent), instead of
-    /// `rate`, `ramp` and `stages`.
-    pub schedule: Option<Rate>,
-    /// More targets, one request per line (`METHOD URL [Name: value]... [weight=N]`).
-    pub targets_file: Option<PathBuf>,
-    /// A new connection for every request, closed after its response.
-    pub conn_per_request: bool,
-    /// Close connections with a reset (SO_LINGER 0), leaving no TIME_WAIT on the generator.
-    pub rst_close: bool,
-    /// Source addresses (and ports) to bind outgoing connections to.
-    pub source: Option<String>,
-    /// Per-second HdrHistogram interval log of corrected latency.
-    pub log: Option<PathBuf>,
-    /// How a thread waits for its next event.
-    pub poll: PollMode,
-    /// Count a request as failed when a reused keep-alive connection closes before its response,
-    /// instead of sending it again once on a new connection.
-    pub no_retry: bool,
-    /// The event loop (`--io`).
-    pub io: IoChoice,
-    /// https targets: verification, version, SNI, session reuse.
-    pub tls: crate::tls::TlsOptions,
-}
+pub use crate::options::{
+    LoadOptions, PollMode, DEFAULT_CONNECTIONS, DEFAULT_DURATION, DEFAULT_TIMEOUT,
+};
 
 /// Whether the load threads do more requests per CPU-second on io_uring than on epoll here
 /// (docs/performance.md: 1.27x connections per CPU-second with a connection per request,
 /// 1.02x keep-alive): what `--io auto` goes by.
 pub const URING_MEASURED_FASTER: bool = true;
-
-/// How a load thread waits for its next event (`--poll`).
-///
-/// Sleeping in `epoll_wait` costs a wake-up per event: on the VM these figures come from that
-/// is tens of microseconds (an interrupt to a halted CPU, a context switch), which lands in
-/// the measured latency and, in open loop, in the send lag. Polling with a zero timeout
-/// instead keeps the thread on its CPU: exact timing for a whole CPU per thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PollMode {
-    /// Open loop: poll while the next send slot is within [`SPIN_WINDOW`], sleep otherwise
-    /// (so low rates cost little CPU), where polling takes no CPU a server needs (see
-    /// [`auto_polls`]); closed loop: sleep.
-    #[default]
-    Auto,
-    /// Never sleep while the run lasts (both loops).
-    Spin,
-    /// Always sleep in `epoll_wait`; open loop sends requests due within 50 us in one wake-up.
-    Sleep,
-}
 
 /// `--poll auto`: the next send slot closer than this is waited for by polling, not sleeping.
 /// About twice the cost of one sleep-and-wake measured on the reference VM
@@ -111,51 +39,6 @@ pub const SPIN_WINDOW: Duration = Duration::from_micros(100);
 /// generator sharing all CPUs with a local server would otherwise take CPU the server needs.
 pub fn auto_polls(threads: usize, usable_cpus: usize, online_cpus: usize, local: bool) -> bool {
     threads <= usable_cpus && (!local || usable_cpus < online_cpus)
-}
-
-impl PollMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Spin => "spin",
-            Self::Sleep => "sleep",
-        }
-    }
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        Self {
-            urls: Vec::new(),
-            threads: None,
-            connections: None,
-            duration: None,
-            requests: None,
-            headers: Vec::new(),
-            method: "GET".into(),
-            body: None,
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: None,
-            warmup: Duration::ZERO,
-            cpus: None,
-            accept_status: None,
-            max_error_rate: 0.0,
-            rate: None,
-            ramp: None,
-            pipeline: 1,
-            stages: None,
-            schedule: None,
-            targets_file: None,
-            conn_per_request: false,
-            rst_close: false,
-            source: None,
-            log: None,
-            poll: PollMode::Auto,
-            no_retry: false,
-            io: IoChoice::Auto,
-            tls: crate::tls::TlsOptions::default(),
-        }
-    }
 }
 
 /// Status codes >= 400 that count as success (`--accept-status`).
@@ -251,8 +134,8 @@ impl LoadConfig {
             urls: &opts.urls,
             method: &opts.method,
             headers: &opts.headers,
-            body: opts.body.as_deref(),
-            targets_file: opts.targets_file.as_deref(),
+            body: opts.body.as_ref().map(|b| b.0.as_slice()),
+            targets_file: opts.targets.as_ref(),
             conn_per_request: opts.conn_per_request,
             sni: opts.tls.sni.as_deref(),
         })?;
@@ -274,7 +157,7 @@ impl LoadConfig {
         }
         let rate = match &opts.schedule {
             Some(r) => Some(r.clone()),
-            None => Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_deref())?,
+            None => Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_ref())?,
         };
         let cpus = opts.cpus.as_deref().map(|l| usable_list(l, "--cpus")).transpose()?;
         let source = opts
@@ -296,7 +179,7 @@ impl LoadConfig {
             requests: opts.requests,
             timeout: opts.timeout,
             connect_timeout: opts.connect_timeout.unwrap_or(opts.timeout),
-            warmup: opts.warmup,
+            warmup: opts.warmup.unwrap_or(Duration::ZERO),
             cpus,
             accept_status: opts
                 .accept_status
@@ -619,7 +502,6 @@ mod tests {
             "--connections"
         );
         assert_eq!(flag(o(|o| o.duration = Some(Duration::ZERO))), "--duration");
-        assert_eq!(flag(o(|o| o.body = Some("@/nonexistent/body".into()))), "--body");
         assert_eq!(flag(o(|o| o.headers = vec!["bad".into()])), "--header");
         assert_eq!(flag(o(|o| o.accept_status = Some("4o4".into()))), "--accept-status");
         assert_eq!(flag(o(|o| o.cpus = Some("9999".into()))), "--cpus");

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod hlog;
+pub mod options;
 mod pacer;
 pub mod rate;
 pub mod report;

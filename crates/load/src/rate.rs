@@ -4,7 +4,6 @@
 //!
 //! Does not keep time or grant requests: the pacer does.
 
-use std::path::Path;
 use std::time::Duration;
 
 use qpslab_sys::config_error::ConfigError;
@@ -96,7 +95,7 @@ impl Rate {
     pub fn from_options(
         rate: Option<&str>,
         ramp: Option<Duration>,
-        stages: Option<&Path>,
+        stages: Option<&crate::options::FileText>,
     ) -> Result<Option<Rate>, ConfigError> {
         match (rate, ramp, stages) {
             (Some(_), _, Some(_)) => Err(ConfigError::new(
@@ -107,7 +106,7 @@ impl Rate {
                 Err(ConfigError::new("--ramp", "a stage file has its own ramps; drop --ramp"))
             }
             (Some(r), ramp, None) => Rate::parse(r, ramp).map(Some),
-            (None, None, Some(path)) => Rate::from_stage_file(path).map(Some),
+            (None, None, Some(file)) => Rate::from_stage_file(file).map(Some),
             (None, Some(_), None) => Err(ConfigError::new(
                 "--ramp",
                 "needs --rate A:B, e.g. --rate 1000:50000 --ramp 30s",
@@ -141,12 +140,9 @@ impl Rate {
     /// Reads a stage file: one stage per line, `DURATION RATE` (constant) or `DURATION A:B`
     /// (linear from A to B requests/s); blank lines and `#` comments are skipped. After the
     /// last stage the rate stays at its end rate.
-    pub fn from_stage_file(path: &Path) -> Result<Rate, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new("--stages", format!("cannot read {}: {e}", path.display()))
-        })?;
-        Self::parse_stages(&text).map_err(|(line, msg)| {
-            ConfigError::new("--stages", format!("{} line {line}: {msg}", path.display()))
+    pub fn from_stage_file(file: &crate::options::FileText) -> Result<Rate, ConfigError> {
+        Self::parse_stages(&file.text).map_err(|(line, msg)| {
+            ConfigError::new("--stages", format!("{} line {line}: {msg}", file.name))
         })
     }
 

@@ -3,7 +3,6 @@
 //! user gave. URLs without a scheme are taken as `http://`, as curl takes them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
 
 use qpslab_http::{HeaderArg, RequestSpec};
 use qpslab_sys::config_error::ConfigError;
@@ -33,9 +32,9 @@ pub struct RequestOptions<'a> {
     pub method: &'a str,
     /// `Name: value` headers (`-H`).
     pub headers: &'a [String],
-    /// A literal body, or `@path` to read one from a file.
-    pub body: Option<&'a str>,
-    pub targets_file: Option<&'a Path>,
+    /// The body of every request (from `--body`).
+    pub body: Option<&'a [u8]>,
+    pub targets_file: Option<&'a crate::options::FileText>,
     /// Send `Connection: close` unless the user set a Connection header.
     pub conn_per_request: bool,
     /// https targets: the TLS server name instead of the URL's host (`--sni`).
@@ -51,7 +50,7 @@ pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), Confi
             "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
         ));
     }
-    let body = o.body.map(read_body).transpose()?.unwrap_or_default();
+    let body = o.body.unwrap_or_default();
     let headers = headers(o)?;
     let mut lines: Vec<TargetLine> = o
         .urls
@@ -88,7 +87,7 @@ pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), Confi
                 .iter()
                 .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
             let flag = if given { "URL" } else { "--targets" };
-            resolve_target(&l.url, &l.method, &hs, &body, l.weight, o.sni).map_err(|e| {
+            resolve_target(&l.url, &l.method, &hs, body, l.weight, o.sni).map_err(|e| {
                 if e.flag == "--sni" {
                     e
                 } else {
@@ -133,18 +132,6 @@ pub fn idempotent(method: &str) -> bool {
 fn with_default_scheme(url: &str) -> Option<String> {
     let bare = !url.contains("://") && !url.is_empty() && !url.contains(char::is_whitespace);
     bare.then(|| format!("http://{url}"))
-}
-
-fn read_body(arg: &str) -> Result<Vec<u8>, ConfigError> {
-    match arg.strip_prefix('@') {
-        None => Ok(arg.as_bytes().to_vec()),
-        Some(path) => std::fs::read(path).map_err(|e| {
-            ConfigError::new(
-                "--body",
-                format!("cannot read body file {path:?}: {e}; give an existing file after @"),
-            )
-        }),
-    }
 }
 
 /// `user:password@` in the URL: an `Authorization: Basic` header, as curl sends it (the

@@ -1,7 +1,5 @@
 //! The `--targets FILE` format: one request per line, `METHOD URL [Name: value]... [weight=N]`.
 
-use std::path::Path;
-
 use qpslab_http::HeaderArg;
 use qpslab_sys::config_error::ConfigError;
 
@@ -20,20 +18,14 @@ pub struct TargetLine {
 /// Reads a targets file: one request per line, `METHOD URL [Name: value]... [weight=N]`.
 /// A header runs from its `Name:` word to the next `Name:` word (values may contain blanks).
 /// Blank lines and lines starting with `#` are skipped.
-pub fn read_file(path: &Path) -> Result<Vec<TargetLine>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new("--targets", format!("cannot read {}: {e}", path.display()))
-    })?;
-    let lines = parse(&text).map_err(|(line, msg)| {
-        ConfigError::new("--targets", format!("{} line {line}: {msg}", path.display()))
+pub fn read_file(file: &crate::options::FileText) -> Result<Vec<TargetLine>, ConfigError> {
+    let lines = parse(&file.text).map_err(|(line, msg)| {
+        ConfigError::new("--targets", format!("{} line {line}: {msg}", file.name))
     })?;
     if lines.is_empty() {
         return Err(ConfigError::new(
             "--targets",
-            format!(
-                "{} has no request line; write e.g. 'GET http://127.0.0.1:8080/'",
-                path.display()
-            ),
+            format!("{} has no request line; write e.g. 'GET http://127.0.0.1:8080/'", file.name),
         ));
     }
     Ok(lines)

@@ -5,7 +5,7 @@
 //! own loops (`worker`); nothing here touches a socket.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+
 use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -19,9 +19,11 @@ use rustls::{ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, Sig
 use crate::config::ConfigError;
 
 /// A TLS protocol version (`--tls-version`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TlsVersion {
+    #[serde(rename = "1.2")]
     V1_2,
+    #[serde(rename = "1.3")]
     V1_3,
 }
 
@@ -37,6 +39,11 @@ impl TlsVersion {
         }
     }
 
+    /// [`TlsVersion::parse`] for the command line.
+    pub fn from_arg(text: &str) -> Result<TlsVersion, String> {
+        Self::parse(text).map_err(|e| e.message)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TlsVersion::V1_2 => "1.2",
@@ -45,20 +52,38 @@ impl TlsVersion {
     }
 }
 
-/// The TLS options as the user gave them.
-#[derive(Debug, Clone, Default)]
+/// The TLS options as the user gave them (part of [`crate::LoadOptions`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, clap::Args)]
+#[serde(default)]
 pub struct TlsOptions {
-    /// Do not verify the server's certificate (`--insecure`).
+    /// https: do not verify the server's certificate (the summary says so)
+    #[arg(long, short = 'k')]
     pub insecure: bool,
-    /// Trust these roots (PEM) instead of the system's (`--cacert`).
-    pub cacert: Option<PathBuf>,
-    /// The name sent in SNI and checked against the certificate, instead of the URL's host.
+
+    /// https: trust the CA certificates in this PEM file instead of the system's roots (a
+    /// server certificate that is itself in the file is trusted as given, as curl does)
+    #[arg(long, value_name = "FILE", value_parser = crate::options::FileText::from_arg)]
+    pub cacert: Option<crate::options::FileText>,
+
+    /// https: the server name to send (SNI) and verify, instead of the URL's host
+    #[arg(long, value_name = "NAME")]
     pub sni: Option<String>,
-    /// Only this version; None: 1.2 and 1.3, the server picks.
+
+    /// https: hold the connections to one TLS version, 1.2 or 1.3 [default: either, the server
+    /// picks]
+    #[arg(id = "tls_version", long = "tls-version", value_name = "1.2|1.3", value_parser = TlsVersion::from_arg)]
+    #[serde(rename = "tls-version")]
     pub version: Option<TlsVersion>,
-    /// Resume sessions on new connections (tickets / PSK) instead of a full handshake each.
+
+    /// https: resume TLS sessions (tickets, PSK) on new connections instead of a full
+    /// handshake each; the report counts full and resumed handshakes
+    #[arg(id = "tls_reuse", long = "tls-reuse")]
+    #[serde(rename = "tls-reuse")]
     pub reuse: bool,
-    /// Only these cipher suites, by their IANA names (`--ciphers`); None: rustls' defaults.
+
+    /// https: only these cipher suites, comma-separated IANA names (e.g.
+    /// TLS13_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) [default: rustls's]
+    #[arg(long, value_name = "LIST")]
     pub ciphers: Option<String>,
 }
 
@@ -179,7 +204,7 @@ impl TlsClient {
         let verifier = if o.insecure {
             Verifier { chain: None, given: Vec::new(), provider }
         } else {
-            let (store, given) = roots(o.cacert.as_deref())?;
+            let (store, given) = roots(o.cacert.as_ref())?;
             let chain = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(store),
                 provider.clone(),
@@ -297,22 +322,22 @@ pub fn server_name(host: &str, sni: Option<&str>) -> Result<ServerName<'static>,
 
 /// The roots to verify against, and the certificates `--cacert` gave (as given).
 fn roots(
-    cacert: Option<&Path>,
+    cacert: Option<&crate::options::FileText>,
 ) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), ConfigError> {
     let mut store = RootCertStore::empty();
     let mut given = Vec::new();
     match cacert {
-        Some(path) => {
+        Some(file) => {
             let err = |what: String| {
                 ConfigError::new(
                     "--cacert",
-                    format!("{}: {what}; give a PEM file of CA certificates", path.display()),
+                    format!("{}: {what}; give a PEM file of CA certificates", file.name),
                 )
             };
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| err(e.to_string()))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| err(e.to_string()))?;
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(file.text.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| err(e.to_string()))?;
             if certs.is_empty() {
                 return Err(err("no certificate in it".into()));
             }
@@ -556,12 +581,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("empty.pem");
         std::fs::write(&p, "not a certificate\n").unwrap();
-        let o = TlsOptions { cacert: Some(p), ..TlsOptions::default() };
+        let file = crate::options::FileText::from_arg(p.to_str().unwrap()).unwrap();
+        let o = TlsOptions { cacert: Some(file), ..TlsOptions::default() };
         let e = TlsClient::new(&o).unwrap_err();
         assert_eq!(e.flag, "--cacert");
         assert!(e.to_string().contains("empty.pem"), "{e}");
-        let o =
-            TlsOptions { cacert: Some(dir.path().join("missing.pem")), ..TlsOptions::default() };
-        assert_eq!(TlsClient::new(&o).unwrap_err().flag, "--cacert");
+        let missing = dir.path().join("missing.pem");
+        let e = crate::options::FileText::from_arg(missing.to_str().unwrap()).unwrap_err();
+        assert!(e.starts_with("cannot read ") && e.contains("missing.pem"), "{e}");
     }
 }

@@ -88,7 +88,7 @@ fn post_body_reaches_the_server(io: IoChoice) {
     let mut o = opts_on(io, &server.url());
     o.requests = Some(100);
     o.method = "POST".into();
-    o.body = Some("x".repeat(300));
+    o.body = Some(qpslab_load::options::Body("x".repeat(300).into_bytes()));
     let report = run(&o);
     assert_eq!(report.requests.ok, 100);
     assert_eq!(server.requests(), 100);
@@ -99,7 +99,7 @@ fn duration_run_ends_on_time_and_warmup_is_excluded(io: IoChoice) {
     let nginx = Nginx::start();
     let mut o = opts_on(io, &nginx.url("/"));
     o.duration = Some(Duration::from_millis(800));
-    o.warmup = Duration::from_millis(400);
+    o.warmup = Some(Duration::from_millis(400));
     let started = Instant::now();
     let report = run(&o);
     let wall = started.elapsed();
@@ -129,7 +129,7 @@ fn per_second_rows_add_up_to_the_totals(io: IoChoice) {
     o.threads = Some(2);
     o.connections = Some(10);
     o.duration = Some(Duration::from_millis(2500));
-    o.warmup = Duration::from_millis(300);
+    o.warmup = Some(Duration::from_millis(300));
     let report = run(&o);
     let rows = &report.intervals;
     let t: Vec<f64> = rows.iter().map(|r| r.t_s).collect();

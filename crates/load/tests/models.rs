@@ -186,7 +186,7 @@ fn targets_file_weights_and_per_target_counts_match_nginx(io: IoChoice) {
     )
     .unwrap();
     let mut o: LoadOptions = opts_on(io, &one.url("/t/cli"));
-    o.targets_file = Some(file);
+    o.targets = Some(qpslab_load::options::FileText::from_arg(file.to_str().unwrap()).unwrap());
     // Few enough that no connection reaches nginx's keepalive_requests (1000) and reconnects.
     o.requests = Some(4000);
     o.connections = Some(8);
@@ -219,7 +219,7 @@ fn stage_file_sets_the_rate_second_by_second(io: IoChoice) {
     let stages = dir.path().join("stages");
     std::fs::write(&stages, "1s 500\n1s 500:1500  # climb\n1s 1500\n").unwrap();
     let mut o = opts_on(io, &nginx.url("/"));
-    o.stages = Some(stages);
+    o.stages = Some(qpslab_load::options::FileText::from_arg(stages.to_str().unwrap()).unwrap());
     o.connections = Some(20);
     let report = run(&o);
     let rate = report.rate.as_ref().unwrap();

@@ -9,6 +9,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use qpslab_load::options::FileText;
 use qpslab_load::tls::{TlsOptions, TlsVersion};
 use qpslab_load::IoChoice;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
@@ -51,10 +52,10 @@ impl Pki {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn ca_file(&self) -> PathBuf {
+    fn ca_file(&self) -> FileText {
         let path = self.dir.path().join("ca.pem");
         std::fs::write(&path, &self.ca_pem).unwrap();
-        path
+        FileText::from_arg(path.to_str().unwrap()).unwrap()
     }
 }
 
@@ -302,7 +303,10 @@ fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
         .expect("curl runs");
     assert_eq!(String::from_utf8_lossy(&curl.stdout), "200", "{curl:?}");
 
-    let given = || TlsOptions { cacert: Some(cert.clone()), ..TlsOptions::default() };
+    let given = || TlsOptions {
+        cacert: Some(FileText::from_arg(cert.to_str().unwrap()).unwrap()),
+        ..TlsOptions::default()
+    };
     let mut o = tls_opts(&url, given());
     o.requests = Some(20);
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();

@@ -176,7 +176,8 @@ pub fn is_enfile(e: &io::Error) -> bool {
 }
 
 /// `--io`: the event loop a command asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum IoChoice {
     /// io_uring where it runs and was measured faster for this use, else epoll.
     #[default]

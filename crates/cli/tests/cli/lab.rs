@@ -603,11 +603,11 @@ fn sweep_mistakes_are_refused_before_the_first_run() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("runs.sqlite");
     let cases = [
-        ("zero.toml", "[axes]\nconnections = [10, 0]\n", "connections = 0: it must be at least 1"),
+        ("zero.toml", "[axes]\nconnections = [10, 0]\n", "--connections: must be at least 1"),
         (
             "typo.toml",
             "[base]\ntarget = \"nginks\"\n",
-            "target = \"nginks\": use \"builtin\", \"nginx\" or a URL",
+            "--target \"nginks\": use builtin or nginx (or give a URL",
         ),
         (
             "pipe.toml",

@@ -110,7 +110,10 @@ fn load_refuses_bad_input_in_one_line_naming_the_flag() {
         (&["-t", "4", "-c", "2", any], "--connections"),
         (&["-d", "0s", any], "--duration"),
         (&["-d", "0", any], "--duration"),
-        (&["--body", "@/nonexistent/body.json", any], "--body: cannot read body file"),
+        (
+            &["--body", "@/nonexistent/body.json", any],
+            "'--body <STRING|@FILE>': cannot read body file",
+        ),
         (&["-H", "NoColon", any], "--header"),
         (&["--accept-status", "4xx", any], "--accept-status"),
         (&["--cpus", "100000", any], "--cpus"),
@@ -1112,8 +1115,11 @@ fn help_version_and_a_report_without_runs_say_what_they_should() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let bench = help(&["bench", "--help"]);
+    // A flag's line and the next (clap puts the text under the flag when the flags are many).
     let line = |text: &str, flag: &str| {
-        text.lines().find(|l| l.trim_start().starts_with(flag)).unwrap_or_default().to_string()
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines.iter().position(|l| l.trim_start().starts_with(flag)).unwrap_or(0);
+        lines[at..(at + 2).min(lines.len())].join(" ")
     };
     assert!(line(&bench, "--no-save").contains("Do not keep the run in the runs store"), "{bench}");
     assert!(line(&bench, "--server <HOST>").contains("Run the target and the doctor"), "{bench}");

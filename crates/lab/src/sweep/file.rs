@@ -20,7 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{BenchSettings, KEYS};
+use crate::settings::BenchSettings;
 
 /// A sweep file that is not right; the message names the file, the line and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +94,7 @@ struct Raw {
     repeat: Option<u32>,
     description: Option<String>,
     #[serde(default)]
-    base: BenchSettings,
+    base: toml::Table,
     #[serde(default)]
     axes: toml::Table,
     #[serde(default)]
@@ -129,7 +129,18 @@ pub fn parse(file: &str, text: &str) -> Result<Sweep, FileError> {
         explicit.push(variant_of(spanned.get_ref()).map_err(|m| at(line, m))?);
     }
     let axes = axes(&raw.axes).map_err(|(key, m)| at(key_line(text, &key), m))?;
-    let variants = expand(&raw.base, explicit, &axes);
+    let base = BenchSettings::parse(raw.base.clone()).map_err(|m| {
+        let key = raw
+            .base
+            .keys()
+            .find(|k| {
+                m.starts_with(&format!("unknown field `{k}`")) || m.starts_with(&format!("{k} "))
+            })
+            .cloned()
+            .unwrap_or_default();
+        at(key_line(text, &key), format!("{m}{}", hint(&m)))
+    })?;
+    let variants = expand(&base, explicit, &axes);
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = variants.iter().find(|v| !seen.insert(v.name.clone())) {
         return Err(FileError(format!(
@@ -157,9 +168,7 @@ fn variant_of(table: &toml::Table) -> Result<Variant, String> {
 }
 
 fn settings_of(table: toml::Table) -> Result<BenchSettings, String> {
-    toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| format!("{}{}", e.message().trim(), hint(e.message())))
+    BenchSettings::parse(table).map_err(|m| format!("{m}{}", hint(&m)))
 }
 
 fn tune_of(value: toml::Value) -> Result<TuneSpec, String> {
@@ -199,10 +208,10 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
         if values.is_empty() {
             return Err(err("the list is empty; give at least one value".into()));
         }
-        if key != "tune" && !KEYS.contains(&key.as_str()) {
+        if key != "tune" && !crate::settings::keys().contains(key) {
             return Err(err(format!(
                 "not an option of a sweep; the options are {}, tune",
-                KEYS.join(", ")
+                crate::settings::keys().join(", ")
             )));
         }
         let mut steps = Vec::new();
@@ -323,8 +332,9 @@ connections = [10, 100]
                 "target=nginx connections=100"
             ]
         );
-        assert_eq!(s.variants[3].settings.connections, Some(100));
-        assert_eq!(s.variants[3].settings.duration.as_deref(), Some("2s"));
+        let o = s.variants[3].settings.apply_to(&crate::BenchOptions::default()).unwrap();
+        assert_eq!(o.load.connections, Some(100));
+        assert_eq!(o.duration(), std::time::Duration::from_secs(2));
 
         let steps = parse(
             "t.toml",
@@ -344,7 +354,7 @@ tune = { rps = { "eth0/rx-0" = "1-3" } }
         assert_eq!(steps.repeat, 3, "the default");
         assert_eq!(steps.variants.len(), 2);
         assert_eq!(steps.variants[1].tune.as_ref().unwrap().rps["eth0/rx-0"], "1-3");
-        assert_eq!(steps.variants[1].settings.target.as_deref(), Some("nginx"));
+        assert_eq!(steps.variants[1].settings.get("target").unwrap().as_str(), Some("nginx"));
     }
 
     #[test]
@@ -361,7 +371,9 @@ tune = { rps = { "eth0/rx-0" = "1-3" } }
         assert!(e.starts_with("s.toml line 3: axes.speed: not an option of a sweep"), "{e}");
         let e = err("name = \"x\"\n[axes]\nconnections = [\"many\"]\n");
         assert!(
-            e.starts_with("s.toml line 3: axes.connections: invalid type: string \"many\""),
+            e.starts_with(
+                "s.toml line 3: axes.connections: connections = \"many\": invalid type: string \"many\""
+            ),
             "{e}"
         );
         let e = err("name = \"x\"\n\n[[variant]]\nworkers = 2\n");

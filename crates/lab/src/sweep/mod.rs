@@ -252,7 +252,7 @@ pub fn run(
 /// The time left: the mean of the runs so far, or the runs' own length before the first ends.
 fn eta(elapsed: Duration, done: usize, total: usize, opts: &BenchOptions) -> Duration {
     let per_run = if done == 0 {
-        opts.warmup + opts.duration + Duration::from_secs(1)
+        opts.warmup() + opts.duration() + Duration::from_secs(1)
     } else {
         elapsed / u32::try_from(done).unwrap_or(u32::MAX)
     };

@@ -26,7 +26,7 @@ pub const GENERATOR_BOUND_RATIO: f64 = 0.9;
 pub const MIN_JUDGED_S: f64 = 0.2;
 
 /// Provenance the caller supplies (so rendering stays deterministic in tests).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunMeta {
     pub version: String,
     pub command: Vec<String>,
@@ -34,7 +34,7 @@ pub struct RunMeta {
 }
 
 /// Where the generator ran.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HostInfo {
     pub kernel: String,
     pub cpu_model: String,
