@@ -14,7 +14,7 @@ use qpslab_sys::uring::{Engine, IoChoice};
 
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
-use crate::target::{self as target_mod, RequestOptions};
+use crate::target as target_mod;
 pub use crate::target::{idempotent, Target};
 use crate::targets;
 pub use qpslab_sys::config_error::ConfigError;
@@ -130,15 +130,7 @@ pub struct LoadConfig {
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
-        let (targets, notes) = target_mod::build(&RequestOptions {
-            urls: &opts.urls,
-            method: &opts.method,
-            headers: &opts.headers,
-            body: opts.body.as_ref().map(|b| b.0.as_slice()),
-            targets_file: opts.targets.as_ref(),
-            conn_per_request: opts.conn_per_request,
-            sni: opts.tls.sni.as_deref(),
-        })?;
+        let (targets, notes) = target_mod::build(opts)?;
         let mut notes = notes;
         let (io, tls) = io_and_tls(opts, &targets, &mut notes)?;
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);

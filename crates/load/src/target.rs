@@ -7,6 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use qpslab_http::{HeaderArg, RequestSpec};
 use qpslab_sys::config_error::ConfigError;
 
+use crate::options::LoadOptions;
 use crate::targets_file::{self, TargetLine};
 
 /// One target: where to connect and the bytes of its request.
@@ -25,45 +26,29 @@ pub struct Target {
     pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
-/// What the targets are built from: the request options of `qpslab load`.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestOptions<'a> {
-    pub urls: &'a [String],
-    pub method: &'a str,
-    /// `Name: value` headers (`-H`).
-    pub headers: &'a [String],
-    /// The body of every request (from `--body`).
-    pub body: Option<&'a [u8]>,
-    pub targets_file: Option<&'a crate::options::FileText>,
-    /// Send `Connection: close` unless the user set a Connection header.
-    pub conn_per_request: bool,
-    /// https targets: the TLS server name instead of the URL's host (`--sni`).
-    pub sni: Option<&'a str>,
-}
-
 /// Builds every target, command-line URLs first; also returns notes for the user (a URL taken
 /// as `http://`).
-pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
-    if o.urls.is_empty() && o.targets_file.is_none() {
+pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
+    if o.urls.is_empty() && o.targets.is_none() {
         return Err(ConfigError::new(
             "URL",
             "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
         ));
     }
-    let body = o.body.unwrap_or_default();
+    let body = o.body.as_ref().map_or(&[][..], |b| b.0.as_slice());
     let headers = headers(o)?;
     let mut lines: Vec<TargetLine> = o
         .urls
         .iter()
         .map(|u| TargetLine {
-            method: o.method.into(),
+            method: o.method.clone(),
             url: u.clone(),
             headers: Vec::new(),
             weight: 1,
         })
         .collect();
-    if let Some(path) = o.targets_file {
-        lines.extend(targets_file::read_file(path)?);
+    if let Some(file) = &o.targets {
+        lines.extend(targets_file::read_file(file)?);
     }
     let mut notes = Vec::new();
     for l in &mut lines {
@@ -87,20 +72,22 @@ pub fn build(o: &RequestOptions<'_>) -> Result<(Vec<Target>, Vec<String>), Confi
                 .iter()
                 .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
             let flag = if given { "URL" } else { "--targets" };
-            resolve_target(&l.url, &l.method, &hs, body, l.weight, o.sni).map_err(|e| {
-                if e.flag == "--sni" {
-                    e
-                } else {
-                    ConfigError::new(flag, e.message)
-                }
-            })
+            resolve_target(&l.url, &l.method, &hs, body, l.weight, o.tls.sni.as_deref()).map_err(
+                |e| {
+                    if e.flag == "--sni" {
+                        e
+                    } else {
+                        ConfigError::new(flag, e.message)
+                    }
+                },
+            )
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((targets, notes))
 }
 
 /// The `-H` headers, with `Connection: close` for a connection per request.
-fn headers(o: &RequestOptions<'_>) -> Result<Vec<HeaderArg>, ConfigError> {
+fn headers(o: &LoadOptions) -> Result<Vec<HeaderArg>, ConfigError> {
     let mut headers = o
         .headers
         .iter()
