@@ -740,7 +740,9 @@ fn report(
 /// The load's options: the user's, on bench's target, one thread per generator CPU (or
 /// `--threads`), pinned there, for `duration` (the warm-up is a run of its own).
 fn load_options(opts: &BenchOptions, placed: &Placement, duration: Duration) -> LoadOptions {
-    let threads = opts.load.threads.unwrap_or(placed.generator_cpus.len()).max(1);
+    // One thread per generator CPU, at most one per connection (as `qpslab load` defaults).
+    let conns = opts.load.connections_or_default();
+    let threads = opts.load.threads.unwrap_or(placed.generator_cpus.len().min(conns)).max(1);
     let list: Vec<String> = placed.generator_cpus.iter().map(ToString::to_string).collect();
     let mut tls = opts.load.tls.clone();
     // The target's certificate was made at its start: nothing to verify it against.

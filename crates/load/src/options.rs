@@ -104,6 +104,10 @@ pub struct LoadOptions {
     #[arg(short, long, value_name = "METHOD", default_value = "GET")]
     pub method: String,
 
+    /// Send 'User-Agent: NAME' with every request, as curl -A does (a -H User-Agent wins)
+    #[arg(short = 'A', long, value_name = "NAME")]
+    pub user_agent: Option<String>,
+
     /// Request body: a literal string, or @FILE to read it from a file
     #[arg(long, value_name = "STRING|@FILE", value_parser = Body::from_arg)]
     pub body: Option<Body>,
@@ -218,6 +222,7 @@ impl Default for LoadOptions {
             requests: None,
             headers: Vec::new(),
             method: "GET".into(),
+            user_agent: None,
             body: None,
             rate: None,
             ramp: None,

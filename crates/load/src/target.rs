@@ -93,7 +93,11 @@ fn headers(o: &LoadOptions) -> Result<Vec<HeaderArg>, ConfigError> {
         .iter()
         .map(|h| HeaderArg::parse(h).map_err(|e| ConfigError::new("--header", e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
-    if o.conn_per_request && !headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection")) {
+    let given = |name: &str, hs: &[HeaderArg]| hs.iter().any(|h| h.name.eq_ignore_ascii_case(name));
+    if let (Some(ua), false) = (&o.user_agent, given("user-agent", &headers)) {
+        headers.push(HeaderArg { name: "User-Agent".into(), value: ua.clone() });
+    }
+    if o.conn_per_request && !given("connection", &headers) {
         // The server closes after the response, as with ab (no -k) or wrk -H 'Connection: close'.
         headers.push(HeaderArg { name: "Connection".into(), value: "close".into() });
     }
@@ -238,5 +242,19 @@ mod tests {
         assert!(!request(&t).contains("Basic"), "{}", request(&t));
         let t = resolve_target("http://127.0.0.1:8080/", "GET", &[], &[], 1, None).unwrap();
         assert!(!request(&t).contains("Authorization"));
+    }
+
+    #[test]
+    fn user_agent_is_sent_unless_a_header_gives_one() {
+        let o = |headers: Vec<String>| LoadOptions {
+            urls: vec!["http://127.0.0.1:8080/".into()],
+            user_agent: Some("probe/1".into()),
+            headers,
+            ..LoadOptions::default()
+        };
+        let (t, _) = build(&o(Vec::new())).unwrap();
+        assert!(request(&t[0]).contains("\r\nUser-Agent: probe/1\r\n"), "{}", request(&t[0]));
+        let (t, _) = build(&o(vec!["user-agent: mine".into()])).unwrap();
+        assert!(!request(&t[0]).contains("probe/1"), "{}", request(&t[0]));
     }
 }
