@@ -69,13 +69,13 @@ impl Keep {
     }
 
     /// The store, opened before the run so that a store that cannot be opened costs no run.
-    fn open(&self) -> anyhow::Result<Option<qpslab_lab::store::Store>> {
+    fn open(&self) -> anyhow::Result<Option<qpslab_runs::store::Store>> {
         Ok(if self.save { Some(crate::store_cmd::open(&self.store)?) } else { None })
     }
 
     fn finish(
         &self,
-        store: &mut Option<qpslab_lab::store::Store>,
+        store: &mut Option<qpslab_runs::store::Store>,
         report: &Report,
         result: &RunResult,
         meta: &RunMeta,

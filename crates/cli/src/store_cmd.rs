@@ -5,10 +5,10 @@ use std::io::Write as _;
 use std::time::SystemTime;
 
 use anyhow::Context as _;
-use qpslab_lab::compare::{self, Comparison, Group};
-use qpslab_lab::report;
-use qpslab_lab::select::{self, SelectError, Selector};
-use qpslab_lab::store::{RunFilter, RunRow, Store, StoreError, StoredRun, SweepRow};
+use qpslab_runs::compare::{self, Comparison, Group};
+use qpslab_runs::report;
+use qpslab_runs::select::{self, SelectError, Selector};
+use qpslab_runs::store::{RunFilter, RunRow, Store, StoreError, StoredRun, SweepRow};
 
 use crate::args::{CompareArgs, ReportArgs, RunsArgs, RunsCommand, RunsFilter, StoreArg};
 use crate::{output, Outcome, UsageError};

@@ -4,8 +4,8 @@
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use qpslab_lab::compare;
-use qpslab_lab::select::{self, Selector};
+use qpslab_runs::compare;
+use qpslab_runs::select::{self, Selector};
 use qpslab_lab::sweep::{self, Event, Status, SweepError, SweepOptions};
 use qpslab_lab::BenchOptions;
 use qpslab_load::Progress;

@@ -4,20 +4,16 @@
 //! CPUs the server does not use while the doctor samples, and return one report. [`doctor`] runs
 //! the doctor alone, for a duration or while a command (the load) runs. [`sweep`] runs a matrix
 //! of bench variants, interleaved and repeated, with host settings applied and reverted around
-//! each run; [`store`] keeps every run (SQLite), [`record`] says what of a run is kept.
+//! each run; [`record`] says what of a run the runs store (`qpslab_runs`) keeps.
 
 pub mod bench;
-pub mod compare;
 pub mod doctor;
 pub mod hostset;
 mod place;
 pub mod record;
 pub mod remote;
-pub mod report;
-pub mod select;
 pub mod settings;
 pub mod split;
-pub mod store;
 pub mod sweep;
 pub mod target;
 mod text;

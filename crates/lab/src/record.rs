@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::bench::{BenchOptions, BenchReport};
 use crate::settings::BenchSettings;
-use crate::store::{
+use qpslab_runs::store::{
     CpuCategories, CpuSeries, FindingFact, NewRun, Percentiles, RunFacts, Store, StoreError,
 };
 

@@ -9,7 +9,7 @@ pub fn render_text(r: &BenchReport) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let l = &r.load;
-    let ms = crate::compare::fmt_us;
+    let ms = qpslab_runs::compare::fmt_us;
     let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let _ = writeln!(o, "target      {}", target_line(r));
     if let Some(h) = &r.server_host {

@@ -23,7 +23,7 @@ use crate::bench::{bench, BenchError, BenchOptions};
 use crate::hostset::{apply_options, host_change, plan_for, Applied, HostChange};
 use crate::record::{store_bench, InSweep, Provenance};
 use crate::remote::{ServerHost, TuneCall};
-use crate::store::{Store, StoreError};
+use qpslab_runs::store::{Store, StoreError};
 use qpslab_fleet::session::FleetOptions;
 
 /// How a sweep runs, beyond its file.

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use qpslab_lab::store::{RunFilter, Store, StoreError, SCHEMA_VERSION};
+use qpslab_runs::store::{RunFilter, Store, StoreError, SCHEMA_VERSION};
 
 fn usage(r: Result<Store, StoreError>) -> String {
     match r {
