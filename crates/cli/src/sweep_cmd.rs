@@ -4,11 +4,11 @@
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use qpslab_runs::compare;
-use qpslab_runs::select::{self, Selector};
 use qpslab_lab::sweep::{self, Event, Status, SweepError, SweepOptions};
 use qpslab_lab::BenchOptions;
 use qpslab_load::Progress;
+use qpslab_runs::compare;
+use qpslab_runs::select::{self, Selector};
 
 use crate::args::SweepArgs;
 use crate::load_cmd::run_meta;

@@ -16,75 +16,12 @@ use qpslab_host::doctor::{Context, Generator};
 use qpslab_host::sample::Role;
 use qpslab_host::{Diagnosis, Examination, Root};
 use qpslab_load::report::RunMeta;
-use qpslab_load::{LoadConfig, LoadError, LoadOptions, Progress, Report};
+use qpslab_load::{LoadConfig, LoadOptions, Progress, Report};
 use serde::{Deserialize, Serialize};
 
+pub use crate::kinds::{Accept, BenchError, ServerSpec, TargetKind};
 use crate::place::{self, Placement};
 use crate::remote::{DiagnoseCall, ExamineCall, Examining, ServerHost, TargetCall};
-
-/// Why a bench could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// The user's to fix (exit 2): a bad flag, nginx missing, target unreachable.
-    #[error("{0}")]
-    Usage(String),
-    /// The target failed to start or died.
-    #[error("{0}")]
-    Target(String),
-    #[error(transparent)]
-    Load(LoadError),
-    #[error("doctor: {0}")]
-    Doctor(#[from] qpslab_host::ReadError),
-    /// The load over agents failed (every agent was lost).
-    #[error("{0}")]
-    Agents(String),
-}
-
-/// Which server `bench` starts when no URL is given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TargetKind {
-    Builtin,
-    Nginx,
-}
-
-/// How the server's workers share the listening socket. The built-in server takes
-/// `reuseport`, `shared` and `exclusive` (`qpslab serve --accept`); nginx takes `reuseport`
-/// (`listen ... reuseport`), `shared` (one socket, `accept_mutex off`: the kernel wakes one
-/// worker, EPOLLEXCLUSIVE) and `mutex` (one socket, `accept_mutex on`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Accept {
-    Reuseport,
-    Shared,
-    Exclusive,
-    Mutex,
-}
-
-impl Accept {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Reuseport => "reuseport",
-            Self::Shared => "shared",
-            Self::Exclusive => "exclusive",
-            Self::Mutex => "mutex",
-        }
-    }
-}
-
-/// The server bench starts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServerSpec {
-    pub kind: TargetKind,
-    /// Worker threads (builtin) or processes (nginx); default: one per server CPU.
-    pub workers: Option<usize>,
-    /// The server's CPUs; default: the first half of the cores.
-    pub cpus: Option<Vec<usize>>,
-    pub accept: Accept,
-    /// HTTPS, with a certificate made at start (the load does not verify it).
-    #[serde(default)]
-    pub tls: bool,
-}
 
 /// What to bench, as the user gave it (the long options of `qpslab bench`), and as sweep files
 /// name it: bench's own keys and every load option (flattened: `connections`, `rate`,

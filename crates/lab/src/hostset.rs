@@ -9,7 +9,7 @@ use qpslab_host::sample::Role;
 use qpslab_host::tune::{self, ApplyOptions, Explicit, Plan, PlanOptions, RootFiles, TuneError};
 use qpslab_host::{CpuSet, Host, Root};
 
-use crate::sweep::TuneSpec;
+use crate::kinds::TuneSpec;
 
 /// A variant's host settings in the tune planner's terms.
 #[derive(Debug, Clone)]
@@ -46,19 +46,7 @@ pub fn host_change(spec: &TuneSpec) -> Result<HostChange, String> {
         x.irq.insert(n, cpus);
     }
     for (name, value) in &spec.sysctl {
-        let text = match value {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Array(a) => a
-                .iter()
-                .map(|v| v.to_string().trim_matches('"').to_string())
-                .collect::<Vec<_>>()
-                .join("\t"),
-            other => {
-                return Err(format!("tune.sysctl {name:?} = {other}: give a number or a string"))
-            }
-        };
-        x.sysctl.insert(name.clone(), text);
+        x.sysctl.insert(name.clone(), value.text());
     }
     Ok(HostChange::Explicit(x))
 }
@@ -70,6 +58,19 @@ pub fn plan_for(root: &Root, host: &Host, change: &HostChange) -> Result<Plan, S
             tune::explicit_plan(root, host, x).map_err(|e| format!("tune: {e}"))
         }
     }
+}
+
+/// Whether `plan` can be applied here, through the journal at `journal` (rights, paths), as
+/// `tune apply` would check it; nothing is changed.
+pub fn check_plan(plan: &Plan, journal: &std::path::Path) -> Result<(), String> {
+    tune::apply::check_apply(plan, &apply_options(journal)).map_err(|e| e.to_string())
+}
+
+/// A variant's host settings planned against this host and checked as [`check_plan`] does:
+/// what the server host's agent answers for a sweep, and what a sweep here does.
+pub fn check(root: &Root, change: &HostChange, journal: &std::path::Path) -> Result<(), String> {
+    let host = Host::read(root).map_err(|e| format!("cannot read the host: {e}"))?;
+    check_plan(&plan_for(root, &host, change)?, journal)
 }
 
 pub fn apply_options(journal: &std::path::Path) -> ApplyOptions {

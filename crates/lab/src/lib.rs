@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod doctor;
 pub mod hostset;
+pub mod kinds;
 mod place;
 pub mod record;
 pub mod remote;

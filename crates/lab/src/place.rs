@@ -8,8 +8,7 @@ use qpslab_load::{LoadConfig, LoadOptions};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use crate::bench::{Accept, BenchError, ServerSpec, TargetKind};
-use crate::remote::TargetUp;
+use crate::kinds::{Accept, BenchError, ServerSpec, TargetKind, TargetUp};
 use crate::{split, target};
 
 /// Where bench's own target listens.

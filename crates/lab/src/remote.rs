@@ -23,9 +23,10 @@ use qpslab_host::{Diagnosis, Examination, Root};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{BenchError, ServerSpec, TargetKind};
 use crate::hostset::{self, Applied};
-use crate::sweep::TuneSpec;
+pub use crate::kinds::TargetUp;
+use crate::kinds::TuneSpec;
+use crate::kinds::{BenchError, ServerSpec, TargetKind};
 use crate::{place, target};
 
 /// How long a call may take: starting nginx, a final sample, a tune plan.
@@ -39,15 +40,6 @@ pub struct TargetCall {
     /// The address to listen on [default: the one the ssh connection reached; loopback for
     /// an agent started here].
     pub listen: Option<IpAddr>,
-}
-
-/// The target is up.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TargetUp {
-    pub addr: SocketAddr,
-    pub pids: Vec<u32>,
-    pub cpus: Vec<usize>,
-    pub workers: usize,
 }
 
 /// Start sampling the server host.
@@ -302,11 +294,7 @@ impl HostAgent {
         let change = hostset::host_change(&c.tune)?;
         let journal = qpslab_host::tune::journal_path(&root, c.journal.as_deref());
         if !apply {
-            let host =
-                qpslab_host::Host::read(&root).map_err(|e| format!("cannot read the host: {e}"))?;
-            let plan = hostset::plan_for(&root, &host, &change)?;
-            return qpslab_host::tune::apply::check_apply(&plan, &hostset::apply_options(&journal))
-                .map_err(|e| e.to_string());
+            return hostset::check(&root, &change, &journal);
         }
         if self.applied.is_some() {
             return Err("host settings are already applied; revert them first".into());

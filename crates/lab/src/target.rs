@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use qpslab_host::Root;
 use serde::Deserialize;
 
-use crate::bench::Accept;
-use crate::BenchError;
+use crate::kinds::{Accept, BenchError};
 
 /// A running target.
 #[derive(Debug)]

@@ -15,58 +15,17 @@
 //! tune = { rps = { "veth1/rx-0" = "1" } }
 //! ```
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+pub use crate::kinds::TuneSpec;
 use crate::settings::BenchSettings;
 
 /// A sweep file that is not right; the message names the file, the line and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct FileError(pub String);
-
-/// Host settings of a variant: the tune planner's flags, or settings named outright.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct TuneSpec {
-    /// `qpslab tune plan --workers N`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workers: Option<usize>,
-    /// `qpslab tune plan --irq-cpus LIST`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub irq_cpus: Option<String>,
-    /// `qpslab tune plan --iface IF`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub iface: Vec<String>,
-    /// `server` or `client`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// `"IFACE/rx-N" = "CPU list"` (empty: RPS off).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub rps: BTreeMap<String, String>,
-    /// `"IRQ" = "CPU list"`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub irq: BTreeMap<String, String>,
-    /// `"net.core.somaxconn" = 4096`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub sysctl: BTreeMap<String, toml::Value>,
-}
-
-impl TuneSpec {
-    /// Settings named outright (`rps`, `irq`, `sysctl`) rather than planned.
-    pub fn is_explicit(&self) -> bool {
-        !(self.rps.is_empty() && self.irq.is_empty() && self.sysctl.is_empty())
-    }
-
-    fn is_planned(&self) -> bool {
-        self.workers.is_some()
-            || self.irq_cpus.is_some()
-            || !self.iface.is_empty()
-            || self.role.is_some()
-    }
-}
 
 /// One variant: its name, its bench settings (base, variant and axis values layered) and its
 /// host settings.

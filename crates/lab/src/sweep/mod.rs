@@ -20,11 +20,11 @@ use qpslab_load::Progress;
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
 use crate::bench::{bench, BenchError, BenchOptions};
-use crate::hostset::{apply_options, host_change, plan_for, Applied, HostChange};
+use crate::hostset::{self, host_change, plan_for, Applied, HostChange};
 use crate::record::{store_bench, InSweep, Provenance};
 use crate::remote::{ServerHost, TuneCall};
-use qpslab_runs::store::{Store, StoreError};
 use qpslab_fleet::session::FleetOptions;
+use qpslab_runs::store::{Store, StoreError};
 
 /// How a sweep runs, beyond its file.
 #[derive(Debug, Clone)]
@@ -192,8 +192,7 @@ fn prepare(
     }
     let journal = tune::journal_path(&root, o.journal.as_deref());
     for plan in &plans {
-        tune::apply::check_apply(plan, &apply_options(&journal))
-            .map_err(|e| usage(format!("sweep: {e}")))?;
+        hostset::check_plan(plan, &journal).map_err(|e| usage(format!("sweep: {e}")))?;
     }
     Ok(out)
 }
