@@ -762,8 +762,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "CMD", requires = "agents")]
     pub ssh: Option<String>,
 
-    /// With --agents: the qpslab executable on the agents' hosts [default: this build, copied
-    /// to ~/.cache/qpslab there when missing or different]
+    /// With --agents: the qpslab executable on the agents' hosts, and of local agents
+    /// [default: this build, copied to ~/.cache/qpslab there when missing or different]
     #[arg(long, value_name = "PATH", requires = "agents")]
     pub agent_exe: Option<String>,
 }

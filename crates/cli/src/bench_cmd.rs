@@ -41,7 +41,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
     let provenance = store.as_ref().map(|_| Provenance::read(&opts.meta, None));
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let mut report = bench(&opts, stop, &mut |p| progress.update(p)).map_err(|e| match e {
+    let mut report = bench(&opts, stop, &mut progress).map_err(|e| match e {
         BenchError::Usage(m) => anyhow::Error::new(UsageError(m)),
         other => anyhow::Error::new(other),
     })?;

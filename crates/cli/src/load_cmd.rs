@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use qpslab_host::{facts, Root};
 
+use qpslab_load::feed::{Event, Feed};
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
 
@@ -30,7 +31,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let mut store = keep.open()?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let result = qpslab_load::run(&cfg, stop, &mut |p| progress.update(p)).map_err(|e| {
+    let result = qpslab_load::run(&cfg, stop, &mut progress).map_err(|e| {
         if e.is_setup() {
             anyhow::Error::new(UsageError(e.to_string()))
         } else {
@@ -111,7 +112,7 @@ fn over_agents(
     opts: &LoadOptions,
     keep: &Keep,
 ) -> anyhow::Result<Outcome> {
-    use qpslab_fleet::coordinator::{self, FleetError, FleetOptions, Status};
+    use qpslab_fleet::coordinator::{self, FleetError, FleetOptions};
     let meta = run_meta();
     let fleet = FleetOptions {
         hosts: qpslab_fleet::transport::parse_agents(list).map_err(UsageError)?,
@@ -123,13 +124,7 @@ fn over_agents(
     let mut store = keep.open()?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let outcome = coordinator::run_load(opts, &fleet, &meta, stop, &mut |s| match s {
-        Status::Phase(p) => progress.phase(p),
-        Status::Starting { lead } => {
-            progress.phase(&format!("starting in {} ms", lead.as_millis()))
-        }
-        Status::Progress(p) => progress.update(p),
-    });
+    let outcome = coordinator::run_load(opts, &fleet, &meta, stop, &mut progress);
     progress.finish();
     let outcome = outcome.map_err(|e| match e {
         FleetError::Usage(m) => anyhow::Error::new(UsageError(m)),
@@ -202,6 +197,20 @@ impl ProgressLine {
     pub fn finish(&self) {
         if self.tty {
             eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// The progress line watches a load (here or over agents) or a bench.
+impl Feed for ProgressLine {
+    fn event(&mut self, e: &Event<'_>) {
+        match e {
+            Event::Phase(p) => self.phase(p),
+            Event::Starting { lead } if !lead.is_zero() => {
+                self.phase(&format!("starting in {} ms", lead.as_millis()));
+            }
+            Event::Progress(p) => self.update(p),
+            _ => {}
         }
     }
 }

@@ -4,8 +4,9 @@
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use qpslab_lab::sweep::{self, Event, Status, SweepError, SweepOptions};
+use qpslab_lab::sweep::{self, Status, SweepError, SweepOptions};
 use qpslab_lab::BenchOptions;
+use qpslab_load::feed::{Event, Feed};
 use qpslab_load::Progress;
 use qpslab_runs::compare;
 use qpslab_runs::select::{self, Selector};
@@ -38,13 +39,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
     }
     let mut store = open(&a.store)?;
     let mut line = Line::new();
-    let outcome = sweep::run(&file, &opts, &mut store, stop, &mut |e| line.event(&e)).map_err(
-        |e| match e {
-            SweepError::Usage(m) => UsageError(m).into(),
-            SweepError::Store(s) => store_error(s),
-            other => anyhow::Error::new(other),
-        },
-    )?;
+    let outcome = sweep::run(&file, &opts, &mut store, stop, &mut line).map_err(|e| match e {
+        SweepError::Usage(m) => UsageError(m).into(),
+        SweepError::Store(s) => store_error(s),
+        other => anyhow::Error::new(other),
+    })?;
     line.clear();
     let groups = if outcome.runs.is_empty() {
         Vec::new()
@@ -142,6 +141,21 @@ impl Line {
         }
     }
 
+    fn draw(&self, what: &str) {
+        if self.tty {
+            eprint!("\r\x1b[K{} \u{b7} {what}", self.head);
+        }
+    }
+
+    fn clear(&self) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// The sweep's line watches the sweep and the benches it runs.
+impl Feed for Line {
     fn event(&mut self, e: &Event<'_>) {
         match e {
             Event::RunStart { run, runs, variant, variants, name, repeat, repeats, eta } => {
@@ -161,23 +175,11 @@ impl Line {
                 self.last = **p;
                 self.draw(&what);
             }
-            Event::Stored { .. } => {}
             Event::Note(n) => {
                 self.clear();
                 eprintln!("qpslab: note: {n}");
             }
-        }
-    }
-
-    fn draw(&self, what: &str) {
-        if self.tty {
-            eprint!("\r\x1b[K{} \u{b7} {what}", self.head);
-        }
-    }
-
-    fn clear(&self) {
-        if self.tty {
-            eprint!("\r\x1b[K");
+            _ => {}
         }
     }
 }

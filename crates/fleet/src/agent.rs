@@ -11,10 +11,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
+use qpslab_load::feed::{Event as LoadEvent, Feed};
 use qpslab_load::report::{encode_histogram, RunMeta};
 use qpslab_load::wire::RunPart;
-use qpslab_load::{LoadConfig, LoadOptions, Observe, Progress, Report};
+use qpslab_load::{LoadConfig, LoadOptions, Report};
 
 use crate::protocol::{self, Command, Event, PROTOCOL};
 
@@ -164,7 +164,7 @@ impl Job {
             return say(&self.out, &usage(e.to_string()));
         }
         let mut obs = Watch { job: &self, cfg: &cfg, start };
-        match qpslab_load::run_observed(&cfg, &self.stop, &mut obs) {
+        match qpslab_load::run(&cfg, &self.stop, &mut obs) {
             Ok(result) => {
                 let report = Report::new(&cfg, &result, &self.meta);
                 say(
@@ -190,7 +190,37 @@ struct Watch<'a> {
     start: Receiver<Option<u64>>,
 }
 
-impl Observe for Watch<'_> {
+impl Feed for Watch<'_> {
+    fn event(&mut self, e: &LoadEvent<'_>) {
+        match e {
+            LoadEvent::Ready => self.ready(),
+            LoadEvent::Progress(p) => say(
+                &self.job.out,
+                &Event::Progress {
+                    elapsed_s: p.elapsed.as_secs_f64(),
+                    warming_up: p.warming_up,
+                    sent: p.sent,
+                    completed: p.completed,
+                    failed: p.failed,
+                },
+            ),
+            LoadEvent::Second { index, hist } => {
+                say(
+                    &self.job.out,
+                    &Event::Interval { index: *index, hist: encode_histogram(hist) },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn wants_seconds(&self) -> bool {
+        true
+    }
+}
+
+impl Watch<'_> {
+    /// Says the connections are open, then holds the start until the coordinator's instant.
     fn ready(&mut self) {
         let j = self.job;
         say(
@@ -214,27 +244,6 @@ impl Observe for Watch<'_> {
                 j.stop.store(true, Ordering::Relaxed);
             }
         }
-    }
-
-    fn progress(&mut self, p: &Progress) {
-        say(
-            &self.job.out,
-            &Event::Progress {
-                elapsed_s: p.elapsed.as_secs_f64(),
-                warming_up: p.warming_up,
-                sent: p.sent,
-                completed: p.completed,
-                failed: p.failed,
-            },
-        );
-    }
-
-    fn wants_intervals(&self) -> bool {
-        true
-    }
-
-    fn interval(&mut self, index: u32, hist: &Histogram<u64>) {
-        say(&self.job.out, &Event::Interval { index, hist: encode_histogram(hist) });
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use qpslab_load::feed::{AgentLive, Event as FeedEvent, Feed};
 use qpslab_load::report::{AgentRow, CoordinatorCost, RunMeta, StartSync};
 use qpslab_load::wire::merge_parts;
 use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
@@ -29,18 +30,6 @@ pub const SILENCE: Duration = Duration::from_secs(3);
 pub const PINGS: u32 = 8;
 /// How long stopped agents get to send their results before they are ended.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
-
-/// What the coordinator is doing, for a progress display.
-#[derive(Debug)]
-pub enum Status<'a> {
-    /// A phase before the run: "connecting to 3 agents".
-    Phase(&'a str),
-    /// The start instant is sent: the agents' clocks start `lead` from now (their warm-up,
-    /// if any, first).
-    Starting { lead: Duration },
-    /// The agents' live counters, summed, about once a second.
-    Progress(&'a Progress),
-}
 
 /// The merged run.
 #[derive(Debug)]
@@ -86,7 +75,7 @@ pub fn run_load(
     fleet: &FleetOptions,
     meta: &RunMeta,
     stop: &AtomicBool,
-    on_status: &mut dyn FnMut(Status<'_>),
+    feed: &mut dyn Feed,
 ) -> Result<Outcome, FleetError> {
     // The totals' configuration, checked here first: a bad flag fails before any ssh. CPU
     // lists are the agents' machines' to check.
@@ -100,19 +89,20 @@ pub fn run_load(
             s.cpus = Some(c.clone());
         }
     }
-    on_status(Status::Phase(&format!("starting {} agents", fleet.hosts.len())));
+    feed.event(&FeedEvent::Phase(&format!("starting {} agents", fleet.hosts.len())));
     let session = Session::open(fleet, "--agents", stop)?;
     let mut c = Coordinator::new(session, stop);
     for (i, s) in specs.into_iter().enumerate() {
         c.session.send(i, &Command::Load { spec: Box::new(s) });
     }
-    on_status(Status::Phase("agents preparing (resolving, opening connections)"));
+    feed.event(&FeedEvent::Phase("agents preparing (resolving, opening connections)"));
     c.await_ready(opts)?;
     c.measure_clocks()?;
     let lead = c.start()?;
-    on_status(Status::Starting { lead });
+    // The measured window begins after the agents' warm-up.
+    feed.event(&FeedEvent::Starting { lead: lead + opts.warmup.unwrap_or_default() });
     let (cpu0, t0) = (CpuTime::of_current_process(), Instant::now() + lead);
-    let merged = c.follow(on_status);
+    let merged = c.follow(feed);
     let wall = t0.elapsed().as_secs_f64();
     let cpu = CpuTime::of_current_process().since(cpu0).total().as_secs_f64();
     c.cost = Some(CoordinatorCost {
@@ -256,8 +246,10 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Follows the run to its end; returns each second's latency merged over agents.
-    fn follow(&mut self, on_status: &mut dyn FnMut(Status<'_>)) -> BTreeMap<u32, Histogram<u64>> {
+    fn follow(&mut self, feed: &mut dyn Feed) -> BTreeMap<u32, Histogram<u64>> {
         let mut merged: BTreeMap<u32, Histogram<u64>> = BTreeMap::new();
+        // Seconds merged over every agent and told to the feed, from 0.
+        let mut told = 0u32;
         let mut stop_sent: Option<Instant> = None;
         let mut shown = Instant::now();
         while self.agents.iter().any(|a| matches!(a.state, State::Running)) {
@@ -284,7 +276,9 @@ impl<'a> Coordinator<'a> {
             }
             if now.duration_since(shown) >= Duration::from_secs(1) {
                 shown = now;
-                on_status(Status::Progress(&self.summed()));
+                feed.event(&FeedEvent::Progress(&self.summed()));
+                feed.event(&FeedEvent::Agents(&self.live()));
+                told = self.tell_seconds(&merged, told, feed);
             }
             let Some((i, at, what)) = self.session.recv(Duration::from_millis(100)) else {
                 continue;
@@ -339,7 +333,57 @@ impl<'a> Coordinator<'a> {
                 _ => {}
             }
         }
+        if feed.wants_seconds() {
+            for (index, hist) in merged.range(told..) {
+                feed.event(&FeedEvent::Second { index: *index, hist });
+            }
+        }
         merged
+    }
+
+    /// Tells the feed the seconds every agent still running has handed over (merged over all
+    /// agents), from `told`; returns the next second to tell.
+    fn tell_seconds(
+        &self,
+        merged: &BTreeMap<u32, Histogram<u64>>,
+        mut told: u32,
+        feed: &mut dyn Feed,
+    ) -> u32 {
+        if !feed.wants_seconds() {
+            return told;
+        }
+        let done_below = self
+            .agents
+            .iter()
+            .filter(|a| matches!(a.state, State::Running))
+            .map(|a| a.intervals)
+            .min()
+            .unwrap_or(u32::MAX);
+        while told < done_below {
+            let Some(hist) = merged.get(&told) else { break };
+            feed.event(&FeedEvent::Second { index: told, hist });
+            told += 1;
+        }
+        told
+    }
+
+    /// Where each agent is.
+    fn live(&self) -> Vec<AgentLive> {
+        self.agents
+            .iter()
+            .zip(&self.session.members)
+            .map(|(a, m)| AgentLive {
+                host: m.host.name.clone(),
+                state: match a.state {
+                    State::Starting => "preparing",
+                    State::Running => "running",
+                    State::Done(..) => "done",
+                    State::Lost(_) => "lost",
+                    State::Failed(_) => "failed",
+                },
+                progress: a.progress,
+            })
+            .collect()
     }
 
     /// The live counters of all agents, summed (the elapsed time is the furthest along).

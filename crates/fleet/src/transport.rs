@@ -165,8 +165,12 @@ const SSH_OPTIONS: [&str; 5] = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"
 
 fn process(place: &Place, ssh: &[String], exe: &Exe) -> std::io::Result<Process> {
     Ok(match place {
+        // A local agent is this executable, or the one `--agent-exe` names.
         Place::Local { .. } => {
-            let mut p = Process::new(std::env::current_exe()?);
+            let mut p = match exe {
+                Exe::Path(path) => Process::new(path),
+                Exe::Auto { .. } => Process::new(std::env::current_exe()?),
+            };
             p.arg("agent");
             p
         }

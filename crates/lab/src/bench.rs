@@ -9,14 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use qpslab_fleet::coordinator::{self, FleetError, Status};
+use qpslab_fleet::coordinator::{self, FleetError};
 use qpslab_fleet::session::FleetOptions;
 use qpslab_fleet::transport::{self, AgentHost, Place};
 use qpslab_host::doctor::{Context, Generator};
 use qpslab_host::sample::Role;
 use qpslab_host::{Diagnosis, Examination, Root};
+use qpslab_load::feed::{Event, Feed, Unwatched};
 use qpslab_load::report::RunMeta;
-use qpslab_load::{LoadConfig, LoadOptions, Progress, Report};
+use qpslab_load::{LoadConfig, LoadOptions, Report};
 use serde::{Deserialize, Serialize};
 
 pub use crate::kinds::{Accept, BenchError, ServerSpec, TargetKind};
@@ -366,22 +367,55 @@ fn server_host(arg: &str) -> Result<AgentHost, String> {
 }
 
 /// Runs a bench until its duration, or until `stop` is set (a SIGINT handler may set it).
-/// `on_progress` sees the measured run's progress about once a second.
+/// `feed` hears the measured run as it goes (its load's or its agents' events) and the
+/// doctor's findings once they are known.
 pub fn bench(
     opts: &BenchOptions,
     stop: &AtomicBool,
-    on_progress: &mut dyn FnMut(&Progress),
+    feed: &mut dyn Feed,
 ) -> Result<BenchReport, BenchError> {
     let server = opts.validate()?;
     let remote = opts.remote()?;
-    let Some(fleet) = &remote.server else {
-        return run(opts, server, &remote, None, stop, on_progress);
+    let result = match &remote.server {
+        None => run(opts, server, &remote, None, stop, feed),
+        Some(fleet) => {
+            let mut far = ServerHost::connect(fleet, stop)?;
+            let result = run(opts, server, &remote, Some(&mut far), stop, feed);
+            // Closing the pipe stops what the agent started there (target, sampling).
+            far.close();
+            result
+        }
     };
-    let mut far = ServerHost::connect(fleet, stop)?;
-    let result = run(opts, server, &remote, Some(&mut far), stop, on_progress);
-    // Closing the pipe stops what the agent started there (target, sampling).
-    far.close();
+    if let Ok(r) = &result {
+        for f in &r.doctor.findings {
+            let severity = serde_json::to_value(f.severity).unwrap_or_default();
+            feed.event(&Event::Finding {
+                name: f.name,
+                severity: severity.as_str().unwrap_or(""),
+                summary: &f.summary,
+            });
+        }
+    }
     result
+}
+
+/// Passes a bench's load events on, and tells `begin` when the measured window starts.
+struct Tap<'f, 'b> {
+    feed: &'f mut dyn Feed,
+    begin: &'b mut dyn FnMut(Duration),
+}
+
+impl Feed for Tap<'_, '_> {
+    fn event(&mut self, e: &Event<'_>) {
+        if let Event::Starting { lead } = e {
+            (self.begin)(*lead);
+        }
+        self.feed.event(e);
+    }
+
+    fn wants_seconds(&self) -> bool {
+        self.feed.wants_seconds()
+    }
 }
 
 /// Where the doctor samples: this host, or the server host.
@@ -396,7 +430,7 @@ fn run(
     remote: &Remote,
     far: Option<&mut ServerHost<'_>>,
     stop: &AtomicBool,
-    on_progress: &mut dyn FnMut(&Progress),
+    feed: &mut dyn Feed,
 ) -> Result<BenchReport, BenchError> {
     let root = Root::live();
     let (mut doctor, placed) = match (far, opts.url(), &server) {
@@ -439,7 +473,7 @@ fn run(
         }
     }
     let (load, samples, examining) =
-        load_while_examined(opts, &placed, remote, &mut doctor, stop, on_progress)?;
+        load_while_examined(opts, &placed, remote, &mut doctor, stop, feed)?;
     if let Some(r) = &placed.running {
         // A target that died mid-run makes every figure meaningless.
         if !placed.server_pids.iter().all(|p| root.exists(&format!("proc/{p}"))) {
@@ -499,7 +533,7 @@ fn load_while_examined(
     remote: &Remote,
     doctor: &mut Doctor<'_, '_>,
     stop: &AtomicBool,
-    on_progress: &mut dyn FnMut(&Progress),
+    feed: &mut dyn Feed,
 ) -> Result<(Report, Vec<qpslab_host::sample::Sample>, Option<Examining>), BenchError> {
     let done = AtomicBool::new(false);
     let (go, starts) = mpsc::channel::<Instant>();
@@ -544,7 +578,7 @@ fn load_while_examined(
                 }
             }
         };
-        let load = generate(opts, placed, remote, stop, on_progress, &mut begin);
+        let load = generate(opts, placed, remote, stop, &mut Tap { feed, begin: &mut begin });
         drop(go);
         done.store(true, Ordering::Relaxed);
         let samples = sampler.map_or(Ok(Ok(Vec::new())), |t| t.join());
@@ -561,8 +595,7 @@ fn generate(
     placed: &Placement,
     remote: &Remote,
     stop: &AtomicBool,
-    on_progress: &mut dyn FnMut(&Progress),
-    begin: &mut dyn FnMut(Duration),
+    tap: &mut Tap<'_, '_>,
 ) -> Result<Report, BenchError> {
     if let Some(fleet) = &remote.agents {
         let load_opts = LoadOptions {
@@ -571,17 +604,12 @@ fn generate(
             warmup: Some(opts.warmup()),
             ..load_options(opts, placed, opts.duration())
         };
-        let warmup = opts.warmup();
-        let outcome =
-            coordinator::run_load(&load_opts, fleet, &opts.meta, stop, &mut |s| match s {
-                Status::Starting { lead } => begin(lead + warmup),
-                Status::Progress(p) => on_progress(p),
-                Status::Phase(_) => {}
-            })
-            .map_err(|e| match e {
+        let outcome = coordinator::run_load(&load_opts, fleet, &opts.meta, stop, tap).map_err(
+            |e| match e {
                 FleetError::Usage(m) => BenchError::Usage(m),
                 FleetError::Failed(m) => BenchError::Agents(m),
-            })?;
+            },
+        )?;
         return Ok(outcome.report);
     }
     let cfg = load_config(opts, placed, opts.duration())?;
@@ -591,10 +619,11 @@ fn generate(
     })?;
     if !opts.warmup().is_zero() {
         let warm = load_config(opts, placed, opts.warmup())?;
-        qpslab_load::run(&warm, stop, &mut |_| {}).map_err(BenchError::Load)?;
+        tap.feed.event(&Event::Phase("warming up"));
+        qpslab_load::run(&warm, stop, &mut Unwatched).map_err(BenchError::Load)?;
     }
-    begin(Duration::ZERO);
-    let result = qpslab_load::run(&cfg, stop, on_progress).map_err(BenchError::Load)?;
+    tap.event(&Event::Starting { lead: Duration::ZERO });
+    let result = qpslab_load::run(&cfg, stop, tap.feed).map_err(BenchError::Load)?;
     Ok(Report::new(&cfg, &result, &opts.meta))
 }
 

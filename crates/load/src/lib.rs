@@ -6,6 +6,7 @@
 //! CLI does.
 
 pub mod config;
+pub mod feed;
 pub mod hlog;
 pub mod options;
 mod pacer;
@@ -33,6 +34,7 @@ use thiserror::Error;
 use worker::{Clock, Msg};
 
 pub use config::{ConfigError, LoadConfig, LoadOptions, Target};
+pub use feed::{Event, Feed};
 pub use qpslab_sys::thread::CpuTime;
 pub use qpslab_sys::uring::{Engine, IoChoice};
 pub use report::Report;
@@ -161,52 +163,15 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// What the caller sees of a run while it runs, on the calling thread.
-pub trait Observe {
-    /// Every load thread is ready (its connections open, in keep-alive runs): the run's clock
-    /// starts when this returns. A coordinator holds it here until the agreed start instant.
-    fn ready(&mut self) {}
-
-    /// The live counters, about once a second.
-    fn progress(&mut self, _p: &Progress) {}
-
-    /// Whether [`Observe::interval`] should be called (threads then keep a histogram per
-    /// second, a few microseconds of work per second each).
-    fn wants_intervals(&self) -> bool {
-        false
-    }
-
-    /// Interval `index` (second `index` of the measured window, from 0) is complete: the
-    /// corrected latency of its responses, merged over threads. The last one may be partial.
-    fn interval(&mut self, _index: u32, _hist: &Histogram<u64>) {}
-}
-
-/// A progress callback as an observer.
-struct OnProgress<'a>(&'a mut dyn FnMut(&Progress));
-
-impl Observe for OnProgress<'_> {
-    fn progress(&mut self, p: &Progress) {
-        (self.0)(p);
-    }
-}
-
 /// Runs the load and returns the merged measurements. The run ends at its duration or request
-/// count, or early when `stop` is set (a SIGINT handler may set it). `on_progress` is called
-/// about once a second from the calling thread; it sees the same counters whatever it does with
-/// them.
+/// count, or early when `stop` is set (a SIGINT handler may set it). `feed` hears, on the
+/// calling thread, that every thread is ready (and may hold the start there), the live
+/// counters about once a second, and each second's merged histogram if it wants them; it
+/// sees the same counters whatever it does with them.
 pub fn run(
     cfg: &LoadConfig,
     stop: &AtomicBool,
-    on_progress: &mut dyn FnMut(&Progress),
-) -> Result<RunResult, LoadError> {
-    run_observed(cfg, stop, &mut OnProgress(on_progress))
-}
-
-/// [`run`], with an observer that may hold the start and sees each second's histogram.
-pub fn run_observed(
-    cfg: &LoadConfig,
-    stop: &AtomicBool,
-    observer: &mut dyn Observe,
+    feed: &mut dyn Feed,
 ) -> Result<RunResult, LoadError> {
     ensure_fd_limit(cfg.connections, cfg.threads)?;
     let log = match &cfg.log {
@@ -223,7 +188,7 @@ pub fn run_observed(
         heads: cfg.targets.iter().map(|t| t.head).collect(),
         idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
         stop_flag: stop,
-        intervals: cfg.log.is_some() || observer.wants_intervals(),
+        intervals: cfg.log.is_some() || feed.wants_seconds(),
     };
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();
@@ -238,7 +203,7 @@ pub fn run_observed(
     let mut watcher = Watcher {
         cfg,
         progress: &progress,
-        observer,
+        feed,
         log,
         merge: IntervalMerge::new(cfg.threads),
         clock: None,
@@ -258,9 +223,9 @@ pub fn run_observed(
     let merged = merge(cfg, &outcomes, clock, spawned, watcher.ready_at.unwrap_or(clock.start));
     // The intervals every thread had not yet moved past (the last, partial one).
     let rest = watcher.merge.rest();
-    if watcher.observer.wants_intervals() {
+    if watcher.feed.wants_seconds() {
         for (i, h) in &rest {
-            watcher.observer.interval(*i, h);
+            watcher.feed.event(&Event::Second { index: *i, hist: h });
         }
     }
     let log_error =
@@ -367,7 +332,7 @@ fn second_rows(rec: &Recorder, duration: Duration) -> Vec<Interval> {
 struct Watcher<'a> {
     cfg: &'a LoadConfig,
     progress: &'a [ThreadProgress],
-    observer: &'a mut dyn Observe,
+    feed: &'a mut dyn Feed,
     log: Option<IntervalLog>,
     merge: IntervalMerge,
     clock: Option<Clock>,
@@ -380,7 +345,7 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     fn start(&mut self) -> Clock {
         // The connections are open now; what the observer holds is not setup.
         self.ready_at = Some(Instant::now());
-        self.observer.ready();
+        self.feed.event(&Event::Ready);
         self.limits = qpslab_sys::cgroup::cpu_limits(&Root::live(), std::process::id());
         let clock = Clock::now(self.cfg);
         if let Some(log) = &mut self.log {
@@ -395,8 +360,8 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
             if let Some(l) = &mut self.log {
                 l.write(&h, i, Duration::from_secs(1));
             }
-            if self.observer.wants_intervals() {
-                self.observer.interval(i, &h);
+            if self.feed.wants_seconds() {
+                self.feed.event(&Event::Second { index: i, hist: &h });
             }
         }
     }
@@ -404,7 +369,7 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     fn tick(&mut self) {
         let Some(clock) = self.clock else { return };
         let p = sum_progress(self.progress, clock.measure_start);
-        self.observer.progress(&p);
+        self.feed.event(&Event::Progress(&p));
     }
 }
 

@@ -45,8 +45,12 @@ fn allocations_with(mut o: qpslab_load::LoadOptions, requests: u64) -> u64 {
     o.connections = Some(20);
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
     let before = ALLOCATIONS.load(Ordering::Relaxed);
-    let result =
-        qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).unwrap();
+    let result = qpslab_load::run(
+        &cfg,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut qpslab_load::feed::Unwatched,
+    )
+    .unwrap();
     let after = ALLOCATIONS.load(Ordering::Relaxed);
     assert_eq!(result.rec.ok, requests);
     after - before

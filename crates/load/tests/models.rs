@@ -264,8 +264,12 @@ fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly(io: IoChoice) {
     o.threads = Some(2);
     o.log = Some(log.clone());
     let cfg = LoadConfig::from_options(&o).unwrap();
-    let result =
-        qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).unwrap();
+    let result = qpslab_load::run(
+        &cfg,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut qpslab_load::feed::Unwatched,
+    )
+    .unwrap();
     assert_eq!(result.log_error, None);
     let whole = hlog::read_file(&log).unwrap();
     assert_eq!(whole.intervals.len(), 4, "{:?}", whole.intervals);

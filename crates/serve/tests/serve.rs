@@ -446,7 +446,12 @@ fn qpslab_load(url: &str, requests: u64, connections: usize) -> qpslab_load::Run
         ..qpslab_load::LoadOptions::default()
     };
     let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
-    qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).unwrap()
+    qpslab_load::run(
+        &cfg,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut qpslab_load::feed::Unwatched,
+    )
+    .unwrap()
 }
 
 fn qpslab_load_counts_match(io: IoChoice) {

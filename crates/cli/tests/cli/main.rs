@@ -5,6 +5,7 @@
 mod agents;
 #[path = "../common/mod.rs"]
 mod common;
+mod feed;
 mod lab;
 mod load_models;
 mod profile;

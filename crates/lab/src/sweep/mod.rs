@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use qpslab_host::tune;
 use qpslab_host::{Host, Root};
-use qpslab_load::Progress;
+use qpslab_load::feed::{Event, Feed};
 
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
@@ -73,28 +73,6 @@ impl Status {
             Self::Failed => "failed",
         }
     }
-}
-
-/// What happened, for the progress display.
-#[derive(Debug)]
-pub enum Event<'a> {
-    /// A run begins: `run` of `runs` (from 1), variant `variant` of `variants` (from 1).
-    RunStart {
-        run: usize,
-        runs: usize,
-        variant: usize,
-        variants: usize,
-        name: &'a str,
-        repeat: u32,
-        repeats: u32,
-        eta: Duration,
-    },
-    /// The measured window's progress, about once a second.
-    Progress(&'a Progress),
-    /// A run is stored.
-    Stored { id: i64, throughput_rps: f64 },
-    /// Something the user should know (a stopped run not stored, a revert that kept a value).
-    Note(String),
 }
 
 /// The sweep as it ended.
@@ -204,7 +182,7 @@ pub fn run(
     o: &SweepOptions,
     store: &mut Store,
     stop: &AtomicBool,
-    on_event: &mut dyn FnMut(Event<'_>),
+    feed: &mut dyn Feed,
 ) -> Result<Outcome, SweepError> {
     let ready = prepare(sweep, o, stop, true)?;
     let repeats = o.repeat.unwrap_or(sweep.repeat).max(1);
@@ -220,7 +198,7 @@ pub fn run(
                 outcome.status = Status::Stopped;
                 break 'all;
             }
-            on_event(Event::RunStart {
+            feed.event(&Event::RunStart {
                 run: run_no,
                 runs: total,
                 variant: i + 1,
@@ -230,7 +208,7 @@ pub fn run(
                 repeats,
                 eta: eta(clock.elapsed(), run_no - 1, total, &r.opts),
             });
-            match visit(r, repeat, id, o, store, stop, on_event) {
+            match visit(r, repeat, id, o, store, stop, feed) {
                 Ok(Some(run)) => outcome.runs.push(run),
                 Ok(None) => {
                     outcome.status = Status::Stopped;
@@ -267,7 +245,7 @@ fn visit(
     o: &SweepOptions,
     store: &mut Store,
     stop: &AtomicBool,
-    on_event: &mut dyn FnMut(Event<'_>),
+    feed: &mut dyn Feed,
 ) -> Result<Option<i64>, SweepError> {
     let tune_err = |message: String| SweepError::Tune { variant: r.variant.name.clone(), message };
     let root = Root::live();
@@ -293,10 +271,10 @@ fn visit(
     if let InForce::There(far, _) = &mut settings {
         provenance.server_host = far.host_json().ok();
     }
-    let result = bench(&r.opts, stop, &mut |p| on_event(Event::Progress(p)));
+    let result = bench(&r.opts, stop, feed);
     let reverted = settings.revert().map_err(tune_err)?;
     if let Some(note) = reverted {
-        on_event(Event::Note(note));
+        feed.event(&Event::Note(&note));
     }
     let report = result.map_err(|source| SweepError::Run {
         variant: r.variant.name.clone(),
@@ -304,7 +282,7 @@ fn visit(
         source,
     })?;
     if report.load.stopped_early {
-        on_event(Event::Note(format!(
+        feed.event(&Event::Note(&format!(
             "run of {:?} (repeat {repeat}) stopped by a signal: not stored",
             r.variant.name
         )));
@@ -312,7 +290,7 @@ fn visit(
     }
     let in_sweep = InSweep { sweep, variant: &r.variant.name, repeat };
     let id = store_bench(store, &r.opts, &report, Some(in_sweep), o.label.as_deref(), &provenance)?;
-    on_event(Event::Stored { id, throughput_rps: report.load.throughput_rps });
+    feed.event(&Event::Stored { id, throughput_rps: report.load.throughput_rps });
     Ok(Some(id))
 }
 

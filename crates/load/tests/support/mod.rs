@@ -27,8 +27,12 @@ pub fn opts_on(io: qpslab_load::IoChoice, url: &str) -> LoadOptions {
 /// Validates, runs and reports, asserting the accounting identities every run must satisfy.
 pub fn run(opts: &LoadOptions) -> Report {
     let cfg = LoadConfig::from_options(opts).expect("valid options");
-    let result = qpslab_load::run(&cfg, &std::sync::atomic::AtomicBool::new(false), &mut |_| {})
-        .expect("run completes");
+    let result = qpslab_load::run(
+        &cfg,
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut qpslab_load::feed::Unwatched,
+    )
+    .expect("run completes");
     let report = Report::new(&cfg, &result, &RunMeta::default());
     let r = &report.requests;
     assert_eq!(r.sent, r.completed + r.failed + r.in_flight_at_stop, "sent identity: {r:?}");
