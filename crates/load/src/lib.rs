@@ -12,6 +12,7 @@ pub mod options;
 mod pacer;
 pub mod rate;
 pub mod report;
+mod session;
 pub mod source;
 pub mod stats;
 pub mod target;

@@ -17,13 +17,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
-use qpslab_http::{Response, ResponseParser};
+use qpslab_http::Response;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use io::Io;
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
+use crate::session::{Absorbed, Ended, Http1, Req};
 use crate::stats::{new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
 use qpslab_sys::net::message as io_message;
@@ -135,18 +136,6 @@ pub(crate) struct Shared<'a> {
     pub intervals: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Req {
-    sent_at: Instant,
-    /// When it was meant to go: its open-loop slot, else `sent_at`. Latency counts from here.
-    intended: Instant,
-    /// Issued after warm-up: counts in every figure.
-    counted: bool,
-    /// Sent again once already, after its reused connection closed before responding.
-    retried: bool,
-    target: u32,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Closed,
@@ -172,14 +161,9 @@ struct Conn {
     handshake_at: Instant,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
     gen: u32,
-    group: usize,
-    /// Position in the group's request cycle of the next request.
-    cursor: usize,
     phase: Phase,
-    parser: ResponseParser,
-    /// Unconsumed bytes of a response head split across reads.
-    carry: Vec<u8>,
-    inflight: VecDeque<Req>,
+    /// The connection's HTTP/1.1: requests to write, responses to read, what to retry.
+    s: Http1,
     /// Requests committed while the connection was being opened.
     waiting: u64,
     waiting_counted: bool,
@@ -187,8 +171,6 @@ struct Conn {
     waiting_intended: Option<Instant>,
     /// In the worker's idle list (open loop: free, waiting for the schedule).
     idle: bool,
-    write_pos: usize,
-    write_end: usize,
     /// epoll: write interest is armed.
     out_armed: bool,
     /// io_uring: a send of the current batch is in flight.
@@ -198,9 +180,6 @@ struct Conn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
-    /// The connection is being reused: a response has arrived on the current socket, or it
-    /// was opened before the run and waited idle for its first request.
-    reused: bool,
 }
 
 /// When the requests of one write were meant to go.
@@ -212,13 +191,6 @@ enum Due {
     At(Instant),
     /// Open loop: consecutive schedule slots from this one.
     Slots(u64),
-}
-
-/// What parsing a read's worth of bytes left the connection in.
-enum Absorbed {
-    Keep,
-    /// The server ends the connection after this response.
-    Close,
 }
 
 /// Open loop: the shortest sleep between sends; a request waits at most this long past its
@@ -284,27 +256,23 @@ impl<'a> Worker<'a> {
                 tls: None,
                 handshake_at: now,
                 gen: 0,
-                group: shared.conn_groups[first_conn + i],
-                // Connections start at different points of their group's request cycle.
-                cursor: (first_conn + i)
-                    % shared.groups[shared.conn_groups[first_conn + i]].cycle.len(),
                 phase: Phase::Closed,
-                parser: ResponseParser::default(),
-                carry: Vec::new(),
-                inflight: VecDeque::with_capacity(cfg.pipeline),
+                s: {
+                    let group = shared.conn_groups[first_conn + i];
+                    // Connections start at different points of their group's request cycle.
+                    let cursor = (first_conn + i) % shared.groups[group].cycle.len();
+                    Http1::new(group, cursor, cfg.pipeline)
+                },
                 waiting: 0,
                 waiting_counted: false,
                 waiting_intended: None,
                 idle: false,
-                write_pos: 0,
-                write_end: 0,
                 out_armed: false,
                 sending: false,
                 receiving: false,
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
-                reused: false,
             })
             .collect();
         Ok(Self {
@@ -383,7 +351,7 @@ impl<'a> Worker<'a> {
         }
         for c in &mut self.conns {
             // Idle since it opened, as a kept-alive connection is between requests.
-            c.reused = c.phase == Phase::Open;
+            c.s.reused = c.phase == Phase::Open;
         }
         self.setup.opened = self.conns.iter().filter(|c| c.phase == Phase::Open).count();
         self.setup.failed = self.conns.len() - self.setup.opened;
@@ -486,7 +454,7 @@ impl<'a> Worker<'a> {
         }
         let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
         for c in &self.conns {
-            c.add_counted_outstanding(&self.shared.groups[c.group], &mut in_flight_by_target);
+            c.add_counted_outstanding(&self.shared.groups[c.s.group], &mut in_flight_by_target);
         }
         ThreadOutcome {
             in_flight: in_flight_by_target.iter().sum(),
@@ -527,7 +495,7 @@ impl<'a> Worker<'a> {
         match c.phase {
             Phase::Connecting | Phase::Handshaking => {}
             Phase::Closed => {
-                if !c.inflight.is_empty() {
+                if c.s.in_flight() > 0 {
                     // Requests to write again once the new connection is open.
                     return self.connect(idx, now);
                 }
@@ -552,10 +520,10 @@ impl<'a> Worker<'a> {
                 self.connect(idx, now);
             }
             Phase::Open => {
-                if c.write_pos != c.write_end {
+                if c.s.writing() {
                     return;
                 }
-                let free = depth - c.inflight.len() as u64;
+                let free = depth - c.s.in_flight() as u64;
                 if free == 0 {
                     return;
                 }
@@ -613,38 +581,36 @@ impl<'a> Worker<'a> {
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
         let measure_start = self.measure_start;
         let c = &mut self.conns[idx];
-        let group = &self.shared.groups[c.group];
-        let len = group.cycle.len();
+        let group = &self.shared.groups[c.s.group];
+        let (pacer, rec, waiting_below) = (&self.pacer, &mut self.rec, self.waiting_below);
         let mut counted_n = 0;
-        for i in 0..k {
+        c.s.queue(group, k as usize, |i, target| {
+            let i = i as u64;
             let (intended, counted) = match due {
                 Due::Now(counted) => (now, counted),
                 Due::At(t) => (t, t >= measure_start),
                 Due::Slots(first) => {
-                    let t = self.pacer.slot_time(first + i, now);
+                    let t = pacer.slot_time(first + i, now);
                     (t, t >= measure_start)
                 }
             };
             if counted {
                 counted_n += 1;
                 if !matches!(due, Due::Now(_)) {
-                    self.rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
+                    rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
                 }
                 if let Due::Slots(first) = due {
-                    self.rec.waited_for_connection += u64::from(first + i < self.waiting_below);
+                    rec.waited_for_connection += u64::from(first + i < waiting_below);
                 }
             }
-            let target = group.cycle[(c.cursor + i as usize) % len];
-            c.inflight.push_back(Req { sent_at: now, intended, counted, retried: false, target });
-        }
-        (c.write_pos, c.write_end) = group.slice(c.cursor, k as usize);
-        c.cursor = (c.cursor + k as usize) % len;
+            Req { sent_at: now, intended, counted, retried: false, target }
+        });
         counted_n
     }
 
     fn connect(&mut self, idx: usize, now: Instant) {
         let cfg = self.shared.cfg;
-        let addr = self.shared.groups[self.conns[idx].group].addr;
+        let addr = self.shared.groups[self.conns[idx].s.group].addr;
         let local = cfg.source.map(|r| {
             self.source_n += 1;
             r.pick(self.index, cfg.threads, self.source_start, self.source_n - 1)
@@ -696,7 +662,7 @@ impl<'a> Worker<'a> {
             let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
             self.rec.connect_latency.saturating_record(us.max(1));
         }
-        let group = &self.shared.groups[c.group];
+        let group = &self.shared.groups[c.s.group];
         if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
             match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
                 Ok(t) => {
@@ -749,7 +715,7 @@ impl<'a> Worker<'a> {
         // With a connection per request, a new connection is the plan, not a reconnect.
         c.ever_connected = !self.shared.cfg.conn_per_request;
         self.progress.connected.store(true, Ordering::Relaxed);
-        if !c.inflight.is_empty() {
+        if c.s.in_flight() > 0 {
             return self.resend(idx, now);
         }
         let waiting = std::mem::take(&mut c.waiting);
@@ -784,77 +750,39 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Parses `data` (after any carried head bytes) and records every complete response.
+    /// Parses `data` and records every complete response.
     fn absorb(&mut self, idx: usize, data: &[u8], now: Instant) -> Result<Absorbed, String> {
+        let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
         let c = &mut self.conns[idx];
-        let heads = &self.shared.heads;
-        let one_request = self.shared.cfg.conn_per_request;
-        let carried = !c.carry.is_empty();
-        if carried {
-            c.carry.extend_from_slice(data);
-        }
-        let mut carry = std::mem::take(&mut c.carry);
-        let fresh = data;
-        let data: &[u8] = if carried { &carry } else { fresh };
-        let mut off = 0;
-        let mut outcome = Absorbed::Keep;
-        while off < data.len() {
-            let head = c.inflight.front().is_some_and(|r| heads[r.target as usize]);
-            let step = c.parser.feed(&data[off..], head).map_err(|e| {
-                if looks_like_tls(&data[off..]) {
-                    "the server answered with TLS where an HTTP response was expected: use an \
-                     https:// URL"
-                        .to_string()
-                } else {
-                    e.to_string()
-                }
-            })?;
-            off += step.consumed;
-            let Some(resp) = step.response else { break };
-            let Some(req) = c.inflight.pop_front() else {
-                return Err("response received with no request in flight".into());
-            };
-            self.outstanding -= 1;
-            c.reused = true;
-            self.shared.record(&mut self.rec, req, resp, now);
-            if !resp.keep_alive || one_request {
-                outcome = Absorbed::Close;
-                break;
-            }
-        }
-        if carried {
-            carry.drain(..off);
-        } else {
-            carry.extend_from_slice(&fresh[off..]);
-        }
-        c.carry = carry;
-        Ok(outcome)
+        c.s.absorb(data, &shared.heads, shared.cfg.conn_per_request, |req, resp| {
+            *outstanding -= 1;
+            shared.record(rec, req, resp, now);
+        })
     }
 
     fn on_eof(&mut self, idx: usize) {
         let now = Instant::now();
+        let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
         let c = &mut self.conns[idx];
-        match c.parser.eof(c.carry.len()) {
-            Ok(Some(resp)) => {
-                if let Some(req) = c.inflight.pop_front() {
-                    self.outstanding -= 1;
-                    self.shared.record(&mut self.rec, req, resp, now);
-                }
-                self.close_after_response(idx);
-            }
-            Ok(None) if c.inflight.is_empty() && c.waiting == 0 => {
+        let ended = c.s.eof(|req, resp| {
+            *outstanding -= 1;
+            shared.record(rec, req, resp, now);
+        });
+        match ended {
+            Ok(Ended::Response) => self.close_after_response(idx),
+            Ok(Ended::Idle) if c.waiting == 0 => {
                 // The server closed an idle keep-alive connection: reopen, nothing failed.
                 self.close(idx);
                 self.setup.closed_by_server += usize::from(!self.started);
             }
-            Ok(None) => {
+            Ok(_) => {
                 let closed = stdio::Error::new(
                     stdio::ErrorKind::UnexpectedEof,
                     "connection closed by the server before the response",
                 );
                 return self.closed_before_response(idx, ErrorClass::Read, &closed, now);
             }
-            Err(e) => return self.fail_with(idx, ErrorClass::Read, e.to_string(), now),
+            Err(e) => return self.fail_with(idx, ErrorClass::Read, e, now),
         }
         self.issue(idx, now);
     }
@@ -874,12 +802,7 @@ impl<'a> Worker<'a> {
     /// connection; returns how many there are.
     fn rewind_and_close(&mut self, idx: usize) -> u64 {
         let c = &mut self.conns[idx];
-        let k = c.inflight.len();
-        if k > 0 {
-            let len = self.shared.groups[c.group].cycle.len();
-            // They are the last k of the cycle before the cursor.
-            c.cursor = (c.cursor + len - k % len) % len;
-        }
+        let k = c.s.rewind(self.shared.groups[c.s.group].cycle.len());
         self.close_socket(idx);
         k as u64
     }
@@ -896,20 +819,12 @@ impl<'a> Worker<'a> {
         err: &stdio::Error,
         now: Instant,
     ) {
-        let c = &self.conns[idx];
         let shared = self.shared;
-        let race = shared.cfg.retry_closed
-            && c.reused
-            && c.waiting == 0
-            && c.carry.is_empty()
-            && c.parser.at_boundary()
-            && !c.inflight.is_empty()
-            && c.inflight.iter().all(|r| !r.retried && shared.idempotent[r.target as usize]);
+        let c = &mut self.conns[idx];
+        let race =
+            shared.cfg.retry_closed && c.waiting == 0 && c.s.retry_after_race(&shared.idempotent);
         if !race {
             return self.fail(idx, class, err, now);
-        }
-        for r in &mut self.conns[idx].inflight {
-            r.retried = true;
         }
         let k = self.rewind_and_close(idx);
         if self.measuring {
@@ -922,13 +837,7 @@ impl<'a> Worker<'a> {
     /// Writes the connection's unreused requests again, on its new connection.
     fn resend(&mut self, idx: usize, now: Instant) {
         let c = &mut self.conns[idx];
-        let group = &self.shared.groups[c.group];
-        let k = c.inflight.len();
-        for r in &mut c.inflight {
-            r.sent_at = now;
-        }
-        (c.write_pos, c.write_end) = group.slice(c.cursor, k);
-        c.cursor = (c.cursor + k) % group.cycle.len();
+        c.s.resend(&self.shared.groups[c.s.group], now);
         self.flush(idx);
     }
 
@@ -950,9 +859,9 @@ impl<'a> Worker<'a> {
             }
             counted += n;
         };
-        c.each_counted_outstanding(&self.shared.groups[c.group], &mut add);
+        c.each_counted_outstanding(&self.shared.groups[c.s.group], &mut add);
         self.rec.per_target = by_target;
-        self.outstanding -= c.inflight.len() as u64 + c.waiting;
+        self.outstanding -= c.s.in_flight() as u64 + c.waiting;
         self.rec.failure(class, counted, || msg);
         self.close(idx);
         if matches!(class, ErrorClass::Connect | ErrorClass::Tls) {
@@ -965,7 +874,7 @@ impl<'a> Worker<'a> {
     fn close(&mut self, idx: usize) {
         self.close_socket(idx);
         let c = &mut self.conns[idx];
-        c.inflight.clear();
+        c.s.forget();
         c.waiting = 0;
         c.waiting_intended = None;
     }
@@ -977,12 +886,8 @@ impl<'a> Worker<'a> {
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
         c.tls = None;
-        c.parser.reset();
-        c.carry.clear();
-        c.write_pos = 0;
-        c.write_end = 0;
+        c.s.closed();
         c.out_armed = false;
-        c.reused = false;
     }
 
     /// Timer work: expired requests and connects, connect retries, progress. Up to
@@ -998,8 +903,7 @@ impl<'a> Worker<'a> {
             let c = &self.conns[idx];
             match c.phase {
                 Phase::Open => {
-                    if c.inflight.front().is_some_and(|r| now.duration_since(r.sent_at) >= timeout)
-                    {
+                    if c.s.oldest_sent().is_some_and(|t| now.duration_since(t) >= timeout) {
                         let msg = format!("no response within {}", fmt_duration(timeout));
                         self.fail_with(idx, ErrorClass::Timeout, msg, now);
                     }
@@ -1045,11 +949,11 @@ impl Conn {
     /// Calls `f(target, n)` for the counted requests still unreused on the connection: those
     /// written, and the one waiting for the connect (the next of the cycle).
     fn each_counted_outstanding(&self, group: &Group, f: &mut impl FnMut(usize, u64)) {
-        for r in self.inflight.iter().filter(|r| r.counted) {
+        for r in self.s.requests().filter(|r| r.counted) {
             f(r.target as usize, 1);
         }
         if self.waiting_counted && self.waiting > 0 {
-            f(group.cycle[self.cursor] as usize, self.waiting);
+            f(self.s.next_target(group) as usize, self.waiting);
         }
     }
 
@@ -1088,12 +992,6 @@ impl Shared<'_> {
             }
         }
     }
-}
-
-/// A TLS record's header: an alert (21) or a handshake (22), version 3.x. A TLS server sent
-/// a plain-HTTP request answers with an alert.
-fn looks_like_tls(b: &[u8]) -> bool {
-    matches!(b, [21 | 22, 3, 0..=4, ..])
 }
 
 pub(crate) fn fmt_duration(d: Duration) -> String {

@@ -180,14 +180,9 @@ impl Worker<'_> {
                 Request::Send { idx } => {
                     let c = &self.conns[idx];
                     if let Some(s) = &c.sock {
-                        let wire = &self.shared.groups[c.group].wire;
-                        sub.send_shared(
-                            s.as_raw_fd(),
-                            wire,
-                            c.write_pos,
-                            c.write_end,
-                            self.ring_token(idx),
-                        );
+                        let wire = &self.shared.groups[c.s.group].wire;
+                        let (from, to) = c.s.to_write();
+                        sub.send_shared(s.as_raw_fd(), wire, from, to, self.ring_token(idx));
                     }
                 }
                 Request::Close { fd, token, receiving } => {
@@ -321,7 +316,7 @@ impl Worker<'_> {
                 }
                 self.wrote(idx, c.result as usize);
                 self.flush(idx);
-                if self.conns[idx].write_pos == self.conns[idx].write_end {
+                if !self.conns[idx].s.writing() {
                     self.issue(idx, Instant::now());
                 }
             }
@@ -364,7 +359,7 @@ impl Worker<'_> {
     pub(super) fn flush(&mut self, idx: usize) {
         if matches!(self.io, Io::Uring { .. }) {
             let c = &mut self.conns[idx];
-            if c.sock.is_some() && !c.sending && c.write_pos != c.write_end {
+            if c.sock.is_some() && !c.sending && c.s.writing() {
                 c.sending = true;
                 self.queue(Request::Send { idx });
             }
@@ -376,10 +371,11 @@ impl Worker<'_> {
         loop {
             let c = &mut self.conns[idx];
             let Some(sock) = &c.sock else { return };
-            if c.write_pos == c.write_end {
+            if !c.s.writing() {
                 return self.set_interest(idx, false);
             }
-            let wire = &self.shared.groups[c.group].wire[c.write_pos..c.write_end];
+            let (from, to) = c.s.to_write();
+            let wire = &self.shared.groups[c.s.group].wire[from..to];
             match net::send(sock, wire) {
                 Ok(n) => self.wrote(idx, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -396,15 +392,10 @@ impl Worker<'_> {
 
     /// `n` bytes of the current batch went out.
     pub(super) fn wrote(&mut self, idx: usize, n: usize) {
-        let c = &mut self.conns[idx];
-        c.write_pos += n;
         if self.measuring {
             self.rec.bytes_written += n as u64;
         }
-        if c.write_pos >= c.write_end {
-            c.write_pos = 0;
-            c.write_end = 0;
-        }
+        self.conns[idx].s.wrote(n);
     }
 
     /// epoll: reads what the socket has.

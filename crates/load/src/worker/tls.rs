@@ -84,8 +84,9 @@ impl Worker<'_> {
         let c = &mut self.conns[idx];
         let (Some(sock), Some(tls)) = (&c.sock, c.tls.as_mut()) else { return };
         let mut taken = 0;
-        if c.write_pos != c.write_end {
-            let wire = &self.shared.groups[c.group].wire[c.write_pos..c.write_end];
+        if c.s.writing() {
+            let (from, to) = c.s.to_write();
+            let wire = &self.shared.groups[c.s.group].wire[from..to];
             // rustls takes the plaintext whole (encrypted into records it holds).
             taken = tls.writer().write(wire).unwrap_or(0);
         }

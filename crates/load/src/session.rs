@@ -1,0 +1,350 @@
+//! One connection's HTTP/1.1, client side, without its socket (sans-I/O, as serve's session
+//! is for the server side): which requests go next (a slice of the target group's pre-encoded
+//! request bytes, several when pipelining), what a read completes (responses parsed in place,
+//! a split head carried to the next read), what the end of the input means, and which
+//! requests to write again on a new connection. The load thread's loop (epoll or io_uring,
+//! plain or TLS underneath) moves the bytes; the engine does the accounting with what this
+//! hands back. A sibling session (HTTP/2) would give the engine the same answers.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use qpslab_http::{Response, ResponseParser};
+
+use crate::targets::Group;
+
+/// A request written on the connection (or to be written), waiting for its response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Req {
+    pub sent_at: Instant,
+    /// When it was meant to go: its open-loop slot, else `sent_at`. Latency counts from here.
+    pub intended: Instant,
+    /// Issued after warm-up: counts in every figure.
+    pub counted: bool,
+    /// Sent again once already, after its reused connection closed before responding.
+    pub retried: bool,
+    pub target: u32,
+}
+
+/// What parsing a read's worth of bytes left the connection in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Absorbed {
+    Keep,
+    /// The server ends the connection after this response.
+    Close,
+}
+
+/// What the end of the server's input means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It ended a close-delimited response, which was handed over.
+    Response,
+    /// Nothing was waiting: the server closed an idle connection.
+    Idle,
+    /// Requests were waiting for a response that will not come.
+    Unanswered,
+}
+
+/// One connection's HTTP/1.1 exchange.
+#[derive(Debug)]
+pub(crate) struct Http1 {
+    /// The target group the connection belongs to (its address).
+    pub group: usize,
+    /// Position in the group's request cycle of the next request.
+    cursor: usize,
+    parser: ResponseParser,
+    /// Unconsumed bytes of a response head split across reads.
+    carry: Vec<u8>,
+    inflight: VecDeque<Req>,
+    /// The part of the group's request bytes still to write.
+    write_pos: usize,
+    write_end: usize,
+    /// A response has arrived on the current connection, or it was opened before the run and
+    /// waited idle for its first request.
+    pub reused: bool,
+}
+
+impl Http1 {
+    /// The exchange of a connection of `group`, starting at `cursor` in its request cycle.
+    pub fn new(group: usize, cursor: usize, depth: usize) -> Self {
+        Http1 {
+            group,
+            cursor,
+            parser: ResponseParser::default(),
+            carry: Vec::new(),
+            inflight: VecDeque::with_capacity(depth),
+            write_pos: 0,
+            write_end: 0,
+            reused: false,
+        }
+    }
+
+    /// Requests written and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    pub fn requests(&self) -> impl Iterator<Item = &Req> {
+        self.inflight.iter()
+    }
+
+    /// When the oldest request unanswered was written.
+    pub fn oldest_sent(&self) -> Option<Instant> {
+        self.inflight.front().map(|r| r.sent_at)
+    }
+
+    /// The target of the next request of the cycle.
+    pub fn next_target(&self, group: &Group) -> u32 {
+        group.cycle[self.cursor]
+    }
+
+    /// Part of a batch is still to be written.
+    pub fn writing(&self) -> bool {
+        self.write_pos != self.write_end
+    }
+
+    /// What to write next: a range of the group's request bytes.
+    pub fn to_write(&self) -> (usize, usize) {
+        (self.write_pos, self.write_end)
+    }
+
+    /// `n` bytes of the batch went out.
+    pub fn wrote(&mut self, n: usize) {
+        self.write_pos += n;
+        if self.write_pos >= self.write_end {
+            self.write_pos = 0;
+            self.write_end = 0;
+        }
+    }
+
+    /// The next `k` requests of the group's cycle go out as one write (a pipelined batch);
+    /// `make(i, target)` gives the i-th its timing and accounting.
+    pub fn queue(&mut self, group: &Group, k: usize, mut make: impl FnMut(usize, u32) -> Req) {
+        let len = group.cycle.len();
+        for i in 0..k {
+            let target = group.cycle[(self.cursor + i) % len];
+            self.inflight.push_back(make(i, target));
+        }
+        (self.write_pos, self.write_end) = group.slice(self.cursor, k);
+        self.cursor = (self.cursor + k) % len;
+    }
+
+    /// On a new connection: the requests the old one did not answer go again, in order, as
+    /// they were (their intended times kept, `now` as their write).
+    pub fn resend(&mut self, group: &Group, now: Instant) {
+        let k = self.inflight.len();
+        for r in &mut self.inflight {
+            r.sent_at = now;
+        }
+        (self.write_pos, self.write_end) = group.slice(self.cursor, k);
+        self.cursor = (self.cursor + k) % group.cycle.len();
+    }
+
+    /// Parses `data` (after any carried head bytes); each complete response is handed to
+    /// `answered` with its request. `heads` says which targets are HEAD requests (their
+    /// responses have no body); with `one_request` the connection ends after a response.
+    pub fn absorb(
+        &mut self,
+        data: &[u8],
+        heads: &[bool],
+        one_request: bool,
+        mut answered: impl FnMut(Req, Response),
+    ) -> Result<Absorbed, String> {
+        let carried = !self.carry.is_empty();
+        if carried {
+            self.carry.extend_from_slice(data);
+        }
+        let mut carry = std::mem::take(&mut self.carry);
+        let fresh = data;
+        let data: &[u8] = if carried { &carry } else { fresh };
+        let mut off = 0;
+        let mut outcome = Absorbed::Keep;
+        while off < data.len() {
+            let head = self.inflight.front().is_some_and(|r| heads[r.target as usize]);
+            let step = self.parser.feed(&data[off..], head).map_err(|e| {
+                if looks_like_tls(&data[off..]) {
+                    "the server answered with TLS where an HTTP response was expected: use an \
+                     https:// URL"
+                        .to_string()
+                } else {
+                    e.to_string()
+                }
+            })?;
+            off += step.consumed;
+            let Some(resp) = step.response else { break };
+            let Some(req) = self.inflight.pop_front() else {
+                return Err("response received with no request in flight".into());
+            };
+            self.reused = true;
+            answered(req, resp);
+            if !resp.keep_alive || one_request {
+                outcome = Absorbed::Close;
+                break;
+            }
+        }
+        if carried {
+            carry.drain(..off);
+        } else {
+            carry.extend_from_slice(&fresh[off..]);
+        }
+        self.carry = carry;
+        Ok(outcome)
+    }
+
+    /// The server's input ended; a close-delimited response it completes is handed to
+    /// `answered`.
+    pub fn eof(&mut self, answered: impl FnOnce(Req, Response)) -> Result<Ended, String> {
+        match self.parser.eof(self.carry.len()).map_err(|e| e.to_string())? {
+            Some(resp) => {
+                if let Some(req) = self.inflight.pop_front() {
+                    answered(req, resp);
+                }
+                Ok(Ended::Response)
+            }
+            None if self.inflight.is_empty() => Ok(Ended::Idle),
+            None => Ok(Ended::Unanswered),
+        }
+    }
+
+    /// The connection closed before any byte of the responses to its requests, which are
+    /// all `idempotent` and never sent again: on a reused connection this is the keep-alive
+    /// close race (RFC 9112 9.3.1), and they may go again, once. Marks them as sent again.
+    pub fn retry_after_race(&mut self, idempotent: &[bool]) -> bool {
+        let race = self.reused
+            && self.carry.is_empty()
+            && self.parser.at_boundary()
+            && !self.inflight.is_empty()
+            && self.inflight.iter().all(|r| !r.retried && idempotent[r.target as usize]);
+        if race {
+            for r in &mut self.inflight {
+                r.retried = true;
+            }
+        }
+        race
+    }
+
+    /// The connection closes with requests unanswered that will be written again on the next
+    /// one: the cursor goes back over them; returns how many there are.
+    pub fn rewind(&mut self, cycle_len: usize) -> usize {
+        let k = self.inflight.len();
+        if k > 0 {
+            // They are the last k of the cycle before the cursor.
+            self.cursor = (self.cursor + cycle_len - k % cycle_len) % cycle_len;
+        }
+        k
+    }
+
+    /// The connection is gone: nothing half-read or half-written is kept (requests in
+    /// flight stay, for [`Http1::resend`] or [`Http1::forget`]).
+    pub fn closed(&mut self) {
+        self.parser.reset();
+        self.carry.clear();
+        self.write_pos = 0;
+        self.write_end = 0;
+        self.reused = false;
+    }
+
+    /// Drops the requests in flight (failed, or reused).
+    pub fn forget(&mut self) {
+        self.inflight.clear();
+    }
+}
+
+/// A TLS record's header: an alert (21) or a handshake (22), version 3.x. A TLS server sent
+/// a plain-HTTP request answers with an alert.
+fn looks_like_tls(b: &[u8]) -> bool {
+    matches!(b, [21 | 22, 3, 0..=4, ..])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    /// A group of one target (GET /x), laid out for pipelines of up to 4.
+    fn group() -> Group {
+        let o = crate::LoadOptions {
+            urls: vec!["http://127.0.0.1:1/x".into()],
+            connections: Some(1),
+            pipeline: 4,
+            ..crate::LoadOptions::default()
+        };
+        let cfg = crate::LoadConfig::from_options(&o).unwrap();
+        cfg.groups().remove(0)
+    }
+
+    fn req(now: Instant) -> Req {
+        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0 }
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+    /// No socket anywhere: bytes in, responses and requests out.
+    #[test]
+    fn a_pipelined_batch_is_written_once_and_answered_across_split_reads() {
+        let (g, now) = (group(), Instant::now());
+        let mut s = Http1::new(0, 0, 4);
+        s.queue(&g, 3, |_, _| req(now));
+        let (from, to) = s.to_write();
+        let wire = &g.wire[from..to];
+        assert_eq!(wire.windows(5).filter(|w| w == b"GET /").count(), 3, "three requests");
+        s.wrote(to - from - 1);
+        assert!(s.writing());
+        s.wrote(1);
+        assert!(!s.writing());
+        let all = [OK, OK, OK].concat();
+        let (a, b) = all.split_at(50); // a head split across reads
+        let mut answered = 0;
+        assert_eq!(s.absorb(a, &[false], false, |_, _| answered += 1).unwrap(), Absorbed::Keep);
+        assert_eq!(answered, 1);
+        s.absorb(b, &[false], false, |_, _| answered += 1).unwrap();
+        assert_eq!((answered, s.in_flight()), (3, 0));
+        assert!(s.reused);
+    }
+
+    #[test]
+    fn the_end_of_input_and_the_close_race() {
+        let (g, now) = (group(), Instant::now());
+        let mut s = Http1::new(0, 0, 4);
+        assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Idle);
+        s.queue(&g, 1, |_, _| req(now));
+        // Not reused yet: a close before any byte is a failure, not the race.
+        assert!(!s.retry_after_race(&[true]));
+        s.absorb(OK, &[false], false, |_, _| {}).unwrap();
+        s.queue(&g, 2, |_, _| req(now));
+        assert!(!s.retry_after_race(&[false]), "not idempotent: never sent twice");
+        assert!(s.retry_after_race(&[true]));
+        assert!(!s.retry_after_race(&[true]), "once only");
+        // The two go again: the cursor goes back over them.
+        assert_eq!(s.rewind(g.cycle.len()), 2);
+        s.closed();
+        s.resend(&g, now);
+        assert!(s.writing() && s.in_flight() == 2);
+        assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Unanswered);
+        // A close-delimited body ends with the input.
+        let mut d = Http1::new(0, 0, 1);
+        d.queue(&g, 1, |_, _| req(now));
+        d.absorb(b"HTTP/1.1 200 OK\r\n\r\nbody", &[false], false, |_, _| {}).unwrap();
+        let mut got = 0;
+        assert_eq!(d.eof(|_, _| got += 1).unwrap(), Ended::Response);
+        assert_eq!(got, 1);
+    }
+
+    #[test]
+    fn connection_close_and_one_request_end_the_connection() {
+        let (g, now) = (group(), Instant::now());
+        let mut s = Http1::new(0, 0, 4);
+        s.queue(&g, 2, |_, _| req(now));
+        let close = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        assert_eq!(s.absorb(close, &[false], false, |_, _| {}).unwrap(), Absorbed::Close);
+        assert_eq!(s.in_flight(), 1, "the second was not answered: it goes again");
+        let mut one = Http1::new(0, 0, 1);
+        one.queue(&g, 1, |_, _| req(now));
+        assert_eq!(one.absorb(OK, &[false], true, |_, _| {}).unwrap(), Absorbed::Close);
+        let tls = [0x15, 3, 3, 0, 2, 2, 40];
+        let mut t = Http1::new(0, 0, 1);
+        t.queue(&g, 1, |_, _| req(now));
+        let e = t.absorb(&tls, &[false], false, |_, _| {}).unwrap_err();
+        assert!(e.contains("use an https:// URL"), "{e}");
+    }
+}
