@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use qpslab_sys::cpus::{allowed_cpus, usable_list};
 use qpslab_sys::root::Root;
-use qpslab_sys::uring::{Engine, IoChoice};
+use qpslab_sys::uring::Engine;
 
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
@@ -327,15 +327,8 @@ fn io_and_tls(
         return Ok((io, None));
     }
     let tls = crate::tls::TlsClient::new(&opts.tls)?;
-    let io = match opts.io {
-        IoChoice::Uring => {
-            return Err(ConfigError::new(
-                "--io",
-                "https:// targets run on the epoll loop; use --io epoll (or auto)",
-            ))
-        }
-        IoChoice::Auto | IoChoice::Epoll => Engine::Epoll,
-    };
+    let (io, note) = opts.io.resolve(URING_MEASURED_FASTER)?;
+    notes.extend(note);
     Ok((io, Some(tls)))
 }
 
@@ -472,8 +465,10 @@ mod tests {
         let flag = |o: LoadOptions| LoadConfig::from_options(&o).unwrap_err().flag;
         assert_eq!(flag(opts("ftp://x/")), "URL");
         assert_eq!(flag(opts("ftp://127.0.0.1/")), "URL");
-        let https_on_uring = LoadOptions { io: IoChoice::Uring, ..opts("https://127.0.0.1/") };
-        assert_eq!(flag(https_on_uring), "--io");
+        // https runs on either loop.
+        let https_on_uring =
+            LoadOptions { io: qpslab_sys::uring::IoChoice::Uring, ..opts("https://127.0.0.1/") };
+        assert!(LoadConfig::from_options(&https_on_uring).is_ok());
         let mixed = LoadOptions {
             urls: vec!["http://127.0.0.1:9/".into(), "https://127.0.0.1:9/x".into()],
             ..LoadOptions::default()

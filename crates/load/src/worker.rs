@@ -155,8 +155,10 @@ impl Phase {
 #[derive(Debug)]
 struct Conn {
     sock: Option<Socket>,
-    /// https: the connection's TLS state, driven over `sock` by this thread's loop.
-    tls: Option<Box<rustls::ClientConnection>>,
+    /// https: the connection's TLS, driven over `sock` by this thread's loop.
+    tls: Option<Box<tls::Tls>>,
+    /// io_uring https: a buffer back from a send of records, for the next.
+    spare: Vec<u8>,
     /// https: when the TLS handshake began.
     handshake_at: Instant,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
@@ -207,6 +209,8 @@ pub(crate) struct Worker<'a> {
     pacer: Pacer,
     rec: Recorder,
     buf: Box<[u8]>,
+    /// https: where decrypted responses land before the session parses them.
+    plain: Box<[u8]>,
     /// Requests committed and not yet reused or failed.
     outstanding: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
@@ -254,6 +258,7 @@ impl<'a> Worker<'a> {
             .map(|i| Conn {
                 sock: None,
                 tls: None,
+                spare: Vec::new(),
                 handshake_at: now,
                 gen: 0,
                 phase: Phase::Closed,
@@ -287,6 +292,11 @@ impl<'a> Worker<'a> {
             },
             rec: Recorder::new(cfg.targets.len(), shared.intervals),
             buf: io::read_buffer(cfg.io),
+            plain: if cfg.tls.is_some() {
+                vec![0u8; READ_BUF].into_boxed_slice()
+            } else {
+                Box::default()
+            },
             outstanding: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
@@ -665,12 +675,7 @@ impl<'a> Worker<'a> {
         let group = &self.shared.groups[c.s.group];
         if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
             match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
-                Ok(t) => {
-                    c.tls = Some(Box::new(t));
-                    c.phase = Phase::Handshaking;
-                    c.handshake_at = now;
-                    return self.handshake(idx);
-                }
+                Ok(t) => return self.start_handshake(idx, tls::Tls::new(t), now),
                 Err(e) => {
                     return self.fail_with(idx, ErrorClass::Tls, crate::tls::describe(&e), now)
                 }
@@ -687,7 +692,7 @@ impl<'a> Worker<'a> {
             let resumed = c
                 .tls
                 .as_ref()
-                .and_then(|t| t.handshake_kind())
+                .and_then(|t| t.conn().handshake_kind())
                 .is_some_and(|k| k == rustls::HandshakeKind::Resumed);
             if resumed {
                 self.rec.tls_resumed += 1;
@@ -699,6 +704,7 @@ impl<'a> Worker<'a> {
             if self.rec.tls_negotiated.is_none() {
                 // Once per run and thread: what the server chose.
                 self.rec.tls_negotiated = c.tls.as_ref().map(|t| {
+                    let t = t.conn();
                     let version =
                         t.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
                     let suite = t.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));

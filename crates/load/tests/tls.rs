@@ -60,7 +60,11 @@ impl Pki {
 }
 
 fn tls_opts(url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions {
-    qpslab_load::LoadOptions { tls, ..opts_on(IoChoice::Auto, url) }
+    tls_on(IoChoice::Auto, url, tls)
+}
+
+fn tls_on(io: IoChoice, url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions {
+    qpslab_load::LoadOptions { tls, ..opts_on(io, url) }
 }
 
 /// The last field of nginx's TLS access log: `r` resumed, `.` full handshake.
@@ -68,12 +72,12 @@ fn resumed_in_log(log: &[String]) -> usize {
     log.iter().filter(|l| l.ends_with(" r")).count()
 }
 
-#[test]
-fn keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection() {
+fn keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection(io: IoChoice) {
     let pki = Pki::new();
     let (cert, key) = pki.server(false);
     let nginx = Nginx::start_tls(&cert, &key);
-    let mut o = tls_opts(
+    let mut o = tls_on(
+        io,
         &nginx.https_url("/"),
         TlsOptions { cacert: Some(pki.ca_file()), ..TlsOptions::default() },
     );
@@ -95,8 +99,7 @@ fn keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection()
     assert!(tls.negotiated.as_deref().is_some_and(|n| n.starts_with("TLSv1_3 TLS13_")), "{tls:?}");
 }
 
-#[test]
-fn ciphers_and_versions_are_what_the_server_is_offered() {
+fn ciphers_and_versions_are_what_the_server_is_offered(io: IoChoice) {
     let pki = Pki::new();
     let (cert, key) = pki.server(false);
     let nginx = Nginx::start_tls(&cert, &key);
@@ -114,7 +117,7 @@ fn ciphers_and_versions_are_what_the_server_is_offered() {
             ciphers: Some(ciphers.into()),
             ..TlsOptions::default()
         };
-        let mut o = tls_opts(&nginx.https_url("/"), tls);
+        let mut o = tls_on(io, &nginx.https_url("/"), tls);
         o.requests = Some(50);
         let r = run(&o);
         assert_eq!(r.requests.ok, 50, "{:?}", r.error_examples);
@@ -122,8 +125,7 @@ fn ciphers_and_versions_are_what_the_server_is_offered() {
     }
 }
 
-#[test]
-fn a_connection_per_request_resumes_sessions_only_with_tls_reuse() {
+fn a_connection_per_request_resumes_sessions_only_with_tls_reuse(io: IoChoice) {
     let pki = Pki::new();
     let (cert, key) = pki.server(false);
     let nginx = Nginx::start_tls(&cert, &key);
@@ -136,7 +138,7 @@ fn a_connection_per_request_resumes_sessions_only_with_tls_reuse() {
         let before = nginx.access_log(0).len();
         let tls =
             TlsOptions { cacert: Some(pki.ca_file()), reuse, version, ..TlsOptions::default() };
-        let mut o = tls_opts(&nginx.https_url("/"), tls);
+        let mut o = tls_on(io, &nginx.https_url("/"), tls);
         o.connections = Some(4);
         o.requests = Some(300);
         o.conn_per_request = true;
@@ -161,8 +163,13 @@ fn a_connection_per_request_resumes_sessions_only_with_tls_reuse() {
 
 /// Runs one request against `url` and returns the tls error count, its example and how long
 /// the run took.
-fn failing(url: &str, tls: TlsOptions, connect_timeout: Duration) -> (u64, String, Duration) {
-    let mut o = tls_opts(url, tls);
+fn failing(
+    io: IoChoice,
+    url: &str,
+    tls: TlsOptions,
+    connect_timeout: Duration,
+) -> (u64, String, Duration) {
+    let mut o = tls_on(io, url, tls);
     o.connections = Some(1);
     o.requests = Some(1);
     o.connect_timeout = Some(connect_timeout);
@@ -173,8 +180,7 @@ fn failing(url: &str, tls: TlsOptions, connect_timeout: Duration) -> (u64, Strin
     (n, r.error_examples.get("tls").cloned().unwrap_or_default(), took)
 }
 
-#[test]
-fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() {
+fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason(io: IoChoice) {
     let pki = Pki::new();
     let (cert, key) = pki.server(false);
     let good = Nginx::start_tls(&cert, &key);
@@ -183,20 +189,20 @@ fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() 
     // A CA that did not sign the server's certificate.
     let other = Pki::named("another CA");
     let wrong_ca = TlsOptions { cacert: Some(other.ca_file()), ..TlsOptions::default() };
-    let (n, why, _) = failing(&good.https_url("/"), wrong_ca, quick);
+    let (n, why, _) = failing(io, &good.https_url("/"), wrong_ca, quick);
     assert_eq!(n, 1, "{why}");
     assert!(why.starts_with("TLS certificate: unknown issuer"), "{why}");
 
     // A name the certificate is not for.
     let trusted = || TlsOptions { cacert: Some(pki.ca_file()), ..TlsOptions::default() };
     let sni = TlsOptions { sni: Some("other.example".into()), ..trusted() };
-    let (n, why, _) = failing(&good.https_url("/"), sni, quick);
+    let (n, why, _) = failing(io, &good.https_url("/"), sni, quick);
     assert_eq!(n, 1, "{why}");
     assert!(why.starts_with("TLS certificate: name mismatch"), "{why}");
 
     // --insecure takes that same certificate and says so.
     let insecure = TlsOptions { insecure: true, sni: Some("other.example".into()), ..trusted() };
-    let mut o = tls_opts(&good.https_url("/"), insecure);
+    let mut o = tls_on(io, &good.https_url("/"), insecure);
     o.requests = Some(10);
     let r = run(&o);
     assert_eq!(r.requests.ok, 10);
@@ -205,14 +211,14 @@ fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() 
     // An expired certificate.
     let (old_cert, old_key) = pki.server(true);
     let expired = Nginx::start_tls(&old_cert, &old_key);
-    let (n, why, _) = failing(&expired.https_url("/"), trusted(), quick);
+    let (n, why, _) = failing(io, &expired.https_url("/"), trusted(), quick);
     assert_eq!(n, 1, "{why}");
     assert!(why.starts_with("TLS certificate: expired"), "{why}");
 
     // A plain-HTTP server on an https URL: a hint, not a parse error.
     let plain = Nginx::start();
     let url = format!("https://localhost:{}/", plain.port);
-    let (n, why, _) = failing(&url, trusted(), quick);
+    let (n, why, _) = failing(io, &url, trusted(), quick);
     assert_eq!(n, 1, "{why}");
     assert!(why.contains("is this an http:// server on an https:// URL?"), "{why}");
 
@@ -220,7 +226,7 @@ fn certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason() 
     // connect timeout, in the tls class.
     let stall = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("https://localhost:{}/", stall.local_addr().unwrap().port());
-    let (n, why, took) = failing(&url, trusted(), Duration::from_millis(300));
+    let (n, why, took) = failing(io, &url, trusted(), Duration::from_millis(300));
     assert_eq!(n, 1, "{why}");
     assert!(why.contains("no handshake within 300ms"), "{why}");
     assert!(took < Duration::from_secs(3), "{took:?}");
@@ -315,6 +321,7 @@ fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
     assert_eq!(r.requests.ok, 20, "{:?}", r.error_examples);
 
     let (n, why, _) = failing(
+        IoChoice::Auto,
         &url,
         TlsOptions { sni: Some("other.example".into()), ..given() },
         Duration::from_secs(2),
@@ -322,3 +329,12 @@ fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
     assert_eq!(n, 1, "{why}");
     assert!(why.starts_with("TLS certificate: name mismatch"), "{why}");
 }
+
+// Every behaviour above that has the connections' loop in it, on each event loop (epoll and
+// io_uring): the TLS transport is the same under both.
+qpslab_testkit::on_both_loops!(
+    keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection,
+    ciphers_and_versions_are_what_the_server_is_offered,
+    a_connection_per_request_resumes_sessions_only_with_tls_reuse,
+    certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason,
+);

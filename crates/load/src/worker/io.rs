@@ -29,10 +29,28 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// Requests queued by the worker for the ring, submitted after each batch of completions.
 #[derive(Debug)]
 pub(super) enum Request {
-    Connect { idx: usize, fd: i32, addr: SocketAddr },
-    Send { idx: usize },
-    Recv { idx: usize },
-    Close { fd: OwnedFd, token: u32, receiving: bool },
+    Connect {
+        idx: usize,
+        fd: i32,
+        addr: SocketAddr,
+    },
+    Send {
+        idx: usize,
+    },
+    /// https: records in a buffer of the connection's own, from `from`.
+    SendOwned {
+        idx: usize,
+        buf: Vec<u8>,
+        from: usize,
+    },
+    Recv {
+        idx: usize,
+    },
+    Close {
+        fd: OwnedFd,
+        token: u32,
+        receiving: bool,
+    },
 }
 
 /// The thread's event loop.
@@ -185,6 +203,11 @@ impl Worker<'_> {
                         sub.send_shared(s.as_raw_fd(), wire, from, to, self.ring_token(idx));
                     }
                 }
+                Request::SendOwned { idx, buf, from } => {
+                    if let Some(s) = &self.conns[idx].sock {
+                        sub.send(s.as_raw_fd(), buf, from, self.ring_token(idx));
+                    }
+                }
                 Request::Close { fd, token, receiving } => {
                     if receiving {
                         sub.cancel(Op::Recv, token);
@@ -198,7 +221,7 @@ impl Worker<'_> {
         }
     }
 
-    fn queue(&mut self, r: Request) {
+    pub(super) fn queue_request(&mut self, r: Request) {
         if let Io::Uring { queued, .. } = &mut self.io {
             queued.push(r);
         }
@@ -222,7 +245,7 @@ impl Worker<'_> {
             }
             Io::Uring { .. } => {
                 let fd = sock.as_raw_fd();
-                self.queue(Request::Connect { idx, fd, addr });
+                self.queue_request(Request::Connect { idx, fd, addr });
             }
         }
         Ok(sock)
@@ -241,7 +264,7 @@ impl Worker<'_> {
             // Closed by the ring after the requests queued before it, so its number is not
             // reused while one of them may still name it.
             Io::Uring { .. } => {
-                self.queue(Request::Close { fd: OwnedFd::from(sock), token, receiving })
+                self.queue_request(Request::Close { fd: OwnedFd::from(sock), token, receiving })
             }
         }
     }
@@ -264,7 +287,14 @@ impl Worker<'_> {
                     self.connected(idx, status);
                 }
             }
-            Phase::Handshaking => self.handshake(idx),
+            Phase::Handshaking => {
+                if events & poll::OUT != 0 {
+                    self.tls_writable(idx);
+                }
+                if events & (poll::IN | poll::ERR) != 0 && self.conns[idx].gen == gen {
+                    self.on_readable_tls(idx);
+                }
+            }
             Phase::Open => {
                 if events & poll::OUT != 0 {
                     self.flush(idx);
@@ -294,7 +324,14 @@ impl Worker<'_> {
                     self.conns[idx].receiving = false;
                 }
                 let now = Instant::now();
+                let tls = self.conns[idx].tls.is_some();
                 match c.failure() {
+                    None if tls => {
+                        // Records, or (no bytes) the end of the input.
+                        if self.tls_input(idx, c.data) {
+                            self.issue(idx, now);
+                        }
+                    }
                     None if c.result > 0 => {
                         if self.take_bytes(idx, c.data, now) {
                             self.issue(idx, now);
@@ -307,6 +344,11 @@ impl Worker<'_> {
                     }
                 }
                 self.rearm(idx);
+            }
+            Op::Send if c.sent.is_some() => {
+                if let Some((buf, from)) = c.sent {
+                    self.tls_sent(idx, c.result, buf, from);
+                }
             }
             Op::Send => {
                 self.conns[idx].sending = false;
@@ -327,9 +369,9 @@ impl Worker<'_> {
     /// Receives again on a connection whose multishot receive ended by itself.
     fn rearm(&mut self, idx: usize) {
         let c = &mut self.conns[idx];
-        if c.sock.is_some() && c.phase == Phase::Open && !c.receiving {
+        if c.sock.is_some() && matches!(c.phase, Phase::Open | Phase::Handshaking) && !c.receiving {
             c.receiving = true;
-            self.queue(Request::Recv { idx });
+            self.queue_request(Request::Recv { idx });
         }
     }
 
@@ -357,16 +399,16 @@ impl Worker<'_> {
 
     /// Writes what is pending of the current batch (epoll: now; io_uring: one send at a time).
     pub(super) fn flush(&mut self, idx: usize) {
+        if self.conns[idx].tls.is_some() {
+            return self.flush_tls(idx);
+        }
         if matches!(self.io, Io::Uring { .. }) {
             let c = &mut self.conns[idx];
             if c.sock.is_some() && !c.sending && c.s.writing() {
                 c.sending = true;
-                self.queue(Request::Send { idx });
+                self.queue_request(Request::Send { idx });
             }
             return;
-        }
-        if self.conns[idx].tls.is_some() {
-            return self.flush_tls(idx);
         }
         loop {
             let c = &mut self.conns[idx];

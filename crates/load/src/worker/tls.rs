@@ -1,176 +1,224 @@
-//! https on the epoll loop: rustls' state machine driven over the connection's socket by the
-//! thread's own loop (sans-I/O: rustls never touches the socket; the loop moves its records).
-//! The handshake runs between the TCP connect and the first request; then requests are
-//! written into the TLS session and its records sent, and records read are decrypted into
-//! the same response parser as plain HTTP.
+//! https on either loop: each connection's TLS is a [`Pump`] (rustls' records through plain
+//! buffers), the transport under the HTTP session. The loop brings the records that arrived
+//! (epoll: what `recv` read; io_uring: a receive completion's bytes) to [`Worker::tls_input`],
+//! which hands the plaintext to the session; what TLS has to send (handshake messages,
+//! encrypted requests, alerts) leaves through [`Worker::send_tls`]: `send` at once on epoll
+//! (the rest when the socket is writable), an owned buffer on io_uring, one send at a time.
+//! The handshake runs between the TCP connect and the first request.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::time::Instant;
 
-use qpslab_sys::net::{self, SockIo};
-use socket2::Socket;
+use qpslab_sys::net;
+use qpslab_tls::Pump;
 
-use super::Worker;
+use super::io::{Io, Request};
+use super::{Phase, Worker};
 use crate::stats::ErrorClass;
 use crate::tls::describe;
 
-/// What sending the session's pending records came to.
+/// A connection's TLS.
+pub(super) type Tls = Pump<rustls::ClientConnection>;
+
+/// What sending the pending records came to.
 enum Sent {
-    All,
-    /// The socket took no more: wait until it is writable.
+    /// All sent (epoll), or a send is on its way (io_uring).
+    Done,
+    /// The socket took no more: wait until it is writable (epoll).
     Blocked,
     Failed(io::Error),
 }
 
-fn send_records(tls: &mut rustls::ClientConnection, sock: &Socket) -> Sent {
-    while tls.wants_write() {
-        match tls.write_tls(&mut SockIo(sock)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Sent::Blocked,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Sent::Failed(e),
+impl Worker<'_> {
+    /// TCP is open: the handshake begins with the client's first flight.
+    pub(super) fn start_handshake(&mut self, idx: usize, tls: Tls, now: Instant) {
+        let c = &mut self.conns[idx];
+        c.tls = Some(Box::new(tls));
+        c.phase = Phase::Handshaking;
+        c.handshake_at = now;
+        self.push_tls(idx, now);
+    }
+
+    /// Sends what TLS has to send; a failure fails the connection (a handshake's as `tls`).
+    fn push_tls(&mut self, idx: usize, now: Instant) {
+        match self.send_tls(idx) {
+            Sent::Done | Sent::Blocked => {}
+            Sent::Failed(e) if self.conns[idx].phase == Phase::Handshaking => {
+                let msg = format!("TLS handshake failure: {}", net::message(&e));
+                self.fail_with(idx, ErrorClass::Tls, msg, now);
+            }
+            Sent::Failed(e) => self.closed_before_response(idx, ErrorClass::Write, &e, now),
         }
     }
-    Sent::All
-}
 
-impl Worker<'_> {
-    /// Moves the handshake on as far as the socket allows; the loop calls it again when the
-    /// socket is readable or writable.
-    pub(super) fn handshake(&mut self, idx: usize) {
-        let now = Instant::now();
+    /// Sends the connection's pending records: on epoll as far as the socket takes them
+    /// (write interest armed for the rest), on io_uring as one owned buffer unless a send is
+    /// on its way.
+    fn send_tls(&mut self, idx: usize) -> Sent {
+        let uring = matches!(self.io, Io::Uring { .. });
+        let c = &mut self.conns[idx];
+        let (Some(sock), Some(tls)) = (&c.sock, c.tls.as_mut()) else { return Sent::Done };
+        if uring {
+            if !c.sending && tls.wants_write() {
+                let buf = tls.take_output(std::mem::take(&mut c.spare));
+                c.sending = true;
+                self.queue_request(Request::SendOwned { idx, buf, from: 0 });
+            }
+            return Sent::Done;
+        }
         loop {
-            let c = &mut self.conns[idx];
-            let (Some(sock), Some(tls)) = (&c.sock, c.tls.as_mut()) else { return };
-            match send_records(tls, sock) {
-                Sent::All => {}
-                Sent::Blocked => return self.set_interest(idx, true),
-                Sent::Failed(e) => {
-                    let msg = format!("TLS handshake failure: {}", net::message(&e));
-                    return self.fail_with(idx, ErrorClass::Tls, msg, now);
-                }
-            }
-            if !tls.is_handshaking() {
+            let out = tls.output();
+            if out.is_empty() {
                 self.set_interest(idx, false);
-                return self.handshake_done(idx, now);
+                return Sent::Done;
             }
-            match tls.read_tls(&mut SockIo(sock)) {
-                Ok(0) => {
+            match net::send(sock, out) {
+                Ok(n) => tls.sent(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.set_interest(idx, true);
+                    return Sent::Blocked;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Sent::Failed(e),
+            }
+        }
+    }
+
+    /// Writes the pending requests into TLS and sends the records.
+    pub(super) fn flush_tls(&mut self, idx: usize) {
+        let c = &mut self.conns[idx];
+        let Some(tls) = c.tls.as_mut() else { return };
+        if c.s.writing() {
+            let (from, to) = c.s.to_write();
+            // rustls takes the plaintext whole (encrypted into records it holds).
+            let taken = tls.write(&self.shared.groups[c.s.group].wire[from..to]);
+            if taken > 0 {
+                self.wrote(idx, taken);
+            }
+        }
+        self.push_tls(idx, Instant::now());
+    }
+
+    /// epoll: the socket is writable during the handshake, or with records left to send.
+    pub(super) fn tls_writable(&mut self, idx: usize) {
+        self.push_tls(idx, Instant::now());
+    }
+
+    /// io_uring: a send of records completed; `buf[from..]` was what it carried.
+    pub(super) fn tls_sent(&mut self, idx: usize, result: i32, buf: Vec<u8>, from: usize) {
+        let now = Instant::now();
+        let c = &mut self.conns[idx];
+        c.sending = false;
+        if result < 0 {
+            let e = io::Error::from_raw_os_error(-result);
+            return match c.phase {
+                Phase::Handshaking => {
+                    let msg = format!("TLS handshake failure: {}", net::message(&e));
+                    self.fail_with(idx, ErrorClass::Tls, msg, now)
+                }
+                _ => self.closed_before_response(idx, ErrorClass::Write, &e, now),
+            };
+        }
+        let end = from + result as usize;
+        if end < buf.len() {
+            // The rest of the records go first, in order.
+            c.sending = true;
+            return self.queue_request(Request::SendOwned { idx, buf, from: end });
+        }
+        c.spare = buf;
+        c.spare.clear();
+        if c.phase == Phase::Open {
+            self.flush_tls(idx);
+            if !self.conns[idx].s.writing() {
+                self.issue(idx, now);
+            }
+        } else {
+            self.push_tls(idx, now);
+        }
+    }
+
+    /// Records arrived on the connection (`data`; empty: the socket's end): the plaintext
+    /// they carry goes to the session, the handshake goes on, and what TLS has to answer is
+    /// sent. Returns false when the connection was closed or failed (handled).
+    pub(super) fn tls_input(&mut self, idx: usize, data: &[u8]) -> bool {
+        let now = Instant::now();
+        let Some(mut tls) = self.conns[idx].tls.take() else { return false };
+        let gen = self.conns[idx].gen;
+        let mut plain = std::mem::take(&mut self.plain);
+        if data.is_empty() {
+            tls.eof();
+        }
+        let handshaking = tls.is_handshaking();
+        let got = tls.received(data, &mut plain, &mut |p| {
+            self.take_bytes(idx, p, Instant::now()) && self.conns[idx].gen == gen
+        });
+        self.plain = plain;
+        if self.conns[idx].gen != gen {
+            // Closed above (after a response announcing it: the next connection takes the
+            // next request; or failed, already handled).
+            self.issue(idx, now);
+            return false;
+        }
+        self.conns[idx].tls = Some(tls);
+        match got {
+            Err(e) => {
+                // The alert rustls queued tells the server why.
+                let _ = self.send_tls(idx);
+                self.fail_with(idx, ErrorClass::Tls, describe(&e), now);
+                false
+            }
+            Ok(r) if r.closed || data.is_empty() => {
+                if handshaking {
                     let msg = "TLS handshake failure: the server closed the connection during \
                                the handshake";
-                    return self.fail_with(idx, ErrorClass::Tls, msg.into(), now);
+                    self.fail_with(idx, ErrorClass::Tls, msg.into(), now);
+                } else {
+                    self.on_eof(idx);
                 }
-                Ok(_) => {
-                    if let Err(e) = tls.process_new_packets() {
-                        // The alert rustls queued tells the server why.
-                        let _ = send_records(tls, sock);
-                        return self.fail_with(idx, ErrorClass::Tls, describe(&e), now);
+                false
+            }
+            Ok(r) => {
+                self.push_tls(idx, now);
+                if r.handshake_done && self.conns[idx].gen == gen {
+                    self.handshake_done(idx, now);
+                }
+                self.conns[idx].gen == gen
+            }
+        }
+    }
+
+    /// epoll: reads what the socket has and takes it as records.
+    pub(super) fn on_readable_tls(&mut self, idx: usize) {
+        let mut buf = std::mem::take(&mut self.buf);
+        while let Some(sock) = &self.conns[idx].sock {
+            match net::recv(sock, &mut buf) {
+                Ok(0) => {
+                    self.tls_input(idx, &[]);
+                    break;
+                }
+                Ok(n) => {
+                    if !self.tls_input(idx, &buf[..n]) {
+                        break;
+                    }
+                    if n < buf.len() {
+                        let now = Instant::now();
+                        self.buf = buf;
+                        return self.issue(idx, now);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return self.set_interest(idx, false);
+                    let now = Instant::now();
+                    self.buf = buf;
+                    return self.issue(idx, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    let msg = format!("TLS handshake failure: {}", net::message(&e));
-                    return self.fail_with(idx, ErrorClass::Tls, msg, now);
+                    self.buf = buf;
+                    let now = Instant::now();
+                    return self.closed_before_response(idx, ErrorClass::Read, &e, now);
                 }
             }
         }
-    }
-
-    /// Writes the pending requests into the session and sends its records.
-    pub(super) fn flush_tls(&mut self, idx: usize) {
-        let c = &mut self.conns[idx];
-        let (Some(sock), Some(tls)) = (&c.sock, c.tls.as_mut()) else { return };
-        let mut taken = 0;
-        if c.s.writing() {
-            let (from, to) = c.s.to_write();
-            let wire = &self.shared.groups[c.s.group].wire[from..to];
-            // rustls takes the plaintext whole (encrypted into records it holds).
-            taken = tls.writer().write(wire).unwrap_or(0);
-        }
-        let sent = send_records(tls, sock);
-        if taken > 0 {
-            self.wrote(idx, taken);
-        }
-        match sent {
-            Sent::All => self.set_interest(idx, false),
-            Sent::Blocked => self.set_interest(idx, true),
-            Sent::Failed(e) => {
-                self.closed_before_response(idx, ErrorClass::Write, &e, Instant::now());
-            }
-        }
-    }
-
-    /// Reads records, decrypts them and parses the responses.
-    pub(super) fn on_readable_tls(&mut self, idx: usize) {
-        let mut buf = std::mem::take(&mut self.buf);
-        let outcome = self.read_records(idx, &mut buf);
         self.buf = buf;
-        let now = Instant::now();
-        match outcome {
-            ReadEnd::Drained => self.issue(idx, now),
-            ReadEnd::Eof => self.on_eof(idx),
-            ReadEnd::Handled => {}
-        }
     }
-
-    fn read_records(&mut self, idx: usize, buf: &mut [u8]) -> ReadEnd {
-        loop {
-            let c = &mut self.conns[idx];
-            let (Some(sock), Some(tls)) = (&c.sock, c.tls.as_mut()) else {
-                return ReadEnd::Handled;
-            };
-            let mut eof = false;
-            match tls.read_tls(&mut SockIo(sock)) {
-                Ok(0) => eof = true,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Drained,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.closed_before_response(idx, ErrorClass::Read, &e, Instant::now());
-                    return ReadEnd::Handled;
-                }
-            }
-            if let Err(e) = tls.process_new_packets() {
-                let _ = send_records(tls, sock);
-                self.fail_with(idx, ErrorClass::Tls, describe(&e), Instant::now());
-                return ReadEnd::Handled;
-            }
-            loop {
-                let Some(tls) = self.conns[idx].tls.as_mut() else { return ReadEnd::Handled };
-                match tls.reader().read(&mut *buf) {
-                    // The server's close_notify: the end of its responses.
-                    Ok(0) => return ReadEnd::Eof,
-                    Ok(n) => {
-                        if !self.take_bytes(idx, &buf[..n], Instant::now()) {
-                            return ReadEnd::Handled;
-                        }
-                        if self.conns[idx].sock.is_none() {
-                            // Closed after a response announcing it (the next connection
-                            // takes the next request).
-                            return ReadEnd::Drained;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // Closed without close_notify: an EOF as plain HTTP has it.
-                    Err(_) => return ReadEnd::Eof,
-                }
-            }
-            if eof {
-                return ReadEnd::Eof;
-            }
-        }
-    }
-}
-
-/// Where reading a connection's records ended.
-enum ReadEnd {
-    /// Nothing more to read now: the connection may take more requests.
-    Drained,
-    /// The server closed.
-    Eof,
-    /// Failed or closed, already handled.
-    Handled,
 }
