@@ -300,10 +300,8 @@ impl LoadConfig {
     }
 }
 
-/// Load threads: `-t`, or one per CPU this process may use, at most one per connection.
-/// The event loop and, with an https target, the TLS set-up. Targets sharing an address must
-/// agree on the scheme; TLS runs on the epoll loop only (rustls inside the loop; the io_uring
-/// loop hands received bytes over in ring buffers, which TLS would need to copy).
+/// The event loop and, with an https target, the TLS set-up (either loop drives TLS). Targets
+/// sharing an address must agree on the scheme.
 fn io_and_tls(
     opts: &LoadOptions,
     targets: &[Target],
@@ -332,6 +330,7 @@ fn io_and_tls(
     Ok((io, Some(tls)))
 }
 
+/// Load threads: `-t`, or one per CPU this process may use, at most one per connection.
 fn threads(given: Option<usize>, connections: usize) -> Result<usize, ConfigError> {
     if connections == 0 {
         return Err(ConfigError::new("--connections", "must be at least 1"));

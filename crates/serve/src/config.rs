@@ -218,25 +218,12 @@ impl ServeConfig {
             ));
         }
         o.settings.check()?;
-        let (io, io_note) = match (&o.tls, o.io) {
-            // TLS runs on the epoll loop (rustls inside the loop).
-            (Some(_), IoChoice::Uring) => {
-                return Err(ConfigError::new(
-                    "--io",
-                    "TLS runs on the epoll loop; use --io epoll (or auto) with --tls-*",
-                ))
-            }
-            (Some(_), _) => (Engine::Epoll, None),
-            (None, choice) => choice.resolve(URING_MEASURED_FASTER)?,
-        };
+        let (io, io_note) = o.io.resolve(URING_MEASURED_FASTER)?;
         if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
             return Err(ConfigError::new(
                 "--accept",
                 "exclusive is EPOLLEXCLUSIVE, an epoll mode; with --io uring use reuseport or shared",
             ));
-        }
-        if o.sqpoll && o.tls.is_some() {
-            return Err(ConfigError::new("--sqpoll", "is an io_uring option; TLS runs on epoll"));
         }
         if o.sqpoll && io != Engine::Uring {
             return Err(ConfigError::new(

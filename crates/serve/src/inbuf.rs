@@ -56,6 +56,12 @@ impl InBuf {
     pub(crate) fn filled_by(&mut self, n: usize) {
         self.end += n;
     }
+
+    /// Appends `bytes` (received elsewhere: a ring's buffer, TLS plaintext).
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
+        self.spare(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        self.filled_by(bytes.len());
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! HTTPS for `serve`: the server's TLS set-up, from certificate and key files or a
-//! certificate made in memory at start (`--tls-self-signed`), shared by every worker. The
-//! connections drive rustls' state machine inside the workers' own epoll loops.
+//! certificate made in memory at start (`--tls-self-signed`), shared by every worker. Each
+//! connection's TLS runs inside its worker's loop (epoll or io_uring), through the transport
+//! both sides share (`qpslab_tls::Pump`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

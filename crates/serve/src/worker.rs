@@ -14,6 +14,7 @@ use crate::date::{imf_fixdate, now_secs};
 
 pub(crate) mod epoll;
 mod session;
+mod tls;
 pub(crate) mod uring;
 
 /// Tokens with this bit are listeners; the rest are connection slots.

@@ -103,7 +103,6 @@ fn load_refuses_bad_input_in_one_line_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&["-n", "1", "not a url"], "URL"),
         (&["-n", "1", "http://"], "URL"),
-        (&["-n", "1", "--io", "uring", "https://127.0.0.1/"], "--io: https:// targets run on"),
         (&["-n", "1", "--tls-version", "1.1", "https://127.0.0.1/"], "--tls-version"),
         (&["-n", "1", "--cacert", "/nonexistent.pem", "https://127.0.0.1/"], "--cacert"),
         (&["-n", "1", "--sni", "bad name!", "https://127.0.0.1/"], "--sni"),

@@ -2,17 +2,18 @@
 //! the exclusive accept mode), connections registered once, edge-triggered both ways, read
 //! until a short read, written until the socket takes no more or the turn's budget is spent.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qpslab_sys::epoll::{self as poll, Epoll};
-use qpslab_sys::net::{self, AcceptError, SockIo};
+use qpslab_sys::net::{self, AcceptError};
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
+use super::tls::{self, Tls};
 use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
     FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
@@ -30,19 +31,20 @@ struct Conn {
     yielded: bool,
     /// The peer shut down its writing side: read on to EOF instead of stopping at a short read.
     peer_closed: bool,
-    /// HTTPS: the connection's TLS state; records move over `sock`, plaintext through the
+    /// HTTPS: the connection's TLS; records move over `sock`, plaintext through the
     /// session's buffers.
-    tls: Option<Box<rustls::ServerConnection>>,
+    tls: Option<Box<Tls>>,
 }
 
 /// What one read of a connection's input came to.
 enum Got {
-    /// Bytes added to the session's input; `drained`: the socket has no more now.
+    /// `n` bytes (of plaintext, over TLS) added to the session's input; `drained`: the socket
+    /// has no more now.
     Bytes {
         n: usize,
         drained: bool,
     },
-    /// Nothing yet; read again (interrupted, or TLS records that held no data).
+    /// Nothing yet; read again (interrupted).
     Again,
     Eof,
     /// Nothing until the next readiness edge.
@@ -54,48 +56,38 @@ enum Got {
 }
 
 impl Conn {
-    /// One read into the session's input: from the socket, or over TLS from the decrypted
-    /// records, reading and decrypting more when none are left.
-    fn read_some(&mut self) -> Got {
+    /// One read into the session's input: from the socket, or over TLS the plaintext of the
+    /// records read into `records` (decrypted through `plain`).
+    fn read_some(&mut self, records: &mut [u8], plain: &mut [u8]) -> Got {
         let Some(sock) = self.sock.as_ref() else { return Got::Failed { tls: false } };
-        let spare = self.s.inbuf.spare(READ_CHUNK);
-        let room = spare.len();
-        let Some(tls) = self.tls.as_mut() else {
-            return match net::recv(sock, spare) {
-                Ok(0) => Got::Eof,
-                Ok(n) => {
+        let got = match self.tls.as_mut() {
+            None => {
+                let spare = self.s.inbuf.spare(READ_CHUNK);
+                let room = spare.len();
+                net::recv(sock, spare).map(|n| {
                     self.s.inbuf.filled_by(n);
-                    // A short read drained the socket: the next arrival is a new edge.
-                    Got::Bytes { n, drained: n < room && !self.peer_closed }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Blocked,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Again,
-                Err(_) => Got::Failed { tls: false },
-            };
+                    (n, n, n < room)
+                })
+            }
+            Some(_) => net::recv(sock, records).map(|n| (n, self.s.inbuf.len(), n < records.len())),
         };
-        match tls.reader().read(spare) {
-            // The client's close_notify.
-            Ok(0) => return Got::Eof,
-            Ok(n) => {
-                self.s.inbuf.filled_by(n);
-                return Got::Bytes { n, drained: false };
+        match got {
+            Ok((0, _, _)) => Got::Eof,
+            Ok((n, before, short)) => {
+                // A short read drained the socket: the next arrival is a new edge.
+                let drained = short && !self.peer_closed;
+                let Some(tls) = self.tls.as_mut() else { return Got::Bytes { n, drained } };
+                match tls::take_records(tls, &mut self.s, &records[..n], plain) {
+                    // Handshake records leave nothing (their replies go out with the next
+                    // flush); a close_notify ends the input (the session's eof).
+                    Ok(_) => Got::Bytes { n: self.s.inbuf.len() - before, drained },
+                    Err(_) => {
+                        // The alert rustls queued tells the client why.
+                        let _ = send_records(tls, sock);
+                        Got::Failed { tls: true }
+                    }
+                }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            // Closed without close_notify.
-            Err(_) => return Got::Eof,
-        }
-        if !self.readable {
-            return Got::Blocked;
-        }
-        match tls.read_tls(&mut SockIo(sock)) {
-            Ok(0) => Got::Eof,
-            Ok(_) if tls.process_new_packets().is_err() => {
-                // The alert rustls queued tells the client why.
-                let _ = send_records(tls, sock);
-                Got::Failed { tls: true }
-            }
-            // Handshake records (their replies go out with the next flush) or data.
-            Ok(_) => Got::Again,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Blocked,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Again,
             Err(_) => Got::Failed { tls: false },
@@ -103,21 +95,20 @@ impl Conn {
     }
 }
 
-/// Plaintext handed to the TLS session at a time: its records are sent before more is taken,
-/// so a large body is never held encrypted in memory at once.
-const TLS_CHUNK: usize = 16 * 1024;
-
-/// Sends the session's pending records; Ok(false) when the socket takes no more now.
-fn send_records(tls: &mut rustls::ServerConnection, sock: &TcpStream) -> io::Result<bool> {
-    while tls.wants_write() {
-        match tls.write_tls(&mut SockIo(sock)) {
-            Ok(_) => {}
+/// Sends the pending records; Ok(false) when the socket takes no more now.
+fn send_records(tls: &mut Tls, sock: &TcpStream) -> io::Result<bool> {
+    loop {
+        let out = tls.output();
+        if out.is_empty() {
+            return Ok(true);
+        }
+        match net::send(sock, out) {
+            Ok(n) => tls.sent(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(true)
 }
 
 pub(crate) struct Worker<'a> {
@@ -136,6 +127,9 @@ pub(crate) struct Worker<'a> {
     /// second vector keeps the first one's capacity across batches.
     yielded: Vec<(usize, u32)>,
     yielded_next: Vec<(usize, u32)>,
+    /// HTTPS: records read at a time, and the plaintext they are decrypted into.
+    records: Vec<u8>,
+    plain: Vec<u8>,
     /// Taken once per epoll batch: deadlines need no finer clock, and it saves a clock read
     /// per request.
     now: Instant,
@@ -168,6 +162,8 @@ impl<'a> Worker<'a> {
             now: Instant::now(),
             yielded: Vec::new(),
             yielded_next: Vec::new(),
+            records: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
+            plain: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
         };
         w.set_accepting(true)?;
         Ok(w)
@@ -254,7 +250,7 @@ impl<'a> Worker<'a> {
             if c.s.inbuf.len() > max_head + READ_CHUNK {
                 return total;
             }
-            match c.read_some() {
+            match c.read_some(&mut self.records, &mut self.plain) {
                 Got::Bytes { n, drained } => {
                     total += n;
                     if drained {
@@ -274,6 +270,10 @@ impl<'a> Worker<'a> {
                 }
                 Got::Failed { tls } => {
                     self.sh.counters.tls_failures += u64::from(tls);
+                    if tls {
+                        // Its alert was sent; no close_notify follows it.
+                        c.tls = None;
+                    }
                     self.close(idx);
                     return total;
                 }
@@ -281,8 +281,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// HTTPS: hands pending output to the TLS session a chunk at a time and sends its records.
-    /// Returns false when it yielded, blocked or closed (nothing more to do now).
+    /// HTTPS: seals pending output into records a piece at a time and sends them. Returns
+    /// false when it yielded, blocked or closed (nothing more to do now).
     fn flush_tls(&mut self, idx: usize) -> bool {
         let (now, cfg) = (self.now, self.sh.cfg);
         let mut written = 0;
@@ -302,12 +302,10 @@ impl<'a> Worker<'a> {
                     return false;
                 }
             }
-            let out = c.s.pending();
-            if out.is_empty() {
+            let n = tls::seal(tls, &mut c.s, tls::SEAL_CHUNK, now, cfg);
+            if n == 0 {
                 return true;
             }
-            let n = tls.writer().write(&out[..out.len().min(TLS_CHUNK)]).unwrap_or(0);
-            c.s.wrote(n, now, cfg);
             written += n;
             if written >= FLUSH_BUDGET && c.s.has_output() {
                 c.yielded = true;
@@ -396,7 +394,7 @@ impl<'a> Worker<'a> {
             AfterOutput::Linger => {
                 if let Some(sock) = c.sock.as_ref() {
                     if let Some(tls) = c.tls.as_mut() {
-                        tls.send_close_notify();
+                        tls.close_notify();
                         let _ = send_records(tls, sock);
                     }
                     let _ = sock.shutdown(Shutdown::Write);
@@ -474,7 +472,7 @@ impl<'a> Worker<'a> {
         if let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) {
             // An orderly TLS close (best effort: the socket may not take it).
             if !tls.is_handshaking() {
-                tls.send_close_notify();
+                tls.close_notify();
                 let _ = send_records(tls, sock);
             }
         }
@@ -564,15 +562,11 @@ impl<'a> Worker<'a> {
         }
         let (now, cfg) = (self.now, self.sh.cfg);
         let c = &mut self.conns[idx];
-        if let Some(t) = &cfg.tls {
-            match rustls::ServerConnection::new(t.config.clone()) {
-                Ok(conn) => c.tls = Some(Box::new(conn)),
-                Err(_) => {
-                    self.free.push(idx);
-                    return;
-                }
-            }
-        }
+        let Some(tls) = tls::accept(cfg) else {
+            self.free.push(idx);
+            return;
+        };
+        c.tls = tls;
         c.sock = Some(sock);
         c.readable = false;
         // A connection that sends nothing is closed at the header deadline.

@@ -13,8 +13,10 @@ use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Sock, Submit, Urin
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
+use super::tls::{self, Tls};
 use super::{
-    refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, READ_CHUNK, TICK,
+    refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, FLUSH_BUDGET,
+    READ_CHUNK, TICK,
 };
 use crate::config::ServeConfig;
 
@@ -55,6 +57,11 @@ struct Conn {
     in_flight: usize,
     /// An empty buffer that takes the session's output buffer's place during a send.
     spare: Vec<u8>,
+    /// HTTPS: the connection's TLS; its records are what the sends carry.
+    tls: Option<Box<Tls>>,
+    /// HTTPS, lingering: the close_notify is on its way; the writing side is shut down once
+    /// it was sent.
+    shut_after_send: bool,
 }
 
 struct State<'a> {
@@ -74,6 +81,8 @@ struct State<'a> {
     gate: AcceptGate,
     draining_since: Option<Instant>,
     now: Instant,
+    /// HTTPS: the plaintext records are decrypted into.
+    plain: Vec<u8>,
 }
 
 pub(crate) struct Worker<'a> {
@@ -124,6 +133,7 @@ impl<'a> Worker<'a> {
                 gate: AcceptGate::default(),
                 draining_since: None,
                 now: Instant::now(),
+                plain: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
             },
         };
         let st = &mut w.st;
@@ -246,8 +256,24 @@ impl State<'_> {
                 if conn.s.phase != Phase::Lingering {
                     let limits = &self.sh.cfg.settings.limits;
                     let max_head = limits.max_request_line + limits.max_header_bytes;
-                    conn.s.inbuf.spare(c.data.len())[..c.data.len()].copy_from_slice(c.data);
-                    conn.s.inbuf.filled_by(c.data.len());
+                    match conn.tls.as_mut() {
+                        None => conn.s.inbuf.extend(c.data),
+                        Some(tls) => {
+                            if tls::take_records(tls, &mut conn.s, c.data, &mut self.plain).is_err()
+                            {
+                                self.sh.counters.tls_failures += 1;
+                                // The alert rustls queued tells the client why (and no
+                                // close_notify follows it).
+                                let tls = conn.tls.take();
+                                if let (Some(fd), Some(mut tls), 0) =
+                                    (&conn.fd, tls, conn.in_flight)
+                                {
+                                    sub.send(fd.target(), tls.take_output(Vec::new()), 0, c.token);
+                                }
+                                return self.close(slot, sub);
+                            }
+                        }
+                    }
                     // More input than a maximal head while the session cannot take it: stop
                     // receiving until it catches up.
                     if conn.s.inbuf.len() > max_head + READ_CHUNK && conn.receiving {
@@ -296,12 +322,20 @@ impl State<'_> {
         conn.in_flight = 0;
         buf.clear();
         conn.spare = buf;
+        if std::mem::take(&mut conn.shut_after_send) {
+            // The close_notify of a lingering connection went out.
+            if let Some(fd) = &conn.fd {
+                sub.shutdown_write(fd.target(), c.token);
+            }
+            return;
+        }
+        let records = conn.tls.as_ref().is_some_and(|t| t.wants_write());
         if !conn.s.inbuf.is_empty() || conn.recv_paused {
             // Requests waited (pipelined, or input was paused) while this was sent.
             return self.drive(slot, sub);
         }
         // Nothing new to parse: the next output (a streamed body's next piece), or the close.
-        if conn.s.has_output() || conn.s.close_after {
+        if conn.s.has_output() || conn.s.close_after || records {
             self.send(slot, sub);
         } else {
             conn.s.output_done(now, cfg);
@@ -350,7 +384,8 @@ impl State<'_> {
         }
     }
 
-    /// Sends the session's output, when no send is in flight; closes or lingers when done.
+    /// Sends the session's output (over TLS, the records it was sealed into), when no send is
+    /// in flight; closes or lingers when done.
     fn send(&mut self, slot: usize, sub: &mut Submit<'_>) {
         let (now, cfg) = (self.now, self.sh.cfg);
         let conn = &mut self.conns[slot];
@@ -358,15 +393,31 @@ impl State<'_> {
             return;
         }
         let Some(fd) = conn.fd.as_ref().map(Sock::target) else { return };
-        match conn.s.take_output(&mut conn.spare) {
-            Some((buf, from)) => {
-                conn.in_flight = buf.len() - from;
-                sub.send(fd, buf, from, token(slot, conn.s.gen));
+        let t = token(slot, conn.s.gen);
+        let out = match conn.tls.as_mut() {
+            None => conn.s.take_output(&mut conn.spare),
+            Some(tls) => {
+                tls::seal(tls, &mut conn.s, FLUSH_BUDGET, now, cfg);
+                tls.wants_write().then(|| (tls.take_output(std::mem::take(&mut conn.spare)), 0))
             }
-            None => match conn.s.output_done(now, cfg) {
-                AfterOutput::Keep => {}
-                AfterOutput::Close => self.close(slot, sub),
-                AfterOutput::Linger => sub.shutdown_write(fd, token(slot, conn.s.gen)),
+        };
+        if let Some((buf, from)) = out {
+            conn.in_flight = buf.len() - from;
+            return sub.send(fd, buf, from, t);
+        }
+        match conn.s.output_done(now, cfg) {
+            AfterOutput::Keep => {}
+            AfterOutput::Close => self.close(slot, sub),
+            AfterOutput::Linger => match conn.tls.as_mut() {
+                None => sub.shutdown_write(fd, t),
+                Some(tls) => {
+                    // The close_notify first, then the shutdown (when its send completes).
+                    tls.close_notify();
+                    let buf = tls.take_output(std::mem::take(&mut conn.spare));
+                    conn.in_flight = buf.len();
+                    conn.shut_after_send = true;
+                    sub.send(fd, buf, 0, t);
+                }
             },
         }
     }
@@ -440,11 +491,25 @@ impl State<'_> {
         if conn.receiving {
             sub.cancel(Op::Recv, t);
         }
+        if let Some(mut tls) = conn.tls.take() {
+            // An orderly TLS close, or the alert of a failure (best effort, and never beside
+            // a send in flight, which it could overtake). A send holds the descriptor until it
+            // completes.
+            if conn.in_flight == 0 {
+                if !tls.is_handshaking() {
+                    tls.close_notify();
+                }
+                if tls.wants_write() {
+                    sub.send(fd.target(), tls.take_output(Vec::new()), 0, t);
+                }
+            }
+        }
         sub.close(fd, t);
         conn.s.reset();
         conn.receiving = false;
         conn.recv_paused = false;
         conn.in_flight = 0;
+        conn.shut_after_send = false;
         self.open -= 1;
         self.free.push(slot);
     }
@@ -473,7 +538,12 @@ impl State<'_> {
             }
         };
         let (now, cfg) = (self.now, self.sh.cfg);
+        let Some(tls) = tls::accept(cfg) else {
+            self.free.push(slot);
+            return sub.close(fd, 0);
+        };
         let conn = &mut self.conns[slot];
+        conn.tls = tls;
         // A connection that sends nothing is closed at the header deadline.
         conn.s.open(now, cfg);
         sub.recv_multi(fd.target(), token(slot, conn.s.gen));
