@@ -58,6 +58,9 @@ impl InBuf {
     }
 
     /// Appends `bytes` (received elsewhere: a ring's buffer, TLS plaintext).
+    // Inlined: on the plain io_uring path it is the copy of every receive, and as a call it
+    // cost 18 instructions per request (callgrind).
+    #[inline(always)]
     pub(crate) fn extend(&mut self, bytes: &[u8]) {
         self.spare(bytes.len())[..bytes.len()].copy_from_slice(bytes);
         self.filled_by(bytes.len());

@@ -329,13 +329,16 @@ impl State<'_> {
             }
             return;
         }
-        let records = conn.tls.as_ref().is_some_and(|t| t.wants_write());
         if !conn.s.inbuf.is_empty() || conn.recv_paused {
             // Requests waited (pipelined, or input was paused) while this was sent.
             return self.drive(slot, sub);
         }
-        // Nothing new to parse: the next output (a streamed body's next piece), or the close.
-        if conn.s.has_output() || conn.s.close_after || records {
+        // Nothing new to parse: the next output (a streamed body's next piece, records still
+        // to send), or the close.
+        if conn.s.has_output()
+            || conn.s.close_after
+            || conn.tls.as_ref().is_some_and(|t| t.wants_write())
+        {
             self.send(slot, sub);
         } else {
             conn.s.output_done(now, cfg);
