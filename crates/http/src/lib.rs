@@ -1,4 +1,4 @@
-//! HTTP/1.1 wire codec shared by the load generator and (later) the server.
+//! HTTP/1.1 wire codec shared by the load generator and the server.
 //!
 //! Owns: request encoding ([`request`]), request-head parsing with the server's limits and
 //! smuggling rules ([`request_head`]), the chunked transfer-coding decoder ([`chunked`]) and the

@@ -1,8 +1,9 @@
 //! qpslab's benchmark target: a minimal, fast HTTP/1.1 server that no client can crash or stall.
 //!
-//! Owns: binding listeners in nginx's accept modes ([`config::AcceptMode`]), one epoll worker
-//! per thread (optionally pinned), the responses (plaintext by default, httpterm-style controls
-//! in the query string), robustness limits and deadlines, live counters and a drain on stop.
+//! Owns: binding listeners in nginx's accept modes ([`config::AcceptMode`]), one worker per
+//! thread (optionally pinned) on epoll or io_uring, plain or over TLS (through `qpslab-tls`),
+//! the responses (plaintext by default, httpterm-style controls in the query string),
+//! robustness limits and deadlines, live counters and a drain on stop.
 //! Does not own flag parsing or printing: the CLI does.
 
 pub mod config;
