@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use qpslab_serve::IoChoice;
-use support::{exchange, opts_on, read_all, still_serves, TestServer};
+use support::{assert_large_body, exchange, opts_on, read_all, still_serves, TestServer};
 
 const WAIT: Duration = Duration::from_millis(1500);
 const SHORT: Duration = Duration::from_millis(300);
@@ -334,29 +334,7 @@ fn large_bodies_stream_intact(io: IoChoice) {
     for (q, len) in [("s=5000000", 5_000_000usize), ("s=100000&chunked=1", 100_000)] {
         let req = format!("GET /?{q} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let e = exchange(server.addr(), req.as_bytes(), WAIT);
-        let t = e.bytes;
-        let head_end = t.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        let mut body = t[head_end..].to_vec();
-        if q.contains("chunked") {
-            body = qpslab_dechunk(&body);
-        }
-        assert_eq!(body.len(), len, "{q}");
-        assert!(body.chunks(3).all(|c| b"ok\n".starts_with(c)), "{q}: pattern intact");
-    }
-}
-
-/// Decodes a chunked body with the crate's decoder's framing rules (sizes and CRLFs).
-fn qpslab_dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap(), 16).unwrap();
-        b = &b[nl + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
+        assert_large_body(&e.bytes, q, len);
     }
 }
 

@@ -158,26 +158,7 @@ fn large_bodies_stream_intact(io: IoChoice) {
         .unwrap();
         s.flush().unwrap();
         let got = read_to_end(&mut s);
-        let t = got.bytes;
-        let head_end = t.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        let body = &t[head_end..];
-        let body = if q.contains("chunked") { dechunk(body) } else { body.to_vec() };
-        assert_eq!(body.len(), len, "{q}");
-        assert!(body.chunks(3).all(|c| b"ok\n".starts_with(c)), "{q}: pattern intact");
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap(), 16).unwrap();
-        b = &b[nl + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
+        support::assert_large_body(&got.bytes, q, len);
     }
 }
 

@@ -124,3 +124,28 @@ pub fn still_serves(addr: SocketAddr) {
     );
     assert_eq!(e.statuses(), vec![200], "server still answers: {}", e.text());
 }
+
+/// Checks the response to a `?len=N` request (`chunked` in the query: chunked): N bytes of the
+/// `ok\n` pattern, intact.
+pub fn assert_large_body(response: &[u8], query: &str, len: usize) {
+    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let body = &response[head_end..];
+    let body = if query.contains("chunked") { dechunk(body) } else { body.to_vec() };
+    assert_eq!(body.len(), len, "{query}");
+    assert!(body.chunks(3).all(|c| b"ok\n".starts_with(c)), "{query}: pattern intact");
+}
+
+/// Decodes a chunked body by its framing (sizes and CRLFs).
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap(), 16).unwrap();
+        b = &b[nl + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
