@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use qpslab_load::feed::{Event as LoadEvent, Feed};
 use qpslab_load::report::{encode_histogram, RunMeta};
-use qpslab_load::wire::RunPart;
 use qpslab_load::{LoadConfig, LoadOptions, Report};
 
 use crate::protocol::{self, Command, Event, PROTOCOL};
@@ -170,7 +169,7 @@ impl Job {
                 say(
                     &self.out,
                     &Event::Done {
-                        part: Box::new(RunPart::of(&result)),
+                        part: Box::new(result),
                         report: serde_json::to_value(&report).unwrap_or_default(),
                     },
                 );

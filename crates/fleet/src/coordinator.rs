@@ -314,10 +314,7 @@ impl<'a> Coordinator<'a> {
                     self.merge_time += t.elapsed();
                 }
                 Incoming::Event(Event::Done { part, report }) => {
-                    a.state = match part.to_result() {
-                        Ok(r) => State::Done(Box::new(r), report),
-                        Err(e) => State::Failed(format!("its result did not decode: {e}")),
-                    };
+                    a.state = State::Done(part, report);
                 }
                 Incoming::Event(Event::Error { message, .. }) => {
                     if matches!(a.state, State::Running) {

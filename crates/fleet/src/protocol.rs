@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use qpslab_load::LoadOptions;
 
 /// The protocol this build speaks; bumped on any incompatible change.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,7 +100,8 @@ pub enum Event {
         hist: String,
     },
     Done {
-        part: Box<qpslab_load::wire::RunPart>,
+        /// What it measured (histograms as HdrHistogram V2: `qpslab_load::wire`).
+        part: Box<qpslab_load::RunResult>,
         /// The agent's own report (the load JSON contract), for its row.
         report: serde_json::Value,
     },
@@ -145,7 +146,7 @@ mod tests {
     #[test]
     fn a_result_travels_inside_a_tagged_message() {
         // Tagged enums buffer their fields: every number in a part must fit that buffer.
-        let part = qpslab_load::wire::RunPart::of(&qpslab_load::wire::merge_parts(&[]));
+        let part = qpslab_load::wire::merge_parts(&[]);
         let done = Event::Done { part: Box::new(part), report: serde_json::json!({"x": 1}) };
         let mut out = Vec::new();
         send(&mut out, &done).unwrap();

@@ -256,7 +256,7 @@ pub fn decode(b64: &str) -> Result<Histogram<u64>, String> {
 
 /// Adds `h` into `total` (which has the engine's fixed bounds); values above them saturate at
 /// the highest trackable value rather than failing.
-fn add(total: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), String> {
+pub(crate) fn add(total: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), String> {
     if h.max() <= total.high() {
         return total.add(h).map_err(|e| format!("cannot add histogram: {e:?}"));
     }

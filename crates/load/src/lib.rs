@@ -78,7 +78,7 @@ pub struct Progress {
 }
 
 /// Counters at one per-second sample, summed over threads.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Interval {
     /// Seconds since the start of measurement.
     pub elapsed_s: f64,
@@ -87,8 +87,10 @@ pub struct Interval {
     pub failed: u64,
 }
 
-/// Everything a run measured, merged over threads.
-#[derive(Debug)]
+/// Everything a run measured, merged over threads. It is also what an agent sends back
+/// ([`wire`]): the histograms as HdrHistogram V2, without the local matters (a `--log` error,
+/// the port budget).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub rec: Recorder,
     pub in_flight_at_stop: u64,
@@ -111,8 +113,10 @@ pub struct RunResult {
     /// `in_flight_at_stop` by target.
     pub in_flight_by_target: Vec<u64>,
     /// `--log` could not be written completely (the run itself is whole).
+    #[serde(skip)]
     pub log_error: Option<String>,
     /// Source tuples against the run's needs, for the tightest destination.
+    #[serde(skip)]
     pub port_budget: Option<source::PortBudget>,
     /// Keep-alive runs: the connections opened before the run's clock started.
     pub setup: Option<Setup>,
@@ -123,7 +127,7 @@ pub struct RunResult {
 
 /// The connect phase before a keep-alive run: every connection is opened (or has failed once)
 /// before the measured window, so connection setup is not measured as load.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Setup {
     pub connections: usize,
     pub opened: usize,

@@ -41,7 +41,7 @@ impl ErrorClass {
 }
 
 /// Status codes are three digits (httparse rejects others), so a flat array indexes them.
-const STATUS_SLOTS: usize = 1000;
+pub(crate) const STATUS_SLOTS: usize = 1000;
 
 pub fn new_histogram() -> Histogram<u64> {
     // 1 us .. 60 s at 3 significant digits: fixed bounds, so recording never allocates.
@@ -50,15 +50,18 @@ pub fn new_histogram() -> Histogram<u64> {
 }
 
 /// One target's share of the requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TargetCounts {
     pub completed: u64,
     pub ok: u64,
     pub failed: u64,
 }
 
-/// Everything one thread measured.
-#[derive(Debug, Clone)]
+/// Everything one thread measured. Serialized (an agent's result on the wire) with its
+/// histograms as HdrHistogram V2 and its statuses as (code, count) pairs; the thread's own
+/// interval histogram and second marks stay home.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Recorder {
     /// Requests issued (committed to a connection).
     pub sent: u64,
@@ -70,6 +73,7 @@ pub struct Recorder {
     pub failed: u64,
     pub errors: [u64; CLASSES],
     pub examples: [Option<String>; CLASSES],
+    #[serde(with = "crate::wire::statuses")]
     pub status: Box<[u64; STATUS_SLOTS]>,
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -88,15 +92,19 @@ pub struct Recorder {
     pub race_closes: u64,
     /// Latency from the request's intended send time (its schedule slot in open loop; the
     /// write in closed loop, where both are the same).
+    #[serde(with = "crate::wire::histogram")]
     pub latency: Histogram<u64>,
     /// Open loop only: latency from the actual write, which a stall hides.
+    #[serde(with = "crate::wire::histogram")]
     pub latency_uncorrected: Histogram<u64>,
     /// Open loop only: actual write minus intended send time.
+    #[serde(with = "crate::wire::histogram")]
     pub send_lag: Histogram<u64>,
     /// Open loop only: counted requests that found every connection busy when they fell due
     /// and waited for one to free.
     pub waited_for_connection: u64,
     /// From connect() to the connection being writable (the handshake), per connect.
+    #[serde(with = "crate::wire::histogram")]
     pub connect_latency: Histogram<u64>,
     /// https: TLS handshakes completed in full, and those that resumed a session.
     pub tls_full: u64,
@@ -105,14 +113,17 @@ pub struct Recorder {
     /// TLS13_AES_256_GCM_SHA384`).
     pub tls_negotiated: Option<String>,
     /// https: from the TCP connection being open to the TLS handshake's end.
+    #[serde(with = "crate::wire::histogram")]
     pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
     pub per_target: Vec<TargetCounts>,
     /// With `--log`: the corrected latency of the current interval only.
+    #[serde(skip)]
     pub interval: Option<Histogram<u64>>,
     /// Cumulative (sent, completed, failed) at the end of each whole second of measurement,
     /// taken by the thread's loop when it passes the second (within a turn of the loop): the
     /// per-second rows, exact because they are this recorder's own counts.
+    #[serde(skip)]
     pub seconds: Vec<[u64; 3]>,
 }
 

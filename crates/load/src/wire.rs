@@ -1,241 +1,56 @@
-//! A run's measurements as they travel between machines: [`RunPart`] is a [`RunResult`] with
-//! its histograms as HdrHistogram V2 (deflate, base64) and its times in plain numbers, so a
-//! load agent can send what it measured and a coordinator can add the parts of several agents
-//! into one result exactly ([`merge_parts`]): counts add, histograms add bucket by bucket,
-//! per-second rows add by second. Nothing is averaged.
+//! A run's measurements as they travel between machines: a [`RunResult`] serializes itself
+//! (serde), with its histograms as HdrHistogram V2 (deflate, base64, [`histogram`]) and its
+//! statuses as (code, count) pairs ([`statuses`]), so a load agent can send what it measured
+//! and a coordinator can add the results of several agents into one exactly
+//! ([`merge_parts`]): counts add, histograms add bucket by bucket, per-second rows add by
+//! second. Nothing is averaged.
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use crate::stats::Recorder;
+use crate::{CpuTime, Interval, RunResult, Setup};
 
-use crate::report::encode_histogram;
-use crate::stats::{Recorder, TargetCounts};
-use crate::{hlog, CpuTime, Interval, RunResult, Setup};
+/// A latency histogram on the wire: HdrHistogram V2 (deflate, base64), read back into the
+/// engine's own bounds so that later merges add like for like (values above them saturate).
+pub(crate) mod histogram {
+    use hdrhistogram::Histogram;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
-/// A [`Recorder`] on the wire.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RecorderPart {
-    pub sent: u64,
-    pub completed: u64,
-    pub ok: u64,
-    pub failed: u64,
-    pub errors: [u64; crate::stats::CLASSES],
-    pub examples: [Option<String>; crate::stats::CLASSES],
-    /// (status code, count), non-zero only.
-    pub status: Vec<(u16, u64)>,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub connects: u64,
-    pub reconnects: u64,
-    pub retried: u64,
-    pub race_retried: u64,
-    pub race_closes: u64,
-    pub waited_for_connection: u64,
-    pub latency: String,
-    pub latency_uncorrected: String,
-    pub send_lag: String,
-    pub connect_latency: String,
-    pub tls_full: u64,
-    pub tls_resumed: u64,
-    #[serde(default)]
-    pub tls_negotiated: Option<String>,
-    pub handshake_latency: String,
-    /// (completed, ok, failed) per target.
-    pub per_target: Vec<(u64, u64, u64)>,
-}
-
-/// One per-second row on the wire.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct IntervalPart {
-    pub elapsed_s: f64,
-    pub sent: u64,
-    pub completed: u64,
-    pub failed: u64,
-}
-
-/// The connect phase on the wire.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SetupPart {
-    pub connections: usize,
-    pub opened: usize,
-    pub failed: usize,
-    pub closed_by_server: usize,
-    pub duration_s: f64,
-    pub example: Option<String>,
-}
-
-/// A [`RunResult`] on the wire.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunPart {
-    pub rec: RecorderPart,
-    pub in_flight_at_stop: u64,
-    pub duration_s: f64,
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
-    pub polled_s: f64,
-    /// Unix time of the run's start, in nanoseconds.
-    /// Nanoseconds since the Unix epoch (u64: until the year 2554; JSON inside a tagged
-    /// message cannot carry a u128).
-    pub started_at_ns: u64,
-    pub intervals: Vec<IntervalPart>,
-    pub stopped_early: bool,
-    pub due_unsent: u64,
-    pub idle_at_stop: usize,
-    pub in_flight_by_target: Vec<u64>,
-    pub setup: Option<SetupPart>,
-    #[serde(default)]
-    pub throttling: Option<qpslab_sys::cgroup::Throttling>,
-}
-
-/// Why a part could not be read back.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a run part's {what} histogram is not readable: {reason}")]
-pub struct PartError {
-    pub what: &'static str,
-    pub reason: String,
-}
-
-impl RunPart {
-    pub fn of(r: &RunResult) -> RunPart {
-        let rec = &r.rec;
-        RunPart {
-            rec: RecorderPart {
-                sent: rec.sent,
-                completed: rec.completed,
-                ok: rec.ok,
-                failed: rec.failed,
-                errors: rec.errors,
-                examples: rec.examples.clone(),
-                status: rec.statuses().collect(),
-                bytes_read: rec.bytes_read,
-                bytes_written: rec.bytes_written,
-                connects: rec.connects,
-                reconnects: rec.reconnects,
-                retried: rec.retried,
-                race_retried: rec.race_retried,
-                race_closes: rec.race_closes,
-                waited_for_connection: rec.waited_for_connection,
-                latency: encode_histogram(&rec.latency),
-                latency_uncorrected: encode_histogram(&rec.latency_uncorrected),
-                send_lag: encode_histogram(&rec.send_lag),
-                connect_latency: encode_histogram(&rec.connect_latency),
-                tls_full: rec.tls_full,
-                tls_resumed: rec.tls_resumed,
-                tls_negotiated: rec.tls_negotiated.clone(),
-                handshake_latency: encode_histogram(&rec.handshake_latency),
-                per_target: rec.per_target.iter().map(|t| (t.completed, t.ok, t.failed)).collect(),
-            },
-            in_flight_at_stop: r.in_flight_at_stop,
-            duration_s: r.duration.as_secs_f64(),
-            cpu_user_s: r.cpu.user.as_secs_f64(),
-            cpu_sys_s: r.cpu.sys.as_secs_f64(),
-            polled_s: r.polled.as_secs_f64(),
-            started_at_ns: r
-                .started_at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-            intervals: r
-                .intervals
-                .iter()
-                .map(|i| IntervalPart {
-                    elapsed_s: i.elapsed_s,
-                    sent: i.sent,
-                    completed: i.completed,
-                    failed: i.failed,
-                })
-                .collect(),
-            stopped_early: r.stopped_early,
-            due_unsent: r.due_unsent,
-            idle_at_stop: r.idle_at_stop,
-            in_flight_by_target: r.in_flight_by_target.clone(),
-            setup: r.setup.as_ref().map(|s| SetupPart {
-                connections: s.connections,
-                opened: s.opened,
-                failed: s.failed,
-                closed_by_server: s.closed_by_server,
-                duration_s: s.duration.as_secs_f64(),
-                example: s.example.clone(),
-            }),
-            throttling: r.throttling.clone(),
-        }
+    pub(crate) fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::report::encode_histogram(h))
     }
 
-    /// The result again (the port budget, a local matter, is not carried).
-    pub fn to_result(&self) -> Result<RunResult, PartError> {
-        let p = &self.rec;
-        let hist = |what: &'static str, b64: &str| {
-            hlog::decode(b64).map_err(|reason| PartError { what, reason })
-        };
-        let mut rec = Recorder {
-            sent: p.sent,
-            completed: p.completed,
-            ok: p.ok,
-            failed: p.failed,
-            errors: p.errors,
-            examples: p.examples.clone(),
-            bytes_read: p.bytes_read,
-            bytes_written: p.bytes_written,
-            connects: p.connects,
-            reconnects: p.reconnects,
-            retried: p.retried,
-            race_retried: p.race_retried,
-            race_closes: p.race_closes,
-            waited_for_connection: p.waited_for_connection,
-            tls_full: p.tls_full,
-            tls_resumed: p.tls_resumed,
-            tls_negotiated: p.tls_negotiated.clone(),
-            per_target: p
-                .per_target
-                .iter()
-                .map(|&(completed, ok, failed)| TargetCounts { completed, ok, failed })
-                .collect(),
-            ..Recorder::default()
-        };
-        // Into the engine's own histograms, so later merges add like for like.
-        let _ = rec.latency.add(hist("latency", &p.latency)?);
-        let _ = rec.latency_uncorrected.add(hist("uncorrected latency", &p.latency_uncorrected)?);
-        let _ = rec.send_lag.add(hist("send lag", &p.send_lag)?);
-        let _ = rec.connect_latency.add(hist("connect latency", &p.connect_latency)?);
-        let _ = rec.handshake_latency.add(hist("handshake latency", &p.handshake_latency)?);
-        for &(code, n) in &p.status {
-            if let Some(slot) = rec.status.get_mut(usize::from(code)) {
-                *slot += n;
-            }
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+        let b64 = String::deserialize(d)?;
+        let read = crate::hlog::decode(&b64)
+            .map_err(|reason| D::Error::custom(format!("a histogram is not readable: {reason}")))?;
+        let mut h = crate::stats::new_histogram();
+        crate::hlog::add(&mut h, &read).map_err(D::Error::custom)?;
+        Ok(h)
+    }
+}
+
+/// The status counts on the wire: (code, count) pairs, non-zero only, instead of a slot for
+/// every code.
+pub(crate) mod statuses {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    type Slots = Box<[u64; crate::stats::STATUS_SLOTS]>;
+
+    pub(crate) fn serialize<S: Serializer>(slots: &Slots, s: S) -> Result<S::Ok, S::Error> {
+        let pairs = slots.iter().enumerate().filter(|(_, &n)| n > 0);
+        s.collect_seq(pairs.map(|(code, &n)| (code as u16, n)))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Slots, D::Error> {
+        let mut slots = Box::new([0; crate::stats::STATUS_SLOTS]);
+        for (code, n) in Vec::<(u16, u64)>::deserialize(d)? {
+            let slot = slots
+                .get_mut(usize::from(code))
+                .ok_or_else(|| D::Error::custom(format!("status {code} is not an HTTP status")))?;
+            *slot += n;
         }
-        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
-        Ok(RunResult {
-            rec,
-            in_flight_at_stop: self.in_flight_at_stop,
-            duration: secs(self.duration_s),
-            cpu: CpuTime { user: secs(self.cpu_user_s), sys: secs(self.cpu_sys_s) },
-            polled: secs(self.polled_s),
-            started_at: SystemTime::UNIX_EPOCH + Duration::from_nanos(self.started_at_ns),
-            intervals: self
-                .intervals
-                .iter()
-                .map(|i| Interval {
-                    elapsed_s: i.elapsed_s,
-                    sent: i.sent,
-                    completed: i.completed,
-                    failed: i.failed,
-                })
-                .collect(),
-            stopped_early: self.stopped_early,
-            due_unsent: self.due_unsent,
-            idle_at_stop: self.idle_at_stop,
-            in_flight_by_target: self.in_flight_by_target.clone(),
-            log_error: None,
-            port_budget: None,
-            setup: self.setup.as_ref().map(|s| Setup {
-                connections: s.connections,
-                opened: s.opened,
-                failed: s.failed,
-                closed_by_server: s.closed_by_server,
-                duration: secs(s.duration_s),
-                example: s.example.clone(),
-            }),
-            throttling: self.throttling.clone(),
-        })
+        Ok(slots)
     }
 }
 
@@ -391,11 +206,9 @@ mod tests {
     #[test]
     fn a_part_travels_whole_and_parts_add_exactly() {
         let a = result(4, &[100, 200, 300], 1000);
-        let back = RunPart::of(&a).to_result().unwrap();
-        assert_eq!(RunPart::of(&back), RunPart::of(&a), "nothing lost on the way");
-        let json = serde_json::to_string(&RunPart::of(&a)).unwrap();
-        let parsed: RunPart = serde_json::from_str(&json).unwrap();
-        assert_eq!(parsed, RunPart::of(&a));
+        let json = serde_json::to_string(&a).unwrap();
+        let back: RunResult = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, a, "nothing lost on the way");
 
         let b = result(3, &[1000, 2000], 1000);
         let m = merge_parts(&[back, b]);

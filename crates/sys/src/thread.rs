@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// CPU time a thread used.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CpuTime {
     pub user: Duration,
     pub sys: Duration,
