@@ -1,11 +1,12 @@
-//! HTTP/1.1 wire codec shared by the load generator and the server.
+//! HTTP wire codecs shared by the load generator and the server.
 //!
-//! Owns: request encoding ([`request`]), request-head parsing with the server's limits and
-//! smuggling rules ([`request_head`]), the chunked transfer-coding decoder ([`chunked`]) and the
-//! incremental response parser ([`response`]). Does not own sockets, buffers across reads, timing
+//! Owns: HTTP/1.1 request encoding ([`request`]), request-head parsing with the server's limits
+//! and smuggling rules ([`request_head`]), the chunked transfer-coding decoder ([`chunked`]) and
+//! the incremental response parser ([`response`]); HTTP/2's frames and HPACK ([`h2`]). Does not own sockets, buffers across reads, timing
 //! or statistics: callers feed bytes and act on the events returned.
 
 pub mod chunked;
+pub mod h2;
 pub mod request;
 pub mod request_head;
 pub mod response;
