@@ -589,6 +589,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub keepalive_requests: Option<u64>,
 
+    /// HTTP/2: streams a connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS;
+    /// more are refused with REFUSED_STREAM)
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub h2_streams: usize,
+
     /// Close a keep-alive connection idle this long
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub idle_timeout: Duration,
@@ -695,6 +700,7 @@ impl ServeArgs {
                 max_body: self.max_body,
                 body_size: self.body_size,
                 status: self.status,
+                h2_streams: self.h2_streams,
             },
         })
     }

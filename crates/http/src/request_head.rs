@@ -42,7 +42,8 @@ pub enum Method {
 }
 
 impl Method {
-    fn parse(s: &str) -> Option<Self> {
+    /// The method named `s` (case-sensitive, as RFC 9110 has it), if it is one of these.
+    pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "GET" => Self::Get,
             "HEAD" => Self::Head,

@@ -62,6 +62,8 @@ pub struct Settings {
     pub max_body: u64,
     pub body_size: u64,
     pub status: u16,
+    /// HTTP/2: streams open at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub h2_streams: usize,
 }
 
 impl Default for Settings {
@@ -76,6 +78,8 @@ impl Default for Settings {
             max_body: 1 << 20,
             body_size: 3,
             status: 200,
+            // nginx's http2_max_concurrent_streams.
+            h2_streams: 128,
         }
     }
 }
@@ -107,6 +111,11 @@ impl Settings {
             self.body_size <= MAX_BODY_SIZE,
             "--body-size",
             &format!("at most {MAX_BODY_SIZE} bytes"),
+        )?;
+        must(
+            (1..=1 << 20).contains(&self.h2_streams),
+            "--h2-streams",
+            "must be between 1 and 1048576",
         )?;
         must((200..=599).contains(&self.status), "--status", "must be a final status, 200 to 599")
     }

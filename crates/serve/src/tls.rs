@@ -59,7 +59,7 @@ impl ServerTls {
             .map_err(|e| {
                 ConfigError::new(flag, format!("{e}; give the private key of the certificate"))
             })?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
         config.ticketer = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| ConfigError::new(flag, format!("session tickets: {e}")))?;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::date::{imf_fixdate, now_secs};
 
 pub(crate) mod epoll;
+mod h2;
 mod session;
 mod tls;
 pub(crate) mod uring;

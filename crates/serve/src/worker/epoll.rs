@@ -461,8 +461,13 @@ impl<'a> Worker<'a> {
         let _ = self.set_accepting(false);
         for idx in 0..self.conns.len() {
             let c = &mut self.conns[idx];
-            if c.sock.is_some() && !c.s.drain() {
-                self.close(idx);
+            if c.sock.is_some() {
+                if c.s.drain() {
+                    // What drain added (an HTTP/2 GOAWAY) goes out now.
+                    self.flush(idx);
+                } else {
+                    self.close(idx);
+                }
             }
         }
     }

@@ -3,7 +3,9 @@
 //! ([`Session::pending`]), and the loop tells it what the network did (written, blocked, EOF).
 //! Request bodies within limits, delayed responses (`t=`), streamed bodies, error responses
 //! with a lingering close, the header, body, idle and write deadlines: all here, once, for
-//! every event loop (epoll and io_uring) that drives it.
+//! every event loop (epoll and io_uring) that drives it. A connection that opens with the
+//! HTTP/2 client preface is handed to its HTTP/2 sibling ([`super::h2`]) through the same
+//! calls, so the loops do not know which protocol a connection speaks.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,6 +20,7 @@ use crate::respond::{
     push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
 };
 
+use super::h2::{self, H2};
 use super::{Counters, CACHED_HEAD_MAX, LINGER, OUT_HIGH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -149,6 +152,8 @@ pub(super) struct Session {
     pub eof: bool,
     cache_bytes: Vec<u8>,
     cache_plan: Option<Plan>,
+    /// HTTP/2: the connection began with the client preface.
+    h2: Option<Box<H2>>,
 }
 
 impl Session {
@@ -173,6 +178,7 @@ impl Session {
         self.linger_after = false;
         self.deadline = None;
         self.eof = false;
+        self.h2 = None;
     }
 
     /// Whether the connection must not take more input now (`in_flight`: bytes the loop is
@@ -186,13 +192,19 @@ impl Session {
 
     /// Output waits to be sent (buffered, or a streamed body's next pieces).
     pub fn has_output(&self) -> bool {
-        self.out_pos < self.out.len() || self.stream.is_some()
+        self.out_pos < self.out.len()
+            || self.stream.is_some()
+            || self.h2.as_ref().is_some_and(|h| h.can_send())
     }
 
     /// After EOF: done once every buffered request is answered and written. A request cut
     /// short by the EOF can never complete, so it does not hold the connection open.
     pub fn finished(&self, in_flight: usize) -> bool {
-        self.eof && !self.has_output() && in_flight == 0 && self.phase != Phase::Delayed
+        self.eof
+            && !self.has_output()
+            && in_flight == 0
+            && self.phase != Phase::Delayed
+            && self.h2.as_ref().is_none_or(|h| h.next_delay().is_none())
     }
 
     /// Parses and answers buffered requests in order. Returns how many steps it made.
@@ -203,6 +215,20 @@ impl Session {
         in_flight: usize,
         now: Instant,
     ) -> usize {
+        if self.h2.is_none() && self.requests == 0 && self.phase == Phase::Head {
+            match h2::preface(self.inbuf.filled()) {
+                Some(true) => {
+                    self.inbuf.consume(qpslab_http::h2::frame::PREFACE.len());
+                    self.h2 = Some(Box::new(H2::start(sh.cfg, &mut self.out, self.gen)));
+                    self.deadline = Some((now + sh.cfg.settings.idle_timeout, Deadline::Idle));
+                }
+                Some(false) => return 0,
+                None => {}
+            }
+        }
+        if self.h2.is_some() {
+            return self.consume_h2(sh, slot, in_flight, now);
+        }
         let mut steps = 0;
         while !self.inbuf.is_empty() && !self.paused(in_flight) {
             match self.phase {
@@ -224,6 +250,40 @@ impl Session {
             steps += 1;
         }
         steps
+    }
+
+    /// HTTP/2: every whole frame buffered; an error ends the connection with a GOAWAY.
+    fn consume_h2(
+        &mut self,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        in_flight: usize,
+        now: Instant,
+    ) -> usize {
+        if self.inbuf.is_empty() || self.paused(in_flight) {
+            return 0;
+        }
+        let Some(h) = self.h2.as_mut() else { return 0 };
+        let frames = match h.consume(&mut self.inbuf, &mut self.out, sh, slot, now) {
+            Ok(n) => n,
+            Err(e) => {
+                // A client that broke the protocol is refused, as a malformed HTTP/1.1
+                // request is.
+                sh.counters.rejected += 1;
+                h.goaway(&mut self.out, e.code);
+                self.inbuf.clear();
+                self.close_after = true;
+                self.linger_after = true;
+                1
+            }
+        };
+        if h.going_away && !h.busy() {
+            self.close_after = true;
+        }
+        if frames > 0 {
+            self.deadline = Some((now + sh.cfg.settings.idle_timeout, Deadline::Idle));
+        }
+        frames
     }
 
     /// The plan of the next complete request head, consuming it; `None` if incomplete.
@@ -358,6 +418,10 @@ impl Session {
 
     /// A delayed response's time came: answers it. False when it no longer waits.
     pub fn fire_delay(&mut self, sh: &mut Shared<'_>, slot: usize, now: Instant) -> bool {
+        if let Some(h) = self.h2.as_mut() {
+            h.fire_delays(&mut self.out, sh, slot, now);
+            return true;
+        }
         if self.phase != Phase::Delayed {
             return false;
         }
@@ -383,10 +447,18 @@ impl Session {
     /// The bytes to send next: what is buffered, or the next piece of a streamed body (empty
     /// when nothing waits).
     pub fn pending(&mut self) -> &[u8] {
-        if self.out_pos == self.out.len() && (self.out_pos != 0 || self.stream.is_some()) {
+        let h2_waits = self.h2.as_ref().is_some_and(|h| h.can_send());
+        if self.out_pos == self.out.len()
+            && (self.out_pos != 0 || self.stream.is_some() || h2_waits)
+        {
             self.out.clear();
             self.out_pos = 0;
-            self.next_stream_piece();
+            match self.h2.as_mut() {
+                Some(h) => h.refill(&mut self.out),
+                None => {
+                    self.next_stream_piece();
+                }
+            }
         }
         &self.out[self.out_pos..]
     }
@@ -451,6 +523,9 @@ impl Session {
         if matches!(self.deadline, Some((_, Deadline::Write))) {
             self.deadline = Some((now + cfg.settings.idle_timeout, Deadline::Idle));
         }
+        if self.h2.as_ref().is_some_and(|h| h.going_away && !h.busy()) {
+            self.close_after = true;
+        }
         if !self.close_after || self.phase == Phase::Lingering {
             return AfterOutput::Keep;
         }
@@ -473,6 +548,12 @@ impl Session {
     /// When the worker starts draining: false when the connection is idle and can close now;
     /// otherwise it closes after its current response.
     pub fn drain(&mut self) -> bool {
+        if let Some(h) = self.h2.as_mut() {
+            // GOAWAY with the last stream taken: the client retries later ones elsewhere.
+            h.goaway(&mut self.out, qpslab_http::h2::frame::code::NO_ERROR);
+            self.close_after = true;
+            return true;
+        }
         let busy = self.has_output() || matches!(self.phase, Phase::Body | Phase::Delayed);
         if busy {
             self.close_after = true;

@@ -479,7 +479,14 @@ impl State<'_> {
             self.set_accepting(false, sub);
             for slot in 0..self.conns.len() {
                 let conn = &mut self.conns[slot];
-                if conn.fd.is_some() && !conn.s.drain() && conn.in_flight == 0 {
+                if conn.fd.is_none() {
+                    continue;
+                }
+                if conn.s.drain() {
+                    // What drain added (an HTTP/2 GOAWAY) goes out now (send waits for a
+                    // send in flight).
+                    self.send(slot, sub);
+                } else if conn.in_flight == 0 {
                     self.close(slot, sub);
                 }
             }

@@ -1,0 +1,652 @@
+//! One connection's HTTP/2, server side, without its socket: the sibling of the HTTP/1.1
+//! session, driven through it by the same loops. A connection becomes HTTP/2 when its first
+//! bytes are the client preface (h2c with prior knowledge, or h2 chosen by ALPN over TLS).
+//!
+//! Frames come out of the session's input buffer and responses go into its output buffer:
+//! each request's query controls are HTTP/1.1's (`s`, `c`, `t`, `k`), answered with a HEADERS
+//! frame and DATA within the client's flow-control windows; bodies the windows hold back wait
+//! for WINDOW_UPDATE. Request bodies are read and discarded, their windows returned at once.
+//!
+//! Bounded: at most `--h2-streams` streams at once (more are refused with REFUSED_STREAM),
+//! header blocks and their CONTINUATIONs to the request-head limit, HPACK's table and decoded
+//! size capped, and a connection whose client resets streams as fast as it opens them (rapid
+//! reset) or floods control frames (PING, SETTINGS) without requests gets GOAWAY
+//! ENHANCE_YOUR_CALM. Input stops while the output backlog is high, so ACKs cannot pile up.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header};
+use qpslab_http::h2::hpack::{self, Indexing};
+use qpslab_http::{BodyFraming, Method, RequestHead};
+
+use crate::config::ServeConfig;
+use crate::inbuf::InBuf;
+use crate::respond::{push_body, ErrorReply, Plan};
+
+use super::session::Shared;
+
+/// The largest frame this side takes (SETTINGS_MAX_FRAME_SIZE's default).
+const MAX_FRAME: usize = frame::DEFAULT_MAX_FRAME;
+/// The connection's receive window is topped up to this (request bodies are discarded, so
+/// the client is never held back by the server's window).
+const RECV_WINDOW: u32 = frame::MAX_WINDOW;
+/// Control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty DATA, unknown types) in a row
+/// without a request before the connection is told to calm down.
+const CONTROL_FLOOD: u32 = 10_000;
+/// Resets by the client beyond this many, and beyond half of its streams: rapid reset.
+const RESET_FLOOD: u32 = 100;
+
+/// Why the connection ends: the GOAWAY's code, and for the log, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ConnError {
+    pub code: u32,
+    pub reason: &'static str,
+}
+
+fn fail<T>(code: u32, reason: &'static str) -> Result<T, ConnError> {
+    Err(ConnError { code, reason })
+}
+
+#[derive(Debug)]
+enum StreamState {
+    /// Reading the request's body (discarded); the plan waits for END_STREAM.
+    Body { plan: Result<Plan, ErrorReply>, left: u64 },
+    /// A `t=` delay runs until the instant.
+    Delayed(Plan, Instant),
+    /// Response body bytes still to send (flow control held them back).
+    Sending { left: u64, sent: u64 },
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: u32,
+    /// What the client lets this side send on the stream.
+    window: i64,
+    state: StreamState,
+}
+
+/// A header block being gathered (HEADERS, then CONTINUATIONs until END_HEADERS).
+#[derive(Debug, Default)]
+struct Gathering {
+    stream: u32,
+    end_stream: bool,
+    block: Vec<u8>,
+}
+
+/// One HTTP/2 connection's state.
+#[derive(Debug)]
+pub(super) struct H2 {
+    dec: hpack::Decoder,
+    streams: Vec<Stream>,
+    max_streams: usize,
+    /// The client's SETTINGS: the window each new stream starts with, its largest frame.
+    peer_window: i64,
+    peer_max_frame: usize,
+    /// What the client lets this side send on the connection.
+    conn_window: i64,
+    /// Request body bytes received since the connection's window was last topped up.
+    received: u32,
+    gathering: Option<Gathering>,
+    last_stream: u32,
+    opened: u32,
+    resets: u32,
+    controls: u32,
+    /// GOAWAY sent: no new streams; close once the last response is out.
+    pub going_away: bool,
+    /// The connection's generation, for its delayed responses on the worker's heap.
+    gen: u32,
+}
+
+impl H2 {
+    /// A connection whose client preface arrived: this side's SETTINGS go out first.
+    pub fn start(cfg: &ServeConfig, out: &mut Vec<u8>, gen: u32) -> H2 {
+        let limits = &cfg.settings.limits;
+        let max_list = limits.max_request_line + limits.max_header_bytes;
+        frame::put_settings(
+            out,
+            &[
+                (setting::MAX_CONCURRENT_STREAMS, cfg.settings.h2_streams as u32),
+                (setting::INITIAL_WINDOW_SIZE, RECV_WINDOW),
+                (setting::MAX_HEADER_LIST_SIZE, max_list as u32),
+                (setting::ENABLE_PUSH, 0),
+            ],
+        );
+        frame::put_window_update(out, 0, RECV_WINDOW - frame::DEFAULT_WINDOW);
+        H2 {
+            dec: hpack::Decoder::new(hpack::DEFAULT_TABLE_SIZE, max_list),
+            streams: Vec::new(),
+            max_streams: cfg.settings.h2_streams,
+            peer_window: i64::from(frame::DEFAULT_WINDOW),
+            peer_max_frame: frame::DEFAULT_MAX_FRAME,
+            conn_window: i64::from(frame::DEFAULT_WINDOW),
+            received: 0,
+            gathering: None,
+            last_stream: 0,
+            opened: 0,
+            resets: 0,
+            controls: 0,
+            going_away: false,
+            gen,
+        }
+    }
+
+    /// Streams in progress (reading a body, delayed or sending).
+    pub fn busy(&self) -> bool {
+        !self.streams.is_empty()
+    }
+
+    /// Response bytes wait for the client's window.
+    pub fn can_send(&self) -> bool {
+        self.conn_window > 0
+            && self
+                .streams
+                .iter()
+                .any(|s| matches!(s.state, StreamState::Sending { .. }) && s.window > 0)
+    }
+
+    /// The earliest `t=` delay's end, if a stream waits for one.
+    pub fn next_delay(&self) -> Option<Instant> {
+        self.streams
+            .iter()
+            .filter_map(|s| match s.state {
+                StreamState::Delayed(_, t) => Some(t),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Ends the connection politely: no new streams after those it has.
+    pub fn goaway(&mut self, out: &mut Vec<u8>, error: u32) {
+        if !self.going_away {
+            frame::put_goaway(out, self.last_stream, error);
+            self.going_away = true;
+        }
+    }
+
+    /// Handles every whole frame in `inbuf`, answering into `out`; returns how many. An error
+    /// is the connection's end: the GOAWAY is written, and the caller closes after the output.
+    pub fn consume(
+        &mut self,
+        inbuf: &mut InBuf,
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) -> Result<usize, ConnError> {
+        let mut frames = 0;
+        while let Some(h) = Header::parse(inbuf.filled()) {
+            if h.len > MAX_FRAME {
+                return fail(code::FRAME_SIZE_ERROR, "a frame larger than SETTINGS_MAX_FRAME_SIZE");
+            }
+            if inbuf.len() < frame::HEADER_LEN + h.len {
+                break;
+            }
+            let payload = &inbuf.filled()[frame::HEADER_LEN..frame::HEADER_LEN + h.len];
+            self.frame(&h, payload, out, sh, slot, now)?;
+            inbuf.consume(frame::HEADER_LEN + h.len);
+            frames += 1;
+            if out.len() > super::OUT_HIGH {
+                // The rest waits until the client has read the answers (a PING flood cannot
+                // grow the output without bound).
+                break;
+            }
+        }
+        Ok(frames)
+    }
+
+    fn frame(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        if self.gathering.is_some() && h.kind != kind::CONTINUATION {
+            return fail(code::PROTOCOL_ERROR, "a frame inside a header block");
+        }
+        // WINDOW_UPDATEs come with every large response, so they are not counted.
+        let work = matches!(h.kind, kind::HEADERS | kind::CONTINUATION | kind::WINDOW_UPDATE);
+        if !(work || h.kind == kind::DATA && h.len > 0) {
+            self.controls += 1;
+            if self.controls > CONTROL_FLOOD {
+                return fail(code::ENHANCE_YOUR_CALM, "control frames without requests");
+            }
+        }
+        let bad = |e: frame::FrameError| ConnError { code: e.code(), reason: "a malformed frame" };
+        match h.kind {
+            kind::HEADERS => {
+                if h.stream == 0 || h.stream.is_multiple_of(2) {
+                    return fail(code::PROTOCOL_ERROR, "HEADERS on stream 0 or an even stream");
+                }
+                let fragment = frame::unpadded(h, payload).map_err(bad)?;
+                let g = Gathering {
+                    stream: h.stream,
+                    end_stream: h.has(flag::END_STREAM),
+                    block: Vec::new(),
+                };
+                self.gather(g, fragment, h.has(flag::END_HEADERS), out, sh, slot, now)
+            }
+            kind::CONTINUATION => {
+                let Some(g) = self.gathering.take() else {
+                    return fail(code::PROTOCOL_ERROR, "CONTINUATION without HEADERS");
+                };
+                if g.stream != h.stream {
+                    return fail(code::PROTOCOL_ERROR, "CONTINUATION on another stream");
+                }
+                self.gather(g, payload, h.has(flag::END_HEADERS), out, sh, slot, now)
+            }
+            kind::DATA => self.data(h, payload, out, sh, slot, now),
+            kind::SETTINGS => {
+                if h.has(flag::ACK) {
+                    return frame::settings(h, payload).map(|_| ()).map_err(bad);
+                }
+                for (id, v) in frame::settings(h, payload).map_err(bad)? {
+                    match id {
+                        setting::INITIAL_WINDOW_SIZE => {
+                            let delta = i64::from(v) - self.peer_window;
+                            self.peer_window = i64::from(v);
+                            for s in &mut self.streams {
+                                s.window += delta;
+                            }
+                        }
+                        setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
+                        _ => {}
+                    }
+                }
+                frame::put_settings_ack(out);
+                self.send_bodies(out);
+                Ok(())
+            }
+            kind::PING => {
+                if h.stream != 0 || payload.len() != 8 {
+                    return fail(code::PROTOCOL_ERROR, "a malformed PING");
+                }
+                if !h.has(flag::ACK) {
+                    let mut data = [0; 8];
+                    data.copy_from_slice(payload);
+                    frame::put_ping(out, true, data);
+                }
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => {
+                let inc = frame::window_increment(payload).map_err(bad)?;
+                if h.stream == 0 {
+                    if inc == 0 {
+                        return fail(code::PROTOCOL_ERROR, "a zero WINDOW_UPDATE");
+                    }
+                    self.conn_window += i64::from(inc);
+                    if self.conn_window > i64::from(frame::MAX_WINDOW) {
+                        return fail(code::FLOW_CONTROL_ERROR, "the connection window overflowed");
+                    }
+                } else if let Some(s) = self.streams.iter_mut().find(|s| s.id == h.stream) {
+                    s.window += i64::from(inc);
+                    if inc == 0 || s.window > i64::from(frame::MAX_WINDOW) {
+                        let id = s.id;
+                        self.reset(
+                            out,
+                            id,
+                            if inc == 0 { code::PROTOCOL_ERROR } else { code::FLOW_CONTROL_ERROR },
+                        );
+                    }
+                }
+                self.send_bodies(out);
+                Ok(())
+            }
+            kind::RST_STREAM => {
+                frame::rst_code(h, payload).map_err(bad)?;
+                if let Some(i) = self.streams.iter().position(|s| s.id == h.stream) {
+                    self.streams.swap_remove(i);
+                    self.resets += 1;
+                    if self.resets > RESET_FLOOD && self.resets * 2 > self.opened {
+                        return fail(code::ENHANCE_YOUR_CALM, "streams reset as fast as they open");
+                    }
+                }
+                Ok(())
+            }
+            kind::GOAWAY => {
+                frame::goaway(h, payload).map_err(bad)?;
+                self.goaway(out, code::NO_ERROR);
+                Ok(())
+            }
+            kind::PRIORITY => {
+                if h.stream == 0 || payload.len() != 5 {
+                    return fail(code::PROTOCOL_ERROR, "a malformed PRIORITY");
+                }
+                Ok(())
+            }
+            kind::PUSH_PROMISE => fail(code::PROTOCOL_ERROR, "PUSH_PROMISE from a client"),
+            // Unknown types are ignored (RFC 9113 section 4.1).
+            _ => Ok(()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the frame's parts and the loop's context")]
+    fn gather(
+        &mut self,
+        mut g: Gathering,
+        fragment: &[u8],
+        end_headers: bool,
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        let limits = &sh.cfg.settings.limits;
+        if g.block.len() + fragment.len() > limits.max_request_line + limits.max_header_bytes {
+            return fail(code::ENHANCE_YOUR_CALM, "a header block over the request-head limit");
+        }
+        if end_headers && g.block.is_empty() {
+            return self.headers(g.stream, g.end_stream, fragment, out, sh, slot, now);
+        }
+        g.block.extend_from_slice(fragment);
+        if !end_headers {
+            self.gathering = Some(g);
+            return Ok(());
+        }
+        let block = std::mem::take(&mut g.block);
+        self.headers(g.stream, g.end_stream, &block, out, sh, slot, now)
+    }
+
+    /// A whole request head: a new stream (or trailers of one reading its body).
+    #[allow(clippy::too_many_arguments, reason = "the frame's parts and the loop's context")]
+    fn headers(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        block: &[u8],
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        let mut method = None;
+        let mut path: Option<String> = None;
+        let mut length = None;
+        let mut bad_field = false;
+        let decoded = self.dec.decode(block, &mut |name, value| match name {
+            b":method" => method = std::str::from_utf8(value).ok().and_then(Method::parse),
+            b":path" => path = std::str::from_utf8(value).ok().map(str::to_owned),
+            b"content-length" => {
+                length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
+            }
+            _ if name.iter().any(u8::is_ascii_uppercase) => bad_field = true,
+            _ => {}
+        });
+        if decoded.is_err() {
+            return fail(code::COMPRESSION_ERROR, "a header block that does not decode");
+        }
+        if let Some(i) = self.streams.iter().position(|s| s.id == id) {
+            // Trailers end a body.
+            if !end_stream {
+                return fail(code::PROTOCOL_ERROR, "a second header block without END_STREAM");
+            }
+            let s = self.streams.swap_remove(i);
+            if let StreamState::Body { plan, .. } = s.state {
+                self.answer(id, plan, out, sh, slot, now);
+            }
+            return Ok(());
+        }
+        if id <= self.last_stream {
+            return fail(code::STREAM_CLOSED, "HEADERS on a closed stream");
+        }
+        self.last_stream = id;
+        self.controls = 0;
+        if self.going_away {
+            return Ok(());
+        }
+        if self.streams.len() >= self.max_streams {
+            frame::put_rst_stream(out, id, code::REFUSED_STREAM);
+            return Ok(());
+        }
+        self.opened += 1;
+        sh.counters.requests += 1;
+        let (Some(method), Some(path), false) = (method, path, bad_field) else {
+            self.reset(out, id, code::PROTOCOL_ERROR);
+            return Ok(());
+        };
+        let body = match length {
+            Some(n) => BodyFraming::Length(n),
+            None if end_stream => BodyFraming::None,
+            // A body without a length: discarded until END_STREAM, counted against the limit.
+            None => BodyFraming::Length(sh.cfg.settings.max_body),
+        };
+        let head = RequestHead {
+            method,
+            minor: 1,
+            target: &path,
+            keep_alive: true,
+            body,
+            expect_continue: false,
+        };
+        let plan = Plan::new(&head, sh.cfg);
+        if end_stream {
+            self.answer(id, plan, out, sh, slot, now);
+        } else {
+            let left = sh.cfg.settings.max_body;
+            let window = self.peer_window;
+            self.streams.push(Stream { id, window, state: StreamState::Body { plan, left } });
+        }
+        Ok(())
+    }
+
+    /// Request body bytes: discarded, their window returned.
+    fn data(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        if h.stream == 0 {
+            return fail(code::PROTOCOL_ERROR, "DATA on stream 0");
+        }
+        let data = frame::unpadded(h, payload)
+            .map_err(|e| ConnError { code: e.code(), reason: "a malformed DATA frame" })?;
+        // The whole frame counts against the window, padding included.
+        self.received += payload.len() as u32;
+        if self.received >= RECV_WINDOW / 2 {
+            frame::put_window_update(out, 0, self.received);
+            self.received = 0;
+        }
+        let Some(i) = self.streams.iter().position(|s| s.id == h.stream) else {
+            if h.stream > self.last_stream {
+                return fail(code::PROTOCOL_ERROR, "DATA on an idle stream");
+            }
+            // A stream already answered or reset: its DATA is dropped.
+            return Ok(());
+        };
+        let StreamState::Body { left, .. } = &mut self.streams[i].state else {
+            self.reset(out, h.stream, code::STREAM_CLOSED);
+            return Ok(());
+        };
+        if data.len() as u64 > *left {
+            let e = ErrorReply { status: 413, reason: "request body too large" };
+            self.streams.swap_remove(i);
+            sh.counters.rejected += 1;
+            self.answer(h.stream, Err(e), out, sh, slot, now);
+            frame::put_rst_stream(out, h.stream, code::NO_ERROR);
+            return Ok(());
+        }
+        *left -= data.len() as u64;
+        if h.has(flag::END_STREAM) {
+            let s = self.streams.swap_remove(i);
+            if let StreamState::Body { plan, .. } = s.state {
+                self.answer(h.stream, plan, out, sh, slot, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers a request: the HEADERS, and as much of the body as the windows allow.
+    fn answer(
+        &mut self,
+        id: u32,
+        plan: Result<Plan, ErrorReply>,
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) {
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                sh.counters.rejected += 1;
+                let body = e.reason.len() as u64 + 1;
+                self.write_headers(out, id, e.status, Some(body), &sh.date, false);
+                let mut text = Vec::with_capacity(e.reason.len() + 1);
+                let _ = writeln!(text, "{}", e.reason);
+                frame::put_header(out, text.len(), kind::DATA, flag::END_STREAM, id);
+                out.extend_from_slice(&text);
+                return;
+            }
+        };
+        if plan.delay_ms > 0 {
+            let until = now + Duration::from_millis(u64::from(plan.delay_ms));
+            let plan = Plan { delay_ms: 0, ..plan };
+            let window = self.peer_window;
+            self.streams.push(Stream { id, window, state: StreamState::Delayed(plan, until) });
+            sh.delays.push(std::cmp::Reverse((until, slot, self.gen)));
+            return;
+        }
+        if !plan.keep_alive {
+            self.goaway(out, code::NO_ERROR);
+        }
+        let body =
+            if plan.head_only || matches!(plan.status, 204 | 304) { 0 } else { plan.body_len };
+        let length = (!matches!(plan.status, 204 | 304)).then_some(plan.body_len);
+        self.write_headers(out, id, plan.status, length, &sh.date, body == 0);
+        if body > 0 {
+            let window = self.peer_window;
+            self.streams.push(Stream {
+                id,
+                window,
+                state: StreamState::Sending { left: body, sent: 0 },
+            });
+            self.send_bodies(out);
+        }
+    }
+
+    /// Answers the streams whose `t=` delay ended by `now`.
+    pub fn fire_delays(
+        &mut self,
+        out: &mut Vec<u8>,
+        sh: &mut Shared<'_>,
+        slot: usize,
+        now: Instant,
+    ) {
+        while let Some(i) = self
+            .streams
+            .iter()
+            .position(|s| matches!(s.state, StreamState::Delayed(_, t) if t <= now))
+        {
+            let s = self.streams.swap_remove(i);
+            if let StreamState::Delayed(plan, _) = s.state {
+                self.answer(s.id, Ok(plan), out, sh, slot, now);
+            }
+        }
+    }
+
+    fn write_headers(
+        &self,
+        out: &mut Vec<u8>,
+        id: u32,
+        status: u16,
+        length: Option<u64>,
+        date: &[u8],
+        end_stream: bool,
+    ) {
+        let at = out.len();
+        frame::put_header(out, 0, kind::HEADERS, flag::END_HEADERS, id);
+        let start = out.len();
+        let digits = [
+            b'0' + (status / 100) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+        ];
+        match hpack::static_field(b":status", &digits) {
+            Some(i) => hpack::indexed(out, i),
+            None => hpack::literal(out, Indexing::Without, 8, b"", &digits),
+        }
+        hpack::literal(out, Indexing::Without, 54, b"", b"qpslab");
+        hpack::literal(out, Indexing::Without, 33, b"", date);
+        hpack::literal(out, Indexing::Without, 31, b"", b"text/plain");
+        if let Some(n) = length {
+            let mut digits = [0u8; 20];
+            let mut w = &mut digits[..];
+            let _ = write!(w, "{n}");
+            let len = 20 - w.len();
+            hpack::literal(out, Indexing::Without, 28, b"", &digits[..len]);
+        }
+        let len = (out.len() - start).to_be_bytes();
+        out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
+        if end_stream {
+            out[at + 4] |= flag::END_STREAM;
+        }
+    }
+
+    /// Sends what the windows allow of the bodies waiting; a stream whose body is all out
+    /// ends.
+    fn send_bodies(&mut self, out: &mut Vec<u8>) {
+        let max = self.peer_max_frame;
+        let mut i = 0;
+        while i < self.streams.len() && self.conn_window > 0 {
+            let s = &mut self.streams[i];
+            let StreamState::Sending { left, sent } = &mut s.state else {
+                i += 1;
+                continue;
+            };
+            while *left > 0 && s.window > 0 && self.conn_window > 0 {
+                let n = (*left).min(max as u64).min(s.window as u64).min(self.conn_window as u64);
+                let last = n == *left;
+                frame::put_header(
+                    out,
+                    n as usize,
+                    kind::DATA,
+                    if last { flag::END_STREAM } else { 0 },
+                    s.id,
+                );
+                push_body(out, n as usize, *sent);
+                *left -= n;
+                *sent += n;
+                s.window -= n as i64;
+                self.conn_window -= n as i64;
+                if out.len() > super::OUT_HIGH {
+                    break;
+                }
+            }
+            if *left == 0 {
+                self.streams.swap_remove(i);
+            } else {
+                i += 1;
+            }
+            if out.len() > super::OUT_HIGH {
+                break;
+            }
+        }
+    }
+
+    /// Sends more of the bodies once the output was written (the backlog bound paused them).
+    pub fn refill(&mut self, out: &mut Vec<u8>) {
+        self.send_bodies(out);
+    }
+
+    fn reset(&mut self, out: &mut Vec<u8>, id: u32, error: u32) {
+        self.streams.retain(|s| s.id != id);
+        frame::put_rst_stream(out, id, error);
+    }
+}
+
+/// Whether `data` (a connection's first bytes) is or may become the HTTP/2 client preface:
+/// Some(true) it is, Some(false) not yet known, None it is not.
+pub(super) fn preface(data: &[u8]) -> Option<bool> {
+    let n = data.len().min(frame::PREFACE.len());
+    if data[..n] != frame::PREFACE[..n] {
+        return None;
+    }
+    Some(n == frame::PREFACE.len())
+}
