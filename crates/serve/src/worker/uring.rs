@@ -377,7 +377,9 @@ impl State<'_> {
             return;
         }
         let caught_up = conn.s.inbuf.len() <= READ_CHUNK && !conn.s.paused(conn.in_flight);
-        if conn.recv_paused && !caught_up {
+        // A lingering connection drains its input whatever paused it (unread input at the
+        // close would make the kernel reset the connection, and the client lose the answer).
+        if conn.recv_paused && !caught_up && conn.s.phase != Phase::Lingering {
             return;
         }
         if let Some(fd) = &conn.fd {
