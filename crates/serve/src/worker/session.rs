@@ -526,7 +526,10 @@ impl Session {
         if self.h2.as_ref().is_some_and(|h| h.going_away && !h.busy()) {
             self.close_after = true;
         }
-        if !self.close_after || self.phase == Phase::Lingering {
+        // A response still to come (a delay, a body being read) holds a closing connection.
+        if !self.close_after
+            || matches!(self.phase, Phase::Lingering | Phase::Delayed | Phase::Body)
+        {
             return AfterOutput::Keep;
         }
         if !self.linger_after {
