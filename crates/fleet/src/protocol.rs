@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use qpslab_load::LoadOptions;
 
 /// The protocol this build speaks; bumped on any incompatible change.
-pub const PROTOCOL: u32 = 4;
+/// 5: HTTP/2 options, the `reset` error class and the HTTP/2 counts in results.
+pub const PROTOCOL: u32 = 5;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

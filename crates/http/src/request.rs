@@ -89,6 +89,55 @@ impl RequestSpec {
         out.extend_from_slice(&self.body);
         Ok(out)
     }
+
+    /// The HTTP/2 header block of the request (RFC 9113 8.3): the pseudo-header fields, then
+    /// the user's headers with lower-case names, encoded once with static-table indices and
+    /// literals that are never added to the dynamic table, so the block is the same for every
+    /// request of a connection. A `Host` header becomes `:authority`; the fields HTTP/2 forbids
+    /// (`Connection`, `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`) are left
+    /// out; a body gets `content-length` unless the user gave one.
+    pub fn encode_h2(&self, https: bool) -> Result<Vec<u8>, RequestError> {
+        use crate::h2::hpack::{indexed, literal, static_field, static_name, Indexing};
+        if self.method.is_empty() || !self.method.bytes().all(crate::is_tchar) {
+            return Err(RequestError::Method(self.method.clone()));
+        }
+        let mut out = Vec::with_capacity(32 + self.target.len() + self.host.len());
+        let field = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| match static_field(name, value) {
+            Some(i) => indexed(out, i),
+            None => {
+                let at = static_name(name).unwrap_or(0);
+                literal(out, Indexing::Without, at, name, value);
+            }
+        };
+        let host = self.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host"));
+        let authority = host.map_or(self.host.as_str(), |h| h.value.as_str());
+        field(&mut out, b":method", self.method.as_bytes());
+        field(&mut out, b":scheme", if https { b"https" } else { b"http" });
+        field(&mut out, b":path", self.target.as_bytes());
+        field(&mut out, b":authority", authority.as_bytes());
+        const FORBIDDEN: [&str; 6] = [
+            "host",
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "transfer-encoding",
+            "upgrade",
+        ];
+        let mut has_length = false;
+        for h in &self.headers {
+            let name = h.name.to_ascii_lowercase();
+            if FORBIDDEN.contains(&name.as_str()) {
+                continue;
+            }
+            has_length |= name == "content-length";
+            field(&mut out, name.as_bytes(), h.value.as_bytes());
+        }
+        let wants_length = !self.body.is_empty() || matches!(self.method.as_str(), "POST" | "PUT");
+        if wants_length && !has_length {
+            field(&mut out, b"content-length", self.body.len().to_string().as_bytes());
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +172,37 @@ mod tests {
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.contains("X-A: v\r\n"), "{text}");
         assert!(text.ends_with("Content-Length: 3\r\n\r\nabc"), "{text}");
+    }
+
+    /// The block decodes (by the HPACK decoder) to the pseudo-header fields first, the host as
+    /// :authority, lower-case names, no connection-specific field, and a content-length.
+    #[test]
+    fn the_h2_block_decodes_to_the_request() {
+        let s = spec("POST", &["Host: example", "Connection: close", "X-Tag: v"], b"hi");
+        let block = s.encode_h2(true).unwrap();
+        let mut d = crate::h2::hpack::Decoder::new(4096, 1 << 16);
+        let mut fields = Vec::new();
+        d.decode(&block, &mut |n, v| {
+            fields.push(format!("{}={}", String::from_utf8_lossy(n), String::from_utf8_lossy(v)))
+        })
+        .unwrap();
+        assert_eq!(
+            fields,
+            [
+                ":method=POST",
+                ":scheme=https",
+                ":path=/a?b=1",
+                ":authority=example",
+                "x-tag=v",
+                "content-length=2"
+            ]
+        );
+        // GET / over http is three static-table indices and the authority.
+        let mut get = spec("GET", &[], b"");
+        get.target = "/".into();
+        let block = get.encode_h2(false).unwrap();
+        assert_eq!(&block[..3], &[0x82, 0x86, 0x84]);
+        assert_eq!(d.table_size(), 0, "nothing went into the dynamic table");
     }
 
     #[test]

@@ -103,8 +103,10 @@ pub struct LoadConfig {
     pub cpus: Option<Vec<usize>>,
     pub accept_status: StatusSet,
     pub max_error_rate: f64,
-    /// Requests kept in flight per connection (1: no pipelining).
+    /// Requests kept in flight per connection (1: no pipelining; with HTTP/2, its streams).
     pub pipeline: usize,
+    /// HTTP/2 (`--h2`): what the connections announce.
+    pub h2: Option<crate::session::h2::H2Settings>,
     /// Open loop at this rate; None: closed loop.
     pub rate: Option<Rate>,
     pub conn_per_request: bool,
@@ -180,7 +182,13 @@ impl LoadConfig {
                 .transpose()?
                 .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
-            pipeline: opts.pipeline,
+            pipeline: if opts.h2 { opts.streams } else { opts.pipeline },
+            h2: opts.h2.then(|| crate::session::h2::H2Settings {
+                streams: opts.streams as u32,
+                window: (1u32 << opts.window_bits) - 1,
+                conn_window: (1u32 << opts.conn_window_bits) - 1,
+                table: opts.header_table_size,
+            }),
             rate,
             conn_per_request: opts.conn_per_request,
             rst_close: opts.rst_close,
@@ -324,7 +332,7 @@ fn io_and_tls(
         notes.extend(note);
         return Ok((io, None));
     }
-    let tls = crate::tls::TlsClient::new(&opts.tls)?;
+    let tls = crate::tls::TlsClient::new(&opts.tls, opts.h2)?;
     let (io, note) = opts.io.resolve(URING_MEASURED_FASTER)?;
     notes.extend(note);
     Ok((io, Some(tls)))
@@ -384,10 +392,57 @@ fn check_connection_model(opts: &LoadOptions) -> Result<(), ConfigError> {
             "cannot pipeline with --conn-per-request (one request per connection); drop one",
         ));
     }
+    check_h2(opts)?;
     if opts.rst_close && !opts.conn_per_request {
         return Err(ConfigError::new(
             "--rst-close",
             "applies to --conn-per-request (keep-alive connections are not closed); add it",
+        ));
+    }
+    Ok(())
+}
+
+/// The HTTP/2 flags: only with `--h2`, in range, and what HTTP/2 here does not do.
+fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
+    let d = LoadOptions::default();
+    if !opts.h2 {
+        let given = [
+            ("--streams", opts.streams != d.streams),
+            ("--window-bits", opts.window_bits != d.window_bits),
+            ("--conn-window-bits", opts.conn_window_bits != d.conn_window_bits),
+            ("--header-table-size", opts.header_table_size != d.header_table_size),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(ConfigError::new(flag, "applies to HTTP/2; add --h2"));
+        }
+        return Ok(());
+    }
+    if opts.streams == 0 || opts.streams > 1024 {
+        return Err(ConfigError::new("--streams", "must be between 1 and 1024"));
+    }
+    for (flag, bits) in
+        [("--window-bits", opts.window_bits), ("--conn-window-bits", opts.conn_window_bits)]
+    {
+        if !(16..=31).contains(&bits) {
+            return Err(ConfigError::new(
+                flag,
+                "must be between 16 and 31 (a window of 2^N-1 bytes)",
+            ));
+        }
+    }
+    if opts.header_table_size > 1 << 20 {
+        return Err(ConfigError::new("--header-table-size", "must be at most 1048576 bytes"));
+    }
+    if opts.pipeline > 1 {
+        return Err(ConfigError::new(
+            "--pipeline",
+            "HTTP/2 keeps requests in flight as streams: use --streams with --h2",
+        ));
+    }
+    if opts.body.is_some() {
+        return Err(ConfigError::new(
+            "--body",
+            "request bodies are not sent over HTTP/2 yet; drop --body or --h2",
         ));
     }
     Ok(())

@@ -146,6 +146,29 @@ pub struct LoadOptions {
     #[arg(long)]
     pub rst_close: bool,
 
+    /// HTTP/2: h2c with prior knowledge on http:// (as h2load and oha), h2 by ALPN on https://
+    /// (refused when the server picks http/1.1)
+    #[arg(long)]
+    pub h2: bool,
+
+    /// With --h2: concurrent streams per connection (h2load's -m); -c stays the number of
+    /// connections
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub streams: usize,
+
+    /// With --h2: each stream's flow-control window, 2^N-1 bytes (h2load's -w) [16-31]
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub window_bits: u8,
+
+    /// With --h2: the connection's flow-control window, 2^N-1 bytes (h2load's -W) [16-31]
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub conn_window_bits: u8,
+
+    /// With --h2: the HPACK dynamic table the server may use for response headers
+    /// (SETTINGS_HEADER_TABLE_SIZE)
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    pub header_table_size: u32,
+
     /// Bind connections to source addresses FIRST-LAST, spread evenly, e.g.
     /// 127.0.0.2-127.0.0.254; add :LO-HI to bind ports from that range too
     #[arg(long, value_name = "RANGE")]
@@ -231,6 +254,11 @@ impl Default for LoadOptions {
             pipeline: 1,
             conn_per_request: false,
             rst_close: false,
+            h2: false,
+            streams: 1,
+            window_bits: 30,
+            conn_window_bits: 30,
+            header_table_size: 4096,
             source: None,
             log: None,
             io: IoChoice::Auto,
@@ -483,6 +511,7 @@ mod tests {
             "STRING|@FILE" => format!("@{}", file("body", "\u{1}binary\u{0}")),
             "N|A:B" => "500".into(),
             "NAME" => "example.com".into(),
+            "BYTES" => "8192".into(),
             "FILE" => file("f", "GET http://127.0.0.1:1/\n"),
             _ => return None,
         })

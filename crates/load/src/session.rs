@@ -4,7 +4,10 @@
 //! a split head carried to the next read), what the end of the input means, and which
 //! requests to write again on a new connection. The load thread's loop (epoll or io_uring,
 //! plain or TLS underneath) moves the bytes; the engine does the accounting with what this
-//! hands back. A sibling session (HTTP/2) would give the engine the same answers.
+//! hands back. Its sibling [`h2::Http2`] gives the engine the same answers for HTTP/2;
+//! [`Session`] is either.
+
+pub(crate) mod h2;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -12,6 +15,7 @@ use std::time::Instant;
 use qpslab_http::{Response, ResponseParser};
 
 use crate::targets::Group;
+use h2::Http2;
 
 /// A request written on the connection (or to be written), waiting for its response.
 #[derive(Debug, Clone, Copy)]
@@ -247,6 +251,146 @@ impl Http1 {
     /// Drops the requests in flight (failed, or reused).
     pub fn forget(&mut self) {
         self.inflight.clear();
+    }
+}
+
+/// One connection's protocol: HTTP/1.1 or HTTP/2, the same answers to the engine.
+#[derive(Debug)]
+pub(crate) enum Session {
+    H1(Http1),
+    H2(Box<Http2>),
+}
+
+/// Calls the same method on either session.
+macro_rules! either {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            Session::H1($s) => $e,
+            Session::H2($s) => $e,
+        }
+    };
+}
+
+impl Session {
+    #[inline]
+    pub fn group(&self) -> usize {
+        either!(self, s => s.group)
+    }
+
+    #[inline]
+    pub fn in_flight(&self) -> usize {
+        either!(self, s => s.in_flight())
+    }
+
+    /// Calls `f` with each request in flight.
+    pub fn each_request(&self, mut f: impl FnMut(&Req)) {
+        match self {
+            Session::H1(s) => s.requests().for_each(&mut f),
+            Session::H2(s) => s.requests().for_each(&mut f),
+        }
+    }
+
+    pub fn oldest_sent(&self) -> Option<Instant> {
+        either!(self, s => s.oldest_sent())
+    }
+
+    pub fn next_target(&self, group: &Group) -> u32 {
+        either!(self, s => s.next_target(group))
+    }
+
+    /// Requests the connection may have in flight at once: `depth`, within what an HTTP/2
+    /// server allows.
+    #[inline]
+    pub fn capacity(&self, depth: usize) -> usize {
+        match self {
+            Session::H1(_) => depth,
+            Session::H2(s) => s.capacity(depth),
+        }
+    }
+
+    #[inline]
+    pub fn writing(&self) -> bool {
+        either!(self, s => s.writing())
+    }
+
+    /// The bytes to write next: HTTP/1.1's from the group's requests, HTTP/2's its own.
+    #[inline]
+    pub fn pending<'a>(&'a self, group: &'a Group) -> &'a [u8] {
+        match self {
+            Session::H1(s) => {
+                let (from, to) = s.to_write();
+                &group.wire[from..to]
+            }
+            Session::H2(s) => s.pending(),
+        }
+    }
+
+    #[inline]
+    pub fn wrote(&mut self, n: usize) {
+        either!(self, s => s.wrote(n))
+    }
+
+    #[inline]
+    pub fn queue(&mut self, group: &Group, k: usize, make: impl FnMut(usize, u32) -> Req) {
+        either!(self, s => s.queue(group, k, make))
+    }
+
+    pub fn resend(&mut self, group: &Group, now: Instant) {
+        either!(self, s => s.resend(group, now))
+    }
+
+    #[inline]
+    pub fn absorb(
+        &mut self,
+        data: &[u8],
+        group: &Group,
+        heads: &[bool],
+        one_request: bool,
+        answered: impl FnMut(Req, Response),
+    ) -> Result<Absorbed, String> {
+        match self {
+            Session::H1(s) => s.absorb(data, heads, one_request, answered),
+            Session::H2(s) => s.absorb(data, group, one_request, answered),
+        }
+    }
+
+    pub fn eof(&mut self, answered: impl FnOnce(Req, Response)) -> Result<Ended, String> {
+        match self {
+            Session::H1(s) => s.eof(answered),
+            Session::H2(s) => Ok(s.eof()),
+        }
+    }
+
+    pub fn retry_after_race(&mut self, idempotent: &[bool]) -> bool {
+        either!(self, s => s.retry_after_race(idempotent))
+    }
+
+    pub fn rewind(&mut self, cycle_len: usize) -> usize {
+        match self {
+            Session::H1(s) => s.rewind(cycle_len),
+            Session::H2(s) => s.rewind(),
+        }
+    }
+
+    pub fn closed(&mut self) {
+        either!(self, s => s.closed())
+    }
+
+    pub fn forget(&mut self) {
+        either!(self, s => s.forget())
+    }
+
+    pub fn set_reused(&mut self, reused: bool) {
+        either!(self, s => s.reused = reused)
+    }
+
+    /// HTTP/2: a stream the server reset, with why.
+    #[inline]
+    pub fn take_reset(&mut self) -> Option<(Req, String)> {
+        match self {
+            Session::H1(_) => None,
+            Session::H2(s) => s.take_reset(),
+        }
     }
 }
 

@@ -19,14 +19,24 @@ pub enum ErrorClass {
     Parse = 4,
     /// The TLS handshake failed: certificate, protocol or cipher, or an alert from the server.
     Tls = 5,
+    /// HTTP/2: the server reset the request's stream (RST_STREAM, other than REFUSED_STREAM,
+    /// which is sent again).
+    Reset = 6,
 }
 
 /// How many error classes there are.
-pub const CLASSES: usize = 6;
+pub const CLASSES: usize = 7;
 
 impl ErrorClass {
-    pub const ALL: [ErrorClass; CLASSES] =
-        [Self::Connect, Self::Read, Self::Write, Self::Timeout, Self::Parse, Self::Tls];
+    pub const ALL: [ErrorClass; CLASSES] = [
+        Self::Connect,
+        Self::Read,
+        Self::Write,
+        Self::Timeout,
+        Self::Parse,
+        Self::Tls,
+        Self::Reset,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +46,7 @@ impl ErrorClass {
             Self::Timeout => "timeout",
             Self::Parse => "parse",
             Self::Tls => "tls",
+            Self::Reset => "reset",
         }
     }
 }
@@ -117,6 +128,8 @@ pub struct Recorder {
     pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
     pub per_target: Vec<TargetCounts>,
+    /// HTTP/2 (`--h2`): what the connections saw (warm-up included).
+    pub h2: Option<crate::session::h2::H2Counts>,
     /// With `--log`: the corrected latency of the current interval only.
     #[serde(skip)]
     pub interval: Option<Histogram<u64>>,
@@ -154,6 +167,7 @@ impl Default for Recorder {
             tls_negotiated: None,
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
+            h2: None,
             interval: None,
             seconds: Vec::new(),
         }
@@ -275,6 +289,9 @@ impl Recorder {
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
         let _ = self.send_lag.add(&other.send_lag);
         let _ = self.connect_latency.add(&other.connect_latency);
+        if let Some(o) = &other.h2 {
+            self.h2.get_or_insert_with(Default::default).merge(o);
+        }
         self.tls_full += other.tls_full;
         self.tls_resumed += other.tls_resumed;
         if self.tls_negotiated.is_none() {
@@ -317,7 +334,7 @@ mod tests {
         b.failure(ErrorClass::Timeout, 1, || "late".into());
         a.merge(&b);
         assert_eq!((a.sent, a.completed, a.ok, a.failed), (5, 2, 1, 4));
-        assert_eq!(a.errors, [0, 3, 0, 1, 0, 0]);
+        assert_eq!(a.errors, [0, 3, 0, 1, 0, 0, 0]);
         assert_eq!(a.examples[1].as_deref(), Some("first"));
         assert_eq!(a.examples[3].as_deref(), Some("late"));
         assert_eq!(a.statuses().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);

@@ -18,6 +18,8 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The encoded request, written as is for every request.
     pub request: Vec<u8>,
+    /// Its HTTP/2 header block, the same for every request of a connection.
+    pub h2_block: Vec<u8>,
     /// HEAD requests get responses without a body.
     pub head: bool,
     /// Share of the requests relative to the other targets (`weight=N` in a targets file).
@@ -203,11 +205,14 @@ fn resolve_target(
         body: body.to_vec(),
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
+    let h2_block =
+        spec.encode_h2(https).map_err(|e| ConfigError::new("--method", e.to_string()))?;
     Ok(Target {
         url: shown.to_string(),
         method: method.to_string(),
         addr,
         request,
+        h2_block,
         head: spec.is_head(),
         weight,
         tls_name,

@@ -44,6 +44,8 @@ pub struct Group {
     pub wire: std::sync::Arc<[u8]>,
     /// Start of position p's request in `wire` (`cycle.len() + pipeline + 1` entries).
     pub offsets: Vec<usize>,
+    /// HTTP/2: the header block of position p's request.
+    pub h2: Vec<Vec<u8>>,
     /// Sum of the weights of its targets.
     pub weight: u64,
     /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
@@ -82,11 +84,13 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 wire.extend_from_slice(&targets[cycle[p % cycle.len()] as usize].request);
                 offsets.push(wire.len());
             }
+            let h2 = cycle.iter().map(|&t| targets[t as usize].h2_block.clone()).collect();
             Group {
                 addr,
                 cycle,
                 wire: wire.into(),
                 offsets,
+                h2,
                 weight: weights.iter().sum(),
                 tls_name: targets[members[0]].tls_name.clone(),
             }

@@ -184,7 +184,7 @@ impl ClientSessionStore for Sessions {
 
 impl TlsClient {
     /// The configuration for a run with these options.
-    pub fn new(o: &TlsOptions) -> Result<TlsClient, ConfigError> {
+    pub fn new(o: &TlsOptions, h2: bool) -> Result<TlsClient, ConfigError> {
         let mut provider = rustls::crypto::ring::default_provider();
         if let Some(list) = &o.ciphers {
             provider.cipher_suites = cipher_suites(list, &provider.cipher_suites)?;
@@ -217,7 +217,12 @@ impl TlsClient {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // With --h2, h2 first (the server's pick is checked after the handshake).
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         config.resumption = if o.reuse {
             Resumption::store(Arc::new(Sessions::default()))
         } else {
@@ -560,12 +565,15 @@ mod tests {
     #[test]
     fn cipher_suites_are_chosen_by_name_and_must_fit_the_version() {
         let one = |list: &str, version| {
-            TlsClient::new(&TlsOptions {
-                insecure: true,
-                ciphers: Some(list.into()),
-                version,
-                ..TlsOptions::default()
-            })
+            TlsClient::new(
+                &TlsOptions {
+                    insecure: true,
+                    ciphers: Some(list.into()),
+                    version,
+                    ..TlsOptions::default()
+                },
+                false,
+            )
         };
         assert!(one("TLS13_AES_128_GCM_SHA256", None).is_ok());
         assert!(one("tls13_chacha20_poly1305_sha256, TLS13_AES_256_GCM_SHA384", None).is_ok());
@@ -583,7 +591,7 @@ mod tests {
         std::fs::write(&p, "not a certificate\n").unwrap();
         let file = crate::options::FileText::from_arg(p.to_str().unwrap()).unwrap();
         let o = TlsOptions { cacert: Some(file), ..TlsOptions::default() };
-        let e = TlsClient::new(&o).unwrap_err();
+        let e = TlsClient::new(&o, false).unwrap_err();
         assert_eq!(e.flag, "--cacert");
         assert!(e.to_string().contains("empty.pem"), "{e}");
         let missing = dir.path().join("missing.pem");

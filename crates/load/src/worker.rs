@@ -24,7 +24,8 @@ use io::Io;
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
-use crate::session::{Absorbed, Ended, Http1, Req};
+use crate::session::h2::Http2;
+use crate::session::{Absorbed, Ended, Http1, Req, Session};
 use crate::stats::{new_histogram, ErrorClass, Recorder};
 use crate::targets::Group;
 use qpslab_sys::net::message as io_message;
@@ -164,8 +165,9 @@ struct Conn {
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
     gen: u32,
     phase: Phase,
-    /// The connection's HTTP/1.1: requests to write, responses to read, what to retry.
-    s: Http1,
+    /// The connection's HTTP/1.1 or HTTP/2: requests to write, responses to read, what to
+    /// retry.
+    s: Session,
     /// Requests committed while the connection was being opened.
     waiting: u64,
     waiting_counted: bool,
@@ -266,7 +268,10 @@ impl<'a> Worker<'a> {
                     let group = shared.conn_groups[first_conn + i];
                     // Connections start at different points of their group's request cycle.
                     let cursor = (first_conn + i) % shared.groups[group].cycle.len();
-                    Http1::new(group, cursor, cfg.pipeline)
+                    match cfg.h2 {
+                        Some(h2) => Session::H2(Box::new(Http2::new(group, cursor, h2))),
+                        None => Session::H1(Http1::new(group, cursor, cfg.pipeline)),
+                    }
                 },
                 waiting: 0,
                 waiting_counted: false,
@@ -361,7 +366,7 @@ impl<'a> Worker<'a> {
         }
         for c in &mut self.conns {
             // Idle since it opened, as a kept-alive connection is between requests.
-            c.s.reused = c.phase == Phase::Open;
+            c.s.set_reused(c.phase == Phase::Open);
         }
         self.setup.opened = self.conns.iter().filter(|c| c.phase == Phase::Open).count();
         self.setup.failed = self.conns.len() - self.setup.opened;
@@ -464,7 +469,10 @@ impl<'a> Worker<'a> {
         }
         let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
         for c in &self.conns {
-            c.add_counted_outstanding(&self.shared.groups[c.s.group], &mut in_flight_by_target);
+            c.add_counted_outstanding(&self.shared.groups[c.s.group()], &mut in_flight_by_target);
+            if let Session::H2(h) = &c.s {
+                self.rec.h2.get_or_insert_with(Default::default).merge(&h.counts);
+            }
         }
         ThreadOutcome {
             in_flight: in_flight_by_target.iter().sum(),
@@ -531,9 +539,15 @@ impl<'a> Worker<'a> {
             }
             Phase::Open => {
                 if c.s.writing() {
-                    return;
+                    // A batch partly written, or (HTTP/2) acknowledgements queued by a read.
+                    self.flush(idx);
+                    let c = &self.conns[idx];
+                    if c.phase != Phase::Open || c.s.writing() {
+                        return;
+                    }
                 }
-                let free = depth - c.s.in_flight() as u64;
+                let c = &self.conns[idx];
+                let free = c.s.capacity(depth as usize).saturating_sub(c.s.in_flight()) as u64;
                 if free == 0 {
                     return;
                 }
@@ -591,7 +605,7 @@ impl<'a> Worker<'a> {
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
         let measure_start = self.measure_start;
         let c = &mut self.conns[idx];
-        let group = &self.shared.groups[c.s.group];
+        let group = &self.shared.groups[c.s.group()];
         let (pacer, rec, waiting_below) = (&self.pacer, &mut self.rec, self.waiting_below);
         let mut counted_n = 0;
         c.s.queue(group, k as usize, |i, target| {
@@ -620,7 +634,7 @@ impl<'a> Worker<'a> {
 
     fn connect(&mut self, idx: usize, now: Instant) {
         let cfg = self.shared.cfg;
-        let addr = self.shared.groups[self.conns[idx].s.group].addr;
+        let addr = self.shared.groups[self.conns[idx].s.group()].addr;
         let local = cfg.source.map(|r| {
             self.source_n += 1;
             r.pick(self.index, cfg.threads, self.source_start, self.source_n - 1)
@@ -672,7 +686,7 @@ impl<'a> Worker<'a> {
             let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
             self.rec.connect_latency.saturating_record(us.max(1));
         }
-        let group = &self.shared.groups[c.s.group];
+        let group = &self.shared.groups[c.s.group()];
         if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
             match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
                 Ok(t) => return self.start_handshake(idx, tls::Tls::new(t), now),
@@ -687,6 +701,16 @@ impl<'a> Worker<'a> {
     /// https: the TLS handshake is done (counted by kind, timed apart from requests).
     fn handshake_done(&mut self, idx: usize, now: Instant) {
         let c = &mut self.conns[idx];
+        let alpn = c.tls.as_ref().and_then(|t| t.conn().alpn_protocol());
+        if self.shared.cfg.h2.is_some() && alpn != Some(b"h2") {
+            let chose =
+                alpn.map_or("no protocol".into(), |p| String::from_utf8_lossy(p).into_owned());
+            let msg = format!(
+                "the server chose {chose} over ALPN, not h2: it does not serve HTTP/2 over TLS \
+                 here; drop --h2"
+            );
+            return self.fail_with(idx, ErrorClass::Tls, msg, now);
+        }
         c.phase = Phase::Open;
         if self.measuring {
             let resumed = c
@@ -760,10 +784,23 @@ impl<'a> Worker<'a> {
     fn absorb(&mut self, idx: usize, data: &[u8], now: Instant) -> Result<Absorbed, String> {
         let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
         let c = &mut self.conns[idx];
-        c.s.absorb(data, &shared.heads, shared.cfg.conn_per_request, |req, resp| {
+        let group = &shared.groups[c.s.group()];
+        let absorbed =
+            c.s.absorb(data, group, &shared.heads, shared.cfg.conn_per_request, |req, resp| {
+                *outstanding -= 1;
+                shared.record(rec, req, resp, now);
+            });
+        while let Some((req, msg)) = c.s.take_reset() {
+            // One stream failed; the connection goes on.
             *outstanding -= 1;
-            shared.record(rec, req, resp, now);
-        })
+            if req.counted {
+                if let Some(t) = rec.per_target.get_mut(req.target as usize) {
+                    t.failed += 1;
+                }
+                rec.failure(ErrorClass::Reset, 1, || msg);
+            }
+        }
+        absorbed
     }
 
     fn on_eof(&mut self, idx: usize) {
@@ -808,7 +845,7 @@ impl<'a> Worker<'a> {
     /// connection; returns how many there are.
     fn rewind_and_close(&mut self, idx: usize) -> u64 {
         let c = &mut self.conns[idx];
-        let k = c.s.rewind(self.shared.groups[c.s.group].cycle.len());
+        let k = c.s.rewind(self.shared.groups[c.s.group()].cycle.len());
         self.close_socket(idx);
         k as u64
     }
@@ -843,7 +880,7 @@ impl<'a> Worker<'a> {
     /// Writes the connection's unreused requests again, on its new connection.
     fn resend(&mut self, idx: usize, now: Instant) {
         let c = &mut self.conns[idx];
-        c.s.resend(&self.shared.groups[c.s.group], now);
+        c.s.resend(&self.shared.groups[c.s.group()], now);
         self.flush(idx);
     }
 
@@ -865,7 +902,7 @@ impl<'a> Worker<'a> {
             }
             counted += n;
         };
-        c.each_counted_outstanding(&self.shared.groups[c.s.group], &mut add);
+        c.each_counted_outstanding(&self.shared.groups[c.s.group()], &mut add);
         self.rec.per_target = by_target;
         self.outstanding -= c.s.in_flight() as u64 + c.waiting;
         self.rec.failure(class, counted, || msg);
@@ -955,9 +992,11 @@ impl Conn {
     /// Calls `f(target, n)` for the counted requests still unreused on the connection: those
     /// written, and the one waiting for the connect (the next of the cycle).
     fn each_counted_outstanding(&self, group: &Group, f: &mut impl FnMut(usize, u64)) {
-        for r in self.s.requests().filter(|r| r.counted) {
-            f(r.target as usize, 1);
-        }
+        self.s.each_request(|r| {
+            if r.counted {
+                f(r.target as usize, 1);
+            }
+        });
         if self.waiting_counted && self.waiting > 0 {
             f(self.s.next_target(group) as usize, self.waiting);
         }

@@ -329,7 +329,11 @@ fn threads_are_pinned_to_the_listed_cpus(io: IoChoice) {
     let runner = std::thread::spawn(move || run(&o));
     let mut seen = std::collections::BTreeMap::new();
     let deadline = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < deadline && seen.len() < 2 {
+    // A thread is named before it pins itself: look until both show their CPU (or time is up).
+    let pinned = |seen: &std::collections::BTreeMap<String, String>| {
+        seen.get("0").is_some_and(|c| c == "1") && seen.get("1").is_some_and(|c| c == "0")
+    };
+    while Instant::now() < deadline && !pinned(&seen) {
         for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
             let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();

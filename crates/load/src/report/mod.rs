@@ -69,6 +69,9 @@ pub struct Report {
     pub throughput_rps: f64,
     pub bytes: Bytes,
     pub connections: Connections,
+    /// HTTP/2 (`--h2`): streams, header compression, what the server announced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub h2: Option<H2Report>,
     /// Keep-alive runs: the connections opened before the measured window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<SetupReport>,
@@ -109,6 +112,50 @@ pub struct Report {
     /// A load over agents: what the coordinator cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordinator: Option<CoordinatorCost>,
+}
+
+/// What HTTP/2 connections saw (counts over the whole run, warm-up included).
+#[derive(Debug, Clone, Serialize)]
+pub struct H2Report {
+    pub streams_per_connection: usize,
+    /// Responses whose header block was decoded.
+    pub responses: u64,
+    /// Mean header block bytes per response on the wire.
+    pub header_bytes_per_response: f64,
+    /// 1 - block bytes / decoded header list bytes (h2load's "space savings"; the list size
+    /// counts 32 bytes per field, as SETTINGS_MAX_HEADER_LIST_SIZE does).
+    pub hpack_space_savings: f64,
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS (None: unlimited, not sent).
+    pub server_max_concurrent_streams: Option<u32>,
+    /// The server's SETTINGS_INITIAL_WINDOW_SIZE (None: the default 65,535).
+    pub server_initial_window: Option<u32>,
+    /// GOAWAY frames received, and the last one's error code.
+    pub goaways: u64,
+    pub last_goaway: Option<&'static str>,
+    /// Streams the server refused (REFUSED_STREAM), sent again on the same connection.
+    pub refused_streams: u64,
+}
+
+impl H2Report {
+    fn new(cfg: &LoadConfig, c: &crate::session::h2::H2Counts) -> Self {
+        let n = c.responses.max(1) as f64;
+        let savings = if c.decoded_bytes > 0 {
+            1.0 - c.header_bytes as f64 / c.decoded_bytes as f64
+        } else {
+            0.0
+        };
+        H2Report {
+            streams_per_connection: cfg.pipeline,
+            responses: c.responses,
+            header_bytes_per_response: c.header_bytes as f64 / n,
+            hpack_space_savings: savings,
+            server_max_concurrent_streams: c.max_streams,
+            server_initial_window: c.window,
+            goaways: c.goaways,
+            last_goaway: c.goaway_code.map(qpslab_http::h2::frame::code::name),
+            refused_streams: c.refused,
+        }
+    }
 }
 
 /// One load agent's share of a run.
@@ -191,6 +238,8 @@ pub struct ConfigReport {
     pub poll: &'static str,
     /// The event loop: `epoll` or `uring`.
     pub io: &'static str,
+    /// `http/1.1`, or `h2` (`--h2`: `pipeline` is then the streams per connection).
+    pub protocol: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -574,6 +623,7 @@ impl Report {
                     insecure: t.insecure,
                 }),
             },
+            h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
             latency_us: Latency::from_histogram(&rec.latency),
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
@@ -616,6 +666,7 @@ impl ConfigReport {
             source: cfg.source,
             poll: cfg.poll.name(),
             io: cfg.io.name(),
+            protocol: if cfg.h2.is_some() { "h2" } else { "http/1.1" },
         }
     }
 }

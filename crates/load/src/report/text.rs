@@ -51,7 +51,11 @@ fn header(r: &Report, s: &mut String) {
             (true, false) => "a connection per request",
             (true, true) => "a connection per request, reset on close",
         },
-        if c.pipeline > 1 { format!(", pipelined {} deep", c.pipeline) } else { String::new() }
+        match (c.protocol, c.pipeline) {
+            ("h2", n) => format!(", HTTP/2 with {n} {}", plural(n as u64, "stream", "streams")),
+            (_, 1) => String::new(),
+            (_, n) => format!(", pipelined {n} deep"),
+        }
     );
 }
 
@@ -113,6 +117,22 @@ fn totals(r: &Report, s: &mut String) {
             fmt_us(t.handshake_us.mean),
             fmt_us(t.handshake_us.p99 as f64),
             if t.insecure { "; certificates NOT verified (--insecure)" } else { "" }
+        );
+    }
+    if let Some(h) = &r.h2 {
+        let _ = writeln!(
+            s,
+            "HTTP/2:  {} {} per connection; header blocks {:.1} bytes per response, space \
+             savings {:.1}%; server max streams {}, window {}; {} GOAWAY{}, {} refused streams",
+            h.streams_per_connection,
+            plural(h.streams_per_connection as u64, "stream", "streams"),
+            h.header_bytes_per_response,
+            h.hpack_space_savings * 100.0,
+            h.server_max_concurrent_streams.map_or("unlimited".into(), |n| n.to_string()),
+            h.server_initial_window.unwrap_or(qpslab_http::h2::frame::DEFAULT_WINDOW),
+            h.goaways,
+            h.last_goaway.map(|c| format!(" (last {c})")).unwrap_or_default(),
+            h.refused_streams,
         );
     }
     let race = &r.retries;

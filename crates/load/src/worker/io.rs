@@ -20,6 +20,7 @@ use qpslab_sys::uring::{Completion, Engine, Failure, Op, RingOptions, Submit, Ur
 use socket2::{SockAddr, Socket};
 
 use super::{Phase, Worker, READ_BUF, SEND_DUE_EVERY};
+use crate::session::Session;
 use crate::stats::ErrorClass;
 
 /// io_uring tokens: connection slot in 22 bits, its generation's low 10 bits above.
@@ -196,11 +197,25 @@ impl Worker<'_> {
                     }
                 }
                 Request::Send { idx } => {
-                    let c = &self.conns[idx];
-                    if let Some(s) = &c.sock {
-                        let wire = &self.shared.groups[c.s.group].wire;
-                        let (from, to) = c.s.to_write();
-                        sub.send_shared(s.as_raw_fd(), wire, from, to, self.ring_token(idx));
+                    let token = self.ring_token(idx);
+                    let c = &mut self.conns[idx];
+                    let Some(fd) = c.sock.as_ref().map(|s| s.as_raw_fd()) else { continue };
+                    match &mut c.s {
+                        Session::H1(s) => {
+                            let wire = &self.shared.groups[s.group].wire;
+                            let (from, to) = s.to_write();
+                            sub.send_shared(fd, wire, from, to, token);
+                        }
+                        // HTTP/2 writes its own frames: the buffer goes with the send.
+                        Session::H2(s) => {
+                            let (buf, from) = s.take_output(std::mem::take(&mut c.spare));
+                            if buf.len() > from {
+                                sub.send(fd, buf, from, token);
+                            } else {
+                                c.spare = buf;
+                                c.sending = false;
+                            }
+                        }
                     }
                 }
                 Request::SendOwned { idx, buf, from } => {
@@ -345,9 +360,14 @@ impl Worker<'_> {
                 }
                 self.rearm(idx);
             }
-            Op::Send if c.sent.is_some() => {
+            Op::Send if c.sent.is_some() && self.conns[idx].tls.is_some() => {
                 if let Some((buf, from)) = c.sent {
                     self.tls_sent(idx, c.result, buf, from);
+                }
+            }
+            Op::Send if c.sent.is_some() => {
+                if let Some((buf, from)) = c.sent {
+                    self.h2_sent(idx, c.result, buf, from);
                 }
             }
             Op::Send => {
@@ -416,8 +436,7 @@ impl Worker<'_> {
             if !c.s.writing() {
                 return self.set_interest(idx, false);
             }
-            let (from, to) = c.s.to_write();
-            let wire = &self.shared.groups[c.s.group].wire[from..to];
+            let wire = c.s.pending(&self.shared.groups[c.s.group()]);
             match net::send(sock, wire) {
                 Ok(n) => self.wrote(idx, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -430,6 +449,26 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// io_uring, HTTP/2: a send of `buf[from..]` completed.
+    fn h2_sent(&mut self, idx: usize, result: i32, buf: Vec<u8>, from: usize) {
+        let c = &mut self.conns[idx];
+        c.sending = false;
+        if result < 0 {
+            c.spare = buf;
+            let e = io::Error::from_raw_os_error(-result);
+            return self.closed_before_response(idx, ErrorClass::Write, &e, Instant::now());
+        }
+        let n = result as usize;
+        if let Session::H2(s) = &mut c.s {
+            c.spare = s.sent(buf, from, n);
+        }
+        if self.measuring {
+            self.rec.bytes_written += n as u64;
+        }
+        self.flush(idx);
+        self.issue(idx, Instant::now());
     }
 
     /// `n` bytes of the current batch went out.

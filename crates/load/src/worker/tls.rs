@@ -89,9 +89,8 @@ impl Worker<'_> {
         let c = &mut self.conns[idx];
         let Some(tls) = c.tls.as_mut() else { return };
         if c.s.writing() {
-            let (from, to) = c.s.to_write();
             // rustls takes the plaintext whole (encrypted into records it holds).
-            let taken = tls.write(&self.shared.groups[c.s.group].wire[from..to]);
+            let taken = tls.write(c.s.pending(&self.shared.groups[c.s.group()]));
             if taken > 0 {
                 self.wrote(idx, taken);
             }

@@ -29,7 +29,13 @@ impl Nginx {
     /// status, method, request length, connection serial number, requests on that connection so
     /// far, peer address, peer port, URI.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, false)
+    }
+
+    /// The same server speaking HTTP/2 (h2c with prior knowledge; h2 by ALPN with `tls`); the
+    /// access log gains a last field, `$server_protocol` (`HTTP/2.0`).
+    pub fn start_h2(tls: Option<(&str, &str)>) -> Self {
+        Self::start_with(tls, true)
     }
 
     /// The same server on HTTPS with this certificate chain and key (PEM), TLS 1.2 and 1.3,
@@ -37,10 +43,11 @@ impl Nginx {
     /// still closes at 10); the access log gains a last field,
     /// `$ssl_session_reused` (`r` for a resumed session, `.` for a full handshake).
     pub fn start_tls(cert_pem: &str, key_pem: &str) -> Self {
-        Self::start_with(Some((cert_pem, key_pem)))
+        Self::start_with(Some((cert_pem, key_pem)), false)
     }
 
-    fn start_with(tls: Option<(&str, &str)>) -> Self {
+    fn start_with(tls: Option<(&str, &str)>, h2: bool) -> Self {
+        let (http2, protocol) = if h2 { (" http2", " $server_protocol") } else { ("", "") };
         let dir = tempfile::tempdir().unwrap();
         let (ssl, ssl_conf, reused) = match tls {
             Some((cert, key)) => {
@@ -70,7 +77,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}";
+log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}{protocol}";
 access_log {d}/access.log st;
 client_body_temp_path {d};
 proxy_temp_path {d};
@@ -78,7 +85,7 @@ fastcgi_temp_path {d};
 uwsgi_temp_path {d};
 scgi_temp_path {d};
 server {{
-    listen 127.0.0.1:{port}{ssl};
+    listen 127.0.0.1:{port}{ssl}{http2};
     {ssl_conf}
     location = / {{ return 200; }}
     location = /1k {{ return 200 "{body}"; }}

@@ -1,0 +1,611 @@
+//! One connection's HTTP/2, client side, without its socket: the sibling of [`super::Http1`]
+//! giving the engine the same answers. Requests go out as HEADERS frames whose header block was
+//! encoded once per target (static-table indices and literals kept out of the dynamic table),
+//! only the stream id changing; responses are read frame by frame and their header blocks
+//! decoded by a bounded HPACK decoder with its dynamic table. The connection announces large
+//! flow-control windows (the server is measured, not flow control) and returns what it
+//! received once half a window was used. What a server may send wrong ends the connection
+//! with a named error and bounded memory: an oversized frame, a header block that does not
+//! decode or grows past [`MAX_BLOCK`] (a CONTINUATION flood), a window update that overflows,
+//! a push, acknowledgements owed past [`MAX_OWED`] (a PING or SETTINGS flood).
+
+use std::time::Instant;
+
+use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header, HEADER_LEN, MAX_WINDOW};
+use qpslab_http::h2::hpack::Decoder;
+use qpslab_http::Response;
+
+use super::{Absorbed, Ended, Req};
+use crate::targets::Group;
+
+/// The largest header block (HEADERS and its CONTINUATIONs) taken.
+pub(crate) const MAX_BLOCK: usize = 64 * 1024;
+/// The most a response's header list may decode to.
+const MAX_LIST: usize = 64 * 1024;
+/// Output owed to the server (acknowledgements, window updates) past which it is flooding.
+pub(crate) const MAX_OWED: usize = 1 << 20;
+/// Stream ids are 31 bits; a connection whose ids run out is closed and opened again.
+const LAST_ID: u32 = MAX_WINDOW;
+
+/// What the client announces: its streams per connection, windows and HPACK table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct H2Settings {
+    pub streams: u32,
+    pub window: u32,
+    pub conn_window: u32,
+    pub table: u32,
+}
+
+/// What the HTTP/2 connections of a thread saw, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct H2Counts {
+    /// Responses whose header block was decoded.
+    pub responses: u64,
+    /// Header block bytes received (HEADERS and CONTINUATION payloads).
+    pub header_bytes: u64,
+    /// What those blocks decoded to, as the header list size counts it (32 per field more).
+    pub decoded_bytes: u64,
+    /// GOAWAY frames received.
+    pub goaways: u64,
+    /// The last GOAWAY's error code.
+    pub goaway_code: Option<u32>,
+    /// Streams the server refused (REFUSED_STREAM): sent again on the same connection.
+    pub refused: u64,
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS, as last seen.
+    pub max_streams: Option<u32>,
+    /// The server's SETTINGS_INITIAL_WINDOW_SIZE, as last seen.
+    pub window: Option<u32>,
+}
+
+impl H2Counts {
+    pub fn merge(&mut self, o: &H2Counts) {
+        self.responses += o.responses;
+        self.header_bytes += o.header_bytes;
+        self.decoded_bytes += o.decoded_bytes;
+        self.goaways += o.goaways;
+        self.goaway_code = o.goaway_code.or(self.goaway_code);
+        self.refused += o.refused;
+        self.max_streams = o.max_streams.or(self.max_streams);
+        self.window = o.window.or(self.window);
+    }
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: u32,
+    /// Position in the group's cycle of its request (its header block).
+    pos: u32,
+    req: Req,
+    status: u16,
+    interim: u16,
+    body: u64,
+    /// DATA bytes received since its window was last returned.
+    unacked: u32,
+}
+
+/// One connection's HTTP/2 exchange.
+#[derive(Debug)]
+pub(crate) struct Http2 {
+    pub group: usize,
+    cursor: usize,
+    cfg: H2Settings,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Unconsumed bytes of a frame split across reads.
+    carry: Vec<u8>,
+    /// Streams open, in the order they were opened.
+    streams: Vec<Stream>,
+    next_id: u32,
+    dec: Decoder,
+    /// A header block being assembled from CONTINUATION frames, and its stream (0: none).
+    block: Vec<u8>,
+    block_stream: u32,
+    block_ends_stream: bool,
+    peer_max_streams: u32,
+    peer_max_frame: usize,
+    /// Connection-level DATA bytes received since the window was last returned.
+    conn_unacked: u32,
+    send_window: i64,
+    /// The server's GOAWAY: streams above this id were not processed.
+    goaway: Option<u32>,
+    pub reused: bool,
+    pub counts: H2Counts,
+    /// Streams the server reset, with why, for the engine to fail.
+    reset: Vec<(Req, String)>,
+}
+
+impl Http2 {
+    pub fn new(group: usize, cursor: usize, cfg: H2Settings) -> Self {
+        let mut s = Http2 {
+            group,
+            cursor,
+            cfg,
+            out: Vec::with_capacity(4096),
+            out_pos: 0,
+            carry: Vec::new(),
+            streams: Vec::with_capacity(cfg.streams as usize),
+            next_id: 1,
+            dec: Decoder::new(4096, MAX_LIST),
+            block: Vec::new(),
+            block_stream: 0,
+            block_ends_stream: false,
+            peer_max_streams: u32::MAX,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME,
+            conn_unacked: 0,
+            send_window: i64::from(frame::DEFAULT_WINDOW),
+            goaway: None,
+            reused: false,
+            counts: H2Counts::default(),
+            reset: Vec::new(),
+        };
+        s.start();
+        s
+    }
+
+    /// A new connection: the preface, the client's SETTINGS and its connection window first.
+    fn start(&mut self) {
+        self.out.clear();
+        self.out_pos = 0;
+        self.out.extend_from_slice(frame::PREFACE);
+        frame::put_settings(
+            &mut self.out,
+            &[
+                (setting::ENABLE_PUSH, 0),
+                (setting::INITIAL_WINDOW_SIZE, self.cfg.window),
+                (setting::HEADER_TABLE_SIZE, self.cfg.table),
+            ],
+        );
+        if self.cfg.conn_window > frame::DEFAULT_WINDOW {
+            frame::put_window_update(
+                &mut self.out,
+                0,
+                self.cfg.conn_window - frame::DEFAULT_WINDOW,
+            );
+        }
+        // Until the server acknowledges the SETTINGS it may use the default table size.
+        self.dec = Decoder::new((self.cfg.table as usize).max(4096), MAX_LIST);
+        self.carry.clear();
+        self.block.clear();
+        self.block_stream = 0;
+        self.next_id = 1;
+        self.peer_max_streams = u32::MAX;
+        self.peer_max_frame = frame::DEFAULT_MAX_FRAME;
+        self.conn_unacked = 0;
+        self.send_window = i64::from(frame::DEFAULT_WINDOW);
+        self.goaway = None;
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.streams.len()
+    }
+
+    pub fn requests(&self) -> impl Iterator<Item = &Req> {
+        self.streams.iter().map(|s| &s.req)
+    }
+
+    pub fn oldest_sent(&self) -> Option<Instant> {
+        self.streams.iter().map(|s| s.req.sent_at).min()
+    }
+
+    pub fn next_target(&self, group: &Group) -> u32 {
+        group.cycle[self.cursor]
+    }
+
+    /// Streams this connection may have open: the client's depth within the server's limit,
+    /// none after a GOAWAY or when the stream ids run out.
+    pub fn capacity(&self, depth: usize) -> usize {
+        let ids_left = ((LAST_ID - self.next_id.min(LAST_ID)) / 2) as usize;
+        if self.goaway.is_some() {
+            return 0;
+        }
+        depth.min(self.peer_max_streams as usize).min(ids_left)
+    }
+
+    pub fn writing(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    /// The bytes to write next.
+    pub fn pending(&self) -> &[u8] {
+        &self.out[self.out_pos..]
+    }
+
+    pub fn wrote(&mut self, n: usize) {
+        self.out_pos += n;
+        if self.out_pos >= self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// io_uring: the output as an owned buffer for one send (`spare` takes its place), and
+    /// where in it the send starts.
+    pub fn take_output(&mut self, spare: Vec<u8>) -> (Vec<u8>, usize) {
+        let mut spare = spare;
+        spare.clear();
+        let from = std::mem::take(&mut self.out_pos);
+        (std::mem::replace(&mut self.out, spare), from)
+    }
+
+    /// io_uring: a send of `buf[from..]` wrote `n` bytes; what it did not write goes out
+    /// before anything queued since. Returns the buffer to keep as the next spare.
+    pub fn sent(&mut self, buf: Vec<u8>, from: usize, n: usize) -> Vec<u8> {
+        let rest = &buf[(from + n).min(buf.len())..];
+        if !rest.is_empty() {
+            let mut joined = Vec::with_capacity(rest.len() + self.out.len() - self.out_pos);
+            joined.extend_from_slice(rest);
+            joined.extend_from_slice(&self.out[self.out_pos..]);
+            self.out = joined;
+            self.out_pos = 0;
+        }
+        buf
+    }
+
+    /// Opens streams for the next `k` requests of the group's cycle; `make(i, target)` gives
+    /// the i-th its timing and accounting.
+    pub fn queue(&mut self, group: &Group, k: usize, mut make: impl FnMut(usize, u32) -> Req) {
+        let len = group.cycle.len();
+        for i in 0..k {
+            let pos = (self.cursor + i) % len;
+            let req = make(i, group.cycle[pos]);
+            self.open(group, pos as u32, req);
+        }
+        self.cursor = (self.cursor + k) % len;
+    }
+
+    /// One request as a HEADERS frame on a new stream.
+    fn open(&mut self, group: &Group, pos: u32, req: Req) {
+        let id = self.next_id;
+        self.next_id += 2;
+        let block = &group.h2[pos as usize];
+        let flags = flag::END_HEADERS | flag::END_STREAM;
+        frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
+        self.out.extend_from_slice(block);
+        self.streams.push(Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0 });
+    }
+
+    /// On a new connection: the requests the old one did not answer go again on new streams,
+    /// in order (their intended times kept, `now` as their write).
+    pub fn resend(&mut self, group: &Group, now: Instant) {
+        let old = std::mem::take(&mut self.streams);
+        for mut s in old {
+            s.req.sent_at = now;
+            self.open(group, s.pos, s.req);
+        }
+    }
+
+    /// The connection closes with streams unanswered that go again on the next one.
+    pub fn rewind(&mut self) -> usize {
+        self.streams.len()
+    }
+
+    /// The connection is gone: its state goes; the streams stay for `resend` or `forget`.
+    pub fn closed(&mut self) {
+        self.start();
+        self.reused = false;
+    }
+
+    pub fn forget(&mut self) {
+        self.streams.clear();
+    }
+
+    /// A stream the server reset, with why (drained by the engine after each read).
+    pub fn take_reset(&mut self) -> Option<(Req, String)> {
+        self.reset.pop()
+    }
+
+    /// The connection closed before any byte of a response on a reused connection, with every
+    /// request idempotent and never sent again: they may go again, once.
+    pub fn retry_after_race(&mut self, idempotent: &[bool]) -> bool {
+        let race = self.reused
+            && self.carry.is_empty()
+            && !self.streams.is_empty()
+            && self
+                .streams
+                .iter()
+                .all(|s| s.status == 0 && !s.req.retried && idempotent[s.req.target as usize]);
+        if race {
+            for s in &mut self.streams {
+                s.req.retried = true;
+            }
+        }
+        race
+    }
+
+    /// The server's input ended (HTTP/2 has no close-delimited response).
+    pub fn eof(&mut self) -> Ended {
+        if self.streams.is_empty() {
+            Ended::Idle
+        } else {
+            Ended::Unanswered
+        }
+    }
+
+    /// Reads every whole frame of `data` (with what an earlier read left), handing each
+    /// completed response to `answered`; Close once the connection has nothing left to do
+    /// (after a GOAWAY, one request per connection, or its stream ids used up).
+    pub fn absorb(
+        &mut self,
+        data: &[u8],
+        group: &Group,
+        one_request: bool,
+        mut answered: impl FnMut(Req, Response),
+    ) -> Result<Absorbed, String> {
+        let carried = !self.carry.is_empty();
+        if carried {
+            self.carry.extend_from_slice(data);
+        }
+        let carry = std::mem::take(&mut self.carry);
+        let buf: &[u8] = if carried { &carry } else { data };
+        let mut off = 0;
+        let mut result = Ok(());
+        while let Some(h) = Header::parse(&buf[off..]) {
+            if h.len > frame::DEFAULT_MAX_FRAME {
+                result = Err(format!(
+                    "a {} frame of {} bytes, over the {} of SETTINGS_MAX_FRAME_SIZE \
+                     (FRAME_SIZE_ERROR)",
+                    frame::kind_name(h.kind),
+                    h.len,
+                    frame::DEFAULT_MAX_FRAME
+                ));
+                break;
+            }
+            let end = off + HEADER_LEN + h.len;
+            if end > buf.len() {
+                break;
+            }
+            let payload = &buf[off + HEADER_LEN..end];
+            off = end;
+            if let Err(e) = self.frame(h, payload, group, &mut answered) {
+                result = Err(e);
+                break;
+            }
+        }
+        let mut carry = carry;
+        if carried {
+            carry.drain(..off);
+        } else {
+            carry.clear();
+            carry.extend_from_slice(&data[off..]);
+        }
+        self.carry = carry;
+        result?;
+        if self.out.len() - self.out_pos > MAX_OWED {
+            return Err(format!(
+                "over {} KiB of acknowledgements owed to the server: it sends PING or SETTINGS \
+                 frames faster than it reads (a flood)",
+                MAX_OWED / 1024
+            ));
+        }
+        let idle = self.streams.is_empty();
+        let drained = self.goaway.is_some_and(|last| self.streams.iter().all(|s| s.id > last));
+        if drained {
+            // Streams above the GOAWAY's last id were not processed: sent again once on the
+            // next connection; a second GOAWAY before them fails them.
+            for s in std::mem::take(&mut self.streams) {
+                if s.req.retried {
+                    let msg = "GOAWAY twice before the request was processed".to_string();
+                    self.reset.push((s.req, msg));
+                } else {
+                    let mut s = s;
+                    s.req.retried = true;
+                    self.streams.push(s);
+                }
+            }
+        }
+        let done = drained
+            || (idle && one_request && self.reused)
+            || (idle && self.next_id >= LAST_ID - 2);
+        Ok(if done { Absorbed::Close } else { Absorbed::Keep })
+    }
+
+    fn find(&self, id: u32) -> Option<usize> {
+        self.streams.iter().position(|s| s.id == id)
+    }
+
+    fn frame(
+        &mut self,
+        h: Header,
+        payload: &[u8],
+        group: &Group,
+        answered: &mut impl FnMut(Req, Response),
+    ) -> Result<(), String> {
+        let named = |e: frame::FrameError| format!("{e} ({})", code::name(e.code()));
+        if self.block_stream != 0 && h.kind != kind::CONTINUATION {
+            return Err(format!(
+                "a {} frame inside a header block, where only CONTINUATION may come \
+                 (PROTOCOL_ERROR)",
+                frame::kind_name(h.kind)
+            ));
+        }
+        match h.kind {
+            kind::DATA => self.data(h, payload, answered)?,
+            kind::HEADERS => {
+                let p = frame::unpadded(&h, payload).map_err(named)?;
+                self.block.clear();
+                self.block.extend_from_slice(p);
+                self.block_ends_stream = h.has(flag::END_STREAM);
+                self.counts.header_bytes += p.len() as u64;
+                if h.has(flag::END_HEADERS) {
+                    self.end_block(h.stream, answered)?;
+                } else {
+                    self.block_stream = h.stream;
+                }
+            }
+            kind::CONTINUATION => {
+                if self.block_stream == 0 || h.stream != self.block_stream {
+                    return Err(
+                        "a CONTINUATION frame outside a header block (PROTOCOL_ERROR)".into()
+                    );
+                }
+                if self.block.len() + payload.len() > MAX_BLOCK {
+                    return Err(format!(
+                        "a header block over {} KiB (a CONTINUATION flood)",
+                        MAX_BLOCK / 1024
+                    ));
+                }
+                self.block.extend_from_slice(payload);
+                self.counts.header_bytes += payload.len() as u64;
+                if h.has(flag::END_HEADERS) {
+                    let stream = std::mem::take(&mut self.block_stream);
+                    self.end_block(stream, answered)?;
+                }
+            }
+            kind::RST_STREAM => {
+                let why = frame::rst_code(&h, payload).map_err(named)?;
+                if let Some(i) = self.find(h.stream) {
+                    let s = self.streams.remove(i);
+                    if why == code::REFUSED_STREAM {
+                        // Not processed (RFC 9113 8.7): safe to send again, here.
+                        self.counts.refused += 1;
+                        self.open(group, s.pos, s.req);
+                    } else {
+                        let msg = format!("the server reset the stream ({})", code::name(why));
+                        self.reset.push((s.req, msg));
+                    }
+                }
+            }
+            kind::SETTINGS => {
+                let values = frame::settings(&h, payload).map_err(named)?;
+                if !h.has(flag::ACK) {
+                    for (id, v) in values {
+                        match id {
+                            setting::MAX_CONCURRENT_STREAMS => {
+                                self.peer_max_streams = v;
+                                self.counts.max_streams = Some(v);
+                            }
+                            setting::INITIAL_WINDOW_SIZE => self.counts.window = Some(v),
+                            setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
+                            _ => {}
+                        }
+                    }
+                    frame::put_settings_ack(&mut self.out);
+                }
+            }
+            kind::PING => {
+                let data: [u8; 8] = payload.try_into().map_err(|_| {
+                    named(frame::FrameError::Size { kind: "PING", len: payload.len() })
+                })?;
+                if h.stream != 0 {
+                    return Err(named(frame::FrameError::NotStreamZero("PING")));
+                }
+                if !h.has(flag::ACK) {
+                    frame::put_ping(&mut self.out, true, data);
+                }
+            }
+            kind::GOAWAY => {
+                let (last, why) = frame::goaway(&h, payload).map_err(named)?;
+                self.goaway = Some(self.goaway.map_or(last, |l| l.min(last)));
+                self.counts.goaways += 1;
+                self.counts.goaway_code = Some(why);
+            }
+            kind::WINDOW_UPDATE => {
+                let inc = frame::window_increment(payload).map_err(named)?;
+                if h.stream == 0 {
+                    self.send_window += i64::from(inc);
+                    if self.send_window > i64::from(MAX_WINDOW) {
+                        return Err("the server's WINDOW_UPDATEs overflow the connection \
+                                    window past 2^31-1 (FLOW_CONTROL_ERROR)"
+                            .into());
+                    }
+                }
+            }
+            kind::PUSH_PROMISE => {
+                return Err("the server pushed a stream (PUSH_PROMISE) although the client's \
+                            SETTINGS_ENABLE_PUSH is 0 (PROTOCOL_ERROR)"
+                    .into())
+            }
+            // PRIORITY, and frame types this side does not know, are ignored (RFC 9113 5.5).
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A DATA frame: body bytes counted, windows returned once half used, the stream ended.
+    fn data(
+        &mut self,
+        h: Header,
+        payload: &[u8],
+        answered: &mut impl FnMut(Req, Response),
+    ) -> Result<(), String> {
+        let named = |e: frame::FrameError| format!("{e} ({})", code::name(e.code()));
+        if h.stream == 0 {
+            return Err(named(frame::FrameError::StreamZero("DATA")));
+        }
+        let body = frame::unpadded(&h, payload).map_err(named)?.len() as u64;
+        // Flow control counts the whole payload, padding included.
+        let len = payload.len() as u32;
+        self.conn_unacked += len;
+        if self.conn_unacked >= self.cfg.conn_window / 2 {
+            frame::put_window_update(&mut self.out, 0, self.conn_unacked);
+            self.conn_unacked = 0;
+        }
+        let Some(i) = self.find(h.stream) else { return Ok(()) };
+        let s = &mut self.streams[i];
+        if s.status == 0 {
+            return Err(format!(
+                "DATA on stream {} before its response's HEADERS (PROTOCOL_ERROR)",
+                s.id
+            ));
+        }
+        s.body += body;
+        if h.has(flag::END_STREAM) {
+            self.complete(i, answered);
+            return Ok(());
+        }
+        s.unacked += len;
+        if s.unacked >= self.cfg.window / 2 {
+            let (id, n) = (s.id, s.unacked);
+            s.unacked = 0;
+            frame::put_window_update(&mut self.out, id, n);
+        }
+        Ok(())
+    }
+
+    /// A whole header block for `stream`: decoded (always: the table must stay in step), its
+    /// status taken; the stream ends here when the block said so.
+    fn end_block(
+        &mut self,
+        stream: u32,
+        answered: &mut impl FnMut(Req, Response),
+    ) -> Result<(), String> {
+        let mut status = 0u16;
+        let decoded = self
+            .dec
+            .decode(&self.block, &mut |name, value| {
+                if name == b":status" {
+                    status =
+                        std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+                }
+            })
+            .map_err(|e| format!("a header block that does not decode: {e} (COMPRESSION_ERROR)"))?;
+        self.counts.responses += 1;
+        self.counts.decoded_bytes += decoded as u64;
+        let Some(i) = self.find(stream) else { return Ok(()) };
+        let s = &mut self.streams[i];
+        if s.status == 0 {
+            if !(100..=999).contains(&status) {
+                return Err(format!(
+                    "a response on stream {stream} without a valid :status (PROTOCOL_ERROR)"
+                ));
+            }
+            if status < 200 {
+                s.interim += 1;
+                return Ok(());
+            }
+            s.status = status;
+        }
+        if self.block_ends_stream {
+            self.complete(i, answered);
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, i: usize, answered: &mut impl FnMut(Req, Response)) {
+        let s = self.streams.remove(i);
+        self.reused = true;
+        let resp =
+            Response { status: s.status, keep_alive: true, interim: s.interim, body_bytes: s.body };
+        answered(s.req, resp);
+    }
+}

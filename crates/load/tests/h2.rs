@@ -1,0 +1,214 @@
+//! HTTP/2 (`--h2`) against real nginx, h2c and h2 over TLS, on both event loops, with 1, 10 and
+//! 100 streams per connection: exact counts against nginx's access log (each line
+//! `HTTP/2.0`); and scripted servers that break the protocol, each named in its error class
+//! within the timeout.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use qpslab_load::IoChoice;
+use support::nginx::Nginx;
+use support::scripted::{After, Scripted};
+use support::{opts_on, run};
+
+const LOOPS: [IoChoice; 2] = [IoChoice::Epoll, IoChoice::Uring];
+
+fn h2_opts(
+    io: IoChoice,
+    url: &str,
+    connections: usize,
+    streams: usize,
+    n: u64,
+) -> qpslab_load::LoadOptions {
+    let mut o = opts_on(io, url);
+    o.h2 = true;
+    o.streams = streams;
+    o.connections = Some(connections);
+    o.requests = Some(n);
+    o
+}
+
+/// Every request answered once, as HTTP/2, on nginx's own log.
+fn assert_exact(nginx: &Nginx, report: &qpslab_load::Report, n: u64, what: &str) {
+    assert_eq!(report.requests.ok, n, "{what}: {:?} {:?}", report.requests, report.error_examples);
+    let lines = nginx.access_log(n as usize);
+    assert_eq!(lines.len() as u64, n, "{what}: nginx logged {}", lines.len());
+    assert!(
+        lines.iter().all(|l| l.starts_with("200 GET") && l.ends_with("HTTP/2.0")),
+        "{what}: {:?}",
+        &lines[..3]
+    );
+    let h2 = report.h2.as_ref().expect("an h2 section");
+    assert_eq!(h2.responses, n, "{what}");
+    assert_eq!(h2.server_max_concurrent_streams, Some(128), "nginx's default: {what}");
+    assert!(h2.hpack_space_savings > 0.0, "{what}: {h2:?}");
+}
+
+#[test]
+fn h2c_against_nginx_counts_exactly_with_1_10_and_100_streams_on_both_loops() {
+    for io in LOOPS {
+        for (connections, streams) in [(4, 1), (2, 10), (1, 100)] {
+            let nginx = Nginx::start_h2(None);
+            let report = run(&h2_opts(io, &nginx.url("/"), connections, streams, 3000));
+            let what = format!("{io:?} {connections}x{streams}");
+            assert_exact(&nginx, &report, 3000, &what);
+            assert_eq!(report.config.protocol, "h2");
+            // nginx ends a connection after 1,000 requests (http2_max_requests) with a GOAWAY:
+            // a new one opens when there is more to send, and nothing fails.
+            let goaways = report.h2.as_ref().unwrap().goaways;
+            let connects = report.connections.connects;
+            let (c, g) = (connections as u64, goaways);
+            assert!(connects >= c && connects <= c + g, "{what}: {connects} connects, {g} GOAWAYs");
+            if 3000 / connections > 1000 {
+                assert!(goaways >= connections as u64, "{what}");
+            }
+        }
+    }
+}
+
+/// With --window-bits 16 and --conn-window-bits 16 (64 KiB - 1 each)
+/// and a 1 KiB body per response, windows are returned as they fill.
+#[test]
+fn small_windows_are_returned_as_they_fill() {
+    for io in LOOPS {
+        let nginx = Nginx::start_h2(None);
+        let mut o = h2_opts(io, &nginx.url("/1k"), 1, 10, 2000);
+        o.window_bits = 16;
+        o.conn_window_bits = 16;
+        let report = run(&o);
+        assert_eq!(report.requests.ok, 2000, "{io:?} {:?}", report.error_examples);
+        assert_eq!(nginx.access_log(2000).len(), 2000);
+        // 2000 KiB through a 64 KiB connection window: it was returned many times.
+        assert!(report.bytes.read > 2000 * 1024, "{io:?}");
+    }
+}
+
+#[test]
+fn h2_over_tls_by_alpn_and_a_server_without_h2_is_named() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    p.subject_alt_names.push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = p.self_signed(&key).unwrap();
+    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    for io in LOOPS {
+        let nginx = Nginx::start_h2(Some((&cert_pem, &key_pem)));
+        let mut o = h2_opts(io, &nginx.https_url("/"), 2, 10, 2000);
+        o.tls.insecure = true;
+        let report = run(&o);
+        let lines = nginx.access_log(2000);
+        assert_eq!(
+            (report.requests.ok, lines.len()),
+            (2000, 2000),
+            "{io:?} {:?}",
+            report.error_examples
+        );
+        assert!(lines.iter().all(|l| l.ends_with("HTTP/2.0")), "{io:?}");
+
+        // nginx on TLS without http2 answers ALPN with http/1.1: refused by name.
+        let plain = Nginx::start_tls(&cert_pem, &key_pem);
+        let mut o = h2_opts(io, &plain.https_url("/"), 1, 1, 5);
+        o.tls.insecure = true;
+        o.duration = Some(Duration::from_millis(500));
+        let report = run(&o);
+        assert_eq!(report.requests.ok, 0);
+        let e = &report.error_examples["tls"];
+        assert!(e.contains("chose http/1.1 over ALPN, not h2"), "{io:?}: {e}");
+    }
+}
+
+/// On every connection: a server's SETTINGS frame, then the script's frames; the connection
+/// stays open after.
+fn frames_after_settings(frames: Vec<u8>) -> Scripted {
+    // Called once per connection (its first head is the preface's "PRI * HTTP/2.0").
+    Scripted::start(move |_, s: &mut TcpStream| {
+        let mut out = vec![0, 0, 0, 4, 0, 0, 0, 0, 0];
+        out.extend_from_slice(&frames);
+        let _ = s.write_all(&out);
+        After::Stall
+    })
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let l = (payload.len() as u32).to_be_bytes();
+    let mut f = vec![l[1], l[2], l[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn a_server_that_breaks_http2_is_named_within_the_timeout() {
+    let huge = {
+        let l = 20_000u32.to_be_bytes();
+        let mut f = vec![l[1], l[2], l[3], 0, 0, 0, 0, 0, 1];
+        f.extend(vec![0u8; 20_000]);
+        f
+    };
+    let mut continuation = frame(1, 0, 1, &[0x88]);
+    for _ in 0..5 {
+        continuation.extend(frame(9, 0, 1, &[0u8; 16_000]));
+    }
+    let mut pings = Vec::new();
+    for _ in 0..400_000 {
+        pings.extend(frame(6, 0, 0, &[7u8; 8]));
+    }
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("oversized frame", huge, "parse", "FRAME_SIZE_ERROR"),
+        (
+            "HPACK garbage",
+            frame(1, 0x5, 1, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            "parse",
+            "COMPRESSION_ERROR",
+        ),
+        ("CONTINUATION flood", continuation, "parse", "CONTINUATION flood"),
+        ("PING flood", pings, "parse", "a flood"),
+        ("push", frame(5, 0x4, 1, &[0, 0, 0, 2, 0x88]), "parse", "PUSH_PROMISE"),
+        ("reset", frame(3, 0, 1, &2u32.to_be_bytes()), "reset", "INTERNAL_ERROR"),
+    ];
+    for io in LOOPS {
+        for (name, frames, class, says) in &cases {
+            let server = frames_after_settings(frames.clone());
+            let mut o = h2_opts(io, &server.url(), 1, 1, 1);
+            o.timeout = Duration::from_secs(3);
+            let started = Instant::now();
+            let report = run(&o);
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{io:?} {name}: took {:?}",
+                started.elapsed()
+            );
+            assert_eq!(report.requests.failed, 1, "{io:?} {name}: {:?}", report.errors);
+            let e = report
+                .error_examples
+                .get(class)
+                .unwrap_or_else(|| panic!("{io:?} {name}: {:?}", report.error_examples));
+            assert!(e.contains(says), "{io:?} {name}: {e}");
+        }
+    }
+}
+
+/// GOAWAY with last stream 0: the request was not processed, goes once more on a new
+/// connection, and fails when that one says the same.
+#[test]
+fn a_goaway_sends_unprocessed_streams_again_once() {
+    for io in LOOPS {
+        let goaway = frame(7, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0]);
+        let server = frames_after_settings(goaway);
+        let o = h2_opts(io, &server.url(), 1, 1, 1);
+        let report = run(&o);
+        assert_eq!(report.requests.failed, 1, "{io:?}: {:?}", report.errors);
+        let e = report.error_examples.get("reset");
+        assert!(
+            e.is_some_and(|e| e.contains("GOAWAY twice")),
+            "{io:?}: {:?}",
+            report.error_examples
+        );
+        assert_eq!(report.retries.after_announced_close, 1, "{io:?}: sent again once");
+        assert_eq!(report.h2.as_ref().unwrap().goaways, 2, "{io:?}");
+    }
+}
