@@ -91,7 +91,13 @@ fn totals(r: &Report, s: &mut String) {
     let transfer = if r.duration_s > 0.0 { r.bytes.read as f64 / r.duration_s } else { 0.0 };
     let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(transfer));
     let retried = if r.retries.after_announced_close > 0 {
-        format!(", {} pipelined requests retried", r.retries.after_announced_close)
+        let why = if r.h2.is_some() { "after a GOAWAY" } else { "pipelined" };
+        let n = r.retries.after_announced_close;
+        if r.h2.is_some() {
+            format!(", {n} requests retried {why}")
+        } else {
+            format!(", {n} {why} requests retried")
+        }
     } else {
         String::new()
     };
@@ -123,7 +129,7 @@ fn totals(r: &Report, s: &mut String) {
         let _ = writeln!(
             s,
             "HTTP/2:  {} {} per connection; header blocks {:.1} bytes per response, space \
-             savings {:.1}%; server max streams {}, window {}; {} GOAWAY{}, {} refused streams",
+             savings {:.1}%; server max streams {}, window {}; {} {}{}, {} refused streams",
             h.streams_per_connection,
             plural(h.streams_per_connection as u64, "stream", "streams"),
             h.header_bytes_per_response,
@@ -131,6 +137,7 @@ fn totals(r: &Report, s: &mut String) {
             h.server_max_concurrent_streams.map_or("unlimited".into(), |n| n.to_string()),
             h.server_initial_window.unwrap_or(qpslab_http::h2::frame::DEFAULT_WINDOW),
             h.goaways,
+            plural(h.goaways, "GOAWAY", "GOAWAYs"),
             h.last_goaway.map(|c| format!(" (last {c})")).unwrap_or_default(),
             h.refused_streams,
         );
