@@ -61,7 +61,31 @@ fn allocations_with(mut o: qpslab_load::LoadOptions, requests: u64) -> u64 {
 #[test]
 fn allocations_per_request() {
     no_allocation_per_request();
+    no_allocation_per_request_over_h2();
     two_allocations_per_request_over_tls_and_none_of_our_own();
+}
+
+/// HTTP/2 with 10 streams per connection: frames written into the connection's buffer,
+/// responses decoded by the HPACK decoder's kept scratch. nginx ends each connection after 1,000
+/// requests with a GOAWAY, so the 38 further connections (a decoder, the server's SETTINGS
+/// each) are the only allocations allowed beyond the short run's.
+fn no_allocation_per_request_over_h2() {
+    let nginx = support::nginx::Nginx::start_h2(None);
+    for io in [qpslab_load::IoChoice::Epoll, qpslab_load::IoChoice::Uring] {
+        let o = || {
+            let mut o = support::opts_on(io, &nginx.url("/1k"));
+            o.h2 = true;
+            o.streams = 10;
+            o
+        };
+        let short = allocations_with(o(), 2_000);
+        let long = allocations_with(o(), 40_000);
+        let extra = long.saturating_sub(short);
+        assert!(
+            extra < 1_000,
+            "{io:?}: 38,000 more requests made {extra} more allocations ({short} vs {long})"
+        );
+    }
 }
 
 fn no_allocation_per_request() {

@@ -249,21 +249,23 @@ impl Decoder {
                 total = self.count(total, name_bytes.len() + value_bytes.len())?;
                 field(name_bytes, value_bytes);
                 if index {
-                    // The name may be the table's own: copy it out before the table changes.
-                    let name_owned = match name {
-                        Some(_) => None,
-                        None => Some(self.lookup(i)?.0.to_vec()),
-                    };
+                    // A name by index may be the table's own: copied into the name scratch
+                    // (kept across blocks, so no allocation) before the table changes.
+                    if name.is_none() {
+                        let src: &[u8] = match i {
+                            1..=61 => STATIC[i - 1].0,
+                            _ => self.table.get(i - 62).ok_or(HpackError::Index(i))?.0,
+                        };
+                        self.name.clear();
+                        self.name.extend_from_slice(src);
+                    }
                     let value_bytes: &[u8] = match value {
                         Str::Raw(a, b) => &block[a..b],
                         _ => &self.value,
                     };
-                    match (&name_owned, name) {
-                        (Some(n), _) => self.table.insert(n, value_bytes),
-                        (None, Some(Str::Raw(a, b))) => {
-                            self.table.insert(&block[a..b], value_bytes)
-                        }
-                        (None, _) => self.table.insert(&self.name, value_bytes),
+                    match name {
+                        Some(Str::Raw(a, b)) => self.table.insert(&block[a..b], value_bytes),
+                        _ => self.table.insert(&self.name, value_bytes),
                     }
                 }
             }
