@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use qpslab_load::IoChoice;
+use support::h2o::H2o;
 use support::nginx::Nginx;
 use support::scripted::{After, Scripted};
 use support::{opts_on, run};
@@ -73,6 +74,35 @@ fn h2c_against_nginx_counts_exactly_with_1_10_and_100_streams_on_both_loops() {
 
 /// With --window-bits 16 and --conn-window-bits 16 (64 KiB - 1 each)
 /// and a 1 KiB body per response, windows are returned as they fill.
+/// h2o, h2c and h2 over TLS: every request once on its access log, as HTTP/2.
+#[test]
+fn h2o_counts_exactly_in_h2c_and_over_tls_with_1_10_and_100_streams_on_both_loops() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    p.subject_alt_names.push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = p.self_signed(&key).unwrap();
+    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    for io in LOOPS {
+        for tls in [false, true] {
+            for (connections, streams) in [(4, 1), (2, 10), (1, 100)] {
+                let h2o = H2o::start(tls.then_some((cert_pem.as_str(), key_pem.as_str())));
+                let url = if tls { h2o.https_url() } else { h2o.url() };
+                let mut o = h2_opts(io, &url, connections, streams, 2000);
+                o.tls.insecure = tls;
+                let report = run(&o);
+                let what = format!("{io:?} tls {tls} {connections}x{streams}");
+                assert_eq!(report.requests.ok, 2000, "{what}: {:?}", report.error_examples);
+                let lines = h2o.access_log(2000);
+                assert_eq!(lines.len(), 2000, "{what}");
+                assert!(lines.iter().all(|l| l == "200 HTTP/2 GET /"), "{what}: {:?}", &lines[..2]);
+                assert_eq!(report.connections.connects, connections as u64, "{what}");
+                let h2 = report.h2.as_ref().unwrap();
+                assert_eq!((h2.responses, h2.goaways), (2000, 0), "{what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn small_windows_are_returned_as_they_fill() {
     for io in LOOPS {
