@@ -17,7 +17,7 @@ pub use request_head::{parse_request, BodyFraming, Method, Reject, RequestHead, 
 pub use response::{ParseError, Response, ResponseParser, Step};
 
 /// Whether `b` may appear in an RFC 9110 `token` (method, header name).
-pub(crate) fn is_tchar(b: u8) -> bool {
+pub fn is_tchar(b: u8) -> bool {
     matches!(b,
         b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`'
         | b'|' | b'~' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z')

@@ -37,6 +37,64 @@ const CONTROL_FLOOD: u32 = 10_000;
 /// Resets by the client beyond this many, and beyond half of its streams: rapid reset.
 const RESET_FLOOD: u32 = 100;
 
+/// What a request's header block held, checked field by field as it decodes (RFC 9113 8.2 and
+/// 8.3): a request breaking any rule is malformed, a stream error of type PROTOCOL_ERROR.
+#[derive(Debug, Default)]
+struct FieldCheck {
+    /// Pseudo-header fields seen (bits: method, scheme, path, authority).
+    pseudo: u8,
+    regular_seen: bool,
+    malformed: bool,
+    has_host: bool,
+}
+
+impl FieldCheck {
+    const METHOD: u8 = 1;
+    const SCHEME: u8 = 2;
+    const PATH: u8 = 4;
+    const AUTHORITY: u8 = 8;
+
+    /// Checks one field; `trailers`: no pseudo-header field is allowed.
+    fn field(&mut self, name: &[u8], value: &[u8], trailers: bool) {
+        let bad_value = value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n'))
+            || value.first().is_some_and(|&b| b == b' ' || b == b'\t')
+            || value.last().is_some_and(|&b| b == b' ' || b == b'\t');
+        if let Some(pseudo) = name.strip_prefix(b":") {
+            let bit = match pseudo {
+                b"method" => Self::METHOD,
+                b"scheme" => Self::SCHEME,
+                b"path" => Self::PATH,
+                b"authority" => Self::AUTHORITY,
+                _ => 0,
+            };
+            // Unknown or response pseudo-fields, repeats, after a regular field, in trailers.
+            if bit == 0 || self.pseudo & bit != 0 || self.regular_seen || trailers {
+                self.malformed = true;
+            }
+            self.pseudo |= bit;
+            self.malformed |= bad_value || (bit == Self::PATH && value.is_empty());
+            return;
+        }
+        self.regular_seen = true;
+        // Lower-case tokens only (RFC 9110 5.1, RFC 9113 8.2.1).
+        let bad_name = name.is_empty()
+            || name.iter().any(|&b| b.is_ascii_uppercase() || !qpslab_http::is_tchar(b));
+        // Connection-specific fields have no place in HTTP/2 (8.2.2); TE only as "trailers".
+        let connection_specific = matches!(
+            name,
+            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade"
+        ) || (name == b"te" && value != b"trailers");
+        self.has_host |= name == b"host";
+        self.malformed |= bad_name || bad_value || connection_specific;
+    }
+
+    /// A request head needs :method, :scheme and :path (no CONNECT here).
+    fn complete(&self) -> bool {
+        self.pseudo & (Self::METHOD | Self::SCHEME | Self::PATH)
+            == Self::METHOD | Self::SCHEME | Self::PATH
+    }
+}
+
 /// Why the connection ends: the GOAWAY's code, and for the log, why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ConnError {
@@ -50,8 +108,9 @@ fn fail<T>(code: u32, reason: &'static str) -> Result<T, ConnError> {
 
 #[derive(Debug)]
 enum StreamState {
-    /// Reading the request's body (discarded); the plan waits for END_STREAM.
-    Body { plan: Result<Plan, ErrorReply>, left: u64 },
+    /// Reading the request's body (discarded); the plan waits for END_STREAM. `expect`: the
+    /// content-length the request declared, which its DATA must add up to.
+    Body { plan: Result<Plan, ErrorReply>, left: u64, expect: Option<u64>, got: u64 },
     /// A `t=` delay runs until the instant.
     Delayed(Plan, Instant),
     /// Response body bytes still to send (flow control held them back).
@@ -96,8 +155,13 @@ pub(super) struct H2 {
     pub going_away: bool,
     /// The connection's generation, for its delayed responses on the worker's heap.
     gen: u32,
-    /// The request's path (a buffer kept for its capacity).
+    /// The request's path, :authority and Host (buffers kept for their capacity).
     path: String,
+    authority: Vec<u8>,
+    host: Vec<u8>,
+    /// Stream ids the client skipped (never opened, so implicitly closed), a few ranges: a
+    /// HEADERS on one is a PROTOCOL_ERROR, on a stream it closed a STREAM_CLOSED.
+    skipped: Vec<(u32, u32)>,
     /// The response fields that change once a second at most, encoded, and their date.
     fields: Vec<u8>,
     fields_date: Vec<u8>,
@@ -134,6 +198,9 @@ impl H2 {
             going_away: false,
             gen,
             path: String::new(),
+            authority: Vec::new(),
+            host: Vec::new(),
+            skipped: Vec::new(),
             fields: Vec::new(),
             fields_date: Vec::new(),
         }
@@ -269,8 +336,11 @@ impl H2 {
                 Ok(())
             }
             kind::PING => {
-                if h.stream != 0 || payload.len() != 8 {
-                    return fail(code::PROTOCOL_ERROR, "a malformed PING");
+                if h.stream != 0 {
+                    return fail(code::PROTOCOL_ERROR, "a PING on a stream");
+                }
+                if payload.len() != 8 {
+                    return fail(code::FRAME_SIZE_ERROR, "a PING not of 8 bytes");
                 }
                 if !h.has(flag::ACK) {
                     let mut data = [0; 8];
@@ -281,6 +351,9 @@ impl H2 {
             }
             kind::WINDOW_UPDATE => {
                 let inc = frame::window_increment(payload).map_err(bad)?;
+                if h.stream > self.last_stream {
+                    return fail(code::PROTOCOL_ERROR, "a WINDOW_UPDATE on an idle stream");
+                }
                 if h.stream == 0 {
                     if inc == 0 {
                         return fail(code::PROTOCOL_ERROR, "a zero WINDOW_UPDATE");
@@ -305,6 +378,9 @@ impl H2 {
             }
             kind::RST_STREAM => {
                 frame::rst_code(h, payload).map_err(bad)?;
+                if h.stream > self.last_stream {
+                    return fail(code::PROTOCOL_ERROR, "a RST_STREAM on an idle stream");
+                }
                 if let Some(i) = self.streams.iter().position(|s| s.id == h.stream) {
                     self.streams.swap_remove(i);
                     self.resets += 1;
@@ -315,13 +391,18 @@ impl H2 {
                 Ok(())
             }
             kind::GOAWAY => {
+                // The client opens no more streams; those open are still answered, and the
+                // connection ends when it closes (an unknown error code is no error here).
                 frame::goaway(h, payload).map_err(bad)?;
-                self.goaway(out, code::NO_ERROR);
                 Ok(())
             }
             kind::PRIORITY => {
-                if h.stream == 0 || payload.len() != 5 {
-                    return fail(code::PROTOCOL_ERROR, "a malformed PRIORITY");
+                if h.stream == 0 {
+                    return fail(code::PROTOCOL_ERROR, "a PRIORITY on stream 0");
+                }
+                if payload.len() != 5 {
+                    // A stream error (RFC 9113 6.3).
+                    frame::put_rst_stream(out, h.stream, code::FRAME_SIZE_ERROR);
                 }
                 Ok(())
             }
@@ -373,23 +454,31 @@ impl H2 {
         let mut method = None;
         let mut has_path = false;
         let mut length = None;
-        let mut bad_field = false;
-        // The path goes into a buffer the connection keeps, so a request allocates nothing.
-        let path = &mut self.path;
+        let trailers = self.streams.iter().any(|s| s.id == id);
+        let mut check = FieldCheck::default();
+        // The path, authority and Host go into buffers the connection keeps, so a request
+        // allocates nothing.
+        let (path, authority, host) = (&mut self.path, &mut self.authority, &mut self.host);
         path.clear();
-        let decoded = self.dec.decode(block, &mut |name, value| match name {
-            b":method" => method = std::str::from_utf8(value).ok().and_then(Method::parse),
-            b":path" => {
-                if let Ok(p) = std::str::from_utf8(value) {
-                    path.push_str(p);
-                    has_path = true;
+        authority.clear();
+        host.clear();
+        let decoded = self.dec.decode(block, &mut |name, value| {
+            check.field(name, value, trailers);
+            match name {
+                b":method" => method = std::str::from_utf8(value).ok().and_then(Method::parse),
+                b":path" => {
+                    if let Ok(p) = std::str::from_utf8(value) {
+                        path.push_str(p);
+                        has_path = true;
+                    }
                 }
+                b":authority" => authority.extend_from_slice(value),
+                b"host" => host.extend_from_slice(value),
+                b"content-length" => {
+                    length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
+                }
+                _ => {}
             }
-            b"content-length" => {
-                length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
-            }
-            _ if name.iter().any(u8::is_ascii_uppercase) => bad_field = true,
-            _ => {}
         });
         if decoded.is_err() {
             return fail(code::COMPRESSION_ERROR, "a header block that does not decode");
@@ -400,13 +489,31 @@ impl H2 {
                 return fail(code::PROTOCOL_ERROR, "a second header block without END_STREAM");
             }
             let s = self.streams.swap_remove(i);
-            if let StreamState::Body { plan, .. } = s.state {
-                self.answer(id, plan, out, sh, slot, now);
+            if check.malformed {
+                sh.counters.rejected += 1;
+                frame::put_rst_stream(out, id, code::PROTOCOL_ERROR);
+            } else if let StreamState::Body { plan, expect, got, .. } = s.state {
+                if expect.is_some_and(|n| n != got) {
+                    sh.counters.rejected += 1;
+                    frame::put_rst_stream(out, id, code::PROTOCOL_ERROR);
+                } else {
+                    self.answer(id, plan, out, sh, slot, now);
+                }
             }
             return Ok(());
         }
         if id <= self.last_stream {
+            if self.skipped.iter().any(|&(a, b)| (a..=b).contains(&id)) {
+                return fail(code::PROTOCOL_ERROR, "a new stream below one already opened");
+            }
             return fail(code::STREAM_CLOSED, "HEADERS on a closed stream");
+        }
+        if id > self.last_stream + 2 {
+            // Ids skipped are closed without ever opening (RFC 9113 5.1.1); a few ranges kept.
+            if self.skipped.len() == 8 {
+                self.skipped.remove(0);
+            }
+            self.skipped.push((self.last_stream + 2, id - 2));
         }
         self.last_stream = id;
         self.controls = 0;
@@ -419,10 +526,21 @@ impl H2 {
         }
         self.opened += 1;
         sh.counters.requests += 1;
-        let (Some(method), true, false) = (method, has_path, bad_field) else {
+        // Host and :authority, when both are given, must name the same (8.3.1).
+        let mismatch = check.has_host && !self.authority.is_empty() && self.host != self.authority;
+        let (Some(method), true, false) =
+            (method, has_path && check.complete(), check.malformed || mismatch)
+        else {
+            sh.counters.rejected += 1;
             self.reset(out, id, code::PROTOCOL_ERROR);
             return Ok(());
         };
+        if end_stream && length.is_some_and(|n| n > 0) {
+            // A declared body that never came.
+            sh.counters.rejected += 1;
+            self.reset(out, id, code::PROTOCOL_ERROR);
+            return Ok(());
+        }
         let body = match length {
             Some(n) => BodyFraming::Length(n),
             None if end_stream => BodyFraming::None,
@@ -443,7 +561,8 @@ impl H2 {
         } else {
             let left = sh.cfg.settings.max_body;
             let window = self.peer_window;
-            self.streams.push(Stream { id, window, state: StreamState::Body { plan, left } });
+            let state = StreamState::Body { plan, left, expect: length, got: 0 };
+            self.streams.push(Stream { id, window, state });
         }
         Ok(())
     }
@@ -473,13 +592,23 @@ impl H2 {
             if h.stream > self.last_stream {
                 return fail(code::PROTOCOL_ERROR, "DATA on an idle stream");
             }
-            // A stream already answered or reset: its DATA is dropped.
+            // A stream closed (answered, reset, or its request ended): a stream error.
+            self.controls += 1;
+            frame::put_rst_stream(out, h.stream, code::STREAM_CLOSED);
             return Ok(());
         };
-        let StreamState::Body { left, .. } = &mut self.streams[i].state else {
+        let StreamState::Body { left, expect, got, .. } = &mut self.streams[i].state else {
             self.reset(out, h.stream, code::STREAM_CLOSED);
             return Ok(());
         };
+        *got += data.len() as u64;
+        let short = h.has(flag::END_STREAM) && expect.is_some_and(|n| *got < n);
+        if expect.is_some_and(|n| *got > n) || short {
+            // The body does not add up to its content-length: malformed (8.1.1).
+            sh.counters.rejected += 1;
+            self.reset(out, h.stream, code::PROTOCOL_ERROR);
+            return Ok(());
+        }
         if data.len() as u64 > *left {
             let e = ErrorReply { status: 413, reason: "request body too large" };
             self.streams.swap_remove(i);
