@@ -17,7 +17,12 @@ where
     F: FnOnce(httpwg::Conn<buffet::net::TcpStream>) -> Fut,
     Fut: std::future::Future<Output = eyre::Result<()>>,
 {
-    let server = TestServer::start(opts_on(io));
+    // The deadlines of a server in production, not the tests' short ones: the cases are about
+    // the protocol, and a slow turn of a busy test machine must not close their connection.
+    let mut opts = opts_on(io);
+    opts.settings.header_timeout = Duration::from_secs(10);
+    opts.settings.body_timeout = Duration::from_secs(10);
+    let server = TestServer::start(opts);
     let addr = server.addr();
     let config = Rc::new(httpwg::Config {
         host: addr.ip().to_string(),

@@ -333,9 +333,11 @@ fn abuse_ends_the_connection_with_a_goaway_on_epoll() {
     abuse_ends_the_connection_with_a_goaway(IoChoice::Epoll);
 }
 
+/// On io_uring this failed a few runs in 25 (the client reset before it read the GOAWAY)
+/// until a lingering connection's descriptor stopped being closed before its write shutdown
+/// ran: the ring runs a shutdown on a worker thread and looks the registered descriptor up
+/// then, and it shut the next connection accepted into the freed table slot.
 #[test]
-#[ignore = "known bug: on io_uring a flood's connection is sometimes closed before the server \
-            counts the abuse or the client reads the GOAWAY (a few runs in 25)"]
 fn abuse_ends_the_connection_with_a_goaway_on_uring() {
     abuse_ends_the_connection_with_a_goaway(IoChoice::Uring);
 }

@@ -62,6 +62,10 @@ struct Conn {
     /// HTTPS, lingering: the close_notify is on its way; the writing side is shut down once
     /// it was sent.
     shut_after_send: bool,
+    /// A shutdown of the writing side is in flight. The ring runs it on a worker thread and
+    /// looks up the registered descriptor only then: closing the descriptor before it ran
+    /// would let it shut whichever new connection was accepted into the freed table slot.
+    shutting: bool,
 }
 
 struct State<'a> {
@@ -71,6 +75,8 @@ struct State<'a> {
     stats: &'a WorkerStats,
     conns: Vec<Conn>,
     free: Vec<usize>,
+    /// Descriptors whose close waits for their shutdown in flight, by the shutdown's token.
+    close_after_shutdown: Vec<(u32, Sock)>,
     open: usize,
     /// Connections this worker keeps: `--max-conns`, or fewer when its table of registered
     /// descriptors is smaller than that plus [`DIRECT_ROOM`].
@@ -126,6 +132,7 @@ impl<'a> Worker<'a> {
                 stats,
                 conns: Vec::new(),
                 free: Vec::new(),
+                close_after_shutdown: Vec::new(),
                 open: 0,
                 max_open,
                 table,
@@ -192,7 +199,19 @@ impl State<'_> {
             Op::Accept => self.on_accept(c, sub),
             Op::Recv => self.on_recv(&c, sub),
             Op::Send => self.on_send(c, sub),
-            Op::Cancel | Op::Close | Op::Shutdown | Op::Timer | Op::Connect => {}
+            Op::Shutdown => self.on_shutdown(c.token, sub),
+            Op::Cancel | Op::Close | Op::Timer | Op::Connect => {}
+        }
+    }
+
+    /// A shutdown ran: the connection's descriptor may be closed now, if it was waiting.
+    fn on_shutdown(&mut self, token: u32, sub: &mut Submit<'_>) {
+        if let Some(slot) = self.live(token) {
+            self.conns[slot].shutting = false;
+        }
+        if let Some(i) = self.close_after_shutdown.iter().position(|(t, _)| *t == token) {
+            let (t, fd) = self.close_after_shutdown.swap_remove(i);
+            sub.close(fd, t);
         }
     }
 
@@ -325,6 +344,7 @@ impl State<'_> {
         if std::mem::take(&mut conn.shut_after_send) {
             // The close_notify of a lingering connection went out.
             if let Some(fd) = &conn.fd {
+                conn.shutting = true;
                 sub.shutdown_write(fd.target(), c.token);
             }
             return;
@@ -334,18 +354,15 @@ impl State<'_> {
             return self.drive(slot, sub);
         }
         // Nothing new to parse: the next output (a streamed body's next piece, records still
-        // to send), or the close.
-        if conn.s.has_output()
-            || conn.s.close_after
-            || conn.tls.as_ref().is_some_and(|t| t.wants_write())
-        {
-            self.send(slot, sub);
-        } else {
-            conn.s.output_done(now, cfg);
-        }
+        // to send), or what follows the last (keep, close, or linger: shut the write side and
+        // drain the input, which may have been paused, until EOF).
+        self.send(slot, sub);
         let conn = &self.conns[slot];
         if conn.fd.is_some() && conn.s.finished(conn.in_flight) {
-            self.close(slot, sub);
+            return self.close(slot, sub);
+        }
+        if conn.s.phase == Phase::Lingering {
+            self.rearm(slot, sub);
         }
     }
 
@@ -414,7 +431,10 @@ impl State<'_> {
             AfterOutput::Keep => {}
             AfterOutput::Close => self.close(slot, sub),
             AfterOutput::Linger => match conn.tls.as_mut() {
-                None => sub.shutdown_write(fd, t),
+                None => {
+                    conn.shutting = true;
+                    sub.shutdown_write(fd, t);
+                }
                 Some(tls) => {
                     // The close_notify first, then the shutdown (when its send completes).
                     tls.close_notify();
@@ -516,7 +536,11 @@ impl State<'_> {
                 }
             }
         }
-        sub.close(fd, t);
+        if std::mem::take(&mut conn.shutting) {
+            self.close_after_shutdown.push((t, fd));
+        } else {
+            sub.close(fd, t);
+        }
         conn.s.reset();
         conn.receiving = false;
         conn.recv_paused = false;
