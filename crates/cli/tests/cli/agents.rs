@@ -657,3 +657,28 @@ fn a_sweep_applies_host_variants_on_its_server_host_and_reverts_them() {
     assert_eq!(u64::from_str_radix(mask.trim(), 16).unwrap(), 0, "RPS is off again: {mask}");
     assert!(!journal.exists(), "the server host's journal is gone once everything is reverted");
 }
+
+/// `--h2` travels to the agents with its streams: two local agents split an HTTP/2 load
+/// exactly, and the server counts every request once.
+#[test]
+fn http2_travels_to_the_agents() {
+    let server = crate::common::ServeChild::start(&[], &["-w", "1", "--json"]);
+    let url = format!("http://{}/", server.addr);
+    let out = crate::common::qpslab_command()
+        .args(["load", "--agents", "local,local", "--h2", "--streams", "10", "-c", "4"])
+        .args(["-n", "20000", "--json", &url])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["requests"]["ok"], 20000, "{}", stderr(&out));
+    assert_eq!(v["config"]["protocol"], "h2");
+    assert_eq!(v["h2"]["streams_per_connection"], 10);
+    let agents = v["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2);
+    server.signal(libc::SIGTERM);
+    let (code, out, _) = server.wait(Duration::from_secs(3));
+    assert_eq!(code, Some(0));
+    let totals: Value = serde_json::from_str(&out).unwrap();
+    // The coordinator's and each agent's reachability checks are connections, not requests.
+    assert_eq!(totals["totals"]["requests"], 20000, "{totals}");
+}

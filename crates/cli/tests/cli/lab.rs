@@ -100,6 +100,33 @@ fn a_sweep_interleaves_its_variants_stores_every_run_and_its_report_opens_in_chr
     browser_check(&html, dir.path());
 }
 
+/// HTTP/2 as sweep keys: `h2` in the base and `streams` as an axis reach every run (the
+/// built-in server speaks it), and the stored runs say so.
+#[test]
+fn http2_and_its_streams_are_sweep_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let file = write(
+        dir.path(),
+        "h2.toml",
+        "name = \"h2 streams\"\nrepeat = 1\n[base]\nh2 = true\nduration = \"1s\"\n\
+         warmup = \"200ms\"\n[axes]\nstreams = [1, 10]\n",
+    );
+    let v = ok_json(&store, &["sweep", file.to_str().unwrap(), "--json"]);
+    assert_eq!(v["status"], "done");
+    let runs = sweep_runs(&store, v["sweep"].as_i64().unwrap());
+    assert_eq!(runs.len(), 2);
+    for r in &runs {
+        let id = r["id"].as_i64().unwrap().to_string();
+        let shown = ok_json(&store, &["runs", "show", &id, "--json"]);
+        let load = &shown["report"]["load"];
+        assert_eq!(load["config"]["protocol"], "h2", "{id}");
+        let streams = load["h2"]["streams_per_connection"].as_u64().unwrap();
+        assert_eq!(r["variant"], format!("streams={streams}"));
+        assert!(load["requests"]["ok"].as_u64().unwrap() > 0 && load["requests"]["failed"] == 0);
+    }
+}
+
 /// Debian's chromium, headless, loads the report from disk: no console message, the DOM holds
 /// the table and every chart, and a screenshot shows the series' colours and the heatmaps.
 fn browser_check(html: &Path, dir: &Path) {
