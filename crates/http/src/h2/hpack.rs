@@ -119,6 +119,9 @@ struct Table {
     max: usize,
     /// Buffers of evicted entries, for the next ones.
     spare: Vec<Vec<u8>>,
+    /// Changes so far (inserts and size updates): a block that left it alone decodes the same
+    /// again.
+    changes: u64,
 }
 
 impl Table {
@@ -137,12 +140,14 @@ impl Table {
     }
 
     fn resize(&mut self, max: usize) {
+        self.changes += 1;
         self.max = max;
         self.evict_to(max);
     }
 
     /// Adds a field; one larger than the table empties it (RFC 7541 section 4.4).
     fn insert(&mut self, name: &[u8], value: &[u8]) {
+        self.changes += 1;
         let size = name.len() + value.len() + ENTRY_OVERHEAD;
         if size > self.max {
             self.evict_to(0);
@@ -190,6 +195,12 @@ impl Decoder {
             name: Vec::new(),
             value: Vec::new(),
         }
+    }
+
+    /// How many times the dynamic table changed (inserts and size updates): a block decoded
+    /// without changing it decodes the same again while it stays unchanged.
+    pub fn table_changes(&self) -> u64 {
+        self.table.changes
     }
 
     /// The dynamic table's size now (for tests and reports).

@@ -22,7 +22,35 @@ struct Canonical {
     symbols: [u16; 257],
 }
 
-const TABLE: Canonical = canonical();
+static TABLE: Canonical = canonical();
+
+/// Bits the fast table looks at: every code of up to this many bits (the letters, digits and
+/// common punctuation of header values) decodes in one lookup.
+const FAST_BITS: usize = 9;
+
+/// Per `FAST_BITS`-bit prefix: `len << 9 | symbol` of the code it starts with, when that code
+/// is at most `FAST_BITS` long; 0 otherwise (a longer code: the canonical search).
+static FAST: [u16; 1 << FAST_BITS] = fast_table();
+
+const fn fast_table() -> [u16; 1 << FAST_BITS] {
+    let mut t = [0u16; 1 << FAST_BITS];
+    let mut s = 0;
+    while s < 257 {
+        let (code, len) = CODES[s];
+        let len = len as usize;
+        if len <= FAST_BITS {
+            let spare = FAST_BITS - len;
+            let base = (code as usize) << spare;
+            let mut suffix = 0;
+            while suffix < (1 << spare) {
+                t[base | suffix] = ((len as u16) << 9) | s as u16;
+                suffix += 1;
+            }
+        }
+        s += 1;
+    }
+    t
+}
 
 const fn canonical() -> Canonical {
     let mut t = Canonical {
@@ -70,19 +98,31 @@ pub enum HuffmanError {
 
 /// Appends the decoding of `input` to `out`.
 pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HuffmanError> {
-    // Bits not yet decoded, right-aligned in `acc`; never more than 37 (30 + a byte's 7 left).
+    // Bits not yet decoded, right-aligned in `acc`: filled a byte at a time up to 56, and
+    // decoded while at least 30 remain (a whole code of any length, so the fast table applies),
+    // then to the end once the input is used up.
     let mut acc: u64 = 0;
     let mut bits: usize = 0;
-    for &b in input {
-        acc = (acc << 8) | u64::from(b);
-        bits += 8;
-        while let Some((sym, len)) = next_symbol(acc, bits) {
+    let mut rest = input;
+    loop {
+        while bits <= 48 {
+            let Some((&b, tail)) = rest.split_first() else { break };
+            acc = (acc << 8) | u64::from(b);
+            bits += 8;
+            rest = tail;
+        }
+        let last = rest.is_empty();
+        while bits >= MAX_LEN || (last && bits > 0) {
+            let Some((sym, len)) = next_symbol(acc, bits) else { break };
             if sym == EOS {
                 return Err(HuffmanError::Eos);
             }
             out.push(sym as u8);
             bits -= len;
             acc &= (1u64 << bits) - 1;
+        }
+        if last {
+            break;
         }
     }
     // What is left is padding: fewer than 8 bits, all ones (the EOS code's prefix).
@@ -96,6 +136,21 @@ pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HuffmanError> {
 /// one.
 #[inline]
 fn next_symbol(acc: u64, bits: usize) -> Option<(u16, usize)> {
+    if bits >= FAST_BITS {
+        let hit = FAST[((acc >> (bits - FAST_BITS)) as usize) & ((1 << FAST_BITS) - 1)];
+        if hit != 0 {
+            return Some((hit & 0x1ff, usize::from(hit >> 9)));
+        }
+    }
+    long_symbol(acc, bits)
+}
+
+/// [`next_symbol`] for a code longer than the fast table's, or the last bits of the input: a
+/// search by length. Kept out of line: inlined, the compiler computed every length's candidate
+/// before the table lookup, a hundred instructions per symbol.
+#[cold]
+#[inline(never)]
+fn long_symbol(acc: u64, bits: usize) -> Option<(u16, usize)> {
     let mut len = 5;
     while len <= bits.min(MAX_LEN) {
         let code = (acc >> (bits - len)) as u32;

@@ -112,6 +112,14 @@ pub(crate) struct Http2 {
     pub counts: H2Counts,
     /// Streams the server reset, with why, for the engine to fail.
     reset: Vec<(Req, String)>,
+    /// The last header block decoded, its :status and decoded size, and the decoder's table
+    /// changes after it: the same bytes again with the table unchanged since (the block
+    /// itself changed nothing) decode the same, so they are not decoded again. Servers send
+    /// the same response head until the date changes.
+    last_block: Vec<u8>,
+    last_status: u16,
+    last_decoded: usize,
+    last_changes: Option<u64>,
 }
 
 impl Http2 {
@@ -137,6 +145,10 @@ impl Http2 {
             reused: false,
             counts: H2Counts::default(),
             reset: Vec::new(),
+            last_block: Vec::new(),
+            last_status: 0,
+            last_decoded: 0,
+            last_changes: None,
         };
         s.start();
         s
@@ -167,6 +179,7 @@ impl Http2 {
         self.carry.clear();
         self.block.clear();
         self.block_stream = 0;
+        self.last_changes = None;
         self.next_id = 1;
         self.peer_max_streams = u32::MAX;
         self.peer_max_frame = frame::DEFAULT_MAX_FRAME;
@@ -569,16 +582,31 @@ impl Http2 {
         stream: u32,
         answered: &mut impl FnMut(Req, Response),
     ) -> Result<(), String> {
-        let mut status = 0u16;
-        let decoded = self
-            .dec
-            .decode(&self.block, &mut |name, value| {
-                if name == b":status" {
-                    status =
-                        std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-                }
-            })
-            .map_err(|e| format!("a header block that does not decode: {e} (COMPRESSION_ERROR)"))?;
+        let changes = self.dec.table_changes();
+        let (status, decoded) =
+            if self.last_changes == Some(changes) && self.block == self.last_block {
+                (self.last_status, self.last_decoded)
+            } else {
+                let mut status = 0u16;
+                let decoded = self
+                    .dec
+                    .decode(&self.block, &mut |name, value| {
+                        if name == b":status" {
+                            let v = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                            status = v.unwrap_or(0);
+                        }
+                    })
+                    .map_err(|e| {
+                        format!("a header block that does not decode: {e} (COMPRESSION_ERROR)")
+                    })?;
+                // Kept for the next block only if this one left the table as it was.
+                let unchanged = self.dec.table_changes() == changes;
+                self.last_changes = unchanged.then_some(changes);
+                self.last_block.clear();
+                self.last_block.extend_from_slice(&self.block);
+                (self.last_status, self.last_decoded) = (status, decoded);
+                (status, decoded)
+            };
         self.counts.responses += 1;
         self.counts.decoded_bytes += decoded as u64;
         let Some(i) = self.find(stream) else { return Ok(()) };
