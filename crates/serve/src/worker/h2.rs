@@ -95,6 +95,17 @@ impl FieldCheck {
     }
 }
 
+/// What a request head said, as far as the server needs it.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    method: Option<Method>,
+    has_path: bool,
+    length: Option<u64>,
+    malformed: bool,
+    complete: bool,
+    mismatch: bool,
+}
+
 /// Why the connection ends: the GOAWAY's code, and for the log, why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ConnError {
@@ -162,6 +173,10 @@ pub(super) struct H2 {
     /// Stream ids the client skipped (never opened, so implicitly closed), a few ranges: a
     /// HEADERS on one is a PROTOCOL_ERROR, on a stream it closed a STREAM_CLOSED.
     skipped: Vec<(u32, u32)>,
+    /// The last request head's block and what it said, with the table's changes count: see
+    /// [`H2::decode_head`].
+    last_block: Vec<u8>,
+    last_head: Option<(u64, Head)>,
     /// The response fields that change once a second at most, encoded, and their date.
     fields: Vec<u8>,
     fields_date: Vec<u8>,
@@ -201,6 +216,8 @@ impl H2 {
             authority: Vec::new(),
             host: Vec::new(),
             skipped: Vec::new(),
+            last_block: Vec::new(),
+            last_head: None,
             fields: Vec::new(),
             fields_date: Vec::new(),
         }
@@ -451,45 +468,22 @@ impl H2 {
         slot: usize,
         now: Instant,
     ) -> Result<(), ConnError> {
-        let mut method = None;
-        let mut has_path = false;
-        let mut length = None;
         let trailers = self.streams.iter().any(|s| s.id == id);
-        let mut check = FieldCheck::default();
-        // The path, authority and Host go into buffers the connection keeps, so a request
-        // allocates nothing.
-        let (path, authority, host) = (&mut self.path, &mut self.authority, &mut self.host);
-        path.clear();
-        authority.clear();
-        host.clear();
-        let decoded = self.dec.decode(block, &mut |name, value| {
-            check.field(name, value, trailers);
-            match name {
-                b":method" => method = std::str::from_utf8(value).ok().and_then(Method::parse),
-                b":path" => {
-                    if let Ok(p) = std::str::from_utf8(value) {
-                        path.push_str(p);
-                        has_path = true;
-                    }
-                }
-                b":authority" => authority.extend_from_slice(value),
-                b"host" => host.extend_from_slice(value),
-                b"content-length" => {
-                    length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
-                }
-                _ => {}
-            }
-        });
-        if decoded.is_err() {
-            return fail(code::COMPRESSION_ERROR, "a header block that does not decode");
-        }
+        let changes = self.dec.table_changes();
+        let cached = self.last_head.filter(|&(c, _)| c == changes && block == self.last_block);
+        let head = match cached {
+            // The same block as the last request's, the table as it left it: the same request.
+            Some((_, head)) if !trailers => head,
+            _ => self.decode_head(block, trailers)?,
+        };
+        let Head { method, has_path, length, malformed, complete, mismatch } = head;
         if let Some(i) = self.streams.iter().position(|s| s.id == id) {
             // Trailers end a body.
             if !end_stream {
                 return fail(code::PROTOCOL_ERROR, "a second header block without END_STREAM");
             }
             let s = self.streams.swap_remove(i);
-            if check.malformed {
+            if malformed {
                 sh.counters.rejected += 1;
                 frame::put_rst_stream(out, id, code::PROTOCOL_ERROR);
             } else if let StreamState::Body { plan, expect, got, .. } = s.state {
@@ -526,10 +520,7 @@ impl H2 {
         }
         self.opened += 1;
         sh.counters.requests += 1;
-        // Host and :authority, when both are given, must name the same (8.3.1).
-        let mismatch = check.has_host && !self.authority.is_empty() && self.host != self.authority;
-        let (Some(method), true, false) =
-            (method, has_path && check.complete(), check.malformed || mismatch)
+        let (Some(method), true, false) = (method, has_path && complete, malformed || mismatch)
         else {
             sh.counters.rejected += 1;
             self.reset(out, id, code::PROTOCOL_ERROR);
@@ -565,6 +556,65 @@ impl H2 {
             self.streams.push(Stream { id, window, state });
         }
         Ok(())
+    }
+
+    /// Decodes a header block into what the request needs (the path into the kept buffer),
+    /// checking every field; a request head that left the table unchanged is remembered with
+    /// its bytes, so the same block next time is not decoded again.
+    fn decode_head(&mut self, block: &[u8], trailers: bool) -> Result<Head, ConnError> {
+        let changes = self.dec.table_changes();
+        let mut method = None;
+        let mut has_path = false;
+        let mut length = None;
+        let mut check = FieldCheck::default();
+        // The path, authority and Host go into buffers the connection keeps, so a request
+        // allocates nothing. Trailers leave the path alone (and forget the remembered head).
+        let mut spare = String::new();
+        let (path, authority, host) = if trailers {
+            (&mut spare, &mut self.authority, &mut self.host)
+        } else {
+            (&mut self.path, &mut self.authority, &mut self.host)
+        };
+        path.clear();
+        authority.clear();
+        host.clear();
+        let decoded = self.dec.decode(block, &mut |name, value| {
+            check.field(name, value, trailers);
+            match name {
+                b":method" => method = std::str::from_utf8(value).ok().and_then(Method::parse),
+                b":path" => {
+                    if let Ok(p) = std::str::from_utf8(value) {
+                        path.push_str(p);
+                        has_path = true;
+                    }
+                }
+                b":authority" => authority.extend_from_slice(value),
+                b"host" => host.extend_from_slice(value),
+                b"content-length" => {
+                    length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
+                }
+                _ => {}
+            }
+        });
+        if decoded.is_err() {
+            return fail(code::COMPRESSION_ERROR, "a header block that does not decode");
+        }
+        let head = Head {
+            method,
+            has_path,
+            length,
+            malformed: check.malformed,
+            complete: check.complete(),
+            // Host and :authority, when both are given, must name the same (8.3.1).
+            mismatch: check.has_host && !self.authority.is_empty() && self.host != self.authority,
+        };
+        self.last_head = None;
+        if !trailers && self.dec.table_changes() == changes {
+            self.last_block.clear();
+            self.last_block.extend_from_slice(block);
+            self.last_head = Some((changes, head));
+        }
+        Ok(head)
     }
 
     /// Request body bytes: discarded, their window returned.
