@@ -1,7 +1,8 @@
 //! HTTP/2 (`--h2`) against real nginx, h2c and h2 over TLS, on both event loops, with 1, 10 and
 //! 100 streams per connection: exact counts against nginx's access log (each line
 //! `HTTP/2.0`); and scripted servers that break the protocol, each named in its error class
-//! within the timeout.
+//! within the timeout (oversized frames, undecodable and endless header blocks, PING and SETTINGS
+//! floods, a window overflow, a push, resets, GOAWAYs, a body that never ends).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -187,7 +188,18 @@ fn a_server_that_breaks_http2_is_named_within_the_timeout() {
     for _ in 0..400_000 {
         pings.extend(frame(6, 0, 0, &[7u8; 8]));
     }
+    let mut settings = Vec::new();
+    for _ in 0..600_000 {
+        settings.extend(frame(4, 0, 0, &[]));
+    }
     let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("SETTINGS flood", settings, "parse", "a flood"),
+        (
+            "window overflow",
+            frame(8, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            "parse",
+            "FLOW_CONTROL_ERROR",
+        ),
         ("oversized frame", huge, "parse", "FRAME_SIZE_ERROR"),
         (
             "HPACK garbage",
@@ -240,5 +252,56 @@ fn a_goaway_sends_unprocessed_streams_again_once() {
         );
         assert_eq!(report.retries.after_announced_close, 1, "{io:?}: sent again once");
         assert_eq!(report.h2.as_ref().unwrap().goaways, 2, "{io:?}");
+    }
+}
+
+/// Open loop over HTTP/2, two targets on one address (their requests share the connections'
+/// streams) and connections bound to two source addresses: the schedule is kept, each target
+/// gets its share, and nginx logs every answered request once, from both sources.
+#[test]
+fn open_loop_many_targets_and_source_addresses_over_h2() {
+    for io in LOOPS {
+        let nginx = Nginx::start_h2(None);
+        let mut o = h2_opts(io, &nginx.url("/"), 4, 10, 0);
+        o.requests = None;
+        o.urls.push(nginx.url("/t/x"));
+        o.rate = Some("2000".into());
+        o.duration = Some(Duration::from_secs(2));
+        o.source = Some("127.0.0.2-127.0.0.3".into());
+        let report = run(&o);
+        let q = &report.requests;
+        assert!((3900..=4100).contains(&q.sent), "{io:?}: {q:?}");
+        assert_eq!((q.failed, q.bad_status), (0, 0), "{io:?}: {:?}", report.error_examples);
+        let t = &report.per_target;
+        assert_eq!(t[0].completed + t[1].completed, q.completed);
+        assert!(t[0].completed.abs_diff(t[1].completed) <= 10, "{io:?}: {t:?}");
+        let lines = nginx.access_log(q.completed as usize);
+        // In flight at the stop may still reach the log: at most those.
+        let logged = lines.len() as u64;
+        assert!(logged >= q.completed && logged <= q.sent, "{io:?}: {logged} vs {q:?}");
+        for src in ["127.0.0.2", "127.0.0.3"] {
+            assert!(lines.iter().any(|l| l.contains(&format!(" {src} "))), "{io:?}: {src}");
+        }
+        assert!(lines.iter().any(|l| l.contains(" /t/x HTTP/2.0")), "{io:?}");
+    }
+}
+
+/// A response whose body never ends (a stream of DATA without END_STREAM) ends in a timeout
+/// when the request's time is up; nothing of the body is kept.
+#[test]
+fn an_endless_body_times_out() {
+    let mut frames = frame(1, 0x4, 1, &[0x88]); // :status 200, END_HEADERS, no END_STREAM
+    for _ in 0..300 {
+        frames.extend(frame(0, 0, 1, &[b'x'; 16_000]));
+    }
+    for io in LOOPS {
+        let server = frames_after_settings(frames.clone());
+        let mut o = h2_opts(io, &server.url(), 1, 1, 1);
+        o.timeout = Duration::from_millis(800);
+        let started = Instant::now();
+        let report = run(&o);
+        assert!(started.elapsed() < Duration::from_secs(3), "{io:?}");
+        assert_eq!(report.errors.get("timeout"), Some(&1), "{io:?}: {:?}", report.errors);
+        assert!(report.bytes.read > 4_000_000, "{io:?}: the body was read, {}", report.bytes.read);
     }
 }
