@@ -439,12 +439,6 @@ fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
             "HTTP/2 keeps requests in flight as streams: use --streams with --h2",
         ));
     }
-    if opts.body.is_some() {
-        return Err(ConfigError::new(
-            "--body",
-            "request bodies are not sent over HTTP/2 yet; drop --body or --h2",
-        ));
-    }
     Ok(())
 }
 

@@ -20,6 +20,8 @@ pub struct Target {
     pub request: Vec<u8>,
     /// Its HTTP/2 header block, the same for every request of a connection.
     pub h2_block: Vec<u8>,
+    /// Its body (HTTP/2 sends it in DATA frames, as the windows allow).
+    pub body: std::sync::Arc<[u8]>,
     /// HEAD requests get responses without a body.
     pub head: bool,
     /// Share of the requests relative to the other targets (`weight=N` in a targets file).
@@ -213,6 +215,7 @@ fn resolve_target(
         addr,
         request,
         h2_block,
+        body: spec.body.clone().into(),
         head: spec.is_head(),
         weight,
         tls_name,

@@ -44,8 +44,9 @@ pub struct Group {
     pub wire: std::sync::Arc<[u8]>,
     /// Start of position p's request in `wire` (`cycle.len() + pipeline + 1` entries).
     pub offsets: Vec<usize>,
-    /// HTTP/2: the header block of position p's request.
+    /// HTTP/2: the header block of position p's request, and its body.
     pub h2: Vec<Vec<u8>>,
+    pub h2_body: Vec<std::sync::Arc<[u8]>>,
     /// Sum of the weights of its targets.
     pub weight: u64,
     /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
@@ -85,12 +86,14 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 offsets.push(wire.len());
             }
             let h2 = cycle.iter().map(|&t| targets[t as usize].h2_block.clone()).collect();
+            let h2_body = cycle.iter().map(|&t| targets[t as usize].body.clone()).collect();
             Group {
                 addr,
                 cycle,
                 wire: wire.into(),
                 offsets,
                 h2,
+                h2_body,
                 weight: weights.iter().sum(),
                 tls_name: targets[members[0]].tls_name.clone(),
             }

@@ -305,3 +305,24 @@ fn an_endless_body_times_out() {
         assert!(report.bytes.read > 4_000_000, "{io:?}: the body was read, {}", report.bytes.read);
     }
 }
+
+/// Request bodies over HTTP/2: 100 KB each on 10 streams of one connection, so the bodies wait
+/// for the server's window updates (the connection starts with 64 KiB): every request is
+/// answered and on nginx's log, on both loops.
+#[test]
+fn request_bodies_go_within_the_servers_windows() {
+    for io in LOOPS {
+        let nginx = Nginx::start_h2(None);
+        let mut o = h2_opts(io, &nginx.url("/"), 1, 10, 300);
+        o.method = "POST".into();
+        o.body = Some(qpslab_load::options::Body::from_arg(&"b".repeat(100_000)).unwrap());
+        let report = run(&o);
+        assert_eq!(report.requests.ok, 300, "{io:?}: {:?}", report.error_examples);
+        // nginx answers `return 200` without waiting for the whole body (and resets the stream
+        // to stop the rest), so not every byte goes; far more than a 64 KiB window did.
+        assert!(report.bytes.written > 100 * 100_000, "{io:?}: {}", report.bytes.written);
+        let lines = nginx.access_log(300);
+        assert_eq!(lines.len(), 300, "{io:?}");
+        assert!(lines.iter().all(|l| l.starts_with("200 POST")), "{io:?}: {:?}", &lines[..2]);
+    }
+}

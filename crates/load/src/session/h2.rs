@@ -81,6 +81,9 @@ struct Stream {
     body: u64,
     /// DATA bytes received since its window was last returned.
     unacked: u32,
+    /// Request body bytes sent so far, and what the server lets this side send on the stream.
+    body_at: usize,
+    window: i64,
 }
 
 /// One connection's HTTP/2 exchange.
@@ -106,6 +109,8 @@ pub(crate) struct Http2 {
     /// Connection-level DATA bytes received since the window was last returned.
     conn_unacked: u32,
     send_window: i64,
+    /// The server's SETTINGS_INITIAL_WINDOW_SIZE: each new stream's send window.
+    peer_window: i64,
     /// The server's GOAWAY: streams above this id were not processed.
     goaway: Option<u32>,
     pub reused: bool,
@@ -141,6 +146,7 @@ impl Http2 {
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             conn_unacked: 0,
             send_window: i64::from(frame::DEFAULT_WINDOW),
+            peer_window: i64::from(frame::DEFAULT_WINDOW),
             goaway: None,
             reused: false,
             counts: H2Counts::default(),
@@ -185,6 +191,7 @@ impl Http2 {
         self.peer_max_frame = frame::DEFAULT_MAX_FRAME;
         self.conn_unacked = 0;
         self.send_window = i64::from(frame::DEFAULT_WINDOW);
+        self.peer_window = i64::from(frame::DEFAULT_WINDOW);
         self.goaway = None;
     }
 
@@ -264,17 +271,47 @@ impl Http2 {
             self.open(group, pos as u32, req);
         }
         self.cursor = (self.cursor + k) % len;
+        self.send_bodies(group);
     }
 
-    /// One request as a HEADERS frame on a new stream.
+    /// One request as a HEADERS frame on a new stream (its body goes by [`Http2::send_bodies`]).
     fn open(&mut self, group: &Group, pos: u32, req: Req) {
         let id = self.next_id;
         self.next_id += 2;
         let block = &group.h2[pos as usize];
-        let flags = flag::END_HEADERS | flag::END_STREAM;
+        let has_body = !group.h2_body[pos as usize].is_empty();
+        let flags = flag::END_HEADERS | if has_body { 0 } else { flag::END_STREAM };
         frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
         self.out.extend_from_slice(block);
-        self.streams.push(Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0 });
+        let window = self.peer_window;
+        let s =
+            Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0, body_at: 0, window };
+        self.streams.push(s);
+    }
+
+    /// Request body DATA for every stream with some left, within the connection's and each
+    /// stream's send window, in frames of at most the server's largest; the last ends the
+    /// stream.
+    fn send_bodies(&mut self, group: &Group) {
+        if group.h2_body.iter().all(|b| b.is_empty()) {
+            return;
+        }
+        for s in &mut self.streams {
+            let body = &group.h2_body[s.pos as usize];
+            while s.body_at < body.len() && self.send_window > 0 && s.window > 0 {
+                let n = (body.len() - s.body_at)
+                    .min(self.peer_max_frame)
+                    .min(self.send_window as usize)
+                    .min(s.window as usize);
+                let end = s.body_at + n == body.len();
+                let flags = if end { flag::END_STREAM } else { 0 };
+                frame::put_header(&mut self.out, n, kind::DATA, flags, s.id);
+                self.out.extend_from_slice(&body[s.body_at..s.body_at + n]);
+                s.body_at += n;
+                self.send_window -= n as i64;
+                s.window -= n as i64;
+            }
+        }
     }
 
     /// On a new connection: the requests the old one did not answer go again on new streams,
@@ -285,6 +322,7 @@ impl Http2 {
             s.req.sent_at = now;
             self.open(group, s.pos, s.req);
         }
+        self.send_bodies(group);
     }
 
     /// The connection closes with streams unanswered that go again on the next one.
@@ -472,6 +510,7 @@ impl Http2 {
                         // Not processed (RFC 9113 8.7): safe to send again, here.
                         self.counts.refused += 1;
                         self.open(group, s.pos, s.req);
+                        self.send_bodies(group);
                     } else {
                         let msg = format!("the server reset the stream ({})", code::name(why));
                         self.reset.push((s.req, msg));
@@ -487,12 +526,21 @@ impl Http2 {
                                 self.peer_max_streams = v;
                                 self.counts.max_streams = Some(v);
                             }
-                            setting::INITIAL_WINDOW_SIZE => self.counts.window = Some(v),
+                            setting::INITIAL_WINDOW_SIZE => {
+                                self.counts.window = Some(v);
+                                // Every open stream's window moves by the change (6.9.2).
+                                let delta = i64::from(v) - self.peer_window;
+                                self.peer_window = i64::from(v);
+                                for s in &mut self.streams {
+                                    s.window += delta;
+                                }
+                            }
                             setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
                             _ => {}
                         }
                     }
                     frame::put_settings_ack(&mut self.out);
+                    self.send_bodies(group);
                 }
             }
             kind::PING => {
@@ -521,7 +569,18 @@ impl Http2 {
                                     window past 2^31-1 (FLOW_CONTROL_ERROR)"
                             .into());
                     }
+                } else if let Some(i) = self.find(h.stream) {
+                    let s = &mut self.streams[i];
+                    s.window += i64::from(inc);
+                    if s.window > i64::from(MAX_WINDOW) {
+                        return Err(format!(
+                            "the server's WINDOW_UPDATEs overflow stream {}'s window past \
+                             2^31-1 (FLOW_CONTROL_ERROR)",
+                            s.id
+                        ));
+                    }
                 }
+                self.send_bodies(group);
             }
             kind::PUSH_PROMISE => {
                 return Err("the server pushed a stream (PUSH_PROMISE) although the client's \
