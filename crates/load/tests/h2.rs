@@ -326,3 +326,20 @@ fn request_bodies_go_within_the_servers_windows() {
         assert!(lines.iter().all(|l| l.starts_with("200 POST")), "{io:?}: {:?}", &lines[..2]);
     }
 }
+
+/// A stream the server refuses (RST_STREAM REFUSED_STREAM) was not processed: it is sent
+/// again on the same connection and counted as refused, not failed; this server never
+/// answers the second, which then times out.
+#[test]
+fn a_refused_stream_is_sent_again_and_counted() {
+    for io in LOOPS {
+        let server = frames_after_settings(frame(3, 0, 1, &7u32.to_be_bytes()));
+        let mut o = h2_opts(io, &server.url(), 1, 1, 1);
+        o.timeout = Duration::from_millis(500);
+        let report = run(&o);
+        let h2 = report.h2.as_ref().unwrap();
+        assert_eq!(h2.refused_streams, 1, "{io:?}");
+        assert_eq!(report.errors.get("timeout"), Some(&1), "{io:?}: {:?}", report.errors);
+        assert_eq!(report.errors.get("reset"), Some(&0), "{io:?}");
+    }
+}
