@@ -35,6 +35,15 @@ fn h2_opts(
     o
 }
 
+/// A self-signed certificate for `localhost` and 127.0.0.1, and its key (PEM).
+fn self_signed() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    p.subject_alt_names.push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = p.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
 /// Every request answered once, as HTTP/2, on nginx's own log.
 fn assert_exact(nginx: &Nginx, report: &qpslab_load::Report, n: u64, what: &str) {
     assert_eq!(report.requests.ok, n, "{what}: {:?} {:?}", report.requests, report.error_examples);
@@ -73,16 +82,10 @@ fn h2c_against_nginx_counts_exactly_with_1_10_and_100_streams_on_both_loops() {
     }
 }
 
-/// With --window-bits 16 and --conn-window-bits 16 (64 KiB - 1 each)
-/// and a 1 KiB body per response, windows are returned as they fill.
 /// h2o, h2c and h2 over TLS: every request once on its access log, as HTTP/2.
 #[test]
 fn h2o_counts_exactly_in_h2c_and_over_tls_with_1_10_and_100_streams_on_both_loops() {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    p.subject_alt_names.push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    let cert = p.self_signed(&key).unwrap();
-    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    let (cert_pem, key_pem) = self_signed();
     for io in LOOPS {
         for tls in [false, true] {
             for (connections, streams) in [(4, 1), (2, 10), (1, 100)] {
@@ -104,6 +107,8 @@ fn h2o_counts_exactly_in_h2c_and_over_tls_with_1_10_and_100_streams_on_both_loop
     }
 }
 
+/// With --window-bits 16 and --conn-window-bits 16 (64 KiB - 1 each) and a 1 KiB body per
+/// response, windows are returned as they fill.
 #[test]
 fn small_windows_are_returned_as_they_fill() {
     for io in LOOPS {
@@ -121,11 +126,7 @@ fn small_windows_are_returned_as_they_fill() {
 
 #[test]
 fn h2_over_tls_by_alpn_and_a_server_without_h2_is_named() {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    p.subject_alt_names.push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    let cert = p.self_signed(&key).unwrap();
-    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    let (cert_pem, key_pem) = self_signed();
     for io in LOOPS {
         let nginx = Nginx::start_h2(Some((&cert_pem, &key_pem)));
         let mut o = h2_opts(io, &nginx.https_url("/"), 2, 10, 2000);
