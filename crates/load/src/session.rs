@@ -384,6 +384,14 @@ impl Session {
         either!(self, s => s.reused = reused)
     }
 
+    /// HTTP/2: a request body waits for the server's flow-control window.
+    pub fn flow_stalled(&self, group: &Group) -> bool {
+        match self {
+            Session::H1(_) => false,
+            Session::H2(s) => s.flow_stalled(group),
+        }
+    }
+
     /// HTTP/2: a stream the server reset, with why.
     #[inline]
     pub fn take_reset(&mut self) -> Option<(Req, String)> {

@@ -947,7 +947,13 @@ impl<'a> Worker<'a> {
             match c.phase {
                 Phase::Open => {
                     if c.s.oldest_sent().is_some_and(|t| now.duration_since(t) >= timeout) {
-                        let msg = format!("no response within {}", fmt_duration(timeout));
+                        let mut msg = format!("no response within {}", fmt_duration(timeout));
+                        if c.s.flow_stalled(&self.shared.groups[c.s.group()]) {
+                            msg.push_str(
+                                "; a request body was still waiting for the server's HTTP/2 \
+                                 flow-control window (a flow-control stall)",
+                            );
+                        }
                         self.fail_with(idx, ErrorClass::Timeout, msg, now);
                     }
                 }

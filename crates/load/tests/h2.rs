@@ -344,3 +344,20 @@ fn a_refused_stream_is_sent_again_and_counted() {
         assert_eq!(report.errors.get("reset"), Some(&0), "{io:?}");
     }
 }
+
+/// A server that never opens its window (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE):
+/// the rest of the request body cannot go, and the timeout says it was a flow-control stall.
+#[test]
+fn a_flow_control_stall_is_named_at_the_timeout() {
+    for io in LOOPS {
+        let server = frames_after_settings(frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        let mut o = h2_opts(io, &server.url(), 1, 1, 1);
+        o.method = "POST".into();
+        // More than the 64 KiB a stream may send before the server's SETTINGS arrive.
+        o.body = Some(qpslab_load::options::Body::from_arg(&"b".repeat(100_000)).unwrap());
+        o.timeout = Duration::from_millis(500);
+        let report = run(&o);
+        let e = report.error_examples.get("timeout").cloned().unwrap_or_default();
+        assert!(e.contains("flow-control stall"), "{io:?}: {:?}", report.error_examples);
+    }
+}

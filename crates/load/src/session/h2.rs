@@ -340,6 +340,15 @@ impl Http2 {
         self.streams.clear();
     }
 
+    /// A request body waits for the server's flow-control window (the connection's or its
+    /// stream's is used up): a stall, if it lasts.
+    pub fn flow_stalled(&self, group: &Group) -> bool {
+        self.streams.iter().any(|s| {
+            s.body_at < group.h2_body[s.pos as usize].len()
+                && (self.send_window <= 0 || s.window <= 0)
+        })
+    }
+
     /// A stream the server reset, with why (drained by the engine after each read).
     pub fn take_reset(&mut self) -> Option<(Req, String)> {
         self.reset.pop()
