@@ -128,7 +128,7 @@ pub struct Recorder {
     pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
     pub per_target: Vec<TargetCounts>,
-    /// HTTP/2 (`--h2`): what the connections saw (warm-up included).
+    /// HTTP/2 (`--h2`): what the connections saw while measuring.
     pub h2: Option<crate::session::h2::H2Counts>,
     /// With `--log`: the corrected latency of the current interval only.
     #[serde(skip)]

@@ -400,6 +400,16 @@ impl<'a> Worker<'a> {
             }
             if !self.measuring && now >= clock.measure_start {
                 self.measuring = true;
+                for c in &mut self.conns {
+                    if let Session::H2(h) = &mut c.s {
+                        // What the warm-up saw goes; what the server announced stays.
+                        h.counts = crate::session::h2::H2Counts {
+                            max_streams: h.counts.max_streams,
+                            window: h.counts.window,
+                            ..Default::default()
+                        };
+                    }
+                }
                 cpu_start = CpuTime::of_current_thread();
                 self.polled = Duration::ZERO;
             }

@@ -361,3 +361,17 @@ fn a_flow_control_stall_is_named_at_the_timeout() {
         assert!(e.contains("flow-control stall"), "{io:?}: {:?}", report.error_examples);
     }
 }
+
+/// The HTTP/2 counts leave the warm-up out, as every other figure does: the responses decoded
+/// are those completed, plus at most the streams in flight when measuring began.
+#[test]
+fn the_h2_counts_leave_the_warm_up_out() {
+    let nginx = Nginx::start_h2(None);
+    let mut o = h2_opts(IoChoice::Epoll, &nginx.url("/"), 2, 10, 0);
+    o.requests = None;
+    o.duration = Some(Duration::from_millis(700));
+    o.warmup = Some(Duration::from_millis(500));
+    let report = run(&o);
+    let (done, seen) = (report.requests.completed, report.h2.as_ref().unwrap().responses);
+    assert!(done > 0 && seen >= done && seen <= done + 20, "{done} completed, {seen} decoded");
+}

@@ -114,7 +114,7 @@ pub struct Report {
     pub coordinator: Option<CoordinatorCost>,
 }
 
-/// What HTTP/2 connections saw (counts over the whole run, warm-up included).
+/// What HTTP/2 connections saw while measuring (the server's SETTINGS whenever they came).
 #[derive(Debug, Clone, Serialize)]
 pub struct H2Report {
     pub streams_per_connection: usize,

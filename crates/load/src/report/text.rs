@@ -254,12 +254,13 @@ fn rate(r: &Report, s: &mut String) {
         let _ = writeln!(
             s,
             "Waited for a free connection: {} of {} requests ({:.2}%) fell due with all {} \
-             connections busy; their wait is in the latency and send lag (more -c keeps the \
+             connections busy{}; their wait is in the latency and send lag (more -c keeps the \
              schedule through target stalls)",
             rate.waited_for_connection,
             r.requests.sent,
             100.0 * rate.waited_for_connection as f64 / r.requests.sent.max(1) as f64,
-            r.config.connections
+            r.config.connections,
+            if r.h2.is_some() { " (every stream of each in use)" } else { "" }
         );
     }
     let _ = writeln!(
