@@ -480,37 +480,7 @@ impl Http2 {
         }
         match h.kind {
             kind::DATA => self.data(h, payload, answered)?,
-            kind::HEADERS => {
-                let p = frame::unpadded(&h, payload).map_err(named)?;
-                self.block.clear();
-                self.block.extend_from_slice(p);
-                self.block_ends_stream = h.has(flag::END_STREAM);
-                self.counts.header_bytes += p.len() as u64;
-                if h.has(flag::END_HEADERS) {
-                    self.end_block(h.stream, answered)?;
-                } else {
-                    self.block_stream = h.stream;
-                }
-            }
-            kind::CONTINUATION => {
-                if self.block_stream == 0 || h.stream != self.block_stream {
-                    return Err(
-                        "a CONTINUATION frame outside a header block (PROTOCOL_ERROR)".into()
-                    );
-                }
-                if self.block.len() + payload.len() > MAX_BLOCK {
-                    return Err(format!(
-                        "a header block over {} KiB (a CONTINUATION flood)",
-                        MAX_BLOCK / 1024
-                    ));
-                }
-                self.block.extend_from_slice(payload);
-                self.counts.header_bytes += payload.len() as u64;
-                if h.has(flag::END_HEADERS) {
-                    let stream = std::mem::take(&mut self.block_stream);
-                    self.end_block(stream, answered)?;
-                }
-            }
+            kind::HEADERS | kind::CONTINUATION => self.header_block(h, payload, answered)?,
             kind::RST_STREAM => {
                 let why = frame::rst_code(&h, payload).map_err(named)?;
                 if let Some(i) = self.find(h.stream) {
@@ -529,27 +499,7 @@ impl Http2 {
             kind::SETTINGS => {
                 let values = frame::settings(&h, payload).map_err(named)?;
                 if !h.has(flag::ACK) {
-                    for (id, v) in values {
-                        match id {
-                            setting::MAX_CONCURRENT_STREAMS => {
-                                self.peer_max_streams = v;
-                                self.counts.max_streams = Some(v);
-                            }
-                            setting::INITIAL_WINDOW_SIZE => {
-                                self.counts.window = Some(v);
-                                // Every open stream's window moves by the change (6.9.2).
-                                let delta = i64::from(v) - self.peer_window;
-                                self.peer_window = i64::from(v);
-                                for s in &mut self.streams {
-                                    s.window += delta;
-                                }
-                            }
-                            setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
-                            _ => {}
-                        }
-                    }
-                    frame::put_settings_ack(&mut self.out);
-                    self.send_bodies(group);
+                    self.settings(&values, group);
                 }
             }
             kind::PING => {
@@ -571,25 +521,7 @@ impl Http2 {
             }
             kind::WINDOW_UPDATE => {
                 let inc = frame::window_increment(payload).map_err(named)?;
-                if h.stream == 0 {
-                    self.send_window += i64::from(inc);
-                    if self.send_window > i64::from(MAX_WINDOW) {
-                        return Err("the server's WINDOW_UPDATEs overflow the connection \
-                                    window past 2^31-1 (FLOW_CONTROL_ERROR)"
-                            .into());
-                    }
-                } else if let Some(i) = self.find(h.stream) {
-                    let s = &mut self.streams[i];
-                    s.window += i64::from(inc);
-                    if s.window > i64::from(MAX_WINDOW) {
-                        return Err(format!(
-                            "the server's WINDOW_UPDATEs overflow stream {}'s window past \
-                             2^31-1 (FLOW_CONTROL_ERROR)",
-                            s.id
-                        ));
-                    }
-                }
-                self.send_bodies(group);
+                self.window_update(h.stream, inc, group)?;
             }
             kind::PUSH_PROMISE => {
                 return Err("the server pushed a stream (PUSH_PROMISE) although the client's \
@@ -599,6 +531,93 @@ impl Http2 {
             // PRIORITY, and frame types this side does not know, are ignored (RFC 9113 5.5).
             _ => {}
         }
+        Ok(())
+    }
+
+    /// A HEADERS frame or a CONTINUATION: the block gathered, bounded, and decoded when whole.
+    fn header_block(
+        &mut self,
+        h: Header,
+        payload: &[u8],
+        answered: &mut impl FnMut(Req, Response),
+    ) -> Result<(), String> {
+        if h.kind == kind::HEADERS {
+            let p = frame::unpadded(&h, payload)
+                .map_err(|e| format!("{e} ({})", code::name(e.code())))?;
+            self.block.clear();
+            self.block.extend_from_slice(p);
+            self.block_ends_stream = h.has(flag::END_STREAM);
+            self.counts.header_bytes += p.len() as u64;
+            if h.has(flag::END_HEADERS) {
+                return self.end_block(h.stream, answered);
+            }
+            self.block_stream = h.stream;
+            return Ok(());
+        }
+        if self.block_stream == 0 || h.stream != self.block_stream {
+            return Err("a CONTINUATION frame outside a header block (PROTOCOL_ERROR)".into());
+        }
+        if self.block.len() + payload.len() > MAX_BLOCK {
+            return Err(format!(
+                "a header block over {} KiB (a CONTINUATION flood)",
+                MAX_BLOCK / 1024
+            ));
+        }
+        self.block.extend_from_slice(payload);
+        self.counts.header_bytes += payload.len() as u64;
+        if h.has(flag::END_HEADERS) {
+            let stream = std::mem::take(&mut self.block_stream);
+            self.end_block(stream, answered)?;
+        }
+        Ok(())
+    }
+
+    /// The server's SETTINGS: its stream limit, windows and frame size taken, acknowledged.
+    fn settings(&mut self, values: &[(u16, u32)], group: &Group) {
+        for &(id, v) in values {
+            match id {
+                setting::MAX_CONCURRENT_STREAMS => {
+                    self.peer_max_streams = v;
+                    self.counts.max_streams = Some(v);
+                }
+                setting::INITIAL_WINDOW_SIZE => {
+                    self.counts.window = Some(v);
+                    // Every open stream's window moves by the change (6.9.2).
+                    let delta = i64::from(v) - self.peer_window;
+                    self.peer_window = i64::from(v);
+                    for s in &mut self.streams {
+                        s.window += delta;
+                    }
+                }
+                setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
+                _ => {}
+            }
+        }
+        frame::put_settings_ack(&mut self.out);
+        self.send_bodies(group);
+    }
+
+    /// A WINDOW_UPDATE for the connection (stream 0) or a stream: request bodies may go on.
+    fn window_update(&mut self, stream: u32, inc: u32, group: &Group) -> Result<(), String> {
+        if stream == 0 {
+            self.send_window += i64::from(inc);
+            if self.send_window > i64::from(MAX_WINDOW) {
+                return Err("the server's WINDOW_UPDATEs overflow the connection window past \
+                            2^31-1 (FLOW_CONTROL_ERROR)"
+                    .into());
+            }
+        } else if let Some(i) = self.find(stream) {
+            let s = &mut self.streams[i];
+            s.window += i64::from(inc);
+            if s.window > i64::from(MAX_WINDOW) {
+                return Err(format!(
+                    "the server's WINDOW_UPDATEs overflow stream {}'s window past 2^31-1 \
+                     (FLOW_CONTROL_ERROR)",
+                    s.id
+                ));
+            }
+        }
+        self.send_bodies(group);
         Ok(())
     }
 

@@ -335,21 +335,8 @@ impl H2 {
                 if h.has(flag::ACK) {
                     return frame::settings(h, payload).map(|_| ()).map_err(bad);
                 }
-                for (id, v) in frame::settings(h, payload).map_err(bad)? {
-                    match id {
-                        setting::INITIAL_WINDOW_SIZE => {
-                            let delta = i64::from(v) - self.peer_window;
-                            self.peer_window = i64::from(v);
-                            for s in &mut self.streams {
-                                s.window += delta;
-                            }
-                        }
-                        setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
-                        _ => {}
-                    }
-                }
-                frame::put_settings_ack(out);
-                self.send_bodies(out);
+                let values = frame::settings(h, payload).map_err(bad)?;
+                self.settings(&values, out);
                 Ok(())
             }
             kind::PING => {
@@ -368,44 +355,11 @@ impl H2 {
             }
             kind::WINDOW_UPDATE => {
                 let inc = frame::window_increment(payload).map_err(bad)?;
-                if h.stream > self.last_stream {
-                    return fail(code::PROTOCOL_ERROR, "a WINDOW_UPDATE on an idle stream");
-                }
-                if h.stream == 0 {
-                    if inc == 0 {
-                        return fail(code::PROTOCOL_ERROR, "a zero WINDOW_UPDATE");
-                    }
-                    self.conn_window += i64::from(inc);
-                    if self.conn_window > i64::from(frame::MAX_WINDOW) {
-                        return fail(code::FLOW_CONTROL_ERROR, "the connection window overflowed");
-                    }
-                } else if let Some(s) = self.streams.iter_mut().find(|s| s.id == h.stream) {
-                    s.window += i64::from(inc);
-                    if inc == 0 || s.window > i64::from(frame::MAX_WINDOW) {
-                        let id = s.id;
-                        self.reset(
-                            out,
-                            id,
-                            if inc == 0 { code::PROTOCOL_ERROR } else { code::FLOW_CONTROL_ERROR },
-                        );
-                    }
-                }
-                self.send_bodies(out);
-                Ok(())
+                self.window_update(h.stream, inc, out)
             }
             kind::RST_STREAM => {
                 frame::rst_code(h, payload).map_err(bad)?;
-                if h.stream > self.last_stream {
-                    return fail(code::PROTOCOL_ERROR, "a RST_STREAM on an idle stream");
-                }
-                if let Some(i) = self.streams.iter().position(|s| s.id == h.stream) {
-                    self.streams.swap_remove(i);
-                    self.resets += 1;
-                    if self.resets > RESET_FLOOD && self.resets * 2 > self.opened {
-                        return fail(code::ENHANCE_YOUR_CALM, "streams reset as fast as they open");
-                    }
-                }
-                Ok(())
+                self.stream_reset(h.stream)
             }
             kind::GOAWAY => {
                 // The client opens no more streams; those open are still answered, and the
@@ -427,6 +381,65 @@ impl H2 {
             // Unknown types are ignored (RFC 9113 section 4.1).
             _ => Ok(()),
         }
+    }
+
+    /// The client reset a stream: it goes, and rapid reset (CVE-2023-44487) is bounded.
+    fn stream_reset(&mut self, stream: u32) -> Result<(), ConnError> {
+        if stream > self.last_stream {
+            return fail(code::PROTOCOL_ERROR, "a RST_STREAM on an idle stream");
+        }
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            self.streams.swap_remove(i);
+            self.resets += 1;
+            if self.resets > RESET_FLOOD && self.resets * 2 > self.opened {
+                return fail(code::ENHANCE_YOUR_CALM, "streams reset as fast as they open");
+            }
+        }
+        Ok(())
+    }
+
+    /// The client's SETTINGS: its windows and frame size taken, acknowledged.
+    fn settings(&mut self, values: &[(u16, u32)], out: &mut Vec<u8>) {
+        for &(id, v) in values {
+            match id {
+                setting::INITIAL_WINDOW_SIZE => {
+                    let delta = i64::from(v) - self.peer_window;
+                    self.peer_window = i64::from(v);
+                    for s in &mut self.streams {
+                        s.window += delta;
+                    }
+                }
+                setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
+                _ => {}
+            }
+        }
+        frame::put_settings_ack(out);
+        self.send_bodies(out);
+    }
+
+    /// A WINDOW_UPDATE for the connection (stream 0) or a stream: held bodies may go on.
+    fn window_update(&mut self, stream: u32, inc: u32, out: &mut Vec<u8>) -> Result<(), ConnError> {
+        if stream > self.last_stream {
+            return fail(code::PROTOCOL_ERROR, "a WINDOW_UPDATE on an idle stream");
+        }
+        if stream == 0 {
+            if inc == 0 {
+                return fail(code::PROTOCOL_ERROR, "a zero WINDOW_UPDATE");
+            }
+            self.conn_window += i64::from(inc);
+            if self.conn_window > i64::from(frame::MAX_WINDOW) {
+                return fail(code::FLOW_CONTROL_ERROR, "the connection window overflowed");
+            }
+        } else if let Some(s) = self.streams.iter_mut().find(|s| s.id == stream) {
+            s.window += i64::from(inc);
+            if inc == 0 || s.window > i64::from(frame::MAX_WINDOW) {
+                let id = s.id;
+                let why = if inc == 0 { code::PROTOCOL_ERROR } else { code::FLOW_CONTROL_ERROR };
+                self.reset(out, id, why);
+            }
+        }
+        self.send_bodies(out);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments, reason = "the frame's parts and the loop's context")]
