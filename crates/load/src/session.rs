@@ -154,45 +154,35 @@ impl Http1 {
         one_request: bool,
         mut answered: impl FnMut(Req, Response),
     ) -> Result<Absorbed, String> {
-        let carried = !self.carry.is_empty();
-        if carried {
-            self.carry.extend_from_slice(data);
-        }
         let mut carry = std::mem::take(&mut self.carry);
-        let fresh = data;
-        let data: &[u8] = if carried { &carry } else { fresh };
-        let mut off = 0;
-        let mut outcome = Absorbed::Keep;
-        while off < data.len() {
-            let head = self.inflight.front().is_some_and(|r| heads[r.target as usize]);
-            let step = self.parser.feed(&data[off..], head).map_err(|e| {
-                if looks_like_tls(&data[off..]) {
-                    "the server answered with TLS where an HTTP response was expected: use an \
-                     https:// URL"
-                        .to_string()
-                } else {
-                    e.to_string()
+        let outcome = with_carry(&mut carry, data, |data| {
+            let mut off = 0;
+            while off < data.len() {
+                let head = self.inflight.front().is_some_and(|r| heads[r.target as usize]);
+                let step = match self.parser.feed(&data[off..], head) {
+                    Ok(step) => step,
+                    Err(_) if looks_like_tls(&data[off..]) => {
+                        let e = "the server answered with TLS where an HTTP response was \
+                                 expected: use an https:// URL";
+                        return (off, Err(e.to_string()));
+                    }
+                    Err(e) => return (off, Err(e.to_string())),
+                };
+                off += step.consumed;
+                let Some(resp) = step.response else { break };
+                let Some(req) = self.inflight.pop_front() else {
+                    return (off, Err("response received with no request in flight".into()));
+                };
+                self.reused = true;
+                answered(req, resp);
+                if !resp.keep_alive || one_request {
+                    return (off, Ok(Absorbed::Close));
                 }
-            })?;
-            off += step.consumed;
-            let Some(resp) = step.response else { break };
-            let Some(req) = self.inflight.pop_front() else {
-                return Err("response received with no request in flight".into());
-            };
-            self.reused = true;
-            answered(req, resp);
-            if !resp.keep_alive || one_request {
-                outcome = Absorbed::Close;
-                break;
             }
-        }
-        if carried {
-            carry.drain(..off);
-        } else {
-            carry.extend_from_slice(&fresh[off..]);
-        }
+            (off, Ok(Absorbed::Keep))
+        });
         self.carry = carry;
-        Ok(outcome)
+        outcome
     }
 
     /// The server's input ended; a close-delimited response it completes is handed to
@@ -252,6 +242,25 @@ impl Http1 {
     pub fn forget(&mut self) {
         self.inflight.clear();
     }
+}
+
+/// Runs `parse` over the input not yet parsed (what an earlier read left in `carry`, then
+/// `data`) and keeps what it did not consume (`parse` returns how much it did) for the next
+/// read: a response head or frame split across reads. Nothing is copied when nothing was left.
+pub(crate) fn with_carry<R>(
+    carry: &mut Vec<u8>,
+    data: &[u8],
+    parse: impl FnOnce(&[u8]) -> (usize, R),
+) -> R {
+    if carry.is_empty() {
+        let (off, r) = parse(data);
+        carry.extend_from_slice(&data[off..]);
+        return r;
+    }
+    carry.extend_from_slice(data);
+    let (off, r) = parse(carry);
+    carry.drain(..off);
+    r
 }
 
 /// One connection's protocol: HTTP/1.1 or HTTP/2, the same answers to the engine.

@@ -47,6 +47,8 @@ pub struct Group {
     /// HTTP/2: the header block of position p's request, and its body.
     pub h2: Vec<Vec<u8>>,
     pub h2_body: Vec<std::sync::Arc<[u8]>>,
+    /// Some request of the group has a body (else HTTP/2 never looks for one to send).
+    pub has_body: bool,
     /// Sum of the weights of its targets.
     pub weight: u64,
     /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
@@ -86,7 +88,9 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 offsets.push(wire.len());
             }
             let h2 = cycle.iter().map(|&t| targets[t as usize].h2_block.clone()).collect();
-            let h2_body = cycle.iter().map(|&t| targets[t as usize].body.clone()).collect();
+            let h2_body: Vec<std::sync::Arc<[u8]>> =
+                cycle.iter().map(|&t| targets[t as usize].body.clone()).collect();
+            let has_body = h2_body.iter().any(|b| !b.is_empty());
             Group {
                 addr,
                 cycle,
@@ -94,6 +98,7 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
                 offsets,
                 h2,
                 h2_body,
+                has_body,
                 weight: weights.iter().sum(),
                 tls_name: targets[members[0]].tls_name.clone(),
             }

@@ -15,7 +15,7 @@ use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header, HEADER_LEN
 use qpslab_http::h2::hpack::Decoder;
 use qpslab_http::Response;
 
-use super::{Absorbed, Ended, Req};
+use super::{with_carry, Absorbed, Ended, Req};
 use crate::targets::Group;
 
 /// The largest header block (HEADERS and its CONTINUATIONs) taken.
@@ -293,7 +293,7 @@ impl Http2 {
     /// stream's send window, in frames of at most the server's largest; the last ends the
     /// stream.
     fn send_bodies(&mut self, group: &Group) {
-        if group.h2_body.iter().all(|b| b.is_empty()) {
+        if !group.has_body {
             return;
         }
         for s in &mut self.streams {
@@ -391,43 +391,32 @@ impl Http2 {
         one_request: bool,
         mut answered: impl FnMut(Req, Response),
     ) -> Result<Absorbed, String> {
-        let carried = !self.carry.is_empty();
-        if carried {
-            self.carry.extend_from_slice(data);
-        }
-        let carry = std::mem::take(&mut self.carry);
-        let buf: &[u8] = if carried { &carry } else { data };
-        let mut off = 0;
-        let mut result = Ok(());
-        while let Some(h) = Header::parse(&buf[off..]) {
-            if h.len > frame::DEFAULT_MAX_FRAME {
-                result = Err(format!(
-                    "a {} frame of {} bytes, over the {} of SETTINGS_MAX_FRAME_SIZE \
-                     (FRAME_SIZE_ERROR)",
-                    frame::kind_name(h.kind),
-                    h.len,
-                    frame::DEFAULT_MAX_FRAME
-                ));
-                break;
+        let mut carry = std::mem::take(&mut self.carry);
+        let result = with_carry(&mut carry, data, |buf| {
+            let mut off = 0;
+            while let Some(h) = Header::parse(&buf[off..]) {
+                if h.len > frame::DEFAULT_MAX_FRAME {
+                    let e = format!(
+                        "a {} frame of {} bytes, over the {} of SETTINGS_MAX_FRAME_SIZE \
+                         (FRAME_SIZE_ERROR)",
+                        frame::kind_name(h.kind),
+                        h.len,
+                        frame::DEFAULT_MAX_FRAME
+                    );
+                    return (off, Err(e));
+                }
+                let end = off + HEADER_LEN + h.len;
+                if end > buf.len() {
+                    break;
+                }
+                let payload = &buf[off + HEADER_LEN..end];
+                off = end;
+                if let Err(e) = self.frame(h, payload, group, &mut answered) {
+                    return (off, Err(e));
+                }
             }
-            let end = off + HEADER_LEN + h.len;
-            if end > buf.len() {
-                break;
-            }
-            let payload = &buf[off + HEADER_LEN..end];
-            off = end;
-            if let Err(e) = self.frame(h, payload, group, &mut answered) {
-                result = Err(e);
-                break;
-            }
-        }
-        let mut carry = carry;
-        if carried {
-            carry.drain(..off);
-        } else {
-            carry.clear();
-            carry.extend_from_slice(&data[off..]);
-        }
+            (off, Ok(()))
+        });
         self.carry = carry;
         result?;
         if self.out.len() - self.out_pos > MAX_OWED {
