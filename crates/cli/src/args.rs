@@ -96,6 +96,40 @@ pub struct StoreArg {
     pub store: Option<std::path::PathBuf>,
 }
 
+/// Watching a run as it happens: the live page and the Prometheus export.
+#[derive(Debug, Args, Clone, Default)]
+pub struct LiveArgs {
+    /// Serve a live page of the run (and /metrics for Prometheus) at ADDR, updated every
+    /// second; the URL is printed at start [default ADDR: 127.0.0.1:5665, loopback only]
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = qpslab_live::DEFAULT_ADDR)]
+    pub live: Option<String>,
+
+    /// With --live: keep serving the page and /metrics this long after the run ends (for a
+    /// last look or a last scrape)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "live")]
+    pub live_linger: Option<Duration>,
+
+    /// Push the run's metrics to this Prometheus remote-write endpoint every second and once
+    /// at the end, e.g. http://127.0.0.1:9090/api/v1/write
+    #[arg(long, value_name = "URL")]
+    pub prometheus_rw: Option<String>,
+
+    /// With --prometheus-rw: also push the latency as a native histogram
+    #[arg(long, requires = "prometheus_rw")]
+    pub prometheus_native: bool,
+}
+
+impl LiveArgs {
+    pub fn options(&self) -> qpslab_live::LiveOptions {
+        qpslab_live::LiveOptions {
+            addr: self.live.clone(),
+            linger: self.live_linger.unwrap_or_default(),
+            remote_write: self.prometheus_rw.clone(),
+            native: self.prometheus_native,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// The sweep file (TOML: name, repeat, [base], [axes], [[variant]]; see examples/sweeps/)
@@ -123,6 +157,9 @@ pub struct SweepArgs {
     /// Only check the file and print the variants it gives (runs nothing)
     #[arg(long)]
     pub dry_run: bool,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 
     #[command(flatten)]
     pub store: StoreArg,
@@ -467,6 +504,9 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub profile: ProfileArgs,
 
+    #[command(flatten)]
+    pub live: LiveArgs,
+
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
@@ -772,6 +812,9 @@ pub struct LoadArgs {
     /// [default: this build, copied to ~/.cache/qpslab there when missing or different]
     #[arg(long, value_name = "PATH", requires = "agents")]
     pub agent_exe: Option<String>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 #[cfg(test)]

@@ -10,20 +10,26 @@ use qpslab_load::feed::{Event, Feed};
 use qpslab_load::report::{encode_histogram, HostInfo, RunMeta};
 use qpslab_load::{LoadConfig, LoadOptions, Progress, Report, RunResult};
 
+use qpslab_live::{Live, RunInfo};
+use qpslab_runs::select::Selector;
+
 use crate::args::LoadArgs;
-use crate::{output, Outcome, UsageError};
+use crate::{live_cmd, output, Outcome, UsageError};
 
 pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let keep = Keep::of(&a);
     let (agents, ssh, agent_exe) = (a.agents.clone(), a.ssh.clone(), a.agent_exe.clone());
+    let live_args = a.live.clone();
     let opts = LoadOptions { urls: a.urls, ..a.load };
     if let Some(list) = &agents {
-        return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep);
+        return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep, &live_args);
     }
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     for note in &cfg.notes {
         eprintln!("qpslab: note: {note}");
     }
+    // A taken --live address is refused before the target is even contacted.
+    let live = live_cmd::start(&live_args, RunInfo::new("load", &opts.urls, false))?;
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
@@ -31,7 +37,15 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let mut store = keep.open()?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let result = qpslab_load::run(&cfg, stop, &mut progress).map_err(|e| {
+    let result = {
+        let mut tee = live.as_ref().map(|l| l.tee(&mut progress));
+        let feed: &mut dyn Feed = match &mut tee {
+            Some(t) => t,
+            None => &mut progress,
+        };
+        qpslab_load::run(&cfg, stop, feed)
+    };
+    let result = result.map_err(|e| {
         if e.is_setup() {
             anyhow::Error::new(UsageError(e.to_string()))
         } else {
@@ -41,7 +55,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
-    keep.finish(&mut store, &report, &result, &meta)?;
+    let id = keep.finish(&mut store, &report, &result, &meta)?;
+    let html = live_report(live.as_ref(), store.as_ref(), id, &report, &meta);
+    live_cmd::finish(live, report.check.passed, live_cmd::summary(&report), html);
     if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {
         eprintln!("qpslab: error: --log: writing {} failed: {e}", path.display());
         return Ok(Outcome::ChecksFailed);
@@ -80,28 +96,53 @@ impl Keep {
         report: &Report,
         result: &RunResult,
         meta: &RunMeta,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<i64>> {
         if let Some(path) = &self.hdr_out {
             std::fs::write(path, encode_histogram(&result.rec.latency) + "\n")
                 .with_context(|| format!("--hdr-out: cannot write {}", path.display()))?;
         }
+        let mut id = None;
         if let Some(store) = store {
-            let provenance = qpslab_lab::record::Provenance::read(meta, None);
-            let id = qpslab_lab::record::store_load(
-                store,
-                report,
-                &report.render_text(),
-                self.label.as_deref(),
-                &provenance,
-            )
-            .map_err(crate::store_cmd::store_error)?;
+            let stored = store_run(store, report, meta, self.label.as_deref())
+                .map_err(crate::store_cmd::store_error)?;
             eprintln!(
-                "qpslab: stored as run {id} in {} (qpslab runs show {id})",
+                "qpslab: stored as run {stored} in {} (qpslab runs show {stored})",
                 store.path().display()
             );
+            id = Some(stored);
         }
-        output::emit(self.json, report, || report.render_text())
+        output::emit(self.json, report, || report.render_text())?;
+        Ok(id)
     }
+}
+
+fn store_run(
+    store: &mut qpslab_runs::store::Store,
+    report: &Report,
+    meta: &RunMeta,
+    label: Option<&str>,
+) -> Result<i64, qpslab_runs::store::StoreError> {
+    let provenance = qpslab_lab::record::Provenance::read(meta, None);
+    qpslab_lab::record::store_load(store, report, &report.render_text(), label, &provenance)
+}
+
+/// With a live page: the run's report, as `qpslab report` draws it (from the store when the
+/// run was kept, else from a store in memory).
+fn live_report(
+    live: Option<&Live>,
+    store: Option<&qpslab_runs::store::Store>,
+    id: Option<i64>,
+    report: &Report,
+    meta: &RunMeta,
+) -> Option<String> {
+    live?.url()?;
+    let title = "qpslab: 1 run(s)".to_string();
+    if let (Some(store), Some(id)) = (store, id) {
+        return live_cmd::report_of(store, &Selector::Runs(vec![id]), title);
+    }
+    let mut scratch = live_cmd::scratch_store()?;
+    let id = store_run(&mut scratch, report, meta, None).ok()?;
+    live_cmd::report_of(&scratch, &Selector::Runs(vec![id]), title)
 }
 
 /// `load --agents`: the same load over agents, merged.
@@ -111,6 +152,7 @@ fn over_agents(
     agent_exe: Option<String>,
     opts: &LoadOptions,
     keep: &Keep,
+    live_args: &crate::args::LiveArgs,
 ) -> anyhow::Result<Outcome> {
     use qpslab_fleet::coordinator::{self, FleetError, FleetOptions};
     let meta = run_meta();
@@ -122,15 +164,26 @@ fn over_agents(
         hash: qpslab_fleet::identity::own_hash(),
     };
     let mut store = keep.open()?;
+    let live = live_cmd::start(live_args, RunInfo::new("load", &opts.urls, true))?;
     let stop = qpslab_sys::signals::stop_flag()?;
     let mut progress = ProgressLine::new();
-    let outcome = coordinator::run_load(opts, &fleet, &meta, stop, &mut progress);
+    let outcome = {
+        let mut tee = live.as_ref().map(|l| l.tee(&mut progress));
+        let feed: &mut dyn Feed = match &mut tee {
+            Some(t) => t,
+            None => &mut progress,
+        };
+        coordinator::run_load(opts, &fleet, &meta, stop, feed)
+    };
     progress.finish();
     let outcome = outcome.map_err(|e| match e {
         FleetError::Usage(m) => anyhow::Error::new(UsageError(m)),
         FleetError::Failed(m) => anyhow::anyhow!(m),
     })?;
-    keep.finish(&mut store, &outcome.report, &outcome.result, &meta)?;
+    let r = &outcome.report;
+    let id = keep.finish(&mut store, r, &outcome.result, &meta)?;
+    let html = live_report(live.as_ref(), store.as_ref(), id, r, &meta);
+    live_cmd::finish(live, r.check.passed, live_cmd::summary(r), html);
     if let (Some(e), Some(_)) = (&outcome.log_error, &opts.log) {
         eprintln!("qpslab: error: --log: writing {e} failed");
         return Ok(Outcome::ChecksFailed);

@@ -5,6 +5,7 @@ mod args;
 mod bench_cmd;
 mod doctor_cmd;
 mod host_cmd;
+mod live_cmd;
 mod load_cmd;
 mod merge_cmd;
 mod output;

@@ -14,7 +14,8 @@ use qpslab_runs::select::{self, Selector};
 use crate::args::SweepArgs;
 use crate::load_cmd::run_meta;
 use crate::store_cmd::{open, store_error};
-use crate::{output, Outcome, UsageError};
+use crate::{live_cmd, output, Outcome, UsageError};
+use qpslab_live::RunInfo;
 
 pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
     let file = sweep::file::read(&a.file).map_err(|e| UsageError(e.0))?;
@@ -38,8 +39,18 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         return dry_run(&file, &opts, stop);
     }
     let mut store = open(&a.store)?;
+    let live =
+        live_cmd::start(&a.live, RunInfo::new("sweep", std::slice::from_ref(&file.name), false))?;
     let mut line = Line::new();
-    let outcome = sweep::run(&file, &opts, &mut store, stop, &mut line).map_err(|e| match e {
+    let outcome = {
+        let mut tee = live.as_ref().map(|l| l.tee(&mut line));
+        let feed: &mut dyn Feed = match &mut tee {
+            Some(t) => t,
+            None => &mut line,
+        };
+        sweep::run(&file, &opts, &mut store, stop, feed)
+    };
+    let outcome = outcome.map_err(|e| match e {
         SweepError::Usage(m) => UsageError(m).into(),
         SweepError::Store(s) => store_error(s),
         other => anyhow::Error::new(other),
@@ -76,6 +87,18 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         }
         t
     })?;
+    let html = live.as_ref().and_then(|l| l.url()).and_then(|_| {
+        let title = format!("qpslab sweep: {}", file.name);
+        live_cmd::report_of(&store, &Selector::Sweep(outcome.sweep), title)
+    });
+    let summary = format!(
+        "sweep {} ({}): {}, {} run(s) stored",
+        outcome.sweep,
+        file.name,
+        outcome.status.name(),
+        outcome.runs.len()
+    );
+    live_cmd::finish(live, outcome.status == Status::Done, summary, html);
     match (outcome.status, outcome.error) {
         (Status::Done, _) => Ok(Outcome::Passed),
         (Status::Stopped, _) => {

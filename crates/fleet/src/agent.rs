@@ -193,16 +193,7 @@ impl Feed for Watch<'_> {
     fn event(&mut self, e: &LoadEvent<'_>) {
         match e {
             LoadEvent::Ready => self.ready(),
-            LoadEvent::Progress(p) => say(
-                &self.job.out,
-                &Event::Progress {
-                    elapsed_s: p.elapsed.as_secs_f64(),
-                    warming_up: p.warming_up,
-                    sent: p.sent,
-                    completed: p.completed,
-                    failed: p.failed,
-                },
-            ),
+            LoadEvent::Progress(p) => say(&self.job.out, &Event::Progress { progress: **p }),
             LoadEvent::Second { index, hist } => {
                 say(
                     &self.job.out,

@@ -287,21 +287,7 @@ impl<'a> Coordinator<'a> {
             a.last_heard = at;
             match what {
                 Incoming::Event(Event::Started { late_ns }) => a.late_ns = Some(late_ns),
-                Incoming::Event(Event::Progress {
-                    elapsed_s,
-                    warming_up,
-                    sent,
-                    completed,
-                    failed,
-                }) => {
-                    a.progress = Progress {
-                        elapsed: Duration::from_secs_f64(elapsed_s.max(0.0)),
-                        warming_up,
-                        sent,
-                        completed,
-                        failed,
-                    };
-                }
+                Incoming::Event(Event::Progress { progress }) => a.progress = progress,
                 Incoming::Event(Event::Interval { index, hist }) => {
                     let t = Instant::now();
                     if let Ok(h) = qpslab_load::hlog::decode(&hist) {
@@ -330,6 +316,9 @@ impl<'a> Coordinator<'a> {
                 _ => {}
             }
         }
+        // The agents' final counters (each sends them before its result), and their rows.
+        feed.event(&FeedEvent::Progress(&self.summed()));
+        feed.event(&FeedEvent::Agents(&self.live()));
         if feed.wants_seconds() {
             for (index, hist) in merged.range(told..) {
                 feed.event(&FeedEvent::Second { index: *index, hist });
@@ -389,9 +378,20 @@ impl<'a> Coordinator<'a> {
         for a in &self.agents {
             p.elapsed = p.elapsed.max(a.progress.elapsed);
             p.warming_up |= a.progress.warming_up;
-            p.sent += a.progress.sent;
-            p.completed += a.progress.completed;
-            p.failed += a.progress.failed;
+            let q = &a.progress;
+            p.sent += q.sent;
+            p.completed += q.completed;
+            p.failed += q.failed;
+            p.ok += q.ok;
+            for (sum, e) in p.errors.iter_mut().zip(q.errors) {
+                *sum += e;
+            }
+            p.open += q.open;
+            p.reconnects += q.reconnects;
+            p.lag_us += q.lag_us;
+            p.lagged += q.lagged;
+            p.cpu += q.cpu;
+            p.threads += q.threads;
         }
         p
     }

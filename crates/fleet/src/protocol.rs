@@ -32,7 +32,9 @@ use qpslab_load::LoadOptions;
 
 /// The protocol this build speaks; bumped on any incompatible change.
 /// 5: HTTP/2 options, the `reset` error class and the HTTP/2 counts in results.
-pub const PROTOCOL: u32 = 5;
+/// 6: progress carries the live feed's counters (ok, errors by class, open connections,
+/// reconnects, send lag, CPU).
+pub const PROTOCOL: u32 = 6;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,12 +90,9 @@ pub enum Event {
     Started {
         late_ns: u64,
     },
+    /// The live counters, about once a second.
     Progress {
-        elapsed_s: f64,
-        warming_up: bool,
-        sent: u64,
-        completed: u64,
-        failed: u64,
+        progress: qpslab_load::Progress,
     },
     /// Second `index` of the measured window is complete: its corrected latency (V2, base64).
     Interval {

@@ -66,15 +66,33 @@ impl LoadError {
     }
 }
 
-/// Live counters, summed over threads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Live counters, summed over threads (and agents). Cumulative since the start of measurement
+/// except `open`, a gauge: a watcher takes the difference of two for a second's rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Progress {
     /// Since the start of measurement (zero during warm-up).
     pub elapsed: Duration,
     pub warming_up: bool,
     pub sent: u64,
     pub completed: u64,
+    /// Requests that ended without a response (the sum of `errors`).
     pub failed: u64,
+    /// Responses with status < 400 or listed in `--accept-status`.
+    pub ok: u64,
+    /// `failed` by error class, in [`stats::ErrorClass::ALL`] order.
+    pub errors: [u64; stats::CLASSES],
+    /// Connections open now (TCP established).
+    pub open: u64,
+    pub reconnects: u64,
+    /// Open loop: the summed lateness of the writes behind their slots, in microseconds, and
+    /// how many writes that is.
+    pub lag_us: u64,
+    pub lagged: u64,
+    /// CPU time of the generator's process so far (user + system, all its threads), and the
+    /// load threads it runs: busy = CPU / (wall x threads).
+    pub cpu: Duration,
+    pub threads: u32,
 }
 
 /// Counters at one per-second sample, summed over threads.
@@ -226,7 +244,9 @@ pub fn run(
     let throttling = qpslab_sys::cgroup::throttling(&watcher.limits, &limits);
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));
     let merged = merge(cfg, &outcomes, clock, spawned, watcher.ready_at.unwrap_or(clock.start));
-    // The intervals every thread had not yet moved past (the last, partial one).
+    // The final counters (the last sample may be a second old), then the intervals every
+    // thread had not yet moved past (the last, partial one).
+    watcher.feed.event(&Event::Progress(&final_progress(&merged, cfg.threads)));
     let rest = watcher.merge.rest();
     if watcher.feed.wants_seconds() {
         for (i, h) in &rest {
@@ -507,17 +527,48 @@ fn run_thread(
     w.run(clock)
 }
 
+/// The run's live counters at its end: its totals, no connection open.
+pub fn final_progress(r: &RunResult, threads: usize) -> Progress {
+    let cpu = CpuTime::of_current_process();
+    Progress {
+        elapsed: r.duration,
+        warming_up: false,
+        sent: r.rec.sent,
+        completed: r.rec.completed,
+        failed: r.rec.failed,
+        ok: r.rec.ok,
+        errors: r.rec.errors,
+        open: 0,
+        reconnects: r.rec.reconnects,
+        lag_us: r.rec.lag_total_us,
+        lagged: r.rec.send_lag.len(),
+        cpu: cpu.user + cpu.sys,
+        threads: threads as u32,
+    }
+}
+
 fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress {
     let now = Instant::now();
+    let cpu = CpuTime::of_current_process();
     let mut p = Progress {
         elapsed: now.saturating_duration_since(measure_start),
         warming_up: now < measure_start,
+        cpu: cpu.user + cpu.sys,
+        threads: threads.len() as u32,
         ..Progress::default()
     };
     for t in threads {
         p.sent += t.sent.load(Ordering::Relaxed);
         p.completed += t.completed.load(Ordering::Relaxed);
         p.failed += t.failed.load(Ordering::Relaxed);
+        p.ok += t.ok.load(Ordering::Relaxed);
+        for (sum, e) in p.errors.iter_mut().zip(&t.errors) {
+            *sum += e.load(Ordering::Relaxed);
+        }
+        p.open += t.open.load(Ordering::Relaxed);
+        p.reconnects += t.reconnects.load(Ordering::Relaxed);
+        p.lag_us += t.lag_us.load(Ordering::Relaxed);
+        p.lagged += t.lagged.load(Ordering::Relaxed);
     }
     p
 }

@@ -111,6 +111,9 @@ pub struct Recorder {
     /// Open loop only: actual write minus intended send time.
     #[serde(with = "crate::wire::histogram")]
     pub send_lag: Histogram<u64>,
+    /// Open loop: the sum of the recorded send lags, in microseconds (for the live feed).
+    #[serde(skip)]
+    pub lag_total_us: u64,
     /// Open loop only: counted requests that found every connection busy when they fell due
     /// and waited for one to free.
     pub waited_for_connection: u64,
@@ -160,6 +163,7 @@ impl Default for Recorder {
             latency: new_histogram(),
             latency_uncorrected: new_histogram(),
             send_lag: new_histogram(),
+            lag_total_us: 0,
             waited_for_connection: 0,
             connect_latency: new_histogram(),
             tls_full: 0,
@@ -234,6 +238,7 @@ impl Recorder {
     #[inline]
     pub fn lag(&mut self, lag_us: u64) {
         self.send_lag.saturating_record(lag_us.max(1));
+        self.lag_total_us += lag_us;
     }
 
     /// Counts `n` failed requests of `class`; the message is built only for the first one.
@@ -288,6 +293,7 @@ impl Recorder {
         let _ = self.latency.add(&other.latency);
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
         let _ = self.send_lag.add(&other.send_lag);
+        self.lag_total_us += other.lag_total_us;
         let _ = self.connect_latency.add(&other.connect_latency);
         if let Some(o) = &other.h2 {
             self.h2.get_or_insert_with(Default::default).merge(o);

@@ -54,6 +54,12 @@ pub struct ThreadProgress {
     pub sent: AtomicU64,
     pub completed: AtomicU64,
     pub failed: AtomicU64,
+    pub ok: AtomicU64,
+    pub errors: [AtomicU64; crate::stats::CLASSES],
+    pub open: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub lag_us: AtomicU64,
+    pub lagged: AtomicU64,
     pub connected: AtomicBool,
 }
 
@@ -215,6 +221,8 @@ pub(crate) struct Worker<'a> {
     plain: Box<[u8]>,
     /// Requests committed and not yet reused or failed.
     outstanding: u64,
+    /// Connections open now (TCP established), for the live feed.
+    open: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
     idle: VecDeque<usize>,
     /// Open loop: slots below this one fell due while every connection was busy.
@@ -303,6 +311,7 @@ impl<'a> Worker<'a> {
                 Box::default()
             },
             outstanding: 0,
+            open: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
             measuring: false,
@@ -688,6 +697,7 @@ impl<'a> Worker<'a> {
             return self.fail(idx, ErrorClass::Connect, &e, now);
         }
         self.conns[idx].phase = Phase::Open;
+        self.open += 1;
         self.opened(idx);
         let c = &mut self.conns[idx];
         if self.measuring {
@@ -1001,6 +1011,14 @@ impl<'a> Worker<'a> {
         self.progress.sent.store(self.rec.sent, Ordering::Relaxed);
         self.progress.completed.store(self.rec.completed, Ordering::Relaxed);
         self.progress.failed.store(self.rec.failed, Ordering::Relaxed);
+        self.progress.ok.store(self.rec.ok, Ordering::Relaxed);
+        for (a, e) in self.progress.errors.iter().zip(self.rec.errors) {
+            a.store(e, Ordering::Relaxed);
+        }
+        self.progress.open.store(self.open, Ordering::Relaxed);
+        self.progress.reconnects.store(self.rec.reconnects, Ordering::Relaxed);
+        self.progress.lag_us.store(self.rec.lag_total_us, Ordering::Relaxed);
+        self.progress.lagged.store(self.rec.send_lag.len(), Ordering::Relaxed);
     }
 }
 

@@ -15,6 +15,8 @@ use crate::common::ServeChild;
 #[derive(Default)]
 struct Heard {
     progress: usize,
+    /// The last progress sample: the run's final counters.
+    last: qpslab_load::Progress,
     seconds: Vec<(u32, u64)>,
     agents: Vec<Vec<&'static str>>,
     findings: Vec<String>,
@@ -24,7 +26,10 @@ struct Heard {
 impl Feed for Heard {
     fn event(&mut self, e: &Event<'_>) {
         match e {
-            Event::Progress(_) => self.progress += 1,
+            Event::Progress(p) => {
+                self.progress += 1;
+                self.last = **p;
+            }
             Event::Second { index, hist } => self.seconds.push((*index, hist.len())),
             Event::Agents(rows) => self.agents.push(rows.iter().map(|r| r.state).collect()),
             Event::Finding { name, .. } => self.findings.push((*name).to_string()),
@@ -36,6 +41,15 @@ impl Feed for Heard {
     fn wants_seconds(&self) -> bool {
         true
     }
+}
+
+/// The last progress sample holds the run's totals, nothing open.
+fn check_last(h: &Heard, r: &qpslab_load::Report) {
+    let p = &h.last;
+    assert_eq!((p.sent, p.completed, p.ok), (r.requests.sent, r.requests.completed, r.requests.ok));
+    assert_eq!(p.completed - p.ok + p.failed, r.requests.failed);
+    assert_eq!(p.open, 0);
+    assert!(!p.warming_up && p.threads >= 1 && !p.cpu.is_zero(), "{p:?}");
 }
 
 /// Seconds in order, each once, and their responses: the run's.
@@ -63,6 +77,7 @@ fn a_bench_tells_one_feed_its_seconds_and_findings() {
     assert!(heard.progress >= 1);
     assert_eq!(heard.starting, 1);
     check_seconds(&heard, report.load.requests.completed);
+    check_last(&heard, &report.load);
     let names: Vec<&str> = report.doctor.findings.iter().map(|f| f.name).collect();
     assert_eq!(heard.findings, names);
 }
@@ -100,6 +115,9 @@ fn a_load_over_agents_tells_one_feed_its_agents_and_merged_seconds() {
     let outcome =
         qpslab_fleet::coordinator::run_load(&opts, &fleet, &meta, &stop, &mut heard).unwrap();
     check_seconds(&heard, outcome.report.requests.completed);
+    check_last(&heard, &outcome.report);
+    let rows = heard.agents.last().unwrap();
+    assert_eq!(rows, &["done", "done"], "the agents' last rows");
     assert!(heard.agents.iter().any(|rows| rows == &["running", "running"]), "{:?}", heard.agents);
     assert_eq!(heard.starting, 1);
 }

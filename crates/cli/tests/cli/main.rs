@@ -3,12 +3,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 mod agents;
+mod browser;
 #[path = "../common/mod.rs"]
 mod common;
 mod feed;
 mod lab;
+mod live;
 mod load_models;
 mod profile;
+mod prometheus;
 mod tls;
 mod tune;
 

@@ -271,6 +271,9 @@ impl Worker<'_> {
         let token = self.ring_token(idx);
         let c = &mut self.conns[idx];
         let Some(sock) = c.sock.take() else { return };
+        if matches!(c.phase, Phase::Open | Phase::Handshaking) {
+            self.open -= 1;
+        }
         let receiving = std::mem::take(&mut c.receiving);
         c.sending = false;
         match &mut self.io {

@@ -1,0 +1,233 @@
+//! `--live`: the page a user opens while a load, a load over agents or a sweep runs, read from a
+//! real chromium tab that stays open; and the refusals at start.
+//!
+//! With `QPSLAB_SCREENSHOTS=DIR` the tests leave their screenshots there (docs/ has them).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::browser::Browser;
+use crate::common::{self, ServeChild};
+
+/// A qpslab child with `--live=127.0.0.1:0`; its page's URL read from its stderr.
+struct LiveRun {
+    child: Child,
+    url: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl LiveRun {
+    fn start(args: &[&str], store: Option<&std::path::Path>) -> LiveRun {
+        let mut cmd = common::qpslab_command();
+        if let Some(s) = store {
+            cmd.env("QPSLAB_STORE", s);
+        }
+        let mut child = cmd
+            .args(args)
+            .arg("--live=127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = rx.recv_timeout(Duration::from_secs(20)).expect("a first line on stderr");
+        let url = first
+            .split("live page at ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("no URL in {first:?}"))
+            .to_string();
+        LiveRun { child, url, stderr: rx }
+    }
+
+    /// Exit code, stdout, stderr (after the first line).
+    fn wait(mut self) -> (Option<i32>, String, String) {
+        let mut out = String::new();
+        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let status = self.child.wait().unwrap();
+        let err: Vec<String> = self.stderr.try_iter().collect();
+        (status.code(), out, err.join("\n"))
+    }
+}
+
+fn get(url: &str, path: &str) -> (String, String) {
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+fn shot(b: &mut Browser, name: &str) {
+    if let Ok(dir) = std::env::var("QPSLAB_SCREENSHOTS") {
+        b.screenshot(&std::path::Path::new(&dir).join(name));
+    }
+}
+
+fn number(s: &str) -> u64 {
+    s.trim().parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+/// The tab opened mid-run shows a p99 and numbers that move a second later; a second client
+/// that comes and goes and a POST change nothing; after the run the tab shows the end, the
+/// report (the same HTML as `qpslab report`) and the run's own totals; no console error.
+#[test]
+fn a_live_page_follows_a_load_and_shows_its_end() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let run = LiveRun::start(&["load", &url, "-d", "5", "-c", "10", "-R", "4000", "--json"], None);
+    let mut b = Browser::start(1280, 1000);
+    b.open(&run.url);
+    b.wait_for("+document.getElementById('ok').textContent > 0", Duration::from_secs(10));
+    b.wait_for("document.getElementById('p99-second').textContent != '-'", Duration::from_secs(5));
+    let ok1 = number(&b.text("ok"));
+    let p99 = b.text("p99-second");
+    assert!(p99.ends_with("ms") || p99.ends_with("\u{b5}s"), "{p99}");
+    // Another client comes and goes mid-stream; a write is refused.
+    let mut other =
+        TcpStream::connect(run.url.trim_start_matches("http://").trim_end_matches('/')).unwrap();
+    write!(other, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut first = [0u8; 64];
+    let _ = other.read(&mut first).unwrap();
+    drop(other);
+    let (head, _) = {
+        let addr = run.url.trim_start_matches("http://").trim_end_matches('/');
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(s, "POST /state HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap()
+    };
+    assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let ok2 = number(&b.text("ok"));
+    assert!(ok2 > ok1, "the numbers move: {ok1} then {ok2}");
+    let rows = b.eval("document.querySelectorAll('#pct-run td').length");
+    assert_eq!(rows, 7, "the run's percentiles so far");
+    shot(&mut b, "live-load.png");
+
+    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(15));
+    b.wait_for("document.getElementById('report-link').className == ''", Duration::from_secs(5));
+    let report =
+        b.eval_async("fetch(document.getElementById('report-link').href).then(r => r.text())");
+    let report = report.as_str().unwrap();
+    assert!(report.contains("<h1>qpslab: 1 run(s)</h1>") && report.contains("id=\"per-second\""));
+    let shown_ok = number(&b.text("ok"));
+    let (code, out, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown_ok, v["requests"]["ok"].as_u64().unwrap(), "the page's total is the run's");
+    assert!(b.text("summary").starts_with(&format!("{} requests", v["requests"]["completed"])));
+    b.drain();
+    assert!(b.errors.is_empty(), "{:?}", b.errors);
+}
+
+/// A load over two local agents: the page lists both agents, running then done, and the
+/// merged seconds.
+#[test]
+fn a_live_page_shows_each_agent() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let args = ["load", "--agents", "local,local", &url, "-d", "6", "-c", "8", "-R", "3000"];
+    let run = LiveRun::start(&args, None);
+    let mut b = Browser::start(1280, 1200);
+    b.open(&run.url);
+    b.wait_for(
+        "[...document.querySelectorAll('#agents tbody tr td:nth-child(2)')].filter(t => t.textContent == 'running').length == 2",
+        Duration::from_secs(20),
+    );
+    b.wait_for("document.querySelectorAll('#pct-second td').length == 7", Duration::from_secs(5));
+    shot(&mut b, "live-agents.png");
+    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(20));
+    let states = b.eval("[...document.querySelectorAll('#agents tbody tr td:nth-child(2)')].map(t => t.textContent)");
+    assert_eq!(states, serde_json::json!(["done", "done"]));
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    b.drain();
+    assert!(b.errors.is_empty(), "{:?}", b.errors);
+}
+
+/// A sweep: the table fills in variant by variant, each run stored, the current run charted.
+#[test]
+fn a_live_page_fills_in_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let file = dir.path().join("conns.toml");
+    std::fs::write(
+        &file,
+        "name = \"connections\"\nrepeat = 1\n[base]\nduration = \"3s\"\nwarmup = \"200ms\"\n\
+         [axes]\nconnections = [4, 16]\n",
+    )
+    .unwrap();
+    let run = LiveRun::start(&["sweep", file.to_str().unwrap()], Some(&store));
+    let mut b = Browser::start(1280, 1300);
+    b.open(&run.url);
+    b.wait_for("document.querySelectorAll('#sweep tbody tr').length >= 1", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelectorAll('#sweep tbody tr').length == 2 && document.querySelectorAll('#pct-second td').length == 7",
+        Duration::from_secs(30),
+    );
+    shot(&mut b, "live-sweep.png");
+    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(30));
+    let states = b.eval(
+        "[...document.querySelectorAll('#sweep tbody tr td:nth-child(4)')].map(t => t.textContent)",
+    );
+    assert_eq!(states, serde_json::json!(["stored", "stored"]));
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    b.drain();
+    assert!(b.errors.is_empty(), "{:?}", b.errors);
+}
+
+/// `/metrics` mid-run: Prometheus' text format with the run's labels.
+#[test]
+fn metrics_are_served_beside_the_page() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let run = LiveRun::start(&["load", &url, "-d", "3", "-c", "4", "-R", "2000"], None);
+    std::thread::sleep(Duration::from_millis(2200));
+    let (head, body) = get(&run.url, "/metrics");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    for needle in [
+        "# TYPE qpslab_requests_total counter",
+        "# TYPE qpslab_request_duration_seconds histogram",
+        "qpslab_request_duration_seconds_bucket{",
+        "le=\"+Inf\"",
+        "qpslab_connections_open{",
+        "qpslab_generator_busy_ratio{",
+        &format!("target=\"{url}\",agent=\"local\""),
+    ] {
+        assert!(body.contains(needle), "{needle} in {body}");
+    }
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// A taken address or a bad URL is refused before any load (exit 2, one line naming the flag).
+#[test]
+fn a_taken_address_or_a_bad_url_is_refused_at_start() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let live = format!("--live={addr}");
+    super::usage_error(&["load", &url, "-d", "1", &live], "--live");
+    super::usage_error(&["load", &url, "-d", "1", "--live=nowhere"], "--live");
+    super::usage_error(
+        &["load", &url, "-d", "1", "--prometheus-rw", "127.0.0.1:9090"],
+        "--prometheus-rw",
+    );
+    super::usage_error(&["bench", "-d", "1", &live], "--live");
+}
