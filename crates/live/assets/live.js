@@ -79,7 +79,7 @@
     $("sweep").tBodies[0].innerHTML = d.sweep.map((r) => "<tr><td>" + r.run + "</td><td>" + esc(r.variant) + "</td><td>" + r.repeat + "</td><td>" + r.state +
       "</td><td>" + (r.rps != null ? si(r.rps) : "") + "</td><td>" + (r.id != null ? "run " + r.id : "") + "</td></tr>").join("");
     $("findings-box").className = d.findings.length ? "" : "hidden";
-    $("findings").innerHTML = d.findings.map((f) => "<li><span class=\"sev-" + esc(f.severity) + "\">" + esc(f.severity) + "</span> <b>" + esc(f.name) + "</b>: " + esc(f.summary) + "</li>").join("");
+    $("findings").innerHTML = d.findings.slice().reverse().map((f) => "<li>" + (f.run ? esc(f.run) + ": " : "") + "<span class=\"sev-" + esc(f.severity) + "\">" + esc(f.severity) + "</span> <b>" + esc(f.name) + "</b>: " + esc(f.summary) + "</li>").join("");
     $("notes-box").className = d.notes.length ? "" : "hidden";
     $("notes").innerHTML = d.notes.map((n) => "<li>" + esc(n) + "</li>").join("");
     $("cpus").innerHTML = d.cpus.map((c, i) => "<div class=\"cpu\">cpu" + i + " <div class=\"bar\"><div class=\"u\" style=\"width:" + (100 * c[0]).toFixed(1) +

@@ -106,6 +106,8 @@ pub struct SweepRun {
 /// A doctor's finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
+    /// A sweep's run it belongs to (`variant #repeat`).
+    pub run: Option<String>,
     pub name: String,
     pub severity: String,
     pub summary: String,
@@ -230,6 +232,12 @@ impl Board {
             Event::Second { index, hist } => self.second(*index, hist),
             Event::Agents(rows) => self.agents(rows),
             Event::Finding { name, severity, summary } => self.findings.push(Finding {
+                run: self
+                    .cur
+                    .variant
+                    .as_ref()
+                    .zip(self.cur.repeat)
+                    .map(|(v, r)| format!("{v} #{r}")),
                 name: (*name).into(),
                 severity: (*severity).into(),
                 summary: (*summary).into(),
@@ -316,7 +324,6 @@ impl Board {
         self.cur.repeat = Some(repeat);
         self.agents.clear();
         self.agent_progress.clear();
-        self.findings.clear();
         if let Some(r) = self.sweep.last_mut().filter(|r| r.state == "running") {
             r.state = "not stored";
         }

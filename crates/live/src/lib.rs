@@ -62,6 +62,8 @@ pub struct Live {
     linger: Duration,
     server: Option<JoinHandle<()>>,
     cpus: Option<JoinHandle<()>>,
+    /// Dropped (or sent to) to stop the CPU sampler.
+    cpus_stop: std::sync::mpsc::Sender<()>,
     remote: Option<remote::Pusher>,
 }
 
@@ -77,16 +79,35 @@ impl Live {
             .transpose()?;
         let shared = Arc::new(Shared::new(Board::new(info)));
         let addr = listener.as_ref().and_then(|l| l.local_addr().ok());
-        let server = listener.map(|l| {
-            let s = Arc::clone(&shared);
-            std::thread::spawn(move || server::serve(l, s))
-        });
-        let cpus = server.is_some().then(|| {
-            let s = Arc::clone(&shared);
-            std::thread::spawn(move || sample_cpus(&s))
-        });
-        let remote = remote.map(|t| remote::Pusher::start(t, Arc::clone(&shared)));
-        Ok(Live { shared, addr, linger: opts.linger, server, cpus, remote })
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| LiveError {
+                flag: "--live",
+                message: format!("cannot start a thread: {e}"),
+            })
+        };
+        let server = match listener {
+            Some(l) => {
+                let s = Arc::clone(&shared);
+                Some(spawn("qpslab-live", Box::new(move || server::serve(l, s)))?)
+            }
+            None => None,
+        };
+        let (cpus_stop, cpus_stopped) = std::sync::mpsc::channel();
+        let cpus = match server {
+            Some(_) => {
+                let s = Arc::clone(&shared);
+                Some(spawn("qpslab-cpus", Box::new(move || sample_cpus(&s, &cpus_stopped)))?)
+            }
+            None => None,
+        };
+        let remote = remote
+            .map(|t| remote::Pusher::start(t, Arc::clone(&shared)))
+            .transpose()
+            .map_err(|e| LiveError {
+                flag: "--prometheus-rw",
+                message: format!("cannot start a thread: {e}"),
+            })?;
+        Ok(Live { shared, addr, linger: opts.linger, server, cpus, cpus_stop, remote })
     }
 
     /// Where the page is.
@@ -143,6 +164,7 @@ impl Drop for Live {
         if let Some(s) = self.server.take() {
             let _ = s.join();
         }
+        let _ = self.cpus_stop.send(());
         if let Some(c) = self.cpus.take() {
             let _ = c.join();
         }
@@ -168,19 +190,17 @@ fn bind(addr: &str) -> Result<TcpListener, LiveError> {
     })
 }
 
-/// The page's per-CPU view: this host's /proc/stat, once a second.
-fn sample_cpus(shared: &Shared) {
+/// The page's per-CPU view: this host's /proc/stat, once a second, until `stop` says or goes.
+fn sample_cpus(shared: &Shared, stop: &std::sync::mpsc::Receiver<()>) {
     let read = || {
         std::fs::read_to_string("/proc/stat")
             .map(|t| qpslab_host::parse::proc_stat(&t))
             .unwrap_or_default()
     };
     let mut last = read();
-    while !shared.closing.load(Ordering::Relaxed) {
-        let until = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < until && !shared.closing.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        stop.recv_timeout(Duration::from_secs(1))
+    {
         let now = read();
         let shares = now
             .iter()

@@ -58,10 +58,12 @@ struct Tally {
 }
 
 impl Pusher {
-    pub fn start(target: Target, shared: Arc<Shared>) -> Pusher {
+    pub fn start(target: Target, shared: Arc<Shared>) -> std::io::Result<Pusher> {
         let (stop, stopped) = mpsc::channel();
-        let thread = std::thread::spawn(move || run(&target, &shared, &stopped));
-        Pusher { stop, thread }
+        let thread = std::thread::Builder::new()
+            .name("qpslab-rw".into())
+            .spawn(move || run(&target, &shared, &stopped))?;
+        Ok(Pusher { stop, thread })
     }
 
     /// Pushes the final values; returns what went wrong, in one line.

@@ -74,7 +74,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
             continue;
         }
         let s = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new().name("qpslab-live".into()).spawn(move || {
+        let spawned = std::thread::Builder::new().name("qpslab-page".into()).spawn(move || {
             handle(stream, &s);
             s.clients.fetch_sub(1, Ordering::Relaxed);
         });

@@ -381,7 +381,10 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     }
 
     fn message(&mut self, thread: usize, Msg::Interval { index, hist }: Msg) {
-        for (i, h) in self.merge.add(thread, index, &hist) {
+        let ended = self.clock.map_or(0, |c| {
+            Instant::now().saturating_duration_since(c.measure_start).as_secs() as u32
+        });
+        for (i, h) in self.merge.add(thread, index, &hist, ended) {
             if let Some(l) = &mut self.log {
                 l.write(&h, i, Duration::from_secs(1));
             }
@@ -398,8 +401,10 @@ impl Supervise<Msg, Clock> for Watcher<'_> {
     }
 }
 
-/// Per-second histograms as threads hand them over, merged over threads: an interval is
-/// complete once every thread has moved past it.
+/// Per-second histograms as threads hand them over, merged over threads. A thread hands an
+/// interval over once it has passed its end, or when it stops (the last, partial one): an
+/// interval is complete once every thread has handed it over and the second has ended on the
+/// watcher's clock, so a partial last interval waits for [`IntervalMerge::rest`].
 struct IntervalMerge {
     pending: BTreeMap<u32, Histogram<u64>>,
     /// Per thread, the highest interval it has handed over.
@@ -411,17 +416,20 @@ impl IntervalMerge {
         Self { pending: BTreeMap::new(), reported: vec![None; threads] }
     }
 
-    /// Adds a thread's interval; returns the intervals now complete, in order.
+    /// Adds a thread's interval, `ended` whole seconds into measurement; returns the
+    /// intervals now complete, in order.
     fn add(
         &mut self,
         thread: usize,
         index: u32,
         hist: &Histogram<u64>,
+        ended: u32,
     ) -> Vec<(u32, Histogram<u64>)> {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.pending.entry(index).or_insert_with(stats::new_histogram).add(hist);
         self.reported[thread] = self.reported[thread].max(Some(index));
-        let done_below = self.reported.iter().map(|r| r.unwrap_or(0)).min().unwrap_or(0);
+        let handed_over = self.reported.iter().map(|r| r.map_or(0, |i| i + 1)).min().unwrap_or(0);
+        let done_below = handed_over.min(ended);
         let mut out = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
             if *entry.key() >= done_below {
@@ -591,7 +599,10 @@ mod tests {
             if i < 4 {
                 h.record(100).unwrap();
             }
-            for (k, done) in merge.add(0, i, &h) {
+            // Intervals 0-3 are handed over after their second; 4 when the thread stopped,
+            // 3 ms into it.
+            let ended = if i < 4 { i + 1 } else { 4 };
+            for (k, done) in merge.add(0, i, &h, ended) {
                 log.write(&done, k, Duration::from_secs(1));
             }
         }
@@ -604,7 +615,7 @@ mod tests {
         let mut log = IntervalLog::new(hlog::HlogWriter::create(&path).unwrap());
         let mut merge = IntervalMerge::new(1);
         log.begin(SystemTime::UNIX_EPOCH);
-        assert!(merge.add(0, 0, &stats::new_histogram()).is_empty());
+        assert!(merge.add(0, 0, &stats::new_histogram(), 0).is_empty());
         log.finish(merge.rest(), Duration::from_millis(500), None).unwrap();
         assert_eq!(hlog::read_file(&path).unwrap().intervals.len(), 1);
     }
