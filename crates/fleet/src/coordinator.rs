@@ -374,24 +374,9 @@ impl<'a> Coordinator<'a> {
 
     /// The live counters of all agents, summed (the elapsed time is the furthest along).
     fn summed(&self) -> Progress {
-        let mut p = Progress { warming_up: false, ..Progress::default() };
+        let mut p = Progress::default();
         for a in &self.agents {
-            p.elapsed = p.elapsed.max(a.progress.elapsed);
-            p.warming_up |= a.progress.warming_up;
-            let q = &a.progress;
-            p.sent += q.sent;
-            p.completed += q.completed;
-            p.failed += q.failed;
-            p.ok += q.ok;
-            for (sum, e) in p.errors.iter_mut().zip(q.errors) {
-                *sum += e;
-            }
-            p.open += q.open;
-            p.reconnects += q.reconnects;
-            p.lag_us += q.lag_us;
-            p.lagged += q.lagged;
-            p.cpu += q.cpu;
-            p.threads += q.threads;
+            p.absorb(&a.progress);
         }
         p
     }

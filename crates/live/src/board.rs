@@ -65,12 +65,8 @@ pub struct Tick {
 #[derive(Debug, Clone, Serialize)]
 pub struct Second {
     pub i: u32,
-    pub n: u64,
-    pub p50: u64,
-    pub p90: u64,
-    pub p99: u64,
-    pub p999: u64,
-    pub max: u64,
+    #[serde(flatten)]
+    pub q: Percentiles,
 }
 
 /// The percentiles of a histogram, in microseconds.
@@ -272,16 +268,7 @@ impl Board {
     }
 
     fn second(&mut self, index: u32, hist: &Histogram<u64>) {
-        let q = Percentiles::of(hist);
-        self.cur.seconds.push(Second {
-            i: index,
-            n: q.n,
-            p50: q.p50,
-            p90: q.p90,
-            p99: q.p99,
-            p999: q.p999,
-            max: q.max,
-        });
+        self.cur.seconds.push(Second { i: index, q: Percentiles::of(hist) });
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.cur.whole.add(hist);
     }

@@ -95,6 +95,28 @@ pub struct Progress {
     pub threads: u32,
 }
 
+impl Progress {
+    /// Adds another part's counters (an agent's): the gauge and the CPU add up too; the
+    /// elapsed time is the furthest along and warming up lasts while any part warms up.
+    pub fn absorb(&mut self, o: &Progress) {
+        self.elapsed = self.elapsed.max(o.elapsed);
+        self.warming_up |= o.warming_up;
+        self.sent += o.sent;
+        self.completed += o.completed;
+        self.failed += o.failed;
+        self.ok += o.ok;
+        for (sum, e) in self.errors.iter_mut().zip(o.errors) {
+            *sum += e;
+        }
+        self.open += o.open;
+        self.reconnects += o.reconnects;
+        self.lag_us += o.lag_us;
+        self.lagged += o.lagged;
+        self.cpu += o.cpu;
+        self.threads += o.threads;
+    }
+}
+
 /// Counters at one per-second sample, summed over threads.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Interval {
