@@ -192,10 +192,9 @@ fn bind(addr: &str) -> Result<TcpListener, LiveError> {
 
 /// The page's per-CPU view: this host's /proc/stat, once a second, until `stop` says or goes.
 fn sample_cpus(shared: &Shared, stop: &std::sync::mpsc::Receiver<()>) {
+    let root = qpslab_host::Root::live();
     let read = || {
-        std::fs::read_to_string("/proc/stat")
-            .map(|t| qpslab_host::parse::proc_stat(&t))
-            .unwrap_or_default()
+        root.read_opt("proc/stat").map(|t| qpslab_host::parse::proc_stat(&t)).unwrap_or_default()
     };
     let mut last = read();
     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
