@@ -170,3 +170,39 @@ fn a_failed_push_is_told_and_loses_nothing_else() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["requests"]["ok"], 2000);
 }
+
+/// A sweep pushes each run as its own series (`variant`, `repeat`), with that run's exact
+/// final counts: the stored runs' own.
+#[test]
+fn a_sweep_pushes_each_run_under_its_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let file = dir.path().join("conns.toml");
+    std::fs::write(
+        &file,
+        "name = \"pushed\"\nrepeat = 1\n[base]\nduration = \"1s\"\nwarmup = \"200ms\"\n\
+         [axes]\nconnections = [2, 8]\n",
+    )
+    .unwrap();
+    let prom = Prometheus::start(&format!("127.0.0.1:{}", free_port()));
+    let rw = format!("http://127.0.0.1:{}/api/v1/write", prom.port);
+    let run = |args: &[&str]| {
+        let out = common::qpslab_command().env("QPSLAB_STORE", &store).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("warning: --prometheus-rw"), "{err}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let sweep = run(&["sweep", file.to_str().unwrap(), "--json", "--prometheus-rw", &rw]);
+    let id = sweep["sweep"].as_i64().unwrap().to_string();
+    let runs = run(&["runs", "--json", "--sweep", &id]);
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    for r in runs.as_array().unwrap() {
+        let shown = run(&["runs", "show", &r["id"].as_i64().unwrap().to_string(), "--json"]);
+        let ok = shown["report"]["load"]["requests"]["ok"].as_f64().unwrap();
+        assert!(ok > 0.0);
+        let variant = r["variant"].as_str().unwrap();
+        let labels = format!("variant=\"{variant}\",repeat=\"1\",target=\"pushed\"");
+        prom.wait_value(&format!("qpslab_requests_total{{outcome=\"ok\",{labels}}}"), ok);
+    }
+}
