@@ -133,9 +133,11 @@ pub struct Recorder {
     pub per_target: Vec<TargetCounts>,
     /// HTTP/2 (`--h2`): what the connections saw while measuring.
     pub h2: Option<crate::session::h2::H2Counts>,
-    /// With `--log`: the corrected latency of the current interval only.
+    /// With `--log` or a feed that wants seconds: `latency` as it was when the current
+    /// interval began. An interval's histogram is the difference, taken once a second, so a
+    /// response is recorded once whether intervals are kept or not.
     #[serde(skip)]
-    pub interval: Option<Histogram<u64>>,
+    pub interval_base: Option<Histogram<u64>>,
     /// Cumulative (sent, completed, failed) at the end of each whole second of measurement,
     /// taken by the thread's loop when it passes the second (within a turn of the loop): the
     /// per-second rows, exact because they are this recorder's own counts.
@@ -172,7 +174,7 @@ impl Default for Recorder {
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
             h2: None,
-            interval: None,
+            interval_base: None,
             seconds: Vec::new(),
         }
     }
@@ -190,11 +192,11 @@ impl Recorder {
         self.seconds.push(t);
     }
 
-    /// A recorder for `targets` targets, with an interval histogram when `interval`.
+    /// A recorder for `targets` targets, keeping intervals when `interval`.
     pub fn new(targets: usize, interval: bool) -> Self {
         Self {
             per_target: vec![TargetCounts::default(); targets],
-            interval: interval.then(new_histogram),
+            interval_base: interval.then(new_histogram),
             ..Self::default()
         }
     }
@@ -207,9 +209,17 @@ impl Recorder {
             *slot += 1;
         }
         self.latency.saturating_record(latency_us.max(1));
-        if let Some(h) = &mut self.interval {
-            h.saturating_record(latency_us.max(1));
-        }
+    }
+
+    /// When intervals are kept: the corrected latency since the last call (or the start of
+    /// measurement).
+    pub fn take_interval(&mut self) -> Option<Histogram<u64>> {
+        let base = self.interval_base.as_mut()?;
+        let mut interval = self.latency.clone();
+        // The base is an earlier state of the same histogram: every count of it is within.
+        let _ = interval.subtract(&*base);
+        base.clone_from(&self.latency);
+        Some(interval)
     }
 
     /// Counts a response (`ok` or not) to target `t`.
@@ -328,6 +338,29 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each interval is exactly its own responses: counts, min and max, whatever came before.
+    #[test]
+    fn intervals_are_the_differences_of_the_whole() {
+        let mut r = Recorder::new(1, true);
+        for us in [5, 900, 40_000] {
+            r.response(200, true, us);
+        }
+        let first = r.take_interval().unwrap();
+        for us in [7, 8] {
+            r.response(200, true, us);
+        }
+        let second = r.take_interval().unwrap();
+        let third = r.take_interval().unwrap();
+        assert_eq!(
+            (first.len(), first.min(), first.max()),
+            (3, 5, first.highest_equivalent(40_000))
+        );
+        assert_eq!((second.len(), second.min(), second.max()), (2, 7, 8));
+        assert!(third.is_empty());
+        assert_eq!(r.latency.len(), 5, "the whole keeps everything");
+        assert!(Recorder::new(1, false).take_interval().is_none());
+    }
 
     #[test]
     fn merge_adds_everything() {

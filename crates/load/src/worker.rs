@@ -26,7 +26,7 @@ use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
 use crate::session::h2::Http2;
 use crate::session::{Absorbed, Ended, Http1, Req, Session};
-use crate::stats::{new_histogram, ErrorClass, Recorder};
+use crate::stats::{ErrorClass, Recorder};
 use crate::targets::Group;
 use qpslab_sys::net::message as io_message;
 use qpslab_sys::thread::CpuTime;
@@ -482,7 +482,7 @@ impl<'a> Worker<'a> {
     fn finish(mut self, now: Instant, cpu: CpuTime) -> ThreadOutcome {
         self.settle();
         self.publish();
-        if let Some(h) = self.rec.interval.take() {
+        if let Some(h) = self.rec.take_interval() {
             // The last, partial interval.
             (self.send_interval)(self.log_index, h);
         }
@@ -511,8 +511,7 @@ impl<'a> Worker<'a> {
     fn rotate_interval(&mut self, now: Instant) {
         while now >= self.log_next {
             self.rec.end_second();
-            if let Some(h) = &mut self.rec.interval {
-                let hist = std::mem::replace(h, new_histogram());
+            if let Some(hist) = self.rec.take_interval() {
                 (self.send_interval)(self.log_index, hist);
             }
             self.log_index += 1;
