@@ -37,7 +37,11 @@ fn is_loopback(url: &str) -> bool {
 /// draws it) and waits for the exporter's last push.
 pub fn finish(live: Option<Live>, passed: bool, summary: String, report_html: Option<String>) {
     let Some(live) = live else { return };
-    if let Some(trouble) = live.finish(End { passed, summary, report: false }, report_html) {
+    // Ctrl-C ends the wait for pages and the linger (the run's own flag).
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let stop = qpslab_sys::signals::stop_flag().unwrap_or(&never);
+    let end = End { passed, summary, report: false };
+    if let Some(trouble) = live.finish(end, report_html, stop) {
         eprintln!("qpslab: warning: --prometheus-rw: {trouble}");
     }
 }

@@ -13,7 +13,7 @@ mod remote;
 mod server;
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -122,21 +122,26 @@ impl Live {
 
     /// The run is over: the page shows `end` (and offers the report); the exporter pushes the
     /// final values. Waits for the push, for pages that were watching to fetch the report (3
-    /// s at most) and for `--live-linger`. Returns the exporter's trouble, if any.
-    pub fn finish(mut self, end: End, report_html: Option<String>) -> Option<String> {
+    /// s at most) and for `--live-linger`, unless `stop` is set (Ctrl-C). Returns the
+    /// exporter's trouble, if any.
+    pub fn finish(
+        mut self,
+        end: End,
+        report_html: Option<String>,
+        stop: &AtomicBool,
+    ) -> Option<String> {
         let ended = Instant::now();
         self.shared.board().finish(end, report_html);
         self.shared.changed.notify_all();
         let trouble = self.remote.take().and_then(remote::Pusher::finish);
         if self.server.is_some() {
-            let pages_deadline = ended + Duration::from_secs(3);
-            while Instant::now() < pages_deadline && !self.pages_done() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let linger_end = ended + self.linger;
-            while Instant::now() < linger_end {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let wait = |until: Instant, done: &dyn Fn() -> bool| {
+                while Instant::now() < until && !done() && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            };
+            wait(ended + Duration::from_secs(3), &|| self.pages_done());
+            wait(ended + self.linger, &|| false);
         }
         trouble
     }

@@ -234,3 +234,31 @@ fn a_taken_address_or_a_bad_url_is_refused_at_start() {
     );
     super::usage_error(&["bench", "-d", "1", &live], "--live");
 }
+
+/// `--live-linger` keeps the page up after the run; Ctrl-C ends the linger at once, and the
+/// run's result stands (exit 0).
+#[test]
+fn ctrl_c_ends_the_linger() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let run =
+        LiveRun::start(&["load", &url, "-n", "2000", "-c", "4", "--live-linger", "60s"], None);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = get(&run.url, "/state");
+        if serde_json::from_str::<Value>(&body).unwrap()["end"].is_object() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Still lingering: the page answers.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(get(&run.url, "/metrics").0.starts_with("HTTP/1.1 200"));
+    // SAFETY: kill(2) on our own child's PID.
+    unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) };
+    let t = std::time::Instant::now();
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(3), "the linger ended at Ctrl-C: {:?}", t.elapsed());
+}
