@@ -162,18 +162,28 @@ fn a_live_page_shows_each_agent() {
     assert!(b.errors.is_empty(), "{:?}", b.errors);
 }
 
+/// A sweep file of two connection counts, once each, and a store beside it.
+pub fn connections_sweep(
+    dir: &std::path::Path,
+    name: &str,
+    duration: &str,
+    conns: [u32; 2],
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let file = dir.join("conns.toml");
+    let [a, b] = conns;
+    let text = format!(
+        "name = \"{name}\"\nrepeat = 1\n[base]\nduration = \"{duration}\"\nwarmup = \"200ms\"\n\
+         [axes]\nconnections = [{a}, {b}]\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    (file, dir.join("runs.sqlite"))
+}
+
 /// A sweep: the table fills in variant by variant, each run stored, the current run charted.
 #[test]
 fn a_live_page_fills_in_a_sweep() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("runs.sqlite");
-    let file = dir.path().join("conns.toml");
-    std::fs::write(
-        &file,
-        "name = \"connections\"\nrepeat = 1\n[base]\nduration = \"3s\"\nwarmup = \"200ms\"\n\
-         [axes]\nconnections = [4, 16]\n",
-    )
-    .unwrap();
+    let (file, store) = connections_sweep(dir.path(), "connections", "3s", [4, 16]);
     let run = LiveRun::start(&["sweep", file.to_str().unwrap()], Some(&store));
     let mut b = Browser::start(1280, 1300);
     b.open(&run.url);

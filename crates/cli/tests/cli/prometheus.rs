@@ -176,14 +176,7 @@ fn a_failed_push_is_told_and_loses_nothing_else() {
 #[test]
 fn a_sweep_pushes_each_run_under_its_variant() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("runs.sqlite");
-    let file = dir.path().join("conns.toml");
-    std::fs::write(
-        &file,
-        "name = \"pushed\"\nrepeat = 1\n[base]\nduration = \"1s\"\nwarmup = \"200ms\"\n\
-         [axes]\nconnections = [2, 8]\n",
-    )
-    .unwrap();
+    let (file, store) = crate::live::connections_sweep(dir.path(), "pushed", "1s", [2, 8]);
     let prom = Prometheus::start(&format!("127.0.0.1:{}", free_port()));
     let rw = format!("http://127.0.0.1:{}/api/v1/write", prom.port);
     let run = |args: &[&str]| {
