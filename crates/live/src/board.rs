@@ -190,6 +190,9 @@ pub struct View {
     pub progress: Progress,
     pub whole: Histogram<u64>,
     pub busy: Option<f64>,
+    /// Over agents: each agent's counters, under a name unique within the run (its host, and
+    /// `#2`, `#3`... for a host named again).
+    pub agents: Vec<(String, Progress)>,
 }
 
 impl Board {
@@ -357,6 +360,21 @@ impl Board {
             progress: self.cur.progress,
             whole: self.cur.whole.clone(),
             busy: self.cur.ticks.last().and_then(|t| t.busy),
+            agents: self
+                .agents
+                .iter()
+                .zip(&self.agent_progress)
+                .enumerate()
+                .map(|(i, (row, p))| {
+                    let before = self.agents[..i].iter().filter(|a| a.host == row.host).count();
+                    let name = if before == 0 {
+                        row.host.clone()
+                    } else {
+                        format!("{}#{}", row.host, before + 1)
+                    };
+                    (name, *p)
+                })
+                .collect(),
         }
     }
 

@@ -1,8 +1,10 @@
 //! The board as Prometheus metrics: the text exposition format (`/metrics`) and remote write
 //! 1.0 (a snappy-compressed protobuf `WriteRequest`), with Prometheus' own naming.
 //!
-//! Every series carries the run's labels: `run`, `target`, `agent` (`local`, or `all` for a
-//! load over agents, merged), and in a sweep `variant` and `repeat`. The latency histogram is
+//! Every series carries the run's labels: `run`, `target`, `agent`, and in a sweep `variant`
+//! and `repeat`. Over agents the counters and gauges are per agent (`agent` = its host, so a
+//! sum over `agent` is the run) and the histogram and the busy ratio are the merged run's
+//! (`agent="all"`); a load here is `agent="local"`. The latency histogram is
 //! the run's every complete second merged (the same histograms the page draws), so its count
 //! is the responses of the run; bucket counts are exact to the histogram's three significant
 //! digits, `_sum` is count x mean.
@@ -48,13 +50,9 @@ fn sample(name: &str, labels: &[(&'static str, &str)], value: f64) -> Sample {
     }
 }
 
-/// The run's labels, in the order they are written.
+/// The run's labels, in the order they are written (each sample adds its `agent`).
 pub fn run_labels(b: &View) -> Vec<(&'static str, String)> {
-    let mut l = vec![
-        ("run", b.info.run.clone()),
-        ("target", b.info.target.clone()),
-        ("agent", b.info.agent.clone()),
-    ];
+    let mut l = vec![("run", b.info.run.clone()), ("target", b.info.target.clone())];
     if let Some((variant, repeat)) = &b.variant {
         l.push(("variant", variant.clone()));
         l.push(("repeat", repeat.to_string()));
@@ -62,53 +60,87 @@ pub fn run_labels(b: &View) -> Vec<(&'static str, String)> {
     l
 }
 
+/// The counters' parts: each agent of a load over agents (so summing over `agent` gives the
+/// run), else the run itself (`agent="local"`).
+fn parts(b: &View) -> Vec<(&str, &qpslab_load::Progress)> {
+    if b.agents.is_empty() {
+        vec![(b.info.agent.as_str(), &b.progress)]
+    } else {
+        b.agents.iter().map(|(name, p)| (name.as_str(), p)).collect()
+    }
+}
+
 fn families(b: &View) -> Vec<Family> {
-    let p = &b.progress;
-    let errors = ErrorClass::ALL
-        .iter()
-        .zip(p.errors)
-        .map(|(c, n)| sample("qpslab_errors_total", &[("class", c.name())], n as f64))
-        .collect();
+    let parts = parts(b);
+    let each = |f: &dyn Fn(&str, &qpslab_load::Progress) -> Vec<Sample>| {
+        parts.iter().flat_map(|(agent, p)| f(agent, p)).collect::<Vec<_>>()
+    };
+    let merged = b.info.agent.as_str();
     let mut out = vec![
         Family {
             name: "qpslab_requests_total",
             kind: "counter",
             help: "Requests that ended, by outcome (ok: status < 400 or accepted; failed: \
                    rejected status or no response).",
-            samples: vec![
-                sample("qpslab_requests_total", &[("outcome", "ok")], p.ok as f64),
-                sample("qpslab_requests_total", &[("outcome", "failed")], board::failed(p) as f64),
-            ],
+            samples: each(&|agent, p| {
+                vec![
+                    sample(
+                        "qpslab_requests_total",
+                        &[("agent", agent), ("outcome", "ok")],
+                        p.ok as f64,
+                    ),
+                    sample(
+                        "qpslab_requests_total",
+                        &[("agent", agent), ("outcome", "failed")],
+                        board::failed(p) as f64,
+                    ),
+                ]
+            }),
         },
         Family {
             name: "qpslab_requests_sent_total",
             kind: "counter",
             help: "Requests written.",
-            samples: vec![sample("qpslab_requests_sent_total", &[], p.sent as f64)],
+            samples: each(&|agent, p| {
+                vec![sample("qpslab_requests_sent_total", &[("agent", agent)], p.sent as f64)]
+            }),
         },
         Family {
             name: "qpslab_errors_total",
             kind: "counter",
             help: "Requests that ended without a response, by error class.",
-            samples: errors,
+            samples: each(&|agent, p| {
+                ErrorClass::ALL
+                    .iter()
+                    .zip(p.errors)
+                    .map(|(c, n)| {
+                        let labels = [("agent", agent), ("class", c.name())];
+                        sample("qpslab_errors_total", &labels, n as f64)
+                    })
+                    .collect()
+            }),
         },
         Family {
             name: "qpslab_request_duration_seconds",
             kind: "histogram",
             help: "Response latency (corrected for coordinated omission in open loop).",
-            samples: classic(&b.whole),
+            samples: classic(&b.whole, merged),
         },
         Family {
             name: "qpslab_connections_open",
             kind: "gauge",
             help: "Connections open now.",
-            samples: vec![sample("qpslab_connections_open", &[], p.open as f64)],
+            samples: each(&|agent, p| {
+                vec![sample("qpslab_connections_open", &[("agent", agent)], p.open as f64)]
+            }),
         },
         Family {
             name: "qpslab_reconnects_total",
             kind: "counter",
             help: "Connections opened again after a close or an error.",
-            samples: vec![sample("qpslab_reconnects_total", &[], p.reconnects as f64)],
+            samples: each(&|agent, p| {
+                vec![sample("qpslab_reconnects_total", &[("agent", agent)], p.reconnects as f64)]
+            }),
         },
     ];
     if let Some(busy) = b.busy {
@@ -116,26 +148,34 @@ fn families(b: &View) -> Vec<Family> {
             name: "qpslab_generator_busy_ratio",
             kind: "gauge",
             help: "The generator's CPU time over the last second / (wall time x load threads).",
-            samples: vec![sample("qpslab_generator_busy_ratio", &[], busy)],
+            samples: vec![sample("qpslab_generator_busy_ratio", &[("agent", merged)], busy)],
         });
     }
     out
 }
 
 /// The classic histogram's series: cumulative buckets, `+Inf`, sum and count.
-pub fn classic(h: &Histogram<u64>) -> Vec<Sample> {
+pub fn classic(h: &Histogram<u64>, agent: &str) -> Vec<Sample> {
     let name = "qpslab_request_duration_seconds";
     let mut out: Vec<Sample> = BUCKETS
         .iter()
         .map(|le| {
             let us = (le * 1e6).round() as u64;
             let n = if h.is_empty() { 0 } else { h.count_between(0, us) };
-            sample(&format!("{name}_bucket"), &[("le", &fmt_value(*le))], n as f64)
+            sample(
+                &format!("{name}_bucket"),
+                &[("agent", agent), ("le", &fmt_value(*le))],
+                n as f64,
+            )
         })
         .collect();
-    out.push(sample(&format!("{name}_bucket"), &[("le", "+Inf")], h.len() as f64));
-    out.push(sample(&format!("{name}_sum"), &[], sum_seconds(h)));
-    out.push(sample(&format!("{name}_count"), &[], h.len() as f64));
+    out.push(sample(
+        &format!("{name}_bucket"),
+        &[("agent", agent), ("le", "+Inf")],
+        h.len() as f64,
+    ));
+    out.push(sample(&format!("{name}_sum"), &[("agent", agent)], sum_seconds(h)));
+    out.push(sample(&format!("{name}_count"), &[("agent", agent)], h.len() as f64));
     out
 }
 
@@ -339,8 +379,10 @@ pub fn write_request(b: &View, ts_ms: i64, with_native: bool) -> wire::WriteRequ
         .collect();
     if with_native {
         let n = native(&b.whole);
+        let mut l = run_labels(b);
+        l.push(("agent", b.info.agent.clone()));
         series.push(wire::TimeSeries {
-            labels: labels("qpslab_request_duration_seconds", &run_labels(b)),
+            labels: labels("qpslab_request_duration_seconds", &l),
             samples: Vec::new(),
             histograms: vec![wire::Histogram {
                 count_int: Some(n.count),

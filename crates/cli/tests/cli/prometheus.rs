@@ -199,3 +199,36 @@ fn a_sweep_pushes_each_run_under_its_variant() {
         prom.wait_value(&format!("qpslab_requests_total{{outcome=\"ok\",{labels}}}"), ok);
     }
 }
+
+/// Over two local agents the counters are per agent (named apart), summing to the run; the
+/// histogram is the merged run's.
+#[test]
+fn over_agents_the_counters_are_per_agent_and_sum_to_the_run() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let prom = Prometheus::start(&format!("127.0.0.1:{}", free_port()));
+    let rw = format!("http://127.0.0.1:{}/api/v1/write", prom.port);
+    let target = server.url("/");
+    let out = common::qpslab_command()
+        .args(["load", "--agents", "local,local", &target, "-n", "20000", "-c", "8", "--json"])
+        .args(["--prometheus-rw", &rw])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["requests"]["ok"], 20000);
+    let ok = format!("qpslab_requests_total{{outcome=\"ok\",target=\"{target}\"}}");
+    prom.wait_value(&format!("sum({ok})"), 20000.0);
+    prom.wait_value(&format!("count({ok})"), 2.0);
+    // -n is split by weight: 10000 each, under names told apart.
+    for agent in ["local", "local#2"] {
+        let one = format!(
+            "qpslab_requests_total{{outcome=\"ok\",agent=\"{agent}\",target=\"{target}\"}}"
+        );
+        prom.wait_value(&one, 10000.0);
+    }
+    prom.wait_value(
+        &format!("qpslab_request_duration_seconds_count{{agent=\"all\",target=\"{target}\"}}"),
+        20000.0,
+    );
+}
