@@ -40,7 +40,7 @@ pub fn finish(live: Option<Live>, passed: bool, summary: String, report_html: Op
     // Ctrl-C ends the wait for pages and the linger (the run's own flag).
     let never = std::sync::atomic::AtomicBool::new(false);
     let stop = qpslab_sys::signals::stop_flag().unwrap_or(&never);
-    let end = End { passed, summary, report: false };
+    let end = End { passed, summary };
     if let Some(trouble) = live.finish(end, report_html, stop) {
         eprintln!("qpslab: warning: --prometheus-rw: {trouble}");
     }

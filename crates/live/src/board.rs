@@ -127,8 +127,6 @@ pub struct End {
     pub passed: bool,
     /// One line: requests, rate, p99.
     pub summary: String,
-    /// The report is at `/report`.
-    pub report: bool,
 }
 
 /// The current run of the job (a sweep has several, one after the other).
@@ -339,7 +337,7 @@ impl Board {
             r.state = "not stored";
         }
         self.phase = "ended".into();
-        self.end = Some(End { report: report_html.is_some(), ..end });
+        self.end = Some(end);
         self.report_html = report_html;
         self.seq += 1;
     }
@@ -420,7 +418,10 @@ impl Board {
             "sweep_runs": self.sweep_runs,
             "notes": self.notes,
             "cpus": self.cpus,
-            "end": self.end,
+            // `report`: the report is at `/report`.
+            "end": self.end.as_ref().map(|e| serde_json::json!({
+                "passed": e.passed, "summary": e.summary, "report": self.report_html.is_some(),
+            })),
         });
         let now =
             Seen { run: self.cur.no, ticks: self.cur.ticks.len(), seconds: self.cur.seconds.len() };
