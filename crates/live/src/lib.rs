@@ -77,8 +77,9 @@ impl Live {
             .as_deref()
             .map(|url| remote::Target::parse(url, opts.native))
             .transpose()?;
-        let shared = Arc::new(Shared::new(Board::new(info)));
         let addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let loopback = addr.is_some_and(|a| a.ip().is_loopback());
+        let shared = Arc::new(Shared::new(Board::new(info), loopback));
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| LiveError {
                 flag: "--live",

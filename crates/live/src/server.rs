@@ -37,14 +37,17 @@ pub struct Shared {
     pub changed: Condvar,
     pub closing: AtomicBool,
     pub clients: AtomicUsize,
+    /// Bound to a loopback address: answer loopback names only.
+    pub loopback: bool,
     /// Pages that were told the run ended, and reports fetched since.
     pub told_end: AtomicUsize,
     pub reports: AtomicUsize,
 }
 
 impl Shared {
-    pub fn new(board: Board) -> Self {
+    pub fn new(board: Board, loopback: bool) -> Self {
         Self {
+            loopback,
             board: Mutex::new(board),
             changed: Condvar::new(),
             closing: AtomicBool::new(false),
@@ -84,8 +87,16 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Reads the request head; `None` when it is not a request.
-fn read_head(stream: &mut TcpStream) -> Option<(String, String)> {
+/// A request's method, path and Host header.
+struct Head {
+    method: String,
+    path: String,
+    host: Option<String>,
+}
+
+/// Reads the request head; `None` when the client sent nothing, an empty method when it is
+/// not a request.
+fn read_head(stream: &mut TcpStream) -> Option<Head> {
     stream.set_read_timeout(Some(HEAD_TIMEOUT)).ok()?;
     let mut buf = [0u8; 8192];
     let mut len = 0;
@@ -99,18 +110,50 @@ fn read_head(stream: &mut TcpStream) -> Option<(String, String)> {
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(&buf[..len]) {
             Ok(httparse::Status::Complete(_)) => {
-                return Some((req.method?.to_string(), req.path?.to_string()));
+                let host = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host"));
+                return Some(Head {
+                    method: req.method?.to_string(),
+                    path: req.path?.to_string(),
+                    host: host.map(|h| String::from_utf8_lossy(h.value).into_owned()),
+                });
             }
             Ok(httparse::Status::Partial) if len < buf.len() => {}
-            _ => return Some((String::new(), String::new())),
+            _ => return Some(Head { method: String::new(), path: String::new(), host: None }),
         }
     }
 }
 
+/// Whether a Host header names this machine by address or as `localhost`. A page bound to
+/// loopback answers only those, so a web page elsewhere cannot reach it through a DNS name
+/// that rebinds to 127.0.0.1.
+fn host_is_local_name(host: Option<&str>) -> bool {
+    let Some(host) = host else { return true };
+    let port_ok = |p: &str| {
+        p.is_empty() || p.strip_prefix(':').is_some_and(|d| d.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let name = match host.strip_prefix('[') {
+        // IPv6 literals are bracketed: "[::1]:5665" or "[::1]".
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, tail)) if port_ok(tail) => ip,
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
 fn handle(mut stream: TcpStream, shared: &Shared) {
-    let Some((method, path)) = read_head(&mut stream) else { return };
+    let Some(Head { method, path, host }) = read_head(&mut stream) else { return };
     if method.is_empty() {
         let _ = respond(&stream, "400 Bad Request", "text/plain", b"bad request\n");
+        return;
+    }
+    if shared.loopback && !host_is_local_name(host.as_deref()) {
+        let body = b"the live page answers to an address (127.0.0.1, [::1]) or localhost only\n";
+        let _ = respond(&stream, "403 Forbidden", "text/plain", body);
         return;
     }
     if method != "GET" && method != "HEAD" {
@@ -232,4 +275,22 @@ fn throttle(last: Instant) -> Instant {
         std::thread::sleep(MIN_GAP - since);
     }
     Instant::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_addresses_and_localhost_are_local_names() {
+        for ok in
+            ["127.0.0.1:5665", "127.0.0.1", "localhost:5665", "LOCALHOST", "[::1]:5665", "[::1]"]
+        {
+            assert!(host_is_local_name(Some(ok)), "{ok}");
+        }
+        for bad in ["evil.example:5665", "evil.example", "127.0.0.1.nip.io:5665", "[::1].x:1"] {
+            assert!(!host_is_local_name(Some(bad)), "{bad}");
+        }
+        assert!(host_is_local_name(None), "HTTP/1.0 without Host");
+    }
 }

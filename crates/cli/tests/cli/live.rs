@@ -62,8 +62,13 @@ impl LiveRun {
 
 fn get(url: &str, path: &str) -> (String, String) {
     let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    get_as(addr, addr, path)
+}
+
+/// A GET naming `host` in its Host header.
+fn get_as(addr: &str, host: &str, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
@@ -98,14 +103,14 @@ fn a_live_page_follows_a_load_and_shows_its_end() {
     // Another client comes and goes mid-stream; a write is refused.
     let mut other =
         TcpStream::connect(run.url.trim_start_matches("http://").trim_end_matches('/')).unwrap();
-    write!(other, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(other, "GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut first = [0u8; 64];
     let _ = other.read(&mut first).unwrap();
     drop(other);
     let (head, _) = {
         let addr = run.url.trim_start_matches("http://").trim_end_matches('/');
         let mut s = TcpStream::connect(addr).unwrap();
-        write!(s, "POST /state HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").unwrap();
+        write!(s, "POST /state HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").unwrap();
         let mut t = String::new();
         s.read_to_string(&mut t).unwrap();
         t.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap()
@@ -213,6 +218,10 @@ fn metrics_are_served_beside_the_page() {
     std::thread::sleep(Duration::from_millis(2200));
     let (head, body) = get(&run.url, "/metrics");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    // A name that is not this machine's (DNS rebinding) is refused.
+    let addr = run.url.trim_start_matches("http://").trim_end_matches('/');
+    let (refused, _) = get_as(addr, "rebound.example:80", "/metrics");
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
     for needle in [
         "# TYPE qpslab_requests_total counter",
         "# TYPE qpslab_request_duration_seconds histogram",
