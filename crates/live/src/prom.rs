@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 use qpslab_load::stats::ErrorClass;
+use qpslab_load::Progress;
 
 use crate::board::{self, View};
 
@@ -62,7 +63,7 @@ pub fn run_labels(b: &View) -> Vec<(&'static str, String)> {
 
 /// The counters' parts: each agent of a load over agents (so summing over `agent` gives the
 /// run), else the run itself (`agent="local"`).
-fn parts(b: &View) -> Vec<(&str, &qpslab_load::Progress)> {
+fn parts(b: &View) -> Vec<(&str, &Progress)> {
     if b.agents.is_empty() {
         vec![(b.info.agent.as_str(), &b.progress)]
     } else {
@@ -72,10 +73,17 @@ fn parts(b: &View) -> Vec<(&str, &qpslab_load::Progress)> {
 
 fn families(b: &View) -> Vec<Family> {
     let parts = parts(b);
-    let each = |f: &dyn Fn(&str, &qpslab_load::Progress) -> Vec<Sample>| {
+    let each = |f: &dyn Fn(&str, &Progress) -> Vec<Sample>| {
         parts.iter().flat_map(|(agent, p)| f(agent, p)).collect::<Vec<_>>()
     };
     let merged = b.info.agent.as_str();
+    // A family of one value per part, labelled by its agent.
+    let per_agent = |name: &'static str, kind, help, value: fn(&Progress) -> u64| Family {
+        name,
+        kind,
+        help,
+        samples: each(&|agent, p| vec![sample(name, &[("agent", agent)], value(p) as f64)]),
+    };
     let mut out = vec![
         Family {
             name: "qpslab_requests_total",
@@ -97,14 +105,7 @@ fn families(b: &View) -> Vec<Family> {
                 ]
             }),
         },
-        Family {
-            name: "qpslab_requests_sent_total",
-            kind: "counter",
-            help: "Requests written.",
-            samples: each(&|agent, p| {
-                vec![sample("qpslab_requests_sent_total", &[("agent", agent)], p.sent as f64)]
-            }),
-        },
+        per_agent("qpslab_requests_sent_total", "counter", "Requests written.", |p| p.sent),
         Family {
             name: "qpslab_errors_total",
             kind: "counter",
@@ -126,22 +127,13 @@ fn families(b: &View) -> Vec<Family> {
             help: "Response latency (corrected for coordinated omission in open loop).",
             samples: classic(&b.whole, merged),
         },
-        Family {
-            name: "qpslab_connections_open",
-            kind: "gauge",
-            help: "Connections open now.",
-            samples: each(&|agent, p| {
-                vec![sample("qpslab_connections_open", &[("agent", agent)], p.open as f64)]
-            }),
-        },
-        Family {
-            name: "qpslab_reconnects_total",
-            kind: "counter",
-            help: "Connections opened again after a close or an error.",
-            samples: each(&|agent, p| {
-                vec![sample("qpslab_reconnects_total", &[("agent", agent)], p.reconnects as f64)]
-            }),
-        },
+        per_agent("qpslab_connections_open", "gauge", "Connections open now.", |p| p.open),
+        per_agent(
+            "qpslab_reconnects_total",
+            "counter",
+            "Connections opened again after a close or an error.",
+            |p| p.reconnects,
+        ),
     ];
     if let Some(busy) = b.busy {
         out.push(Family {

@@ -51,6 +51,20 @@ pub mod setting {
     pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
 }
 
+/// A peer's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's send window moves by the
+/// change (RFC 9113 section 6.9.2), and `initial` becomes it.
+pub fn initial_window_changed<'a>(
+    initial: &mut i64,
+    value: u32,
+    windows: impl IntoIterator<Item = &'a mut i64>,
+) {
+    let delta = i64::from(value) - *initial;
+    *initial = i64::from(value);
+    for w in windows {
+        *w += delta;
+    }
+}
+
 /// Error codes (RFC 9113 section 7).
 pub mod code {
     pub const NO_ERROR: u32 = 0x0;

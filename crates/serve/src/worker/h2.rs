@@ -403,11 +403,8 @@ impl H2 {
         for &(id, v) in values {
             match id {
                 setting::INITIAL_WINDOW_SIZE => {
-                    let delta = i64::from(v) - self.peer_window;
-                    self.peer_window = i64::from(v);
-                    for s in &mut self.streams {
-                        s.window += delta;
-                    }
+                    let windows = self.streams.iter_mut().map(|s| &mut s.window);
+                    frame::initial_window_changed(&mut self.peer_window, v, windows);
                 }
                 setting::MAX_FRAME_SIZE => self.peer_max_frame = v as usize,
                 _ => {}
