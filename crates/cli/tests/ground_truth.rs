@@ -487,3 +487,95 @@ fn an_overflowed_listen_backlog_is_named() {
     assert!(o["evidence"][0].as_str().unwrap().starts_with("TcpExt ListenOverflows +"), "{o}");
     none_of(&f, &["shared-cpus", "cpu-throttled", "ephemeral-ports"]);
 }
+
+/// Runs a short bench `times` times and returns each run's JSON: a verdict must be the same
+/// every time the same truth is induced.
+fn bench_times(times: usize, url: &str, extra: &[&str]) -> Vec<Value> {
+    (0..times)
+        .map(|_| {
+            let out = qpslab_command()
+                .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--json", url])
+                .args(extra)
+                .output()
+                .unwrap();
+            json(&out)
+        })
+        .collect()
+}
+
+/// A slow server (20 ms a response, 10 connections) while another process keeps the
+/// server's CPU busy: the rate is 10 connections / 20 ms whatever the neighbour does, so the
+/// headline is latency-bound, every time, with the rate explained in numbers; the neighbour
+/// is named as info, never as a warning (it was the only finding, "the figures are lower than
+/// this host can do").
+#[test]
+fn a_cpu_hog_beside_a_slow_server_does_not_take_the_headline() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let mut hog = Kill(
+        Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let runs = bench_times(5, &server.url("/?t=20"), &["-c", "10"]);
+    let hog_pid = hog.0.id();
+    let _ = hog.0.kill();
+    for v in &runs {
+        let f = findings(v);
+        assert_eq!(f[0]["name"], "latency-bound", "the headline: {f:#?}");
+        no_warnings_but(&f, &[]);
+        let c = named(&f, "cpu-contention").expect("the neighbour is named");
+        assert!(text_of(c).contains(&format!("sh (pid {hog_pid}")), "{c}");
+        let chain = v["doctor"]["explanation"]["chain"][0].as_str().unwrap();
+        assert!(
+            chain.contains("requests in service /") && chain.contains("Little's law"),
+            "{chain}"
+        );
+        let rate = v["load"]["throughput_rps"].as_f64().unwrap();
+        assert!((400.0..=500.0).contains(&rate), "{rate}");
+    }
+}
+
+/// One connection to a fast local server: neither side can be saturated (each waits for the
+/// other), so the rate is one request over a round trip, latency-bound every time (it was
+/// `no-single-bottleneck` in some runs, when the rate was not steady).
+#[test]
+fn one_connection_is_latency_bound_every_time() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    for v in bench_times(5, &server.url("/"), &["-c", "1"]) {
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "latency-bound", "the headline: {f:#?}");
+        none_of(&f, &["no-single-bottleneck", "connections-out-of-service"]);
+        no_warnings_but(&f, &[]);
+        let e = &v["doctor"]["explanation"];
+        let in_service = e["in_service"].as_f64().unwrap();
+        assert!((0.8..=1.05).contains(&in_service), "{e}");
+    }
+}
+
+/// Every response a 404: the run failed. bench says FAILED with the reason and exits 1, and
+/// the doctor's headline is the failure, not a bound (it was `latency-bound`).
+#[test]
+fn a_run_of_404s_is_failed_not_bound() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
+    let url = server.url("/?c=404");
+    let out = qpslab_command()
+        .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("\nFAILED      error rate 99.9"), "{text}");
+    for v in bench_times(3, &url, &[]) {
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "run-failed", "the headline: {f:#?}");
+        assert!(text_of(&f[0]).contains("(404: "), "{}", f[0]);
+        none_of(&f, &["latency-bound", "server-bound", "client-bound", "both-saturated"]);
+        // The rate of 404s is not explained by a bound either.
+        assert!(v["doctor"]["explanation"]["bound"].is_null(), "{}", v["doctor"]["explanation"]);
+    }
+}

@@ -11,7 +11,7 @@ use qpslab_profile::{Profile, ProfileError, ProfileOptions, RawProfile, Sampler,
 
 use serde::{Deserialize, Serialize};
 
-use crate::doctor::{diagnose, summarize, Context, Finding, Summary, JOURNAL};
+use crate::doctor::{diagnose, summarize, Context, Explanation, Finding, Summary, JOURNAL};
 use crate::host::Host;
 use crate::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
@@ -23,6 +23,9 @@ use qpslab_sys::root::{ReadError, Root};
 pub struct Diagnosis {
     pub summary: Summary,
     pub findings: Vec<Finding>,
+    /// The rate explained: the resources measured and the chain from the rate to the bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Explanation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
 }
@@ -94,8 +97,8 @@ impl Examination {
         let summary = summarize(samples, &self.followed(), qpslab_sys::system::clock_ticks());
         ctx.journal_active = self.root.exists(JOURNAL);
         ctx.profile = self.profiled.as_ref().map(|r| self.build_profile(r));
-        let findings = diagnose(&self.host, samples, &summary, &ctx);
-        Diagnosis { summary, findings, profile: ctx.profile }
+        let (findings, explanation) = diagnose(&self.host, samples, &summary, &ctx);
+        Diagnosis { summary, findings, explanation: Some(explanation), profile: ctx.profile }
     }
 
     fn build_profile(&self, raw: &Result<RawProfile, ProfileError>) -> Profile {

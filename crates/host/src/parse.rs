@@ -321,9 +321,24 @@ pub fn max_open_files(text: &str) -> Option<u64> {
     line["Max open files".len()..].split_ascii_whitespace().next()?.parse().ok()
 }
 
+/// The `some` line's `total=` of a pressure file (`/proc/pressure/cpu`): microseconds, since
+/// boot, in which at least one runnable task waited for the resource.
+pub fn pressure_some(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_ascii_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Linux 6.18, this VM's /proc/pressure/cpu.
+    #[test]
+    fn pressure_reads_the_some_total() {
+        let text = "some avg10=0.08 avg60=1.04 avg300=0.44 total=1769993\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(pressure_some(text), Some(1_769_993));
+        assert_eq!(pressure_some("full avg10=0 total=5\n"), None);
+    }
 
     #[test]
     fn task_stat_handles_odd_names() {

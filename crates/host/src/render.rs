@@ -198,8 +198,19 @@ pub fn doctor_text(d: &crate::Diagnosis) -> String {
             pr.open_fds.map_or(String::new(), |f| format!(", {f} fds"))
         );
     }
+    o.push_str(&explanation_text(d));
     o.push_str(&profile_text(d));
     o.push_str(&findings_text(findings));
+    o
+}
+
+/// The rate explained, a sentence a line under `rate`; empty without an explanation.
+pub fn explanation_text(d: &crate::Diagnosis) -> String {
+    let Some(e) = &d.explanation else { return String::new() };
+    let mut o = String::new();
+    for (i, line) in e.chain.iter().enumerate() {
+        let _ = writeln!(o, "{:<11}{line}", if i == 0 { "rate" } else { "" });
+    }
     o
 }
 

@@ -89,6 +89,9 @@ pub struct Sample {
     /// At the last sample, when the sockets could fill half the ephemeral port range: the
     /// destinations holding most of this host's ephemeral ports.
     pub dest_ports: Vec<DestPorts>,
+    /// /proc/pressure/cpu `some total=`: microseconds in which at least one runnable task
+    /// waited for a CPU (the CPUs' saturation); None without PSI.
+    pub cpu_pressure_us: Option<u64>,
 }
 
 /// Sockets from this host's ephemeral ports to one destination address and port, at one
@@ -228,6 +231,9 @@ impl Sample {
             }),
             census: BTreeMap::new(),
             dest_ports: Vec::new(),
+            cpu_pressure_us: root
+                .read_opt("proc/pressure/cpu")
+                .and_then(|t| parse::pressure_some(&t)),
         })
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Generator, Severity};
+use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Generator, LoadFacts, Severity};
 use qpslab_host::sample::{Role, Sample, Watch};
 use qpslab_host::{Host, Root};
 use qpslab_testkit::{write_process, Counters, Shape};
@@ -54,14 +54,18 @@ impl Run {
         self.sample();
     }
 
-    fn findings_with(&self, ctx: &Context) -> Vec<Finding> {
+    fn diagnose(&self, ctx: &Context) -> (Vec<Finding>, qpslab_host::doctor::Explanation) {
         let roles: BTreeMap<u32, Role> = self.watch.iter().map(|w| (w.pid, w.role)).collect();
         let summary = summarize(&self.samples, &roles, 100.0);
-        let findings = diagnose(&self.host(), &self.samples, &summary, ctx);
+        let (findings, explanation) = diagnose(&self.host(), &self.samples, &summary, ctx);
         for f in &findings {
             assert!(qpslab_host::doctor::rule(f.name).is_some(), "{} is not in RULES", f.name);
         }
-        findings
+        (findings, explanation)
+    }
+
+    fn findings_with(&self, ctx: &Context) -> Vec<Finding> {
+        self.diagnose(ctx).0
     }
 
     fn findings(&self) -> Vec<Finding> {
@@ -388,8 +392,10 @@ fn a_diagnosis_travels_as_json_and_back() {
     let run = two_sides(98, 40, 2, |_| 10_000);
     let roles: BTreeMap<u32, Role> = run.watch.iter().map(|w| (w.pid, w.role)).collect();
     let summary = summarize(&run.samples, &roles, 100.0);
-    let findings = diagnose(&run.host(), &run.samples, &summary, &Context::default());
-    let d = qpslab_host::Diagnosis { summary, findings, profile: None };
+    let (findings, explanation) =
+        diagnose(&run.host(), &run.samples, &summary, &Context::default());
+    let d =
+        qpslab_host::Diagnosis { summary, findings, explanation: Some(explanation), profile: None };
     let text = serde_json::to_string(&d).unwrap();
     let back: qpslab_host::Diagnosis = serde_json::from_str(&text).unwrap();
     assert_eq!(serde_json::to_string(&back).unwrap(), text);
@@ -443,7 +449,8 @@ fn one_squeeze_in_ten_seconds_is_not_a_finding() {
 #[test]
 fn no_responses_is_said_instead_of_a_verdict() {
     let run = two_sides(30, 30, 4, |_| 10_000);
-    let ctx = Context { responses: Some(0), ..Context::default() };
+    let load = LoadFacts { responses: 0, failed: 12, ..closed_loop(100, 0.001, 4.0) };
+    let ctx = Context { load: Some(load), ..Context::default() };
     let f = run.findings_with(&ctx);
     assert!(named(&f, "no-responses").is_some(), "{f:?}");
     for verdict in ["latency-bound", "client-bound", "server-bound", "no-single-bottleneck"] {
@@ -1006,4 +1013,149 @@ fn the_profile_confirms_concentrated_softirq_with_its_net_rx_share() {
         hot.evidence.last().unwrap(),
         "profile: 93% of CPU 1's samples in the NET_RX softirq (top: virtnet_poll 20%, napi_gro_receive 10%)"
     );
+}
+
+// ---- The rate explained (Little's law) and what does or does not explain it.
+
+/// A closed loop's facts: `concurrency` in flight, `latency_s` each, over `secs`, all ok.
+fn closed_loop(concurrency: u64, latency_s: f64, secs: f64) -> LoadFacts {
+    let responses = (concurrency as f64 / latency_s * secs) as u64;
+    LoadFacts {
+        mode: "closed".into(),
+        concurrency,
+        responses,
+        ok: responses,
+        mean_latency_s: latency_s,
+        duration_s: secs,
+        ..LoadFacts::default()
+    }
+}
+
+fn with_load(load: LoadFacts) -> Context {
+    Context { load: Some(load), ..Context::default() }
+}
+
+/// Neither side saturated in a closed loop: latency-bound whatever the per-interval rate did
+/// (one connection to a fast server was latency-bound in some runs and "not steady" in
+/// others), with the chain from the rate to the latency in its evidence.
+#[test]
+fn a_closed_loop_with_no_saturated_resource_is_latency_bound_however_the_rate_swings() {
+    let load = closed_loop(10, 0.020, 4.0);
+    for swing in [false, true] {
+        let run = two_sides(30, 30, 4, |k| if swing && k % 2 == 0 { 2_000 } else { 20_000 });
+        let f = run.findings_with(&with_load(load.clone()));
+        assert_eq!(f[0].name, "latency-bound", "{f:?}");
+        assert!(named(&f, "no-single-bottleneck").is_none(), "{f:?}");
+        assert!(f.iter().all(|x| x.severity == Severity::Info), "{f:?}");
+        let chain = f[0].evidence.join("\n");
+        assert!(chain.contains("500 responses/s = 10.0 requests in service / 20.0 ms"), "{chain}");
+        assert!(f[0].summary.contains("10 request(s) in flight over 20.0 ms"), "{}", f[0].summary);
+    }
+}
+
+/// An open loop with nothing saturated was paced by its schedule, not latency-bound.
+#[test]
+fn an_open_loop_with_nothing_saturated_is_paced() {
+    let run = two_sides(30, 30, 4, |_| 10_000);
+    let load = LoadFacts { mode: "rate".into(), ..closed_loop(50, 0.001, 4.0) };
+    let f = run.findings_with(&with_load(load));
+    assert_eq!(f[0].name, "paced", "{f:?}");
+    assert!(named(&f, "latency-bound").is_none(), "{f:?}");
+}
+
+/// Most requests answered with a bad status: the run failed, and no bound is given.
+#[test]
+fn a_run_of_bad_statuses_is_failed_not_bound() {
+    let run = two_sides(30, 97, 4, |_| 10_000);
+    let mut load = closed_loop(100, 0.001, 4.0);
+    load.bad_status = load.responses;
+    load.ok = 0;
+    load.statuses.insert("404".into(), load.responses);
+    let (f, e) = run.diagnose(&with_load(load));
+    assert_eq!(f[0].name, "run-failed", "{f:?}");
+    assert!(e.bound.is_none() && e.chain[0].starts_with("the run failed"), "{e:?}");
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert!(f[0].evidence[0].contains("(404: 400000)"), "{:?}", f[0].evidence);
+    for bound in ["server-bound", "latency-bound", "both-saturated", "client-bound"] {
+        assert!(named(&f, bound).is_none(), "{bound} in {f:?}");
+    }
+    // A few bad statuses among many ok ones are not a failed run.
+    let mut load = closed_loop(100, 0.001, 4.0);
+    load.bad_status = 10;
+    let f = run.findings_with(&with_load(load));
+    assert!(named(&f, "run-failed").is_none(), "{f:?}");
+    assert!(named(&f, "server-bound").is_some(), "{f:?}");
+}
+
+/// 300 connections kept open, 48 served: rate x latency says 48 were in service, and the
+/// doctor says the rest were not, as critical; with all in service, nothing is said.
+#[test]
+fn connections_without_answers_are_out_of_service() {
+    let run = two_sides(30, 60, 4, |_| 10_000);
+    let mut load = closed_loop(48, 0.002, 4.0);
+    load.concurrency = 300;
+    let f = run.findings_with(&with_load(load));
+    let o = named(&f, "connections-out-of-service").expect("out of service");
+    assert_eq!(o.severity, Severity::Critical);
+    assert!(
+        o.evidence[0].contains("48.0 requests in service on average, of 300"),
+        "{:?}",
+        o.evidence
+    );
+    assert_eq!(f[0].name, "connections-out-of-service", "{f:?}");
+    let f = run.findings_with(&with_load(closed_loop(300, 0.002, 4.0)));
+    assert!(named(&f, "connections-out-of-service").is_none(), "{f:?}");
+}
+
+/// Writes /proc/pressure/cpu with `total` microseconds of CPU waits.
+fn pressure(dir: &std::path::Path, total: u64) {
+    std::fs::create_dir_all(dir.join("proc/pressure")).unwrap();
+    std::fs::write(
+        dir.join("proc/pressure/cpu"),
+        format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={total}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+    )
+    .unwrap();
+}
+
+/// Another process filling the CPUs beside a latency-bound run: when no task waited for a
+/// CPU (PSI), the contention does not explain the rate and is info under latency-bound; when
+/// tasks waited a third of the window, it does, and is the warning.
+#[test]
+fn contention_heads_only_when_tasks_waited_for_a_cpu() {
+    for (waits_us, explains) in [(20_000u64, false), (350_000, true)] {
+        let mut run = two_sides(2, 2, 0, |_| 0);
+        pressure(run.dir.path(), 1_000_000);
+        write_process(run.dir.path(), 777, "sh", &[(777, 0)], 3, 1024).unwrap();
+        run.samples.clear();
+        run.sample();
+        let mut total = 1_000_000;
+        for k in 1..=3u64 {
+            total += waits_us;
+            write_process(run.dir.path(), 500, "qpslab", &[(500, 0), (501, 2 * k)], 20, 20000)
+                .unwrap();
+            write_process(run.dir.path(), 600, "nginx", &[(600, 2 * k)], 20, 20000).unwrap();
+            write_process(run.dir.path(), 777, "sh", &[(777, 100 * k)], 3, 1024).unwrap();
+            run.step(|c, dir| {
+                c.advance_cpus(100, |cpu| if cpu == 0 { (100, 0, 0, 0) } else { (4, 0, 0, 96) });
+                pressure(dir, total);
+            });
+        }
+        let f = run.findings_with(&with_load(closed_loop(10, 0.020, 3.0)));
+        let c = named(&f, "cpu-contention").expect("contention named");
+        assert!(c.summary.contains("above all sh (pid 777"), "{}", c.summary);
+        if explains {
+            assert_eq!(f[0].name, "cpu-contention", "{f:?}");
+            assert_eq!(c.severity, Severity::Warning);
+            assert!(named(&f, "latency-bound").is_none(), "{f:?}");
+        } else {
+            assert_eq!(f[0].name, "latency-bound", "{f:?}");
+            assert_eq!(c.severity, Severity::Info);
+            assert!(f.iter().all(|x| x.severity == Severity::Info), "{f:?}");
+            assert!(
+                c.evidence.iter().any(|e| e.contains("tasks waited for a CPU 2% of the window")),
+                "{:?}",
+                c.evidence
+            );
+        }
+    }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use qpslab_fleet::coordinator::{self, FleetError};
 use qpslab_fleet::session::FleetOptions;
 use qpslab_fleet::transport::{self, AgentHost, Place};
-use qpslab_host::doctor::{Context, Generator};
+use qpslab_host::doctor::{Context, Generator, LoadFacts};
 use qpslab_host::sample::Role;
 use qpslab_host::{Diagnosis, Examination, Root};
 use qpslab_load::feed::{Event, Feed, Unwatched};
@@ -488,8 +488,7 @@ fn run(
         Doctor::Here(exam) => (exam.diagnose(&samples, ctx), None),
         Doctor::There(far) => {
             let call = DiagnoseCall {
-                request_rates: ctx.request_rates,
-                responses: ctx.responses,
+                load: ctx.load,
                 addr_not_available: ctx.addr_not_available,
                 generators: ctx.generators,
             };
@@ -632,14 +631,35 @@ fn doctor_context(load: &Report) -> Context {
     let no_port =
         load.error_examples.get("connect").is_some_and(|m| m.contains("assign requested address"));
     Context {
-        request_rates: Some(load.intervals.iter().map(|i| i.rps).collect()),
-        responses: Some(load.requests.completed),
+        load: Some(load_facts(load)),
         addr_not_available: if no_port {
             load.errors.get("connect").copied().unwrap_or(0)
         } else {
             0
         },
         ..Context::default()
+    }
+}
+
+/// The load's figures the doctor explains the rate by.
+fn load_facts(load: &Report) -> LoadFacts {
+    let r = &load.requests;
+    LoadFacts {
+        mode: load.config.mode.to_string(),
+        concurrency: (load.config.connections * load.config.pipeline.max(1)) as u64,
+        responses: r.completed,
+        ok: r.ok,
+        failed: r.failed,
+        bad_status: r.bad_status,
+        statuses: load.status.clone(),
+        mean_latency_s: load.latency_us.mean / 1e6,
+        mean_connect_s: if load.config.conn_per_request {
+            load.connections.connect_us.mean / 1e6
+        } else {
+            0.0
+        },
+        reconnects: load.connections.reconnects,
+        duration_s: load.duration_s,
     }
 }
 

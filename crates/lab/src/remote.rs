@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use qpslab_fleet::agent::HostSide;
 use qpslab_fleet::session::{FleetOptions, Session};
-use qpslab_host::doctor::{Context, Generator};
+use qpslab_host::doctor::{Context, Generator, LoadFacts};
 use qpslab_host::sample::{Role, Sample};
 use qpslab_host::{Diagnosis, Examination, Root};
 use serde::de::DeserializeOwned;
@@ -68,8 +68,7 @@ pub struct Examining {
 /// End the sampling and diagnose, with what the load knows.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DiagnoseCall {
-    pub request_rates: Option<Vec<f64>>,
-    pub responses: Option<u64>,
+    pub load: Option<LoadFacts>,
     pub addr_not_available: u64,
     pub generators: Vec<Generator>,
 }
@@ -77,8 +76,7 @@ pub struct DiagnoseCall {
 impl DiagnoseCall {
     fn context(self) -> Context {
         Context {
-            request_rates: self.request_rates,
-            responses: self.responses,
+            load: self.load,
             addr_not_available: self.addr_not_available,
             generators: self.generators,
             ..Context::default()

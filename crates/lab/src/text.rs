@@ -73,6 +73,15 @@ pub fn render_text(r: &BenchReport) -> String {
         ms(lat.p999),
         ms(lat.max)
     );
+    let c = &l.connections;
+    let _ = writeln!(
+        o,
+        "connections {} opened, {} reconnects ({:.0}/s){}",
+        c.connects,
+        c.reconnects,
+        c.reconnects as f64 / l.duration_s.max(1e-9),
+        if l.config.conn_per_request { ", a connection per request" } else { "" }
+    );
     let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
     let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
     if let Some(per) = r.requests_per_server_cpu_s {
@@ -80,6 +89,10 @@ pub fn render_text(r: &BenchReport) -> String {
     }
     for note in &r.notes {
         let _ = writeln!(o, "note        {note}");
+    }
+    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
+    if let Some(reason) = l.check.reason.as_deref().filter(|_| !l.check.passed) {
+        let _ = writeln!(o, "FAILED      {reason}");
     }
     o.push_str(&qpslab_host::render::profile_text(&r.doctor));
     o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));

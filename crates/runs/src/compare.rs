@@ -54,6 +54,11 @@ pub struct Summary {
     pub name: String,
     pub runs: Vec<i64>,
     pub throughput_rps: Spread,
+    /// Ok responses per second (status under 400, or accepted): what the verdict compares, so
+    /// a run that answers faster with errors is never called faster.
+    pub ok_rps: Spread,
+    /// Median share of requests that failed or got a bad status.
+    pub not_ok_share: f64,
     /// Of all the group's responses together (histograms merged exactly); the median of the
     /// runs' percentiles when a run has no histogram.
     pub latency_us: Percentiles,
@@ -130,9 +135,35 @@ fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
+/// A run's ok responses per second (its throughput when its length is unknown).
+pub fn ok_rps(r: &StoredRun) -> f64 {
+    let f = &r.facts;
+    if f.duration_s > 0.0 {
+        f.ok as f64 / f.duration_s
+    } else {
+        f.throughput_rps
+    }
+}
+
+/// The share of a run's requests that failed or got a bad status.
+pub fn not_ok_share(r: &StoredRun) -> f64 {
+    let f = &r.facts;
+    let requests = f.throughput_rps * f.duration_s + f.failed as f64;
+    if requests <= 0.0 {
+        0.0
+    } else {
+        ((requests - f.ok as f64) / requests).clamp(0.0, 1.0)
+    }
+}
+
+/// A change in the share of failed or bad-status requests worth a sentence.
+const NOT_OK_CHANGE: f64 = 0.01;
+
 /// A group's figures; None when it has no runs.
 pub fn summarize(g: &Group) -> Option<Summary> {
     let rps: Vec<f64> = g.runs.iter().map(|r| r.facts.throughput_rps).collect();
+    let ok: Vec<f64> = g.runs.iter().map(ok_rps).collect();
+    let not_ok: Vec<f64> = g.runs.iter().map(not_ok_share).collect();
     let median = |f: &dyn Fn(&StoredRun) -> Option<f64>| {
         let v: Vec<f64> = g.runs.iter().filter_map(f).collect();
         Spread::of(&v).map(|s| s.median)
@@ -145,6 +176,8 @@ pub fn summarize(g: &Group) -> Option<Summary> {
         name: g.name.clone(),
         runs: g.runs.iter().map(|r| r.row.id).collect(),
         throughput_rps: Spread::of(&rps)?,
+        ok_rps: Spread::of(&ok)?,
+        not_ok_share: Spread::of(&not_ok)?.median,
         latency_us: latency(&g.runs),
         server_cpu: median(&|r| r.facts.server_cpu),
         requests_per_server_cpu_s: median(&|r| r.facts.requests_per_server_cpu_s),
@@ -205,12 +238,24 @@ pub struct Comparison {
 /// Compares B with A; None when a group has no runs.
 pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
     let (sa, sb) = (summarize(a)?, summarize(b)?);
-    let rps = |g: &Group| g.runs.iter().map(|r| r.facts.throughput_rps).collect::<Vec<_>>();
+    let rps = |g: &Group| g.runs.iter().map(ok_rps).collect::<Vec<_>>();
     let verdict = verdict(&rps(a), &rps(b));
-    let sentence = match &verdict {
-        Some(v) => v.sentence("A", "B", (a.runs.len(), b.runs.len())),
-        None => "A served no requests: no ratio".into(),
+    let mut sentence = match &verdict {
+        Some(v) => {
+            format!("ok responses/s: {}", v.sentence("A", "B", (a.runs.len(), b.runs.len())))
+        }
+        None => "A had no ok response: no ratio".into(),
     };
+    let (na, nb) = (sa.not_ok_share, sb.not_ok_share);
+    if (nb - na).abs() >= NOT_OK_CHANGE {
+        let pct = |x: f64| format!("{:.1}%", x * 100.0);
+        sentence.push_str(&format!(
+            "; failed or bad-status requests {} in B ({} of them, A {})",
+            if nb > na { "rose" } else { "fell" },
+            pct(nb),
+            pct(na)
+        ));
+    }
     let efficiency_ratio = match (sa.requests_per_server_cpu_s, sb.requests_per_server_cpu_s) {
         (Some(x), Some(y)) if x > 0.0 => Some(y / x),
         _ => None,
@@ -241,7 +286,7 @@ pub struct Row {
 
 /// The sweep's table: one row per group, each against the first.
 pub fn table(groups: &[Group]) -> Vec<Row> {
-    let rps = |g: &Group| g.runs.iter().map(|r| r.facts.throughput_rps).collect::<Vec<_>>();
+    let rps = |g: &Group| g.runs.iter().map(ok_rps).collect::<Vec<_>>();
     let base = groups.first().map(rps).unwrap_or_default();
     let base_median = Spread::of(&base).map(|s| s.median).filter(|m| *m > 0.0);
     groups
@@ -250,7 +295,7 @@ pub fn table(groups: &[Group]) -> Vec<Row> {
         .filter_map(|(i, g)| {
             let summary = summarize(g)?;
             Some(Row {
-                ratio: base_median.map(|m| summary.throughput_rps.median / m),
+                ratio: base_median.map(|m| summary.ok_rps.median / m),
                 verdict: if i == 0 { None } else { verdict(&base, &rps(g)) },
                 summary,
             })
@@ -278,6 +323,14 @@ pub fn render_table(rows: &[Row]) -> String {
     for r in rows {
         let s = &r.summary;
         let t = &s.throughput_rps;
+        let mut verdict = r.verdict.as_ref().map_or("baseline", Verdict::short).to_string();
+        if s.not_ok_share >= NOT_OK_CHANGE {
+            // The ratio is of ok responses: say why it differs from the req/s column.
+            verdict += &format!(
+                ", {:.1}% failed or bad status (ratio of ok responses)",
+                s.not_ok_share * 100.0
+            );
+        }
         let _ = writeln!(
             o,
             "{:<width$}  {:>4}  {:>10.0}  {:>21}  {:>6}  {:>8}  {:>8}  {:>7}  {:>10}  {}",
@@ -290,7 +343,7 @@ pub fn render_table(rows: &[Row]) -> String {
             fmt_us(s.latency_us.p99),
             s.server_cpu.map_or("-".into(), |c| format!("{c:.2}")),
             s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}")),
-            r.verdict.as_ref().map_or("baseline", Verdict::short),
+            verdict,
         );
     }
     o
@@ -308,6 +361,10 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
         format!("{:.0} req/s ({:.0}-{:.0}, {} run(s))", t.median, t.min, t.max, s.runs.len())
     };
     let _ = writeln!(o, "throughput     A {}   B {}", t(&c.a), t(&c.b));
+    let ok = |s: &Summary| {
+        format!("{:.0} ok/s, {:.1}% failed or bad status", s.ok_rps.median, s.not_ok_share * 100.0)
+    };
+    let _ = writeln!(o, "ok             A {}   B {}", ok(&c.a), ok(&c.b));
     let _ = writeln!(o, "               {}", c.sentence);
     let _ = writeln!(
         o,
@@ -384,5 +441,65 @@ mod tests {
         );
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
         assert!(Spread::of(&[]).is_none());
+    }
+
+    /// A run of `secs` with `ok` ok responses of `responses`, and `failed` failures.
+    fn run(id: i64, responses: u64, ok: u64, failed: u64, secs: f64) -> StoredRun {
+        let rps = responses as f64 / secs;
+        StoredRun {
+            row: crate::store::RunRow {
+                id,
+                kind: "bench".into(),
+                sweep: None,
+                variant: None,
+                repeat: None,
+                label: None,
+                started_at: String::new(),
+                config: serde_json::Value::Null,
+                throughput_rps: rps,
+            },
+            facts: crate::store::RunFacts {
+                duration_s: secs,
+                throughput_rps: rps,
+                ok,
+                failed,
+                ..crate::store::RunFacts::default()
+            },
+            report: serde_json::Value::Null,
+            text: String::new(),
+            histogram: String::new(),
+            provenance: serde_json::Value::Null,
+        }
+    }
+
+    /// Regression: B answering nothing but 404, and faster, was "B is 1.27x A" without a word
+    /// on the statuses. Ok responses are compared, and the change in failures is named.
+    #[test]
+    fn a_run_answering_errors_faster_is_not_called_faster() {
+        let group = |name: &str, runs: Vec<StoredRun>| Group { name: name.into(), runs };
+        let a = group(
+            "good",
+            (0..3)
+                .map(|i| run(i, 200_000 + 1000 * i as u64, 200_000 + 1000 * i as u64, 0, 2.0))
+                .collect(),
+        );
+        let b =
+            group("bad", (3..6).map(|i| run(i, 260_000 + 1000 * i as u64, 0, 0, 2.0)).collect());
+        let c = compare(&a, &b).unwrap();
+        let v = c.verdict.as_ref().unwrap();
+        assert!(v.ratio < 0.01, "{v:?}");
+        assert_eq!(v.judgement, "beyond-noise");
+        assert!(c.sentence.starts_with("ok responses/s: B is 0.00x A"), "{}", c.sentence);
+        assert!(
+            c.sentence
+                .ends_with("; failed or bad-status requests rose in B (100.0% of them, A 0.0%)"),
+            "{}",
+            c.sentence
+        );
+        let text = render_comparison(&c, "label:good", "label:bad");
+        assert!(text.contains("B 0 ok/s, 100.0% failed or bad status"), "{text}");
+        // Unchanged failures say nothing more.
+        let same = compare(&a, &a).unwrap();
+        assert!(!same.sentence.contains("failed"), "{}", same.sentence);
     }
 }

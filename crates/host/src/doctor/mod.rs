@@ -7,6 +7,7 @@
 //! --explain RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
+pub mod explain;
 mod profiled;
 mod rules;
 pub mod summary;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
 use crate::sample::Sample;
+pub use explain::{Explanation, LoadFacts, Resource};
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
 
 /// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
@@ -33,6 +35,9 @@ pub const SATURATED: f64 = 0.85;
 /// called contended.
 pub const CONTENDED_CPU: f64 = 0.3;
 pub const CONTENDED_SHARE: f64 = 0.2;
+/// Share of the window in which tasks waited for a CPU (PSI `some`) from which other work on
+/// the CPUs, or a saturated CPU, explains the rate; below it no one waited long enough.
+pub const CPU_WAITS: f64 = 0.10;
 /// Packets per second below which an interface's queue layout is not worth a finding.
 pub const BUSY_NIC_PPS: f64 = 1000.0;
 /// Descriptor use at which the limit is close.
@@ -124,11 +129,9 @@ impl<'de> Deserialize<'de> for Finding {
 /// What else the caller knows about the run.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
-    /// Requests per second per interval, when a load ran in-process (`bench`); otherwise the
-    /// packet rate stands in for "the rate".
-    pub request_rates: Option<Vec<f64>>,
-    /// Responses the load received in the window, when a load ran in-process.
-    pub responses: Option<u64>,
+    /// What the load measured, when it ran in-process (`bench`); otherwise the packet rate
+    /// stands in for "the rate" and there is no latency to explain it by.
+    pub load: Option<LoadFacts>,
     /// Connect errors meaning no local port was free (EADDRNOTAVAIL), from the load.
     pub addr_not_available: u64,
     /// Whether a qpslab tune journal is active (hand pinning in force).
@@ -172,6 +175,12 @@ pub const RULES: &[Rule] = &[
         remedy: "check the target (URL, port, the server's log) and the load's errors",
     },
     Rule {
+        name: "run-failed",
+        catches: "most requests got an error or a bad status: the rate measures the failure, not the server",
+        threshold: "failed and bad-status requests outnumber ok ones (bench); no bound is given",
+        remedy: "fix the target or the URL (the load's errors and statuses say what went wrong); name expected statuses with --accept-status",
+    },
+    Rule {
         name: "run-too-short",
         catches: "the window is too short to tell what bounds the rate",
         threshold: "a window under 1 s or with fewer than 2 sampling intervals; no other verdict is given",
@@ -210,26 +219,38 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "cpu-saturated",
         catches: "a CPU that can run the server was saturated while neither side's processes were: the CPU went to other work",
-        threshold: "a CPU the server may use (any CPU when the server is not known) at 85% busy or more, neither side saturated",
+        threshold: "a CPU the server may use (any CPU when the server is not known) at 85% busy or more, neither side saturated; a warning when tasks waited for a CPU 10% of the window or more (PSI), else info",
         remedy: "find the other work on that CPU; pin the server, the generator and interrupt work apart; name the server (--server-pid, doctor --pid)",
     },
     Rule {
         name: "cpu-contention",
-        catches: "other processes used the CPUs during the run (the busiest are named): the figures are lower than the host can do",
-        threshold: "other processes' CPU time (counted per process, or what the watched processes and interrupt work leave) of 0.3 CPU or more and at least a fifth of all busy time",
+        catches: "other processes used the CPUs during the run (the busiest are named); a warning when it explains the rate, else info",
+        threshold: "other processes' CPU time (counted per process, or what the watched processes and interrupt work leave) of 0.3 CPU or more and at least a fifth of all busy time; a warning when a side was held by CPUs full of it, or no side was saturated and tasks waited for a CPU 10% of the window or more (PSI)",
         remedy: "stop the other work or pin it away from the benchmark's CPUs",
     },
     Rule {
         name: "latency-bound",
-        catches: "neither side is saturated and the rate is flat: round trips, not CPU, bound the load",
-        threshold: "no side and no CPU saturated as above; per-interval rate varying under 10%",
-        remedy: "more connections (-c) or pipelining",
+        catches: "no resource is saturated: the rate is the requests in flight over their latency (Little's law), bound by round trips, not CPU",
+        threshold: "a closed loop (bench), no side saturated and no CPU that tasks waited for; without the load's figures (doctor -- COMMAND), a packet rate varying under 10%",
+        remedy: "more requests in flight (-c, --pipeline, --streams), or a shorter round trip",
+    },
+    Rule {
+        name: "paced",
+        catches: "an open loop's schedule set the rate and no resource was saturated: the target kept up",
+        threshold: "an open-loop run (-R) with no side saturated and no CPU that tasks waited for",
+        remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop",
     },
     Rule {
         name: "no-single-bottleneck",
         catches: "neither side is saturated and the rate was not steady",
-        threshold: "no side and no CPU saturated; per-interval rate varying 10% or more",
+        threshold: "without the load's figures (doctor -- COMMAND): no side and no CPU saturated; packet rate varying 10% or more",
         remedy: "run longer, or look at the per-interval rows for stalls",
+    },
+    Rule {
+        name: "connections-out-of-service",
+        catches: "fewer requests were being answered than the load kept in flight (Little's law): connections waited for answers that did not come, or reconnected",
+        threshold: "a closed loop whose rate x mean latency is under 75% of connections x streams, the generator not saturated; critical under 50%",
+        remedy: "check the server's connection and descriptor limits, its accept queue, and whether it closes connections (keepalive_requests)",
     },
     Rule {
         name: "softirq-concentrated",
@@ -340,12 +361,18 @@ pub fn rule(name: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.name == name)
 }
 
-/// Applies every rule.
-pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Context) -> Vec<Finding> {
+/// Explains the rate and applies every rule.
+pub fn diagnose(
+    host: &Host,
+    samples: &[Sample],
+    summary: &Summary,
+    ctx: &Context,
+) -> (Vec<Finding>, Explanation) {
+    let explanation = explain::explain(host, summary, ctx.load.as_ref());
     let mut out = Vec::new();
     // The verdict first (a quota that held a side back before it): among findings of equal
     // severity it is the headline.
-    verdict::bound(summary, ctx, &mut out);
+    verdict::bound(summary, ctx, &explanation, &mut out);
     rules::softirq_concentrated(summary, ctx, &mut out);
     profiled::rules(host, summary, ctx, &mut out);
     rules::nic_layout(host, summary, &mut out);
@@ -355,7 +382,7 @@ pub fn diagnose(host: &Host, samples: &[Sample], summary: &Summary, ctx: &Contex
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    out
+    (out, explanation)
 }
 
 #[cfg(test)]

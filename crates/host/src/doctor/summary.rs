@@ -124,6 +124,10 @@ pub struct Summary {
     /// when the sockets could fill half the range).
     #[serde(default)]
     pub dest_ports: Vec<crate::sample::DestPorts>,
+    /// Share of the window in which at least one runnable task waited for a CPU (PSI's
+    /// `some`, host-wide): the CPUs' saturation, whoever was waiting. None without PSI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pressure: Option<f64>,
     pub intervals: Vec<IntervalRow>,
 }
 
@@ -241,6 +245,12 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
         others: others(first, last, roles, tick_hz),
         dest_ports: last.dest_ports.clone(),
+        cpu_pressure: match (first.cpu_pressure_us, last.cpu_pressure_us) {
+            (Some(a), Some(b)) if secs > 0.0 => {
+                Some((b.saturating_sub(a) as f64 / 1e6 / secs).min(1.0))
+            }
+            _ => None,
+        },
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
 }

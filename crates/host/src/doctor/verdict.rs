@@ -1,40 +1,70 @@
 //! The verdict: what bounded the rate. A side (server or generator) is saturated when its
 //! processes use at least [`SATURATED`] of the CPUs their busy threads may run on, or when those
-//! CPUs are that busy whoever uses them. "Neither side is saturated" is only said when no CPU
-//! either side may run on is saturated either; a run with no response, or too short, gets no
-//! verdict at all.
+//! CPUs are that busy whoever uses them. When no side is saturated, the rate is explained by
+//! Little's law ([`super::explain`]): a closed loop is latency-bound, an open loop paced by its
+//! schedule. Other work on the CPUs, or a CPU full of it, is the headline only when it explains
+//! the rate: a side held back by CPUs full of other work, or tasks waiting for a CPU (PSI) for
+//! [`CPU_WAITS`] of the window or more; otherwise it is said as `info`. A run with no response,
+//! too short, or failed gets no bound at all.
 
+use super::explain::{fmt_ms, Explanation, IN_SERVICE_LOW};
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
-    Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, FLAT_CV, HEADROOM_IDLE,
-    MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
+    Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS, FLAT_CV,
+    HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
 };
 use crate::cpuset::CpuSet;
 use crate::sample::Role;
 
-/// Adds the verdict findings.
-pub(super) fn bound(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
-    if let Some(f) = unjudgeable(s, ctx) {
+/// Adds the verdict findings: the bound first, then what did not explain the rate.
+pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<Finding>) {
+    if let Some(f) = unjudgeable(s, ctx).or_else(|| failed_run(ctx)) {
         out.push(f);
         return;
     }
     // A quota that held a side back heads that side's verdict: it is the cause.
     out.extend(throttled(s));
     let sides = Sides::new(s, ctx);
-    out.extend(contention(s, &sides));
-    out.extend(shared_cpus(s, &sides));
+    let waits = cpu_waits(s, &sides);
+    let explains = sides.contended && (sides.held_by_cpus() || (!sides.any_sat() && waits));
+    if explains {
+        out.extend(contention(s, &sides, Severity::Warning));
+    }
+    if waits || sides.any_sat() {
+        out.extend(shared_cpus(s, &sides));
+    }
     out.extend(saturation(&sides, ctx));
-    if !sides.server_sat && !sides.client_sat && !sides.contended {
-        match hot_cpus(s, &sides) {
-            hot if !hot.is_empty() => out.push(cpu_saturated(&hot, &sides)),
-            _ => out.extend(neither_saturated(s, ctx, &sides)),
+    if !sides.any_sat() && !explains {
+        let hot = hot_cpus(s, &sides);
+        if !hot.is_empty() && waits {
+            out.push(cpu_saturated(&hot, &sides, Severity::Warning));
+        } else {
+            out.extend(neither_saturated(s, ctx, ex, &sides));
+            if !hot.is_empty() {
+                out.push(cpu_saturated(&hot, &sides, Severity::Info));
+            }
         }
+    }
+    if sides.contended && !explains {
+        out.extend(contention(s, &sides, Severity::Info));
+    }
+    if !sides.client_sat {
+        out.extend(out_of_service(ctx, ex));
+    }
+}
+
+/// Whether tasks waited for a CPU: PSI's share at [`CPU_WAITS`] or more; without PSI, a
+/// saturated CPU that a side may run on stands in for it.
+fn cpu_waits(s: &Summary, sides: &Sides) -> bool {
+    match s.cpu_pressure {
+        Some(p) => p >= CPU_WAITS,
+        None => !hot_cpus(s, sides).is_empty(),
     }
 }
 
 /// No responses, or a window too short: one finding instead of a verdict.
 fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
-    if ctx.responses == Some(0) {
+    if ctx.load.as_ref().is_some_and(|l| l.responses == 0) {
         return Some(Finding {
             name: "no-responses",
             severity: Severity::Critical,
@@ -53,6 +83,76 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
             s.duration_s
         )],
         remedy: "run for longer (-d), or sample more often (--interval)".into(),
+    })
+}
+
+/// Most responses were errors or bad statuses: the run failed, and its rate measures the
+/// failure, not the server.
+fn failed_run(ctx: &Context) -> Option<Finding> {
+    let l = ctx.load.as_ref().filter(|l| l.failed_run())?;
+    let total = l.ok + l.failed + l.bad_status;
+    let mut codes: Vec<(&String, &u64)> =
+        l.statuses.iter().filter(|(c, _)| c.as_str() >= "400").collect();
+    codes.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    let codes: Vec<String> = codes.iter().take(3).map(|(c, n)| format!("{c}: {n}")).collect();
+    let mut evidence = vec![format!(
+        "{} ok of {total} requests answered or failed: {} failed (transport, timeout, parse), {} bad status{}",
+        l.ok,
+        l.failed,
+        l.bad_status,
+        if codes.is_empty() { String::new() } else { format!(" ({})", codes.join(", ")) }
+    )];
+    if l.responses > 0 {
+        evidence.push(format!(
+            "{:.0} responses/s, {:.0} of them ok: that rate is of the failure",
+            l.rate(),
+            l.ok as f64 / l.duration_s.max(1e-9)
+        ));
+    }
+    Some(Finding {
+        name: "run-failed",
+        severity: Severity::Critical,
+        summary: format!(
+            "the run failed: {} of its requests got an error or a bad status, so its rate measures the failure, not what the server can do",
+            pct((l.failed + l.bad_status) as f64 / total.max(1) as f64)
+        ),
+        evidence,
+        remedy: "fix the target or the URL first (the load's errors and statuses say what went wrong); if these statuses are what the server should answer, name them with --accept-status".into(),
+    })
+}
+
+/// Fewer requests in service than the load kept in flight (Little's law): connections spent
+/// the window without an answer (unserved, reconnecting, timing out).
+fn out_of_service(ctx: &Context, ex: &Explanation) -> Option<Finding> {
+    let l = ctx.load.as_ref().filter(|l| l.mode == "closed")?;
+    let share = ex.in_service_share().filter(|&x| x < IN_SERVICE_LOW)?;
+    let n = ex.in_service?;
+    let mut evidence = vec![format!(
+        "{:.0} responses/s x {} mean latency = {n:.1} requests in service on average, of {} the load kept in flight ({})",
+        ex.rate,
+        ex.latency_ms.map_or("-".into(), fmt_ms),
+        l.concurrency,
+        pct(share)
+    )];
+    if l.reconnects > 0 {
+        evidence.push(format!(
+            "{} reconnects ({:.0}/s): connections the server closed, or errors closed, were opened again",
+            l.reconnects,
+            l.reconnects as f64 / l.duration_s.max(1e-9)
+        ));
+    }
+    if l.failed > 0 {
+        evidence.push(format!("{} requests failed (errors or timeouts)", l.failed));
+    }
+    Some(Finding {
+        name: "connections-out-of-service",
+        severity: if share < 0.5 { Severity::Critical } else { Severity::Warning },
+        summary: format!(
+            "only {} of the load's connections had a request being answered on average: the others waited for an answer that did not come, or reconnected",
+            pct(share)
+        ),
+        evidence,
+        remedy: "check what the server can hold: its connection and descriptor limits (ulimit -n, nginx worker_connections), its accept queue, and whether it closes connections (nginx keepalive_requests); the load's errors say which".into(),
     })
 }
 
@@ -107,6 +207,15 @@ impl<'a> Sides<'a> {
             interrupts,
             other,
         }
+    }
+
+    fn any_sat(&self) -> bool {
+        self.server_sat || self.client_sat
+    }
+
+    /// A saturated side was held back by CPUs full of work not its own.
+    fn held_by_cpus(&self) -> bool {
+        side_held(&self.servers) == Some(Held::Cpus) || side_held(&self.clients) == Some(Held::Cpus)
     }
 
     /// The server's and then the generator's processes, described; a side's idle processes
@@ -236,7 +345,7 @@ fn reach(procs: &[&ProcSummary]) -> Option<CpuSet> {
     (!procs.is_empty()).then_some(all)
 }
 
-fn contention(s: &Summary, sides: &Sides) -> Option<Finding> {
+fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding> {
     if !sides.contended {
         return None;
     }
@@ -257,10 +366,18 @@ fn contention(s: &Summary, sides: &Sides) -> Option<Finding> {
     let who = s.others.first().map_or(String::new(), |o| {
         format!(", above all {} (pid {}, {:.2} CPUs)", o.comm, o.pid, o.cpu)
     });
+    if let Some(p) = s.cpu_pressure {
+        evidence.push(format!("tasks waited for a CPU {} of the window (PSI)", pct(p)));
+    }
+    let summary = if severity == Severity::Info {
+        format!("the host was busy with other processes during the run{who}; it does not explain the rate: no side was short of CPU and tasks rarely waited for one")
+    } else {
+        format!("the host was busy with other processes during the run{who}: the figures are lower than this host can do")
+    };
     Some(Finding {
         name: "cpu-contention",
-        severity: Severity::Warning,
-        summary: format!("the host was busy with other processes during the run{who}: the figures are lower than this host can do"),
+        severity,
+        summary,
         evidence,
         remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
     })
@@ -383,7 +500,7 @@ fn hot_cpus<'a>(s: &'a Summary, sides: &Sides) -> Vec<&'a CpuShare> {
         .collect()
 }
 
-fn cpu_saturated(hot: &[&CpuShare], sides: &Sides) -> Finding {
+fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Finding {
     let list: CpuSet = hot.iter().map(|c| c.cpu).collect();
     let mut evidence: Vec<String> = hot
         .iter()
@@ -404,33 +521,66 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides) -> Finding {
         evidence
             .push("the server's process is not known: give --server-pid (doctor: --pid)".into());
     }
+    let tail = if severity == Severity::Info {
+        "; no task waited for it long enough to explain the rate"
+    } else {
+        ""
+    };
     Finding {
         name: "cpu-saturated",
-        severity: Severity::Warning,
-        summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed", list.named(), if list.len() == 1 { "was" } else { "were" }),
+        severity,
+        summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed{tail}", list.named(), if list.len() == 1 { "was" } else { "were" }),
         evidence,
         remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
     }
 }
 
-/// latency-bound or no-single-bottleneck.
-fn neither_saturated(s: &Summary, ctx: &Context, sides: &Sides) -> Option<Finding> {
+/// latency-bound (a closed loop: Little's law explains the rate), paced (an open loop: the
+/// schedule set it), or, without the load's facts, latency-bound or no-single-bottleneck by how
+/// flat the packet rate was.
+fn neither_saturated(
+    s: &Summary,
+    ctx: &Context,
+    ex: &Explanation,
+    sides: &Sides,
+) -> Option<Finding> {
     if sides.servers.is_empty() && sides.clients.is_empty() && sides.remote.is_empty() {
         return None;
     }
-    let (rates, what) = match &ctx.request_rates {
-        Some(r) => (r.clone(), "requests/s"),
-        None => (s.intervals.iter().map(|i| i.pps).collect(), "packets/s"),
-    };
-    let cv = coefficient_of_variation(&rates)?;
-    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
     let mut evidence = sides.evidence(false);
     let idle = s.cpus.iter().filter(|c| c.idle >= HEADROOM_IDLE).count();
     evidence.push(format!(
-        "{idle} CPU(s) at least {} idle; none at {} busy or more",
+        "{idle} CPU(s) at least {} idle; no side at {} of its capacity",
         pct(HEADROOM_IDLE),
         pct(SATURATED)
     ));
+    if let Some(l) = &ctx.load {
+        evidence.extend(ex.chain.iter().cloned());
+        if l.paced() {
+            return Some(Finding {
+                name: "paced",
+                severity: Severity::Info,
+                summary: format!("the load's schedule set the rate ({:.0} requests/s, open loop) and no resource was saturated: the target kept up", ex.rate),
+                evidence,
+                remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop for its maximum".into(),
+            });
+        }
+        return Some(Finding {
+            name: "latency-bound",
+            severity: Severity::Info,
+            summary: format!(
+                "no resource is saturated: the rate is {} request(s) in flight over {} each (Little's law), bound by round trips, not CPU",
+                l.concurrency,
+                ex.latency_ms.map_or("-".into(), fmt_ms)
+            ),
+            evidence,
+            remedy: "more requests in flight (`qpslab load -c`, --pipeline, --streams) raise the rate until a resource saturates; a shorter round trip (the server's own waits) raises it per connection".into(),
+        });
+    }
+    let rates: Vec<f64> = s.intervals.iter().map(|i| i.pps).collect();
+    let what = "packets/s";
+    let cv = coefficient_of_variation(&rates)?;
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
     if cv <= FLAT_CV && mean > 0.0 {
         evidence.push(format!(
             "{what} flat at {mean:.0} (variation {:.1}% over {} intervals)",

@@ -1,0 +1,300 @@
+//! The rate explained: the request path as an inventory of resources, each with its use over
+//! the window (a share of its capacity) and what one request cost it, and the operational laws
+//! that tie them to the rate the load measured.
+//!
+//! - Little's law, in a closed loop: rate = requests in service / latency. The load knows how
+//!   many requests it kept in flight (connections x streams or pipeline depth) and their mean
+//!   latency; rate x latency says how many were in service on average. Fewer in service than
+//!   the load kept open means connections spent the window without a request being answered
+//!   (unserved, reconnecting, timing out).
+//! - The utilization law: a resource's use = rate x its demand per request. The resource used
+//!   closest to its capacity bounds the rate (1 / demand per unit of capacity); when none is
+//!   near capacity, the latency does: the time a request spends that no resource's work
+//!   accounts for is waiting (in the server, on the path, in queues).
+//!
+//! This module computes the figures and the chain of sentences that `doctor` and `bench` print;
+//! the verdict ([`super::verdict`]) names the headline from the same figures. It owns no
+//! threshold of its own beyond [`super::SATURATED`].
+
+use serde::{Deserialize, Serialize};
+
+use super::summary::{pct, Summary};
+use super::{CPU_WAITS, SATURATED};
+use crate::host::Host;
+use crate::sample::Role;
+
+/// What the load tells the doctor about the run it measured (`bench` knows it; `doctor --
+/// COMMAND` does not, and explains by the counters alone).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadFacts {
+    /// `closed`, `rate` (open loop) or `conn-per-request`.
+    pub mode: String,
+    /// Requests the load kept in flight at most: connections x streams or pipeline depth.
+    pub concurrency: u64,
+    /// Responses received in the window (ok and bad status).
+    pub responses: u64,
+    /// Responses with a status under 400 (or one `--accept-status` lists).
+    pub ok: u64,
+    /// Transport errors, timeouts and parse errors.
+    pub failed: u64,
+    /// Responses with a status of 400 or more that were not accepted.
+    pub bad_status: u64,
+    /// Responses by status code.
+    #[serde(default)]
+    pub statuses: std::collections::BTreeMap<String, u64>,
+    /// Mean latency of a response, in seconds.
+    pub mean_latency_s: f64,
+    /// Mean time to open a connection, in seconds (a connection per request pays it each time).
+    #[serde(default)]
+    pub mean_connect_s: f64,
+    /// Connections opened again during the window (the server closed them, or errors did).
+    pub reconnects: u64,
+    /// The window's length, in seconds.
+    pub duration_s: f64,
+}
+
+impl LoadFacts {
+    /// Responses per second over the window.
+    pub fn rate(&self) -> f64 {
+        if self.duration_s > 0.0 {
+            self.responses as f64 / self.duration_s
+        } else {
+            0.0
+        }
+    }
+
+    /// More responses failed or came back with a bad status than came back ok.
+    pub fn failed_run(&self) -> bool {
+        let bad = self.failed + self.bad_status;
+        bad > 0 && bad > self.ok
+    }
+
+    /// The load paced itself (open loop): the schedule, not the path, set the rate.
+    pub fn paced(&self) -> bool {
+        self.mode == "rate"
+    }
+}
+
+/// One resource on the request path over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    /// What it is, e.g. `server CPU (qpslab pid 4242, CPU 0)`, `CPU 1`, `eth0 bandwidth`.
+    pub name: String,
+    /// The share of its capacity used over the window (1 = all of it).
+    pub utilization: f64,
+    /// The units of capacity (CPUs, bytes/s), for the text.
+    pub used: String,
+    /// What one response cost it, in milliseconds of its time (None when it has no
+    /// per-request cost that adds to the latency, e.g. a link's capacity in bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_request: Option<f64>,
+}
+
+/// The rate explained, in numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// Responses per second.
+    pub rate: f64,
+    /// Requests the load kept in flight at most (closed loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u64>,
+    /// Mean latency, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Little's law: rate x latency, the requests in service on average.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_service: Option<f64>,
+    /// Every resource measured, most used first.
+    pub resources: Vec<Resource>,
+    /// The resource used closest to its capacity, when it is saturated: it bounds the rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+    /// Of the mean latency, the milliseconds no measured resource's work accounts for: waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_ms: Option<f64>,
+    /// The chain from the rate to the resource, one sentence a line.
+    pub chain: Vec<String>,
+}
+
+/// The share of the load's concurrency below which connections were out of service.
+pub const IN_SERVICE_LOW: f64 = 0.75;
+
+impl Explanation {
+    /// Requests in service as a share of the load's concurrency (closed loop only).
+    pub fn in_service_share(&self) -> Option<f64> {
+        Some(self.in_service? / self.concurrency.filter(|&n| n > 0)? as f64)
+    }
+}
+
+/// The inventory of this run's resources, with their use: each followed side's CPU (against
+/// what it may use), each CPU, and each interface with a known capacity that carried traffic.
+pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
+    let per_request = |cpus: f64| rate.filter(|&r| r > 0.0).map(|r| cpus / r * 1e3);
+    let mut out = Vec::new();
+    for role in [Role::Server, Role::Client] {
+        let procs: Vec<_> = s.processes.iter().filter(|p| p.role == role).collect();
+        if procs.is_empty() {
+            continue;
+        }
+        let busiest = procs.iter().max_by(|a, b| a.busy_ratio.total_cmp(&b.busy_ratio));
+        let Some(p) = busiest else { continue };
+        let cpu: f64 = procs.iter().map(|p| p.cpu).sum();
+        let side = if role == Role::Server { "server" } else { "generator" };
+        let on = p.cpus.as_ref().map_or(String::new(), |c| format!(", {}", c.named()));
+        out.push(Resource {
+            name: format!("{side} CPU ({} pid {}{on})", p.comm, p.pid),
+            utilization: p.busy_ratio,
+            used: format!("{cpu:.2} CPUs"),
+            ms_per_request: per_request(cpu),
+        });
+    }
+    for c in &s.cpus {
+        out.push(Resource {
+            name: format!("CPU {}", c.cpu),
+            utilization: c.busy(),
+            used: format!("softirq {}, irq {}", pct(c.softirq), pct(c.irq)),
+            ms_per_request: None,
+        });
+    }
+    for i in &s.interfaces {
+        let Some(nic) = host.nics.iter().find(|n| n.name == i.name) else { continue };
+        let Some(mbps) = nic.speed_mbps.filter(|&m| m > 0) else { continue };
+        let cap = mbps as f64 * 1e6 / 8.0;
+        let bytes = i.rx_bytes_per_s.max(i.tx_bytes_per_s);
+        if bytes <= 0.0 {
+            continue;
+        }
+        out.push(Resource {
+            name: format!("{} bandwidth ({mbps} Mb/s)", i.name),
+            utilization: bytes / cap,
+            used: format!("{:.1} MB/s", bytes / 1e6),
+            ms_per_request: None,
+        });
+    }
+    out.sort_by(|a, b| b.utilization.total_cmp(&a.utilization));
+    out
+}
+
+/// The rate explained from the summary and, when the load ran in-process, its facts.
+pub fn explain(host: &Host, s: &Summary, load: Option<&LoadFacts>) -> Explanation {
+    // A CPU busy with work nobody waited behind (PSI) bounds nothing on the request path.
+    let waited = s.cpu_pressure.is_none_or(|p| p >= CPU_WAITS);
+    let rate = load.map_or_else(
+        || s.intervals.iter().map(|i| i.pps).sum::<f64>() / s.intervals.len().max(1) as f64,
+        LoadFacts::rate,
+    );
+    let resources = inventory(host, s, load.map(|_| rate));
+    if let Some(l) = load.filter(|l| l.failed_run()) {
+        // The rate of errors is not the target's: nothing to explain it by.
+        return Explanation {
+            rate,
+            concurrency: None,
+            latency_ms: None,
+            in_service: None,
+            resources,
+            bound: None,
+            waiting_ms: None,
+            chain: vec![format!(
+                "the run failed: {rate:.0} responses/s, {:.0} of them ok; a rate of errors and bad statuses is not explained",
+                l.ok as f64 / l.duration_s.max(1e-9)
+            )],
+        };
+    }
+    let bound = resources
+        .iter()
+        .find(|r| r.utilization >= SATURATED && (waited || !r.name.starts_with("CPU ")))
+        .map(|r| r.name.clone());
+    let what = if load.is_some() { "responses/s" } else { "packets/s (no load facts)" };
+    let mut chain = Vec::new();
+    let closed = load.filter(|l| !l.paced() && l.mean_latency_s > 0.0);
+    let latency_ms = load.map(|l| (l.mean_latency_s + l.mean_connect_s) * 1e3);
+    let in_service = closed.map(|l| rate * (l.mean_latency_s + l.mean_connect_s));
+    match (closed, in_service, latency_ms) {
+        (Some(l), Some(n), Some(ms)) => chain.push(format!(
+            "{rate:.0} {what} = {n:.1} requests in service / {} (Little's law); the load kept {} in flight{}",
+            fmt_ms(ms),
+            l.concurrency,
+            if l.concurrency > 0 { format!(", {} of them in service", pct(n / l.concurrency as f64)) } else { String::new() }
+        )),
+        _ => match load {
+            Some(l) if l.paced() => chain.push(format!(
+                "{rate:.0} {what}, paced by the load's schedule (open loop): the rate is what was asked, the latency {} what it cost",
+                latency_ms.map_or("-".into(), fmt_ms)
+            )),
+            _ => chain.push(format!("{rate:.0} {what} over {:.1} s", s.duration_s)),
+        },
+    }
+    let costs: Vec<&Resource> = resources.iter().filter(|r| r.ms_per_request.is_some()).collect();
+    let spent: f64 = costs.iter().filter_map(|r| r.ms_per_request).sum();
+    let waiting_ms = closed.and(latency_ms).map(|ms| (ms - spent).max(0.0));
+    if !costs.is_empty() {
+        let parts: Vec<String> = costs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} ({} of its capacity)",
+                    r.name,
+                    fmt_ms(r.ms_per_request.unwrap_or(0.0)),
+                    pct(r.utilization)
+                )
+            })
+            .collect();
+        chain.push(format!("per response: {}", parts.join(", ")));
+    }
+    match &bound {
+        Some(_) => {
+            let saturated: Vec<String> = resources
+                .iter()
+                .filter(|r| r.utilization >= SATURATED && (waited || !r.name.starts_with("CPU ")))
+                .map(|r| {
+                    format!("{} at {} of its capacity ({})", r.name, pct(r.utilization), r.used)
+                })
+                .collect();
+            chain.push(format!(
+                "the bound: {}: more of {} is what more rate needs",
+                saturated.join("; "),
+                if saturated.len() == 1 { "it" } else { "them" }
+            ));
+        }
+        None => {
+            let top = resources.first().map_or("nothing measured".into(), |r| {
+                format!("the most used, {}, at {}", r.name, pct(r.utilization))
+            });
+            match (waiting_ms, latency_ms) {
+                (Some(w), Some(ms)) if ms > 0.0 && w < 0.1 * ms => chain.push(format!(
+                    "no resource saturated ({top}): the CPU work per response, {} in all, covers the whole {} round trip: the sides work in turn, each waiting for the other, so more requests in flight, not faster CPUs, raise the rate",
+                    fmt_ms(spent),
+                    fmt_ms(ms)
+                )),
+                (Some(w), Some(ms)) if ms > 0.0 => chain.push(format!(
+                    "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting (in the server, on the path, in queues){}",
+                    fmt_ms(ms),
+                    fmt_ms(w),
+                    s.cpu_pressure.map_or(String::new(), |p| format!("; tasks waited for a CPU {} of the window", pct(p)))
+                )),
+                _ => chain.push(format!("no resource saturated ({top})")),
+            }
+        }
+    }
+    Explanation {
+        rate,
+        concurrency: closed.map(|l| l.concurrency),
+        latency_ms,
+        in_service,
+        resources,
+        bound,
+        waiting_ms,
+        chain,
+    }
+}
+
+/// Milliseconds with the precision a reader wants: `20.3 ms`, `0.045 ms`.
+pub fn fmt_ms(ms: f64) -> String {
+    if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms >= 0.1 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
