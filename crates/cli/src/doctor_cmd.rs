@@ -34,6 +34,7 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
         "interval_s": a.interval.as_secs_f64(),
         "summary": d.summary,
         "findings": d.findings,
+        "explanation": d.explanation,
         "command_exit_code": done.command_exit_code,
     });
     if let Some(p) = &d.profile {

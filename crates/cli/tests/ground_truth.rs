@@ -579,3 +579,250 @@ fn a_run_of_404s_is_failed_not_bound() {
         assert!(v["doctor"]["explanation"]["bound"].is_null(), "{}", v["doctor"]["explanation"]);
     }
 }
+
+/// Two network namespaces of this test's own joined by a veth pair made inside them (nothing
+/// of it in the host's namespace): `a` holds 10.77.N.1, `b` 10.77.N.2. Removed on drop.
+struct NsPair {
+    a: String,
+    b: String,
+}
+
+impl NsPair {
+    fn create(what: &str, n: u8) -> NsPair {
+        let id = std::process::id() % 100_000;
+        let p = NsPair { a: format!("qpslab-{what}a-{id}"), b: format!("qpslab-{what}b-{id}") };
+        let (va, vb) = (format!("q{what}{id}a"), format!("q{what}{id}b"));
+        for args in [
+            vec!["netns", "add", &p.a],
+            vec!["netns", "add", &p.b],
+            vec![
+                "link", "add", &va, "netns", &p.a, "type", "veth", "peer", "name", &vb, "netns",
+                &p.b,
+            ],
+        ] {
+            ip(&args);
+        }
+        let (aa, ab) = (format!("10.77.{n}.1/24"), format!("10.77.{n}.2/24"));
+        ip(&["-n", &p.a, "addr", "add", &aa, "dev", &va]);
+        ip(&["-n", &p.b, "addr", "add", &ab, "dev", &vb]);
+        for (ns, dev) in [(&p.a, &va), (&p.b, &vb)] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        p
+    }
+
+    /// Runs `args` in namespace `ns`.
+    fn run(ns: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip").args(["netns", "exec", ns]).args(args).output().unwrap()
+    }
+}
+
+impl Drop for NsPair {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The seeds' first finding: a path capped in bandwidth. The server's interface shapes its
+/// responses to 10 Mbit/s (tbf), the responses are 100 KB, the CPUs idle: the headline is the
+/// link at its rate, every time, with the shaper named and its drops as its evidence; the
+/// retransmissions they cause and the one-queue layout are info, never warnings (it was
+/// `no-single-bottleneck` and a `single-rx-queue` warning "RPS is off").
+#[test]
+fn a_link_capped_by_a_shaper_is_the_bound() {
+    let _one = one_at_a_time();
+    let pair = NsPair::create("bw", 1);
+    let dev = format!("qbw{}a", std::process::id() % 100_000);
+    let tc = NsPair::run(
+        &pair.a,
+        &[
+            "tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", "10mbit", "burst", "32kbit",
+            "latency", "50ms",
+        ],
+    );
+    assert!(tc.status.success(), "tc: {}", String::from_utf8_lossy(&tc.stderr));
+    let qpslab = env!("CARGO_BIN_EXE_qpslab");
+    let _server = Kill(
+        Command::new("ip")
+            .args(["netns", "exec", &pair.a, qpslab, "serve", "-w", "1", "-l", "10.77.1.1:18080"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = _server.0.id();
+    // `ip netns exec` execs the command: the child's PID is the server's.
+    for _ in 0..5 {
+        let out = NsPair::run(
+            &pair.a,
+            &[
+                qpslab,
+                "doctor",
+                "--pid",
+                &pid.to_string(),
+                "--json",
+                "--",
+                "ip",
+                "netns",
+                "exec",
+                &pair.b,
+                qpslab,
+                "load",
+                "-c",
+                "10",
+                "-d",
+                "3s",
+                "http://10.77.1.1:18080/?s=100000",
+            ],
+        );
+        let v = json(&out);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "link-saturated", "the headline: {f:#?}");
+        let s = f[0]["summary"].as_str().unwrap();
+        assert!(s.contains(&format!("{dev} egress, shaped by tbf to 10.0 Mbit/s")), "{s}");
+        assert!(text_of(&f[0]).contains("packets dropped"), "{}", f[0]);
+        no_warnings_but(&f, &["link-saturated"]);
+        none_of(&f, &["no-single-bottleneck", "latency-bound", "interface-drops"]);
+        if let Some(q) = named(&f, "single-rx-queue") {
+            assert_eq!(q["severity"], "info", "{q}");
+        }
+        let bound = &v["explanation"]["resources"][0];
+        assert_eq!(bound["kind"], "shaper", "{bound}");
+        let u = bound["utilization"].as_f64().unwrap();
+        assert!((0.85..1.1).contains(&u), "{bound}");
+    }
+}
+
+/// Ten thousand connections: opening them takes about a second here, before the measured
+/// window. The doctor's window is the measured one (it began with the connect storm: 8.25 s
+/// for a 3 s run at 19,000 connections, and an accept-queue overflow of the setup headed the
+/// findings); the setup is said apart, in the load's report.
+#[test]
+fn the_doctors_window_leaves_the_connection_setup_out() {
+    let _one = one_at_a_time();
+    let out = qpslab_command()
+        .args(["bench", "-d", "2s", "--warmup", "0s", "-c", "10000", "--no-save", "--json"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    let window = v["doctor"]["summary"]["duration_s"].as_f64().unwrap();
+    let setup = v["load"]["setup"]["duration_s"].as_f64().unwrap();
+    assert_eq!(v["load"]["setup"]["opened"], 10000, "{}", v["load"]["setup"]);
+    assert!((1.9..2.5).contains(&window), "window {window} s, setup {setup} s");
+    none_of(&findings(&v), &["accept-queue-overflow", "syn-queue-full"]);
+}
+
+/// A server allowed 64 descriptors, loaded with 300 connections: it serves the few its table
+/// holds, the rest wait in its accept queue with their first request unanswered. The load
+/// counts them (it printed `0 fail` and percentiles of the served ones only), the run fails
+/// its check, and the doctor's headline names them with the server's side: its accept queue
+/// and its descriptors against its limit (it said `both-saturated`).
+#[test]
+fn connections_the_server_never_served_are_starved() {
+    let _one = one_at_a_time();
+    let server = ServeChild::start(&["prlimit", "--nofile=64:64"], &["-w", "1", "--cpus", "0"]);
+    let url = server.url("/");
+    let out = qpslab_command()
+        .args(["bench", "-c", "300", "-d", "2s", "--warmup", "0s", "--no-save", "--json", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let st = &v["load"]["connections"]["starved"];
+    let unanswered = st["unanswered"].as_u64().unwrap();
+    assert!(unanswered >= 200, "{st}");
+    let reason = v["load"]["check"]["reason"].as_str().unwrap();
+    assert!(reason.contains("connections got no response in the measured window"), "{reason}");
+    let f = findings(&v);
+    assert_eq!(f[0]["name"], "connections-out-of-service", "the headline: {f:#?}");
+    assert_eq!(f[0]["severity"], "critical");
+    let t = text_of(&f[0]);
+    assert!(t.contains("in its accept queue"), "{t}");
+    assert!(t.contains("of its limit of 64 (ulimit -n)"), "{t}");
+}
+
+/// An nginx master (taskset execs it) stopped with SIGTERM, nginx's fast shutdown, which
+/// takes its workers with it (SIGKILL would leave them running).
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        for _ in 0..100 {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A user's own nginx, as Debian ships its habits: an access log written per request and
+/// `keepalive_requests 100`, one worker on CPU 0. The doctor reads its configuration (`nginx
+/// -T`) and names those costs with this run's evidence (the reconnects keepalive_requests
+/// causes), as a warning when nginx's CPU is the bound; no generator flag is offered for it.
+#[test]
+fn nginx_with_its_known_costs_on_is_told_what_they_cost() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = dir.path().display();
+    std::fs::write(
+        dir.path().join("nginx.conf"),
+        format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log {d}/access.log;\n  keepalive_requests 100;\n\
+             server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\"; }} }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let conf = dir.path().join("nginx.conf");
+    let _nginx = Nginx(
+        Command::new("taskset")
+            .args(["-c", "0", "nginx", "-p"])
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/test installs nginx-light)"),
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v = bench(&url, &[]);
+    let f = findings(&v);
+    let n = named(&f, "nginx-config").expect("nginx-config");
+    let t = text_of(n);
+    assert!(t.contains(&format!("access_log {d}/access.log")), "{t}");
+    assert!(t.contains("keepalive_requests 100:"), "{t}");
+    let reconnects = v["load"]["connections"]["reconnects"].as_u64().unwrap();
+    assert!(reconnects > 100, "keepalive_requests 100 closes connections: {reconnects}");
+    let bound = v["doctor"]["explanation"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["kind"] == "server-cpu" && r["utilization"].as_f64().unwrap() >= 0.85);
+    assert_eq!(n["severity"], if bound { "warning" } else { "info" }, "{n}");
+    for x in &f {
+        let remedy = x["remedy"].as_str().unwrap();
+        if x["name"] == "server-bound" || x["name"] == "nginx-config" {
+            assert!(!remedy.contains("--pipeline") && !remedy.contains("io_uring"), "{x}");
+        }
+    }
+}

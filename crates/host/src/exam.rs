@@ -96,6 +96,13 @@ impl Examination {
     pub fn diagnose(&self, samples: &[Sample], mut ctx: Context) -> Diagnosis {
         let summary = summarize(samples, &self.followed(), qpslab_sys::system::clock_ticks());
         ctx.journal_active = self.root.exists(JOURNAL);
+        if ctx.nginx.is_none() {
+            ctx.nginx = self
+                .watch
+                .iter()
+                .filter(|w| w.role == Role::Server)
+                .find_map(|w| crate::nginx::read(&self.root, w.pid));
+        }
         ctx.profile = self.profiled.as_ref().map(|r| self.build_profile(r));
         let (findings, explanation) = diagnose(&self.host, samples, &summary, &ctx);
         Diagnosis { summary, findings, explanation: Some(explanation), profile: ctx.profile }

@@ -8,10 +8,13 @@ pub mod doctor;
 pub mod exam;
 pub mod facts;
 pub mod host;
+pub mod links;
+pub mod nginx;
 pub mod nic;
 pub mod parse;
 pub mod procs;
 pub mod render;
+pub mod route;
 pub mod sample;
 pub mod tune;
 

@@ -170,6 +170,25 @@ pub fn doctor_text(d: &crate::Diagnosis) -> String {
             i.tx_bytes_per_s / 1e6
         );
     }
+    for q in &summary.qdiscs {
+        let _ = writeln!(
+            o,
+            "qdisc {:<6} {}{}: {} passed, {} dropped, held back {} times, backlog up to {} bytes",
+            q.iface,
+            q.kind,
+            q.rate_bytes_per_s.map_or(String::new(), |r| format!(
+                " at {}",
+                crate::doctor::explain::fmt_bits(r as f64 * 8.0)
+            )),
+            crate::doctor::explain::fmt_bits(q.bytes_per_s * 8.0),
+            q.drops,
+            q.overlimits,
+            q.backlog_max
+        );
+    }
+    for c in &summary.nic_counters {
+        let _ = writeln!(o, "nic  {:<6} {} +{}", c.iface, c.name, c.delta);
+    }
     let tcp: Vec<String> = summary.tcp.iter().map(|(k, v)| format!("{k} +{v}")).collect();
     let _ = writeln!(o, "tcp  {}", tcp.join(", "));
     let _ = writeln!(

@@ -92,6 +92,22 @@ pub struct Sample {
     /// /proc/pressure/cpu `some total=`: microseconds in which at least one runnable task
     /// waited for a CPU (the CPUs' saturation); None without PSI.
     pub cpu_pressure_us: Option<u64>,
+    /// The interfaces' qdiscs and driver limit counters.
+    pub links: crate::links::Links,
+    /// At the last sample: the listeners with connections waiting in their accept queue.
+    pub listen_queues: Vec<ListenQueue>,
+}
+
+/// A listener with connections waiting to be accepted, at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenQueue {
+    pub local: std::net::SocketAddr,
+    /// Connections in the accept queue.
+    pub queued: u64,
+    /// The queue's limit (the listen backlog, capped by net.core.somaxconn).
+    pub backlog: u64,
+    /// The processes holding the listener.
+    pub holders: Vec<String>,
 }
 
 /// Sockets from this host's ephemeral ports to one destination address and port, at one
@@ -234,6 +250,8 @@ impl Sample {
             cpu_pressure_us: root
                 .read_opt("proc/pressure/cpu")
                 .and_then(|t| parse::pressure_some(&t)),
+            links: crate::links::read(root),
+            listen_queues: Vec::new(),
         })
     }
 }
@@ -250,6 +268,26 @@ impl Sample {
         }
         let sockets = qpslab_sys::sockets::tcp_sockets(root);
         self.dest_ports = dest_ports(&sockets, range, self.at, hz);
+    }
+
+    /// Notes the listeners whose accept queue holds connections ([`Sample::listen_queues`]):
+    /// connections the kernel completed that no process took.
+    pub fn take_listen_queues(&mut self, root: &Root) {
+        use qpslab_sys::sockets::{holders, tcp_sockets, LISTEN};
+        self.listen_queues = tcp_sockets(root)
+            .into_iter()
+            .filter(|s| s.state == LISTEN && s.rx_queue > 0)
+            .take(8)
+            .map(|s| ListenQueue {
+                local: s.local,
+                queued: s.rx_queue,
+                backlog: s.tx_queue,
+                holders: holders(root, &BTreeSet::from([s.inode]))
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            })
+            .collect();
     }
 
     /// Notes every process's name and CPU ticks ([`Sample::census`]).
@@ -322,6 +360,7 @@ pub(crate) fn sample_until(
             if stopping {
                 s.take_census(root);
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
+                s.take_listen_queues(root);
             }
             samples.push(s);
             next += interval;

@@ -119,8 +119,23 @@ fn single_rx_queue_without_rps() {
     });
     let f = run.findings();
     let q = named(&f, "single-rx-queue").expect("finding");
-    assert_eq!(q.severity, Severity::Warning);
+    // A smell while the CPU taking its interrupts has room: info.
+    assert_eq!(q.severity, Severity::Info);
     assert!(q.evidence.iter().any(|e| e.contains("75000 packets/s")), "{:?}", q.evidence);
+    // That CPU saturated: a warning, with its figure.
+    let mut hot = Run::new(Shape::small_virtio());
+    hot.step(|c, _| {
+        c.advance_cpus(100, |cpu| if cpu == 0 { (10, 20, 65, 5) } else { (10, 10, 0, 80) });
+        c.dev.insert("eth0".into(), (50_000_000, 40_000, 30_000_000, 35_000));
+    });
+    let f = hot.findings();
+    let q = named(&f, "single-rx-queue").expect("finding");
+    assert_eq!(q.severity, Severity::Warning);
+    assert!(
+        q.evidence.iter().any(|e| e.contains("CPU 0 that takes its interrupts was 95% busy")),
+        "{:?}",
+        q.evidence
+    );
 
     // An idle NIC has no receive work to spread: nothing to say about it.
     let mut idle = Run::new(Shape::small_virtio());
@@ -140,6 +155,8 @@ fn all_queue_irqs_on_one_cpu() {
         c.irq_counts.get_mut(&100).unwrap()[0] += 5000;
         c.irq_counts.get_mut(&101).unwrap()[0] += 5000;
         c.dev.insert("eth0".into(), (1, 20_000, 1, 20_000));
+        // CPU 0, where they land, saturated: the layout is the bound's evidence.
+        c.advance_cpus(100, |cpu| if cpu == 0 { (10, 20, 65, 5) } else { (5, 5, 0, 90) });
     });
     let f = run.findings();
     let eth0 = f
@@ -1158,4 +1175,99 @@ fn contention_heads_only_when_tasks_waited_for_a_cpu() {
             );
         }
     }
+}
+
+// ---- The network interfaces as resources: capacity, errors, a NIC's own limits.
+
+/// Quiet sides (pids 500 and 600 at 5% each) while eth0 moves `tx_bytes_per_s` and
+/// `pps` each way for 3 s; `each` runs in every step's directory.
+fn eth0_run(tx_bytes_per_s: u64, pps: u64, each: &dyn Fn(&std::path::Path, u64)) -> Run {
+    let mut run = two_sides(5, 5, 0, |_| 0);
+    std::fs::write(run.dir.path().join("sys/class/net/eth0/speed"), "1000\n").unwrap();
+    each(run.dir.path(), 0);
+    run.samples.clear();
+    run.sample();
+    for k in 1..=3u64 {
+        write_process(run.dir.path(), 500, "qpslab", &[(500, 0), (501, 5 * k)], 20, 20000).unwrap();
+        write_process(run.dir.path(), 600, "nginx", &[(600, 5 * k)], 20, 20000).unwrap();
+        each(run.dir.path(), k);
+        run.step(|c, _| {
+            c.advance_cpus(100, |_| (5, 3, 2, 90));
+            c.dev.insert("eth0".into(), (k * 1_000_000, k * pps, k * tx_bytes_per_s, k * pps));
+        });
+    }
+    run
+}
+
+/// The seeds' bare-metal limit: a gigabit interface sending 120 MB/s (96% of 125 MB/s) while
+/// the CPUs idle is the bound, and its one rx queue without RPS is info (RPS "would not gain
+/// anything"); the rate is not called latency-bound.
+#[test]
+fn a_gigabit_link_at_its_speed_is_the_bound() {
+    let run = eth0_run(120_000_000, 90_000, &|_, _| {});
+    let (f, e) = run.diagnose(&with_load(closed_loop(100, 0.01, 3.0)));
+    assert_eq!(f[0].name, "link-saturated", "{f:?}");
+    assert!(f[0].summary.contains("eth0 link (1000 Mb/s) carried 96%"), "{}", f[0].summary);
+    assert_eq!(e.bound_resource().map(|r| r.kind.as_str()), Some("link"), "{e:?}");
+    assert!(named(&f, "latency-bound").is_none(), "{f:?}");
+    let q = named(&f, "single-rx-queue").expect("the layout is still said");
+    assert_eq!(q.severity, Severity::Info, "{q:?}");
+    // At a tenth of the speed, the link is not the bound.
+    let f = eth0_run(12_000_000, 9_000, &|_, _| {})
+        .findings_with(&with_load(closed_loop(100, 0.01, 3.0)));
+    assert!(named(&f, "link-saturated").is_none(), "{f:?}");
+    assert_eq!(f[0].name, "latency-bound", "{f:?}");
+}
+
+/// ENA's allowance counters (as `ethtool -S` prints them, captured beside the tree) moving
+/// during the run are the NIC's own limit; a driver's drop counter is an interface drop.
+#[test]
+fn a_cloud_nics_allowance_counters_are_its_limit() {
+    let counters = |dir: &std::path::Path, k: u64| {
+        std::fs::create_dir_all(dir.join("qpslab/ethtool")).unwrap();
+        std::fs::write(
+            dir.join("qpslab/ethtool/eth0"),
+            format!(
+                "NIC statistics:\n     tx_timeout: 0\n     queue_0_tx_cnt: {}\n     bw_out_allowance_exceeded: {}\n     pps_allowance_exceeded: 0\n     rx_dropped: {}\n",
+                k * 1000,
+                k * 40,
+                k * 3
+            ),
+        )
+        .unwrap();
+    };
+    let f = eth0_run(30_000_000, 20_000, &counters).findings();
+    let n = named(&f, "nic-limit").expect("nic-limit");
+    assert_eq!(n.severity, Severity::Warning);
+    assert!(n.summary.contains("bw_out_allowance_exceeded"), "{}", n.summary);
+    assert!(
+        n.evidence[0].contains("eth0 bw_out_allowance_exceeded +120 (40.0/s)"),
+        "{:?}",
+        n.evidence
+    );
+    let d = named(&f, "interface-drops").expect("interface-drops");
+    assert!(
+        d.evidence.iter().any(|e| e == "eth0 driver counter rx_dropped +9"),
+        "{:?}",
+        d.evidence
+    );
+    // The same counters standing still say nothing.
+    let f = eth0_run(30_000_000, 20_000, &|dir, _| counters(dir, 1)).findings();
+    assert!(named(&f, "nic-limit").is_none() && named(&f, "interface-drops").is_none(), "{f:?}");
+}
+
+/// Only the interfaces on the run's path are judged: a busy eth0 with its interrupt CPU
+/// saturated is a warning when the route to the target leaves by it, and nothing at all when
+/// the run went over lo (it named another program's short-lived veth).
+#[test]
+fn only_the_interfaces_on_the_runs_path_are_judged() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.step(|c, _| {
+        c.advance_cpus(100, |cpu| if cpu == 0 { (10, 20, 65, 5) } else { (10, 10, 0, 80) });
+        c.dev.insert("eth0".into(), (50_000_000, 40_000, 30_000_000, 35_000));
+    });
+    let path = |p: &str| Context { path: Some(vec![p.to_string()]), ..Context::default() };
+    assert!(named(&run.findings_with(&path("eth0")), "single-rx-queue").is_some());
+    let f = run.findings_with(&path("lo"));
+    assert!(named(&f, "single-rx-queue").is_none(), "{f:?}");
 }

@@ -215,6 +215,10 @@ fn irq_cpus_flag_is_validated_and_used() {
     let err =
         tune::plan(&host, &PlanOptions { ifaces: vec!["eth9".into()], ..server() }).unwrap_err();
     assert_eq!(err.to_string(), "--iface eth9: no such interface (this host has: eth0, eth1)");
+    // Regression: RPS was planned on lo, which has no queue to spread (0.66x in a namespace).
+    let err =
+        tune::plan(&host, &PlanOptions { ifaces: vec!["lo".into()], ..server() }).unwrap_err();
+    assert!(err.to_string().starts_with("--iface lo: loopback has no receive queue"), "{err}");
 }
 
 /// Fails the k-th write (1-based), passing everything else through.

@@ -403,12 +403,18 @@ pub fn bench(
 struct Tap<'f, 'b> {
     feed: &'f mut dyn Feed,
     begin: &'b mut dyn FnMut(Duration),
+    /// A load here: the measured window begins when its connections are open (`Ready`), so
+    /// the doctor's counters leave the connection setup out. Over agents: at the instant the
+    /// coordinator gives (`Starting`).
+    on_ready: bool,
 }
 
 impl Feed for Tap<'_, '_> {
     fn event(&mut self, e: &Event<'_>) {
-        if let Event::Starting { lead } = e {
-            (self.begin)(*lead);
+        match e {
+            Event::Ready if self.on_ready => (self.begin)(Duration::ZERO),
+            Event::Starting { lead } if !self.on_ready => (self.begin)(*lead),
+            _ => {}
         }
         self.feed.event(e);
     }
@@ -483,6 +489,14 @@ fn run(
     let mut ctx = doctor_context(&load);
     if !here {
         ctx.generators = generators(&load, remote);
+    }
+    if matches!(doctor, Doctor::Here(_)) {
+        // The doctor judges the interfaces on the way to the target, not every busy one.
+        ctx.path = place::resolve(&placed.url).ok().and_then(|(addr, ..)| {
+            let ip = addr.ip();
+            let local = qpslab_sys::sockets::is_local(ip);
+            Some(vec![qpslab_host::route::interface_for(&root, ip, local)?])
+        });
     }
     let (diagnosis, server_host) = match &mut doctor {
         Doctor::Here(exam) => (exam.diagnose(&samples, ctx), None),
@@ -577,7 +591,9 @@ fn load_while_examined(
                 }
             }
         };
-        let load = generate(opts, placed, remote, stop, &mut Tap { feed, begin: &mut begin });
+        let on_ready = remote.agents.is_none();
+        let load =
+            generate(opts, placed, remote, stop, &mut Tap { feed, begin: &mut begin, on_ready });
         drop(go);
         done.store(true, Ordering::Relaxed);
         let samples = sampler.map_or(Ok(Ok(Vec::new())), |t| t.join());
@@ -622,7 +638,7 @@ fn generate(
         qpslab_load::run(&warm, stop, &mut Unwatched).map_err(BenchError::Load)?;
     }
     tap.event(&Event::Starting { lead: Duration::ZERO });
-    let result = qpslab_load::run(&cfg, stop, tap.feed).map_err(BenchError::Load)?;
+    let result = qpslab_load::run(&cfg, stop, tap).map_err(BenchError::Load)?;
     Ok(Report::new(&cfg, &result, &opts.meta))
 }
 
@@ -659,6 +675,9 @@ fn load_facts(load: &Report) -> LoadFacts {
             0.0
         },
         reconnects: load.connections.reconnects,
+        starved: load.connections.starved.waited_over_p999,
+        unanswered: load.connections.starved.unanswered,
+        connections: load.config.connections as u64,
         duration_s: load.duration_s,
     }
 }

@@ -73,6 +73,15 @@ pub fn render_text(r: &BenchReport) -> String {
         ms(lat.p999),
         ms(lat.max)
     );
+    if let Some(setup) = &l.setup {
+        let _ = writeln!(
+            o,
+            "setup       {} connections opened in {}, before the measured window (the doctor's counters leave it out){}",
+            setup.opened,
+            ms((setup.duration_s * 1e6) as u64),
+            if setup.failed > 0 { format!("; {} could not open", setup.failed) } else { String::new() }
+        );
+    }
     let c = &l.connections;
     let _ = writeln!(
         o,

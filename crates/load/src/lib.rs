@@ -160,6 +160,9 @@ pub struct RunResult {
     pub port_budget: Option<source::PortBudget>,
     /// Keep-alive runs: the connections opened before the run's clock started.
     pub setup: Option<Setup>,
+    /// The connections still waiting for an answer at the stop.
+    #[serde(default)]
+    pub waiting: Waiting,
     /// A cgroup CPU quota over this process, and how often it held the run back: a throttled
     /// generator's threads wait instead of running, so its busy share alone looks idle.
     pub throttling: Option<qpslab_sys::cgroup::Throttling>,
@@ -286,6 +289,24 @@ pub fn run(
     })
 }
 
+/// The connections with a counted request outstanding when the run stopped, by how long
+/// their oldest one had waited: what a run in which the server never served some connections
+/// looks like from the generator. The report compares the waits with the run's p99.9.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Waiting {
+    /// Connections that had completed no response in the measured window, in µs.
+    pub unanswered_us: Vec<u64>,
+    /// Connections that had, in µs.
+    pub answered_us: Vec<u64>,
+}
+
+impl Waiting {
+    pub(crate) fn absorb(&mut self, other: &Waiting) {
+        self.unanswered_us.extend_from_slice(&other.unanswered_us);
+        self.answered_us.extend_from_slice(&other.answered_us);
+    }
+}
+
 /// Adds up what the threads measured.
 fn merge(
     cfg: &LoadConfig,
@@ -300,6 +321,7 @@ fn merge(
     let mut polled = Duration::ZERO;
     let mut ended = clock.measure_start;
     let mut in_flight_by_target = vec![0; cfg.targets.len()];
+    let mut waiting = Waiting::default();
     let mut setup = Setup {
         connections: cfg.connections,
         duration: ready_at.saturating_duration_since(spawned),
@@ -316,6 +338,7 @@ fn merge(
         idle_at_stop += o.idle_at_stop;
         rec.merge(&o.rec);
         in_flight_at_stop += o.in_flight;
+        waiting.absorb(&o.waiting);
         cpu = cpu + o.cpu;
         polled += o.polled;
         ended = ended.max(o.ended);
@@ -340,6 +363,7 @@ fn merge(
         port_budget: None,
         setup: cfg.opens_first().then_some(setup),
         throttling: None,
+        waiting,
     }
 }
 

@@ -98,9 +98,11 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         port_budget: None,
         setup: None,
         throttling: None,
+        waiting: crate::Waiting::default(),
     };
     for p in parts {
         rec.merge(&p.rec);
+        out.waiting.absorb(&p.waiting);
         // The agent a quota held back most speaks for the merged run.
         if p.throttling
             .as_ref()
@@ -200,6 +202,7 @@ mod tests {
             port_budget: None,
             setup: None,
             throttling: None,
+            waiting: crate::Waiting::default(),
         }
     }
 

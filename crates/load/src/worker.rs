@@ -105,6 +105,8 @@ pub(crate) struct ThreadOutcome {
     pub in_flight_by_target: Vec<u64>,
     /// The connections opened before the run's clock started.
     pub setup: SetupCounts,
+    /// The connections with a counted request outstanding at the stop.
+    pub waiting: crate::Waiting,
 }
 
 /// How the connections opened before the run's clock started.
@@ -190,6 +192,8 @@ struct Conn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
+    /// Responses to counted requests this connection slot completed in the measured window.
+    answered: u32,
 }
 
 /// When the requests of one write were meant to go.
@@ -291,6 +295,7 @@ impl<'a> Worker<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
+                answered: 0,
             })
             .collect();
         Ok(Self {
@@ -487,7 +492,15 @@ impl<'a> Worker<'a> {
             (self.send_interval)(self.log_index, h);
         }
         let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
+        let mut waiting = crate::Waiting::default();
         for c in &self.conns {
+            if let Some(since) = c.oldest_counted_outstanding() {
+                let us = now.saturating_duration_since(since).as_micros() as u64;
+                match c.answered {
+                    0 => waiting.unanswered_us.push(us),
+                    _ => waiting.answered_us.push(us),
+                }
+            }
             c.add_counted_outstanding(&self.shared.groups[c.s.group()], &mut in_flight_by_target);
             if let Session::H2(h) = &c.s {
                 self.rec.h2.get_or_insert_with(Default::default).merge(&h.counts);
@@ -503,6 +516,7 @@ impl<'a> Worker<'a> {
             in_flight_by_target,
             setup: self.setup,
             rec: self.rec,
+            waiting,
         }
     }
 
@@ -804,11 +818,14 @@ impl<'a> Worker<'a> {
         let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
         let c = &mut self.conns[idx];
         let group = &shared.groups[c.s.group()];
+        let mut answered = 0;
         let absorbed =
             c.s.absorb(data, group, &shared.heads, shared.cfg.conn_per_request, |req, resp| {
                 *outstanding -= 1;
+                answered += u32::from(req.counted);
                 shared.record(rec, req, resp, now);
             });
+        c.answered = c.answered.saturating_add(answered);
         while let Some((req, msg)) = c.s.take_reset() {
             // One stream failed; the connection goes on.
             *outstanding -= 1;
@@ -826,10 +843,13 @@ impl<'a> Worker<'a> {
         let now = Instant::now();
         let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
         let c = &mut self.conns[idx];
+        let mut answered = 0;
         let ended = c.s.eof(|req, resp| {
             *outstanding -= 1;
+            answered += u32::from(req.counted);
             shared.record(rec, req, resp, now);
         });
+        c.answered = c.answered.saturating_add(answered);
         match ended {
             Ok(Ended::Response) => self.close_after_response(idx),
             Ok(Ended::Idle) if c.waiting == 0 => {
@@ -1033,6 +1053,22 @@ impl Conn {
         if self.waiting_counted && self.waiting > 0 {
             f(self.s.next_target(group) as usize, self.waiting);
         }
+    }
+
+    /// When the oldest counted request this connection still waits for was due: its
+    /// intended send time, or, for requests committed while it was opening, when it began
+    /// to open (its scheduled slot, open loop).
+    fn oldest_counted_outstanding(&self) -> Option<Instant> {
+        let mut oldest: Option<Instant> = None;
+        self.s.each_request(|r| {
+            if r.counted {
+                oldest = Some(oldest.map_or(r.intended, |o| o.min(r.intended)));
+            }
+        });
+        if oldest.is_none() && self.waiting_counted && self.waiting > 0 {
+            oldest = Some(self.waiting_intended.unwrap_or(self.opened_at));
+        }
+        oldest
     }
 
     fn add_counted_outstanding(&self, group: &Group, by_target: &mut [u64]) {

@@ -31,6 +31,10 @@ pub struct TcpSocket {
     /// (`tm->when`, USER_HZ).
     pub timer: u8,
     pub timer_left: u64,
+    /// `rx_queue`: for a listener, the connections waiting in its accept queue.
+    pub rx_queue: u64,
+    /// `tx_queue`: for a listener, the accept queue's length limit (its backlog).
+    pub tx_queue: u64,
 }
 
 /// A process holding a socket.
@@ -59,7 +63,10 @@ pub fn parse_table(text: &str) -> Vec<TcpSocket> {
 fn parse_row(line: &str) -> Option<TcpSocket> {
     let f: Vec<&str> = line.split_ascii_whitespace().collect();
     let (timer, left) = f.get(5)?.split_once(':')?;
+    let (tx, rx) = f.get(4)?.split_once(':')?;
     Some(TcpSocket {
+        tx_queue: u64::from_str_radix(tx, 16).ok()?,
+        rx_queue: u64::from_str_radix(rx, 16).ok()?,
         local: parse_addr(f.get(1)?)?,
         remote: parse_addr(f.get(2)?)?,
         state: u8::from_str_radix(f.get(3)?, 16).ok()?,

@@ -49,6 +49,15 @@ pub struct LoadFacts {
     pub mean_connect_s: f64,
     /// Connections opened again during the window (the server closed them, or errors did).
     pub reconnects: u64,
+    /// Connections left waiting at the stop longer than the answered requests' p99.9, and of
+    /// them those that got no response in the whole window.
+    #[serde(default)]
+    pub starved: u64,
+    #[serde(default)]
+    pub unanswered: u64,
+    /// Connections the load kept.
+    #[serde(default)]
+    pub connections: u64,
     /// The window's length, in seconds.
     pub duration_s: f64,
 }
@@ -80,6 +89,12 @@ impl LoadFacts {
 pub struct Resource {
     /// What it is, e.g. `server CPU (qpslab pid 4242, CPU 0)`, `CPU 1`, `eth0 bandwidth`.
     pub name: String,
+    /// `server-cpu`, `generator-cpu`, `cpu`, `link` (an interface's link speed) or `shaper`
+    /// (a qdisc's configured rate).
+    pub kind: String,
+    /// The interface, for `link` and `shaper`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iface: Option<String>,
     /// The share of its capacity used over the window (1 = all of it).
     pub utilization: f64,
     /// The units of capacity (CPUs, bytes/s), for the text.
@@ -120,6 +135,12 @@ pub struct Explanation {
 pub const IN_SERVICE_LOW: f64 = 0.75;
 
 impl Explanation {
+    /// The resource that bounds the rate, when one is saturated.
+    pub fn bound_resource(&self) -> Option<&Resource> {
+        let name = self.bound.as_ref()?;
+        self.resources.iter().find(|r| &r.name == name)
+    }
+
     /// Requests in service as a share of the load's concurrency (closed loop only).
     pub fn in_service_share(&self) -> Option<f64> {
         Some(self.in_service? / self.concurrency.filter(|&n| n > 0)? as f64)
@@ -128,7 +149,12 @@ impl Explanation {
 
 /// The inventory of this run's resources, with their use: each followed side's CPU (against
 /// what it may use), each CPU, and each interface with a known capacity that carried traffic.
-pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
+pub fn inventory(
+    host: &Host,
+    s: &Summary,
+    ctx: &super::Context,
+    rate: Option<f64>,
+) -> Vec<Resource> {
     let per_request = |cpus: f64| rate.filter(|&r| r > 0.0).map(|r| cpus / r * 1e3);
     let mut out = Vec::new();
     for role in [Role::Server, Role::Client] {
@@ -143,6 +169,8 @@ pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
         let on = p.cpus.as_ref().map_or(String::new(), |c| format!(", {}", c.named()));
         out.push(Resource {
             name: format!("{side} CPU ({} pid {}{on})", p.comm, p.pid),
+            kind: format!("{side}-cpu"),
+            iface: None,
             utilization: p.busy_ratio,
             used: format!("{cpu:.2} CPUs"),
             ms_per_request: per_request(cpu),
@@ -151,12 +179,14 @@ pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
     for c in &s.cpus {
         out.push(Resource {
             name: format!("CPU {}", c.cpu),
+            kind: "cpu".into(),
+            iface: None,
             utilization: c.busy(),
             used: format!("softirq {}, irq {}", pct(c.softirq), pct(c.irq)),
             ms_per_request: None,
         });
     }
-    for i in &s.interfaces {
+    for i in s.interfaces.iter().filter(|i| ctx.on_path(&i.name)) {
         let Some(nic) = host.nics.iter().find(|n| n.name == i.name) else { continue };
         let Some(mbps) = nic.speed_mbps.filter(|&m| m > 0) else { continue };
         let cap = mbps as f64 * 1e6 / 8.0;
@@ -165,9 +195,37 @@ pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
             continue;
         }
         out.push(Resource {
-            name: format!("{} bandwidth ({mbps} Mb/s)", i.name),
+            name: format!("{} link ({mbps} Mb/s)", i.name),
+            kind: "link".into(),
+            iface: Some(i.name.clone()),
             utilization: bytes / cap,
             used: format!("{:.1} MB/s", bytes / 1e6),
+            ms_per_request: None,
+        });
+    }
+    // A shaper's rate is its interface's capacity on the way out.
+    for q in s.qdiscs.iter().filter(|q| ctx.on_path(&q.iface)) {
+        let Some(rate) = q.rate_bytes_per_s.filter(|&r| r > 0) else { continue };
+        if q.bytes_per_s <= 0.0 {
+            continue;
+        }
+        out.push(Resource {
+            name: format!(
+                "{} egress, shaped by {} to {}",
+                q.iface,
+                q.kind,
+                fmt_bits(rate as f64 * 8.0)
+            ),
+            kind: "shaper".into(),
+            iface: Some(q.iface.clone()),
+            utilization: q.bytes_per_s / rate as f64,
+            used: format!(
+                "{}, {} packets dropped, held back {} times, backlog up to {} bytes",
+                fmt_bits(q.bytes_per_s * 8.0),
+                q.drops,
+                q.overlimits,
+                q.backlog_max
+            ),
             ms_per_request: None,
         });
     }
@@ -176,14 +234,15 @@ pub fn inventory(host: &Host, s: &Summary, rate: Option<f64>) -> Vec<Resource> {
 }
 
 /// The rate explained from the summary and, when the load ran in-process, its facts.
-pub fn explain(host: &Host, s: &Summary, load: Option<&LoadFacts>) -> Explanation {
+pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
+    let load = ctx.load.as_ref();
     // A CPU busy with work nobody waited behind (PSI) bounds nothing on the request path.
     let waited = s.cpu_pressure.is_none_or(|p| p >= CPU_WAITS);
     let rate = load.map_or_else(
         || s.intervals.iter().map(|i| i.pps).sum::<f64>() / s.intervals.len().max(1) as f64,
         LoadFacts::rate,
     );
-    let resources = inventory(host, s, load.map(|_| rate));
+    let resources = inventory(host, s, ctx, load.map(|_| rate));
     if let Some(l) = load.filter(|l| l.failed_run()) {
         // The rate of errors is not the target's: nothing to explain it by.
         return Explanation {
@@ -202,7 +261,7 @@ pub fn explain(host: &Host, s: &Summary, load: Option<&LoadFacts>) -> Explanatio
     }
     let bound = resources
         .iter()
-        .find(|r| r.utilization >= SATURATED && (waited || !r.name.starts_with("CPU ")))
+        .find(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
         .map(|r| r.name.clone());
     let what = if load.is_some() { "responses/s" } else { "packets/s (no load facts)" };
     let mut chain = Vec::new();
@@ -245,7 +304,7 @@ pub fn explain(host: &Host, s: &Summary, load: Option<&LoadFacts>) -> Explanatio
         Some(_) => {
             let saturated: Vec<String> = resources
                 .iter()
-                .filter(|r| r.utilization >= SATURATED && (waited || !r.name.starts_with("CPU ")))
+                .filter(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
                 .map(|r| {
                     format!("{} at {} of its capacity ({})", r.name, pct(r.utilization), r.used)
                 })
@@ -285,6 +344,17 @@ pub fn explain(host: &Host, s: &Summary, load: Option<&LoadFacts>) -> Explanatio
         bound,
         waiting_ms,
         chain,
+    }
+}
+
+/// Bits per second as a link is named: `10.0 Mbit/s`, `1.00 Gbit/s`.
+pub fn fmt_bits(bits: f64) -> String {
+    if bits >= 1e9 {
+        format!("{:.2} Gbit/s", bits / 1e9)
+    } else if bits >= 1e6 {
+        format!("{:.1} Mbit/s", bits / 1e6)
+    } else {
+        format!("{:.0} kbit/s", bits / 1e3)
     }
 }
 

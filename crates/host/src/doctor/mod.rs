@@ -8,8 +8,10 @@
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
 pub mod explain;
+mod network;
 mod profiled;
 mod rules;
+mod server;
 pub mod summary;
 mod verdict;
 
@@ -140,6 +142,11 @@ pub struct Context {
     /// doctor runs on the server host), by their own account: the generator side of the
     /// verdict when no generator process runs here.
     pub generators: Vec<Generator>,
+    /// The interfaces that carry the run's traffic (the route to the target), when the target
+    /// is known: only they are judged. None: every interface that carried traffic is.
+    pub path: Option<Vec<String>>,
+    /// The server's configuration, when it is nginx and could be read (`nginx -T`).
+    pub nginx: Option<crate::nginx::NginxConf>,
     /// The profile of the run, when one was taken: evidence for the rules that read it.
     pub profile: Option<qpslab_profile::Profile>,
 }
@@ -249,8 +256,32 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "connections-out-of-service",
         catches: "fewer requests were being answered than the load kept in flight (Little's law): connections waited for answers that did not come, or reconnected",
-        threshold: "a closed loop whose rate x mean latency is under 75% of connections x streams, the generator not saturated; critical under 50%",
+        threshold: "a closed loop whose rate x mean latency is under 75% of connections x streams, or with connections that got no response in the window, the generator not saturated; critical under 50%",
         remedy: "check the server's connection and descriptor limits, its accept queue, and whether it closes connections (keepalive_requests)",
+    },
+    Rule {
+        name: "link-saturated",
+        catches: "an interface carried what it can (its link speed, or the rate a shaping qdisc allows): the rate measures the network, not the server",
+        threshold: "an interface's bytes/s at 85% or more of its link speed (sysfs), or a shaping qdisc's (tbf) at 85% or more of its configured rate",
+        remedy: "a faster link or more links (bonding, more NICs or ENIs), smaller responses, or a higher shaping rate; more CPUs or RPS do not help",
+    },
+    Rule {
+        name: "interface-drops",
+        catches: "an interface that carried the run dropped packets: in its qdisc, its own counters, or its driver's",
+        threshold: "any drop on an interface at 1000 packets/s or more (qdisc drops, /proc/net/dev drops, driver drop/miss/discard counters); critical from 1/s",
+        remedy: "find where: the shaper's queue, the interface's ring (ethtool -G), the driver's buffers",
+    },
+    Rule {
+        name: "nic-limit",
+        catches: "the NIC's own limits were hit (a cloud NIC's bandwidth, packet or connection allowance, e.g. ENA's bw_out_allowance_exceeded)",
+        threshold: "a driver `*_allowance_exceeded` counter moved in the window, on an interface at 1000 packets/s or more",
+        remedy: "a larger instance or more network interfaces with the load spread over them; no host setting lifts it",
+    },
+    Rule {
+        name: "nginx-config",
+        catches: "the server is nginx and its configuration has per-request costs this run shows: an unbuffered access log, keepalive_requests behind the run's reconnects, idle CPUs with few workers, accept_mutex",
+        threshold: "the server process is nginx and `nginx -T` could be read; each cost only when it applies (reconnects at 0.1% of the rate or more explained by keepalive_requests; a CPU 25% idle); a warning when nginx's CPU is saturated, else info",
+        remedy: "the directives named: access_log off or buffered, keepalive_requests higher, worker_processes and worker_cpu_affinity, accept_mutex off",
     },
     Rule {
         name: "softirq-concentrated",
@@ -261,13 +292,13 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "single-rx-queue",
         catches: "an interface with one rx queue and RPS off: one CPU does all its receive work",
-        threshold: "the interface carried 1000 packets/s or more in the window",
+        threshold: "the interface carried 1000 packets/s or more in the window; a warning only when a CPU its interrupts land on was 85% busy or more, else info",
         remedy: "RPS on the node's other CPUs (qpslab tune plan), or more queues (ethtool -L)",
     },
     Rule {
         name: "irqs-on-one-cpu",
         catches: "every rx queue interrupt of an interface lands on one CPU and RPS is off",
-        threshold: "the interface carried 1000 packets/s or more in the window",
+        threshold: "the interface carried 1000 packets/s or more in the window; a warning only when that CPU was 85% busy or more, else info",
         remedy: "pin each queue's IRQ to its own CPU (qpslab tune plan)",
     },
     Rule {
@@ -334,7 +365,7 @@ pub const RULES: &[Rule] = &[
         name: "lock-contention",
         catches: "CPU time spinning on a lock while waking a socket's waiters (`_raw_spin_unlock_irqrestore` under `__wake_up_sync_key` <- `sock_def_readable`): many threads wait on one socket, or all receive work lands on one CPU",
         threshold: "with --profile: 10% or more of a CPU's samples (a CPU at least 50% busy) in a spinlock under a socket wake-up",
-        remedy: "spread receive work over CPUs (RPS/RSS: `qpslab tune plan`), and fewer threads waking on one socket (one listening socket per worker: SO_REUSEPORT, `qpslab serve --accept reuseport`, nginx `listen ... reuseport`)",
+        remedy: "what fits the run: RPS for an interface on its path that carries the traffic (never loopback, whose receive work runs in the sender's context), SO_REUSEPORT for a server with several workers, else fewer wake-ups per request",
     },
     Rule {
         name: "slow-clocksource",
@@ -346,7 +377,7 @@ pub const RULES: &[Rule] = &[
         name: "syscall-bound",
         catches: "a side spends its CPU entering and leaving the kernel: many small reads and writes per request",
         threshold: "with --profile: 25% or more of a followed process's samples in system call entry and exit",
-        remedy: "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine",
+        remedy: "by side: the generator pipelines or uses io_uring; the server keeps connections alive, buffers its log, or uses an io_uring engine where it has one",
     },
     Rule {
         name: "copy-bound",
@@ -355,6 +386,13 @@ pub const RULES: &[Rule] = &[
         remedy: "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side",
     },
 ];
+
+impl Context {
+    /// Whether interface `name` is on the run's path (every interface is, when it is not known).
+    pub fn on_path(&self, name: &str) -> bool {
+        self.path.as_ref().is_none_or(|p| p.iter().any(|i| i == name))
+    }
+}
 
 /// The rule called `name`.
 pub fn rule(name: &str) -> Option<&'static Rule> {
@@ -368,16 +406,18 @@ pub fn diagnose(
     summary: &Summary,
     ctx: &Context,
 ) -> (Vec<Finding>, Explanation) {
-    let explanation = explain::explain(host, summary, ctx.load.as_ref());
+    let explanation = explain::explain(host, summary, ctx);
     let mut out = Vec::new();
     // The verdict first (a quota that held a side back before it): among findings of equal
     // severity it is the headline.
     verdict::bound(summary, ctx, &explanation, &mut out);
     rules::softirq_concentrated(summary, ctx, &mut out);
     profiled::rules(host, summary, ctx, &mut out);
-    rules::nic_layout(host, summary, &mut out);
+    rules::nic_layout(host, summary, ctx, &mut out);
+    network::drops(summary, ctx, &explanation, &mut out);
+    server::nginx(summary, ctx, &explanation, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
-    rules::tcp_queues(host, summary, &mut out);
+    rules::tcp_queues(host, summary, &explanation, &mut out);
     rules::softnet(host, summary, &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);

@@ -16,7 +16,7 @@ const MIN_SAMPLES: u64 = 50;
 
 pub(super) fn rules(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     let Some(p) = ctx.profile.as_ref().filter(|p| p.available) else { return };
-    lock_contention(s, p, out);
+    lock_contention(host, s, ctx, p, out);
     slow_clocksource(host, s, p, out);
     for proc in p.processes.iter().filter(|x| x.role == "server" || x.role == "generator") {
         side_bound(proc, out);
@@ -49,7 +49,7 @@ fn symbols_of(shares: &[Share], c: Category) -> String {
     }
 }
 
-fn lock_contention(s: &Summary, p: &Profile, out: &mut Vec<Finding>) {
+fn lock_contention(host: &Host, s: &Summary, ctx: &Context, p: &Profile, out: &mut Vec<Finding>) {
     let hot: Vec<(&CpuShare, &CpuProfile)> =
         busy(s, p).filter(|(_, x)| x.wakeup_lock_share >= LOCK_SHARE).collect();
     if hot.is_empty() {
@@ -83,8 +83,45 @@ fn lock_contention(s: &Summary, p: &Profile, out: &mut Vec<Finding>) {
             if hot.len() == 1 { format!("CPU {}", hot[0].0.cpu) } else { format!("{} CPUs", hot.len()) }
         ),
         evidence,
-        remedy: "spread receive work over CPUs (RPS/RSS: `qpslab tune plan`), and fewer threads waking on one socket (one listening socket per worker: SO_REUSEPORT, `qpslab serve --accept reuseport`, nginx `listen ... reuseport`)".into(),
+        remedy: lock_remedy(host, s, ctx),
     });
+}
+
+/// What reduces socket wake-up contention here: RPS only for an interface on the run's path
+/// that carries traffic with RPS off (loopback traffic is received in the sender's own
+/// context, where RPS does not apply); SO_REUSEPORT only for a server with several workers.
+fn lock_remedy(host: &Host, s: &Summary, ctx: &Context) -> String {
+    let mut parts = Vec::new();
+    let rps: Vec<&str> = host
+        .nics
+        .iter()
+        .filter(|n| n.name != "lo" && ctx.on_path(&n.name) && !n.rps_on())
+        .filter(|n| {
+            s.interfaces.iter().any(|i| i.name == n.name && i.rx_pps >= super::BUSY_NIC_PPS)
+        })
+        .map(|n| n.name.as_str())
+        .collect();
+    if !rps.is_empty() {
+        parts.push(format!(
+            "spread {}'s receive work over CPUs (RPS: `qpslab tune plan --iface {}`)",
+            rps.join(", "),
+            rps[0]
+        ));
+    }
+    let workers = s
+        .processes
+        .iter()
+        .filter(|p| p.role == crate::sample::Role::Server)
+        .map(|p| p.busy_threads)
+        .sum::<usize>();
+    if workers > 1 && !ctx.nginx.as_ref().is_some_and(|n| n.reuseport) {
+        parts.push("one listening socket per worker (SO_REUSEPORT: `qpslab serve --accept reuseport`, nginx `listen ... reuseport`)".into());
+    }
+    if parts.is_empty() {
+        "fewer wake-ups per request (pipelining, HTTP/2 streams, larger batches): with one server worker and loopback traffic (received in the sender's context), neither RPS nor SO_REUSEPORT applies here".into()
+    } else {
+        parts.join("; ")
+    }
 }
 
 fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding>) {
@@ -123,25 +160,42 @@ fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding
 }
 
 /// A category that, past its share of a followed process's samples, is a finding:
-/// (category, share, finding, what the process does, what its evidence lists, remedy).
-const SIDE_RULES: [(Category, f64, &str, &str, &str, &str); 2] = [
+/// (category, share, finding, what the process does, what its evidence lists).
+const SIDE_RULES: [(Category, f64, &str, &str, &str); 2] = [
     (
         Category::Syscall,
         SYSCALL_SHARE,
         "syscall-bound",
         "entering and leaving system calls",
         "its top kernel symbols there",
-        "fewer system calls per request: pipelining (`qpslab load --pipeline`), batching (writev, larger reads), or an io_uring engine",
     ),
-    (
-        Category::Copy,
-        COPY_SHARE,
-        "copy-bound",
-        "copying memory",
-        "its top copy symbols",
-        "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side",
-    ),
+    (Category::Copy, COPY_SHARE, "copy-bound", "copying memory", "its top copy symbols"),
 ];
+
+/// The remedy that fits the side and the program: a generator flag only for the generator,
+/// an engine only where the server has one.
+fn side_remedy(finding: &str, x: &ProcessProfile) -> &'static str {
+    match (finding, x.role.as_str(), x.comm.as_str()) {
+        ("syscall-bound", "generator", _) => {
+            "fewer system calls per request on the generator: pipelining (`qpslab load --pipeline`), `--io uring`, or HTTP/2 streams (`--h2 --streams`)"
+        }
+        ("syscall-bound", _, "qpslab") => {
+            "fewer system calls per request: `qpslab serve --io uring` (the kernel batches them)"
+        }
+        ("syscall-bound", _, "nginx") => {
+            "fewer system calls per request in nginx: access_log off or buffered (a write each), a higher keepalive_requests (an accept and a close each); nginx has no io_uring engine"
+        }
+        ("syscall-bound", _, _) => {
+            "fewer system calls per request in the server: keep-alive, batched writes, an io_uring engine where the server has one"
+        }
+        ("copy-bound", "generator", _) => {
+            "the generator copies what it reads: smaller responses, or more generator CPUs"
+        }
+        _ => {
+            "copy less in the server: sendfile or splice for static bodies (nginx `sendfile on`), smaller responses, or more CPUs for it"
+        }
+    }
+}
 
 /// syscall-bound and copy-bound for one followed process.
 fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
@@ -150,7 +204,7 @@ fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
     }
     let cats: Vec<String> =
         x.categories.iter().take(4).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
-    for (cat, threshold, name, doing, listed, remedy) in SIDE_RULES {
+    for (cat, threshold, name, doing, listed) in SIDE_RULES {
         let share = x.categories.iter().find(|s| s.name == cat.name()).map_or(0.0, |s| s.share);
         if share < threshold {
             continue;
@@ -163,7 +217,7 @@ fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
                 format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", ")),
                 format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
             ],
-            remedy: remedy.into(),
+            remedy: side_remedy(name, x).into(),
         });
     }
 }

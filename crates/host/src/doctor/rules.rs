@@ -2,6 +2,7 @@
 //! queues and retransmissions, softnet, descriptors and ephemeral ports. Each rule's threshold
 //! is in the catalogue ([`super::RULES`]).
 
+use super::explain::Explanation;
 use super::summary::{pct, per_s, share, CpuShare, Summary};
 use super::{
     Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
@@ -49,16 +50,45 @@ pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Fin
     });
 }
 
-pub(super) fn nic_layout(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
-    for nic in host.nics.iter().filter(|n| n.name != "lo" && n.state == "up" && !n.rx.is_empty()) {
+pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    let judged = |n: &&crate::nic::Nic| {
+        n.name != "lo" && n.state == "up" && !n.rx.is_empty() && ctx.on_path(&n.name)
+    };
+    for nic in host.nics.iter().filter(judged) {
         let pps =
             s.interfaces.iter().find(|i| i.name == nic.name).map_or(0.0, |i| i.rx_pps + i.tx_pps);
         // An interface that carried (almost) nothing has no receive work to spread.
         if nic.rps_on() || pps < BUSY_NIC_PPS {
             continue;
         }
-        let severity = Severity::Warning;
-        let traffic = format!("{} carried {:.0} packets/s during the window", nic.name, pps);
+        // A queue layout is a smell, not a bound: a warning only when a CPU its interrupts
+        // land on (where they were routed, when none landed) was saturated in this window.
+        let irq_cpus = {
+            let numbers = nic.irq_numbers();
+            let mut landed = crate::CpuSet::new();
+            for r in s.irqs.iter().filter(|r| numbers.contains(&r.irq)) {
+                r.per_cpu_per_s.iter().filter(|(_, &v)| v > 0.0).for_each(|(c, _)| {
+                    landed.insert(*c);
+                });
+            }
+            if landed.is_empty() {
+                nic.rx_irq_cpus()
+            } else {
+                landed
+            }
+        };
+        let hot = s.cpus.iter().find(|c| irq_cpus.contains(c.cpu) && c.busy() >= super::SATURATED);
+        let severity = if hot.is_some() { Severity::Warning } else { Severity::Info };
+        let traffic = match hot {
+            Some(c) => format!(
+                "{} carried {:.0} packets/s during the window; CPU {} that takes its interrupts was {} busy",
+                nic.name, pps, c.cpu, pct(c.busy())
+            ),
+            None => format!(
+                "{} carried {:.0} packets/s during the window; no CPU taking its interrupts was saturated, so this does not bound the rate",
+                nic.name, pps
+            ),
+        };
         if nic.rx.len() == 1 {
             out.push(Finding {
                 name: "single-rx-queue",
@@ -119,7 +149,7 @@ pub(super) fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &m
     });
 }
 
-pub(super) fn tcp_queues(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
+pub(super) fn tcp_queues(host: &Host, s: &Summary, ex: &Explanation, out: &mut Vec<Finding>) {
     let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0);
     let somaxconn = host.sysctl("net.core.somaxconn").unwrap_or("?");
     let syn_backlog = host.sysctl("net.ipv4.tcp_max_syn_backlog").unwrap_or("?");
@@ -169,10 +199,16 @@ pub(super) fn tcp_queues(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
         && retrans as f64 / outs as f64 >= RETRANS_SHARE
         && rate("RetransSegs") >= RETRANS_PER_S
     {
+        // A link at its capacity drops what it cannot send: the retransmissions are the
+        // bound's doing, said under it.
+        let link = ex.bound_resource().filter(|r| r.kind == "link" || r.kind == "shaper");
         out.push(Finding {
             name: "retransmissions",
-            severity: Severity::Warning,
-            summary: format!("{} of TCP segments were retransmitted", pct(retrans as f64 / outs as f64)),
+            severity: if link.is_some() { Severity::Info } else { Severity::Warning },
+            summary: match link {
+                Some(r) => format!("{} of TCP segments were retransmitted, dropped where {} is at its capacity (link-saturated)", pct(retrans as f64 / outs as f64), r.name),
+                None => format!("{} of TCP segments were retransmitted", pct(retrans as f64 / outs as f64)),
+            },
             evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s)", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
         });

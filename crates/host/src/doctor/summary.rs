@@ -69,6 +69,39 @@ pub struct IfRate {
     pub tx_pps: f64,
     pub rx_bytes_per_s: f64,
     pub tx_bytes_per_s: f64,
+    /// Packets the interface dropped in the window (/proc/net/dev), each way.
+    #[serde(default)]
+    pub rx_drop: u64,
+    #[serde(default)]
+    pub tx_drop: u64,
+}
+
+/// One qdisc over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QdiscRate {
+    pub iface: String,
+    pub kind: String,
+    /// The root qdisc of its interface (what every packet the interface sends goes through).
+    pub root: bool,
+    /// A shaper's configured rate, in bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_s: Option<u64>,
+    /// Bytes per second it passed.
+    pub bytes_per_s: f64,
+    /// Deltas over the window.
+    pub drops: u64,
+    pub overlimits: u64,
+    pub requeues: u64,
+    /// The largest backlog seen at a sample, in bytes.
+    pub backlog_max: u64,
+}
+
+/// A driver counter of a limit hit or a loss that moved in the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NicCounter {
+    pub iface: String,
+    pub name: String,
+    pub delta: u64,
 }
 
 /// One NIC queue IRQ's rate per CPU.
@@ -128,6 +161,15 @@ pub struct Summary {
     /// `some`, host-wide): the CPUs' saturation, whoever was waiting. None without PSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_pressure: Option<f64>,
+    /// Qdiscs that shape, queued, dropped or held packets back in the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qdiscs: Vec<QdiscRate>,
+    /// Driver limit and loss counters that moved in the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nic_counters: Vec<NicCounter>,
+    /// At the window's end, listeners with connections waiting to be accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_queues: Vec<crate::sample::ListenQueue>,
     pub intervals: Vec<IntervalRow>,
 }
 
@@ -251,8 +293,60 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
             }
             _ => None,
         },
+        qdiscs: qdisc_rates(samples, secs),
+        nic_counters: nic_counters(first, last),
+        listen_queues: last.listen_queues.clone(),
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
+}
+
+/// Each qdisc in both the first and last sample that shapes, or queued, dropped or held back
+/// packets in the window.
+fn qdisc_rates(samples: &[Sample], secs: f64) -> Vec<QdiscRate> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return Vec::new() };
+    let key = |q: &crate::links::IfQdisc| (q.iface.clone(), q.qdisc.handle, q.qdisc.parent);
+    last.links
+        .qdiscs
+        .iter()
+        .filter_map(|l| {
+            let f = first.links.qdiscs.iter().find(|f| key(f) == key(l))?;
+            let (a, b) = (&f.qdisc, &l.qdisc);
+            let backlog_max = samples
+                .iter()
+                .flat_map(|s| s.links.qdiscs.iter().filter(|q| key(q) == key(l)))
+                .map(|q| q.qdisc.backlog)
+                .max()
+                .unwrap_or(0);
+            let r = QdiscRate {
+                iface: l.iface.clone(),
+                kind: b.kind.clone(),
+                root: b.is_root(),
+                rate_bytes_per_s: b.rate_bytes_per_s,
+                bytes_per_s: per_s(b.bytes.saturating_sub(a.bytes), secs),
+                drops: b.drops.saturating_sub(a.drops),
+                overlimits: b.overlimits.saturating_sub(a.overlimits),
+                requeues: b.requeues.saturating_sub(a.requeues),
+                backlog_max,
+            };
+            (r.rate_bytes_per_s.is_some() || r.drops > 0 || r.overlimits > 0 || r.backlog_max > 0)
+                .then_some(r)
+        })
+        .collect()
+}
+
+/// The driver counters that moved between the first and the last sample.
+fn nic_counters(a: &Sample, b: &Sample) -> Vec<NicCounter> {
+    let mut out = Vec::new();
+    for (iface, now) in &b.links.nic_counters {
+        let Some(before) = a.links.nic_counters.get(iface) else { continue };
+        for (name, v) in now {
+            let delta = v.saturating_sub(before.get(name).copied().unwrap_or(*v));
+            if delta > 0 {
+                out.push(NicCounter { iface: iface.clone(), name: name.clone(), delta });
+            }
+        }
+    }
+    out
 }
 
 pub(crate) fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
@@ -287,6 +381,8 @@ fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
                 tx_pps: per_s(i.tx_packets.saturating_sub(p.tx_packets), secs),
                 rx_bytes_per_s: per_s(i.rx_bytes.saturating_sub(p.rx_bytes), secs),
                 tx_bytes_per_s: per_s(i.tx_bytes.saturating_sub(p.tx_bytes), secs),
+                rx_drop: i.rx_drop.saturating_sub(p.rx_drop),
+                tx_drop: i.tx_drop.saturating_sub(p.tx_drop),
             })
         })
         .collect()

@@ -33,8 +33,11 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     if waits || sides.any_sat() {
         out.extend(shared_cpus(s, &sides));
     }
-    out.extend(saturation(&sides, ctx));
-    if !sides.any_sat() && !explains {
+    out.extend(saturation(s, &sides, ctx));
+    let link = if sides.any_sat() { None } else { super::network::link_saturated(s, ctx, ex) };
+    let bound_by_link = link.is_some();
+    out.extend(link);
+    if !sides.any_sat() && !explains && !bound_by_link {
         let hot = hot_cpus(s, &sides);
         if !hot.is_empty() && waits {
             out.push(cpu_saturated(&hot, &sides, Severity::Warning));
@@ -48,9 +51,7 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     if sides.contended && !explains {
         out.extend(contention(s, &sides, Severity::Info));
     }
-    if !sides.client_sat {
-        out.extend(out_of_service(ctx, ex));
-    }
+    out.extend(out_of_service(s, ctx, ex, sides.client_sat));
 }
 
 /// Whether tasks waited for a CPU: PSI's share at [`CPU_WAITS`] or more; without PSI, a
@@ -123,9 +124,22 @@ fn failed_run(ctx: &Context) -> Option<Finding> {
 
 /// Fewer requests in service than the load kept in flight (Little's law): connections spent
 /// the window without an answer (unserved, reconnecting, timing out).
-fn out_of_service(ctx: &Context, ex: &Explanation) -> Option<Finding> {
+///
+/// A saturated generator leaves requests unsent between responses, which Little's law counts
+/// as out of service too: then only connections the load saw unanswered for the whole window
+/// (which no generator lag explains) are said.
+fn out_of_service(
+    s: &Summary,
+    ctx: &Context,
+    ex: &Explanation,
+    client_sat: bool,
+) -> Option<Finding> {
     let l = ctx.load.as_ref().filter(|l| l.mode == "closed")?;
-    let share = ex.in_service_share().filter(|&x| x < IN_SERVICE_LOW)?;
+    let share = ex.in_service_share()?;
+    let low = share < IN_SERVICE_LOW && !client_sat;
+    if !low && l.unanswered == 0 {
+        return None;
+    }
     let n = ex.in_service?;
     let mut evidence = vec![format!(
         "{:.0} responses/s x {} mean latency = {n:.1} requests in service on average, of {} the load kept in flight ({})",
@@ -143,6 +157,30 @@ fn out_of_service(ctx: &Context, ex: &Explanation) -> Option<Finding> {
     }
     if l.failed > 0 {
         evidence.push(format!("{} requests failed (errors or timeouts)", l.failed));
+    }
+    if l.starved > 0 {
+        evidence.push(format!(
+            "{} of {} connections still waited at the stop longer than the answered requests' p99.9, {} of them without any response in the window",
+            l.starved, l.connections, l.unanswered
+        ));
+    }
+    // The server's side: what held connections it did not serve.
+    for q in &s.listen_queues {
+        evidence.push(format!(
+            "listener {} ({}): {} connections waiting in its accept queue of {} at the end: completed by the kernel, not accepted",
+            q.local,
+            if q.holders.is_empty() { "holder unknown".to_string() } else { q.holders.join(", ") },
+            q.queued,
+            q.backlog
+        ));
+    }
+    for p in s.processes.iter().filter(|p| p.role == crate::sample::Role::Server) {
+        if let (Some(open), Some(limit)) = (p.open_fds, p.nofile_soft) {
+            evidence.push(format!(
+                "server {} (pid {}): {open} descriptors open of its limit of {limit} (ulimit -n)",
+                p.comm, p.pid
+            ));
+        }
     }
     Some(Finding {
         name: "connections-out-of-service",
@@ -415,7 +453,7 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
 /// client-bound, both-saturated or server-bound, each said as what held the side: its own
 /// threads, its cgroup's quota, or CPUs full of other work; with a profile, where the
 /// saturated sides' CPU went.
-fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
+fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
     let server = side_held(&sides.servers);
     let client =
         side_held(&sides.clients).or(sides.remote.iter().any(|g| g.bound).then_some(Held::Own));
@@ -433,6 +471,17 @@ fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
         (None, None) => return None,
     };
     let mut evidence = sides.evidence(server_first);
+    // More workers need CPUs to run on: the remedy says so only when some are idle.
+    let idle = idle_cpus(s, sides);
+    let remedy = if name == "server-bound" && server == Some(Held::Own) {
+        if idle.is_empty() {
+            "no CPU is idle for more workers: less work per request on the server (its configuration: see nginx-config when it is nginx), or more CPUs or server hosts; moving interrupt work off its CPUs helps when they take it (`qpslab tune plan`)".to_string()
+        } else {
+            format!("give the server more workers on the idle {} (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)", idle.named())
+        }
+    } else {
+        remedy.to_string()
+    };
     if sides.client_sat {
         evidence.extend(super::profiled::where_it_went(ctx, "generator"));
     }
@@ -444,8 +493,18 @@ fn saturation(sides: &Sides, ctx: &Context) -> Option<Finding> {
         severity: if name == "client-bound" { Severity::Warning } else { Severity::Info },
         summary: summary.into(),
         evidence,
-        remedy: remedy.into(),
+        remedy,
     })
+}
+
+/// CPUs at least [`HEADROOM_IDLE`] idle that the generator's working processes do not run on.
+fn idle_cpus(s: &Summary, sides: &Sides) -> CpuSet {
+    let generator = reach(&working(&sides.clients)).unwrap_or_default();
+    s.cpus
+        .iter()
+        .filter(|c| c.idle >= HEADROOM_IDLE && !generator.contains(c.cpu))
+        .map(|c| c.cpu)
+        .collect()
 }
 
 /// The server-bound headline and its remedy, by what held the server.

@@ -294,6 +294,13 @@ fn select_nics<'a>(host: &'a Host, names: &[String]) -> Result<Vec<&'a Nic>, Pla
     names
         .iter()
         .map(|name| {
+            if name == "lo" {
+                // Loopback has no queue or interrupt: a packet sent on it is received in the
+                // sender's own context. RPS there only hands every packet to another CPU.
+                return Err(PlanError(
+                    "--iface lo: loopback has no receive queue or IRQ (its packets are received on the sending CPU), so RPS, XPS and IRQ affinity do not apply; name a NIC that carries the traffic".into(),
+                ));
+            }
             host.nics.iter().find(|n| &n.name == name).ok_or_else(|| {
                 let have: Vec<&str> = host.nics.iter().map(|n| n.name.as_str()).collect();
                 PlanError(format!(

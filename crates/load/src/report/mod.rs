@@ -303,6 +303,42 @@ pub struct Connections {
     /// https runs only: the TLS handshakes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsReport>,
+    /// Connections left waiting for an answer at the stop.
+    pub starved: Starved,
+}
+
+/// Connections whose oldest outstanding request, at the stop, had waited longer than the
+/// run's p99.9 latency: the percentiles are of answered requests only, and these were not
+/// answered. A run with unanswered ones fails its check.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Starved {
+    /// Connections with a request outstanding at the stop.
+    pub waiting_at_stop: u64,
+    /// Of them, waiting longer than the p99.9 of the answered requests.
+    pub waited_over_p999: u64,
+    /// Of those, connections that had completed no response in the whole measured window.
+    pub unanswered: u64,
+    /// The longest wait at the stop, in µs.
+    pub longest_wait_us: u64,
+}
+
+impl Starved {
+    fn new(w: &crate::Waiting, p999_us: u64) -> Self {
+        let over = |v: &[u64]| v.iter().filter(|&&us| us > p999_us).count() as u64;
+        let unanswered = over(&w.unanswered_us);
+        Starved {
+            waiting_at_stop: (w.unanswered_us.len() + w.answered_us.len()) as u64,
+            waited_over_p999: unanswered + over(&w.answered_us),
+            unanswered,
+            longest_wait_us: w
+                .unanswered_us
+                .iter()
+                .chain(&w.answered_us)
+                .copied()
+                .max()
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// The TLS handshakes of an https run.
@@ -588,6 +624,8 @@ impl Report {
         let rate = RateReport::new(cfg, result);
         let open = cfg.rate.is_some();
         let (errors, error_examples) = errors(rec);
+        let latency_us = Latency::from_histogram(&rec.latency);
+        let starved = Starved::new(&result.waiting, latency_us.p999);
         Self {
             version: meta.version.clone(),
             command: meta.command.clone(),
@@ -622,10 +660,11 @@ impl Report {
                     reuse: t.reuse,
                     insecure: t.insecure,
                 }),
+                starved: starved.clone(),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
-            latency_us: Latency::from_histogram(&rec.latency),
+            latency_us,
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
             generator: Generator::new(cfg, result, rate.as_ref()),
@@ -633,7 +672,7 @@ impl Report {
             latency_hdr: encode_histogram(&rec.latency),
             per_target: per_target(cfg, result),
             port_budget: result.port_budget.clone(),
-            check: check(&requests, cfg.max_error_rate, result.setup.as_ref()),
+            check: check(&requests, cfg, result.setup.as_ref(), &starved),
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
             agents: None,
@@ -792,7 +831,8 @@ fn interval_rows(samples: &[crate::Interval]) -> Vec<IntervalRow> {
         .collect()
 }
 
-fn check(r: &Requests, max_error_rate: f64, setup: Option<&crate::Setup>) -> Check {
+fn check(r: &Requests, cfg: &LoadConfig, setup: Option<&crate::Setup>, starved: &Starved) -> Check {
+    let max_error_rate = cfg.max_error_rate;
     let bad = r.failed + r.bad_status;
     let error_rate = if r.sent > 0 { bad as f64 / r.sent as f64 } else { 0.0 };
     let unopened = setup.filter(|s| s.failed > 0).map_or(String::new(), |s| {
@@ -807,6 +847,13 @@ fn check(r: &Requests, max_error_rate: f64, setup: Option<&crate::Setup>) -> Che
         Some(format!("no request was sent{unopened}"))
     } else if r.completed == 0 {
         Some(format!("no response was received{unopened}"))
+    } else if starved.unanswered > 0 {
+        Some(format!(
+            "{} of {} connections got no response in the measured window (their requests waited up to {}); the percentiles are of the answered ones only",
+            starved.unanswered,
+            cfg.connections,
+            fmt_us(starved.longest_wait_us as f64)
+        ))
     } else if error_rate > max_error_rate {
         Some(format!(
             "error rate {:.4}% ({bad} of {} requests) is above --max-error-rate {}",
@@ -947,6 +994,7 @@ mod tests {
                 example: None,
             }),
             throttling: None,
+            waiting: crate::Waiting::default(),
         };
         (cfg, result)
     }

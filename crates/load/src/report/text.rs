@@ -112,6 +112,17 @@ fn totals(r: &Report, s: &mut String) {
         r.connections.reconnects,
         retried
     );
+    let st = &r.connections.starved;
+    if st.waited_over_p999 > 0 {
+        let _ = writeln!(
+            s,
+            "Starved: {} connections waited longer than p99.9 ({}) for an answer at the stop, up to {}; {} of them got no response in the whole run",
+            st.waited_over_p999,
+            fmt_us(r.latency_us.p999 as f64),
+            fmt_us(st.longest_wait_us as f64),
+            st.unanswered
+        );
+    }
     if let Some(t) = &r.connections.tls {
         let _ = writeln!(
             s,

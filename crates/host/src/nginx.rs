@@ -1,0 +1,181 @@
+//! What nginx does per request, from its effective configuration: the dump of `nginx -T`
+//! (every file it includes, as it parsed them), read from the binary of a running nginx with
+//! the configuration and prefix it was started with. The doctor weighs these as evidence: an
+//! access log written per request, `keepalive_requests` against the run's reconnects, the
+//! workers against the CPUs, `accept_mutex`, `reuseport`. The parser works on text and knows
+//! nothing of processes ([`parse`]); [`read`] finds the text.
+
+use serde::{Deserialize, Serialize};
+
+use qpslab_sys::root::Root;
+
+/// The directives of an nginx configuration that set its cost per request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NginxConf {
+    /// `access_log` directives that write (not `off`), as written; nginx logs to
+    /// `logs/access.log` when the configuration names none.
+    pub access_logs: Vec<String>,
+    /// Some `access_log` writes without `buffer=`: a write(2) per request.
+    pub access_log_unbuffered: bool,
+    /// `keepalive_requests` (the largest given), or nginx's default (1000 since 1.19.10).
+    pub keepalive_requests: u64,
+    /// `worker_processes` as written (`auto` or a number); None: nginx's default of 1.
+    pub worker_processes: Option<String>,
+    pub worker_cpu_affinity: Option<String>,
+    /// `accept_mutex on` (off by default since 1.11.3).
+    pub accept_mutex: bool,
+    /// A `listen` with `reuseport`.
+    pub reuseport: bool,
+}
+
+/// nginx's default `keepalive_requests` since 1.19.10.
+pub const DEFAULT_KEEPALIVE_REQUESTS: u64 = 1000;
+
+/// Parses the text of `nginx -T` (or one configuration file): directives, comments removed,
+/// whatever their block.
+pub fn parse(text: &str) -> NginxConf {
+    let mut c = NginxConf { keepalive_requests: 0, ..NginxConf::default() };
+    let mut saw_access_log = false;
+    for stmt in statements(text) {
+        let words: Vec<&str> = stmt.split_whitespace().collect();
+        let Some((&name, args)) = words.split_first() else { continue };
+        match name {
+            "access_log" => {
+                saw_access_log = true;
+                if args.first() != Some(&"off") {
+                    c.access_logs.push(args.join(" "));
+                    c.access_log_unbuffered |= !args.iter().any(|a| a.starts_with("buffer="));
+                }
+            }
+            "keepalive_requests" => {
+                if let Some(n) = args.first().and_then(|n| n.parse().ok()) {
+                    c.keepalive_requests = c.keepalive_requests.max(n);
+                }
+            }
+            "worker_processes" => c.worker_processes = args.first().map(|s| s.to_string()),
+            "worker_cpu_affinity" => c.worker_cpu_affinity = Some(args.join(" ")),
+            "accept_mutex" => c.accept_mutex = args.first() == Some(&"on"),
+            "listen" => c.reuseport |= args.contains(&"reuseport"),
+            _ => {}
+        }
+    }
+    if !saw_access_log {
+        c.access_logs.push("logs/access.log (nginx's default)".into());
+        c.access_log_unbuffered = true;
+    }
+    if c.keepalive_requests == 0 {
+        c.keepalive_requests = DEFAULT_KEEPALIVE_REQUESTS;
+    }
+    c
+}
+
+/// The statements of a configuration: text up to each `;`, `{` or `}`, comments (`#` to the
+/// end of the line, outside quotes) removed. Good enough for the directives above, whose
+/// arguments hold no braces.
+fn statements(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in text.lines() {
+        // `nginx -T` heads each file with `# configuration file PATH:`.
+        let mut quoted = None;
+        for ch in line.chars() {
+            match (quoted, ch) {
+                (None, '#') => break,
+                (None, '"' | '\'') => {
+                    quoted = Some(ch);
+                    cur.push(ch);
+                }
+                (Some(q), c) if c == q => {
+                    quoted = None;
+                    cur.push(c);
+                }
+                (None, ';' | '{' | '}') => {
+                    let s = cur.trim().to_string();
+                    if !s.is_empty() {
+                        out.push(s);
+                    }
+                    cur.clear();
+                }
+                (_, c) => cur.push(c),
+            }
+        }
+        cur.push(' ');
+    }
+    out
+}
+
+/// The configuration of the nginx whose master or worker is `pid`: its binary asked for its
+/// effective configuration (`nginx -T`, with the `-c` and `-p` it was started with). None when
+/// `pid` is not nginx, the root is not the live one, or nginx refuses.
+pub fn read(root: &Root, pid: u32) -> Option<NginxConf> {
+    if root.dir() != std::path::Path::new("/") {
+        return root.read_opt("qpslab/nginx-T.txt").map(|t| parse(&t));
+    }
+    let comm = root.read_opt(&format!("proc/{pid}/comm"))?;
+    if comm.trim() != "nginx" {
+        return None;
+    }
+    // A worker's command line is "nginx: worker process": the master's holds the flags.
+    let stat = crate::parse::task_stat(&root.read_opt(&format!("proc/{pid}/stat"))?)?;
+    let master = if cmdline(root, pid).first().is_some_and(|a| a.starts_with("nginx:")) {
+        let parent = root.read_opt(&format!("proc/{}/cmdline", stat.ppid));
+        if parent.is_some_and(|p| p.starts_with("nginx: master")) {
+            stat.ppid
+        } else {
+            pid
+        }
+    } else {
+        pid
+    };
+    let exe = root.read_link(&format!("proc/{master}/exe"))?;
+    let args = cmdline(root, master);
+    // The master's title is "nginx: master process /usr/sbin/nginx -c FILE -p DIR".
+    let words: Vec<String> =
+        args.iter().flat_map(|a| a.split_whitespace()).map(String::from).collect();
+    let flag = |f: &str| words.iter().position(|w| w == f).and_then(|i| words.get(i + 1).cloned());
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("-T").arg("-q");
+    if let Some(c) = flag("-c") {
+        cmd.arg("-c").arg(c);
+    }
+    if let Some(p) = flag("-p") {
+        cmd.arg("-p").arg(p);
+    }
+    let out = cmd.stderr(std::process::Stdio::null()).output().ok()?;
+    out.status.success().then(|| parse(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn cmdline(root: &Root, pid: u32) -> Vec<String> {
+    root.read_opt(&format!("proc/{pid}/cmdline"))
+        .map(|t| t.split('\0').filter(|s| !s.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of Debian's nginx -T: the main file, then an included site.
+    #[test]
+    fn the_costs_are_read_from_every_block() {
+        let text = "# configuration file /etc/nginx/nginx.conf:\nuser www-data;\nworker_processes auto; # one per CPU\nevents { worker_connections 768; accept_mutex on; }\nhttp {\n  access_log /var/log/nginx/access.log;\n  keepalive_requests 100;\n  include /etc/nginx/sites-enabled/*;\n}\n# configuration file /etc/nginx/sites-enabled/default:\nserver { listen 80 reuseport; location / { return 200 \"ok;#\"; } }\n";
+        let c = parse(text);
+        assert_eq!(c.access_logs, vec!["/var/log/nginx/access.log"]);
+        assert!(c.access_log_unbuffered);
+        assert_eq!(c.keepalive_requests, 100);
+        assert_eq!(c.worker_processes.as_deref(), Some("auto"));
+        assert!(c.accept_mutex && c.reuseport);
+    }
+
+    #[test]
+    fn defaults_apply_where_nothing_is_said() {
+        let c = parse("events {}\nhttp { server { listen 8080; return 200; } }\n");
+        assert_eq!(c.access_logs, vec!["logs/access.log (nginx's default)"]);
+        assert_eq!(c.keepalive_requests, DEFAULT_KEEPALIVE_REQUESTS);
+        assert!(!c.accept_mutex && !c.reuseport);
+        let off = parse("http { access_log off; keepalive_requests 100000; }");
+        assert!(off.access_logs.is_empty() && !off.access_log_unbuffered);
+        let buffered = parse("http { access_log /l buffer=64k flush=1s; }");
+        assert!(!buffered.access_log_unbuffered);
+    }
+}
