@@ -73,6 +73,30 @@ pub fn render_text(r: &BenchReport) -> String {
         ms(lat.p999),
         ms(lat.max)
     );
+    o.push_str(&connection_lines(l));
+    let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
+    let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
+    if let Some(per) = r.requests_per_server_cpu_s {
+        let _ = writeln!(o, "efficiency  {per:.0} requests per server CPU-second");
+    }
+    for note in &r.notes {
+        let _ = writeln!(o, "note        {note}");
+    }
+    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
+    if let Some(reason) = l.check.reason.as_deref().filter(|_| !l.check.passed) {
+        let _ = writeln!(o, "FAILED      {reason}");
+    }
+    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
+    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o
+}
+
+/// The `setup` line (connections opened before the measured window) and the `connections`
+/// line (reconnects per second: a server closing connections shows here).
+fn connection_lines(l: &qpslab_load::report::Report) -> String {
+    use std::fmt::Write as _;
+    let ms = qpslab_runs::compare::fmt_us;
+    let mut o = String::new();
     if let Some(setup) = &l.setup {
         let _ = writeln!(
             o,
@@ -91,20 +115,6 @@ pub fn render_text(r: &BenchReport) -> String {
         c.reconnects as f64 / l.duration_s.max(1e-9),
         if l.config.conn_per_request { ", a connection per request" } else { "" }
     );
-    let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
-    let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
-    if let Some(per) = r.requests_per_server_cpu_s {
-        let _ = writeln!(o, "efficiency  {per:.0} requests per server CPU-second");
-    }
-    for note in &r.notes {
-        let _ = writeln!(o, "note        {note}");
-    }
-    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
-    if let Some(reason) = l.check.reason.as_deref().filter(|_| !l.check.passed) {
-        let _ = writeln!(o, "FAILED      {reason}");
-    }
-    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
-    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
     o
 }
 

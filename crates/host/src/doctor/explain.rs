@@ -283,58 +283,13 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
             _ => chain.push(format!("{rate:.0} {what} over {:.1} s", s.duration_s)),
         },
     }
-    let costs: Vec<&Resource> = resources.iter().filter(|r| r.ms_per_request.is_some()).collect();
-    let spent: f64 = costs.iter().filter_map(|r| r.ms_per_request).sum();
+    let spent: f64 = resources.iter().filter_map(|r| r.ms_per_request).sum();
     let waiting_ms = closed.and(latency_ms).map(|ms| (ms - spent).max(0.0));
-    if !costs.is_empty() {
-        let parts: Vec<String> = costs
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {} ({} of its capacity)",
-                    r.name,
-                    fmt_ms(r.ms_per_request.unwrap_or(0.0)),
-                    pct(r.utilization)
-                )
-            })
-            .collect();
-        chain.push(format!("per response: {}", parts.join(", ")));
-    }
-    match &bound {
-        Some(_) => {
-            let saturated: Vec<String> = resources
-                .iter()
-                .filter(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
-                .map(|r| {
-                    format!("{} at {} of its capacity ({})", r.name, pct(r.utilization), r.used)
-                })
-                .collect();
-            chain.push(format!(
-                "the bound: {}: more of {} is what more rate needs",
-                saturated.join("; "),
-                if saturated.len() == 1 { "it" } else { "them" }
-            ));
-        }
-        None => {
-            let top = resources.first().map_or("nothing measured".into(), |r| {
-                format!("the most used, {}, at {}", r.name, pct(r.utilization))
-            });
-            match (waiting_ms, latency_ms) {
-                (Some(w), Some(ms)) if ms > 0.0 && w < 0.1 * ms => chain.push(format!(
-                    "no resource saturated ({top}): the CPU work per response, {} in all, covers the whole {} round trip: the sides work in turn, each waiting for the other, so more requests in flight, not faster CPUs, raise the rate",
-                    fmt_ms(spent),
-                    fmt_ms(ms)
-                )),
-                (Some(w), Some(ms)) if ms > 0.0 => chain.push(format!(
-                    "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting (in the server, on the path, in queues){}",
-                    fmt_ms(ms),
-                    fmt_ms(w),
-                    s.cpu_pressure.map_or(String::new(), |p| format!("; tasks waited for a CPU {} of the window", pct(p)))
-                )),
-                _ => chain.push(format!("no resource saturated ({top})")),
-            }
-        }
-    }
+    chain.extend(costs_line(&resources));
+    chain.push(match &bound {
+        Some(_) => bound_line(&resources, waited),
+        None => unsaturated_line(s, &resources, spent, waiting_ms, latency_ms),
+    });
     Explanation {
         rate,
         concurrency: closed.map(|l| l.concurrency),
@@ -344,6 +299,60 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
         bound,
         waiting_ms,
         chain,
+    }
+}
+
+/// `per response: server CPU (...) 0.007 ms (96% of its capacity), ...`, when a resource has a
+/// cost per response.
+fn costs_line(resources: &[Resource]) -> Option<String> {
+    let parts: Vec<String> = resources
+        .iter()
+        .filter_map(|r| {
+            let ms = r.ms_per_request?;
+            Some(format!("{} {} ({} of its capacity)", r.name, fmt_ms(ms), pct(r.utilization)))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("per response: {}", parts.join(", ")))
+}
+
+/// The saturated resources, named as the bound.
+fn bound_line(resources: &[Resource], waited: bool) -> String {
+    let saturated: Vec<String> = resources
+        .iter()
+        .filter(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
+        .map(|r| format!("{} at {} of its capacity ({})", r.name, pct(r.utilization), r.used))
+        .collect();
+    format!(
+        "the bound: {}: more of {} is what more rate needs",
+        saturated.join("; "),
+        if saturated.len() == 1 { "it" } else { "them" }
+    )
+}
+
+/// No resource saturated: where the latency went (the sides' CPU work in turn, or waiting).
+fn unsaturated_line(
+    s: &Summary,
+    resources: &[Resource],
+    spent: f64,
+    waiting_ms: Option<f64>,
+    latency_ms: Option<f64>,
+) -> String {
+    let top = resources.first().map_or("nothing measured".into(), |r| {
+        format!("the most used, {}, at {}", r.name, pct(r.utilization))
+    });
+    match (waiting_ms, latency_ms) {
+        (Some(w), Some(ms)) if ms > 0.0 && w < 0.1 * ms => format!(
+            "no resource saturated ({top}): the CPU work per response, {} in all, covers the whole {} round trip: the sides work in turn, each waiting for the other, so more requests in flight, not faster CPUs, raise the rate",
+            fmt_ms(spent),
+            fmt_ms(ms)
+        ),
+        (Some(w), Some(ms)) if ms > 0.0 => format!(
+            "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting (in the server, on the path, in queues){}",
+            fmt_ms(ms),
+            fmt_ms(w),
+            s.cpu_pressure.map_or(String::new(), |p| format!("; tasks waited for a CPU {} of the window", pct(p)))
+        ),
+        _ => format!("no resource saturated ({top})"),
     }
 }
 
