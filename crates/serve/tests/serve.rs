@@ -484,18 +484,25 @@ fn workers_are_pinned_to_the_listed_cpus(io: IoChoice) {
     o.cpus = Some("1,0".into());
     let server = TestServer::start(o);
     std::thread::sleep(Duration::from_millis(100));
-    let mut seen = std::collections::BTreeMap::new();
+    // Every worker thread of the process, (index, CPUs): other tests' servers run in this
+    // process too, with the same thread names (a map by index once kept another test's
+    // unpinned worker 0 in place of ours).
+    let mut seen = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
         let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
         if let (Some(i), Some(a)) = (comm.trim().strip_prefix("qpslab-serve-"), allowed) {
-            seen.insert(i.to_string(), a.trim().to_string());
+            seen.push((i.to_string(), a.trim().to_string()));
         }
     }
     drop(server);
-    // Other tests' servers may run in this process too; ours are the ones pinned.
-    assert!(seen.values().any(|a| a == "1") && seen.values().any(|a| a == "0"), "{seen:?}");
+    // Ours are the ones pinned: worker 0 to CPU 1, worker 1 to CPU 0.
+    assert!(
+        seen.iter().any(|(i, a)| i == "0" && a == "1")
+            && seen.iter().any(|(i, a)| i == "1" && a == "0"),
+        "{seen:?}"
+    );
 }
 
 fn a_fast_reader_of_a_huge_body_does_not_stall_other_connections(io: IoChoice) {
