@@ -126,13 +126,18 @@ fn no_warnings_but(f: &[Value], allowed: &[&str]) {
     }
 }
 
-fn bench(url: &str, extra: &[&str]) -> Value {
+/// `qpslab bench --json` for `secs` after `warmup`, its JSON.
+fn bench_for(secs: &str, warmup: &str, url: &str, extra: &[&str]) -> Value {
     let out = qpslab_command()
-        .args(["bench", "-d", "3s", "--warmup", "500ms", "--no-save", "--json", url])
+        .args(["bench", "-d", secs, "--warmup", warmup, "--no-save", "--json", url])
         .args(extra)
         .output()
         .unwrap();
     json(&out)
+}
+
+fn bench(url: &str, extra: &[&str]) -> Value {
+    bench_for("3s", "500ms", url, extra)
 }
 
 /// A server held to 20% of a CPU by its cgroup (what a container CPU limit does): the
@@ -491,16 +496,7 @@ fn an_overflowed_listen_backlog_is_named() {
 /// Runs a short bench `times` times and returns each run's JSON: a verdict must be the same
 /// every time the same truth is induced.
 fn bench_times(times: usize, url: &str, extra: &[&str]) -> Vec<Value> {
-    (0..times)
-        .map(|_| {
-            let out = qpslab_command()
-                .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--json", url])
-                .args(extra)
-                .output()
-                .unwrap();
-            json(&out)
-        })
-        .collect()
+    (0..times).map(|_| bench_for("2s", "300ms", url, extra)).collect()
 }
 
 /// A slow server (20 ms a response, 10 connections) while another process keeps the

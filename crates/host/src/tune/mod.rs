@@ -42,7 +42,8 @@ pub fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
 }
 
 /// Whether `dir` is this host's own root: writes there change the running kernel, so they need
-/// root and, on apply, the user's confirmation.
+/// root and, on apply, the user's confirmation; and what the kernel holds outside /proc and /sys
+/// (qdiscs over rtnetlink, driver statistics, `nginx -T`) is asked of it only there.
 pub fn is_live(dir: &Path) -> bool {
     dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
 }
