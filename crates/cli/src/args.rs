@@ -541,10 +541,15 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// After the rate explained, every resource on the request path with its use,
+    /// saturation and errors over the window (the JSON has them always, in `explanation`)
+    #[arg(long)]
+    pub explain: bool,
+
     /// Print what a finding means, when it fires and its remedy, then exit (all rules
     /// without a name)
     #[arg(long, value_name = "RULE", num_args = 0..=1, default_missing_value = "all")]
-    pub explain: Option<String>,
+    pub rules: Option<String>,
 
     /// Command to run while sampling (the load generator); its exit code passes through
     #[arg(last = true, value_name = "COMMAND")]

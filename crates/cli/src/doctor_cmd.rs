@@ -8,8 +8,8 @@ use crate::args::DoctorArgs;
 use crate::{output, Outcome, UsageError};
 
 pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
-    if let Some(name) = &a.explain {
-        return explain(name);
+    if let Some(name) = &a.rules {
+        return rules(name);
     }
     let opts = DoctorOptions {
         root: a.root,
@@ -40,22 +40,22 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<Outcome> {
     if let Some(p) = &d.profile {
         doc["profile"] = serde_json::to_value(p)?;
     }
-    output::emit(a.json, &doc, || doctor_text(d))?;
+    output::emit(a.json, &doc, || doctor_text(d, a.explain))?;
     Ok(match done.command_exit_code {
         Some(c) => Outcome::Code(u8::try_from(c).unwrap_or(1)),
         None => Outcome::Passed,
     })
 }
 
-/// `doctor --explain [RULE]`: what a finding means, when it fires and what to do.
-fn explain(name: &str) -> anyhow::Result<Outcome> {
+/// `doctor --rules [RULE]`: what a finding means, when it fires and what to do.
+fn rules(name: &str) -> anyhow::Result<Outcome> {
     let chosen: Vec<_> = if name == "all" {
         RULES.iter().collect()
     } else {
         let r = rule(name).ok_or_else(|| {
             let names: Vec<&str> = RULES.iter().map(|r| r.name).collect();
             UsageError(format!(
-                "--explain {name:?}: no such rule; the rules are {}",
+                "--rules {name:?}: no such rule; the rules are {}",
                 names.join(", ")
             ))
         })?;

@@ -26,6 +26,12 @@ pub struct NginxConf {
     pub accept_mutex: bool,
     /// A `listen` with `reuseport`.
     pub reuseport: bool,
+    /// `open_file_cache` set (off by default: every file served is opened, stat'ed and closed
+    /// per request).
+    pub open_file_cache: bool,
+    /// It serves files: a `root` or `alias` and no `return` anywhere (a guess at what the run
+    /// asked for: the configuration does not say which location a URL takes).
+    pub serves_files: bool,
 }
 
 /// nginx's default `keepalive_requests` since 1.19.10.
@@ -36,6 +42,7 @@ pub const DEFAULT_KEEPALIVE_REQUESTS: u64 = 1000;
 pub fn parse(text: &str) -> NginxConf {
     let mut c = NginxConf { keepalive_requests: 0, ..NginxConf::default() };
     let mut saw_access_log = false;
+    let (mut files, mut returns) = (false, false);
     for stmt in statements(text) {
         let words: Vec<&str> = stmt.split_whitespace().collect();
         let Some((&name, args)) = words.split_first() else { continue };
@@ -56,9 +63,13 @@ pub fn parse(text: &str) -> NginxConf {
             "worker_cpu_affinity" => c.worker_cpu_affinity = Some(args.join(" ")),
             "accept_mutex" => c.accept_mutex = args.first() == Some(&"on"),
             "listen" => c.reuseport |= args.contains(&"reuseport"),
+            "open_file_cache" => c.open_file_cache = args.first() != Some(&"off"),
+            "root" | "alias" => files = true,
+            "return" => returns = true,
             _ => {}
         }
     }
+    c.serves_files = files && !returns;
     if !saw_access_log {
         c.access_logs.push("logs/access.log (nginx's default)".into());
         c.access_log_unbuffered = true;
@@ -177,5 +188,18 @@ mod tests {
         assert!(off.access_logs.is_empty() && !off.access_log_unbuffered);
         let buffered = parse("http { access_log /l buffer=64k flush=1s; }");
         assert!(!buffered.access_log_unbuffered);
+    }
+
+    #[test]
+    fn a_site_of_files_without_a_cache_is_told_apart_from_one_that_returns() {
+        let debian = parse(
+            "http { server { root /var/www/html; location / { try_files $uri $uri/ =404; } } }",
+        );
+        assert!(debian.serves_files && !debian.open_file_cache);
+        let returns = parse("http { server { root /srv; location / { return 200; } } }");
+        assert!(!returns.serves_files);
+        let cached = parse("http { open_file_cache max=1000; server { root /srv; } }");
+        assert!(cached.serves_files && cached.open_file_cache);
+        assert!(!parse("http { open_file_cache off; }").open_file_cache);
     }
 }

@@ -139,7 +139,8 @@ fn nic_text(nic: &crate::nic::Nic, o: &mut String) {
 }
 
 /// A doctor report as text: the summary, then the findings worst first.
-pub fn doctor_text(d: &crate::Diagnosis) -> String {
+/// `explain`: the inventory of resources follows the rate (`doctor --explain`).
+pub fn doctor_text(d: &crate::Diagnosis, explain: bool) -> String {
     let (summary, findings) = (&d.summary, &d.findings);
     let p = |x: f64| format!("{:>4.0}%", x * 100.0);
     let mut o = String::new();
@@ -218,8 +219,35 @@ pub fn doctor_text(d: &crate::Diagnosis) -> String {
         );
     }
     o.push_str(&explanation_text(d));
+    if let Some(e) = d.explanation.as_ref().filter(|_| explain) {
+        o.push_str(&resources_text(e));
+    }
     o.push_str(&profile_text(d));
     o.push_str(&findings_text(findings));
+    o
+}
+
+/// Every resource of the inventory with its use, saturation and errors over the window, most
+/// used first (the USE method's table): what `doctor --explain` adds.
+pub fn resources_text(e: &crate::doctor::Explanation) -> String {
+    let mut o = String::from(
+        "resources  use  (saturation: work that waited for it; errors: what it dropped)\n",
+    );
+    if e.resources.is_empty() {
+        o.push_str("           none measured\n");
+    }
+    for r in &e.resources {
+        let _ = write!(o, "         {:>4.0}%  {}: {}", r.utilization * 100.0, r.name, r.used);
+        if let Some(ms) = r.ms_per_request {
+            let _ = write!(o, ", {} per response", crate::doctor::explain::fmt_ms(ms));
+        }
+        let _ = writeln!(
+            o,
+            "; saturation: {}; errors: {}",
+            r.saturation.as_deref().unwrap_or("none seen"),
+            r.errors.as_deref().unwrap_or("none")
+        );
+    }
     o
 }
 

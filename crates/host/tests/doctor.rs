@@ -1070,6 +1070,28 @@ fn a_closed_loop_with_no_saturated_resource_is_latency_bound_however_the_rate_sw
     }
 }
 
+/// Where the latency goes: with the path's round trip measured, the waiting splits into the
+/// path's share and the server's, and the remedy names the larger (a slow server: its own
+/// time; a long path: the path).
+#[test]
+fn the_latency_splits_into_the_path_and_the_server() {
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let slow_server = LoadFacts { path_rtt_s: Some(0.000_05), ..closed_loop(10, 0.020, 4.0) };
+    let (f, e) = run.diagnose(&with_load(slow_server));
+    assert_eq!(f[0].name, "latency-bound", "{f:?}");
+    let path = e.path_ms.unwrap();
+    assert!((path - 0.05).abs() < 1e-9, "{e:?}");
+    let last = e.chain.last().unwrap();
+    assert!(
+        last.contains("0.050 ms on the path") && last.contains("in the server and its queues"),
+        "{last}"
+    );
+    assert!(f[0].remedy.contains("the server's own time is"), "{}", f[0].remedy);
+    let far = LoadFacts { path_rtt_s: Some(0.018), ..closed_loop(10, 0.020, 4.0) };
+    let f = run.findings_with(&with_load(far));
+    assert!(f[0].remedy.contains("the path's round trip is 18.0 ms"), "{}", f[0].remedy);
+}
+
 /// An open loop with nothing saturated was paced by its schedule, not latency-bound.
 #[test]
 fn an_open_loop_with_nothing_saturated_is_paced() {

@@ -678,6 +678,7 @@ fn load_facts(load: &Report) -> LoadFacts {
         starved: load.connections.starved.waited_over_p999,
         unanswered: load.connections.starved.unanswered,
         connections: load.config.connections as u64,
+        path_rtt_s: load.connections.path_rtt_us.map(|r| f64::from(r.median) / 1e6),
         duration_s: load.duration_s,
     }
 }

@@ -289,21 +289,26 @@ pub fn run(
     })
 }
 
-/// The connections with a counted request outstanding when the run stopped, by how long
-/// their oldest one had waited: what a run in which the server never served some connections
-/// looks like from the generator. The report compares the waits with the run's p99.9.
+/// The connections as the run stopped: those with a counted request outstanding, by how long
+/// their oldest one had waited (what a run in which the server never served some connections
+/// looks like from the generator; the report compares the waits with the run's p99.9), and
+/// each open connection's smallest round trip (the path's own, apart from the server's time).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Waiting {
     /// Connections that had completed no response in the measured window, in µs.
     pub unanswered_us: Vec<u64>,
     /// Connections that had, in µs.
     pub answered_us: Vec<u64>,
+    /// The kernel's smallest round trip of each open TCP connection, in µs.
+    #[serde(default)]
+    pub min_rtt_us: Vec<u32>,
 }
 
 impl Waiting {
     pub(crate) fn absorb(&mut self, other: &Waiting) {
         self.unanswered_us.extend_from_slice(&other.unanswered_us);
         self.answered_us.extend_from_slice(&other.answered_us);
+        self.min_rtt_us.extend_from_slice(&other.min_rtt_us);
     }
 }
 

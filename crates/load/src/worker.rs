@@ -494,6 +494,9 @@ impl<'a> Worker<'a> {
         let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
         let mut waiting = crate::Waiting::default();
         for c in &self.conns {
+            if let Some(rtt) = c.sock.as_ref().and_then(qpslab_sys::net::min_rtt_us) {
+                waiting.min_rtt_us.push(rtt);
+            }
             if let Some(since) = c.oldest_counted_outstanding() {
                 let us = now.saturating_duration_since(since).as_micros() as u64;
                 match c.answered {

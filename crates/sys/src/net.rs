@@ -104,6 +104,31 @@ pub fn bind_address_no_port(sock: &impl AsRawFd) -> io::Result<()> {
     }
 }
 
+/// The smallest round trip the kernel has seen on a TCP connection (`tcpi_min_rtt` of
+/// TCP_INFO, in µs), its handshake included: the path's own round trip, without a peer's
+/// delayed acknowledgements or time spent answering (which the smoothed RTT takes in). None
+/// for a socket that is not TCP or has no sample yet.
+pub fn min_rtt_us(sock: &impl AsRawFd) -> Option<u32> {
+    // SAFETY: tcp_info is plain integers; all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid descriptor; the kernel writes at most `len` bytes into `info`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            std::ptr::addr_of_mut!(info).cast(),
+            &mut len,
+        )
+    };
+    // Kernels before 4.6 return a shorter struct without tcpi_min_rtt.
+    let end = std::mem::offset_of!(libc::tcp_info, tcpi_min_rtt) + 4;
+    let known = rc == 0 && len as usize >= end;
+    // The kernel's "no sample" is ~0U.
+    (known && info.tcpi_min_rtt != 0 && info.tcpi_min_rtt != u32::MAX).then_some(info.tcpi_min_rtt)
+}
+
 /// A non-blocking `connect()` that has started and will finish later.
 pub fn connect_in_progress(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EINPROGRESS)
@@ -139,6 +164,17 @@ mod tests {
         let mut buf = [0u8; 1];
         let e = std::io::Read::read(&mut &taken, &mut buf).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "non-blocking");
+    }
+
+    #[test]
+    fn a_connections_min_rtt_is_its_round_trip_on_loopback() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let rtt = min_rtt_us(&client).expect("the handshake is a sample");
+        assert!((1..10_000).contains(&rtt), "loopback round trip {rtt} us");
+        // Not TCP: no figure.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(min_rtt_us(&a), None);
     }
 
     #[test]

@@ -517,16 +517,16 @@ fn host_reads_a_captured_tree_and_the_live_host() {
 /// Every rule says what it means, when it fires and what to do.
 #[test]
 fn doctor_explains_its_rules() {
-    let out = qpslab(&["doctor", "--explain", "softnet-time-squeeze"]);
+    let out = qpslab(&["doctor", "--rules", "softnet-time-squeeze"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("fires at:  10 time squeezes/s or more over the window"), "{text}");
-    let all = qpslab(&["doctor", "--explain"]);
+    let all = qpslab(&["doctor", "--rules"]);
     let text = String::from_utf8_lossy(&all.stdout);
     for name in ["latency-bound", "shared-cpus", "no-responses", "single-rx-queue"] {
         assert!(text.lines().any(|l| l == name), "{name} in {text}");
     }
-    usage_error(&["doctor", "--explain", "slowness"], "--explain \"slowness\": no such rule");
+    usage_error(&["doctor", "--rules", "slowness"], "--rules \"slowness\": no such rule");
 }
 
 #[test]

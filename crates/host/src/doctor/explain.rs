@@ -58,6 +58,10 @@ pub struct LoadFacts {
     /// Connections the load kept.
     #[serde(default)]
     pub connections: u64,
+    /// The path's own round trip, in seconds: the median over the load's connections of the
+    /// kernel's smallest RTT (handshake included), without the server's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_rtt_s: Option<f64>,
     /// The window's length, in seconds.
     pub duration_s: f64,
 }
@@ -103,6 +107,23 @@ pub struct Resource {
     /// per-request cost that adds to the latency, e.g. a link's capacity in bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms_per_request: Option<f64>,
+    /// Its saturation over the window, in words: work that had to wait for it (a quota's
+    /// throttled periods, tasks waiting for a CPU, a queue's backlog). None when nothing
+    /// waited that the samples show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation: Option<String>,
+    /// Its errors over the window: what it dropped or refused. None when nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<String>,
+}
+
+impl Resource {
+    /// Whether requests' work passes through it, so that its saturation can bound the rate
+    /// (a CPU, a link, a shaper); a table that fills (descriptors, an accept queue) limits
+    /// connections, not the rate, and has findings of its own.
+    pub fn carries_work(&self) -> bool {
+        !matches!(self.kind.as_str(), "descriptors" | "accept-queue")
+    }
 }
 
 /// The rate explained, in numbers.
@@ -127,6 +148,10 @@ pub struct Explanation {
     /// Of the mean latency, the milliseconds no measured resource's work accounts for: waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_ms: Option<f64>,
+    /// Of the mean latency, the path's own round trip (the load's connections' smallest RTT),
+    /// in milliseconds; the rest of the waiting is in the server and its queues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_ms: Option<f64>,
     /// The chain from the rate to the resource, one sentence a line.
     pub chain: Vec<String>,
 }
@@ -167,6 +192,8 @@ pub fn inventory(
         let cpu: f64 = procs.iter().map(|p| p.cpu).sum();
         let side = if role == Role::Server { "server" } else { "generator" };
         let on = p.cpus.as_ref().map_or(String::new(), |c| format!(", {}", c.named()));
+        let throttled =
+            procs.iter().filter_map(|p| p.throttling.as_ref()).find(|t| t.throttled_periods > 0);
         out.push(Resource {
             name: format!("{side} CPU ({} pid {}{on})", p.comm, p.pid),
             kind: format!("{side}-cpu"),
@@ -174,7 +201,17 @@ pub fn inventory(
             utilization: p.busy_ratio,
             used: format!("{cpu:.2} CPUs"),
             ms_per_request: per_request(cpu),
+            saturation: throttled.map(|t| {
+                format!(
+                    "held back by its CPU quota ({}) in {} of periods, {:.2} s",
+                    t.quota,
+                    pct(t.share()),
+                    t.throttled_s
+                )
+            }),
+            errors: None,
         });
+        descriptors(&procs, side, &mut out);
     }
     for c in &s.cpus {
         out.push(Resource {
@@ -184,6 +221,11 @@ pub fn inventory(
             utilization: c.busy(),
             used: format!("softirq {}, irq {}", pct(c.softirq), pct(c.irq)),
             ms_per_request: None,
+            saturation: s
+                .cpu_pressure
+                .filter(|&p| p >= 0.01)
+                .map(|p| format!("tasks waited for a CPU {} of the window (all CPUs)", pct(p))),
+            errors: None,
         });
     }
     for i in s.interfaces.iter().filter(|i| ctx.on_path(&i.name)) {
@@ -201,6 +243,13 @@ pub fn inventory(
             utilization: bytes / cap,
             used: format!("{:.1} MB/s", bytes / 1e6),
             ms_per_request: None,
+            saturation: s
+                .qdiscs
+                .iter()
+                .find(|q| q.iface == i.name && q.root && q.backlog_max > 0)
+                .map(|q| format!("its {} queue held up to {} bytes", q.kind, q.backlog_max)),
+            errors: (i.rx_drop + i.tx_drop > 0)
+                .then(|| format!("{} received and {} sent packets dropped", i.rx_drop, i.tx_drop)),
         });
     }
     // A shaper's rate is its interface's capacity on the way out.
@@ -219,18 +268,64 @@ pub fn inventory(
             kind: "shaper".into(),
             iface: Some(q.iface.clone()),
             utilization: q.bytes_per_s / rate as f64,
-            used: format!(
-                "{}, {} packets dropped, held back {} times, backlog up to {} bytes",
-                fmt_bits(q.bytes_per_s * 8.0),
-                q.drops,
-                q.overlimits,
-                q.backlog_max
-            ),
+            used: fmt_bits(q.bytes_per_s * 8.0),
             ms_per_request: None,
+            saturation: (q.overlimits > 0 || q.backlog_max > 0).then(|| {
+                format!(
+                    "held packets back {} times, backlog up to {} bytes",
+                    q.overlimits, q.backlog_max
+                )
+            }),
+            errors: (q.drops > 0).then(|| format!("{} packets dropped", q.drops)),
         });
     }
+    accept_queues(s, &mut out);
     out.sort_by(|a, b| b.utilization.total_cmp(&a.utilization));
     out
+}
+
+/// Each side's descriptor table against its limit (the fullest process of the side).
+fn descriptors(procs: &[&super::ProcSummary], side: &str, out: &mut Vec<Resource>) {
+    let fullest = procs
+        .iter()
+        .filter_map(|p| Some((p, p.open_fds? as f64 / p.nofile_soft.filter(|&n| n > 0)? as f64)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let Some((p, used)) = fullest else { return };
+    out.push(Resource {
+        name: format!("{side} descriptors ({} pid {})", p.comm, p.pid),
+        kind: "descriptors".into(),
+        iface: None,
+        utilization: used,
+        used: format!(
+            "{} open of {}",
+            p.open_fds.unwrap_or(0),
+            p.nofile_soft.map_or("-".into(), |n| n.to_string())
+        ),
+        ms_per_request: None,
+        saturation: None,
+        errors: None,
+    });
+}
+
+/// Listeners whose accept queue held connections at the window's end, with the host's
+/// dropped connection attempts as their errors.
+fn accept_queues(s: &Summary, out: &mut Vec<Resource>) {
+    let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0).max(0);
+    let dropped = d("ListenOverflows").max(d("ListenDrops"));
+    for q in &s.listen_queues {
+        out.push(Resource {
+            name: format!("accept queue of {} ({})", q.local, q.holders.join(", ")),
+            kind: "accept-queue".into(),
+            iface: None,
+            utilization: q.queued as f64 / q.backlog.max(1) as f64,
+            used: format!("{} of {} waiting to be accepted", q.queued, q.backlog),
+            ms_per_request: None,
+            saturation: (q.queued > 0)
+                .then(|| format!("{} connections waited to be accepted at the end", q.queued)),
+            errors: (dropped > 0)
+                .then(|| format!("{dropped} connection attempts dropped (host-wide)")),
+        });
+    }
 }
 
 /// The rate explained from the summary and, when the load ran in-process, its facts.
@@ -253,16 +348,14 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
             resources,
             bound: None,
             waiting_ms: None,
+            path_ms: None,
             chain: vec![format!(
                 "the run failed: {rate:.0} responses/s, {:.0} of them ok; a rate of errors and bad statuses is not explained",
                 l.ok as f64 / l.duration_s.max(1e-9)
             )],
         };
     }
-    let bound = resources
-        .iter()
-        .find(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
-        .map(|r| r.name.clone());
+    let bound = resources.iter().find(|r| bounds(r, waited)).map(|r| r.name.clone());
     let what = if load.is_some() { "responses/s" } else { "packets/s (no load facts)" };
     let mut chain = Vec::new();
     let closed = load.filter(|l| !l.paced() && l.mean_latency_s > 0.0);
@@ -285,10 +378,11 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     }
     let spent: f64 = resources.iter().filter_map(|r| r.ms_per_request).sum();
     let waiting_ms = closed.and(latency_ms).map(|ms| (ms - spent).max(0.0));
+    let path_ms = load.and_then(|l| l.path_rtt_s).map(|s| s * 1e3);
     chain.extend(costs_line(&resources));
     chain.push(match &bound {
         Some(_) => bound_line(&resources, waited),
-        None => unsaturated_line(s, &resources, spent, waiting_ms, latency_ms),
+        None => unsaturated_line(s, &resources, spent, waiting_ms, latency_ms, path_ms),
     });
     Explanation {
         rate,
@@ -298,8 +392,15 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
         resources,
         bound,
         waiting_ms,
+        path_ms,
         chain,
     }
+}
+
+/// A resource that bounds the rate: saturated, carrying requests' work, and, for a CPU, with
+/// tasks that waited for it.
+fn bounds(r: &Resource, waited: bool) -> bool {
+    r.utilization >= SATURATED && r.carries_work() && (waited || r.kind != "cpu")
 }
 
 /// `per response: server CPU (...) 0.007 ms (96% of its capacity), ...`, when a resource has a
@@ -319,8 +420,14 @@ fn costs_line(resources: &[Resource]) -> Option<String> {
 fn bound_line(resources: &[Resource], waited: bool) -> String {
     let saturated: Vec<String> = resources
         .iter()
-        .filter(|r| r.utilization >= SATURATED && (waited || r.kind != "cpu"))
-        .map(|r| format!("{} at {} of its capacity ({})", r.name, pct(r.utilization), r.used))
+        .filter(|r| bounds(r, waited))
+        .map(|r| {
+            let extra: Vec<&str> =
+                [&r.saturation, &r.errors].into_iter().flatten().map(String::as_str).collect();
+            let extra =
+                if extra.is_empty() { String::new() } else { format!("; {}", extra.join("; ")) };
+            format!("{} at {} of its capacity ({}{extra})", r.name, pct(r.utilization), r.used)
+        })
         .collect();
     format!(
         "the bound: {}: more of {} is what more rate needs",
@@ -336,8 +443,9 @@ fn unsaturated_line(
     spent: f64,
     waiting_ms: Option<f64>,
     latency_ms: Option<f64>,
+    path_ms: Option<f64>,
 ) -> String {
-    let top = resources.first().map_or("nothing measured".into(), |r| {
+    let top = resources.iter().find(|r| r.carries_work()).map_or("nothing measured".into(), |r| {
         format!("the most used, {}, at {}", r.name, pct(r.utilization))
     });
     match (waiting_ms, latency_ms) {
@@ -347,12 +455,29 @@ fn unsaturated_line(
             fmt_ms(ms)
         ),
         (Some(w), Some(ms)) if ms > 0.0 => format!(
-            "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting (in the server, on the path, in queues){}",
+            "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting{}{}",
             fmt_ms(ms),
             fmt_ms(w),
+            where_waited(w, path_ms),
             s.cpu_pressure.map_or(String::new(), |p| format!("; tasks waited for a CPU {} of the window", pct(p)))
         ),
         _ => format!("no resource saturated ({top})"),
+    }
+}
+
+/// Where the waiting went: the path's own round trip (when measured) and the rest, in the
+/// server and its queues.
+fn where_waited(waiting_ms: f64, path_ms: Option<f64>) -> String {
+    match path_ms {
+        Some(p) => {
+            let path = p.min(waiting_ms);
+            format!(
+                ": {} on the path (its round trip, the smallest the kernel saw on the load's connections), {} in the server and its queues",
+                fmt_ms(path),
+                fmt_ms(waiting_ms - path)
+            )
+        }
+        None => " (in the server, on the path, in queues)".into(),
     }
 }
 

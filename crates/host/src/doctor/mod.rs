@@ -4,7 +4,7 @@
 //! ([`rules`]).
 //!
 //! Every rule, its threshold and its remedy are listed in [`RULES`], which `qpslab doctor
-//! --explain RULE` prints. Counter rules judge rates over the window, never a single event,
+//! --rules RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
 pub mod explain;
@@ -162,7 +162,7 @@ pub struct Generator {
     pub bound: bool,
 }
 
-/// A rule as `qpslab doctor --explain` describes it.
+/// A rule as `qpslab doctor --rules` describes it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Rule {
     pub name: &'static str,
@@ -279,9 +279,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "nginx-config",
-        catches: "the server is nginx and its configuration has per-request costs this run shows: an unbuffered access log, keepalive_requests behind the run's reconnects, idle CPUs with few workers, accept_mutex",
-        threshold: "the server process is nginx and `nginx -T` could be read; each cost only when it applies (reconnects at 0.1% of the rate or more explained by keepalive_requests; a CPU 25% idle); a warning when nginx's CPU is saturated, else info",
-        remedy: "the directives named: access_log off or buffered, keepalive_requests higher, worker_processes and worker_cpu_affinity, accept_mutex off",
+        catches: "the server is nginx and its configuration has per-request costs this run shows: an unbuffered access log, keepalive_requests behind the run's reconnects, idle CPUs with few workers, accept_mutex, open_file_cache off where it serves files",
+        threshold: "the server process is nginx and `nginx -T` could be read; each cost only when it applies (reconnects at 0.1% of the rate or more explained by keepalive_requests; a CPU 25% idle); always info, below the bound (saying when nginx's CPU is the bound they spend)",
+        remedy: "the directives named: access_log off or buffered, keepalive_requests higher, worker_processes and worker_cpu_affinity, accept_mutex off, open_file_cache",
     },
     Rule {
         name: "softirq-concentrated",

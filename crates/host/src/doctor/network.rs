@@ -14,6 +14,8 @@ pub(super) fn link_saturated(s: &Summary, ctx: &Context, ex: &Explanation) -> Op
     let iface = r.iface.as_deref().unwrap_or("?");
     let mut evidence =
         vec![format!("{}: {} of its capacity ({})", r.name, pct(r.utilization), r.used)];
+    evidence.extend(r.saturation.iter().map(|w| format!("{iface}: {w} (saturation)")));
+    evidence.extend(r.errors.iter().map(|e| format!("{iface}: {e} (errors)")));
     if let Some(i) = s.interfaces.iter().find(|i| i.name == iface) {
         evidence.push(format!(
             "{iface}: rx {:.0} packets/s {}, tx {:.0} packets/s {}",

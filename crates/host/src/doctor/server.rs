@@ -1,8 +1,9 @@
 //! The server's known costs per request, from its own configuration (nginx today): an access
 //! log written per request, `keepalive_requests` against the run's reconnects, the workers
-//! against the idle CPUs, `accept_mutex`. A warning when the server's CPU is the bound (they
-//! are what it spends that CPU on), info otherwise. Each cost is said only when this run's
-//! evidence shows it applies; the remedy lists only those.
+//! against the idle CPUs, `accept_mutex`, `open_file_cache` where it serves files. Always info, below the bound: when the server's CPU
+//! is the bound they are what it spends that CPU on (said so), otherwise they cost nothing
+//! this run measured. Each cost is said only when this run's evidence shows it applies; the
+//! remedy lists only those.
 
 use super::explain::Explanation;
 use super::summary::{pct, Summary};
@@ -58,13 +59,19 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
         evidence.push("accept_mutex on: the workers take turns to accept".into());
         changes.push("`accept_mutex off;` (the default), or `listen ... reuseport`");
     }
+    if conf.serves_files && !conf.open_file_cache {
+        evidence.push("open_file_cache off, and the configuration serves files (a root or alias, no return): each request opens, stats and closes its file (a guess: which location the run's URL took is not known)".into());
+        changes.push("`open_file_cache max=10000 inactive=30s;` when the run serves files");
+    }
     if evidence.is_empty() {
         return;
     }
     let bound = ex.resources.iter().any(|r| r.kind == "server-cpu" && r.utilization >= SATURATED);
+    // Info either way: the headline is the resource that bounds the rate (the server's CPU),
+    // and this says what nginx spends it on.
     out.push(Finding {
         name: "nginx-config",
-        severity: if bound { Severity::Warning } else { Severity::Info },
+        severity: Severity::Info,
         summary: if bound {
             "nginx's configuration spends the CPU that bounds the rate on work a benchmark does not need".into()
         } else {

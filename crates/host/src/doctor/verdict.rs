@@ -633,7 +633,7 @@ fn neither_saturated(
                 ex.latency_ms.map_or("-".into(), fmt_ms)
             ),
             evidence,
-            remedy: "more requests in flight (`qpslab load -c`, --pipeline, --streams) raise the rate until a resource saturates; a shorter round trip (the server's own waits) raises it per connection".into(),
+            remedy: latency_remedy(ex),
         });
     }
     let rates: Vec<f64> = s.intervals.iter().map(|i| i.pps).collect();
@@ -666,6 +666,25 @@ fn neither_saturated(
             evidence,
             remedy: "run longer, or look at the per-interval rows for stalls (timeouts, retransmits, other load)".into(),
         })
+    }
+}
+
+/// More requests in flight, and the part of the round trip that is longest: the server's own
+/// time or the path's, when the load measured the path.
+fn latency_remedy(ex: &Explanation) -> String {
+    let more = "more requests in flight (`qpslab load -c`, --pipeline, --streams) raise the rate until a resource saturates";
+    let (Some(ms), Some(w), Some(path)) = (ex.latency_ms, ex.waiting_ms, ex.path_ms) else {
+        return format!(
+            "{more}; a shorter round trip (the server's own waits) raises it per connection"
+        );
+    };
+    let server = (w - path).max(0.0);
+    if server >= 0.5 * ms {
+        format!("{more}; per connection, the server's own time is {} of the {} round trip: what it waits on (a backend, a lock, a disk, a sleep) sets the rate", fmt_ms(server), fmt_ms(ms))
+    } else if path >= 0.5 * ms {
+        format!("{more}; per connection, the path's round trip is {} of the {}: a shorter path (the generator nearer the server) raises it", fmt_ms(path), fmt_ms(ms))
+    } else {
+        format!("{more}; the round trip ({}) is the sides' work in turn", fmt_ms(ms))
     }
 }
 

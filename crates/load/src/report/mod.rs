@@ -305,6 +305,33 @@ pub struct Connections {
     pub tls: Option<TlsReport>,
     /// Connections left waiting for an answer at the stop.
     pub starved: Starved,
+    /// The path's own round trip: the kernel's smallest RTT of each connection open at the
+    /// stop (its handshake included), without the server's time. None without TCP connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_rtt_us: Option<PathRtt>,
+}
+
+/// The spread of the connections' smallest round trips, in µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PathRtt {
+    pub min: u32,
+    pub median: u32,
+    pub max: u32,
+    /// Connections measured.
+    pub connections: u64,
+}
+
+impl PathRtt {
+    fn new(rtts: &[u32]) -> Option<Self> {
+        let mut v = rtts.to_vec();
+        v.sort_unstable();
+        Some(PathRtt {
+            min: *v.first()?,
+            median: v[v.len() / 2],
+            max: *v.last()?,
+            connections: v.len() as u64,
+        })
+    }
 }
 
 /// Connections whose oldest outstanding request, at the stop, had waited longer than the
@@ -661,6 +688,7 @@ impl Report {
                     insecure: t.insecure,
                 }),
                 starved: starved.clone(),
+                path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
