@@ -41,6 +41,10 @@ pub enum Command {
     /// Run a matrix of bench variants from a TOML file, each repeated, interleaved, with host
     /// settings applied and reverted around each run; every run is stored
     Sweep(SweepArgs),
+    /// The tuning walk as one command: measure, take the doctor's headline as a change, measure
+    /// it against the current state interleaved, keep it only when it is faster beyond noise,
+    /// repeat; prints the steps as a table
+    Climb(Box<ClimbArgs>),
     /// List, show, export and remove stored runs and sweeps
     Runs(RunsArgs),
     /// Compare two sets of stored runs: throughput ratio with its spread over repeats and a
@@ -167,6 +171,39 @@ pub struct SweepArgs {
     /// Print the sweep's table as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ClimbArgs {
+    /// Longest the climb may take: no step starts that could not end within it
+    #[arg(long, value_name = "DUR", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub budget: Duration,
+
+    /// The smallest gain a change must bring to be kept, in percent of the rate
+    #[arg(long, value_name = "PCT", default_value = "3%", value_parser = parse_percent)]
+    pub min_gain: f64,
+
+    /// Runs of each state per step, interleaved with the candidate's (3 or more)
+    #[arg(long, value_name = "N", default_value = "3", value_parser = parse_count, allow_hyphen_values = true)]
+    pub repeats: usize,
+
+    /// Run the starting state once and print the first step's finding and change; nothing
+    /// else runs and nothing is stored
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// The starting state: bench's options
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+/// `3%` or `3`: a percentage, as a share (0.03).
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let n = s.trim().trim_end_matches('%');
+    match n.parse::<f64>() {
+        Ok(v) if (0.0..100.0).contains(&v) => Ok(v / 100.0),
+        _ => Err(format!("{s:?}: give a percentage from 0 to under 100, e.g. 3%")),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -16,27 +16,32 @@ fn a_url(opts: &BenchOptions) -> Option<&String> {
     opts.load.urls.is_empty().then_some(&opts.target)
 }
 
-pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
-    let opts = BenchOptions {
-        target: a.url.or(a.target).unwrap_or_else(|| "builtin".into()),
-        server_pids: a.server_pid,
+/// The bench's options from its flags (`climb` starts from them too).
+pub fn options(a: &BenchArgs) -> anyhow::Result<BenchOptions> {
+    Ok(BenchOptions {
+        target: a.url.clone().or(a.target.clone()).unwrap_or_else(|| "builtin".into()),
+        server_pids: a.server_pid.clone(),
         workers: a.workers,
-        server_cpus: a.server_cpus,
-        accept: a.accept,
+        server_cpus: a.server_cpus.clone(),
+        accept: a.accept.clone(),
         tls: a.tls,
         interval: a.interval,
-        server_host: a.server_host,
-        server_addr: a.server_addr,
-        agents: a.agents,
-        ssh: a.ssh,
-        agent_exe: a.agent_exe,
+        server_host: a.server_host.clone(),
+        server_addr: a.server_addr.clone(),
+        agents: a.agents.clone(),
+        ssh: a.ssh.clone(),
+        agent_exe: a.agent_exe.clone(),
         profile: a.profile.profile,
         profile_freq: a.profile.profile.then_some(a.profile.profile_freq),
         folded: a.profile.profile_out.is_some(),
-        load: a.load,
+        load: a.load.clone(),
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),
-    };
+    })
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<Outcome> {
+    let opts = options(&a)?;
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {
         None

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench_cmd;
+mod climb_cmd;
 mod doctor_cmd;
 mod host_cmd;
 mod live_cmd;
@@ -123,6 +124,7 @@ fn run(cli: args::Cli) -> anyhow::Result<Outcome> {
         args::Command::Tune(a) => tune_cmd::run(a),
         args::Command::Merge(a) => merge_cmd::run(a),
         args::Command::Sweep(a) => sweep_cmd::run(a),
+        args::Command::Climb(a) => climb_cmd::run(*a),
         args::Command::Runs(a) => store_cmd::runs(a),
         args::Command::Compare(a) => store_cmd::compare_cmd(a),
         args::Command::Report(a) => store_cmd::report_cmd(a),

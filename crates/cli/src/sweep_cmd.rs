@@ -149,14 +149,14 @@ fn dry_run(
 }
 
 /// The progress line, on a terminal only.
-struct Line {
+pub(crate) struct Line {
     tty: bool,
     head: String,
     last: Progress,
 }
 
 impl Line {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Line {
             tty: std::io::stderr().is_terminal(),
             head: String::new(),
@@ -170,7 +170,7 @@ impl Line {
         }
     }
 
-    fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if self.tty {
             eprint!("\r\x1b[K");
         }

@@ -84,15 +84,7 @@ impl Drop for Cgroup {
     }
 }
 
-fn json(out: &std::process::Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {} stderr {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
+use common::json_of as json;
 
 fn findings(v: &Value) -> Vec<Value> {
     let f = if v["doctor"].is_object() { &v["doctor"]["findings"] } else { &v["findings"] };

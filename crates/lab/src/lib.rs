@@ -4,9 +4,11 @@
 //! CPUs the server does not use while the doctor samples, and return one report. [`doctor`] runs
 //! the doctor alone, for a duration or while a command (the load) runs. [`sweep`] runs a matrix
 //! of bench variants, interleaved and repeated, with host settings applied and reverted around
-//! each run; [`record`] says what of a run the runs store (`qpslab_runs`) keeps.
+//! each run; [`climb`] walks from a bench's state, one measured change at a time, keeping what
+//! is faster beyond noise; [`record`] says what of a run the runs store (`qpslab_runs`) keeps.
 
 pub mod bench;
+pub mod climb;
 pub mod doctor;
 pub mod hostset;
 pub mod kinds;

@@ -11,6 +11,17 @@ use std::time::{Duration, Instant};
 /// own scratch directory, never the user's.
 pub const TEST_STORE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/cli-runs.sqlite");
 
+/// A command's stdout as one JSON document; on anything else, a panic with both outputs.
+pub fn json_of(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// `qpslab` with the tests' runs store.
 pub fn qpslab_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qpslab"));

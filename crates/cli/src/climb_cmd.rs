@@ -1,0 +1,113 @@
+//! `qpslab climb`: the tuning walk from bench's starting options, with the sweep's progress
+//! line; prints the steps as a table (or JSON) and where the runs are stored.
+
+use qpslab_lab::climb::{self, ClimbError, ClimbOptions};
+use qpslab_lab::{render_text as bench_text, BenchError};
+use qpslab_live::RunInfo;
+use qpslab_load::feed::Feed;
+use qpslab_runs::select::Selector;
+
+use crate::args::ClimbArgs;
+use crate::sweep_cmd::Line;
+use crate::{bench_cmd, live_cmd, output, store_cmd, Outcome, UsageError};
+
+pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
+    let b = &a.bench;
+    if b.profile.profile_out.is_some() {
+        return Err(UsageError(
+            "--profile-out: a climb runs many benches; profile one with qpslab bench".into(),
+        )
+        .into());
+    }
+    let o = ClimbOptions {
+        start: bench_cmd::options(b)?,
+        budget: a.budget,
+        min_gain: a.min_gain,
+        repeats: u32::try_from(a.repeats)
+            .map_err(|_| UsageError(format!("--repeats {}: too many", a.repeats)))?,
+        label: b.label.clone(),
+    };
+    let stop = qpslab_sys::signals::stop_flag()?;
+    if a.dry_run {
+        return dry_run(&o, b.json, stop);
+    }
+    let mut store = if b.no_save { None } else { Some(store_cmd::open(&b.store)?) };
+    let live = live_cmd::start(
+        &b.live,
+        RunInfo::new("climb", std::slice::from_ref(&o.start.target), false),
+    )?;
+    let mut line = Line::new();
+    let result = {
+        let mut tee = live.as_ref().map(|l| l.tee(&mut line));
+        let feed: &mut dyn Feed = match &mut tee {
+            Some(t) => t,
+            None => &mut line,
+        };
+        climb::climb(&o, store.as_mut(), stop, feed)
+    };
+    line.clear();
+    let c = result.map_err(error)?;
+    output::emit(b.json, &c, || {
+        let mut t = climb::render_text(&c);
+        if let (Some(id), Some(s)) = (c.sweep, &store) {
+            t += &format!(
+                "stored      sweep {id} in {} (qpslab report sweep:{id} -o climb.html draws it)\n",
+                s.path().display()
+            );
+        }
+        t
+    })?;
+    let html = live.as_ref().and_then(|l| l.url()).and_then(|_| {
+        let (s, id) = (store.as_ref()?, c.sweep?);
+        live_cmd::report_of(s, &Selector::Sweep(id), "qpslab climb".into())
+    });
+    let summary = format!(
+        "climb: {:.0} -> {:.0} ok req/s in {} step(s); {}",
+        c.start_rps,
+        c.final_rps,
+        c.steps.len(),
+        c.ended
+    );
+    // A signal, or a run that fails (the climb stops at it): the climb did not complete.
+    let failed = c.ended.starts_with("stopped") || c.steps.iter().any(|s| s.verdict == "stopped");
+    live_cmd::finish(live, !failed, summary, html);
+    Ok(if failed { Outcome::ChecksFailed } else { Outcome::Passed })
+}
+
+/// `--dry-run`: one run of the starting state, its summary and the first step the climb would
+/// take (or why none).
+fn dry_run(
+    o: &ClimbOptions,
+    json: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Outcome> {
+    let mut line = Line::new();
+    let (report, rows) = climb::first_step(o, stop, &mut line).map_err(error)?;
+    line.clear();
+    let doc = serde_json::json!({ "start_rps": climb::ok_rps(&report), "steps": rows });
+    output::emit(json, &doc, || {
+        let mut t = bench_text(&report);
+        t += "\nfirst step (dry run: nothing changed, nothing stored)\n";
+        for s in &rows {
+            t += &format!(
+                "  {}: {}\n  change: {}\n  {}\n",
+                s.finding,
+                s.evidence.first().map_or("", String::as_str),
+                s.change.as_deref().unwrap_or("none"),
+                s.why
+            );
+        }
+        t
+    })?;
+    Ok(Outcome::Passed)
+}
+
+fn error(e: ClimbError) -> anyhow::Error {
+    match e {
+        ClimbError::Usage(m) | ClimbError::Run { source: BenchError::Usage(m), .. } => {
+            UsageError(m).into()
+        }
+        ClimbError::Store(s) => store_cmd::store_error(s),
+        other => anyhow::Error::new(other),
+    }
+}

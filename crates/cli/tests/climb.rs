@@ -1,0 +1,170 @@
+//! `qpslab climb` against real servers on loopback: the first step of a dry run, a climb that
+//! keeps what Little's law says must help, a failing target it refuses to climb, bad flags,
+//! and the decision rule against induced ground truth (a change with no effect, and one
+//! worth exactly +10%). A test binary of its own, one climb at a time: each judges rates.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::sync::Mutex;
+
+use common::{json_of as json, qpslab_command, ServeChild};
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn slow_server() -> ServeChild {
+    ServeChild::start(&[], &["-w", "1", "--cpus", "0"])
+}
+
+/// `qpslab climb ARGS --store DB URL`, with one-second runs; its JSON and exit code.
+fn climb(args: &[&str], db: &std::path::Path, url: &str) -> (Value, Option<i32>) {
+    let out = qpslab_command()
+        .args(["climb", "--json", "-d", "1s", "--warmup", "200ms"])
+        .args(args)
+        .arg("--store")
+        .arg(db)
+        .arg(url)
+        .output()
+        .unwrap();
+    (json(&out), out.status.code())
+}
+
+/// One connection to a server answering in 20 ms: the dry run measures once and names the
+/// first change, more connections, without making it or storing anything.
+#[test]
+fn a_dry_run_names_the_first_change_and_makes_none() {
+    let _one = one_at_a_time();
+    let server = slow_server();
+    let store = tempfile::tempdir().unwrap();
+    let db = store.path().join("runs.sqlite");
+    let (v, code) = climb(&["--dry-run", "-c", "1"], &db, &server.url("/?t=20"));
+    assert_eq!(code, Some(0), "{v}");
+    let step = &v["steps"][0];
+    assert_eq!(step["finding"], "latency-bound", "{v}");
+    assert_eq!(step["change"], "connections 1 -> 2", "{v}");
+    assert_eq!(step["knob"], serde_json::json!({"knob": "connections", "from": 1, "to": 2}));
+    assert_eq!(step["verdict"], "planned");
+    let rps = v["start_rps"].as_f64().unwrap();
+    assert!((40.0..=50.0).contains(&rps), "one connection, 20 ms: {rps}");
+    assert!(!db.exists(), "a dry run stores nothing");
+}
+
+/// From one connection to a server answering in 20 ms, each doubling doubles the rate
+/// (Little's law): the climb keeps them, each with its ratio, until its budget ends, and
+/// stores every run as one sweep.
+#[test]
+fn a_climb_keeps_what_the_rate_law_says_must_help() {
+    let _one = one_at_a_time();
+    let server = slow_server();
+    let store = tempfile::tempdir().unwrap();
+    let db = store.path().join("runs.sqlite");
+    let (v, code) = climb(&["--budget", "40s", "-c", "1"], &db, &server.url("/?t=20"));
+    assert_eq!(code, Some(0), "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.len() >= 2, "{v:#}");
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["finding"], "latency-bound", "{s}");
+        assert_eq!(s["verdict"], "kept", "{s}");
+        let (from, to) = (1u64 << i, 2u64 << i);
+        assert_eq!(s["change"], format!("connections {from} -> {to}"), "{s}");
+        let ratio = s["ratio"].as_f64().unwrap();
+        assert!((1.8..=2.2).contains(&ratio), "doubling the connections: {s}");
+        let before = s["before"]["rps"].as_f64().unwrap();
+        assert!((before / (50.0 * from as f64) - 1.0).abs() < 0.15, "{from} connections: {s}");
+    }
+    let (start, last) = (v["start_rps"].as_f64().unwrap(), v["final_rps"].as_f64().unwrap());
+    assert!(last / start > 3.4, "{start} -> {last}");
+    assert!(v["ended"].as_str().unwrap().contains("budget"), "{}", v["ended"]);
+    let flag = format!("-c {}", 2u64 << (steps.len() - 1));
+    assert_eq!(v["plan"], serde_json::json!([flag]), "{v:#}");
+    // Every run is stored, under the climb's sweep: the start's 3, and 8 per step.
+    let id = v["sweep"].as_i64().unwrap();
+    let listed = qpslab_command()
+        .args(["runs", "--json", "--store"])
+        .arg(&db)
+        .args(["--sweep", &id.to_string()])
+        .output()
+        .unwrap();
+    let runs = json(&listed);
+    assert_eq!(runs.as_array().unwrap().len(), 3 + 8 * steps.len(), "{runs:#}");
+}
+
+/// A target answering 404: the climb measures the start, says the run fails and stops there
+/// (no change is worth measuring), and exits 1.
+#[test]
+fn a_failing_target_is_not_climbed() {
+    let _one = one_at_a_time();
+    let server = slow_server();
+    let store = tempfile::tempdir().unwrap();
+    let (v, code) = climb(&[], &store.path().join("runs.sqlite"), &server.url("/?c=404"));
+    assert_eq!(code, Some(1), "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{v:#}");
+    assert_eq!(steps[0]["finding"], "run-failed");
+    assert_eq!(steps[0]["verdict"], "stopped");
+    assert!(steps[0]["why"].as_str().unwrap().contains("fix the target first"), "{v:#}");
+    assert!(v["plan"].as_array().unwrap().is_empty());
+}
+
+/// Flags the climb cannot work with are refused before anything runs, naming them.
+#[test]
+fn bad_flags_are_named_before_anything_runs() {
+    for (args, says) in [
+        (&["--repeats", "2"][..], "--repeats 2: the noise rule needs 3 runs"),
+        (&["--min-gain", "150%"][..], "\"150%\": give a percentage from 0 to under 100"),
+        (&["--budget", "soon"][..], "soon"),
+    ] {
+        let out = qpslab_command()
+            .args(["climb", "--no-save"])
+            .args(args)
+            .arg("http://127.0.0.1:9/")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// The rule that decides a step, against induced ground truth, on real runs of a server
+/// answering in 20 ms: 10 connections against 10 (a change with no effect) is kept in at
+/// most 1 of 10 climbs; 11 against 10 (exactly +10% by Little's law) in at least 9 of 10.
+/// Each climb runs as the climb does: A B three times, then the re-check pair.
+#[test]
+fn the_decision_rule_keeps_a_real_gain_and_not_noise() {
+    let _one = one_at_a_time();
+    let server = slow_server();
+    let url = server.url("/?t=20");
+    let ok_rps = |c: &str| {
+        let out = qpslab_command()
+            .args(["bench", "--no-save", "--json", "-d", "500ms", "--warmup", "100ms", "-c", c])
+            .arg(&url)
+            .output()
+            .unwrap();
+        let v = json(&out);
+        v["load"]["requests"]["ok"].as_f64().unwrap() / v["load"]["duration_s"].as_f64().unwrap()
+    };
+    let climb = |b: &str| {
+        let (mut a_runs, mut b_runs) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            a_runs.push(ok_rps("10"));
+            b_runs.push(ok_rps(b));
+        }
+        qpslab_lab::climb::decide::<()>(&a_runs, &b_runs, 0.03, || {
+            Ok(Some((ok_rps("10"), ok_rps(b))))
+        })
+        .unwrap()
+        .unwrap()
+    };
+    let same = (0..10).filter(|_| climb("10")).count();
+    let gain = (0..10).filter(|_| climb("11")).count();
+    assert!(same <= 1, "a change with no effect kept in {same} of 10 climbs");
+    assert!(gain >= 9, "+10% kept in only {gain} of 10 climbs");
+}

@@ -1,0 +1,570 @@
+//! `qpslab climb`: the tuning walk of the field reports as one command. Measure the starting
+//! state, repeated; take the doctor's findings, headline first, and turn the first that names
+//! a change this run may make into a typed [`Change`]; measure the candidate against the
+//! current state interleaved (A B A B A B, so drift hits both alike); keep it only when the
+//! noise rule says better, the gain is at least `min_gain` and one more pair (A B) agrees;
+//! otherwise keep the current state. Repeat on the new state until no finding names a change
+//! left to try, the budget is spent, or two steps in a row gained nothing.
+//!
+//! The decision compares ok responses per second (a change that answers faster with errors is
+//! never kept). Every run is stored like a sweep's (the climb is the sweep, each state a
+//! variant), so `runs`, `compare` and `report` read it.
+//!
+//! This version changes the run's own knobs ([`remedy`]): the load's connections and threads
+//! and the workers of a server the bench started. Host changes and changes to the user's own
+//! server are rows "not applicable", with why.
+
+pub mod remedy;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use qpslab_load::feed::{Event, Feed};
+use qpslab_runs::compare::{verdict, Spread};
+use qpslab_runs::store::{Store, StoreError};
+use serde::Serialize;
+
+pub use remedy::{Change, Knobs, Remedy};
+
+use crate::bench::{bench, BenchError, BenchOptions, BenchReport};
+use crate::record::{store_bench, InSweep, Provenance};
+
+/// How a climb runs.
+#[derive(Debug, Clone)]
+pub struct ClimbOptions {
+    /// The starting state: bench's options.
+    pub start: BenchOptions,
+    /// No step starts that could not end within it.
+    pub budget: Duration,
+    /// The smallest gain kept (0.03: 3%).
+    pub min_gain: f64,
+    /// Runs of each state per step.
+    pub repeats: u32,
+    /// Stored with every run.
+    pub label: Option<String>,
+}
+
+/// Why a climb could not start or went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ClimbError {
+    /// The user's to fix before any run (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error("{state}: {source}")]
+    Run { state: String, source: BenchError },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Ok responses per second: median and range over a state's runs in one step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rps {
+    pub rps: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Rps {
+    fn of(runs: &[BenchReport]) -> Option<Rps> {
+        let s = Spread::of(&runs.iter().map(ok_rps).collect::<Vec<_>>())?;
+        Some(Rps { rps: s.median, min: s.min, max: s.max })
+    }
+}
+
+/// One row of the climb, as the field reports wrote them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// The finding that named the change (or, when nothing could change, the headline).
+    pub finding: String,
+    /// Its summary, and the rate explained in the state it was seen in.
+    pub evidence: Vec<String>,
+    /// `connections 1 -> 2`; None when no change was made.
+    pub change: Option<String>,
+    /// The change, typed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub knob: Option<Change>,
+    pub before: Option<Rps>,
+    pub after: Option<Rps>,
+    /// Median after over median before, and its range over every pair of runs.
+    pub ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_range: Option<[f64; 2]>,
+    /// `kept`, `reverted`, `not-applicable`, `stopped` (the run fails), or, in a dry run,
+    /// `planned`.
+    pub verdict: &'static str,
+    /// Why, in a sentence.
+    pub why: String,
+}
+
+/// A climb as it ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Climb {
+    /// The starting state's ok responses per second (median of its repeats).
+    pub start_rps: f64,
+    /// The final state's, from its last measurement.
+    pub final_rps: f64,
+    pub start: Rps,
+    #[serde(rename = "final")]
+    pub last: Rps,
+    pub steps: Vec<Step>,
+    /// The final state as bench flags over the starting command (the changes kept).
+    pub plan: Vec<String>,
+    /// Why the climb ended.
+    pub ended: String,
+    /// The sweep id its runs are stored under, when stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<i64>,
+}
+
+/// A state of the walk: its options, its name and its last runs.
+struct State {
+    name: String,
+    opts: BenchOptions,
+    runs: Vec<BenchReport>,
+}
+
+impl State {
+    /// The run whose ok rate is the median: its findings speak for the state.
+    fn median_run(&self) -> Option<&BenchReport> {
+        let mut v: Vec<&BenchReport> = self.runs.iter().collect();
+        v.sort_by(|a, b| ok_rps(a).total_cmp(&ok_rps(b)));
+        v.get(v.len() / 2).copied()
+    }
+}
+
+/// A run's ok responses per second.
+pub fn ok_rps(r: &BenchReport) -> f64 {
+    if r.load.duration_s > 0.0 {
+        r.load.requests.ok as f64 / r.load.duration_s
+    } else {
+        0.0
+    }
+}
+
+/// The decision rule: keep B when the noise rule says B is faster than A beyond run-to-run
+/// noise and by at least `min_gain`. (The re-check pair comes after.)
+pub fn better(a: &[f64], b: &[f64], min_gain: f64) -> bool {
+    verdict(a, b)
+        .is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0 && v.ratio >= 1.0 + min_gain)
+}
+
+/// The decision rule, whole: [`better`] on the interleaved runs and then, only when it holds,
+/// one more pair from `recheck` (A's ok rate, then B's), in which B must be faster again.
+/// `Ok(None)`: the re-check was stopped.
+pub fn decide<E>(
+    a: &[f64],
+    b: &[f64],
+    min_gain: f64,
+    recheck: impl FnOnce() -> Result<Option<(f64, f64)>, E>,
+) -> Result<Option<bool>, E> {
+    if !better(a, b, min_gain) {
+        return Ok(Some(false));
+    }
+    Ok(recheck()?.map(|(a2, b2)| b2 > a2))
+}
+
+/// The walk: what it runs with and what it has done.
+struct Walk<'a> {
+    o: &'a ClimbOptions,
+    store: Option<(&'a mut Store, i64, Provenance)>,
+    stop: &'a AtomicBool,
+    feed: &'a mut dyn Feed,
+    clock: Instant,
+    /// Runs made so far.
+    runs: u32,
+}
+
+impl Walk<'_> {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// One bench of `state`, stored; None when a signal stopped it (not stored).
+    fn run(
+        &mut self,
+        state: &str,
+        opts: &BenchOptions,
+        at: (usize, usize, usize, u32),
+    ) -> Result<Option<BenchReport>, ClimbError> {
+        let (run, runs, variant, repeat) = at;
+        self.feed.event(&Event::RunStart {
+            run,
+            runs,
+            variant,
+            variants: 2,
+            name: state,
+            repeat,
+            repeats: self.o.repeats,
+            eta: self.o.budget.saturating_sub(self.clock.elapsed()),
+        });
+        let report = bench(opts, self.stop, self.feed)
+            .map_err(|source| ClimbError::Run { state: state.to_string(), source })?;
+        self.runs += 1;
+        if report.load.stopped_early {
+            return Ok(None);
+        }
+        if let Some((store, sweep, provenance)) = &mut self.store {
+            let in_sweep = InSweep { sweep: *sweep, variant: state, repeat };
+            let id = store_bench(
+                store,
+                opts,
+                &report,
+                Some(in_sweep),
+                self.o.label.as_deref(),
+                provenance,
+            )?;
+            self.feed.event(&Event::Stored { id, throughput_rps: report.load.throughput_rps });
+        }
+        Ok(Some(report))
+    }
+
+    /// The time one run takes: the mean so far, or its warm-up and window and a second before
+    /// the first ends.
+    fn per_run(&self) -> Duration {
+        match self.runs {
+            0 => self.o.start.warmup() + self.o.start.duration() + Duration::from_secs(1),
+            n => self.clock.elapsed() / n,
+        }
+    }
+
+    /// Whether a step of `runs` runs still ends within the budget.
+    fn affords(&self, runs: u32) -> bool {
+        self.clock.elapsed() + self.per_run() * runs <= self.o.budget
+    }
+}
+
+/// Runs the climb; `store`: where its runs go (None: not stored).
+pub fn climb(
+    o: &ClimbOptions,
+    store: Option<&mut Store>,
+    stop: &AtomicBool,
+    feed: &mut dyn Feed,
+) -> Result<Climb, ClimbError> {
+    check(o)?;
+    let store = match store {
+        Some(s) => {
+            let text = format!(
+                "climb from {}; repeats {}, min gain {:.1}%, budget {:?}",
+                o.start.target,
+                o.repeats,
+                o.min_gain * 100.0,
+                o.budget
+            );
+            let id = s.begin_sweep("climb", &crate::sweep::now(), &text)?;
+            Some((s, id, Provenance::read(&o.start.meta, None)))
+        }
+        None => None,
+    };
+    let sweep = store.as_ref().map(|s| s.1);
+    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0 };
+    let result = walk(&mut w);
+    if let Some((s, id, _)) = &w.store {
+        let status = match &result {
+            Ok(c) if c.ended.starts_with("stopped") => "stopped",
+            Ok(_) => "done",
+            Err(_) => "failed",
+        };
+        s.end_sweep(*id, &crate::sweep::now(), status)?;
+    }
+    result.map(|c| Climb { sweep, ..c })
+}
+
+/// `--dry-run`: one run of the starting state, and what its findings would change first.
+pub fn first_step(
+    o: &ClimbOptions,
+    stop: &AtomicBool,
+    feed: &mut dyn Feed,
+) -> Result<(BenchReport, Vec<Step>), ClimbError> {
+    check(o)?;
+    let mut w = Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0 };
+    let Some(r) = w.run("start", &o.start, (1, 1, 1, 1))? else {
+        return Err(ClimbError::Usage("stopped by a signal before the first run ended".into()));
+    };
+    let state = State { name: "start".into(), opts: o.start.clone(), runs: vec![r.clone()] };
+    let rows = match pick(&state, &[]) {
+        (Some((mut s, _)), _) => {
+            s.verdict = "planned";
+            s.why = "the change the climb would measure first, against this state".into();
+            vec![s]
+        }
+        (None, rows) => rows,
+    };
+    Ok((r, rows))
+}
+
+fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
+    if o.repeats < 3 {
+        return Err(ClimbError::Usage(format!(
+            "--repeats {}: the noise rule needs 3 runs of each state or more to call a change better",
+            o.repeats
+        )));
+    }
+    if !(0.0..1.0).contains(&o.min_gain) {
+        return Err(ClimbError::Usage(format!(
+            "--min-gain {}: give a share of the rate under 100%, e.g. 3%",
+            o.min_gain * 100.0
+        )));
+    }
+    o.start.validate().map_err(|e| ClimbError::Usage(e.to_string()))?;
+    Ok(())
+}
+
+/// The change to try next in `state`: the first finding, headline first, that names one not
+/// yet tried. Without one, the rows say why (the headline's reason, or the run's failure).
+fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) {
+    let Some(r) = state.median_run() else { return (None, Vec::new()) };
+    let knobs = Knobs::of(r);
+    let mut first_na = None;
+    // What the doctor saw: the finding, and the rate explained in this state.
+    let rate = r.doctor.explanation.as_ref().and_then(|e| e.chain.last().cloned());
+    for f in &r.doctor.findings {
+        let evidence: Vec<String> =
+            std::iter::once(f.summary.clone()).chain(rate.clone()).collect();
+        let row = |verdict: &'static str, why: String| Step {
+            finding: f.name.to_string(),
+            evidence: evidence.clone(),
+            change: None,
+            knob: None,
+            before: Rps::of(&state.runs),
+            after: None,
+            ratio: None,
+            ratio_range: None,
+            verdict,
+            why,
+        };
+        match remedy::remedy(f, &knobs) {
+            Remedy::Change(c) if !tried.contains(&c) => {
+                let mut s = row("kept", String::new());
+                s.change = Some(c.describe());
+                s.knob = Some(c);
+                return (Some((s, c)), Vec::new());
+            }
+            Remedy::Change(c) => {
+                first_na.get_or_insert_with(|| {
+                    row(
+                        "not-applicable",
+                        format!("{} was tried already and reverted", c.describe()),
+                    )
+                });
+            }
+            Remedy::Stop(why) => return (None, vec![row("stopped", why)]),
+            Remedy::NotApplicable(why) => {
+                first_na.get_or_insert_with(|| row("not-applicable", why));
+            }
+        }
+    }
+    let rows = first_na.into_iter().collect();
+    (None, rows)
+}
+
+fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
+    let repeats = w.o.repeats;
+    let mut current = State { name: "start".into(), opts: w.o.start.clone(), runs: Vec::new() };
+    for repeat in 1..=repeats {
+        match w.run("start", &current.opts, (repeat as usize, repeats as usize, 1, repeat))? {
+            Some(r) => current.runs.push(r),
+            None => return Err(ClimbError::Usage("stopped by a signal during the start".into())),
+        }
+    }
+    let start = Rps::of(&current.runs).unwrap_or(Rps { rps: 0.0, min: 0.0, max: 0.0 });
+    let mut steps = Vec::new();
+    let mut tried = Vec::new();
+    let mut kept = Vec::new();
+    let mut idle_steps = 0;
+    let ended = loop {
+        if w.stopped() {
+            break "stopped by a signal".to_string();
+        }
+        let (candidate, rows) = pick(&current, &tried);
+        let Some((mut row, change)) = candidate else {
+            let why =
+                rows.first().map_or("no finding".into(), |r| format!("{}: {}", r.finding, r.why));
+            steps.extend(rows);
+            break format!("nothing left to change: {why}");
+        };
+        // A B per repeat, and the re-check pair.
+        if !w.affords(2 * repeats + 2) {
+            break format!("the budget ({:?}) does not hold another step", w.o.budget);
+        }
+        let next = State {
+            name: format!("step {}: {}", steps.len() + 1, change.describe()),
+            opts: change.apply(&current.opts),
+            runs: Vec::new(),
+        };
+        let Some((a, b)) = interleaved(w, &current, &next)? else {
+            break "stopped by a signal".to_string();
+        };
+        let (ra, rb) = (Rps::of(&a), Rps::of(&b));
+        let oka: Vec<f64> = a.iter().map(ok_rps).collect();
+        let okb: Vec<f64> = b.iter().map(ok_rps).collect();
+        let v = verdict(&oka, &okb);
+        row.before = ra;
+        row.after = rb;
+        row.ratio = v.as_ref().map(|v| v.ratio);
+        row.ratio_range = v.as_ref().map(|v| [v.low, v.high]);
+        let gain = better(&oka, &okb, w.o.min_gain);
+        let confirmed = decide(&oka, &okb, w.o.min_gain, || recheck(w, &current, &next))?;
+        tried.push(change);
+        let verdict_text = v.as_ref().map_or("no figures".into(), |v| {
+            v.sentence("the current state", "the change", (a.len(), b.len()))
+        });
+        match (gain, confirmed) {
+            (true, Some(true)) => {
+                row.verdict = "kept";
+                row.why = format!("{verdict_text}; the re-check pair agreed");
+                kept.retain(|k: &Change| !k.same_knob(&change));
+                kept.push(change);
+                current = State { runs: b, ..next };
+                idle_steps = 0;
+            }
+            (true, Some(false)) => {
+                row.verdict = "reverted";
+                row.why = format!("{verdict_text}, but the re-check pair did not agree");
+                current.runs = a;
+                idle_steps += 1;
+            }
+            (_, None) => break "stopped by a signal".to_string(),
+            (false, Some(_)) => {
+                row.verdict = "reverted";
+                row.why =
+                    if v.as_ref().is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0) {
+                        format!(
+                            "{verdict_text}, under the {:.1}% asked (--min-gain)",
+                            w.o.min_gain * 100.0
+                        )
+                    } else {
+                        verdict_text
+                    };
+                current.runs = a;
+                idle_steps += 1;
+            }
+        }
+        steps.push(row);
+        if idle_steps >= 2 {
+            break "two steps in a row gained nothing".to_string();
+        }
+    };
+    let last = Rps::of(&current.runs).unwrap_or(start);
+    Ok(Climb {
+        start_rps: start.rps,
+        final_rps: last.rps,
+        start,
+        last,
+        steps,
+        plan: kept.iter().map(Change::flag).collect(),
+        ended,
+        sweep: None,
+    })
+}
+
+/// The current state and the candidate, `repeats` runs each, in turn (A B A B ...). None: a
+/// signal stopped a run.
+#[allow(clippy::type_complexity, reason = "a pair of run lists")]
+fn interleaved(
+    w: &mut Walk<'_>,
+    a: &State,
+    b: &State,
+) -> Result<Option<(Vec<BenchReport>, Vec<BenchReport>)>, ClimbError> {
+    let n = w.o.repeats;
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for repeat in 1..=n {
+        let i = 2 * (repeat as usize - 1);
+        let Some(x) = w.run(&a.name, &a.opts, (i + 1, 2 * n as usize, 1, repeat))? else {
+            return Ok(None);
+        };
+        ra.push(x);
+        let Some(y) = w.run(&b.name, &b.opts, (i + 2, 2 * n as usize, 2, repeat))? else {
+            return Ok(None);
+        };
+        rb.push(y);
+    }
+    Ok(Some((ra, rb)))
+}
+
+/// One more pair, A then B: their ok rates. None: a signal stopped it.
+fn recheck(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<(f64, f64)>, ClimbError> {
+    let again = w.o.repeats + 1;
+    let Some(x) = w.run(&a.name, &a.opts, (1, 2, 1, again))? else { return Ok(None) };
+    let Some(y) = w.run(&b.name, &b.opts, (2, 2, 2, again))? else { return Ok(None) };
+    Ok(Some((ok_rps(&x), ok_rps(&y))))
+}
+
+/// The climb as the field reports' tables: one row per step, then the final state.
+pub fn render_text(c: &Climb) -> String {
+    use std::fmt::Write as _;
+    let fmt = |r: &Option<Rps>| {
+        r.map_or("-".into(), |r| format!("{:.0} ({:.0}-{:.0})", r.rps, r.min, r.max))
+    };
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "start       {:.0} ok req/s ({:.0}-{:.0})",
+        c.start.rps, c.start.min, c.start.max
+    );
+    let _ = writeln!(
+        o,
+        "{:<4} {:<22} {:<26} {:<22} {:<22} {:<20} verdict",
+        "step", "finding", "change", "before req/s", "after req/s", "ratio"
+    );
+    for (i, s) in c.steps.iter().enumerate() {
+        let ratio = match (s.ratio, s.ratio_range) {
+            (Some(r), Some([lo, hi])) => format!("{r:.2}x ({lo:.2}-{hi:.2})"),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "{:<4} {:<22} {:<26} {:<22} {:<22} {:<20} {}",
+            i + 1,
+            s.finding,
+            s.change.as_deref().unwrap_or("-"),
+            fmt(&s.before),
+            if s.knob.is_some() { fmt(&s.after) } else { "-".into() },
+            ratio,
+            s.verdict
+        );
+        for e in &s.evidence {
+            let _ = writeln!(o, "       saw: {e}");
+        }
+        let _ = writeln!(o, "       why: {}", s.why);
+    }
+    let _ = writeln!(
+        o,
+        "final       {:.0} ok req/s ({:.0}-{:.0}), {:.2}x the start",
+        c.last.rps,
+        c.last.min,
+        c.last.max,
+        if c.start.rps > 0.0 { c.last.rps / c.start.rps } else { 0.0 }
+    );
+    let _ = writeln!(o, "ended       {}", c.ended);
+    let _ = writeln!(
+        o,
+        "state       {}",
+        if c.plan.is_empty() {
+            "as started (no change kept)".to_string()
+        } else {
+            format!("the start's options with {}", c.plan.join(" "))
+        }
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decision rule on series with a known truth: equal rates are never kept (their
+    /// ranges overlap), a gain beyond the noise and the minimum is, one under the minimum is
+    /// not.
+    #[test]
+    fn the_rule_keeps_a_clear_gain_and_nothing_else() {
+        let a = [100.0, 101.0, 99.0];
+        assert!(!better(&a, &[100.5, 99.5, 100.2], 0.03));
+        assert!(better(&a, &[110.0, 111.0, 109.5], 0.03));
+        // Apart, but 2% is under the 3% asked.
+        assert!(!better(&a, &[102.0, 102.5, 101.5], 0.03));
+        // Slower is never better.
+        assert!(!better(&a, &[90.0, 91.0, 89.0], 0.03));
+        // Two repeats cannot say beyond noise.
+        assert!(!better(&a[..2], &[110.0, 111.0], 0.03));
+    }
+}
