@@ -192,6 +192,12 @@ pub struct ClimbArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Let the climb edit the target's own server (nginx: its main configuration file, checked
+    /// by nginx -t and reloaded); the original is kept beside it and restored byte for byte at
+    /// the end
+    #[arg(long)]
+    pub apply_server: bool,
+
     /// The starting state: bench's options
     #[command(flatten)]
     pub bench: BenchArgs,

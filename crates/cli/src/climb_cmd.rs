@@ -26,6 +26,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         repeats: u32::try_from(a.repeats)
             .map_err(|_| UsageError(format!("--repeats {}: too many", a.repeats)))?,
         label: b.label.clone(),
+        apply_server: a.apply_server,
     };
     let stop = qpslab_sys::signals::stop_flag()?;
     if a.dry_run {

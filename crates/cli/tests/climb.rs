@@ -1,7 +1,8 @@
 //! `qpslab climb` against real servers on loopback: the first step of a dry run, a climb that
-//! keeps what Little's law says must help, a failing target it refuses to climb, bad flags,
-//! and the decision rule against induced ground truth (a change with no effect, and one
-//! worth exactly +10%). A test binary of its own, one climb at a time: each judges rates.
+//! keeps what Little's law says must help, a user's nginx with its known costs on edited and
+//! restored byte for byte, a failing target it refuses to climb, bad flags, and the decision
+//! rule against induced ground truth (a change with no effect, and one worth exactly +10%). A
+//! test binary of its own, one climb at a time: each judges rates.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -167,4 +168,36 @@ fn the_decision_rule_keeps_a_real_gain_and_not_noise() {
     let gain = (0..10).filter(|_| climb("11")).count();
     assert!(same <= 1, "a change with no effect kept in {same} of 10 climbs");
     assert!(gain >= 9, "+10% kept in only {gain} of 10 climbs");
+}
+
+/// A user's nginx with Debian's habits and more (three access logs written per request,
+/// `keepalive_requests 100`), one worker on CPU 0: with --apply-server the climb turns the logs
+/// off (one log alone is worth about 1.3x with a release generator, within the noise of this
+/// debug build's), keeps it, and at the end the configuration file is what it was, byte for
+/// byte, and nothing is left beside it.
+#[test]
+fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start(3);
+    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let dir = nginx.dir.path();
+    let db = dir.join("runs.sqlite");
+    let (v, code) = climb(&["--apply-server", "--budget", "60s"], &db, url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let steps = v["steps"].as_array().unwrap();
+    let log = steps
+        .iter()
+        .find(|s| s["change"] == "nginx access_log off")
+        .unwrap_or_else(|| panic!("no access_log step: {v:#}"));
+    assert_eq!(log["finding"], "nginx-config", "{log}");
+    assert_eq!(log["verdict"], "kept", "{log}");
+    assert!(log["ratio"].as_f64().unwrap() > 1.1, "{log}");
+    assert!(v["plan"].as_array().unwrap().contains(&"nginx: access_log off;".into()), "{v:#}");
+    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("qpslab-original"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -830,24 +830,6 @@ fn starved_run(v: &Value, server_io: &str) {
     assert!(!e["bound"].as_str().unwrap_or("").contains("descriptors"), "{e}");
 }
 
-/// An nginx master (taskset execs it) stopped with SIGTERM, nginx's fast shutdown, which
-/// takes its workers with it (SIGKILL would leave them running).
-struct Nginx(std::process::Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        for _ in 0..100 {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A user's own nginx, as Debian ships its habits: an access log written per request and
 /// `keepalive_requests 100`, one worker on CPU 0. The doctor reads its configuration (`nginx
 /// -T`) and names those costs with this run's evidence (the reconnects keepalive_requests
@@ -855,39 +837,10 @@ impl Drop for Nginx {
 #[test]
 fn nginx_with_its_known_costs_on_is_told_what_they_cost() {
     let _one = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let d = dir.path().display();
-    std::fs::write(
-        dir.path().join("nginx.conf"),
-        format!(
-            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 1024; }}\n\
-             http {{\n  access_log {d}/access.log;\n  keepalive_requests 100;\n\
-             server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\"; }} }}\n}}\n"
-        ),
-    )
-    .unwrap();
-    let conf = dir.path().join("nginx.conf");
-    let _nginx = Nginx(
-        Command::new("taskset")
-            .args(["-c", "0", "nginx", "-p"])
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&conf)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx (scripts/test installs nginx-light)"),
-    );
-    let url = format!("http://127.0.0.1:{port}/");
-    for _ in 0..50 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for v in bench_times(&url, &[]) {
-        nginx_costs_run(&d.to_string(), &v);
+    let nginx = common::NginxWithCosts::start(1);
+    let d = nginx.dir.path().display().to_string();
+    for v in bench_times(&nginx.url, &[]) {
+        nginx_costs_run(&d, &v);
     }
 }
 
@@ -896,7 +849,7 @@ fn nginx_costs_run(d: &str, v: &Value) {
     let f = findings(v);
     let n = named(&f, "nginx-config").expect("nginx-config");
     let t = text_of(n);
-    assert!(t.contains(&format!("access_log {d}/access.log")), "{t}");
+    assert!(t.contains(&format!("access_log {d}/access0.log")), "{t}");
     assert!(t.contains("keepalive_requests 100:"), "{t}");
     let reconnects = v["load"]["connections"]["reconnects"].as_u64().unwrap();
     assert!(reconnects > 100, "keepalive_requests 100 closes connections: {reconnects}");

@@ -122,6 +122,36 @@ pub fn read(root: &Root, pid: u32) -> Option<NginxConf> {
     if !crate::tune::is_live(root.dir()) {
         return root.read_opt("qpslab/nginx-T.txt").map(|t| parse(&t));
     }
+    master(root, pid)?.dump().map(|t| parse(&t))
+}
+
+/// A running nginx's master: its PID, its binary and the `-c`/`-p` it was started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Master {
+    pub pid: u32,
+    pub exe: std::path::PathBuf,
+    /// `-c FILE` and `-p DIR` as given to it (relative paths are the prefix's).
+    pub flags: Vec<String>,
+}
+
+impl Master {
+    /// Its binary with its `-c` and `-p`, to which a caller adds `-T`, `-t`.
+    pub fn command(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(&self.exe);
+        c.args(&self.flags);
+        c
+    }
+
+    /// `nginx -T`: its effective configuration, every file in turn. None when it refuses.
+    pub fn dump(&self) -> Option<String> {
+        let out =
+            self.command().arg("-T").arg("-q").stderr(std::process::Stdio::null()).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// The master of the nginx whose master or worker is `pid`; None when it is not nginx.
+pub fn master(root: &Root, pid: u32) -> Option<Master> {
     let comm = root.read_opt(&format!("proc/{pid}/comm"))?;
     if comm.trim() != "nginx" {
         return None;
@@ -144,16 +174,18 @@ pub fn read(root: &Root, pid: u32) -> Option<NginxConf> {
     let words: Vec<String> =
         args.iter().flat_map(|a| a.split_whitespace()).map(String::from).collect();
     let flag = |f: &str| words.iter().position(|w| w == f).and_then(|i| words.get(i + 1).cloned());
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("-T").arg("-q");
-    if let Some(c) = flag("-c") {
-        cmd.arg("-c").arg(c);
+    let mut flags = Vec::new();
+    for f in ["-c", "-p"] {
+        if let Some(v) = flag(f) {
+            flags.extend([f.to_string(), v]);
+        }
     }
-    if let Some(p) = flag("-p") {
-        cmd.arg("-p").arg(p);
-    }
-    let out = cmd.stderr(std::process::Stdio::null()).output().ok()?;
-    out.status.success().then(|| parse(&String::from_utf8_lossy(&out.stdout)))
+    Some(Master { pid: master, exe, flags })
+}
+
+/// The main configuration file of an `nginx -T` dump: the first `# configuration file PATH:`.
+pub fn main_file(dump: &str) -> Option<&str> {
+    dump.lines().find_map(|l| l.strip_prefix("# configuration file ")?.strip_suffix(':'))
 }
 
 fn cmdline(root: &Root, pid: u32) -> Vec<String> {
@@ -176,6 +208,13 @@ mod tests {
         assert_eq!(c.keepalive_requests, 100);
         assert_eq!(c.worker_processes.as_deref(), Some("auto"));
         assert!(c.accept_mutex && c.reuseport);
+    }
+
+    #[test]
+    fn the_main_file_is_the_dumps_first() {
+        let dump = "# configuration file /etc/nginx/nginx.conf:\nhttp {}\n# configuration file /etc/nginx/b.conf:\n";
+        assert_eq!(main_file(dump), Some("/etc/nginx/nginx.conf"));
+        assert_eq!(main_file("http {}"), None);
     }
 
     #[test]

@@ -46,6 +46,19 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     }
 }
 
+/// Sends SIGHUP to `pid`: a server's "reload your configuration" (nginx's master), sent only
+/// where the user let a command change that server.
+pub fn hang_up(pid: u32) -> io::Result<()> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill() takes plain integers.
+    if unsafe { libc::kill(pid, libc::SIGHUP) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Makes the child that `cmd` starts receive `signal` when the thread that starts it ends, even
 /// when this process is killed with SIGKILL (PR_SET_PDEATHSIG): a server a benchmark started
 /// does not outlive it. (The setting survives `exec` but not the child's own forks: nginx's

@@ -216,3 +216,64 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
 }
+
+/// A user's own nginx as Debian ships its habits, started by a test: `logs` access logs
+/// (`access0.log`, ...) each written per request and `keepalive_requests 100`, one worker on
+/// CPU 0, its files in a directory of its own. Stopped with SIGTERM on drop, nginx's fast shutdown, which takes its workers with it
+/// (SIGKILL would leave them running).
+pub struct NginxWithCosts {
+    master: std::process::Child,
+    pub dir: tempfile::TempDir,
+    pub conf: std::path::PathBuf,
+    /// The configuration file's text as written.
+    pub original: String,
+    pub url: String,
+}
+
+impl NginxWithCosts {
+    pub fn start(logs: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let d = dir.path().display();
+        let access: String =
+            (0..logs).map(|i| format!("  access_log {d}/access{i}.log;\n")).collect();
+        let original = format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n{access}  keepalive_requests 100;\n\
+             server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\"; }} }}\n}}\n"
+        );
+        let conf = dir.path().join("nginx.conf");
+        std::fs::write(&conf, &original).unwrap();
+        let master = Command::new("taskset")
+            .args(["-c", "0", "nginx", "-p"])
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/test installs nginx-light)");
+        for _ in 0..50 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let url = format!("http://127.0.0.1:{port}/");
+        NginxWithCosts { master, dir, conf, original, url }
+    }
+}
+
+impl Drop for NginxWithCosts {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.master.id().to_string()]).status();
+        for _ in 0..100 {
+            if self.master.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let _ = self.master.kill();
+        let _ = self.master.wait();
+    }
+}

@@ -15,6 +15,7 @@
 //! server are rows "not applicable", with why.
 
 pub mod remedy;
+pub mod server;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -42,6 +43,9 @@ pub struct ClimbOptions {
     pub repeats: u32,
     /// Stored with every run.
     pub label: Option<String>,
+    /// The climb may edit the user's own server's configuration (nginx): the original is kept
+    /// aside and restored at the end.
+    pub apply_server: bool,
 }
 
 /// Why a climb could not start or went wrong.
@@ -54,6 +58,9 @@ pub enum ClimbError {
     Run { state: String, source: BenchError },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The user's server could not be changed or restored.
+    #[error("{0}")]
+    Server(String),
 }
 
 /// Ok responses per second: median and range over a state's runs in one step.
@@ -116,10 +123,12 @@ pub struct Climb {
     pub sweep: Option<i64>,
 }
 
-/// A state of the walk: its options, its name and its last runs.
+/// A state of the walk: its options, its name, the user's server configuration in it (when
+/// the climb has it in hand) and its last runs.
 struct State {
     name: String,
     opts: BenchOptions,
+    server: Option<String>,
     runs: Vec<BenchReport>,
 }
 
@@ -172,6 +181,8 @@ struct Walk<'a> {
     clock: Instant,
     /// Runs made so far.
     runs: u32,
+    /// The user's nginx, with `--apply-server`.
+    nginx: Option<server::Nginx>,
 }
 
 impl Walk<'_> {
@@ -179,13 +190,17 @@ impl Walk<'_> {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// One bench of `state`, stored; None when a signal stopped it (not stored).
+    /// One bench of `st` (its server configuration put in force first), stored; None when a
+    /// signal stopped it (not stored).
     fn run(
         &mut self,
-        state: &str,
-        opts: &BenchOptions,
+        st: &State,
         at: (usize, usize, usize, u32),
     ) -> Result<Option<BenchReport>, ClimbError> {
+        let (state, opts) = (st.name.as_str(), &st.opts);
+        if let (Some(n), Some(text)) = (&mut self.nginx, &st.server) {
+            n.put(text).map_err(ClimbError::Server)?;
+        }
         let (run, runs, variant, repeat) = at;
         self.feed.event(&Event::RunStart {
             run,
@@ -256,8 +271,19 @@ pub fn climb(
         None => None,
     };
     let sweep = store.as_ref().map(|s| s.1);
-    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0 };
-    let result = walk(&mut w);
+    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, nginx: None };
+    let mut result = walk(&mut w);
+    if let Some(mut n) = w.nginx.take() {
+        // The original back, byte for byte, whatever happened.
+        if let Err(e) = n.restore() {
+            result = Err(ClimbError::Server(format!(
+                "{e}; the original is kept at {}: copy it back over {} and reload nginx",
+                n.backup().display(),
+                n.file.display()
+            )));
+            std::mem::forget(n);
+        }
+    }
     if let Some((s, id, _)) = &w.store {
         let status = match &result {
             Ok(c) if c.ended.starts_with("stopped") => "stopped",
@@ -276,11 +302,14 @@ pub fn first_step(
     feed: &mut dyn Feed,
 ) -> Result<(BenchReport, Vec<Step>), ClimbError> {
     check(o)?;
-    let mut w = Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0 };
-    let Some(r) = w.run("start", &o.start, (1, 1, 1, 1))? else {
+    let mut w = Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, nginx: None };
+    let mut state =
+        State { name: "start".into(), opts: o.start.clone(), server: None, runs: Vec::new() };
+    let Some(r) = w.run(&state, (1, 1, 1, 1))? else {
         return Err(ClimbError::Usage("stopped by a signal before the first run ended".into()));
     };
-    let state = State { name: "start".into(), opts: o.start.clone(), runs: vec![r.clone()] };
+    state.runs.push(r.clone());
+    take_server(&mut w, &mut state)?;
     let rows = match pick(&state, &[]) {
         (Some((mut s, _)), _) => {
             s.verdict = "planned";
@@ -309,11 +338,27 @@ fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
     Ok(())
 }
 
+/// With `--apply-server` and a target that is the user's own nginx: takes it in hand (its
+/// main configuration file read) and makes its text the state's.
+fn take_server(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> {
+    let Some(r) = state.runs.first() else { return Ok(()) };
+    if !w.o.apply_server || w.nginx.is_some() || r.target.found_by == Some("started") {
+        return Ok(());
+    }
+    if let Some(n) = server::Nginx::find(&r.target.pids).map_err(ClimbError::Server)? {
+        state.server = Some(n.original.clone());
+        w.nginx = Some(n);
+    }
+    Ok(())
+}
+
 /// The change to try next in `state`: the first finding, headline first, that names one not
 /// yet tried. Without one, the rows say why (the headline's reason, or the run's failure).
 fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) {
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
-    let knobs = Knobs::of(r);
+    let mut knobs = Knobs::of(r);
+    knobs.nginx_keepalive =
+        state.server.as_deref().map(|t| qpslab_host::nginx::parse(t).keepalive_requests);
     let mut first_na = None;
     // What the doctor saw: the finding, and the rate explained in this state.
     let rate = r.doctor.explanation.as_ref().and_then(|e| e.chain.last().cloned());
@@ -332,24 +377,23 @@ fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) 
             verdict,
             why,
         };
-        match remedy::remedy(f, &knobs) {
-            Remedy::Change(c) if !tried.contains(&c) => {
-                let mut s = row("kept", String::new());
-                s.change = Some(c.describe());
-                s.knob = Some(c);
-                return (Some((s, c)), Vec::new());
-            }
-            Remedy::Change(c) => {
-                first_na.get_or_insert_with(|| {
-                    row(
-                        "not-applicable",
-                        format!("{} was tried already and reverted", c.describe()),
-                    )
-                });
-            }
-            Remedy::Stop(why) => return (None, vec![row("stopped", why)]),
-            Remedy::NotApplicable(why) => {
-                first_na.get_or_insert_with(|| row("not-applicable", why));
+        for remedy in remedy::remedies(f, &knobs) {
+            match remedy {
+                Remedy::Change(c) if !tried.contains(&c) => {
+                    let mut s = row("kept", String::new());
+                    s.change = Some(c.describe());
+                    s.knob = Some(c);
+                    return (Some((s, c)), Vec::new());
+                }
+                Remedy::Change(c) => {
+                    first_na.get_or_insert_with(|| {
+                        row("not-applicable", format!("{} was tried already", c.describe()))
+                    });
+                }
+                Remedy::Stop(why) => return (None, vec![row("stopped", why)]),
+                Remedy::NotApplicable(why) => {
+                    first_na.get_or_insert_with(|| row("not-applicable", why));
+                }
             }
         }
     }
@@ -359,13 +403,15 @@ fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) 
 
 fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let repeats = w.o.repeats;
-    let mut current = State { name: "start".into(), opts: w.o.start.clone(), runs: Vec::new() };
+    let mut current =
+        State { name: "start".into(), opts: w.o.start.clone(), server: None, runs: Vec::new() };
     for repeat in 1..=repeats {
-        match w.run("start", &current.opts, (repeat as usize, repeats as usize, 1, repeat))? {
+        match w.run(&current, (repeat as usize, repeats as usize, 1, repeat))? {
             Some(r) => current.runs.push(r),
             None => return Err(ClimbError::Usage("stopped by a signal during the start".into())),
         }
     }
+    take_server(w, &mut current)?;
     let start = Rps::of(&current.runs).unwrap_or(Rps { rps: 0.0, min: 0.0, max: 0.0 });
     let mut steps = Vec::new();
     let mut tried = Vec::new();
@@ -386,9 +432,25 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         if !w.affords(2 * repeats + 2) {
             break format!("the budget ({:?}) does not hold another step", w.o.budget);
         }
+        let server = match (change.directive(), &current.server) {
+            (Some((name, value)), Some(text)) => match server::set_directive(text, name, &value) {
+                Some(t) => Some(t),
+                None => {
+                    tried.push(change);
+                    row.verdict = "not-applicable";
+                    row.why = format!(
+                        "no `{name}` and no http block in nginx's main configuration file to set it in"
+                    );
+                    steps.push(row);
+                    continue;
+                }
+            },
+            _ => current.server.clone(),
+        };
         let next = State {
             name: format!("step {}: {}", steps.len() + 1, change.describe()),
             opts: change.apply(&current.opts),
+            server,
             runs: Vec::new(),
         };
         let Some((a, b)) = interleaved(w, &current, &next)? else {
@@ -469,11 +531,11 @@ fn interleaved(
     let (mut ra, mut rb) = (Vec::new(), Vec::new());
     for repeat in 1..=n {
         let i = 2 * (repeat as usize - 1);
-        let Some(x) = w.run(&a.name, &a.opts, (i + 1, 2 * n as usize, 1, repeat))? else {
+        let Some(x) = w.run(a, (i + 1, 2 * n as usize, 1, repeat))? else {
             return Ok(None);
         };
         ra.push(x);
-        let Some(y) = w.run(&b.name, &b.opts, (i + 2, 2 * n as usize, 2, repeat))? else {
+        let Some(y) = w.run(b, (i + 2, 2 * n as usize, 2, repeat))? else {
             return Ok(None);
         };
         rb.push(y);
@@ -484,8 +546,8 @@ fn interleaved(
 /// One more pair, A then B: their ok rates. None: a signal stopped it.
 fn recheck(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<(f64, f64)>, ClimbError> {
     let again = w.o.repeats + 1;
-    let Some(x) = w.run(&a.name, &a.opts, (1, 2, 1, again))? else { return Ok(None) };
-    let Some(y) = w.run(&b.name, &b.opts, (2, 2, 2, again))? else { return Ok(None) };
+    let Some(x) = w.run(a, (1, 2, 1, again))? else { return Ok(None) };
+    let Some(y) = w.run(b, (2, 2, 2, again))? else { return Ok(None) };
     Ok(Some((ok_rps(&x), ok_rps(&y))))
 }
 

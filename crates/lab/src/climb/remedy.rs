@@ -1,7 +1,8 @@
-//! A finding turned into a typed change of the run, or into "not applicable here" with why.
+//! A finding turned into typed changes of the run, or into "not applicable here" with why.
 //! The doctor's remedies are prose for a person; the climb needs an action with its
-//! parameters, made only where this run may make it: the load's connections and threads, and
-//! the workers of a server the bench itself started.
+//! parameters, made only where this run may make it: the load's connections and threads, the
+//! workers of a server the bench itself started, and, with `--apply-server`, directives of the
+//! user's own nginx.
 
 use qpslab_host::doctor::Finding;
 use serde::Serialize;
@@ -10,6 +11,9 @@ use crate::bench::{BenchOptions, BenchReport};
 
 /// The most connections the climb raises a run to (each doubling measured on its own).
 pub const MAX_CONNECTIONS: usize = 10_000;
+/// nginx's `keepalive_requests` as the climb raises it: a connection closed every 100,000
+/// requests costs one handshake per 100,000.
+pub const KEEPALIVE_REQUESTS: u64 = 100_000;
 
 /// One change of the run's own knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,36 +25,58 @@ pub enum Change {
     Threads { from: usize, to: usize },
     /// The workers of the server the bench starts.
     Workers { from: usize, to: usize },
+    /// The user's nginx: `access_log off;` everywhere in its main configuration file.
+    NginxAccessLogOff,
+    /// The user's nginx: `keepalive_requests`.
+    NginxKeepaliveRequests { from: u64, to: u64 },
 }
 
 impl Change {
-    /// The options with the change made.
+    /// The options with the change made (a change of the server leaves them as they are).
     pub fn apply(&self, o: &BenchOptions) -> BenchOptions {
         let mut o = o.clone();
         match *self {
             Change::Connections { to, .. } => o.load.connections = Some(to),
             Change::Threads { to, .. } => o.load.threads = Some(to),
             Change::Workers { to, .. } => o.workers = Some(to),
+            Change::NginxAccessLogOff | Change::NginxKeepaliveRequests { .. } => {}
         }
         o
+    }
+
+    /// The nginx directive the change sets, and its value.
+    pub fn directive(&self) -> Option<(&'static str, String)> {
+        match *self {
+            Change::NginxAccessLogOff => Some(("access_log", "off".into())),
+            Change::NginxKeepaliveRequests { to, .. } => {
+                Some(("keepalive_requests", to.to_string()))
+            }
+            _ => None,
+        }
     }
 
     /// `connections 1 -> 2`.
     pub fn describe(&self) -> String {
         let (what, from, to) = match *self {
-            Change::Connections { from, to } => ("connections", from, to),
-            Change::Threads { from, to } => ("generator threads", from, to),
-            Change::Workers { from, to } => ("server workers", from, to),
+            Change::Connections { from, to } => ("connections", from as u64, to as u64),
+            Change::Threads { from, to } => ("generator threads", from as u64, to as u64),
+            Change::Workers { from, to } => ("server workers", from as u64, to as u64),
+            Change::NginxAccessLogOff => return "nginx access_log off".into(),
+            Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", from, to),
         };
         format!("{what} {from} -> {to}")
     }
 
-    /// The bench flag that makes the state: `-c 2`.
+    /// What makes the state: a bench flag (`-c 2`), or the directive in nginx's configuration.
     pub fn flag(&self) -> String {
         match *self {
             Change::Connections { to, .. } => format!("-c {to}"),
             Change::Threads { to, .. } => format!("-t {to}"),
             Change::Workers { to, .. } => format!("-w {to}"),
+            Change::NginxAccessLogOff | Change::NginxKeepaliveRequests { .. } => {
+                let (name, value) = self.directive().unwrap_or_default();
+                format!("nginx: {name} {value};")
+            }
         }
     }
 
@@ -81,6 +107,9 @@ pub struct Knobs {
     pub workers: Option<usize>,
     /// CPUs the server may use (0: not known).
     pub server_cpus: usize,
+    /// The user's nginx in the climb's hands (`--apply-server`): its `keepalive_requests` in
+    /// this state. None: not nginx, or not ours to change.
+    pub nginx_keepalive: Option<u64>,
 }
 
 impl Knobs {
@@ -91,13 +120,44 @@ impl Knobs {
             generator_cpus: r.generator_cpus.len(),
             workers: r.target.workers,
             server_cpus: r.target.cpus.len(),
+            nginx_keepalive: None,
         }
     }
 }
 
+/// The changes `f` asks for in state `k`, most telling first: one remedy for most findings,
+/// one per cost named for nginx's configuration.
+pub fn remedies(f: &Finding, k: &Knobs) -> Vec<Remedy> {
+    if f.name != "nginx-config" {
+        return vec![remedy(f, k)];
+    }
+    let Some(keepalive) = k.nginx_keepalive else {
+        return vec![Remedy::NotApplicable(
+            "a change to the user's nginx: pass --apply-server to let the climb edit its configuration (the original is kept and restored)".into(),
+        )];
+    };
+    let mut out = Vec::new();
+    for e in &f.evidence {
+        if e.starts_with("access_log ") {
+            out.push(Remedy::Change(Change::NginxAccessLogOff));
+        } else if e.starts_with("keepalive_requests ") && keepalive < KEEPALIVE_REQUESTS {
+            out.push(Remedy::Change(Change::NginxKeepaliveRequests {
+                from: keepalive,
+                to: KEEPALIVE_REQUESTS,
+            }));
+        }
+    }
+    if out.is_empty() {
+        out.push(Remedy::NotApplicable(
+            "its costs named here are not ones the climb edits (workers, accept_mutex, open_file_cache)".into(),
+        ));
+    }
+    out
+}
+
 /// The change `f` asks for in state `k`. Only a headline that bounds the rate, or a condition
 /// that explains it, names a change; the rest are not applicable, with why.
-pub fn remedy(f: &Finding, k: &Knobs) -> Remedy {
+fn remedy(f: &Finding, k: &Knobs) -> Remedy {
     let na = |why: &str| Remedy::NotApplicable(why.to_string());
     match f.name {
         "latency-bound" if k.connections < MAX_CONNECTIONS => Remedy::Change(Change::Connections {
@@ -138,9 +198,6 @@ pub fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         "link-saturated" | "nic-limit" | "interface-drops" => na(
             "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
         ),
-        "nginx-config" => {
-            na("a change to the user's nginx: not in this version of climb (apply it by hand)")
-        }
         "paced" => na("an open loop: the schedule (-R) sets the rate, not a knob"),
         _ => na("a host change (qpslab tune plan): not in this version of climb"),
     }
@@ -162,8 +219,14 @@ mod tests {
         }
     }
 
-    const ONE_EACH: Knobs =
-        Knobs { connections: 1, threads: 1, generator_cpus: 1, workers: Some(1), server_cpus: 1 };
+    const ONE_EACH: Knobs = Knobs {
+        connections: 1,
+        threads: 1,
+        generator_cpus: 1,
+        workers: Some(1),
+        server_cpus: 1,
+        nginx_keepalive: None,
+    };
 
     #[test]
     fn each_bound_names_its_knob_or_why_not() {
@@ -192,6 +255,30 @@ mod tests {
         assert!(matches!(remedy(&finding("run-failed", "404s"), &k), Remedy::Stop(_)));
         let most = Knobs { connections: MAX_CONNECTIONS, ..k };
         assert!(matches!(remedy(&finding("latency-bound", ""), &most), Remedy::NotApplicable(_)));
+    }
+
+    /// nginx's costs become one change each, only with the server in the climb's hands.
+    #[test]
+    fn nginx_costs_are_changes_only_with_apply_server() {
+        let mut f = finding("nginx-config", "");
+        f.evidence = vec![
+            "access_log /l: a log line written per request, unbuffered".into(),
+            "keepalive_requests 100: nginx closes a connection after that many requests".into(),
+        ];
+        let theirs = Knobs { workers: None, ..ONE_EACH };
+        assert!(matches!(remedies(&f, &theirs)[..], [Remedy::NotApplicable(_)]));
+        let ours = Knobs { nginx_keepalive: Some(100), ..theirs };
+        assert_eq!(
+            remedies(&f, &ours),
+            [
+                Remedy::Change(Change::NginxAccessLogOff),
+                Remedy::Change(Change::NginxKeepaliveRequests { from: 100, to: 100_000 })
+            ]
+        );
+        let c = Change::NginxKeepaliveRequests { from: 100, to: 100_000 };
+        assert_eq!(c.describe(), "nginx keepalive_requests 100 -> 100000");
+        assert_eq!(c.flag(), "nginx: keepalive_requests 100000;");
+        assert_eq!(Change::NginxAccessLogOff.directive(), Some(("access_log", "off".into())));
     }
 
     #[test]
