@@ -201,3 +201,52 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Waits until `path` exists (at most 30 s): the climb's first write to nginx's configuration.
+fn wait_for(path: &std::path::Path) {
+    for _ in 0..300 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{} never appeared", path.display());
+}
+
+/// A climb of a user's nginx stopped mid-step: by Ctrl-C, it ends the run in progress, puts
+/// the original configuration back byte for byte and says it was stopped (exit 1); by kill -9,
+/// the original is left beside the file, byte for byte, to copy back.
+#[test]
+fn a_climb_stopped_mid_step_leaves_nginx_restored_or_restorable() {
+    let _one = one_at_a_time();
+    for signal in ["INT", "KILL"] {
+        let nginx = common::NginxWithCosts::start(3);
+        let dir = nginx.dir.path();
+        let backup = dir.join("nginx.conf.qpslab-original");
+        let child = qpslab_command()
+            .args(["climb", "--json", "--apply-server", "-d", "1s", "--warmup", "200ms"])
+            .arg("--store")
+            .arg(dir.join("runs.sqlite"))
+            .arg(&nginx.url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&backup);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let out = child.wait_with_output().unwrap();
+        if signal == "INT" {
+            assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(json(&out)["ended"].as_str().unwrap().starts_with("stopped"));
+            assert_eq!(std::fs::read_to_string(&nginx.conf).unwrap(), nginx.original);
+            assert!(!backup.exists(), "the copy is removed once the original is back");
+        } else {
+            assert_eq!(std::fs::read_to_string(&backup).unwrap(), nginx.original);
+        }
+    }
+}
