@@ -180,13 +180,36 @@ pub fn inventory(
     ctx: &super::Context,
     rate: Option<f64>,
 ) -> Vec<Resource> {
-    let per_request = |cpus: f64| rate.filter(|&r| r > 0.0).map(|r| cpus / r * 1e3);
     let mut out = Vec::new();
+    sides(s, rate, &mut out);
+    for c in &s.cpus {
+        out.push(Resource {
+            name: format!("CPU {}", c.cpu),
+            kind: "cpu".into(),
+            iface: None,
+            utilization: c.busy(),
+            used: format!("softirq {}, irq {}", pct(c.softirq), pct(c.irq)),
+            ms_per_request: None,
+            saturation: s
+                .cpu_pressure
+                .filter(|&p| p >= 0.01)
+                .map(|p| format!("tasks waited for a CPU {} of the window (all CPUs)", pct(p))),
+            errors: None,
+        });
+    }
+    links(host, s, ctx, &mut out);
+    shapers(s, ctx, &mut out);
+    accept_queues(s, &mut out);
+    out.sort_by(|a, b| b.utilization.total_cmp(&a.utilization));
+    out
+}
+
+/// Each followed side's CPU against what it may use (its busiest process speaks for it), what
+/// a response cost it, the periods its quota held it back; and its descriptor table.
+fn sides(s: &Summary, rate: Option<f64>, out: &mut Vec<Resource>) {
+    let per_request = |cpus: f64| rate.filter(|&r| r > 0.0).map(|r| cpus / r * 1e3);
     for role in [Role::Server, Role::Client] {
         let procs: Vec<_> = s.processes.iter().filter(|p| p.role == role).collect();
-        if procs.is_empty() {
-            continue;
-        }
         let busiest = procs.iter().max_by(|a, b| a.busy_ratio.total_cmp(&b.busy_ratio));
         let Some(p) = busiest else { continue };
         let cpu: f64 = procs.iter().map(|p| p.cpu).sum();
@@ -211,23 +234,12 @@ pub fn inventory(
             }),
             errors: None,
         });
-        descriptors(&procs, side, &mut out);
+        descriptors(&procs, side, out);
     }
-    for c in &s.cpus {
-        out.push(Resource {
-            name: format!("CPU {}", c.cpu),
-            kind: "cpu".into(),
-            iface: None,
-            utilization: c.busy(),
-            used: format!("softirq {}, irq {}", pct(c.softirq), pct(c.irq)),
-            ms_per_request: None,
-            saturation: s
-                .cpu_pressure
-                .filter(|&p| p >= 0.01)
-                .map(|p| format!("tasks waited for a CPU {} of the window (all CPUs)", pct(p))),
-            errors: None,
-        });
-    }
+}
+
+/// Each interface on the path with a known link speed that carried traffic.
+fn links(host: &Host, s: &Summary, ctx: &super::Context, out: &mut Vec<Resource>) {
     for i in s.interfaces.iter().filter(|i| ctx.on_path(&i.name)) {
         let Some(nic) = host.nics.iter().find(|n| n.name == i.name) else { continue };
         let Some(mbps) = nic.speed_mbps.filter(|&m| m > 0) else { continue };
@@ -252,7 +264,11 @@ pub fn inventory(
                 .then(|| format!("{} received and {} sent packets dropped", i.rx_drop, i.tx_drop)),
         });
     }
-    // A shaper's rate is its interface's capacity on the way out.
+}
+
+/// Each shaping qdisc on the path that passed traffic: its rate is its interface's capacity
+/// on the way out.
+fn shapers(s: &Summary, ctx: &super::Context, out: &mut Vec<Resource>) {
     for q in s.qdiscs.iter().filter(|q| ctx.on_path(&q.iface)) {
         let Some(rate) = q.rate_bytes_per_s.filter(|&r| r > 0) else { continue };
         if q.bytes_per_s <= 0.0 {
@@ -279,9 +295,6 @@ pub fn inventory(
             errors: (q.drops > 0).then(|| format!("{} packets dropped", q.drops)),
         });
     }
-    accept_queues(s, &mut out);
-    out.sort_by(|a, b| b.utilization.total_cmp(&a.utilization));
-    out
 }
 
 /// Each side's descriptor table against its limit (the fullest process of the side).

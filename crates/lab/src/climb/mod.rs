@@ -453,53 +453,18 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
             server,
             runs: Vec::new(),
         };
-        let Some((a, b)) = interleaved(w, &current, &next)? else {
+        let Some((kept_it, (a, b))) = measure(w, &current, &next, &mut row)? else {
             break "stopped by a signal".to_string();
         };
-        let (ra, rb) = (Rps::of(&a), Rps::of(&b));
-        let oka: Vec<f64> = a.iter().map(ok_rps).collect();
-        let okb: Vec<f64> = b.iter().map(ok_rps).collect();
-        let v = verdict(&oka, &okb);
-        row.before = ra;
-        row.after = rb;
-        row.ratio = v.as_ref().map(|v| v.ratio);
-        row.ratio_range = v.as_ref().map(|v| [v.low, v.high]);
-        let gain = better(&oka, &okb, w.o.min_gain);
-        let confirmed = decide(&oka, &okb, w.o.min_gain, || recheck(w, &current, &next))?;
         tried.push(change);
-        let verdict_text = v.as_ref().map_or("no figures".into(), |v| {
-            v.sentence("the current state", "the change", (a.len(), b.len()))
-        });
-        match (gain, confirmed) {
-            (true, Some(true)) => {
-                row.verdict = "kept";
-                row.why = format!("{verdict_text}; the re-check pair agreed");
-                kept.retain(|k: &Change| !k.same_knob(&change));
-                kept.push(change);
-                current = State { runs: b, ..next };
-                idle_steps = 0;
-            }
-            (true, Some(false)) => {
-                row.verdict = "reverted";
-                row.why = format!("{verdict_text}, but the re-check pair did not agree");
-                current.runs = a;
-                idle_steps += 1;
-            }
-            (_, None) => break "stopped by a signal".to_string(),
-            (false, Some(_)) => {
-                row.verdict = "reverted";
-                row.why =
-                    if v.as_ref().is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0) {
-                        format!(
-                            "{verdict_text}, under the {:.1}% asked (--min-gain)",
-                            w.o.min_gain * 100.0
-                        )
-                    } else {
-                        verdict_text
-                    };
-                current.runs = a;
-                idle_steps += 1;
-            }
+        if kept_it {
+            kept.retain(|k: &Change| !k.same_knob(&change));
+            kept.push(change);
+            current = State { runs: b, ..next };
+            idle_steps = 0;
+        } else {
+            current.runs = a;
+            idle_steps += 1;
         }
         steps.push(row);
         if idle_steps >= 2 {
@@ -519,14 +484,49 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     })
 }
 
+/// Both sides' runs of a step.
+type StepRuns = (Vec<BenchReport>, Vec<BenchReport>);
+
+/// Measures `next` against `current` (interleaved, then the re-check pair when it looks
+/// better) and fills the row's figures, verdict and why. Returns whether it is kept, and both
+/// sides' runs; None: a signal stopped it.
+fn measure(
+    w: &mut Walk<'_>,
+    current: &State,
+    next: &State,
+    row: &mut Step,
+) -> Result<Option<(bool, StepRuns)>, ClimbError> {
+    let Some((a, b)) = interleaved(w, current, next)? else { return Ok(None) };
+    let oka: Vec<f64> = a.iter().map(ok_rps).collect();
+    let okb: Vec<f64> = b.iter().map(ok_rps).collect();
+    let v = verdict(&oka, &okb);
+    row.before = Rps::of(&a);
+    row.after = Rps::of(&b);
+    row.ratio = v.as_ref().map(|v| v.ratio);
+    row.ratio_range = v.as_ref().map(|v| [v.low, v.high]);
+    let gain = better(&oka, &okb, w.o.min_gain);
+    let Some(confirmed) = decide(&oka, &okb, w.o.min_gain, || recheck(w, current, next))? else {
+        return Ok(None);
+    };
+    let verdict_text = v.as_ref().map_or("no figures".into(), |v| {
+        v.sentence("the current state", "the change", (a.len(), b.len()))
+    });
+    row.verdict = if confirmed { "kept" } else { "reverted" };
+    row.why = if confirmed {
+        format!("{verdict_text}; the re-check pair agreed")
+    } else if gain {
+        format!("{verdict_text}, but the re-check pair did not agree")
+    } else if v.as_ref().is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0) {
+        format!("{verdict_text}, under the {:.1}% asked (--min-gain)", w.o.min_gain * 100.0)
+    } else {
+        verdict_text
+    };
+    Ok(Some((confirmed, (a, b))))
+}
+
 /// The current state and the candidate, `repeats` runs each, in turn (A B A B ...). None: a
 /// signal stopped a run.
-#[allow(clippy::type_complexity, reason = "a pair of run lists")]
-fn interleaved(
-    w: &mut Walk<'_>,
-    a: &State,
-    b: &State,
-) -> Result<Option<(Vec<BenchReport>, Vec<BenchReport>)>, ClimbError> {
+fn interleaved(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<StepRuns>, ClimbError> {
     let n = w.o.repeats;
     let (mut ra, mut rb) = (Vec::new(), Vec::new());
     for repeat in 1..=n {

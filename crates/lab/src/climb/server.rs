@@ -125,8 +125,8 @@ fn write(file: &Path, text: &str) -> Result<(), String> {
 
 /// The children of `master` (its workers).
 fn workers(master: u32) -> Vec<u32> {
-    let children = format!("/proc/{master}/task/{master}/children");
-    std::fs::read_to_string(children)
+    Root::live()
+        .read_opt(&format!("proc/{master}/task/{master}/children"))
         .map(|t| t.split_whitespace().filter_map(|p| p.parse().ok()).collect())
         .unwrap_or_default()
 }
