@@ -198,6 +198,23 @@ pub struct ClimbArgs {
     #[arg(long)]
     pub apply_server: bool,
 
+    /// Let the climb change this host's settings where a finding names one (a sysctl, an
+    /// interface's RPS/RFS/XPS), journaled before each write as tune apply does, in force only
+    /// during the runs that measure it and reverted after each (`qpslab tune revert` undoes an
+    /// interrupted one)
+    #[arg(long)]
+    pub apply_host: bool,
+
+    /// With --apply-host: leave the host settings the climb kept in force at the end (the
+    /// journal stays for `qpslab tune revert`)
+    #[arg(long, requires = "apply_host")]
+    pub keep: bool,
+
+    /// With --apply-host: the tune journal [default: /var/lib/qpslab/journal.json, or the
+    /// network namespace's own]
+    #[arg(long, value_name = "FILE", requires = "apply_host")]
+    pub journal: Option<std::path::PathBuf>,
+
     /// The starting state: bench's options
     #[command(flatten)]
     pub bench: BenchArgs,

@@ -27,6 +27,9 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
             .map_err(|_| UsageError(format!("--repeats {}: too many", a.repeats)))?,
         label: b.label.clone(),
         apply_server: a.apply_server,
+        apply_host: a.apply_host,
+        keep: a.keep,
+        journal: a.journal.clone(),
     };
     let stop = qpslab_sys::signals::stop_flag()?;
     if a.dry_run {
@@ -50,6 +53,12 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
     let c = result.map_err(error)?;
     output::emit(b.json, &c, || {
         let mut t = climb::render_text(&c);
+        if let Some(j) = &c.kept_journal {
+            t += &format!(
+                "host        the kept settings stay in force; `qpslab tune revert --journal {}` undoes them\n",
+                j.display()
+            );
+        }
         if let (Some(id), Some(s)) = (c.sweep, &store) {
             t += &format!(
                 "stored      sweep {id} in {} (qpslab report sweep:{id} -o climb.html draws it)\n",

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{qpslab_command, Netns, ServeChild};
+use common::{qpslab_command, Netns, NsPair, ServeChild};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -629,56 +629,6 @@ fn a_run_of_404s_is_failed_not_bound() {
         // The rate of 404s is not explained by a bound either.
         assert!(v["doctor"]["explanation"]["bound"].is_null(), "{}", v["doctor"]["explanation"]);
     }
-}
-
-/// Two network namespaces of this test's own joined by a veth pair made inside them (nothing
-/// of it in the host's namespace): `a` holds 10.77.N.1, `b` 10.77.N.2. Removed on drop.
-struct NsPair {
-    a: String,
-    b: String,
-}
-
-impl NsPair {
-    fn create(what: &str, n: u8) -> NsPair {
-        let id = std::process::id() % 100_000;
-        let p = NsPair { a: format!("qpslab-{what}a-{id}"), b: format!("qpslab-{what}b-{id}") };
-        let (va, vb) = (format!("q{what}{id}a"), format!("q{what}{id}b"));
-        for args in [
-            vec!["netns", "add", &p.a],
-            vec!["netns", "add", &p.b],
-            vec![
-                "link", "add", &va, "netns", &p.a, "type", "veth", "peer", "name", &vb, "netns",
-                &p.b,
-            ],
-        ] {
-            ip(&args);
-        }
-        let (aa, ab) = (format!("10.77.{n}.1/24"), format!("10.77.{n}.2/24"));
-        ip(&["-n", &p.a, "addr", "add", &aa, "dev", &va]);
-        ip(&["-n", &p.b, "addr", "add", &ab, "dev", &vb]);
-        for (ns, dev) in [(&p.a, &va), (&p.b, &vb)] {
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        p
-    }
-
-    /// Runs `args` in namespace `ns`.
-    fn run(ns: &str, args: &[&str]) -> std::process::Output {
-        Command::new("ip").args(["netns", "exec", ns]).args(args).output().unwrap()
-    }
-}
-
-impl Drop for NsPair {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
-        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The seeds' first finding: a path capped in bandwidth. The server's interface shapes its

@@ -99,10 +99,19 @@ impl Applied {
         change: &HostChange,
     ) -> Result<Self, String> {
         let host = Host::read(root).map_err(|e| format!("cannot read the host: {e}"))?;
-        let plan = plan_for(root, &host, change)?;
-        tune::apply(&mut RootFiles(root.clone()), root.dir(), &plan, &apply_options(journal))
+        Applied::of_plan(root, journal, &plan_for(root, &host, change)?)
+    }
+
+    /// `plan` applied through the journal at `journal`.
+    pub fn of_plan(root: &Root, journal: &std::path::Path, plan: &Plan) -> Result<Self, String> {
+        tune::apply(&mut RootFiles(root.clone()), root.dir(), plan, &apply_options(journal))
             .map_err(|e| format!("cannot apply its host settings: {}", tune_message(&e)))?;
         Ok(Applied { root: root.clone(), journal: journal.to_path_buf(), done: false })
+    }
+
+    /// Leaves the settings in force and the journal active (for `qpslab tune revert`).
+    pub fn keep(mut self) {
+        self.done = true;
     }
 
     /// Reverts; Some(note) when a value someone else changed meanwhile was kept.

@@ -10,10 +10,12 @@
 //! never kept). Every run is stored like a sweep's (the climb is the sweep, each state a
 //! variant), so `runs`, `compare` and `report` read it.
 //!
-//! This version changes the run's own knobs ([`remedy`]): the load's connections and threads
-//! and the workers of a server the bench started. Host changes and changes to the user's own
-//! server are rows "not applicable", with why.
+//! What it may change ([`remedy`]): the run's own knobs (the load's connections and threads,
+//! the workers of a server the bench started); with `--apply-server` the user's nginx
+//! ([`server`]); with `--apply-host` this host's settings ([`host`]). Anything else is a row
+//! "not applicable", with why.
 
+pub mod host;
 pub mod remedy;
 pub mod server;
 
@@ -46,6 +48,13 @@ pub struct ClimbOptions {
     /// The climb may edit the user's own server's configuration (nginx): the original is kept
     /// aside and restored at the end.
     pub apply_server: bool,
+    /// The climb may change this host's settings (journaled, in force only during the runs
+    /// of the states that hold them).
+    pub apply_host: bool,
+    /// With `apply_host`: leave the final state's host settings in force at the end.
+    pub keep: bool,
+    /// The tune journal [default: tune's].
+    pub journal: Option<std::path::PathBuf>,
 }
 
 /// Why a climb could not start or went wrong.
@@ -61,6 +70,9 @@ pub enum ClimbError {
     /// The user's server could not be changed or restored.
     #[error("{0}")]
     Server(String),
+    /// A host setting could not be applied or reverted.
+    #[error("{0}")]
+    Host(String),
 }
 
 /// Ok responses per second: median and range over a state's runs in one step.
@@ -121,6 +133,10 @@ pub struct Climb {
     /// The sweep id its runs are stored under, when stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sweep: Option<i64>,
+    /// With `--keep`: the journal of the host settings left in force (`qpslab tune revert`
+    /// undoes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_journal: Option<std::path::PathBuf>,
 }
 
 /// A state of the walk: its options, its name, the user's server configuration in it (when
@@ -129,10 +145,22 @@ struct State {
     name: String,
     opts: BenchOptions,
     server: Option<String>,
+    /// The host changes in force for its runs.
+    host: Vec<Change>,
     runs: Vec<BenchReport>,
 }
 
 impl State {
+    fn start(o: &ClimbOptions) -> State {
+        State {
+            name: "start".into(),
+            opts: o.start.clone(),
+            server: None,
+            host: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
     /// The run whose ok rate is the median: its findings speak for the state.
     fn median_run(&self) -> Option<&BenchReport> {
         let mut v: Vec<&BenchReport> = self.runs.iter().collect();
@@ -183,6 +211,8 @@ struct Walk<'a> {
     runs: u32,
     /// The user's nginx, with `--apply-server`.
     nginx: Option<server::Nginx>,
+    /// This host, with `--apply-host`.
+    host: Option<host::HostSide>,
 }
 
 impl Walk<'_> {
@@ -212,8 +242,18 @@ impl Walk<'_> {
             repeats: self.o.repeats,
             eta: self.o.budget.saturating_sub(self.clock.elapsed()),
         });
-        let report = bench(opts, self.stop, self.feed)
-            .map_err(|source| ClimbError::Run { state: state.to_string(), source })?;
+        let applied = match &self.host {
+            Some(h) => h.apply(&st.host).map_err(ClimbError::Host)?,
+            None => None,
+        };
+        let report = bench(opts, self.stop, self.feed);
+        if let Some(a) = applied {
+            if let Some(note) = a.revert().map_err(ClimbError::Host)? {
+                self.feed.event(&Event::Note(&note));
+            }
+        }
+        let report =
+            report.map_err(|source| ClimbError::Run { state: state.to_string(), source })?;
         self.runs += 1;
         if report.load.stopped_early {
             return Ok(None);
@@ -271,7 +311,8 @@ pub fn climb(
         None => None,
     };
     let sweep = store.as_ref().map(|s| s.1);
-    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, nginx: None };
+    let host = host_side(o)?;
+    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, nginx: None, host };
     let mut result = walk(&mut w);
     if let Some(mut n) = w.nginx.take() {
         // The original back, byte for byte, whatever happened.
@@ -302,15 +343,16 @@ pub fn first_step(
     feed: &mut dyn Feed,
 ) -> Result<(BenchReport, Vec<Step>), ClimbError> {
     check(o)?;
-    let mut w = Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, nginx: None };
-    let mut state =
-        State { name: "start".into(), opts: o.start.clone(), server: None, runs: Vec::new() };
+    let host = host_side(o)?;
+    let mut w =
+        Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, nginx: None, host };
+    let mut state = State::start(o);
     let Some(r) = w.run(&state, (1, 1, 1, 1))? else {
         return Err(ClimbError::Usage("stopped by a signal before the first run ended".into()));
     };
     state.runs.push(r.clone());
     take_server(&mut w, &mut state)?;
-    let rows = match pick(&state, &[]) {
+    let rows = match pick(&state, &[], w.host.as_ref()) {
         (Some((mut s, _)), _) => {
             s.verdict = "planned";
             s.why = "the change the climb would measure first, against this state".into();
@@ -319,6 +361,18 @@ pub fn first_step(
         (None, rows) => rows,
     };
     Ok((r, rows))
+}
+
+/// This host in the climb's hands, with `--apply-host` (checked: root, no journal active).
+fn host_side(o: &ClimbOptions) -> Result<Option<host::HostSide>, ClimbError> {
+    if o.keep && !o.apply_host {
+        return Err(ClimbError::Usage(
+            "--keep leaves host changes in force: it needs --apply-host".into(),
+        ));
+    }
+    o.apply_host
+        .then(|| host::HostSide::new(o.journal.as_deref()).map_err(ClimbError::Usage))
+        .transpose()
 }
 
 fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
@@ -354,11 +408,24 @@ fn take_server(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> {
 
 /// The change to try next in `state`: the first finding, headline first, that names one not
 /// yet tried. Without one, the rows say why (the headline's reason, or the run's failure).
-fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) {
+fn pick(
+    state: &State,
+    tried: &[Change],
+    host: Option<&host::HostSide>,
+) -> (Option<(Step, Change)>, Vec<Step>) {
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
     let mut knobs = Knobs::of(r);
     knobs.nginx_keepalive =
         state.server.as_deref().map(|t| qpslab_host::nginx::parse(t).keepalive_requests);
+    knobs.apply_host = host.is_some();
+    // A setting already changed in this state reads as its new value.
+    let sysctl = |name: &str| {
+        let set = state.host.iter().rev().find_map(|c| match c {
+            Change::Sysctl { name: n, to, .. } if n == name => Some(to.clone()),
+            _ => None,
+        });
+        set.or_else(|| host.and_then(|h| h.sysctl(name)))
+    };
     let mut first_na = None;
     // What the doctor saw: the finding, and the rate explained in this state.
     let rate = r.doctor.explanation.as_ref().and_then(|e| e.chain.last().cloned());
@@ -377,12 +444,12 @@ fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) 
             verdict,
             why,
         };
-        for remedy in remedy::remedies(f, &knobs) {
+        for remedy in remedy::remedies(f, &knobs, &sysctl) {
             match remedy {
                 Remedy::Change(c) if !tried.contains(&c) => {
                     let mut s = row("kept", String::new());
                     s.change = Some(c.describe());
-                    s.knob = Some(c);
+                    s.knob = Some(c.clone());
                     return (Some((s, c)), Vec::new());
                 }
                 Remedy::Change(c) => {
@@ -403,8 +470,7 @@ fn pick(state: &State, tried: &[Change]) -> (Option<(Step, Change)>, Vec<Step>) 
 
 fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let repeats = w.o.repeats;
-    let mut current =
-        State { name: "start".into(), opts: w.o.start.clone(), server: None, runs: Vec::new() };
+    let mut current = State::start(w.o);
     for repeat in 1..=repeats {
         match w.run(&current, (repeat as usize, repeats as usize, 1, repeat))? {
             Some(r) => current.runs.push(r),
@@ -421,7 +487,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         if w.stopped() {
             break "stopped by a signal".to_string();
         }
-        let (candidate, rows) = pick(&current, &tried);
+        let (candidate, rows) = pick(&current, &tried, w.host.as_ref());
         let Some((mut row, change)) = candidate else {
             let why =
                 rows.first().map_or("no finding".into(), |r| format!("{}: {}", r.finding, r.why));
@@ -432,46 +498,44 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         if !w.affords(2 * repeats + 2) {
             break format!("the budget ({:?}) does not hold another step", w.o.budget);
         }
-        let server = match (change.directive(), &current.server) {
-            (Some((name, value)), Some(text)) => match server::set_directive(text, name, &value) {
-                Some(t) => Some(t),
-                None => {
-                    tried.push(change);
-                    row.verdict = "not-applicable";
-                    row.why = format!(
-                        "no `{name}` and no http block in nginx's main configuration file to set it in"
-                    );
-                    steps.push(row);
-                    continue;
-                }
-            },
-            _ => current.server.clone(),
-        };
-        let next = State {
-            name: format!("step {}: {}", steps.len() + 1, change.describe()),
-            opts: change.apply(&current.opts),
-            server,
-            runs: Vec::new(),
+        let next = match next_state(w, &current, &change, steps.len() + 1) {
+            Ok(next) => next,
+            Err(why) => {
+                tried.push(change);
+                row.verdict = "not-applicable";
+                row.why = why;
+                steps.push(row);
+                continue;
+            }
         };
         let Some((kept_it, (a, b))) = measure(w, &current, &next, &mut row)? else {
             break "stopped by a signal".to_string();
         };
-        tried.push(change);
         if kept_it {
             kept.retain(|k: &Change| !k.same_knob(&change));
-            kept.push(change);
+            kept.push(change.clone());
             current = State { runs: b, ..next };
             idle_steps = 0;
         } else {
             current.runs = a;
             idle_steps += 1;
         }
+        tried.push(change);
         steps.push(row);
         if idle_steps >= 2 {
             break "two steps in a row gained nothing".to_string();
         }
     };
     let last = Rps::of(&current.runs).unwrap_or(start);
+    let kept_journal = match (&w.host, w.o.keep && !current.host.is_empty()) {
+        (Some(h), true) => {
+            if let Some(applied) = h.apply(&current.host).map_err(ClimbError::Host)? {
+                applied.keep();
+            }
+            Some(h.journal.clone())
+        }
+        _ => None,
+    };
     Ok(Climb {
         start_rps: start.rps,
         final_rps: last.rps,
@@ -481,6 +545,38 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         plan: kept.iter().map(Change::flag).collect(),
         ended,
         sweep: None,
+        kept_journal,
+    })
+}
+
+/// The state `change` makes of `current` (step `n`); Err: why it cannot be made here.
+fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Result<State, String> {
+    let server = match (change.directive(), &current.server) {
+        (Some((name, value)), Some(text)) => {
+            Some(server::set_directive(text, name, &value).ok_or_else(|| {
+                format!(
+                    "no `{name}` and no http block in nginx's main configuration file to set it in"
+                )
+            })?)
+        }
+        _ => current.server.clone(),
+    };
+    let mut host = current.host.clone();
+    if let (true, Some(h)) = (change.is_host(), &w.host) {
+        let plan = h.plan(std::slice::from_ref(change))?;
+        if plan.changes.is_empty() {
+            return Err(format!("{}: this host has it already", change.describe()));
+        }
+        host.retain(|c| !c.same_knob(change));
+        host.push(change.clone());
+        h.plan(&host)?;
+    }
+    Ok(State {
+        name: format!("step {n}: {}", change.describe()),
+        opts: change.apply(&current.opts),
+        server,
+        host,
+        runs: Vec::new(),
     })
 }
 
@@ -563,9 +659,11 @@ pub fn render_text(c: &Climb) -> String {
         "start       {:.0} ok req/s ({:.0}-{:.0})",
         c.start.rps, c.start.min, c.start.max
     );
+    let width = c.steps.iter().filter_map(|s| s.change.as_ref()).map(String::len).max();
+    let width = width.unwrap_or(0).max(26);
     let _ = writeln!(
         o,
-        "{:<4} {:<22} {:<26} {:<22} {:<22} {:<20} verdict",
+        "{:<4} {:<22} {:<width$} {:<22} {:<22} {:<20} verdict",
         "step", "finding", "change", "before req/s", "after req/s", "ratio"
     );
     for (i, s) in c.steps.iter().enumerate() {
@@ -575,7 +673,7 @@ pub fn render_text(c: &Climb) -> String {
         };
         let _ = writeln!(
             o,
-            "{:<4} {:<22} {:<26} {:<22} {:<22} {:<20} {}",
+            "{:<4} {:<22} {:<width$} {:<22} {:<22} {:<20} {}",
             i + 1,
             s.finding,
             s.change.as_deref().unwrap_or("-"),
@@ -598,15 +696,19 @@ pub fn render_text(c: &Climb) -> String {
         if c.start.rps > 0.0 { c.last.rps / c.start.rps } else { 0.0 }
     );
     let _ = writeln!(o, "ended       {}", c.ended);
-    let _ = writeln!(
-        o,
-        "state       {}",
-        if c.plan.is_empty() {
-            "as started (no change kept)".to_string()
-        } else {
-            format!("the start's options with {}", c.plan.join(" "))
-        }
-    );
+    // Bench flags on the state line; a server's directive or a host setting on its own.
+    let (flags, others): (Vec<&String>, Vec<&String>) =
+        c.plan.iter().partition(|p| p.starts_with('-'));
+    let flags: Vec<&str> = flags.iter().map(|f| f.as_str()).collect();
+    let state = match (flags.is_empty(), others.is_empty()) {
+        (true, true) => "as started (no change kept)".to_string(),
+        (true, false) => "the start's options, and:".to_string(),
+        (false, _) => format!("the start's options with {}", flags.join(" ")),
+    };
+    let _ = writeln!(o, "state       {state}");
+    for p in others {
+        let _ = writeln!(o, "            {p}");
+    }
     o
 }
 

@@ -1,8 +1,9 @@
 //! A finding turned into typed changes of the run, or into "not applicable here" with why.
 //! The doctor's remedies are prose for a person; the climb needs an action with its
 //! parameters, made only where this run may make it: the load's connections and threads, the
-//! workers of a server the bench itself started, and, with `--apply-server`, directives of the
-//! user's own nginx.
+//! workers of a server the bench itself started, with `--apply-server` directives of the
+//! user's own nginx, and with `--apply-host` a setting of the host the climb runs on (a
+//! sysctl, an interface's receive steering), planned and journaled as `qpslab tune` does.
 
 use qpslab_host::doctor::Finding;
 use serde::Serialize;
@@ -16,7 +17,7 @@ pub const MAX_CONNECTIONS: usize = 10_000;
 pub const KEEPALIVE_REQUESTS: u64 = 100_000;
 
 /// One change of the run's own knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "knob", rename_all = "kebab-case")]
 pub enum Change {
     /// The load's connections (requests in flight in a closed loop).
@@ -29,6 +30,10 @@ pub enum Change {
     NginxAccessLogOff,
     /// The user's nginx: `keepalive_requests`.
     NginxKeepaliveRequests { from: u64, to: u64 },
+    /// A sysctl of the host the climb runs on (of its network namespace, inside one).
+    Sysctl { name: String, from: String, to: String },
+    /// An interface's receive steering (RPS, RFS, XPS) as `qpslab tune plan --iface` plans it.
+    Steering { iface: String },
 }
 
 impl Change {
@@ -39,7 +44,10 @@ impl Change {
             Change::Connections { to, .. } => o.load.connections = Some(to),
             Change::Threads { to, .. } => o.load.threads = Some(to),
             Change::Workers { to, .. } => o.workers = Some(to),
-            Change::NginxAccessLogOff | Change::NginxKeepaliveRequests { .. } => {}
+            Change::NginxAccessLogOff
+            | Change::NginxKeepaliveRequests { .. }
+            | Change::Sysctl { .. }
+            | Change::Steering { .. } => {}
         }
         o
     }
@@ -55,21 +63,28 @@ impl Change {
         }
     }
 
+    /// Whether it changes the host (`--apply-host`).
+    pub fn is_host(&self) -> bool {
+        matches!(self, Change::Sysctl { .. } | Change::Steering { .. })
+    }
+
     /// `connections 1 -> 2`.
     pub fn describe(&self) -> String {
-        let (what, from, to) = match *self {
-            Change::Connections { from, to } => ("connections", from as u64, to as u64),
-            Change::Threads { from, to } => ("generator threads", from as u64, to as u64),
-            Change::Workers { from, to } => ("server workers", from as u64, to as u64),
+        let (what, from, to) = match self {
+            Change::Connections { from, to } => ("connections", *from as u64, *to as u64),
+            Change::Threads { from, to } => ("generator threads", *from as u64, *to as u64),
+            Change::Workers { from, to } => ("server workers", *from as u64, *to as u64),
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
-            Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", from, to),
+            Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
+            Change::Sysctl { name, from, to } => return format!("{name} {from} -> {to}"),
+            Change::Steering { iface } => return format!("{iface} receive steering (RPS/RFS/XPS)"),
         };
         format!("{what} {from} -> {to}")
     }
 
     /// What makes the state: a bench flag (`-c 2`), or the directive in nginx's configuration.
     pub fn flag(&self) -> String {
-        match *self {
+        match self {
             Change::Connections { to, .. } => format!("-c {to}"),
             Change::Threads { to, .. } => format!("-t {to}"),
             Change::Workers { to, .. } => format!("-w {to}"),
@@ -77,12 +92,20 @@ impl Change {
                 let (name, value) = self.directive().unwrap_or_default();
                 format!("nginx: {name} {value};")
             }
+            Change::Sysctl { name, to, .. } => format!("host: sysctl -w {name}='{to}'"),
+            Change::Steering { iface } => {
+                format!("host: qpslab tune apply --iface {iface} (its rps/rfs/xps lines)")
+            }
         }
     }
 
     /// The same knob: a later change of it replaces an earlier one in the final state.
     pub fn same_knob(&self, other: &Change) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
+        match (self, other) {
+            (Change::Sysctl { name: a, .. }, Change::Sysctl { name: b, .. }) => a == b,
+            (Change::Steering { iface: a }, Change::Steering { iface: b }) => a == b,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
     }
 }
 
@@ -110,6 +133,10 @@ pub struct Knobs {
     /// The user's nginx in the climb's hands (`--apply-server`): its `keepalive_requests` in
     /// this state. None: not nginx, or not ours to change.
     pub nginx_keepalive: Option<u64>,
+    /// The climb may change this host's settings (`--apply-host`).
+    pub apply_host: bool,
+    /// The server runs on this host (not on `--server HOST`): its side's settings are here.
+    pub server_here: bool,
 }
 
 impl Knobs {
@@ -121,13 +148,19 @@ impl Knobs {
             workers: r.target.workers,
             server_cpus: r.target.cpus.len(),
             nginx_keepalive: None,
+            apply_host: false,
+            server_here: r.server_host.is_none(),
         }
     }
 }
 
 /// The changes `f` asks for in state `k`, most telling first: one remedy for most findings,
-/// one per cost named for nginx's configuration.
-pub fn remedies(f: &Finding, k: &Knobs) -> Vec<Remedy> {
+/// one per cost named for nginx's configuration or per setting of a host finding. `sysctl`
+/// reads this host's current value of a setting.
+pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>) -> Vec<Remedy> {
+    if let Some(host) = host_remedies(f, k, sysctl) {
+        return host;
+    }
     if f.name != "nginx-config" {
         return vec![remedy(f, k)];
     }
@@ -153,6 +186,101 @@ pub fn remedies(f: &Finding, k: &Knobs) -> Vec<Remedy> {
         ));
     }
     out
+}
+
+/// The listen and SYN queues as `qpslab tune plan` raises them.
+pub const QUEUE_LIMIT: u64 = 65535;
+/// The port range a load generator gets from `qpslab tune plan --role client`.
+pub const PORT_RANGE: (u64, u64) = (1024, 65535);
+
+/// The host changes a host finding asks for (None: not a host finding). Each is one setting,
+/// raised only where it is below what tune plans; a setting already there is not a change.
+fn host_remedies(
+    f: &Finding,
+    k: &Knobs,
+    sysctl: &dyn Fn(&str) -> Option<String>,
+) -> Option<Vec<Remedy>> {
+    let client_side = f.name == "ephemeral-ports";
+    let wanted: Vec<(&str, String)> = match f.name {
+        "accept-queue-overflow" => vec![("net.core.somaxconn", QUEUE_LIMIT.to_string())],
+        "syn-queue-full" => vec![
+            ("net.ipv4.tcp_max_syn_backlog", QUEUE_LIMIT.to_string()),
+            ("net.core.somaxconn", QUEUE_LIMIT.to_string()),
+        ],
+        "ephemeral-ports" => vec![
+            ("net.ipv4.tcp_tw_reuse", "1".into()),
+            ("net.ipv4.ip_local_port_range", format!("{} {}", PORT_RANGE.0, PORT_RANGE.1)),
+        ],
+        "softnet-backlog-drops" => vec![("net.core.netdev_max_backlog", "16384".into())],
+        "softnet-time-squeeze" => vec![("net.core.netdev_budget", "600".into())],
+        "single-rx-queue" | "irqs-on-one-cpu" | "softirq-concentrated" => Vec::new(),
+        _ => return None,
+    };
+    let na = |why: String| Some(vec![Remedy::NotApplicable(why)]);
+    if !k.apply_host {
+        return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)".into());
+    }
+    if !client_side && !k.server_here {
+        return na(
+            "a setting of the server host (--server): the climb changes only the host it runs on"
+                .into(),
+        );
+    }
+    if wanted.is_empty() {
+        // The interface is named where its layout is the finding.
+        let ifaces: Vec<&str> = f
+            .evidence
+            .iter()
+            .filter(|_| f.name != "softirq-concentrated")
+            .filter_map(|e| e.split_once(": ").map(|(i, _)| i))
+            .filter(|i| !i.contains(' '))
+            .take(1)
+            .collect();
+        if ifaces.is_empty() {
+            return na("names no interface: its receive steering is planned where single-rx-queue or irqs-on-one-cpu names one (or `qpslab tune plan`)".into());
+        }
+        return Some(
+            ifaces
+                .iter()
+                .map(|i| Remedy::Change(Change::Steering { iface: i.to_string() }))
+                .collect(),
+        );
+    }
+    let mut out = Vec::new();
+    for (name, to) in wanted {
+        match sysctl(name) {
+            None => out.push(Remedy::NotApplicable(format!(
+                "{name} is not this host's to set here (inside a network namespace only its own settings are)"
+            ))),
+            Some(from) if !below(&from, &to) => {}
+            Some(from) => {
+                let from = from.split_whitespace().collect::<Vec<_>>().join(" ");
+                out.push(Remedy::Change(Change::Sysctl { name: name.into(), from, to }));
+            }
+        }
+    }
+    if out.is_empty() {
+        return na("its settings are already at what tune plans".into());
+    }
+    Some(out)
+}
+
+/// Whether a sysctl's value `from` is short of `to`: numbers compared field by field (a port
+/// range is short when it is narrower).
+fn below(from: &str, to: &str) -> bool {
+    let nums = |s: &str| s.split_whitespace().map(str::parse::<u64>).collect::<Result<Vec<_>, _>>();
+    match (nums(from), nums(to)) {
+        (Ok(a), Ok(b)) if a.len() == 2 && b.len() == 2 => a[1] - a[0].min(a[1]) < b[1] - b[0],
+        (Ok(a), Ok(b)) if a.len() == 1 && b.len() == 1 => {
+            // tcp_tw_reuse: 2 (loopback only) is not 1.
+            if to == "1" {
+                a[0] != 1
+            } else {
+                a[0] < b[0]
+            }
+        }
+        _ => from.trim() != to.trim(),
+    }
 }
 
 /// The change `f` asks for in state `k`. Only a headline that bounds the rate, or a condition
@@ -199,7 +327,7 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
             "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
         ),
         "paced" => na("an open loop: the schedule (-R) sets the rate, not a knob"),
-        _ => na("a host change (qpslab tune plan): not in this version of climb"),
+        _ => na("no change of the climb's answers it: see the finding's remedy"),
     }
 }
 
@@ -226,6 +354,8 @@ mod tests {
         workers: Some(1),
         server_cpus: 1,
         nginx_keepalive: None,
+        apply_host: false,
+        server_here: true,
     };
 
     #[test]
@@ -266,10 +396,10 @@ mod tests {
             "keepalive_requests 100: nginx closes a connection after that many requests".into(),
         ];
         let theirs = Knobs { workers: None, ..ONE_EACH };
-        assert!(matches!(remedies(&f, &theirs)[..], [Remedy::NotApplicable(_)]));
+        assert!(matches!(remedies(&f, &theirs, &|_| None)[..], [Remedy::NotApplicable(_)]));
         let ours = Knobs { nginx_keepalive: Some(100), ..theirs };
         assert_eq!(
-            remedies(&f, &ours),
+            remedies(&f, &ours, &|_| None),
             [
                 Remedy::Change(Change::NginxAccessLogOff),
                 Remedy::Change(Change::NginxKeepaliveRequests { from: 100, to: 100_000 })
@@ -291,5 +421,54 @@ mod tests {
         assert_eq!(c.flag(), "-c 2");
         assert!(c.same_knob(&Change::Connections { from: 2, to: 4 }));
         assert!(!c.same_knob(&Change::Workers { from: 1, to: 2 }));
+    }
+
+    /// Host findings become one setting each, only with --apply-host, only where the setting
+    /// is below what tune plans and only on the host the climb runs on.
+    #[test]
+    fn host_findings_are_settings_only_with_apply_host() {
+        let read = |name: &str| match name {
+            "net.ipv4.tcp_tw_reuse" => Some("0".to_string()),
+            "net.ipv4.ip_local_port_range" => Some("20000\t20999".to_string()),
+            "net.core.somaxconn" => Some("65535".to_string()),
+            _ => None,
+        };
+        let ports = finding("ephemeral-ports", "");
+        assert!(matches!(remedies(&ports, &ONE_EACH, &read)[..], [Remedy::NotApplicable(_)]));
+        let host = Knobs { apply_host: true, ..ONE_EACH };
+        let sysctl = |name: &str, from: &str, to: &str| {
+            Remedy::Change(Change::Sysctl { name: name.into(), from: from.into(), to: to.into() })
+        };
+        assert_eq!(
+            remedies(&ports, &host, &read),
+            [
+                sysctl("net.ipv4.tcp_tw_reuse", "0", "1"),
+                sysctl("net.ipv4.ip_local_port_range", "20000 20999", "1024 65535"),
+            ]
+        );
+        // Already at what tune plans: nothing to measure.
+        let overflow = finding("accept-queue-overflow", "");
+        assert!(matches!(remedies(&overflow, &host, &read)[..], [Remedy::NotApplicable(_)]));
+        // The server's side on --server HOST is not this host's.
+        let far = Knobs { server_here: false, ..host };
+        let low = |_: &str| Some("128".to_string());
+        assert!(matches!(remedies(&overflow, &far, &low)[..], [Remedy::NotApplicable(_)]));
+        assert_eq!(
+            remedies(&overflow, &host, &low),
+            [sysctl("net.core.somaxconn", "128", "65535")]
+        );
+        // A namespace hides the host-wide ones.
+        let drops = finding("softnet-backlog-drops", "");
+        assert!(matches!(remedies(&drops, &host, &|_| None)[..], [Remedy::NotApplicable(_)]));
+        let mut queue = finding("single-rx-queue", "");
+        queue.evidence =
+            vec!["qvb: 1 rx queue, rps_cpus empty".into(), "qvb carried 5 packets/s".into()];
+        assert_eq!(
+            remedies(&queue, &host, &read),
+            [Remedy::Change(Change::Steering { iface: "qvb".into() })]
+        );
+        assert!(below("0", "1") && below("2", "1") && !below("1", "1"));
+        assert!(below("32768 60999", "1024 65535") && !below("1024 65535", "1024 65535"));
+        assert!(below("4096", "65535") && !below("65535", "65535"));
     }
 }
