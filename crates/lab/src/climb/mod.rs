@@ -429,43 +429,47 @@ fn pick(
     let mut first_na = None;
     // What the doctor saw: the finding, and the rate explained in this state.
     let rate = r.doctor.explanation.as_ref().and_then(|e| e.chain.last().cloned());
+    let row = |f: &qpslab_host::doctor::Finding, verdict: &'static str, why: String| Step {
+        finding: f.name.to_string(),
+        evidence: std::iter::once(f.summary.clone()).chain(rate.clone()).collect(),
+        change: None,
+        knob: None,
+        before: Rps::of(&state.runs),
+        after: None,
+        ratio: None,
+        ratio_range: None,
+        verdict,
+        why,
+    };
+    let chosen = |f: &qpslab_host::doctor::Finding, c: Change| {
+        let mut s = row(f, "kept", String::new());
+        s.change = Some(c.describe());
+        s.knob = Some(c.clone());
+        (Some((s, c)), Vec::new())
+    };
     for f in &r.doctor.findings {
-        let evidence: Vec<String> =
-            std::iter::once(f.summary.clone()).chain(rate.clone()).collect();
-        let row = |verdict: &'static str, why: String| Step {
-            finding: f.name.to_string(),
-            evidence: evidence.clone(),
-            change: None,
-            knob: None,
-            before: Rps::of(&state.runs),
-            after: None,
-            ratio: None,
-            ratio_range: None,
-            verdict,
-            why,
-        };
         for remedy in remedy::remedies(f, &knobs, &sysctl) {
             match remedy {
-                Remedy::Change(c) if !tried.contains(&c) => {
-                    let mut s = row("kept", String::new());
-                    s.change = Some(c.describe());
-                    s.knob = Some(c.clone());
-                    return (Some((s, c)), Vec::new());
-                }
+                Remedy::Change(c) if !tried.contains(&c) => return chosen(f, c),
                 Remedy::Change(c) => {
                     first_na.get_or_insert_with(|| {
-                        row("not-applicable", format!("{} was tried already", c.describe()))
+                        row(f, "not-applicable", format!("{} was tried already", c.describe()))
                     });
                 }
-                Remedy::Stop(why) => return (None, vec![row("stopped", why)]),
+                Remedy::Stop(why) => return (None, vec![row(f, "stopped", why)]),
                 Remedy::NotApplicable(why) => {
-                    first_na.get_or_insert_with(|| row("not-applicable", why));
+                    first_na.get_or_insert_with(|| row(f, "not-applicable", why));
                 }
             }
         }
     }
-    let rows = first_na.into_iter().collect();
-    (None, rows)
+    // Nothing named: a side short of CPU may still gain from batching.
+    if let Some(h) = r.doctor.findings.first() {
+        if let Some(c) = remedy::batching(h, &knobs).filter(|c| !tried.contains(c)) {
+            return chosen(h, c);
+        }
+    }
+    (None, first_na.into_iter().collect())
 }
 
 fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {

@@ -12,6 +12,9 @@ use crate::bench::{BenchOptions, BenchReport};
 
 /// The most connections the climb raises a run to (each doubling measured on its own).
 pub const MAX_CONNECTIONS: usize = 10_000;
+/// The most connections the climb raises a CPU-bound run to for batching alone (more requests
+/// per wake-up): past a few hundred per thread the queues only add latency.
+pub const MAX_BATCHING: usize = 1024;
 /// nginx's `keepalive_requests` as the climb raises it: a connection closed every 100,000
 /// requests costs one handshake per 100,000.
 pub const KEEPALIVE_REQUESTS: u64 = 100_000;
@@ -283,6 +286,16 @@ fn below(from: &str, to: &str) -> bool {
     }
 }
 
+/// When no finding names a change left to try and the headline says a side is short of CPU:
+/// more connections, for batching alone (a side short of CPU spends less of it per request
+/// with more requests per wake-up and system call).
+pub fn batching(headline: &Finding, k: &Knobs) -> Option<Change> {
+    let cpu_bound = matches!(headline.name, "client-bound" | "server-bound" | "both-saturated");
+    (cpu_bound && !headline.summary.contains("quota") && k.connections < MAX_BATCHING).then(|| {
+        Change::Connections { from: k.connections, to: (k.connections * 2).min(MAX_BATCHING) }
+    })
+}
+
 /// The change `f` asks for in state `k`. Only a headline that bounds the rate, or a condition
 /// that explains it, names a change; the rest are not applicable, with why.
 fn remedy(f: &Finding, k: &Knobs) -> Remedy {
@@ -383,6 +396,13 @@ mod tests {
         let theirs = Knobs { workers: None, ..roomy };
         assert!(matches!(remedy(&finding("server-bound", ""), &theirs), Remedy::NotApplicable(_)));
         assert!(matches!(remedy(&finding("run-failed", "404s"), &k), Remedy::Stop(_)));
+        // Short of CPU with nothing else to try: batching.
+        let both = finding("both-saturated", "");
+        assert_eq!(batching(&both, &k), Some(Change::Connections { from: 1, to: 2 }));
+        let batched = Knobs { connections: MAX_BATCHING, ..k };
+        assert_eq!(batching(&both, &batched), None);
+        assert_eq!(batching(&finding("server-bound", "held by its CPU quota"), &k), None);
+        assert_eq!(batching(&finding("latency-bound", ""), &k), None);
         let most = Knobs { connections: MAX_CONNECTIONS, ..k };
         assert!(matches!(remedy(&finding("latency-bound", ""), &most), Remedy::NotApplicable(_)));
     }
