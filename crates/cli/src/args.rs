@@ -31,7 +31,7 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// The main job: start a target on loopback (or take URL), load it from the other CPUs while
     /// the doctor samples, and print throughput, latency, each side's CPU and the findings
-    Bench(Box<BenchArgs>),
+    Bench(Box<BenchCmdArgs>),
     /// Plan, apply and exactly revert IRQ affinity, RPS/RFS/XPS, sysctl and clocksource
     /// changes; every write is journaled first
     Tune(TuneArgs),
@@ -481,6 +481,19 @@ pub struct TuneStatusArgs {
     /// Print the status as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// `qpslab bench`'s own flags beside the options climb shares.
+#[derive(Debug, Args)]
+pub struct BenchCmdArgs {
+    /// Run the bench N times in a row, each run stored (with --label: the label's repeats,
+    /// for `qpslab compare label:A label:B` and `qpslab report label:A label:B`), and print
+    /// the median run with the spread of all
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true)]
+    pub repeat: usize,
+
+    #[command(flatten)]
+    pub bench: BenchArgs,
 }
 
 #[derive(Debug, Args)]

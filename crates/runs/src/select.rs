@@ -126,17 +126,10 @@ pub fn groups(store: &Store, sel: &Selector) -> Result<Vec<Group>, SelectError> 
         .collect::<Result<_, _>>()?;
     let one_sweep = rows.iter().all(|r| r.sweep.is_some() && r.sweep == rows[0].sweep);
     for run in whole {
-        let name = match (&run.row.variant, run.row.sweep) {
-            (Some(v), Some(_)) if one_sweep => v.clone(),
-            (Some(v), Some(s)) => format!("{s}/{v}"),
-            // A run of no sweep: its number, what it ran against, and its label.
-            _ => format!(
-                "run {} \u{b7} {} {}{}",
-                run.row.id,
-                run.row.kind,
-                run.facts.target,
-                run.row.label.as_ref().map_or(String::new(), |l| format!(" ({l})"))
-            ),
+        // A label names one set of runs: its runs are the repeats of one variant.
+        let name = match (sel, &run.row.variant, run.row.sweep) {
+            (Selector::Label(l), _, _) => format!("label:{l}"),
+            (_, variant, sweep) => group_name(&run, variant.as_deref(), sweep, one_sweep),
         };
         match out.iter_mut().find(|g| g.name == name) {
             Some(g) => g.runs.push(run),
@@ -144,6 +137,28 @@ pub fn groups(store: &Store, sel: &Selector) -> Result<Vec<Group>, SelectError> 
         }
     }
     Ok(out)
+}
+
+/// A run's group: its variant (with its sweep when the runs span several), or for a run of no
+/// sweep its number, kind, target and label.
+fn group_name(
+    run: &StoredRun,
+    variant: Option<&str>,
+    sweep: Option<i64>,
+    one_sweep: bool,
+) -> String {
+    match (variant, sweep) {
+        (Some(v), Some(_)) if one_sweep => v.to_string(),
+        (Some(v), Some(s)) => format!("{s}/{v}"),
+        // A run of no sweep: its number, what it ran against, and its label.
+        _ => format!(
+            "run {} \u{b7} {} {}{}",
+            run.row.id,
+            run.row.kind,
+            run.facts.target,
+            run.row.label.as_ref().map_or(String::new(), |l| format!(" ({l})"))
+        ),
+    }
 }
 
 fn sweep_runs(store: &Store, id: i64) -> Result<Vec<RunRow>, SelectError> {

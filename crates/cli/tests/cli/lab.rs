@@ -717,3 +717,49 @@ fn a_run_that_fails_has_its_host_settings_reverted_too() {
     assert_eq!(ns.rps_mask(), 0);
     assert!(!ns.journal.exists());
 }
+
+/// The user's own before/after table: `bench --repeat 2 --label NAME` stores each label's
+/// repeats, and `report label:v0 label:v1` draws one variant per label, in the order given,
+/// its runs as repeats, with the ratio to the first (one connection against eight: the
+/// second is faster, by Little's law on the built-in server).
+#[test]
+fn bench_repeats_by_label_are_one_variant_each_in_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let bench = |label: &str, c: &str| {
+        let args = ["bench", "--repeat", "2", "-d", "1s", "--warmup", "0", "-c", c, "--json"];
+        let mut args = args.to_vec();
+        args.extend(["--label", label]);
+        ok_json(&store, &args)
+    };
+    let v0 = bench("v0", "1");
+    assert_eq!(v0["repeat"], 2, "{v0}");
+    let runs = v0["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let rates: Vec<f64> =
+        runs.iter().map(|r| r["report"]["load"]["throughput_rps"].as_f64().unwrap()).collect();
+    let s = &v0["throughput_rps"];
+    let (lo, hi) = (rates[0].min(rates[1]), rates[0].max(rates[1]));
+    assert_eq!((s["min"].as_f64().unwrap(), s["max"].as_f64().unwrap()), (lo, hi), "{s}");
+    assert!((s["median"].as_f64().unwrap() - (lo + hi) / 2.0).abs() < 1e-6, "{s}");
+    bench("v1", "8");
+    let labelled = ok_json(&store, &["runs", "--json", "--label", "v1"]);
+    assert_eq!(labelled.as_array().unwrap().len(), 2, "each repeat stored with its label");
+    let html = lab(&store, &["report", "label:v1", "label:v0"]);
+    let page = String::from_utf8_lossy(&html.stdout);
+    let rows: Vec<&str> = page.split("<tr data-variant=\"").skip(1).collect();
+    assert_eq!(rows.len(), 2, "one variant per label: {}", &page[..page.len().min(3000)]);
+    assert!(rows[0].starts_with("label:v1\""), "in the order given: {}", rows[0]);
+    assert!(rows[1].starts_with("label:v0\""), "{}", rows[1]);
+    // Columns: #, variant, runs, median, min-max, ratio.
+    let cells = |row: &str| -> Vec<String> {
+        row.split("<td")
+            .skip(1)
+            .map(|c| c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()].to_string())
+            .collect()
+    };
+    assert_eq!(cells(rows[0])[2], "2", "its two repeats");
+    assert_eq!(cells(rows[0])[5], "1.00x", "the first is the baseline");
+    let ratio: f64 = cells(rows[1])[5].trim_end_matches('x').parse().unwrap();
+    assert!(ratio < 0.8, "one connection against eight: {ratio}");
+}
