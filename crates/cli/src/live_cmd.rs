@@ -54,7 +54,8 @@ pub fn report_of(store: &Store, sel: &Selector, title: String) -> Option<String>
         Selector::Sweep(id) => sweeps.iter().find(|s| s.id == *id),
         _ => None,
     };
-    Some(report::render(&report::Input { title, sweep, groups: &groups }))
+    let climb = sweep.and_then(|s| report::stairs::of_sweep(store, s));
+    Some(report::render(&report::Input { title, sweep, groups: &groups, climb }))
 }
 
 /// A store in memory, for the report of a run the user did not keep.

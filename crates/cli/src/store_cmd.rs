@@ -290,7 +290,8 @@ pub fn report_cmd(a: ReportArgs) -> anyhow::Result<Outcome> {
         || format!("qpslab: {} run(s)", groups.iter().map(|g| g.runs.len()).sum::<usize>()),
         |s| format!("qpslab sweep: {}", s.name),
     );
-    let html = report::render(&report::Input { title, sweep, groups: &groups });
+    let climb = sweep.and_then(|s| report::stairs::of_sweep(&store, s));
+    let html = report::render(&report::Input { title, sweep, groups: &groups, climb });
     match &a.output {
         Some(p) => {
             std::fs::write(p, &html)

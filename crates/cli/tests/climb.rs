@@ -95,6 +95,24 @@ fn a_climb_keeps_what_the_rate_law_says_must_help() {
         .unwrap();
     let runs = json(&listed);
     assert_eq!(runs.as_array().unwrap().len(), 3 + 8 * steps.len(), "{runs:#}");
+    // Its report, as a user opens it: the staircase first, a green candidate per kept step
+    // and its rise, and a row per step.
+    let html = store.path().join("climb.html");
+    let out = qpslab_command()
+        .args(["report", &format!("sweep:{id}"), "--store"])
+        .arg(&db)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let dom = common::chromium_dom(&html, store.path());
+    assert!(dom.contains("<svg id=\"staircase\""), "{}", &dom[..dom.len().min(3000)]);
+    assert_eq!(dom.matches("class=\"stair-kept\"").count(), steps.len());
+    assert_eq!(dom.matches("class=\"stair-reverted\"").count(), 0);
+    assert_eq!(dom.matches("<tr data-verdict=\"kept\"").count(), steps.len());
+    let rise = format!("step {}: connections", steps.len());
+    assert!(dom.contains(&rise), "{rise}");
 }
 
 /// A target answering 404: the climb measures the start, says the run fails and stops there

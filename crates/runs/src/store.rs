@@ -474,6 +474,15 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Replaces what a sweep keeps as its file: a climb keeps its steps there as they are
+    /// decided (JSON), for the report's staircase.
+    pub fn set_sweep_file(&self, id: i64, file: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE sweeps SET file = ?2 WHERE id = ?1", params![id, file])
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
     /// Removes runs by id; returns how many there were.
     pub fn remove(&mut self, ids: &[i64]) -> Result<usize, StoreError> {
         let path = self.path.clone();

@@ -142,10 +142,7 @@ fn browser_check(html: &Path, dir: &Path) {
             .output()
             .expect("chromium (Debian's package) runs")
     };
-    let out = chromium(&["--dump-dom"]);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(!log.contains(":CONSOLE"), "console messages: {log}");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = crate::common::chromium_dom(html, dir);
     assert_eq!(dom.matches("<tr data-variant=").count(), 4, "{}", &dom[..dom.len().min(2000)]);
     assert_eq!(dom.matches("class=\"repeat\"").count(), 8, "a dot per run");
     assert_eq!(dom.matches("class=\"spectrum\"").count(), 4, "a latency line per variant");

@@ -327,3 +327,19 @@ impl Drop for NginxWithCosts {
         let _ = self.master.wait();
     }
 }
+
+/// Debian's chromium, headless, loads `html` from disk and dumps its DOM; fails on any console
+/// message (a script error, a blocked fetch). `dir` holds its profile.
+pub fn chromium_dom(html: &std::path::Path, dir: &std::path::Path) -> String {
+    let out = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .args(["--enable-logging=stderr", "--v=0", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .arg(format!("file://{}", html.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("chromium (Debian's package) runs");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!log.contains(":CONSOLE"), "console messages: {log}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}

@@ -282,6 +282,15 @@ impl Walk<'_> {
         }
     }
 
+    /// Keeps the climb so far with its stored runs (the sweep's file): the report draws its
+    /// staircase from it, also of a climb that did not end.
+    fn record(&self, climb: &serde_json::Value) -> Result<(), ClimbError> {
+        if let Some((store, sweep, _)) = &self.store {
+            store.set_sweep_file(*sweep, &serde_json::json!({ "climb": climb }).to_string())?;
+        }
+        Ok(())
+    }
+
     /// Whether a step of `runs` runs still ends within the budget.
     fn affords(&self, runs: u32) -> bool {
         self.clock.elapsed() + self.per_run() * runs <= self.o.budget
@@ -324,6 +333,9 @@ pub fn climb(
             )));
             std::mem::forget(n);
         }
+    }
+    if let Ok(c) = &result {
+        w.record(&serde_json::to_value(c).unwrap_or_default())?;
     }
     if let Some((s, id, _)) = &w.store {
         let status = match &result {
@@ -525,7 +537,9 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
             idle_steps += 1;
         }
         tried.push(change);
+        w.feed.event(&Event::Note(&step_note(steps.len() + 1, &row)));
         steps.push(row);
+        w.record(&serde_json::json!({ "start": start, "steps": steps }))?;
         if idle_steps >= 2 {
             break "two steps in a row gained nothing".to_string();
         }
@@ -582,6 +596,16 @@ fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Resul
         host,
         runs: Vec::new(),
     })
+}
+
+/// A measured step in a line, as it is decided: `step 1: connections 1 -> 2: kept, 2.00x
+/// (1.95-2.02)`.
+fn step_note(n: usize, row: &Step) -> String {
+    let ratio = match (row.ratio, row.ratio_range) {
+        (Some(r), Some([lo, hi])) => format!(", {r:.2}x ({lo:.2}-{hi:.2})"),
+        _ => String::new(),
+    };
+    format!("step {n}: {}: {}{ratio}", row.change.as_deref().unwrap_or("-"), row.verdict)
 }
 
 /// Both sides' runs of a step.

@@ -8,9 +8,12 @@
 //! 3. the latency percentile spectrum per variant (percentile on a log "nines" axis);
 //! 4. throughput second by second over each run, a chart per variant, a line per repeat;
 //! 5. per-CPU heatmaps over time (user, system, softirq) for every run;
-//! 6. every run's findings and provenance.
+//! 6. every run's findings and provenance;
+//!
+//! and, first, for a climb, its staircase ([`stairs`]).
 
 mod heat;
+pub mod stairs;
 pub mod svg;
 
 use std::fmt::Write as _;
@@ -27,6 +30,8 @@ pub struct Input<'a> {
     pub sweep: Option<&'a SweepRow>,
     /// The variants (or single runs) in order; the first is the baseline.
     pub groups: &'a [Group],
+    /// The climb the sweep is, step by step (`stairs::of_file` of its file).
+    pub climb: Option<stairs::Staircase>,
 }
 
 /// Escapes text for HTML (and SVG) content and attribute values.
@@ -70,6 +75,9 @@ pub fn render(input: &Input<'_>) -> String {
     );
     let _ = writeln!(o, "<h1>{}</h1>", esc(&input.title));
     o.push_str(&header(input));
+    if let Some(c) = &input.climb {
+        let _ = writeln!(o, "<h2 id=\"climb\">The climb, step by step</h2>\n{}", stairs::render(c));
+    }
     let _ = writeln!(o, "<h2 id=\"table\">Variants</h2>\n{}", table_html(&rows));
     o.push_str(&legend(input.groups));
     let _ = writeln!(
@@ -635,7 +643,8 @@ mod tests {
                     .collect(),
             })
             .collect();
-        let html = render(&Input { title: "big".into(), sweep: None, groups: &groups });
+        let html =
+            render(&Input { title: "big".into(), sweep: None, groups: &groups, climb: None });
         assert_eq!(html.matches("<img class=\"heat\"").count(), 300);
         assert_eq!(html.matches("class=\"errors\"").count(), 100, "the failed second of each run");
         assert!(html.len() < 3 << 20, "{} bytes", html.len());
@@ -644,7 +653,8 @@ mod tests {
     #[test]
     fn the_page_has_every_section_and_escapes_what_it_shows() {
         let g = groups();
-        let html = render(&Input { title: "knee <1>".into(), sweep: None, groups: &g });
+        let html =
+            render(&Input { title: "knee <1>".into(), sweep: None, groups: &g, climb: None });
         for id in ["variants", "throughput-chart", "per-second-1", "per-second-2"] {
             assert!(html.contains(&format!("id=\"{id}\"")), "{id}");
         }
@@ -678,7 +688,7 @@ mod tests {
                 idle: vec![vec![0.5; 2]; 4],
             };
         }
-        let page = render(&Input { title: "t".into(), sweep: None, groups: &g });
+        let page = render(&Input { title: "t".into(), sweep: None, groups: &g, climb: None });
         assert!(page.contains("3 intervals (1 short one(s) left out)"), "the tail");
         assert!(page.contains("user (peak 50%)"), "the tail's 100% is not the peak");
         let chart = &page[page.find("id=\"per-second-1\"").unwrap()..];
@@ -703,7 +713,7 @@ mod tests {
             samples: 1500,
             shares: [("tcp-transmit".to_string(), 0.314), ("user".to_string(), 0.148)].into(),
         }];
-        let html = render(&Input { title: "p".into(), sweep: None, groups: &g });
+        let html = render(&Input { title: "p".into(), sweep: None, groups: &g, climb: None });
         assert_eq!(html.matches("<table class=\"profile\">").count(), 1);
         assert!(html.contains("<th>tcp-transmit</th>"), "a column per category");
         assert!(
