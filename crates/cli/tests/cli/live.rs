@@ -209,25 +209,27 @@ fn a_live_page_fills_in_a_sweep() {
     assert!(b.errors.is_empty(), "{:?}", b.errors);
 }
 
-/// A climb: each state's runs fill the table, each decided step appears as a note as it is
-/// decided, and at the end `/report` serves the climb's staircase.
+/// A climb: each state's runs fill the table, each step appears as a note as it is decided,
+/// and at the end the page's report link serves the climb's staircase.
 #[test]
 fn a_live_page_fills_in_a_climb() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("runs.sqlite");
     let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
     let url = server.url("/?t=20");
-    let args = ["climb", "-c", "1", "-d", "1s", "--warmup", "200ms", "--budget", "30s", &url];
+    let args = ["climb", "-c", "1", "-d", "1s", "--warmup", "200ms", "--budget", "60s", &url];
     let run = LiveRun::start(&args, Some(&store));
     let mut b = Browser::start(1280, 1300);
     b.open(&run.url);
     b.wait_for("document.querySelectorAll('#sweep tbody tr').length >= 3", Duration::from_secs(30));
+    // Decided as the machine's load allows (this binary's other tests run beside it): the
+    // step's line, whatever its verdict.
     b.wait_for(
-        "document.getElementById('notes').textContent.includes('step 1: connections 1 -> 2: kept')",
-        Duration::from_secs(40),
+        "document.getElementById('notes').textContent.includes('step 1: connections 1 -> 2: ')",
+        Duration::from_secs(60),
     );
     shot(&mut b, "live-climb.png");
-    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(40));
+    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(60));
     let variants = b.eval(
         "[...new Set([...document.querySelectorAll('#sweep tbody tr td:nth-child(2)')].map(t => t.textContent))]",
     );
@@ -238,7 +240,7 @@ fn a_live_page_fills_in_a_climb() {
         b.eval_async("fetch(document.getElementById('report-link').href).then(r => r.text())");
     let report = report.as_str().unwrap();
     assert!(report.contains("<svg id=\"staircase\""), "{}", &report[..report.len().min(2000)]);
-    assert!(report.contains("class=\"stair-kept\""));
+    assert!(report.contains("class=\"stair-current\""), "a step drawn");
     let (code, _, err) = run.wait();
     assert_eq!(code, Some(0), "{err}");
     b.drain();
