@@ -198,6 +198,18 @@ pub struct ClimbArgs {
     #[arg(long)]
     pub apply_server: bool,
 
+    /// Any server, with --apply-server: TEMPLATE is its configuration with {{workers}} where
+    /// its worker count goes; each state's is written to FILE (the original kept beside it and
+    /// restored at the end) and put in force by --server-reload; -w gives the workers to start
+    /// from [default: 1]
+    #[arg(long, value_name = "TEMPLATE:FILE", requires_all = ["server_reload", "apply_server"])]
+    pub server_config: Option<String>,
+
+    /// With --server-config: the command (run by sh) that makes the server read FILE again,
+    /// e.g. `kill -HUP $(cat /run/app.pid)`; it must exit 0
+    #[arg(long, value_name = "CMD", requires = "server_config")]
+    pub server_reload: Option<String>,
+
     /// Let the climb change this host's settings where a finding names one (a sysctl, an
     /// interface's RPS/RFS/XPS), journaled before each write as tune apply does, in force only
     /// during the runs that measure it and reverted after each (`qpslab tune revert` undoes an

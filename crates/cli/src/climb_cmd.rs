@@ -19,8 +19,33 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
+    let mut start = bench_cmd::options(b)?;
+    let server_config = match (&a.server_config, &a.server_reload) {
+        (Some(tf), Some(reload)) => {
+            let (t, f) = tf.split_once(':').filter(|(t, f)| !t.is_empty() && !f.is_empty()).ok_or_else(|| {
+                UsageError(format!(
+                    "--server-config {tf:?}: give TEMPLATE:FILE, the template and the server's configuration file it is written to"
+                ))
+            })?;
+            // -w is the template's starting workers here, not a server bench starts.
+            let workers = start.workers.take().unwrap_or(1);
+            Some(climb::ServerConfig {
+                template: t.into(),
+                file: f.into(),
+                reload: reload.clone(),
+                workers,
+            })
+        }
+        _ => None,
+    };
+    if server_config.is_some() && b.url.is_none() {
+        return Err(UsageError(
+            "--server-config is for your own server: give its URL (bench starts the built-in server or nginx otherwise)".into(),
+        )
+        .into());
+    }
     let o = ClimbOptions {
-        start: bench_cmd::options(b)?,
+        start,
         budget: a.budget,
         min_gain: a.min_gain,
         repeats: u32::try_from(a.repeats)
@@ -30,6 +55,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         apply_host: a.apply_host,
         keep: a.keep,
         journal: a.journal.clone(),
+        server_config,
     };
     let stop = qpslab_sys::signals::stop_flag()?;
     if a.dry_run {

@@ -139,6 +139,16 @@ fn bad_flags_are_named_before_anything_runs() {
         (&["--repeats", "2"][..], "--repeats 2: the noise rule needs 3 runs"),
         (&["--min-gain", "150%"][..], "\"150%\": give a percentage from 0 to under 100"),
         (&["--budget", "soon"][..], "soon"),
+        (&["--server-config", "a.tmpl:a.conf", "--server-reload", "true"][..], "--apply-server"),
+        (
+            &["--apply-server", "--server-config", "nocolon", "--server-reload", "true"][..],
+            "--server-config \"nocolon\": give TEMPLATE:FILE",
+        ),
+        (
+            &["--apply-server", "--server-config", "/no/such.tmpl:/x", "--server-reload", "true"][..],
+            "--server-config /no/such.tmpl: cannot read the template",
+        ),
+        (&["--keep"][..], "--apply-host"),
     ] {
         let out = qpslab_command()
             .args(["climb", "--no-save"])
@@ -425,4 +435,114 @@ fn same(now: &str, before: &str, what: &str) {
     let is: std::collections::BTreeSet<&str> = now.lines().collect();
     let changed: Vec<_> = was.symmetric_difference(&is).collect();
     assert!(changed.is_empty(), "{what}: settings differ: {changed:#?}");
+}
+
+/// A user's server of its own kind: it reads `workers = N` from its file and runs N worker
+/// threads that take the requests of every connection from one queue, 10 ms each; on SIGHUP
+/// it reads the file again and grows or shrinks the pool. Its rate is min(workers,
+/// connections) x 100/s: the ground truth for `--server-config`.
+const POOL_SERVER: &str = r#"
+import queue, selectors, signal, socket, sys, threading, time
+conf, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', port)); s.listen(512)
+work, pool = queue.Queue(), []
+def worker(stop):
+    while not stop.is_set():
+        try:
+            c = work.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        time.sleep(0.010)
+        try:
+            c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok')
+        except OSError:
+            pass
+def resize(*_):
+    n = int(open(conf).read().split('=')[1].split()[0])
+    while len(pool) < n:
+        e = threading.Event(); pool.append(e)
+        threading.Thread(target=worker, args=(e,), daemon=True).start()
+    while len(pool) > n:
+        pool.pop().set()
+signal.signal(signal.SIGHUP, resize)
+resize(); print('ready', flush=True)
+sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); bufs = {}
+end = time.time() + 600
+while time.time() < end:
+    for key, _ in sel.select(0.5):
+        if key.fileobj is s:
+            c, _ = s.accept(); sel.register(c, selectors.EVENT_READ); bufs[c] = b''
+            continue
+        c = key.fileobj
+        try:
+            d = c.recv(65536)
+        except OSError:
+            d = b''
+        if not d:
+            sel.unregister(c); c.close(); bufs.pop(c, None)
+            continue
+        bufs[c] += d
+        while b'\r\n\r\n' in bufs[c]:
+            _, bufs[c] = bufs[c].split(b'\r\n\r\n', 1)
+            work.put(c)
+"#;
+
+/// `--server-config TEMPLATE:FILE --server-reload CMD` on a server of the user's own kind: the
+/// start's one worker is written into its file and put in force; one connection more gains
+/// nothing (it serves a request at a time per worker), so the climb gives it a worker through
+/// its template, which doubles the rate, and keeps it; at the end the user's file is back byte
+/// for byte with nothing beside it.
+#[test]
+fn a_users_server_gets_workers_through_its_template_and_its_file_back() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (template, file) = (dir.path().join("pool.tmpl"), dir.path().join("pool.conf"));
+    std::fs::write(&template, "workers = {{workers}}\n").unwrap();
+    let original = "workers = 1   # as the user left it\n";
+    std::fs::write(&file, original).unwrap();
+    let mut server = std::process::Command::new("python3")
+        .args(["-c", POOL_SERVER, file.to_str().unwrap(), "18131"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let reload = format!("kill -HUP {}", server.id());
+    let config = format!("{}:{}", template.display(), file.display());
+    let out = qpslab_command()
+        .args(["climb", "--json", "--no-save", "-d", "1s", "--warmup", "300ms", "-c", "4"])
+        .args(["--budget", "45s", "--apply-server", "-w", "1", "--server-config", &config])
+        .args(["--server-reload", &reload, "http://127.0.0.1:18131/"])
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let v = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    let steps = v["steps"].as_array().unwrap();
+    let more = steps
+        .iter()
+        .find(|s| s["knob"]["knob"] == "server-workers")
+        .unwrap_or_else(|| panic!("a step of the server's workers: {v:#}"));
+    assert_eq!(more["change"], "server workers (its template) 1 -> 2", "{more}");
+    assert_eq!(more["verdict"], "kept", "{more}");
+    let ratio = more["ratio"].as_f64().unwrap();
+    assert!((1.7..=2.3).contains(&ratio), "a second serial worker doubles the rate: {more}");
+    assert!(
+        v["plan"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().starts_with("server: {{workers}} = ")),
+        "{v}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original, "the user's file back");
+    let beside = dir.path().join("pool.conf.qpslab-original");
+    assert!(!beside.exists(), "nothing left beside it");
 }

@@ -55,6 +55,17 @@ pub struct ClimbOptions {
     pub keep: bool,
     /// The tune journal [default: tune's].
     pub journal: Option<std::path::PathBuf>,
+    /// Any server, through a template of its configuration (with `apply_server`).
+    pub server_config: Option<ServerConfig>,
+}
+
+/// `--server-config TEMPLATE:FILE --server-reload CMD`, and `-w` as the workers to start from.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub template: std::path::PathBuf,
+    pub file: std::path::PathBuf,
+    pub reload: String,
+    pub workers: usize,
 }
 
 /// Why a climb could not start or went wrong.
@@ -145,6 +156,8 @@ struct State {
     name: String,
     opts: BenchOptions,
     server: Option<String>,
+    /// The workers its server's template was filled in with (`--server-config`).
+    template_workers: Option<usize>,
     /// The host changes in force for its runs.
     host: Vec<Change>,
     runs: Vec<BenchReport>,
@@ -156,6 +169,7 @@ impl State {
             name: "start".into(),
             opts: o.start.clone(),
             server: None,
+            template_workers: None,
             host: Vec::new(),
             runs: Vec::new(),
         }
@@ -209,8 +223,8 @@ struct Walk<'a> {
     clock: Instant,
     /// Runs made so far.
     runs: u32,
-    /// The user's nginx, with `--apply-server`.
-    nginx: Option<server::Nginx>,
+    /// The user's server (nginx, or any through its template), with `--apply-server`.
+    server: Option<server::UserServer>,
     /// This host, with `--apply-host`.
     host: Option<host::HostSide>,
 }
@@ -228,7 +242,7 @@ impl Walk<'_> {
         at: (usize, usize, usize, u32),
     ) -> Result<Option<BenchReport>, ClimbError> {
         let (state, opts) = (st.name.as_str(), &st.opts);
-        if let (Some(n), Some(text)) = (&mut self.nginx, &st.server) {
+        if let (Some(n), Some(text)) = (&mut self.server, &st.server) {
             n.put(text).map_err(ClimbError::Server)?;
         }
         let (run, runs, variant, repeat) = at;
@@ -321,15 +335,16 @@ pub fn climb(
     };
     let sweep = store.as_ref().map(|s| s.1);
     let host = host_side(o)?;
-    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, nginx: None, host };
+    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, server: None, host };
     let mut result = walk(&mut w);
-    if let Some(mut n) = w.nginx.take() {
+    if let Some(mut n) = w.server.take() {
         // The original back, byte for byte, whatever happened.
         if let Err(e) = n.restore() {
             result = Err(ClimbError::Server(format!(
-                "{e}; the original is kept at {}: copy it back over {} and reload nginx",
+                "{e}; the original is kept at {}: copy it back over {} and {}",
                 n.backup().display(),
-                n.file.display()
+                n.file.display(),
+                n.reload_hint()
             )));
             std::mem::forget(n);
         }
@@ -357,14 +372,15 @@ pub fn first_step(
     check(o)?;
     let host = host_side(o)?;
     let mut w =
-        Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, nginx: None, host };
+        Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, server: None, host };
     let mut state = State::start(o);
+    take_template(&mut w, &mut state)?;
     let Some(r) = w.run(&state, (1, 1, 1, 1))? else {
         return Err(ClimbError::Usage("stopped by a signal before the first run ended".into()));
     };
     state.runs.push(r.clone());
     take_server(&mut w, &mut state)?;
-    let rows = match pick(&state, &[], w.host.as_ref()) {
+    let rows = match pick(&state, &[], None, w.host.as_ref()) {
         (Some((mut s, _)), _) => {
             s.verdict = "planned";
             s.why = "the change the climb would measure first, against this state".into();
@@ -408,27 +424,45 @@ fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
 /// main configuration file read) and makes its text the state's.
 fn take_server(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> {
     let Some(r) = state.runs.first() else { return Ok(()) };
-    if !w.o.apply_server || w.nginx.is_some() || r.target.found_by == Some("started") {
+    if !w.o.apply_server || w.server.is_some() || r.target.found_by == Some("started") {
         return Ok(());
     }
-    if let Some(n) = server::Nginx::find(&r.target.pids).map_err(ClimbError::Server)? {
+    if let Some(n) = server::UserServer::nginx(&r.target.pids).map_err(ClimbError::Server)? {
         state.server = Some(n.original.clone());
-        w.nginx = Some(n);
+        w.server = Some(n);
     }
     Ok(())
 }
 
-/// The change to try next in `state`: the first finding, headline first, that names one not
-/// yet tried. Without one, the rows say why (the headline's reason, or the run's failure).
+/// With `--server-config`: the user's server in hand through its template, filled in with the
+/// starting workers; that text is the start's, in force from its first run.
+fn take_template(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> {
+    let Some(c) = &w.o.server_config else { return Ok(()) };
+    let s =
+        server::UserServer::template(&c.template, &c.file, &c.reload).map_err(ClimbError::Usage)?;
+    state.server = s.render(c.workers).map_err(ClimbError::Usage)?;
+    state.template_workers = Some(c.workers);
+    w.server = Some(s);
+    Ok(())
+}
+
+/// The change to try next in `state`: the next step of the knob kept last when a finding
+/// names it, else the first finding, headline first, that names one not yet tried. Without one, the rows say why (the headline's reason, or the run's failure).
 fn pick(
     state: &State,
     tried: &[Change],
+    last_kept: Option<&Change>,
     host: Option<&host::HostSide>,
 ) -> (Option<(Step, Change)>, Vec<Step>) {
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
     let mut knobs = Knobs::of(r);
-    knobs.nginx_keepalive =
-        state.server.as_deref().map(|t| qpslab_host::nginx::parse(t).keepalive_requests);
+    let nginx = state.template_workers.is_none();
+    knobs.nginx_keepalive = state
+        .server
+        .as_deref()
+        .filter(|_| nginx)
+        .map(|t| qpslab_host::nginx::parse(t).keepalive_requests);
+    knobs.template_workers = state.template_workers;
     knobs.apply_host = host.is_some();
     // A setting already changed in this state reads as its new value.
     let sysctl = |name: &str| {
@@ -459,6 +493,18 @@ fn pick(
         s.knob = Some(c.clone());
         (Some((s, c)), Vec::new())
     };
+    // The knob that paid last time first: its next step is the likeliest to pay again.
+    if let Some(last) = last_kept {
+        for f in &r.doctor.findings {
+            for remedy in remedy::remedies(f, &knobs, &sysctl) {
+                if let Remedy::Change(c) = remedy {
+                    if c.same_knob(last) && !tried.contains(&c) {
+                        return chosen(f, c);
+                    }
+                }
+            }
+        }
+    }
     for f in &r.doctor.findings {
         for remedy in remedy::remedies(f, &knobs, &sysctl) {
             match remedy {
@@ -487,6 +533,7 @@ fn pick(
 fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let repeats = w.o.repeats;
     let mut current = State::start(w.o);
+    take_template(w, &mut current)?;
     for repeat in 1..=repeats {
         match w.run(&current, (repeat as usize, repeats as usize, 1, repeat))? {
             Some(r) => current.runs.push(r),
@@ -503,7 +550,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         if w.stopped() {
             break "stopped by a signal".to_string();
         }
-        let (candidate, rows) = pick(&current, &tried, w.host.as_ref());
+        let (candidate, rows) = pick(&current, &tried, kept.last(), w.host.as_ref());
         let Some((mut row, change)) = candidate else {
             let why =
                 rows.first().map_or("no finding".into(), |r| format!("{}: {}", r.finding, r.why));
@@ -528,6 +575,9 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
             break "stopped by a signal".to_string();
         };
         if kept_it {
+            // The bound may have moved: what was tried in the last state is worth measuring
+            // again in this one.
+            tried.clear();
             kept.retain(|k: &Change| !k.same_knob(&change));
             kept.push(change.clone());
             current = State { runs: b, ..next };
@@ -569,7 +619,15 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
 
 /// The state `change` makes of `current` (step `n`); Err: why it cannot be made here.
 fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Result<State, String> {
+    let mut template_workers = current.template_workers;
     let server = match (change.directive(), &current.server) {
+        _ if matches!(change, Change::ServerWorkers { .. }) => {
+            let (Change::ServerWorkers { to, .. }, Some(s)) = (change, &w.server) else {
+                return Err("the server's template is not in the climb's hands".into());
+            };
+            template_workers = Some(*to);
+            s.render(*to)?
+        }
         (Some((name, value)), Some(text)) => {
             Some(server::set_directive(text, name, &value).ok_or_else(|| {
                 format!(
@@ -593,6 +651,7 @@ fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Resul
         name: format!("step {n}: {}", change.describe()),
         opts: change.apply(&current.opts),
         server,
+        template_workers,
         host,
         runs: Vec::new(),
     })

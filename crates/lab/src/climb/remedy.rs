@@ -12,6 +12,9 @@ use crate::bench::{BenchOptions, BenchReport};
 
 /// The most connections the climb raises a run to (each doubling measured on its own).
 pub const MAX_CONNECTIONS: usize = 10_000;
+/// The most workers the climb gives a user's server through its template when it waits on
+/// something other than CPU (a CPU-bound one gets one per CPU at most).
+pub const MAX_TEMPLATE_WORKERS: usize = 64;
 /// The most connections the climb raises a CPU-bound run to for batching alone (more requests
 /// per wake-up): past a few hundred per thread the queues only add latency.
 pub const MAX_BATCHING: usize = 1024;
@@ -29,6 +32,8 @@ pub enum Change {
     Threads { from: usize, to: usize },
     /// The workers of the server the bench starts.
     Workers { from: usize, to: usize },
+    /// The workers of the user's server, through its configuration template.
+    ServerWorkers { from: usize, to: usize },
     /// The user's nginx: `access_log off;` everywhere in its main configuration file.
     NginxAccessLogOff,
     /// The user's nginx: `keepalive_requests`.
@@ -49,6 +54,7 @@ impl Change {
             Change::Workers { to, .. } => o.workers = Some(to),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
+            | Change::ServerWorkers { .. }
             | Change::Sysctl { .. }
             | Change::Steering { .. } => {}
         }
@@ -77,6 +83,9 @@ impl Change {
             Change::Connections { from, to } => ("connections", *from as u64, *to as u64),
             Change::Threads { from, to } => ("generator threads", *from as u64, *to as u64),
             Change::Workers { from, to } => ("server workers", *from as u64, *to as u64),
+            Change::ServerWorkers { from, to } => {
+                ("server workers (its template)", *from as u64, *to as u64)
+            }
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
             Change::Sysctl { name, from, to } => return format!("{name} {from} -> {to}"),
@@ -91,6 +100,7 @@ impl Change {
             Change::Connections { to, .. } => format!("-c {to}"),
             Change::Threads { to, .. } => format!("-t {to}"),
             Change::Workers { to, .. } => format!("-w {to}"),
+            Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
             Change::NginxAccessLogOff | Change::NginxKeepaliveRequests { .. } => {
                 let (name, value) = self.directive().unwrap_or_default();
                 format!("nginx: {name} {value};")
@@ -138,6 +148,8 @@ pub struct Knobs {
     pub nginx_keepalive: Option<u64>,
     /// The climb may change this host's settings (`--apply-host`).
     pub apply_host: bool,
+    /// The user's server in the climb's hands through its template: its workers in this state.
+    pub template_workers: Option<usize>,
     /// The server runs on this host (not on `--server HOST`): its side's settings are here.
     pub server_here: bool,
 }
@@ -149,9 +161,14 @@ impl Knobs {
             threads: r.load.config.threads,
             generator_cpus: r.generator_cpus.len(),
             workers: r.target.workers,
-            server_cpus: r.target.cpus.len(),
+            // A user's server's CPUs are its affinity's; when not known, every CPU here.
+            server_cpus: match r.target.cpus.len() {
+                0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+                n => n,
+            },
             nginx_keepalive: None,
             apply_host: false,
+            template_workers: None,
             server_here: r.server_host.is_none(),
         }
     }
@@ -163,6 +180,15 @@ impl Knobs {
 pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>) -> Vec<Remedy> {
     if let Some(host) = host_remedies(f, k, sysctl) {
         return host;
+    }
+    if f.name == "latency-bound" {
+        // Requests wait in the server as well as on the path: when more of them in flight
+        // gain nothing, a server that takes fewer at once needs more workers.
+        let mut out = vec![remedy(f, k)];
+        if let Some(w) = k.template_workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
+            out.push(Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 }));
+        }
+        return out;
     }
     if f.name != "nginx-config" {
         return vec![remedy(f, k)];
@@ -322,7 +348,17 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
             Some(_) => na(
                 "every server CPU runs a worker: more CPUs for the server (--server-cpus) or less work per request",
             ),
-            None => na("the server is the user's own: changing it is not in this version of climb"),
+            None => match k.template_workers {
+                Some(w) if w < k.server_cpus.max(1) => {
+                    Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 })
+                }
+                Some(_) => na(
+                    "every CPU the server may use runs a worker: more CPUs for it, or less work per request",
+                ),
+                None => na(
+                    "the server is the user's own: --apply-server with --server-config TEMPLATE:FILE and --server-reload CMD lets the climb change its workers",
+                ),
+            },
         },
         "both-saturated" => na(
             "both sides use all the CPU they have on this host: more CPUs, or the generator on another machine (--agents)",
@@ -368,6 +404,7 @@ mod tests {
         server_cpus: 1,
         nginx_keepalive: None,
         apply_host: false,
+        template_workers: None,
         server_here: true,
     };
 
@@ -396,6 +433,19 @@ mod tests {
         let theirs = Knobs { workers: None, ..roomy };
         assert!(matches!(remedy(&finding("server-bound", ""), &theirs), Remedy::NotApplicable(_)));
         assert!(matches!(remedy(&finding("run-failed", "404s"), &k), Remedy::Stop(_)));
+        // A user's server in hand through its template: more connections first, then workers.
+        let tmpl = Knobs { template_workers: Some(1), workers: None, ..k };
+        assert_eq!(
+            remedies(&finding("latency-bound", ""), &tmpl, &|_| None)[1],
+            Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
+        );
+        let roomy_tmpl = Knobs { server_cpus: 2, ..tmpl };
+        assert_eq!(
+            remedy(&finding("server-bound", ""), &roomy_tmpl),
+            Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
+        );
+        assert!(matches!(remedy(&finding("server-bound", ""), &tmpl), Remedy::NotApplicable(_)));
+        assert_eq!(Change::ServerWorkers { from: 1, to: 2 }.flag(), "server: {{workers}} = 2");
         // Short of CPU with nothing else to try: batching.
         let both = finding("both-saturated", "");
         assert_eq!(batching(&both, &k), Some(Change::Connections { from: 1, to: 2 }));

@@ -1,8 +1,12 @@
-//! The user's own nginx as a climb changes it (`--apply-server`): its main configuration file
-//! edited one directive at a time, checked by `nginx -t`, put in force by a reload (SIGHUP to
-//! its master, what `nginx -s reload` sends), and the original restored byte for byte at the
-//! end. Before the first write the original is copied beside the file
-//! (`FILE.qpslab-original`), so a climb killed mid-step leaves what restores it.
+//! The user's own server as a climb changes it (`--apply-server`): its configuration file
+//! written state by state, put in force, and the original restored byte for byte at the end.
+//! Before the first write the original is copied beside the file (`FILE.qpslab-original`), so
+//! a climb killed mid-step leaves what restores it.
+//!
+//! Two kinds: the user's nginx, whose main configuration file is edited one directive at a
+//! time, checked by `nginx -t` and reloaded by SIGHUP to its master (what `nginx -s reload`
+//! sends); and any server (`--server-config TEMPLATE:FILE --server-reload CMD`), whose file is
+//! the template with `{{workers}}` filled in, put in force by the user's command.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,22 +17,36 @@ use qpslab_host::Root;
 /// How long a reload may take to have new workers serving.
 const RELOAD_PATIENCE: Duration = Duration::from_secs(10);
 
-/// A running nginx whose main configuration file the climb may edit.
+/// The variable a template names for the climb to set.
+pub const WORKERS: &str = "{{workers}}";
+
+/// How a written configuration is put in force.
 #[derive(Debug)]
-pub struct Nginx {
-    master: Master,
-    /// Its main configuration file.
+enum Reload {
+    /// `nginx -t`, then SIGHUP to the master and a wait for new workers.
+    Nginx(Master),
+    /// The user's command through `sh -c`; it must exit 0.
+    Command(String),
+}
+
+/// A server whose configuration file the climb may write.
+#[derive(Debug)]
+pub struct UserServer {
+    how: Reload,
+    /// Its configuration file.
     pub file: PathBuf,
     /// The file's bytes as found.
     pub original: String,
     /// The text in force now.
     in_force: String,
+    /// `--server-config`'s template.
+    template: Option<String>,
 }
 
-impl Nginx {
+impl UserServer {
     /// The nginx among `pids` (a master or a worker), and its main configuration file. None
     /// when none of them is nginx; an error when it is and its file cannot be read.
-    pub fn find(pids: &[u32]) -> Result<Option<Nginx>, String> {
+    pub fn nginx(pids: &[u32]) -> Result<Option<UserServer>, String> {
         let root = Root::live();
         let Some(master) = pids.iter().find_map(|&p| nginx::master(&root, p)) else {
             return Ok(None);
@@ -42,7 +60,52 @@ impl Nginx {
         );
         let original = std::fs::read_to_string(&file)
             .map_err(|e| format!("cannot read nginx's configuration {}: {e}", file.display()))?;
-        Ok(Some(Nginx { master, file, in_force: original.clone(), original }))
+        let how = Reload::Nginx(master);
+        Ok(Some(UserServer { how, file, in_force: original.clone(), original, template: None }))
+    }
+
+    /// Any server: `template` (with `{{workers}}` where its worker count goes) written to
+    /// `file` and put in force by `reload`.
+    pub fn template(template: &Path, file: &Path, reload: &str) -> Result<UserServer, String> {
+        let text = std::fs::read_to_string(template).map_err(|e| {
+            format!("--server-config {}: cannot read the template: {e}", template.display())
+        })?;
+        if !text.contains(WORKERS) {
+            return Err(format!(
+                "--server-config {}: the template has no {WORKERS}, so there is nothing for the climb to change; put it where the server's worker count goes",
+                template.display()
+            ));
+        }
+        let original = std::fs::read_to_string(file).map_err(|e| {
+            format!("--server-config {}: cannot read the server's file: {e}", file.display())
+        })?;
+        let server = UserServer {
+            how: Reload::Command(reload.to_string()),
+            file: file.to_path_buf(),
+            in_force: original.clone(),
+            original,
+            template: Some(text),
+        };
+        server.render(1)?;
+        Ok(server)
+    }
+
+    pub fn is_nginx(&self) -> bool {
+        matches!(self.how, Reload::Nginx(_))
+    }
+
+    /// The template with `workers` filled in (None: no template); an error names a
+    /// `{{...}}` the climb does not set.
+    pub fn render(&self, workers: usize) -> Result<Option<String>, String> {
+        let Some(t) = &self.template else { return Ok(None) };
+        let text = t.replace(WORKERS, &workers.to_string());
+        if let Some(at) = text.find("{{") {
+            let name: String = text[at..].chars().take_while(|c| *c != '\n').take(40).collect();
+            return Err(format!(
+                "--server-config: the template names {name}, which the climb does not set; it sets {WORKERS} only"
+            ));
+        }
+        Ok(Some(text))
     }
 
     /// Where the original is kept while the climb runs.
@@ -53,8 +116,8 @@ impl Nginx {
     }
 
     /// Puts `text` in force: the original kept aside first (once), the file written, checked
-    /// with `nginx -t` (the previous text back when it fails), and nginx reloaded. Nothing is
-    /// done when `text` is already in force.
+    /// (nginx: `nginx -t`; the previous text back when it fails), and the server reloaded.
+    /// Nothing is done when `text` is already in force.
     pub fn put(&mut self, text: &str) -> Result<(), String> {
         if text == self.in_force {
             return Ok(());
@@ -65,17 +128,23 @@ impl Nginx {
                 .map_err(|e| format!("cannot keep the original at {}: {e}", backup.display()))?;
         }
         write(&self.file, text)?;
-        let check = self.master.command().arg("-t").arg("-q").output();
-        let refused = match check {
-            Ok(o) if o.status.success() => None,
-            Ok(o) => Some(String::from_utf8_lossy(&o.stderr).trim().to_string()),
-            Err(e) => Some(e.to_string()),
-        };
-        if let Some(why) = refused {
-            write(&self.file, &self.in_force)?;
-            return Err(format!("nginx -t refused the change: {why}"));
+        if let Reload::Nginx(master) = &self.how {
+            let check = master.command().arg("-t").arg("-q").output();
+            let refused = match check {
+                Ok(o) if o.status.success() => None,
+                Ok(o) => Some(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = refused {
+                write(&self.file, &self.in_force)?;
+                return Err(format!("nginx -t refused the change: {why}"));
+            }
         }
-        self.reload()?;
+        if let Err(e) = self.reload() {
+            write(&self.file, &self.in_force)?;
+            let _ = self.reload();
+            return Err(e);
+        }
         self.in_force = text.to_string();
         Ok(())
     }
@@ -92,28 +161,57 @@ impl Nginx {
         Ok(())
     }
 
-    /// SIGHUP to the master, then waits until every worker is one it started after it: the old
-    /// ones finish their requests and leave.
-    fn reload(&self) -> Result<(), String> {
-        let before = workers(self.master.pid);
-        qpslab_sys::process::hang_up(self.master.pid)
-            .map_err(|e| format!("cannot reload nginx (pid {}): {e}", self.master.pid))?;
-        let t = Instant::now();
-        while t.elapsed() < RELOAD_PATIENCE {
-            let now = workers(self.master.pid);
-            if !now.is_empty() && now.iter().all(|w| !before.contains(w)) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// What reloads it, for messages.
+    pub fn reload_hint(&self) -> String {
+        match &self.how {
+            Reload::Nginx(_) => "reload nginx".into(),
+            Reload::Command(c) => format!("run `{c}`"),
         }
-        Err(format!(
-            "nginx (pid {}) did not replace its workers within {RELOAD_PATIENCE:?} of a reload",
-            self.master.pid
-        ))
+    }
+
+    fn reload(&self) -> Result<(), String> {
+        match &self.how {
+            Reload::Nginx(master) => reload_nginx(master.pid),
+            Reload::Command(cmd) => {
+                let out = std::process::Command::new("sh")
+                    .args(["-c", cmd])
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .map_err(|e| format!("--server-reload `{cmd}`: cannot run sh: {e}"))?;
+                if out.status.success() {
+                    return Ok(());
+                }
+                let err = String::from_utf8_lossy(&out.stderr);
+                Err(format!(
+                    "--server-reload `{cmd}` failed ({}): {}",
+                    out.status,
+                    err.lines().last().unwrap_or("").trim()
+                ))
+            }
+        }
     }
 }
 
-impl Drop for Nginx {
+/// SIGHUP to nginx's master, then waits until every worker is one it started after it: the
+/// old ones finish their requests and leave.
+fn reload_nginx(master: u32) -> Result<(), String> {
+    let before = workers(master);
+    qpslab_sys::process::hang_up(master)
+        .map_err(|e| format!("cannot reload nginx (pid {master}): {e}"))?;
+    let t = Instant::now();
+    while t.elapsed() < RELOAD_PATIENCE {
+        let now = workers(master);
+        if !now.is_empty() && now.iter().all(|w| !before.contains(w)) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!(
+        "nginx (pid {master}) did not replace its workers within {RELOAD_PATIENCE:?} of a reload"
+    ))
+}
+
+impl Drop for UserServer {
     fn drop(&mut self) {
         let _ = self.restore();
     }
@@ -212,5 +310,51 @@ mod tests {
         assert_eq!(set_directive("events {}\n", "access_log", "off"), None);
         // A longer name is another directive.
         assert!(find_directive("access_log_x 1;", "access_log").is_none());
+    }
+
+    /// A template fills in {{workers}} and nothing else; one naming another variable, or none,
+    /// is refused with the flag named.
+    #[test]
+    fn a_template_fills_in_its_workers_and_refuses_what_it_cannot() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, f) = (dir.path().join("app.tmpl"), dir.path().join("app.conf"));
+        std::fs::write(&f, "workers = 3\n").unwrap();
+        std::fs::write(&t, "workers = {{workers}}\n").unwrap();
+        let s = UserServer::template(&t, &f, "true").unwrap();
+        assert_eq!(s.render(2).unwrap().as_deref(), Some("workers = 2\n"));
+        assert_eq!(s.original, "workers = 3\n");
+        assert!(!s.is_nginx());
+        std::fs::write(&t, "threads = {{threads}}\n").unwrap();
+        let e = UserServer::template(&t, &f, "true").unwrap_err();
+        assert!(e.starts_with("--server-config") && e.contains("has no {{workers}}"), "{e}");
+        std::fs::write(&t, "workers = {{workers}}\nport = {{port}}\n").unwrap();
+        let e = UserServer::template(&t, &f, "true").unwrap_err();
+        assert!(e.contains("names {{port}}"), "{e}");
+        let gone = dir.path().join("none.conf");
+        assert!(UserServer::template(&t, &gone, "true").unwrap_err().contains("none.conf"));
+    }
+
+    /// A reload that fails puts the previous text back and says which command failed; the
+    /// original comes back byte for byte with nothing left beside it.
+    #[test]
+    fn a_failed_reload_keeps_the_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, f) = (dir.path().join("app.tmpl"), dir.path().join("app.conf"));
+        std::fs::write(&f, "workers = 3 # mine\n").unwrap();
+        std::fs::write(&t, "workers = {{workers}}\n").unwrap();
+        let flag = dir.path().join("fail");
+        let cmd = format!("test ! -e {}", flag.display());
+        let mut s = UserServer::template(&t, &f, &cmd).unwrap();
+        s.put("workers = 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "workers = 1\n");
+        assert!(s.backup().exists());
+        std::fs::write(&flag, "").unwrap();
+        let e = s.put("workers = 2\n").unwrap_err();
+        assert!(e.starts_with("--server-reload `test ! -e"), "{e}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "workers = 1\n");
+        std::fs::remove_file(&flag).unwrap();
+        s.restore().unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "workers = 3 # mine\n");
+        assert!(!s.backup().exists());
     }
 }
