@@ -437,57 +437,6 @@ fn same(now: &str, before: &str, what: &str) {
     assert!(changed.is_empty(), "{what}: settings differ: {changed:#?}");
 }
 
-/// A user's server of its own kind: it reads `workers = N` from its file and runs N worker
-/// threads that take the requests of every connection from one queue, 10 ms each; on SIGHUP
-/// it reads the file again and grows or shrinks the pool. Its rate is min(workers,
-/// connections) x 100/s: the ground truth for `--server-config`.
-const POOL_SERVER: &str = r#"
-import queue, selectors, signal, socket, sys, threading, time
-conf, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', port)); s.listen(512)
-work, pool = queue.Queue(), []
-def worker(stop):
-    while not stop.is_set():
-        try:
-            c = work.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        time.sleep(0.010)
-        try:
-            c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok')
-        except OSError:
-            pass
-def resize(*_):
-    n = int(open(conf).read().split('=')[1].split()[0])
-    while len(pool) < n:
-        e = threading.Event(); pool.append(e)
-        threading.Thread(target=worker, args=(e,), daemon=True).start()
-    while len(pool) > n:
-        pool.pop().set()
-signal.signal(signal.SIGHUP, resize)
-resize(); print('ready', flush=True)
-sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); bufs = {}
-end = time.time() + 600
-while time.time() < end:
-    for key, _ in sel.select(0.5):
-        if key.fileobj is s:
-            c, _ = s.accept(); sel.register(c, selectors.EVENT_READ); bufs[c] = b''
-            continue
-        c = key.fileobj
-        try:
-            d = c.recv(65536)
-        except OSError:
-            d = b''
-        if not d:
-            sel.unregister(c); c.close(); bufs.pop(c, None)
-            continue
-        bufs[c] += d
-        while b'\r\n\r\n' in bufs[c]:
-            _, bufs[c] = bufs[c].split(b'\r\n\r\n', 1)
-            work.put(c)
-"#;
-
 /// `--server-config TEMPLATE:FILE --server-reload CMD` on a server of the user's own kind: the
 /// start's one worker is written into its file and put in force; one connection more gains
 /// nothing (it serves a request at a time per worker), so the climb gives it a worker through
@@ -502,7 +451,7 @@ fn a_users_server_gets_workers_through_its_template_and_its_file_back() {
     let original = "workers = 1   # as the user left it\n";
     std::fs::write(&file, original).unwrap();
     let mut server = std::process::Command::new("python3")
-        .args(["-c", POOL_SERVER, file.to_str().unwrap(), "18131"])
+        .args(["-c", common::POOL_SERVER, file.to_str().unwrap(), "18131"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

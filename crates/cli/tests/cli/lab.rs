@@ -760,3 +760,59 @@ fn bench_repeats_by_label_are_one_variant_each_in_a_report() {
     let ratio: f64 = cells(rows[1])[5].trim_end_matches('x').parse().unwrap();
     assert!(ratio < 0.8, "one connection against eight: {ratio}");
 }
+
+/// A sweep over a server's own workers through `[server-config]`: the template filled in per
+/// variant, written to the server's file and put in force by its reload command before each
+/// run; two workers serve twice what one does (the worker-pool server's law), and after the
+/// sweep the file is the user's again, byte for byte, with nothing beside it.
+#[test]
+fn a_sweep_varies_a_servers_workers_through_its_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    write(dir.path(), "pool.tmpl", "workers = {{workers}}\n");
+    let original = "workers = 3  # the user's\n";
+    let conf = write(dir.path(), "pool.conf", original);
+    let mut server = Command::new("python3")
+        .args(["-c", crate::common::POOL_SERVER, conf.to_str().unwrap(), "18141"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let file = write(
+        dir.path(),
+        "workers.toml",
+        &format!(
+            "name = \"pool workers\"\nrepeat = 2\n[base]\ntarget = \"http://127.0.0.1:18141/\"\n\
+             duration = \"1s\"\nwarmup = \"300ms\"\nconnections = 4\n[server-config]\n\
+             template = \"pool.tmpl\"\nfile = \"pool.conf\"\nreload = \"kill -HUP {}\"\n\
+             [axes]\nserver-workers = [1, 2]\n",
+            server.id()
+        ),
+    );
+    let v = ok_json(&store, &["sweep", file.to_str().unwrap(), "--json"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(v["status"], "done", "{v}");
+    let sweep = v["sweep"].as_i64().unwrap();
+    let c = ok_json(&store, &["compare", &format!("{sweep}/1"), &format!("{sweep}/2"), "--json"]);
+    let ratio = c["verdict"]["ratio"].as_f64().unwrap_or_else(|| panic!("{c}"));
+    assert!((1.7..=2.3).contains(&ratio), "two workers against one: {c}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), original, "the user's file back");
+    assert!(!dir.path().join("pool.conf.qpslab-original").exists());
+    // Without the table, the key is refused with the fix.
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "name = \"x\"\n[base]\nduration = \"1s\"\n[axes]\nserver-workers = [1, 2]\n",
+    );
+    let out = lab(&store, &["sweep", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("add a [server-config] table"), "{err}");
+}

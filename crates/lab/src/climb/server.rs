@@ -61,7 +61,23 @@ impl UserServer {
         let original = std::fs::read_to_string(&file)
             .map_err(|e| format!("cannot read nginx's configuration {}: {e}", file.display()))?;
         let how = Reload::Nginx(master);
-        Ok(Some(UserServer { how, file, in_force: original.clone(), original, template: None }))
+        let server = UserServer { how, file, in_force: original.clone(), original, template: None };
+        server.no_leftover()?;
+        Ok(Some(server))
+    }
+
+    /// Refuses a file with an original still kept beside it: a climb or sweep killed midway
+    /// left it there, and the file holds one of its states, not the user's configuration.
+    fn no_leftover(&self) -> Result<(), String> {
+        let backup = self.backup();
+        if backup.exists() {
+            return Err(format!(
+                "{} exists: a climb or sweep that was killed left the original there; copy it back over {} (and reload the server) first",
+                backup.display(),
+                self.file.display()
+            ));
+        }
+        Ok(())
     }
 
     /// Any server: `template` (with `{{workers}}` where its worker count goes) written to
@@ -87,6 +103,7 @@ impl UserServer {
             template: Some(text),
         };
         server.render(1)?;
+        server.no_leftover()?;
         Ok(server)
     }
 
@@ -332,6 +349,11 @@ mod tests {
         assert!(e.contains("names {{port}}"), "{e}");
         let gone = dir.path().join("none.conf");
         assert!(UserServer::template(&t, &gone, "true").unwrap_err().contains("none.conf"));
+        // An original left beside the file by a killed climb: the file is not the user's.
+        std::fs::write(&t, "workers = {{workers}}\n").unwrap();
+        std::fs::write(dir.path().join("app.conf.qpslab-original"), "workers = 3\n").unwrap();
+        let e = UserServer::template(&t, &f, "true").unwrap_err();
+        assert!(e.contains("app.conf.qpslab-original exists") && e.contains("copy it back"), "{e}");
     }
 
     /// A reload that fails puts the previous text back and says which command failed; the

@@ -34,6 +34,18 @@ pub struct Variant {
     pub name: String,
     pub settings: BenchSettings,
     pub tune: Option<TuneSpec>,
+    /// The workers `[server-config]`'s template is filled in with for its runs.
+    pub server_workers: Option<usize>,
+}
+
+/// `[server-config]`: the user's server, through a template of its configuration with
+/// `{{workers}}` in it, written to `file` and put in force by `reload` before each run.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfigSpec {
+    pub template: std::path::PathBuf,
+    pub file: std::path::PathBuf,
+    pub reload: String,
 }
 
 /// A sweep, read and checked.
@@ -42,6 +54,8 @@ pub struct Sweep {
     pub name: String,
     pub repeat: u32,
     pub variants: Vec<Variant>,
+    /// The user's server's template, when its variants set `server-workers`.
+    pub server_config: Option<ServerConfigSpec>,
     /// The file as given (kept with the sweep in the store).
     pub text: String,
 }
@@ -58,6 +72,8 @@ struct Raw {
     axes: toml::Table,
     #[serde(default)]
     variant: Vec<toml::Spanned<toml::Table>>,
+    #[serde(rename = "server-config")]
+    server_config: Option<ServerConfigSpec>,
 }
 
 /// Reads and checks the sweep file at `path`.
@@ -68,7 +84,13 @@ pub fn read(path: &Path) -> Result<Sweep, FileError> {
             path.display()
         ))
     })?;
-    parse(&path.display().to_string(), &text)
+    let mut sweep = parse(&path.display().to_string(), &text)?;
+    // The template and the server's file are named relative to the sweep file.
+    if let (Some(c), Some(dir)) = (&mut sweep.server_config, path.parent()) {
+        c.template = dir.join(&c.template);
+        c.file = dir.join(&c.file);
+    }
+    Ok(sweep)
 }
 
 /// Parses and checks sweep-file text; `file` names it in messages.
@@ -107,7 +129,29 @@ pub fn parse(file: &str, text: &str) -> Result<Sweep, FileError> {
             dup.name
         )));
     }
-    Ok(Sweep { name: raw.name, repeat: raw.repeat.unwrap_or(3), variants, text: text.to_string() })
+    let workers = variants.iter().filter(|v| v.server_workers.is_some()).count();
+    match (&raw.server_config, workers) {
+        (None, n) if n > 0 => {
+            return Err(FileError(format!(
+                "{file}: server-workers fills in a server's template: add a [server-config] table with template, file and reload"
+            )))
+        }
+        (Some(_), n) if n < variants.len() => {
+            let v = variants.iter().find(|v| v.server_workers.is_none()).map(|v| v.name.clone());
+            return Err(FileError(format!(
+                "{file}: variant {:?} has no server-workers; with [server-config] every variant says how many workers its server runs (an axis server-workers = [1, 2], or a key per variant)",
+                v.unwrap_or_default()
+            )));
+        }
+        _ => {}
+    }
+    Ok(Sweep {
+        name: raw.name,
+        repeat: raw.repeat.unwrap_or(3),
+        variants,
+        server_config: raw.server_config,
+        text: text.to_string(),
+    })
 }
 
 /// A `[[variant]]` table: `name`, `tune`, and bench settings.
@@ -122,8 +166,22 @@ fn variant_of(table: &toml::Table) -> Result<Variant, String> {
         .remove("tune")
         .map(|t| tune_of(t).map_err(|m| format!("variant {name:?}: {m}")))
         .transpose()?;
+    let server_workers = rest
+        .remove(SERVER_WORKERS)
+        .map(|v| workers_of(&v).map_err(|m| format!("variant {name:?}: {m}")))
+        .transpose()?;
     let settings = settings_of(rest).map_err(|m| format!("variant {name:?}: {m}"))?;
-    Ok(Variant { name, settings, tune })
+    Ok(Variant { name, settings, tune, server_workers })
+}
+
+/// The key that fills in `[server-config]`'s `{{workers}}`.
+const SERVER_WORKERS: &str = "server-workers";
+
+fn workers_of(v: &toml::Value) -> Result<usize, String> {
+    v.as_integer()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("{SERVER_WORKERS} = {v}: give a whole number of at least 1"))
 }
 
 fn settings_of(table: toml::Table) -> Result<BenchSettings, String> {
@@ -151,6 +209,7 @@ fn tune_of(value: toml::Value) -> Result<TuneSpec, String> {
 enum Step {
     Bench(Box<BenchSettings>),
     Tune(TuneSpec),
+    ServerWorkers(usize),
 }
 
 /// An axis: each value's label and what it sets.
@@ -167,9 +226,9 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
         if values.is_empty() {
             return Err(err("the list is empty; give at least one value".into()));
         }
-        if key != "tune" && !crate::settings::keys().contains(key) {
+        if key != "tune" && key != SERVER_WORKERS && !crate::settings::keys().contains(key) {
             return Err(err(format!(
-                "not an option of a sweep; the options are {}, tune",
+                "not an option of a sweep; the options are {}, tune, server-workers",
                 crate::settings::keys().join(", ")
             )));
         }
@@ -178,6 +237,8 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
             let label = format!("{key}={}", v.to_string().trim_matches('"'));
             let step = if key == "tune" {
                 Step::Tune(tune_of(v.clone()).map_err(err)?)
+            } else if key == SERVER_WORKERS {
+                Step::ServerWorkers(workers_of(v).map_err(err)?)
             } else {
                 let mut one = toml::Table::new();
                 one.insert(key.clone(), v.clone());
@@ -198,7 +259,12 @@ fn expand(
 ) -> Vec<Variant> {
     let implicit = explicit.is_empty();
     let variants = if implicit {
-        vec![Variant { name: "base".into(), settings: BenchSettings::default(), tune: None }]
+        vec![Variant {
+            name: "base".into(),
+            settings: BenchSettings::default(),
+            tune: None,
+            server_workers: None,
+        }]
     } else {
         explicit
     };
@@ -214,10 +280,12 @@ fn expand(
         for combo in &combos {
             let mut settings = base.layered(&v.settings);
             let mut tune = v.tune.clone();
+            let mut server_workers = v.server_workers;
             for (_, step) in combo {
                 match step {
                     Step::Bench(s) => settings = settings.layered(s),
                     Step::Tune(t) => tune = Some(t.clone()),
+                    Step::ServerWorkers(n) => server_workers = Some(*n),
                 }
             }
             let labels: Vec<&str> = combo.iter().map(|(l, _)| l.as_str()).collect();
@@ -227,7 +295,7 @@ fn expand(
                 (false, true) => v.name.clone(),
                 (false, false) => format!("{} {}", v.name, labels.join(" ")),
             };
-            out.push(Variant { name, settings, tune });
+            out.push(Variant { name, settings, tune, server_workers });
         }
     }
     out

@@ -20,6 +20,7 @@ use qpslab_load::feed::{Event, Feed};
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
 use crate::bench::{bench, BenchError, BenchOptions};
+use crate::climb::server::UserServer;
 use crate::hostset::{self, host_change, plan_for, Applied, HostChange};
 use crate::record::{store_bench, InSweep, Provenance};
 use crate::remote::{ServerHost, TuneCall};
@@ -172,7 +173,19 @@ fn prepare(
     for plan in &plans {
         hostset::check_plan(plan, &journal).map_err(|e| usage(format!("sweep: {e}")))?;
     }
+    user_server(sweep)?;
     Ok(out)
+}
+
+/// `[server-config]`'s server in hand: its template read and checked, its file's original
+/// read (nothing written yet).
+fn user_server(sweep: &Sweep) -> Result<Option<UserServer>, SweepError> {
+    sweep
+        .server_config
+        .as_ref()
+        .map(|c| UserServer::template(&c.template, &c.file, &c.reload))
+        .transpose()
+        .map_err(|e| SweepError::Usage(format!("[server-config]: {e}")))
 }
 
 /// Runs `sweep`: checks it, records it in `store`, and runs every variant `repeat` times,
@@ -185,6 +198,8 @@ pub fn run(
     feed: &mut dyn Feed,
 ) -> Result<Outcome, SweepError> {
     let ready = prepare(sweep, o, stop, true)?;
+    // Restored byte for byte at the end, and on any early return (its drop).
+    let mut server = user_server(sweep)?;
     let repeats = o.repeat.unwrap_or(sweep.repeat).max(1);
     let started = now();
     let id = store.begin_sweep(&sweep.name, &started, &sweep.text)?;
@@ -208,6 +223,11 @@ pub fn run(
                 repeats,
                 eta: eta(clock.elapsed(), run_no - 1, total, &r.opts),
             });
+            if let Err(e) = put_server(server.as_mut(), &r.variant) {
+                outcome.status = Status::Failed;
+                outcome.error = Some(e);
+                break 'all;
+            }
             match visit(r, repeat, id, o, store, stop, feed) {
                 Ok(Some(run)) => outcome.runs.push(run),
                 Ok(None) => {
@@ -222,8 +242,29 @@ pub fn run(
             }
         }
     }
+    if let Some(s) = server.as_mut() {
+        if let Err(e) = s.restore() {
+            outcome.status = Status::Failed;
+            outcome.error = Some(SweepError::Usage(format!(
+                "{e}; the original is kept at {}: copy it back over {} and {}",
+                s.backup().display(),
+                s.file.display(),
+                s.reload_hint()
+            )));
+        }
+    }
     store.end_sweep(id, &now(), outcome.status.name())?;
     Ok(outcome)
+}
+
+/// The variant's text of `[server-config]`'s template in force before its run.
+fn put_server(server: Option<&mut UserServer>, v: &Variant) -> Result<(), SweepError> {
+    let (Some(s), Some(n)) = (server, v.server_workers) else { return Ok(()) };
+    let tune = |message: String| SweepError::Tune { variant: v.name.clone(), message };
+    if let Some(text) = s.render(n).map_err(tune)? {
+        s.put(&text).map_err(tune)?;
+    }
+    Ok(())
 }
 
 /// The time left: the mean of the runs so far, or the runs' own length before the first ends.
