@@ -450,18 +450,7 @@ fn a_users_server_gets_workers_through_its_template_and_its_file_back() {
     std::fs::write(&template, "workers = {{workers}}\n").unwrap();
     let original = "workers = 1   # as the user left it\n";
     std::fs::write(&file, original).unwrap();
-    let mut server = std::process::Command::new("python3")
-        .args(["-c", common::POOL_SERVER, file.to_str().unwrap(), "18131"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
-        &mut ready,
-    )
-    .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    let mut server = common::pool_server(&file, 18131);
     let reload = format!("kill -HUP {}", server.id());
     let config = format!("{}:{}", template.display(), file.display());
     let out = qpslab_command()

@@ -772,18 +772,7 @@ fn a_sweep_varies_a_servers_workers_through_its_template() {
     write(dir.path(), "pool.tmpl", "workers = {{workers}}\n");
     let original = "workers = 3  # the user's\n";
     let conf = write(dir.path(), "pool.conf", original);
-    let mut server = Command::new("python3")
-        .args(["-c", crate::common::POOL_SERVER, conf.to_str().unwrap(), "18141"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
-        &mut ready,
-    )
-    .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    let mut server = crate::common::pool_server(&conf, 18141);
     let file = write(
         dir.path(),
         "workers.toml",

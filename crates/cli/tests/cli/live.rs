@@ -209,40 +209,56 @@ fn a_live_page_fills_in_a_sweep() {
     assert!(b.errors.is_empty(), "{:?}", b.errors);
 }
 
-/// A climb: each state's runs fill the table, each step appears as a note as it is decided,
-/// and at the end the page's report link serves the climb's staircase.
+/// A climb: each state's runs fill the table, each measured step appears as a note as it is
+/// decided, and at the end the page's report link serves the climb's staircase. What the climb
+/// decides depends on the machine's load (this binary's other tests and the browser run beside
+/// it: on a host busy with other work the doctor names that, and the climb measures nothing);
+/// the page is checked against the climb's own JSON, step by step.
 #[test]
 fn a_live_page_fills_in_a_climb() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("runs.sqlite");
     let server = ServeChild::start(&[], &["-w", "1", "--cpus", "0"]);
     let url = server.url("/?t=20");
-    let args = ["climb", "-c", "1", "-d", "1s", "--warmup", "200ms", "--budget", "60s", &url];
+    let args =
+        ["climb", "--json", "-c", "1", "-d", "1s", "--warmup", "200ms", "--budget", "40s", &url];
     let run = LiveRun::start(&args, Some(&store));
     let mut b = Browser::start(1280, 1300);
     b.open(&run.url);
     b.wait_for("document.querySelectorAll('#sweep tbody tr').length >= 3", Duration::from_secs(30));
-    // Decided as the machine's load allows (this binary's other tests run beside it): the
-    // step's line, whatever its verdict.
-    b.wait_for(
-        "document.getElementById('notes').textContent.includes('step 1: connections 1 -> 2: ')",
-        Duration::from_secs(60),
-    );
+    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(90));
     shot(&mut b, "live-climb.png");
-    b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(60));
+    let notes = b.text("notes");
     let variants = b.eval(
         "[...new Set([...document.querySelectorAll('#sweep tbody tr td:nth-child(2)')].map(t => t.textContent))]",
     );
-    assert_eq!(variants[0], "start", "{variants}");
-    assert_eq!(variants[1], "step 1: connections 1 -> 2", "{variants}");
     b.wait_for("document.getElementById('report-link').className == ''", Duration::from_secs(5));
     let report =
         b.eval_async("fetch(document.getElementById('report-link').href).then(r => r.text())");
-    let report = report.as_str().unwrap();
-    assert!(report.contains("<svg id=\"staircase\""), "{}", &report[..report.len().min(2000)]);
-    assert!(report.contains("class=\"stair-current\""), "a step drawn");
-    let (code, _, err) = run.wait();
+    let report = report.as_str().unwrap().to_string();
+    let (code, out, err) = run.wait();
     assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(variants[0], "start", "{variants}");
+    let steps = v["steps"].as_array().unwrap();
+    assert!(!steps.is_empty(), "{v:#}");
+    let mut kept = 0;
+    for (i, s) in steps.iter().enumerate() {
+        let verdict = s["verdict"].as_str().unwrap();
+        if verdict != "kept" && verdict != "reverted" {
+            continue;
+        }
+        kept += usize::from(verdict == "kept");
+        let change = s["change"].as_str().unwrap();
+        let line = format!("step {}: {change}: {verdict}", i + 1);
+        assert!(notes.contains(&line), "{line:?} in the notes {notes:?}");
+        let state = format!("step {}: {change}", i + 1);
+        assert!(variants.as_array().unwrap().iter().any(|x| x == &state), "{state} in {variants}");
+    }
+    // The report: the staircase, a dot per state measured, a green one per kept step.
+    assert!(report.contains("<svg id=\"staircase\""), "{}", &report[..report.len().min(2000)]);
+    assert_eq!(report.matches("class=\"stair-current\"").count(), steps.len(), "{v:#}");
+    assert_eq!(report.matches("class=\"stair-kept\"").count(), kept, "{v:#}");
     b.drain();
     assert!(b.errors.is_empty(), "{:?}", b.errors);
 }

@@ -348,7 +348,7 @@ pub fn chromium_dom(html: &std::path::Path, dir: &std::path::Path) -> String {
 /// threads that take the requests of every connection from one queue, 10 ms each; on SIGHUP
 /// it reads the file again and grows or shrinks the pool. Its rate is min(workers,
 /// connections) x 100/s: the ground truth for `--server-config`.
-pub const POOL_SERVER: &str = r#"
+const POOL_SERVER: &str = r#"
 import queue, selectors, signal, socket, sys, threading, time
 conf, port = sys.argv[1], int(sys.argv[2])
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -394,3 +394,17 @@ while time.time() < end:
             _, bufs[c] = bufs[c].split(b'\r\n\r\n', 1)
             work.put(c)
 "#;
+
+/// [`POOL_SERVER`] on 127.0.0.1:`port`, reading its workers from `conf`, started and ready.
+pub fn pool_server(conf: &std::path::Path, port: u16) -> std::process::Child {
+    let mut server = Command::new("python3")
+        .args(["-c", POOL_SERVER, &conf.display().to_string(), &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut ready = String::new();
+    let out = server.stdout.take().expect("its stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut ready).expect("a line");
+    assert_eq!(ready.trim(), "ready");
+    server
+}
