@@ -227,6 +227,11 @@ pub struct ClimbArgs {
     #[arg(long, value_name = "FILE", requires = "apply_host")]
     pub journal: Option<std::path::PathBuf>,
 
+    /// Write the final state to FILE: its host settings as `qpslab tune apply --from FILE`
+    /// applies them on a host of the same shape, the rest of the state in comments
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<std::path::PathBuf>,
+
     /// The starting state: bench's options
     #[command(flatten)]
     pub bench: BenchArgs,
@@ -422,6 +427,11 @@ pub struct PlanSpec {
     /// server, or client (a load generator: also widens ip_local_port_range)
     #[arg(long, value_name = "ROLE", default_value = "server", value_parser = ["server", "client"])]
     pub role: String,
+
+    /// Plan the settings a file names instead (a climb's --state-file, or a sweep's tune table
+    /// on its own: sysctl, rps, irq, steer)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["ifaces", "irq_cpus", "workers"])]
+    pub from: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

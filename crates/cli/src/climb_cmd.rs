@@ -57,6 +57,15 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         journal: a.journal.clone(),
         server_config,
     };
+    if let Some(f) = &a.state_file {
+        // Before the climb: a file it cannot write must not cost the climb's work.
+        std::fs::OpenOptions::new().append(true).create(true).open(f).map_err(|e| {
+            UsageError(format!(
+                "--state-file {}: cannot write it ({e}); name a writable file",
+                f.display()
+            ))
+        })?;
+    }
     let stop = qpslab_sys::signals::stop_flag()?;
     if a.dry_run {
         return dry_run(&o, b.json, stop);
@@ -79,6 +88,20 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
     let c = result.map_err(error)?;
     output::emit(b.json, &c, || {
         let mut t = climb::render_text(&c);
+        let host_kept = c.plan.iter().any(|p| p.starts_with("host: "));
+        match &a.state_file {
+            Some(f) => {
+                t += &format!(
+                    "state file  {} (`qpslab tune apply --from {}` puts its host settings in force on a host of this shape)\n",
+                    f.display(),
+                    f.display()
+                );
+            }
+            None if host_kept => {
+                t += "state file  --state-file FILE writes these host settings for `qpslab tune apply --from FILE` on a host of this shape\n";
+            }
+            None => {}
+        }
         if let Some(j) = &c.kept_journal {
             t += &format!(
                 "host        the kept settings stay in force; `qpslab tune revert --journal {}` undoes them\n",
@@ -93,6 +116,10 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         }
         t
     })?;
+    if let Some(f) = &a.state_file {
+        std::fs::write(f, climb::state_file(&c))
+            .map_err(|e| anyhow::anyhow!("--state-file {}: cannot write it: {e}", f.display()))?;
+    }
     let html = live.as_ref().and_then(|l| l.url()).and_then(|_| {
         let (s, id) = (store.as_ref()?, c.sweep?);
         live_cmd::report_of(s, &Selector::Sweep(id), "qpslab climb".into())

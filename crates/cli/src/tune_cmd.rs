@@ -6,6 +6,8 @@ use qpslab_host::sample::Role;
 use qpslab_host::tune::{self, text, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError};
 use qpslab_host::{CpuSet, Host, Root};
 
+use qpslab_lab::hostset;
+
 use crate::args::{PlanSpec, TuneArgs, TuneCommand};
 use crate::{output, Outcome, UsageError};
 
@@ -74,6 +76,9 @@ fn build_plan(spec: &PlanSpec) -> anyhow::Result<(Root, Plan)> {
     let root = Root::new(&spec.root);
     let host = Host::read(&root)
         .map_err(|e| UsageError(format!("--root {}: {e}", spec.root.display())))?;
+    if let Some(file) = &spec.from {
+        return Ok((root.clone(), from_file(&root, &host, file)?));
+    }
     let irq_cpus = spec
         .irq_cpus
         .as_deref()
@@ -87,6 +92,15 @@ fn build_plan(spec: &PlanSpec) -> anyhow::Result<(Root, Plan)> {
     };
     let plan = tune::plan(&host, &opts).map_err(|e| UsageError(e.0))?;
     Ok((root, plan))
+}
+
+/// The plan of the settings `file` names, against this host.
+fn from_file(root: &Root, host: &Host, file: &std::path::Path) -> anyhow::Result<Plan> {
+    let bad = |e: String| UsageError(format!("--from {}: {e}", file.display()));
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let spec = qpslab_lab::sweep::file::tune_file(&text).map_err(bad)?;
+    let change = hostset::host_change(&spec).map_err(bad)?;
+    Ok(hostset::plan_for(root, host, &change).map_err(bad)?)
 }
 
 /// Shows the plan and asks; an unanswerable question (stdin closed) is a usage error.

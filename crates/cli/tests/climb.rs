@@ -413,6 +413,80 @@ fn a_climb_stopped_with_a_host_change_in_force_leaves_the_host_restorable() {
     }
 }
 
+/// A host change that pays, kept, and the final state as a file for another host. In a
+/// namespace whose listen queues hold 2 connections (`net.core.somaxconn = 2`, the
+/// namespace's own), a connection per request from 256 at once overflows them: dropped SYNs
+/// wait a second to be sent again. The climb, there with the built-in server it starts per run
+/// (each run listens anew, under the setting in force), raises the queue where the overflow
+/// names it and keeps it (about 1.2x when measured by hand). Its state file, applied by `tune
+/// apply --from` in a second namespace of the same shape, sets the same value there, and
+/// `tune revert` puts it back; both namespaces' settings are byte-identical after.
+#[test]
+fn a_host_change_that_pays_is_kept_and_its_state_file_applies_elsewhere() {
+    let _one = one_at_a_time();
+    let pair = common::NsPair::create("st", 33);
+    let id = std::process::id() % 100_000;
+    let (dev_a, dev_b) = (format!("qst{id}a"), format!("qst{id}b"));
+    for ns in [&pair.a, &pair.b] {
+        common::NsPair::run(ns, &["sysctl", "-qw", "net.core.somaxconn=2"]);
+    }
+    let before = (settings(&pair.a, &dev_a), settings(&pair.b, &dev_b));
+    let dir = tempfile::tempdir().unwrap();
+    let (file, journal) = (dir.path().join("state.toml"), dir.path().join("journal.json"));
+    let in_ns = |ns: &str, args: &[&str]| {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_qpslab")]).args(args);
+        if args[0] != "tune" || args[1] != "plan" {
+            c.arg("--journal").arg(&journal);
+        }
+        c
+    };
+    let out = in_ns(&pair.b, &["climb", "--apply-host", "--no-save", "--json"])
+        .args([
+            "--target",
+            "builtin",
+            "--conn-per-request",
+            "-c",
+            "256",
+            "-d",
+            "1s",
+            "--warmup",
+            "200ms",
+        ])
+        .args(["--budget", "60s", "--state-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["finding"], "accept-queue-overflow", "{v:#}");
+    assert_eq!(
+        step["knob"],
+        serde_json::json!({"knob": "sysctl", "name": "net.core.somaxconn", "from": "2", "to": "65535"})
+    );
+    assert_eq!(step["verdict"], "kept", "{v:#}");
+    assert!(step["ratio_range"][0].as_f64().unwrap() > 1.0, "{step}");
+    assert_eq!(v["host_settings"]["sysctl"]["net.core.somaxconn"], "65535", "{v:#}");
+    same(&settings(&pair.b, &dev_b), &before.1, "the climb's namespace after it");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"net.core.somaxconn\" = \"65535\""), "{text}");
+    let plan = in_ns(&pair.a, &["tune", "plan", "--json", "--from"]).arg(&file).output().unwrap();
+    let plan = json(&plan);
+    let change =
+        plan["changes"].as_array().unwrap().iter().find(|c| c["setting"] == "net.core.somaxconn");
+    let change = change.unwrap_or_else(|| panic!("{plan:#}"));
+    assert_eq!((&change["current"], &change["planned"]), (&"2".into(), &"65535".into()));
+    let apply =
+        in_ns(&pair.a, &["tune", "apply", "--yes"]).arg("--from").arg(&file).output().unwrap();
+    assert!(apply.status.success(), "{}", String::from_utf8_lossy(&apply.stderr));
+    let now = common::NsPair::run(&pair.a, &["sysctl", "-n", "net.core.somaxconn"]);
+    assert_eq!(String::from_utf8_lossy(&now.stdout).trim(), "65535");
+    let revert = in_ns(&pair.a, &["tune", "revert"]).output().unwrap();
+    assert!(revert.status.success(), "{}", String::from_utf8_lossy(&revert.stderr));
+    same(&settings(&pair.a, &dev_a), &before.0, "the other namespace after tune revert");
+}
+
 /// Waits until the rig's generator veth has RPS on (the climb's host change in force), or
 /// fails after `limit`.
 fn until_steered(rig: &Rig, limit: std::time::Duration) {

@@ -48,6 +48,7 @@ pub fn host_change(spec: &TuneSpec) -> Result<HostChange, String> {
     for (name, value) in &spec.sysctl {
         x.sysctl.insert(name.clone(), value.text());
     }
+    x.steer.clone_from(&spec.steer);
     Ok(HostChange::Explicit(x))
 }
 

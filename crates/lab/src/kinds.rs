@@ -97,12 +97,19 @@ pub struct TuneSpec {
     /// `"net.core.somaxconn" = 4096`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sysctl: BTreeMap<String, SysctlValue>,
+    /// Interfaces whose receive steering (IRQ affinity, RPS, RFS, XPS) the planner lays out,
+    /// without its sysctls: a climb's steering change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steer: Vec<String>,
 }
 
 impl TuneSpec {
     /// Settings named outright (`rps`, `irq`, `sysctl`) rather than planned.
     pub fn is_explicit(&self) -> bool {
-        !(self.rps.is_empty() && self.irq.is_empty() && self.sysctl.is_empty())
+        !(self.rps.is_empty()
+            && self.irq.is_empty()
+            && self.sysctl.is_empty()
+            && self.steer.is_empty())
     }
 
     pub fn is_planned(&self) -> bool {

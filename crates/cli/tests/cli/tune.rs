@@ -129,6 +129,29 @@ fn tune_bad_flags_and_refusals() {
     usage_error(&["tune", "plan", "--root", root, "--emit", "apache"], "--emit");
     usage_error(&["tune", "plan", "--root", "/nonexistent-root"], "--root /nonexistent-root");
     usage_error(&["tune", "frobnicate"], "frobnicate");
+    // A state file: missing, not TOML, an unknown key, a setting the host lacks, and mixed
+    // with the planner's flags.
+    let states = tempfile::tempdir().unwrap();
+    let state = |name: &str, text: &str| {
+        let p = states.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    usage_error(
+        &["tune", "plan", "--root", root, "--from", "/nonexistent.toml"],
+        "--from /nonexistent.toml",
+    );
+    let bad = state("bad.toml", "[sysctl\n");
+    usage_error(&["tune", "plan", "--root", root, "--from", &bad], &format!("--from {bad}"));
+    let unknown = state("unknown.toml", "rsp = {}\n");
+    usage_error(&["tune", "plan", "--root", root, "--from", &unknown], "unknown field `rsp`");
+    let missing = state("missing.toml", "[sysctl]\n\"net.core.nonesuch\" = 1\n");
+    usage_error(&["tune", "plan", "--root", root, "--from", &missing], "net.core.nonesuch");
+    let ok_file = state("ok.toml", "[sysctl]\n\"net.core.somaxconn\" = 65535\n");
+    usage_error(
+        &["tune", "plan", "--root", root, "--from", &ok_file, "--workers", "2"],
+        "--workers",
+    );
 
     // irqbalance in the tree: refused, or journaled with --stop-irqbalance (not a live host, so
     // nothing is signalled).

@@ -1,14 +1,15 @@
 //! Host settings named outright instead of planned: an RPS mask per queue, an IRQ's CPUs, a
 //! sysctl's value. A sweep's host variants use them to compare layouts the planner would not
-//! pick (the RPS bitmask table of "1M QPS with nginx on EC2" is such a list). The result is an
-//! ordinary [`Plan`], applied and reverted through the journal like any other.
+//! pick (the RPS bitmask table of "1M QPS with nginx on EC2" is such a list), and a climb's
+//! final state (its sysctls, and the interfaces whose receive steering it kept). The result is
+//! an ordinary [`Plan`], applied and reverted through the journal like any other.
 
 use std::collections::BTreeMap;
 
 use qpslab_sys::root::Root;
 use serde::Serialize;
 
-use super::plan::{list_or_off, mask_text, Change, Kind, Plan, PlanError};
+use super::plan::{list_or_off, mask_text, Change, Kind, Plan, PlanError, PlanOptions};
 use crate::cpuset::CpuSet;
 use crate::host::{read_sysctl, Host};
 use crate::sample::Role;
@@ -22,24 +23,40 @@ pub struct Explicit {
     pub irq: BTreeMap<u32, CpuSet>,
     /// Sysctl (`net.core.somaxconn`) -> value.
     pub sysctl: BTreeMap<String, String>,
+    /// Interfaces whose receive steering (IRQ affinity, RPS, RFS, XPS) is planned as
+    /// `qpslab tune plan --iface IF` plans it, without its sysctls.
+    pub steer: Vec<String>,
 }
 
 impl Explicit {
     pub fn is_empty(&self) -> bool {
-        self.rps.is_empty() && self.irq.is_empty() && self.sysctl.is_empty()
+        self.rps.is_empty()
+            && self.irq.is_empty()
+            && self.sysctl.is_empty()
+            && self.steer.is_empty()
     }
 }
 
-const SOURCE: &str = "named by the sweep";
+const SOURCE: &str = "named outright (a sweep variant, a climb's final state)";
+const REASON: &str = "set to the value named";
 
-/// The plan that writes exactly `x` (a setting already in place is left out).
+/// The plan that writes exactly `x` (a setting already in place is left out; a path written
+/// twice keeps the later write: steering, then the queues and IRQs named, then sysctls).
 pub fn explicit_plan(root: &Root, host: &Host, x: &Explicit) -> Result<Plan, PlanError> {
-    let mut changes = Vec::new();
+    let mut changes = steering(host, &x.steer)?;
+    let put = |changes: &mut Vec<Change>, c: Change| {
+        changes.retain(|have| have.path != c.path);
+        changes.push(c);
+    };
     for (queue, want) in &x.rps {
-        changes.extend(rps(host, queue, want)?);
+        if let Some(c) = rps(host, queue, want)? {
+            put(&mut changes, c);
+        }
     }
     for (irq, want) in &x.irq {
-        changes.extend(irq_affinity(root, host, *irq, want)?);
+        if let Some(c) = irq_affinity(root, host, *irq, want)? {
+            put(&mut changes, c);
+        }
     }
     for (name, value) in &x.sysctl {
         // Inside a network namespace only net.* settings are the namespace's (the kernel
@@ -57,22 +74,29 @@ pub fn explicit_plan(root: &Root, host: &Host, x: &Explicit) -> Result<Plan, Pla
             ))
         })?;
         if current != *value {
-            changes.push(Change {
-                kind: Kind::Sysctl,
-                setting: name.clone(),
-                path: format!("proc/sys/{}", name.replace('.', "/")),
-                current,
-                planned: value.clone(),
-                write: format!("{value}\n"),
-                reason: "set as the sweep's variant asks".into(),
-                source: SOURCE.into(),
-            });
+            put(
+                &mut changes,
+                Change {
+                    kind: Kind::Sysctl,
+                    setting: name.clone(),
+                    path: format!("proc/sys/{}", name.replace('.', "/")),
+                    current,
+                    planned: value.clone(),
+                    write: format!("{value}\n"),
+                    reason: REASON.into(),
+                    source: SOURCE.into(),
+                },
+            );
         }
     }
+    let mut interfaces: Vec<String> =
+        x.rps.keys().filter_map(|q| q.split('/').next()).map(str::to_string).collect();
+    interfaces.extend(x.steer.iter().cloned());
+    interfaces.dedup();
     Ok(Plan {
         role: Role::Server,
         net_namespace: host.net_namespace.clone(),
-        interfaces: x.rps.keys().filter_map(|q| q.split('/').next()).map(str::to_string).collect(),
+        interfaces,
         irq_cpus: x.irq.values().fold(CpuSet::new(), |a, s| a.union(s)),
         worker_cpus: host.online.clone(),
         workers_shared: false,
@@ -82,6 +106,19 @@ pub fn explicit_plan(root: &Root, host: &Host, x: &Explicit) -> Result<Plan, Pla
         nginx: String::new(),
         irqbalance_pid: host.irqbalance_pid,
     })
+}
+
+/// The receive steering of `ifaces` as the planner lays it out for a server: its IRQ affinity,
+/// RPS, RFS and XPS lines only (its sysctls are not steering).
+fn steering(host: &Host, ifaces: &[String]) -> Result<Vec<Change>, PlanError> {
+    if ifaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let o =
+        PlanOptions { ifaces: ifaces.to_vec(), irq_cpus: None, workers: None, role: Role::Server };
+    let p = super::plan::plan(host, &o)?;
+    let kinds = [Kind::IrqAffinity, Kind::Rps, Kind::RpsFlowCnt, Kind::Xps];
+    Ok(p.changes.into_iter().filter(|c| kinds.contains(&c.kind)).collect())
 }
 
 /// `eth0/rx-0` set to `want`.
@@ -106,7 +143,7 @@ fn rps(host: &Host, queue: &str, want: &CpuSet) -> Result<Option<Change>, PlanEr
         current: list_or_off(&current),
         planned: list_or_off(want),
         write: mask_text(want, host),
-        reason: "set as the sweep's variant asks".into(),
+        reason: REASON.into(),
         source: SOURCE.into(),
     }))
 }
@@ -130,7 +167,7 @@ fn irq_affinity(
         current: current.to_list(),
         planned: want.to_list(),
         write: mask_text(want, host),
-        reason: "set as the sweep's variant asks".into(),
+        reason: REASON.into(),
         source: SOURCE.into(),
     }))
 }

@@ -67,6 +67,9 @@ pub fn plan_text(plan: &Plan) -> String {
             let _ = writeln!(s, "  {}: {}", k.setting, k.reason);
         }
     }
+    if plan.command.is_empty() {
+        return s;
+    }
     let _ = writeln!(s, "\nRun the workers with:\n  {}", plan.command);
     if plan.role == crate::sample::Role::Server {
         s.push_str(

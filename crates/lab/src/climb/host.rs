@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use qpslab_host::tune::{self, explicit::Explicit, plan::Kind, Plan, PlanOptions};
-use qpslab_host::{sample::Role, Host, Root};
+use qpslab_host::tune::{self, explicit::Explicit, Plan};
+use qpslab_host::{Host, Root};
 
 use super::remedy::Change;
 use crate::hostset::{self, Applied};
@@ -38,34 +38,7 @@ impl HostSide {
     /// is now; a setting written twice keeps its last value.
     pub fn plan(&self, changes: &[Change]) -> Result<Plan, String> {
         let host = Host::read(&self.root).map_err(|e| format!("cannot read the host: {e}"))?;
-        let mut x = Explicit::default();
-        let mut steer = Vec::new();
-        for c in changes {
-            match c {
-                Change::Sysctl { name, to, .. } => {
-                    x.sysctl.insert(name.clone(), to.clone());
-                }
-                Change::Steering { iface } => steer.push(iface.clone()),
-                _ => {}
-            }
-        }
-        let mut plan = tune::explicit_plan(&self.root, &host, &x).map_err(|e| e.0)?;
-        for iface in steer {
-            let o = PlanOptions {
-                ifaces: vec![iface],
-                irq_cpus: None,
-                workers: None,
-                role: Role::Server,
-            };
-            let p = tune::plan(&host, &o).map_err(|e| e.0)?;
-            let steering = [Kind::IrqAffinity, Kind::Rps, Kind::RpsFlowCnt, Kind::Xps];
-            for ch in p.changes.into_iter().filter(|ch| steering.contains(&ch.kind)) {
-                plan.changes.retain(|have| have.path != ch.path);
-                plan.changes.push(ch);
-            }
-            plan.irqbalance_pid = p.irqbalance_pid;
-        }
-        Ok(plan)
+        tune::explicit_plan(&self.root, &host, &settings(changes)).map_err(|e| e.0)
     }
 
     /// Puts `changes` in force (None: no host change among them); reverted by
@@ -77,4 +50,20 @@ impl HostSide {
         let plan = self.plan(changes)?;
         Applied::of_plan(&self.root, &self.journal, &plan).map(Some)
     }
+}
+
+/// The host changes among `changes` as settings named outright: what `qpslab tune apply
+/// --from FILE` reads back from a climb's final state.
+pub fn settings(changes: &[Change]) -> Explicit {
+    let mut x = Explicit::default();
+    for c in changes {
+        match c {
+            Change::Sysctl { name, to, .. } => {
+                x.sysctl.insert(name.clone(), to.clone());
+            }
+            Change::Steering { iface } if !x.steer.contains(iface) => x.steer.push(iface.clone()),
+            _ => {}
+        }
+    }
+    x
 }

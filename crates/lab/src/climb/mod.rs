@@ -30,6 +30,7 @@ use serde::Serialize;
 pub use remedy::{Change, Knobs, Remedy};
 
 use crate::bench::{bench, BenchError, BenchOptions, BenchReport};
+use crate::kinds::{SysctlValue, TuneSpec};
 use crate::record::{store_bench, InSweep, Provenance};
 
 /// How a climb runs.
@@ -139,6 +140,9 @@ pub struct Climb {
     pub steps: Vec<Step>,
     /// The final state as bench flags over the starting command (the changes kept).
     pub plan: Vec<String>,
+    /// The final state's host settings as `qpslab tune plan|apply --from FILE` reads them
+    /// (what [`state_file`] writes): its sysctls and the interfaces whose steering it kept.
+    pub host_settings: TuneSpec,
     /// Why the climb ended.
     pub ended: String,
     /// The sweep id its runs are stored under, when stored.
@@ -611,6 +615,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         last,
         steps,
         plan: kept.iter().map(Change::flag).collect(),
+        host_settings: tune_spec(&kept),
         ended,
         sweep: None,
         kept_journal,
@@ -734,6 +739,47 @@ fn recheck(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<(f64, f64)>,
     Ok(Some((ok_rps(&x), ok_rps(&y))))
 }
 
+/// The host changes among `kept` as a tune table.
+fn tune_spec(kept: &[Change]) -> TuneSpec {
+    let x = host::settings(kept);
+    TuneSpec {
+        sysctl: x.sysctl.into_iter().map(|(k, v)| (k, SysctlValue::Text(v))).collect(),
+        steer: x.steer,
+        ..TuneSpec::default()
+    }
+}
+
+/// The final state as a file `qpslab tune plan|apply --from FILE` reads on a host of the same
+/// shape: its host settings, and in comments the rest of the state (the load's options, the
+/// server's configuration) and the rate it reached.
+pub fn state_file(c: &Climb) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# The final state of a qpslab climb: {:.0} ok req/s ({:.0}-{:.0}), {:.2}x its start's {:.0}.",
+        c.last.rps,
+        c.last.min,
+        c.last.max,
+        if c.start_rps > 0.0 { c.final_rps / c.start_rps } else { 0.0 },
+        c.start_rps
+    );
+    o.push_str(
+        "# Its host settings, on a host of the same shape: `qpslab tune plan --from FILE`\n",
+    );
+    o.push_str("# shows them against that host, `qpslab tune apply --from FILE` applies them\n");
+    o.push_str("# (journaled: `qpslab tune revert` undoes them).\n");
+    for p in c.plan.iter().filter(|p| !p.starts_with("host: ")) {
+        let _ = writeln!(o, "# Not a host setting, kept too: {p}");
+    }
+    if c.host_settings == TuneSpec::default() {
+        o.push_str("# It kept no host setting: applying this file changes nothing.\n");
+    }
+    // A table of its own keys after the plain ones: toml writes `steer` before `[sysctl]`.
+    o.push_str(&toml::to_string(&c.host_settings).unwrap_or_default());
+    o
+}
+
 /// The climb as the field reports' tables: one row per step, then the final state.
 pub fn render_text(c: &Climb) -> String {
     use std::fmt::Write as _;
@@ -817,5 +863,46 @@ mod tests {
         assert!(!better(&a, &[90.0, 91.0, 89.0], 0.03));
         // Two repeats cannot say beyond noise.
         assert!(!better(&a[..2], &[110.0, 111.0], 0.03));
+    }
+
+    /// The state file says the kept host settings in the terms `tune --from` reads back, and
+    /// the rest of the state in comments.
+    #[test]
+    fn the_state_file_reads_back_as_the_settings_kept() {
+        let kept = vec![
+            Change::Connections { from: 1, to: 8 },
+            Change::Sysctl {
+                name: "net.ipv4.ip_local_port_range".into(),
+                from: "32768 60999".into(),
+                to: "1024 65535".into(),
+            },
+            Change::Steering { iface: "eth0".into() },
+            Change::NginxAccessLogOff,
+        ];
+        let rps = Rps { rps: 200.0, min: 190.0, max: 210.0 };
+        let c = Climb {
+            start_rps: 100.0,
+            final_rps: 200.0,
+            start: Rps { rps: 100.0, min: 99.0, max: 101.0 },
+            last: rps,
+            steps: Vec::new(),
+            plan: kept.iter().map(Change::flag).collect(),
+            host_settings: tune_spec(&kept),
+            ended: String::new(),
+            sweep: None,
+            kept_journal: None,
+        };
+        let text = state_file(&c);
+        assert!(text.contains("2.00x its start's 100"), "{text}");
+        assert!(text.contains("# Not a host setting, kept too: -c 8"), "{text}");
+        assert!(text.contains("# Not a host setting, kept too: nginx: access_log off;"), "{text}");
+        let spec = crate::sweep::file::tune_file(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let crate::hostset::HostChange::Explicit(x) =
+            crate::hostset::host_change(&spec).unwrap_or_else(|e| panic!("{e}"))
+        else {
+            panic!("named outright: {text}")
+        };
+        assert_eq!(x, host::settings(&kept));
+        assert_eq!(x.steer, ["eth0"]);
     }
 }

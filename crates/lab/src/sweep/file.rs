@@ -188,17 +188,27 @@ fn settings_of(table: toml::Table) -> Result<BenchSettings, String> {
     BenchSettings::parse(table).map_err(|m| format!("{m}{}", hint(&m)))
 }
 
+/// Host settings in a file of their own (a climb's final state), as a sweep's `tune` table.
+pub fn tune_file(text: &str) -> Result<TuneSpec, String> {
+    let value: toml::Value = text.parse().map_err(|e: toml::de::Error| {
+        let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].lines().count().max(1));
+        format!("line {line}: {}", e.message().split_whitespace().collect::<Vec<_>>().join(" "))
+    })?;
+    tune_of(value)
+}
+
+/// Host settings as a sweep's `tune` table gives them.
 fn tune_of(value: toml::Value) -> Result<TuneSpec, String> {
     let spec: TuneSpec = value.try_into().map_err(|e: toml::de::Error| {
         format!(
             "tune: {}; the tune keys are workers, irq-cpus, iface, role (planned) or rps, irq, \
-             sysctl (named outright)",
+             sysctl, steer (named outright)",
             e.message().trim()
         )
     })?;
     if spec.is_explicit() && spec.is_planned() {
         return Err("tune: give planner flags (workers, irq-cpus, iface, role) or settings \
-                    named outright (rps, irq, sysctl), not both"
+                    named outright (rps, irq, sysctl, steer), not both"
             .into());
     }
     Ok(spec)
