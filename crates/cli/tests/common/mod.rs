@@ -272,7 +272,7 @@ pub fn ip(args: &[&str]) {
 /// CPU 0, its files in a directory of its own. Stopped with SIGTERM on drop, nginx's fast shutdown, which takes its workers with it
 /// (SIGKILL would leave them running).
 pub struct NginxWithCosts {
-    master: std::process::Child,
+    pub master: std::process::Child,
     pub dir: tempfile::TempDir,
     pub conf: std::path::PathBuf,
     /// The configuration file's text as written.

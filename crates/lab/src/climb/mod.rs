@@ -461,11 +461,11 @@ fn pick(
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
     let mut knobs = Knobs::of(r);
     let nginx = state.template_workers.is_none();
-    knobs.nginx_keepalive = state
+    knobs.nginx = state
         .server
         .as_deref()
         .filter(|_| nginx)
-        .map(|t| qpslab_host::nginx::parse(t).keepalive_requests);
+        .map(|t| remedy::NginxKnobs::of(&qpslab_host::nginx::parse(t)));
     knobs.template_workers = state.template_workers;
     knobs.apply_host = host.is_some();
     // A setting already changed in this state reads as its new value.
@@ -625,20 +625,18 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
 /// The state `change` makes of `current` (step `n`); Err: why it cannot be made here.
 fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Result<State, String> {
     let mut template_workers = current.template_workers;
-    let server = match (change.directive(), &current.server) {
-        _ if matches!(change, Change::ServerWorkers { .. }) => {
-            let (Change::ServerWorkers { to, .. }, Some(s)) = (change, &w.server) else {
-                return Err("the server's template is not in the climb's hands".into());
-            };
+    let server = match (change, &current.server, &w.server) {
+        (Change::ServerWorkers { to, .. }, _, Some(s)) => {
             template_workers = Some(*to);
             s.render(*to)?
         }
-        (Some((name, value)), Some(text)) => {
-            Some(server::set_directive(text, name, &value).ok_or_else(|| {
-                format!(
-                    "no `{name}` and no http block in nginx's main configuration file to set it in"
-                )
-            })?)
+        (Change::ServerWorkers { .. }, _, None) => {
+            return Err("the server's template is not in the climb's hands".into());
+        }
+        (c, Some(text), Some(s)) if c.is_nginx() => {
+            let text = server::edit(text, c)?;
+            s.check(&text)?;
+            Some(text)
         }
         _ => current.server.clone(),
     };

@@ -38,6 +38,14 @@ pub enum Change {
     NginxAccessLogOff,
     /// The user's nginx: `keepalive_requests`.
     NginxKeepaliveRequests { from: u64, to: u64 },
+    /// The user's nginx: `worker_processes`, each worker bound to a CPU of the server's own
+    /// (`worker_cpu_affinity auto MASK`, as the field reports set it).
+    NginxWorkers { from: usize, to: usize, affinity: String },
+    /// The user's nginx: `accept_mutex off;` (the workers no longer take turns to accept).
+    NginxAcceptMutexOff,
+    /// The user's nginx: `reuseport` on every `listen` of its main file (a listen queue per
+    /// worker, new connections spread by the kernel).
+    NginxReuseport,
     /// A sysctl of the host the climb runs on (of its network namespace, inside one).
     Sysctl { name: String, from: String, to: String },
     /// An interface's receive steering (RPS, RFS, XPS) as `qpslab tune plan --iface` plans it.
@@ -54,6 +62,9 @@ impl Change {
             Change::Workers { to, .. } => o.workers = Some(to),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
+            | Change::NginxWorkers { .. }
+            | Change::NginxAcceptMutexOff
+            | Change::NginxReuseport
             | Change::ServerWorkers { .. }
             | Change::Sysctl { .. }
             | Change::Steering { .. } => {}
@@ -61,15 +72,34 @@ impl Change {
         o
     }
 
-    /// The nginx directive the change sets, and its value.
-    pub fn directive(&self) -> Option<(&'static str, String)> {
-        match *self {
-            Change::NginxAccessLogOff => Some(("access_log", "off".into())),
+    /// The nginx directives the change sets: each one's name, value and the block it goes in
+    /// when the file has none (`http`, `events`, or "" for the main context). `reuseport` is
+    /// not a directive (it is an option of `listen`): see [`Change::NginxReuseport`].
+    pub fn directives(&self) -> Vec<(&'static str, String, &'static str)> {
+        match self {
+            Change::NginxAccessLogOff => vec![("access_log", "off".into(), "http")],
             Change::NginxKeepaliveRequests { to, .. } => {
-                Some(("keepalive_requests", to.to_string()))
+                vec![("keepalive_requests", to.to_string(), "http")]
             }
-            _ => None,
+            Change::NginxWorkers { to, affinity, .. } => vec![
+                ("worker_processes", to.to_string(), ""),
+                ("worker_cpu_affinity", affinity.clone(), ""),
+            ],
+            Change::NginxAcceptMutexOff => vec![("accept_mutex", "off".into(), "events")],
+            _ => Vec::new(),
         }
+    }
+
+    /// Whether it edits the user's nginx.
+    pub fn is_nginx(&self) -> bool {
+        matches!(
+            self,
+            Change::NginxAccessLogOff
+                | Change::NginxKeepaliveRequests { .. }
+                | Change::NginxWorkers { .. }
+                | Change::NginxAcceptMutexOff
+                | Change::NginxReuseport
+        )
     }
 
     /// Whether it changes the host (`--apply-host`).
@@ -88,6 +118,13 @@ impl Change {
             }
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
+            Change::NginxWorkers { from, to, affinity } => {
+                return format!(
+                    "nginx worker_processes {from} -> {to}, worker_cpu_affinity {affinity}"
+                )
+            }
+            Change::NginxAcceptMutexOff => return "nginx accept_mutex off".into(),
+            Change::NginxReuseport => return "nginx listen ... reuseport".into(),
             Change::Sysctl { name, from, to } => return format!("{name} {from} -> {to}"),
             Change::Steering { iface } => return format!("{iface} receive steering (RPS/RFS/XPS)"),
         };
@@ -101,9 +138,14 @@ impl Change {
             Change::Threads { to, .. } => format!("-t {to}"),
             Change::Workers { to, .. } => format!("-w {to}"),
             Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
-            Change::NginxAccessLogOff | Change::NginxKeepaliveRequests { .. } => {
-                let (name, value) = self.directive().unwrap_or_default();
-                format!("nginx: {name} {value};")
+            Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
+            Change::NginxAccessLogOff
+            | Change::NginxKeepaliveRequests { .. }
+            | Change::NginxWorkers { .. }
+            | Change::NginxAcceptMutexOff => {
+                let set: Vec<String> =
+                    self.directives().iter().map(|(n, v, _)| format!("{n} {v};")).collect();
+                format!("nginx: {}", set.join(" "))
             }
             Change::Sysctl { name, to, .. } => format!("host: sysctl -w {name}='{to}'"),
             Change::Steering { iface } => {
@@ -143,9 +185,11 @@ pub struct Knobs {
     pub workers: Option<usize>,
     /// CPUs the server may use (0: not known).
     pub server_cpus: usize,
-    /// The user's nginx in the climb's hands (`--apply-server`): its `keepalive_requests` in
-    /// this state. None: not nginx, or not ours to change.
-    pub nginx_keepalive: Option<u64>,
+    /// The user's nginx in the climb's hands (`--apply-server`): its settings in this state.
+    /// None: not nginx, or not ours to change.
+    pub nginx: Option<NginxKnobs>,
+    /// The server's CPUs as a mask (bit N: CPU N; 0: not known, or past CPU 63).
+    pub server_mask: u64,
     /// The climb may change this host's settings (`--apply-host`).
     pub apply_host: bool,
     /// The user's server in the climb's hands through its template: its workers in this state.
@@ -166,10 +210,50 @@ impl Knobs {
                 0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
                 n => n,
             },
-            nginx_keepalive: None,
+            nginx: None,
+            server_mask: r
+                .target
+                .cpus
+                .iter()
+                .try_fold(0u64, |m, &c| (c < 64).then(|| m | 1 << c))
+                .unwrap_or(0),
             apply_host: false,
             template_workers: None,
             server_here: r.server_host.is_none(),
+        }
+    }
+
+    /// `worker_cpu_affinity`'s value for nginx's workers on the server's CPUs: `auto`, with
+    /// the mask of those CPUs when they are not all of this host's.
+    pub fn affinity(&self) -> String {
+        let all = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        if self.server_mask == 0 || self.server_mask.count_ones() as usize >= all {
+            return "auto".into();
+        }
+        format!("auto {:b}", self.server_mask)
+    }
+}
+
+/// The user's nginx's settings the climb changes, as its configuration has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NginxKnobs {
+    pub keepalive_requests: u64,
+    /// `worker_processes` as a number (1 when not set); None: `auto`, one per CPU already.
+    pub workers: Option<usize>,
+    pub accept_mutex: bool,
+    pub reuseport: bool,
+}
+
+impl NginxKnobs {
+    pub fn of(c: &qpslab_host::nginx::NginxConf) -> NginxKnobs {
+        NginxKnobs {
+            keepalive_requests: c.keepalive_requests,
+            workers: match c.worker_processes.as_deref() {
+                None => Some(1),
+                Some(w) => w.parse().ok(),
+            },
+            accept_mutex: c.accept_mutex,
+            reuseport: c.reuseport,
         }
     }
 }
@@ -193,28 +277,42 @@ pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>)
     if f.name != "nginx-config" {
         return vec![remedy(f, k)];
     }
-    let Some(keepalive) = k.nginx_keepalive else {
+    let Some(n) = k.nginx else {
         return vec![Remedy::NotApplicable(
             "a change to the user's nginx: pass --apply-server to let the climb edit its configuration (the original is kept and restored)".into(),
         )];
     };
     let mut out = Vec::new();
     for e in &f.evidence {
+        let c = |c: Change| Remedy::Change(c);
         if e.starts_with("access_log ") {
-            out.push(Remedy::Change(Change::NginxAccessLogOff));
-        } else if e.starts_with("keepalive_requests ") && keepalive < KEEPALIVE_REQUESTS {
-            out.push(Remedy::Change(Change::NginxKeepaliveRequests {
-                from: keepalive,
+            out.push(c(Change::NginxAccessLogOff));
+        } else if e.starts_with("keepalive_requests ") && n.keepalive_requests < KEEPALIVE_REQUESTS
+        {
+            out.push(c(Change::NginxKeepaliveRequests {
+                from: n.keepalive_requests,
                 to: KEEPALIVE_REQUESTS,
             }));
+        } else if e.starts_with("worker_processes ") {
+            out.extend(nginx_workers(&n, k).map(c));
+        } else if e.starts_with("accept_mutex on") {
+            out.extend(n.accept_mutex.then_some(Change::NginxAcceptMutexOff).map(c));
+            out.extend((!n.reuseport).then_some(Change::NginxReuseport).map(c));
         }
     }
     if out.is_empty() {
         out.push(Remedy::NotApplicable(
-            "its costs named here are not ones the climb edits (workers, accept_mutex, open_file_cache)".into(),
+            "its costs named here are not ones the climb edits (open_file_cache), or are set already".into(),
         ));
     }
     out
+}
+
+/// One nginx worker more, bound with the others to the server's CPUs, while it has fewer
+/// workers than CPUs.
+fn nginx_workers(n: &NginxKnobs, k: &Knobs) -> Option<Change> {
+    let w = n.workers.filter(|w| *w < k.server_cpus.max(1))?;
+    Some(Change::NginxWorkers { from: w, to: w + 1, affinity: k.affinity() })
 }
 
 /// The listen and SYN queues as `qpslab tune plan` raises them.
@@ -352,6 +450,12 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
                 Some(w) if w < k.server_cpus.max(1) => {
                     Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 })
                 }
+                None if k.nginx.is_some() => match k.nginx.and_then(|n| nginx_workers(&n, k)) {
+                    Some(c) => Remedy::Change(c),
+                    None => na(
+                        "nginx runs a worker on every CPU it may use (worker_processes): more CPUs for it, or less work per request",
+                    ),
+                },
                 Some(_) => na(
                     "every CPU the server may use runs a worker: more CPUs for it, or less work per request",
                 ),
@@ -402,7 +506,8 @@ mod tests {
         generator_cpus: 1,
         workers: Some(1),
         server_cpus: 1,
-        nginx_keepalive: None,
+        nginx: None,
+        server_mask: 0,
         apply_host: false,
         template_workers: None,
         server_here: true,
@@ -467,7 +572,13 @@ mod tests {
         ];
         let theirs = Knobs { workers: None, ..ONE_EACH };
         assert!(matches!(remedies(&f, &theirs, &|_| None)[..], [Remedy::NotApplicable(_)]));
-        let ours = Knobs { nginx_keepalive: Some(100), ..theirs };
+        let nginx = NginxKnobs {
+            keepalive_requests: 100,
+            workers: Some(1),
+            accept_mutex: false,
+            reuseport: false,
+        };
+        let ours = Knobs { nginx: Some(nginx), ..theirs };
         assert_eq!(
             remedies(&f, &ours, &|_| None),
             [
@@ -478,7 +589,37 @@ mod tests {
         let c = Change::NginxKeepaliveRequests { from: 100, to: 100_000 };
         assert_eq!(c.describe(), "nginx keepalive_requests 100 -> 100000");
         assert_eq!(c.flag(), "nginx: keepalive_requests 100000;");
-        assert_eq!(Change::NginxAccessLogOff.directive(), Some(("access_log", "off".into())));
+        assert_eq!(Change::NginxAccessLogOff.directives(), [("access_log", "off".into(), "http")]);
+        // Idle CPUs and one worker: a worker more, bound to the server's CPUs; workers taking
+        // turns to accept: accept_mutex off, then a listen queue each.
+        f.evidence = vec![
+            "worker_processes 1 (default): 1 busy worker(s) on 4 CPUs, CPU(s) 2,3 at least 25% idle".into(),
+            "accept_mutex on: the workers take turns to accept".into(),
+        ];
+        let four = Knobs { server_cpus: 4, server_mask: 0b1111, ..ours };
+        let mutex = Knobs { nginx: Some(NginxKnobs { accept_mutex: true, ..nginx }), ..four };
+        let workers = Change::NginxWorkers { from: 1, to: 2, affinity: four.affinity() };
+        assert_eq!(
+            remedies(&f, &mutex, &|_| None),
+            [
+                Remedy::Change(workers.clone()),
+                Remedy::Change(Change::NginxAcceptMutexOff),
+                Remedy::Change(Change::NginxReuseport)
+            ]
+        );
+        assert_eq!(remedy(&finding("server-bound", ""), &four), Remedy::Change(workers));
+        // At one worker per CPU, or `auto`: none more.
+        let full = Knobs { server_cpus: 1, ..ours };
+        assert!(matches!(remedy(&finding("server-bound", ""), &full), Remedy::NotApplicable(_)));
+        let auto = Knobs { nginx: Some(NginxKnobs { workers: None, ..nginx }), ..four };
+        assert!(matches!(remedy(&finding("server-bound", ""), &auto), Remedy::NotApplicable(_)));
+        let two_of_four = Knobs { server_mask: 0b0110, ..four };
+        if std::thread::available_parallelism().map_or(1, std::num::NonZero::get) > 2 {
+            assert_eq!(two_of_four.affinity(), "auto 110");
+        }
+        let c = Change::NginxWorkers { from: 1, to: 2, affinity: "auto 110".into() };
+        assert_eq!(c.flag(), "nginx: worker_processes 2; worker_cpu_affinity auto 110;");
+        assert_eq!(Change::NginxReuseport.flag(), "nginx: listen ... reuseport;");
     }
 
     #[test]

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use qpslab_host::nginx::{self, Master};
 use qpslab_host::Root;
 
+use super::remedy::Change;
+
 /// How long a reload may take to have new workers serving.
 const RELOAD_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -166,6 +168,33 @@ impl UserServer {
         Ok(())
     }
 
+    /// Whether the server would take `text` (nginx: `nginx -t` on a copy beside the file, so
+    /// its relative includes resolve the same; any other server: yes). Err: its refusal.
+    pub fn check(&self, text: &str) -> Result<(), String> {
+        let Reload::Nginx(master) = &self.how else { return Ok(()) };
+        let mut candidate = self.file.clone().into_os_string();
+        candidate.push(".qpslab-candidate");
+        let candidate = PathBuf::from(candidate);
+        write(&candidate, text)?;
+        let mut flags = master.flags.clone();
+        match flags.iter().position(|f| f == "-c") {
+            Some(i) if i + 1 < flags.len() => flags[i + 1] = candidate.display().to_string(),
+            _ => flags.extend(["-c".to_string(), candidate.display().to_string()]),
+        }
+        let out = std::process::Command::new(&master.exe).args(&flags).args(["-t", "-q"]).output();
+        let _ = std::fs::remove_file(&candidate);
+        match out {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => {
+                // `nginx: [emerg] unknown directive "x" in FILE:1`, then "test failed".
+                let err = String::from_utf8_lossy(&o.stderr);
+                let why = err.lines().find(|l| l.contains("[emerg]")).or(err.lines().next());
+                Err(format!("nginx -t refused it: {}", why.unwrap_or("").trim()))
+            }
+            Err(e) => Err(format!("cannot run nginx -t: {e}")),
+        }
+    }
+
     /// The original back, byte for byte, reloaded; the copy aside removed.
     pub fn restore(&mut self) -> Result<(), String> {
         let original = self.original.clone();
@@ -246,9 +275,29 @@ fn workers(master: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// `text` with `change` made: its directives set ([`set_directive`]), or `reuseport` added to
+/// every `listen`. Err: why it cannot be made in this file.
+pub fn edit(text: &str, change: &Change) -> Result<String, String> {
+    if *change == Change::NginxReuseport {
+        return listen_option(text, "reuseport").ok_or_else(|| {
+            "no `listen` in nginx's main configuration file (the climb edits that file only, not the ones it includes)".into()
+        });
+    }
+    let mut out = text.to_string();
+    for (name, value, block) in change.directives() {
+        out = set_directive(&out, name, &value, block).ok_or_else(|| {
+            format!(
+                "no `{name}` and no {block} block in nginx's main configuration file to set it in"
+            )
+        })?;
+    }
+    Ok(out)
+}
+
 /// `text` with every `name ...;` directive set to `name value;`, or, when it has none, with
-/// `name value;` as the first directive of its `http` block. None when it has neither.
-pub fn set_directive(text: &str, name: &str, value: &str) -> Option<String> {
+/// `name value;` as the first directive of its `block` (`http`, `events`), or of the file
+/// for the main context (""). None when it has neither.
+pub fn set_directive(text: &str, name: &str, value: &str, block: &str) -> Option<String> {
     let mut out = String::with_capacity(text.len() + 32);
     let mut found = false;
     let mut rest = text;
@@ -263,9 +312,32 @@ pub fn set_directive(text: &str, name: &str, value: &str) -> Option<String> {
     if found {
         return Some(out);
     }
-    let http = find_directive(text, "http")?;
-    let brace = text[http..].find('{')? + http + 1;
+    if block.is_empty() {
+        return Some(format!("{name} {value};\n{text}"));
+    }
+    let at = find_directive(text, block)?;
+    let brace = text[at..].find('{')? + at + 1;
     Some(format!("{}\n    {name} {value};{}", &text[..brace], &text[brace..]))
+}
+
+/// `text` with `option` added to every `listen` directive that lacks it; None when it has no
+/// `listen`.
+fn listen_option(text: &str, option: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut rest = text;
+    let mut found = false;
+    while let Some(at) = find_directive(rest, "listen") {
+        let end = rest[at..].find(';')? + at;
+        out.push_str(&rest[..end]);
+        if !rest[at..end].split_whitespace().any(|w| w == option) {
+            out.push(' ');
+            out.push_str(option);
+        }
+        rest = &rest[end..];
+        found = true;
+    }
+    out.push_str(rest);
+    found.then_some(out)
 }
 
 /// Where directive `name` starts in `text`: at a statement's start (after `;`, `{`, `}` or
@@ -304,29 +376,54 @@ mod tests {
 
     #[test]
     fn every_directive_of_the_name_is_set_and_nothing_else_moves() {
-        let off = set_directive(CONF, "access_log", "off").unwrap();
+        let off = set_directive(CONF, "access_log", "off", "http").unwrap();
         assert_eq!(
             off,
             CONF.replace("access_log /var/log/a.log main", "access_log off")
                 .replace("access_log /var/log/b.log", "access_log off")
         );
         assert!(off.contains("# access_log in a comment;"), "comments stay");
-        let k = set_directive(CONF, "keepalive_requests", "100000").unwrap();
+        let k = set_directive(CONF, "keepalive_requests", "100000", "http").unwrap();
         assert!(k.contains("keepalive_requests 100000;") && !k.contains("keepalive_requests 100;"));
     }
 
     #[test]
     fn a_directive_not_there_goes_first_in_http() {
         let text = "events {}\nhttp {\n  server { listen 80; }\n}\n";
-        let k = set_directive(text, "keepalive_requests", "100000").unwrap();
+        let k = set_directive(text, "keepalive_requests", "100000", "http").unwrap();
         assert_eq!(
             k,
             "events {}\nhttp {\n    keepalive_requests 100000;\n  server { listen 80; }\n}\n"
         );
         // Neither the directive nor an http block: nothing to edit.
-        assert_eq!(set_directive("events {}\n", "access_log", "off"), None);
+        assert_eq!(set_directive("events {}\n", "access_log", "off", "http"), None);
         // A longer name is another directive.
         assert!(find_directive("access_log_x 1;", "access_log").is_none());
+        // The main context: first in the file; events: first in its block.
+        let w = set_directive(text, "worker_processes", "2", "").unwrap();
+        assert_eq!(w, format!("worker_processes 2;\n{text}"));
+        let m = set_directive(text, "accept_mutex", "off", "events").unwrap();
+        assert!(m.starts_with("events {\n    accept_mutex off;}"), "{m}");
+    }
+
+    /// The workers with their affinity, accept_mutex, and reuseport on every listen of the
+    /// file that lacks it.
+    #[test]
+    fn nginx_changes_edit_their_directives_and_listens() {
+        let w = Change::NginxWorkers { from: 1, to: 2, affinity: "auto 10".into() };
+        let e = edit(CONF, &w).unwrap();
+        assert!(e.starts_with("worker_cpu_affinity auto 10;\nworker_processes 2;\n"), "{e}");
+        assert_eq!(edit(&e, &w).unwrap(), e, "made twice, the same text");
+        let text = "http {\n  server { listen 80; listen [::]:80 reuseport; }\n  server { listen 8080 backlog=512; }\n}\n";
+        let r = edit(text, &Change::NginxReuseport).unwrap();
+        assert_eq!(
+            r,
+            "http {\n  server { listen 80 reuseport; listen [::]:80 reuseport; }\n  server { listen 8080 backlog=512 reuseport; }\n}\n"
+        );
+        let e = edit("http { include sites/*; }\n", &Change::NginxReuseport).unwrap_err();
+        assert!(e.contains("no `listen`"), "{e}");
+        let m = edit(CONF, &Change::NginxAcceptMutexOff).unwrap();
+        assert!(m.contains("events {\n    accept_mutex off; worker_connections 64; }"), "{m}");
     }
 
     /// A template fills in {{workers}} and nothing else; one naming another variable, or none,
