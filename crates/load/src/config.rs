@@ -89,6 +89,10 @@ impl StatusSet {
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     pub targets: Vec<Target>,
+    /// The order of each address's requests (`--order`).
+    pub order: targets::Order,
+    /// The `--urls` pool, when there is one.
+    pub pool: Option<Pool>,
     pub threads: usize,
     pub connections: usize,
     /// Stop after this long (measured from the end of warm-up).
@@ -129,6 +133,49 @@ pub struct LoadConfig {
     port_budgets: Vec<PortBudget>,
 }
 
+/// The `--urls` pool as the run knows it: where it came from, how big, and how its report
+/// groups its lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    pub file: String,
+    /// Its lines (requests).
+    pub size: usize,
+    /// sha256 of the file's text, hex: the same digest, the same pool.
+    pub digest: String,
+    /// Group by the first N segments of each path; None: one group.
+    pub group_by: Option<usize>,
+}
+
+/// The `--urls` pool's default grouping: by its paths' first segment.
+pub const DEFAULT_GROUP_BY: usize = 1;
+
+impl Pool {
+    fn of(
+        f: &crate::options::FileText,
+        targets: &[Target],
+        o: &LoadOptions,
+    ) -> Result<Pool, ConfigError> {
+        use sha2::Digest as _;
+        let group_by = match o.group_by.as_deref() {
+            None => Some(DEFAULT_GROUP_BY),
+            Some("none") => None,
+            Some(n) => Some(n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                ConfigError::new(
+                    "--group-by",
+                    format!("{n:?}: give a number of path segments (1 or more) or none"),
+                )
+            })?),
+        };
+        let digest = sha2::Sha256::digest(f.text.as_bytes());
+        Ok(Pool {
+            file: f.name.clone(),
+            size: targets.iter().filter(|t| t.pool).count(),
+            digest: digest.iter().map(|b| format!("{b:02x}")).collect(),
+            group_by,
+        })
+    }
+}
+
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
@@ -165,8 +212,19 @@ impl LoadConfig {
             qpslab_sys::system::online_cpus(),
             targets.iter().any(|t| t.addr.ip().is_loopback()),
         );
+        let order = targets::Order::parse(opts.order.as_deref().unwrap_or("seq"))
+            .map_err(|e| ConfigError::new("--order", e))?;
+        let pool = opts.urls_file.as_ref().map(|f| Pool::of(f, &targets, opts)).transpose()?;
+        if pool.is_none() && opts.group_by.is_some() {
+            return Err(ConfigError::new(
+                "--group-by",
+                "it groups the --urls pool: give --urls FILE",
+            ));
+        }
         Ok(Self {
             duration: run_length(opts, rate.as_ref()),
+            order,
+            pool,
             targets,
             threads,
             connections,
@@ -243,7 +301,7 @@ impl LoadConfig {
 
     /// The target groups (targets sharing an address), requests laid out for `pipeline`.
     pub fn groups(&self) -> Vec<targets::Group> {
-        targets::groups(&self.targets, self.pipeline)
+        targets::groups(&self.targets, self.pipeline, self.order)
     }
 
     /// The group (index into `groups`, from [`Self::groups`]) of each connection, by global
@@ -474,6 +532,29 @@ mod tests {
 
     fn opts(url: &str) -> LoadOptions {
         LoadOptions { urls: vec![url.into()], ..LoadOptions::default() }
+    }
+
+    #[test]
+    fn order_and_group_by_are_checked() {
+        let o = |order: Option<&str>, group_by: Option<&str>, pool: bool| LoadOptions {
+            urls: vec!["http://127.0.0.1:1/".into()],
+            urls_file: pool.then(|| crate::options::FileText {
+                name: "p.txt".into(),
+                text: "/a/1\n/b/2\n".into(),
+            }),
+            order: order.map(String::from),
+            group_by: group_by.map(String::from),
+            ..LoadOptions::default()
+        };
+        let flag = |o: LoadOptions| LoadConfig::from_options(&o).unwrap_err().flag;
+        assert_eq!(flag(o(Some("sorted"), None, false)), "--order");
+        assert_eq!(flag(o(None, Some("1"), false)), "--group-by");
+        assert_eq!(flag(o(None, Some("0"), true)), "--group-by");
+        assert_eq!(flag(o(None, Some("x"), true)), "--group-by");
+        let c = LoadConfig::from_options(&o(Some("random:9"), Some("none"), true)).unwrap();
+        assert_eq!(c.order, targets::Order::Random { seed: 9 });
+        let p = c.pool.unwrap();
+        assert_eq!((p.size, p.group_by, p.digest.len()), (2, None, 64));
     }
 
     #[test]

@@ -64,6 +64,9 @@ impl PollMode {
 /// file here). The round-trip test holds every other flag to a key that travels.
 pub const LOCAL_ONLY: &[&str] = &["log"];
 
+/// Flags whose key is not their own name: `urls` is the command line's URLs.
+pub const KEY_OF: &[(&str, &str)] = &[("urls", "urls-file")];
+
 /// The load's options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, rename_all = "kebab-case")]
@@ -75,6 +78,23 @@ pub struct LoadOptions {
     /// More targets from FILE, one request per line: METHOD URL [Name: value]... [weight=N]
     #[arg(long, value_name = "FILE", value_parser = FileText::from_arg)]
     pub targets: Option<FileText>,
+
+    /// A pool of requests from FILE, encoded once before the run: a URL, or a path on URL's
+    /// host, per line (blank lines and # comments skipped), each with -X, -H and -d; with it,
+    /// URL is only the base for the paths. Reported by --group-by, not per line
+    #[arg(long = "urls", value_name = "FILE", value_parser = FileText::from_arg)]
+    pub urls_file: Option<FileText>,
+
+    /// The order of the requests: seq (as given: a thread's connections take the next in
+    /// turn), or random[:SEED] (a seeded shuffle, the seed printed and stored so a run can be
+    /// replayed request for request) [default: seq]
+    #[arg(long, value_name = "ORDER")]
+    pub order: Option<String>,
+
+    /// Report the --urls pool by the first N segments of each path, or none (one row)
+    /// [default: 1]
+    #[arg(long, value_name = "N|none")]
+    pub group_by: Option<String>,
 
     /// Load threads, one event loop each [default: one per CPU the generator may use, at most
     /// -c]
@@ -239,6 +259,9 @@ impl Default for LoadOptions {
         Self {
             urls: Vec::new(),
             targets: None,
+            urls_file: None,
+            order: None,
+            group_by: None,
             threads: None,
             connections: None,
             duration: None,
@@ -513,6 +536,8 @@ mod tests {
             "NAME" => "example.com".into(),
             "BYTES" => "8192".into(),
             "FILE" => file("f", "GET http://127.0.0.1:1/\n"),
+            "ORDER" => "random:7".into(),
+            "N|none" => "none".into(),
             _ => return None,
         })
     }
@@ -548,8 +573,9 @@ mod tests {
             if LOCAL_ONLY.contains(&long.as_str()) {
                 continue;
             }
-            assert!(json.get(long).is_some(), "--{long} has no key of its own name");
-            assert_ne!(json[long], plain[long], "--{long} did not change its key");
+            let key = KEY_OF.iter().find(|(f, _)| f == long).map_or(long.as_str(), |(_, k)| k);
+            assert!(json.get(key).is_some(), "--{long} has no key {key}");
+            assert_ne!(json[key], plain[key], "--{long} did not change its key");
         }
         let back: LoadOptions = serde_json::from_value(json).unwrap();
         assert_eq!(back, LoadOptions { log: None, ..given.clone() }, "the JSON round trip");

@@ -28,6 +28,8 @@ pub(crate) struct Req {
     /// Sent again once already, after its reused connection closed before responding.
     pub retried: bool,
     pub target: u32,
+    /// Its position in the group's request cycle (its bytes, its header block).
+    pub pos: u32,
 }
 
 /// What parsing a read's worth of bytes left the connection in.
@@ -54,8 +56,6 @@ pub(crate) enum Ended {
 pub(crate) struct Http1 {
     /// The target group the connection belongs to (its address).
     pub group: usize,
-    /// Position in the group's request cycle of the next request.
-    cursor: usize,
     parser: ResponseParser,
     /// Unconsumed bytes of a response head split across reads.
     carry: Vec<u8>,
@@ -63,22 +63,25 @@ pub(crate) struct Http1 {
     /// The part of the group's request bytes still to write.
     write_pos: usize,
     write_end: usize,
+    /// Requests written again on a new connection: the ranges of the group's request bytes
+    /// to write after this one, last first.
+    runs: Vec<(usize, usize)>,
     /// A response has arrived on the current connection, or it was opened before the run and
     /// waited idle for its first request.
     pub reused: bool,
 }
 
 impl Http1 {
-    /// The exchange of a connection of `group`, starting at `cursor` in its request cycle.
-    pub fn new(group: usize, cursor: usize, depth: usize) -> Self {
+    /// The exchange of a connection of `group`.
+    pub fn new(group: usize, depth: usize) -> Self {
         Http1 {
             group,
-            cursor,
             parser: ResponseParser::default(),
             carry: Vec::new(),
             inflight: VecDeque::with_capacity(depth),
             write_pos: 0,
             write_end: 0,
+            runs: Vec::new(),
             reused: false,
         }
     }
@@ -97,11 +100,6 @@ impl Http1 {
         self.inflight.front().map(|r| r.sent_at)
     }
 
-    /// The target of the next request of the cycle.
-    pub fn next_target(&self, group: &Group) -> u32 {
-        group.cycle[self.cursor]
-    }
-
     /// Part of a batch is still to be written.
     pub fn writing(&self) -> bool {
         self.write_pos != self.write_end
@@ -116,32 +114,44 @@ impl Http1 {
     pub fn wrote(&mut self, n: usize) {
         self.write_pos += n;
         if self.write_pos >= self.write_end {
-            self.write_pos = 0;
-            self.write_end = 0;
+            (self.write_pos, self.write_end) = self.runs.pop().unwrap_or((0, 0));
         }
     }
 
-    /// The next `k` requests of the group's cycle go out as one write (a pipelined batch);
-    /// `make(i, target)` gives the i-th its timing and accounting.
-    pub fn queue(&mut self, group: &Group, k: usize, mut make: impl FnMut(usize, u32) -> Req) {
+    /// The next `k` requests of the group's cycle from `cursor` (which moves past them) go out
+    /// as one write (a pipelined batch); `make(i, target, pos)` gives the i-th its timing and
+    /// accounting.
+    pub fn queue(
+        &mut self,
+        group: &Group,
+        cursor: &mut usize,
+        k: usize,
+        mut make: impl FnMut(usize, u32, u32) -> Req,
+    ) {
         let len = group.cycle.len();
         for i in 0..k {
-            let target = group.cycle[(self.cursor + i) % len];
-            self.inflight.push_back(make(i, target));
+            let pos = (*cursor + i) % len;
+            self.inflight.push_back(make(i, group.cycle[pos], pos as u32));
         }
-        (self.write_pos, self.write_end) = group.slice(self.cursor, k);
-        self.cursor = (self.cursor + k) % len;
+        (self.write_pos, self.write_end) = group.slice(*cursor, k);
+        *cursor = (*cursor + k) % len;
     }
 
     /// On a new connection: the requests the old one did not answer go again, in order, as
-    /// they were (their intended times kept, `now` as their write).
+    /// they were (their intended times kept, `now` as their write); requests next to each
+    /// other in the cycle in one range.
     pub fn resend(&mut self, group: &Group, now: Instant) {
-        let k = self.inflight.len();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         for r in &mut self.inflight {
             r.sent_at = now;
+            let pos = r.pos as usize;
+            match runs.last_mut() {
+                Some((start, n)) if *start + *n == pos => *n += 1,
+                _ => runs.push((pos, 1)),
+            }
         }
-        (self.write_pos, self.write_end) = group.slice(self.cursor, k);
-        self.cursor = (self.cursor + k) % group.cycle.len();
+        self.runs = runs.into_iter().rev().map(|(pos, n)| group.slice(pos, n)).collect();
+        (self.write_pos, self.write_end) = self.runs.pop().unwrap_or((0, 0));
     }
 
     /// Parses `data` (after any carried head bytes); each complete response is handed to
@@ -218,14 +228,9 @@ impl Http1 {
     }
 
     /// The connection closes with requests unanswered that will be written again on the next
-    /// one: the cursor goes back over them; returns how many there are.
-    pub fn rewind(&mut self, cycle_len: usize) -> usize {
-        let k = self.inflight.len();
-        if k > 0 {
-            // They are the last k of the cycle before the cursor.
-            self.cursor = (self.cursor + cycle_len - k % cycle_len) % cycle_len;
-        }
-        k
+    /// one (each keeps its position in the cycle): how many there are.
+    pub fn unanswered(&self) -> usize {
+        self.inflight.len()
     }
 
     /// The connection is gone: nothing half-read or half-written is kept (requests in
@@ -235,6 +240,7 @@ impl Http1 {
         self.carry.clear();
         self.write_pos = 0;
         self.write_end = 0;
+        self.runs.clear();
         self.reused = false;
     }
 
@@ -303,10 +309,6 @@ impl Session {
         either!(self, s => s.oldest_sent())
     }
 
-    pub fn next_target(&self, group: &Group) -> u32 {
-        either!(self, s => s.next_target(group))
-    }
-
     /// Requests the connection may have in flight at once: `depth`, within what an HTTP/2
     /// server allows.
     #[inline]
@@ -339,9 +341,17 @@ impl Session {
         either!(self, s => s.wrote(n))
     }
 
+    /// The next `k` requests of the group's cycle from `cursor` (the worker's, shared by its
+    /// connections of the group, so together they walk the cycle in order).
     #[inline]
-    pub fn queue(&mut self, group: &Group, k: usize, make: impl FnMut(usize, u32) -> Req) {
-        either!(self, s => s.queue(group, k, make))
+    pub fn queue(
+        &mut self,
+        group: &Group,
+        cursor: &mut usize,
+        k: usize,
+        make: impl FnMut(usize, u32, u32) -> Req,
+    ) {
+        either!(self, s => s.queue(group, cursor, k, make))
     }
 
     pub fn resend(&mut self, group: &Group, now: Instant) {
@@ -374,11 +384,9 @@ impl Session {
         either!(self, s => s.retry_after_race(idempotent))
     }
 
-    pub fn rewind(&mut self, cycle_len: usize) -> usize {
-        match self {
-            Session::H1(s) => s.rewind(cycle_len),
-            Session::H2(s) => s.rewind(),
-        }
+    /// Requests unanswered that go again on the next connection.
+    pub fn unanswered(&self) -> usize {
+        either!(self, s => s.unanswered())
     }
 
     pub fn closed(&mut self) {
@@ -424,8 +432,12 @@ mod tests {
 
     /// A group of one target (GET /x), laid out for pipelines of up to 4.
     fn group() -> Group {
+        group_of(&["/x"])
+    }
+
+    fn group_of(paths: &[&str]) -> Group {
         let o = crate::LoadOptions {
-            urls: vec!["http://127.0.0.1:1/x".into()],
+            urls: paths.iter().map(|p| format!("http://127.0.0.1:1{p}")).collect(),
             connections: Some(1),
             pipeline: 4,
             ..crate::LoadOptions::default()
@@ -434,8 +446,8 @@ mod tests {
         cfg.groups().remove(0)
     }
 
-    fn req(now: Instant) -> Req {
-        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0 }
+    fn req(now: Instant, pos: u32) -> Req {
+        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0, pos }
     }
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
@@ -444,8 +456,8 @@ mod tests {
     #[test]
     fn a_pipelined_batch_is_written_once_and_answered_across_split_reads() {
         let (g, now) = (group(), Instant::now());
-        let mut s = Http1::new(0, 0, 4);
-        s.queue(&g, 3, |_, _| req(now));
+        let mut s = Http1::new(0, 4);
+        s.queue(&g, &mut 0, 3, |_, _, pos| req(now, pos));
         let (from, to) = s.to_write();
         let wire = &g.wire[from..to];
         assert_eq!(wire.windows(5).filter(|w| w == b"GET /").count(), 3, "three requests");
@@ -466,25 +478,25 @@ mod tests {
     #[test]
     fn the_end_of_input_and_the_close_race() {
         let (g, now) = (group(), Instant::now());
-        let mut s = Http1::new(0, 0, 4);
+        let mut s = Http1::new(0, 4);
         assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Idle);
-        s.queue(&g, 1, |_, _| req(now));
+        s.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
         // Not reused yet: a close before any byte is a failure, not the race.
         assert!(!s.retry_after_race(&[true]));
         s.absorb(OK, &[false], false, |_, _| {}).unwrap();
-        s.queue(&g, 2, |_, _| req(now));
+        s.queue(&g, &mut 0, 2, |_, _, pos| req(now, pos));
         assert!(!s.retry_after_race(&[false]), "not idempotent: never sent twice");
         assert!(s.retry_after_race(&[true]));
         assert!(!s.retry_after_race(&[true]), "once only");
-        // The two go again: the cursor goes back over them.
-        assert_eq!(s.rewind(g.cycle.len()), 2);
+        // The two go again.
+        assert_eq!(s.unanswered(), 2);
         s.closed();
         s.resend(&g, now);
         assert!(s.writing() && s.in_flight() == 2);
         assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Unanswered);
         // A close-delimited body ends with the input.
-        let mut d = Http1::new(0, 0, 1);
-        d.queue(&g, 1, |_, _| req(now));
+        let mut d = Http1::new(0, 1);
+        d.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
         d.absorb(b"HTTP/1.1 200 OK\r\n\r\nbody", &[false], false, |_, _| {}).unwrap();
         let mut got = 0;
         assert_eq!(d.eof(|_, _| got += 1).unwrap(), Ended::Response);
@@ -494,18 +506,51 @@ mod tests {
     #[test]
     fn connection_close_and_one_request_end_the_connection() {
         let (g, now) = (group(), Instant::now());
-        let mut s = Http1::new(0, 0, 4);
-        s.queue(&g, 2, |_, _| req(now));
+        let mut s = Http1::new(0, 4);
+        s.queue(&g, &mut 0, 2, |_, _, pos| req(now, pos));
         let close = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         assert_eq!(s.absorb(close, &[false], false, |_, _| {}).unwrap(), Absorbed::Close);
         assert_eq!(s.in_flight(), 1, "the second was not answered: it goes again");
-        let mut one = Http1::new(0, 0, 1);
-        one.queue(&g, 1, |_, _| req(now));
+        let mut one = Http1::new(0, 1);
+        one.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
         assert_eq!(one.absorb(OK, &[false], true, |_, _| {}).unwrap(), Absorbed::Close);
         let tls = [0x15, 3, 3, 0, 2, 2, 40];
-        let mut t = Http1::new(0, 0, 1);
-        t.queue(&g, 1, |_, _| req(now));
+        let mut t = Http1::new(0, 1);
+        t.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
         let e = t.absorb(&tls, &[false], false, |_, _| {}).unwrap_err();
         assert!(e.contains("use an https:// URL"), "{e}");
+    }
+
+    /// The connections of a thread take requests from its cursor in turn; requests a closed
+    /// connection did not get answers to go again as they were, each from its own bytes, even
+    /// when others were taken between them.
+    #[test]
+    fn connections_share_the_cursor_and_resend_their_own_requests() {
+        let (g, now) = (group_of(&["/a", "/b", "/c"]), Instant::now());
+        let (mut x, mut y) = (Http1::new(0, 4), Http1::new(0, 4));
+        let mut cursor = 0;
+        let written = |s: &mut Http1| {
+            let mut out = Vec::new();
+            while s.writing() {
+                let (from, to) = s.to_write();
+                out.extend_from_slice(&g.wire[from..to]);
+                s.wrote(to - from);
+            }
+            String::from_utf8(out).unwrap()
+        };
+        x.queue(&g, &mut cursor, 1, |_, _, pos| req(now, pos));
+        assert!(written(&mut x).starts_with("GET /a "));
+        y.queue(&g, &mut cursor, 1, |_, _, pos| req(now, pos));
+        assert!(written(&mut y).starts_with("GET /b "));
+        x.queue(&g, &mut cursor, 2, |_, _, pos| req(now, pos));
+        let two = written(&mut x);
+        assert!(two.starts_with("GET /c ") && two.matches("GET /a ").count() == 1, "{two}");
+        assert_eq!(cursor, 1);
+        // x's three unanswered (/a, then /c /a) go again as they were: two ranges.
+        x.closed();
+        x.resend(&g, now);
+        let again = written(&mut x);
+        let order: Vec<&str> = again.split("GET ").skip(1).map(|r| &r[..2]).collect();
+        assert_eq!(order, ["/a", "/c", "/a"], "{again}");
     }
 }

@@ -28,42 +28,74 @@ pub struct Target {
     pub weight: u32,
     /// https: the name its connections send (SNI) and verify the certificate against.
     pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// A line of the `--urls` pool: reported with its group, not on a row of its own.
+    pub pool: bool,
 }
 
-/// Builds every target, command-line URLs first; also returns notes for the user (a URL taken
-/// as `http://`).
+/// Builds every target, command-line URLs first (or the `--urls` pool in their place), then
+/// the targets file's; also returns notes for the user (a URL taken as `http://`).
 pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
-    if o.urls.is_empty() && o.targets.is_none() {
+    if o.urls.is_empty() && o.targets.is_none() && o.urls_file.is_none() {
         return Err(ConfigError::new(
             "URL",
-            "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE)",
+            "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE, --urls FILE)",
         ));
     }
     let body = o.body.as_ref().map_or(&[][..], |b| b.0.as_slice());
     let headers = headers(o)?;
-    let mut lines: Vec<TargetLine> = o
-        .urls
-        .iter()
-        .map(|u| TargetLine {
-            method: o.method.clone(),
-            url: u.clone(),
-            headers: Vec::new(),
-            weight: 1,
-        })
-        .collect();
-    if let Some(file) = &o.targets {
-        lines.extend(targets_file::read_file(file)?);
-    }
     let mut notes = Vec::new();
-    for l in &mut lines {
-        if let Some(full) = with_default_scheme(&l.url) {
-            notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
-            l.url = full;
+    let mut cache = Resolved::new();
+    let mut targets = match &o.urls_file {
+        Some(pool) => pool_targets(pool, o, &headers, body, &mut cache, &mut notes)?,
+        None => {
+            let lines: Vec<TargetLine> = o
+                .urls
+                .iter()
+                .map(|u| TargetLine {
+                    method: o.method.clone(),
+                    url: u.clone(),
+                    headers: Vec::new(),
+                    weight: 1,
+                })
+                .collect();
+            resolve_lines(lines, "URL", o, &headers, body, &mut cache, &mut notes)?
         }
+    };
+    if let Some(file) = &o.targets {
+        let lines = targets_file::read_file(file)?;
+        targets.extend(resolve_lines(
+            lines,
+            "--targets",
+            o,
+            &headers,
+            body,
+            &mut cache,
+            &mut notes,
+        )?);
     }
-    let targets = lines
-        .iter()
-        .map(|l| {
+    Ok((targets, notes))
+}
+
+/// Host names already looked up: a pool names its host on every line.
+type Resolved = std::collections::HashMap<(String, u16), SocketAddr>;
+
+/// The targets of `lines`, errors named after `flag`.
+fn resolve_lines(
+    lines: Vec<TargetLine>,
+    flag: &'static str,
+    o: &LoadOptions,
+    headers: &[HeaderArg],
+    body: &[u8],
+    cache: &mut Resolved,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Target>, ConfigError> {
+    lines
+        .into_iter()
+        .map(|mut l| {
+            if let Some(full) = with_default_scheme(&l.url) {
+                notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
+                l.url = full;
+            }
             // A header of the line replaces a -H header of the same name.
             let mut hs: Vec<HeaderArg> = headers
                 .iter()
@@ -71,23 +103,79 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
                 .cloned()
                 .collect();
             hs.extend(l.headers.iter().cloned());
-            let given = o
-                .urls
-                .iter()
-                .any(|u| *u == l.url || with_default_scheme(u).as_ref() == Some(&l.url));
-            let flag = if given { "URL" } else { "--targets" };
-            resolve_target(&l.url, &l.method, &hs, body, l.weight, o.tls.sni.as_deref()).map_err(
-                |e| {
-                    if e.flag == "--sni" {
-                        e
-                    } else {
-                        ConfigError::new(flag, e.message)
-                    }
-                },
-            )
+            let sni = o.tls.sni.as_deref();
+            resolve_target(&l.url, &l.method, &hs, body, l.weight, sni, cache).map_err(|e| {
+                if e.flag == "--sni" {
+                    e
+                } else {
+                    ConfigError::new(flag, e.message)
+                }
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((targets, notes))
+        .collect()
+}
+
+/// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each with
+/// the method, headers and body of the command line.
+fn pool_targets(
+    pool: &crate::options::FileText,
+    o: &LoadOptions,
+    headers: &[HeaderArg],
+    body: &[u8],
+    cache: &mut Resolved,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Target>, ConfigError> {
+    let err = |m: String| ConfigError::new("--urls", m);
+    if o.urls.len() > 1 {
+        return Err(err(format!(
+            "give one URL with it (the base of the pool's paths), not {}",
+            o.urls.len()
+        )));
+    }
+    let base = o.urls.first().map(|u| with_default_scheme(u).unwrap_or_else(|| u.clone()));
+    let base = base
+        .map(|b| url::Url::parse(&b).map_err(|e| err(format!("the URL {b:?} is not valid ({e})"))))
+        .transpose()?;
+    let mut bare = 0;
+    let mut out = Vec::new();
+    for (i, raw) in pool.text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |m: String| err(format!("{} line {}: {m}", pool.name, i + 1));
+        let url = if line.starts_with('/') {
+            let base = base.as_ref().ok_or_else(|| {
+                at(format!("{line:?} is a path: give a URL for its scheme and host, e.g. http://127.0.0.1:8080/"))
+            })?;
+            base.join(line).map_err(|e| at(format!("{line:?}: {e}")))?.to_string()
+        } else if let Some(full) = with_default_scheme(line) {
+            bare += 1;
+            full
+        } else {
+            line.to_string()
+        };
+        let sni = o.tls.sni.as_deref();
+        let mut t = resolve_target(&url, &o.method, headers, body, 1, sni, cache).map_err(|e| {
+            if e.flag == "--sni" {
+                e
+            } else {
+                at(e.message)
+            }
+        })?;
+        t.pool = true;
+        out.push(t);
+    }
+    if out.is_empty() {
+        return Err(err(format!(
+            "{} has no URL or path; write one per line, e.g. /item/1",
+            pool.name
+        )));
+    }
+    if bare > 0 {
+        notes.push(format!("{bare} line(s) of {} have no scheme: taken as http://", pool.name));
+    }
+    Ok(out)
 }
 
 /// The `-H` headers, with `Connection: close` for a connection per request.
@@ -154,6 +242,7 @@ fn resolve_target(
     body: &[u8],
     weight: u32,
     sni: Option<&str>,
+    cache: &mut Resolved,
 ) -> Result<Target, ConfigError> {
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
@@ -177,11 +266,18 @@ fn resolve_target(
     let port = url.port_or_known_default().unwrap_or(80);
     // Host names resolve once, before the run; the first address is used.
     let lookup = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = (lookup, port)
-        .to_socket_addrs()
-        .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
-        .next()
-        .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
+    let addr = match cache.get(&(lookup.to_string(), port)) {
+        Some(a) => *a,
+        None => {
+            let a = (lookup, port)
+                .to_socket_addrs()
+                .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
+                .next()
+                .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
+            cache.insert((lookup.to_string(), port), a);
+            a
+        }
+    };
     let authority = match url.port() {
         Some(p) => format!("{host}:{p}"),
         None => host.to_string(),
@@ -219,6 +315,7 @@ fn resolve_target(
         head: spec.is_head(),
         weight,
         tls_name,
+        pool: false,
     })
 }
 
@@ -235,8 +332,16 @@ mod tests {
     /// and kept out of the URL the reports show; the user's own Authorization header wins.
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
-        let t = resolve_target("http://alice:s%40cret@127.0.0.1:8080/x", "GET", &[], &[], 1, None)
-            .unwrap();
+        let t = resolve_target(
+            "http://alice:s%40cret@127.0.0.1:8080/x",
+            "GET",
+            &[],
+            &[],
+            1,
+            None,
+            &mut Resolved::new(),
+        )
+        .unwrap();
         // base64("alice:s@cret")
         assert!(
             request(&t).contains("\r\nAuthorization: Basic YWxpY2U6c0BjcmV0\r\n"),
@@ -245,10 +350,27 @@ mod tests {
         );
         assert_eq!(t.url, "http://127.0.0.1:8080/x");
         let own = [HeaderArg { name: "authorization".into(), value: "Bearer t".into() }];
-        let t =
-            resolve_target("http://alice:pw@127.0.0.1:8080/", "GET", &own, &[], 1, None).unwrap();
+        let t = resolve_target(
+            "http://alice:pw@127.0.0.1:8080/",
+            "GET",
+            &own,
+            &[],
+            1,
+            None,
+            &mut Resolved::new(),
+        )
+        .unwrap();
         assert!(!request(&t).contains("Basic"), "{}", request(&t));
-        let t = resolve_target("http://127.0.0.1:8080/", "GET", &[], &[], 1, None).unwrap();
+        let t = resolve_target(
+            "http://127.0.0.1:8080/",
+            "GET",
+            &[],
+            &[],
+            1,
+            None,
+            &mut Resolved::new(),
+        )
+        .unwrap();
         assert!(!request(&t).contains("Authorization"));
     }
 
@@ -264,5 +386,36 @@ mod tests {
         assert!(request(&t[0]).contains("\r\nUser-Agent: probe/1\r\n"), "{}", request(&t[0]));
         let (t, _) = build(&o(vec!["user-agent: mine".into()])).unwrap();
         assert!(!request(&t[0]).contains("probe/1"), "{}", request(&t[0]));
+    }
+
+    /// A pool's bad input is named with its flag, file and line, and the fix.
+    #[test]
+    fn a_pool_refuses_what_it_cannot_request() {
+        let file =
+            |text: &str| crate::options::FileText { name: "p.txt".into(), text: text.into() };
+        let o = |urls: &[&str], text: &str| LoadOptions {
+            urls: urls.iter().map(|u| u.to_string()).collect(),
+            urls_file: Some(file(text)),
+            ..LoadOptions::default()
+        };
+        let err = |o: LoadOptions| build(&o).unwrap_err();
+        let e = err(o(&[], "/a\n"));
+        assert_eq!(e.flag, "--urls");
+        assert!(e.message.contains("p.txt line 1") && e.message.contains("give a URL"), "{e:?}");
+        let e = err(o(&["http://127.0.0.1:1/", "http://127.0.0.1:2/"], "/a\n"));
+        assert!(e.message.contains("give one URL"), "{e:?}");
+        let e = err(o(&["http://127.0.0.1:1/"], "# nothing\n\n"));
+        assert!(e.message.contains("p.txt has no URL or path"), "{e:?}");
+        let e = err(o(&["http://127.0.0.1:1/"], "/a\nftp://127.0.0.1/x\n"));
+        assert!(e.message.contains("p.txt line 2") && e.message.contains("http://"), "{e:?}");
+        // Paths on the URL's host, URLs as they are, scheme-less ones as http://; the URL given
+        // is the base only.
+        let (t, notes) =
+            build(&o(&["http://127.0.0.1:1/base"], "/a?x=1\n127.0.0.1:2/b\n# c\n")).unwrap();
+        let urls: Vec<&str> = t.iter().map(|t| t.url.as_str()).collect();
+        assert_eq!(urls, ["http://127.0.0.1:1/a?x=1", "http://127.0.0.1:2/b"]);
+        assert!(t.iter().all(|t| t.pool));
+        assert_eq!(notes, ["1 line(s) of p.txt have no scheme: taken as http://"]);
+        assert!(request(&t[0]).starts_with("GET /a?x=1 HTTP/1.1\r\n"), "{}", request(&t[0]));
     }
 }

@@ -63,8 +63,71 @@ impl Group {
     }
 }
 
-/// Groups targets by address, in order of first appearance.
-pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
+/// The order of a group's request cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(tag = "order", rename_all = "kebab-case")]
+pub enum Order {
+    /// As given (weights in smooth round-robin order).
+    #[default]
+    Seq,
+    /// The cycle shuffled with this seed: the same seed, the same order.
+    Random { seed: u64 },
+}
+
+impl Order {
+    /// `seq`, `random` (a seed picked now) or `random:SEED`.
+    pub fn parse(text: &str) -> Result<Order, String> {
+        match text.split_once(':') {
+            None if text == "seq" => Ok(Order::Seq),
+            None if text == "random" => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                let nanos = now.map_or(0, |d| d.as_nanos() as u64);
+                Ok(Order::Random {
+                    seed: SplitMix(nanos ^ u64::from(std::process::id())).next() >> 16,
+                })
+            }
+            Some(("random", seed)) => seed
+                .parse()
+                .map(|seed| Order::Random { seed })
+                .map_err(|_| format!("{text:?}: the seed is a whole number, e.g. random:42")),
+            _ => Err(format!("{text:?}: give seq, random or random:SEED")),
+        }
+    }
+
+    /// As `--order` takes it back.
+    pub fn flag(&self) -> String {
+        match self {
+            Order::Seq => "seq".into(),
+            Order::Random { seed } => format!("random:{seed}"),
+        }
+    }
+}
+
+/// SplitMix64: a small, well-mixed generator for a reproducible shuffle.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// `v` shuffled (Fisher-Yates) by a generator seeded with `seed`.
+fn shuffle<T>(v: &mut [T], seed: u64) {
+    let mut rng = SplitMix(seed);
+    for i in (1..v.len()).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// Groups targets by address, in order of first appearance, each group's requests in
+/// `order`.
+pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
     let mut addrs: Vec<SocketAddr> = Vec::new();
     for t in targets {
         if !addrs.contains(&t.addr) {
@@ -79,8 +142,15 @@ pub fn groups(targets: &[Target], pipeline: usize) -> Vec<Group> {
             let weights: Vec<u64> = members.iter().map(|&i| u64::from(targets[i].weight)).collect();
             let g = weights.iter().copied().fold(0, gcd);
             let reduced: Vec<u64> = weights.iter().map(|w| w / g).collect();
-            let cycle: Vec<u32> =
-                smooth_order(&reduced).into_iter().map(|m| members[m] as u32).collect();
+            // Equal weights (a pool's lines) are the members in turn: no need to deal them.
+            let mut cycle: Vec<u32> = if reduced.iter().all(|w| *w == 1) {
+                members.iter().map(|&m| m as u32).collect()
+            } else {
+                smooth_order(&reduced).into_iter().map(|m| members[m] as u32).collect()
+            };
+            if let Order::Random { seed } = order {
+                shuffle(&mut cycle, seed);
+            }
             let mut wire = Vec::new();
             let mut offsets = vec![0];
             for p in 0..cycle.len() + pipeline {
@@ -151,6 +221,28 @@ fn gcd(a: u64, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The same seed gives the same order, another seed another; every position stays.
+    #[test]
+    fn a_seeded_shuffle_is_reproducible_and_loses_nothing() {
+        let shuffled = |seed| {
+            let mut v: Vec<u32> = (0..1000).collect();
+            shuffle(&mut v, seed);
+            v
+        };
+        assert_eq!(shuffled(42), shuffled(42));
+        assert_ne!(shuffled(42), shuffled(43));
+        let mut sorted = shuffled(42);
+        assert_ne!(sorted, (0..1000).collect::<Vec<u32>>());
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..1000).collect::<Vec<u32>>());
+        assert_eq!(Order::parse("random:42"), Ok(Order::Random { seed: 42 }));
+        assert_eq!(Order::parse("seq"), Ok(Order::Seq));
+        assert!(matches!(Order::parse("random"), Ok(Order::Random { .. })));
+        assert!(Order::parse("random:x").unwrap_err().contains("random:42"));
+        assert!(Order::parse("shuffle").unwrap_err().contains("seq, random"));
+        assert_eq!(Order::Random { seed: 7 }.flag(), "random:7");
+    }
 
     #[test]
     fn smooth_order_picks_each_by_weight_spread_out() {

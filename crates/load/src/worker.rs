@@ -253,6 +253,9 @@ pub(crate) struct Worker<'a> {
     /// The run's clock has started: requests may be issued (not during the connect phase).
     started: bool,
     setup: SetupCounts,
+    /// Per group, the position in its request cycle of this thread's next request: its
+    /// connections take requests from it in turn, so together they walk the cycle in order.
+    cursors: Vec<usize>,
 }
 
 impl<'a> Worker<'a> {
@@ -278,11 +281,9 @@ impl<'a> Worker<'a> {
                 phase: Phase::Closed,
                 s: {
                     let group = shared.conn_groups[first_conn + i];
-                    // Connections start at different points of their group's request cycle.
-                    let cursor = (first_conn + i) % shared.groups[group].cycle.len();
                     match cfg.h2 {
-                        Some(h2) => Session::H2(Box::new(Http2::new(group, cursor, h2))),
-                        None => Session::H1(Http1::new(group, cursor, cfg.pipeline)),
+                        Some(h2) => Session::H2(Box::new(Http2::new(group, h2))),
+                        None => Session::H1(Http1::new(group, cfg.pipeline)),
                     }
                 },
                 waiting: 0,
@@ -333,6 +334,11 @@ impl<'a> Worker<'a> {
             log_next: now,
             started: false,
             setup: SetupCounts::default(),
+            cursors: shared
+                .groups
+                .iter()
+                .map(|g| first_position(cfg, index, g.cycle.len()))
+                .collect(),
         })
     }
 
@@ -504,7 +510,7 @@ impl<'a> Worker<'a> {
                     _ => waiting.answered_us.push(us),
                 }
             }
-            c.add_counted_outstanding(&self.shared.groups[c.s.group()], &mut in_flight_by_target);
+            c.add_counted_outstanding(self.next_target(c.s.group()), &mut in_flight_by_target);
             if let Session::H2(h) = &c.s {
                 self.rec.h2.get_or_insert_with(Default::default).merge(&h.counts);
             }
@@ -630,6 +636,11 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// The target of this thread's next request of group `g`.
+    fn next_target(&self, g: usize) -> usize {
+        self.shared.groups[g].cycle[self.cursors[g]] as usize
+    }
+
     fn commit(&mut self, k: u64, counted: u64) {
         self.outstanding += k;
         self.rec.sent += counted;
@@ -643,7 +654,8 @@ impl<'a> Worker<'a> {
         let group = &self.shared.groups[c.s.group()];
         let (pacer, rec, waiting_below) = (&self.pacer, &mut self.rec, self.waiting_below);
         let mut counted_n = 0;
-        c.s.queue(group, k as usize, |i, target| {
+        let cursor = &mut self.cursors[c.s.group()];
+        c.s.queue(group, cursor, k as usize, |i, target, pos| {
             let i = i as u64;
             let (intended, counted) = match due {
                 Due::Now(counted) => (now, counted),
@@ -662,7 +674,7 @@ impl<'a> Worker<'a> {
                     rec.waited_for_connection += u64::from(first + i < waiting_below);
                 }
             }
-            Req { sent_at: now, intended, counted, retried: false, target }
+            Req { sent_at: now, intended, counted, retried: false, target, pos }
         });
         counted_n
     }
@@ -886,8 +898,7 @@ impl<'a> Worker<'a> {
     /// Closes the socket, keeping its unreused requests to be written again on the next
     /// connection; returns how many there are.
     fn rewind_and_close(&mut self, idx: usize) -> u64 {
-        let c = &mut self.conns[idx];
-        let k = c.s.rewind(self.shared.groups[c.s.group()].cycle.len());
+        let k = self.conns[idx].s.unanswered();
         self.close_socket(idx);
         k as u64
     }
@@ -944,7 +955,7 @@ impl<'a> Worker<'a> {
             }
             counted += n;
         };
-        c.each_counted_outstanding(&self.shared.groups[c.s.group()], &mut add);
+        c.each_counted_outstanding(self.next_target(c.s.group()), &mut add);
         self.rec.per_target = by_target;
         self.outstanding -= c.s.in_flight() as u64 + c.waiting;
         self.rec.failure(class, counted, || msg);
@@ -1046,15 +1057,16 @@ impl<'a> Worker<'a> {
 
 impl Conn {
     /// Calls `f(target, n)` for the counted requests still unreused on the connection: those
-    /// written, and the one waiting for the connect (the next of the cycle).
-    fn each_counted_outstanding(&self, group: &Group, f: &mut impl FnMut(usize, u64)) {
+    /// written, and the ones waiting for the connect (counted to `next`, the target of the
+    /// thread's next request of the group).
+    fn each_counted_outstanding(&self, next: usize, f: &mut impl FnMut(usize, u64)) {
         self.s.each_request(|r| {
             if r.counted {
                 f(r.target as usize, 1);
             }
         });
         if self.waiting_counted && self.waiting > 0 {
-            f(self.s.next_target(group) as usize, self.waiting);
+            f(next, self.waiting);
         }
     }
 
@@ -1074,9 +1086,21 @@ impl Conn {
         oldest
     }
 
-    fn add_counted_outstanding(&self, group: &Group, by_target: &mut [u64]) {
-        self.each_counted_outstanding(group, &mut |t, n| by_target[t] += n);
+    fn add_counted_outstanding(&self, next: usize, by_target: &mut [u64]) {
+        self.each_counted_outstanding(next, &mut |t, n| by_target[t] += n);
     }
+}
+
+/// Where thread `index` starts in a request cycle of `len`: with a `-n` budget, after the
+/// requests of the threads before it, so the threads' requests are the cycle's positions
+/// from 0 in turn and every position is requested equally often when the budget is a multiple
+/// of the cycle; without one, spread evenly over the cycle.
+fn first_position(cfg: &LoadConfig, index: usize, len: usize) -> usize {
+    let before: u64 = match cfg.requests {
+        Some(_) => (0..index).filter_map(|i| cfg.requests_of(i)).sum(),
+        None => (index * len / cfg.threads.max(1)) as u64,
+    };
+    (before % len.max(1) as u64) as usize
 }
 
 /// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks

@@ -16,6 +16,7 @@ use crate::source::{PortBudget, SourceRange};
 use crate::stats::ErrorClass;
 use crate::RunResult;
 
+mod pool;
 mod text;
 
 /// Busy share of the generator's threads at or above which the generator, not the target, may
@@ -89,8 +90,12 @@ pub struct Report {
     pub rate: Option<RateReport>,
     /// The latency histogram, HdrHistogram V2 compressed and base64-encoded.
     pub latency_hdr: String,
-    /// Requests by target, in the order given (command-line URLs, then `--targets` lines).
+    /// Requests by target, in the order given (command-line URLs, then `--targets` lines;
+    /// the `--urls` pool's lines are in `pool`, by group).
     pub per_target: Vec<TargetReport>,
+    /// The `--urls` pool: what it was and its requests by group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<pool::PoolReport>,
     /// Source tuples against the run's needs, for the tightest destination.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port_budget: Option<PortBudget>,
@@ -659,7 +664,7 @@ impl Report {
             started_at: humantime::format_rfc3339_millis(result.started_at).to_string(),
             host: meta.host.clone(),
             duration_s: secs,
-            targets: cfg.targets.iter().map(|t| t.url.clone()).collect(),
+            targets: pool::shown_targets(cfg),
             config: ConfigReport::new(cfg),
             requests,
             retries: Retries {
@@ -699,6 +704,7 @@ impl Report {
             rate,
             latency_hdr: encode_histogram(&rec.latency),
             per_target: per_target(cfg, result),
+            pool: pool::PoolReport::new(cfg, result),
             port_budget: result.port_budget.clone(),
             check: check(&requests, cfg, result.setup.as_ref(), &starved),
             intervals: interval_rows(&result.intervals),
@@ -824,6 +830,7 @@ fn per_target(cfg: &LoadConfig, result: &RunResult) -> Vec<TargetReport> {
     cfg.targets
         .iter()
         .enumerate()
+        .filter(|(_, t)| !t.pool)
         .map(|(i, t)| {
             let c = result.rec.per_target.get(i).copied().unwrap_or_default();
             let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);

@@ -12,6 +12,7 @@ pub(super) fn render(r: &Report) -> String {
     totals(r, &mut s);
     connections(r, &mut s);
     targets(r, &mut s);
+    pool(r, &mut s);
     errors(r, &mut s);
     rate(r, &mut s);
     generator(r, &mut s);
@@ -216,6 +217,33 @@ fn targets(r: &Report, s: &mut String) {
             t.method,
             t.url,
             if t.weight != 1 { format!(" (weight {})", t.weight) } else { String::new() }
+        );
+    }
+}
+
+/// The `--urls` pool and its groups.
+fn pool(r: &Report, s: &mut String) {
+    let Some(p) = &r.pool else { return };
+    let order = match p.seed {
+        Some(seed) => format!("random:{seed} (--order random:{seed} replays it)"),
+        None => p.order.to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "Pool: {} requests from {} (sha256 {}), order {order}, {:.0} bytes per request held",
+        p.size,
+        p.file,
+        &p.digest[..16.min(p.digest.len())],
+        p.bytes_per_variant
+    );
+    let by =
+        p.group_by.map_or("one group".to_string(), |n| format!("the first {n} path segment(s)"));
+    let _ = writeln!(s, "  by {by}:");
+    for g in &p.groups {
+        let _ = writeln!(
+            s,
+            "  {:>9} sent {:>9} ok {:>7} failed  {} ({} request(s))",
+            g.sent, g.ok, g.failed, g.name, g.variants
         );
     }
 }

@@ -90,7 +90,6 @@ struct Stream {
 #[derive(Debug)]
 pub(crate) struct Http2 {
     pub group: usize,
-    cursor: usize,
     cfg: H2Settings,
     out: Vec<u8>,
     out_pos: usize,
@@ -128,10 +127,9 @@ pub(crate) struct Http2 {
 }
 
 impl Http2 {
-    pub fn new(group: usize, cursor: usize, cfg: H2Settings) -> Self {
+    pub fn new(group: usize, cfg: H2Settings) -> Self {
         let mut s = Http2 {
             group,
-            cursor,
             cfg,
             out: Vec::with_capacity(4096),
             out_pos: 0,
@@ -207,10 +205,6 @@ impl Http2 {
         self.streams.iter().map(|s| s.req.sent_at).min()
     }
 
-    pub fn next_target(&self, group: &Group) -> u32 {
-        group.cycle[self.cursor]
-    }
-
     /// Streams this connection may have open: the client's depth within the server's limit,
     /// none after a GOAWAY or when the stream ids run out.
     pub fn capacity(&self, depth: usize) -> usize {
@@ -261,16 +255,22 @@ impl Http2 {
         buf
     }
 
-    /// Opens streams for the next `k` requests of the group's cycle; `make(i, target)` gives
-    /// the i-th its timing and accounting.
-    pub fn queue(&mut self, group: &Group, k: usize, mut make: impl FnMut(usize, u32) -> Req) {
+    /// Opens streams for the next `k` requests of the group's cycle from `cursor` (which
+    /// moves past them); `make(i, target, pos)` gives the i-th its timing and accounting.
+    pub fn queue(
+        &mut self,
+        group: &Group,
+        cursor: &mut usize,
+        k: usize,
+        mut make: impl FnMut(usize, u32, u32) -> Req,
+    ) {
         let len = group.cycle.len();
         for i in 0..k {
-            let pos = (self.cursor + i) % len;
-            let req = make(i, group.cycle[pos]);
+            let pos = (*cursor + i) % len;
+            let req = make(i, group.cycle[pos], pos as u32);
             self.open(group, pos as u32, req);
         }
-        self.cursor = (self.cursor + k) % len;
+        *cursor = (*cursor + k) % len;
         self.send_bodies(group);
     }
 
@@ -326,7 +326,7 @@ impl Http2 {
     }
 
     /// The connection closes with streams unanswered that go again on the next one.
-    pub fn rewind(&mut self) -> usize {
+    pub fn unanswered(&self) -> usize {
         self.streams.len()
     }
 

@@ -41,11 +41,17 @@ pub fn run(opts: &LoadOptions) -> Report {
     assert_eq!(r.failed, report.errors.values().sum::<u64>(), "failed = sum of errors: {r:?}");
     assert_eq!(r.completed, report.status.values().sum::<u64>(), "status counts: {r:?}");
     assert_eq!(r.completed, result.rec.latency.len(), "one latency sample per response");
+    // Every request is on a target's row or in a group of the pool.
     let t = &report.per_target;
-    assert_eq!(t.iter().map(|t| t.sent).sum::<u64>(), r.sent, "per-target sent: {t:?}");
-    assert_eq!(t.iter().map(|t| t.completed).sum::<u64>(), r.completed, "per-target: {t:?}");
-    assert_eq!(t.iter().map(|t| t.ok).sum::<u64>(), r.ok, "per-target ok: {t:?}");
-    assert_eq!(t.iter().map(|t| t.failed).sum::<u64>(), r.failed, "per-target failed: {t:?}");
+    let groups = report.pool.as_ref().map_or(&[][..], |p| p.groups.as_slice());
+    let sum = |f: &dyn Fn(u64, u64, u64, u64) -> u64| -> u64 {
+        t.iter().map(|t| f(t.sent, t.completed, t.ok, t.failed)).sum::<u64>()
+            + groups.iter().map(|g| f(g.sent, g.completed, g.ok, g.failed)).sum::<u64>()
+    };
+    assert_eq!(sum(&|s, _, _, _| s), r.sent, "per-target sent: {t:?} {groups:?}");
+    assert_eq!(sum(&|_, c, _, _| c), r.completed, "per-target: {t:?} {groups:?}");
+    assert_eq!(sum(&|_, _, o, _| o), r.ok, "per-target ok: {t:?} {groups:?}");
+    assert_eq!(sum(&|_, _, _, f| f), r.failed, "per-target failed: {t:?} {groups:?}");
     if let Some(n) = opts.requests {
         if opts.duration.is_none() {
             assert_eq!(r.sent, n, "-n sends exactly n");

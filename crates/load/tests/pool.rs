@@ -1,0 +1,129 @@
+//! Requests from a pool (`--urls`) against a real nginx, whose access log is the ground truth:
+//! in order, every line is requested equally often across threads and connections; a seed
+//! replays the same sequence; HTTP/2 walks the pool as HTTP/1.1 does; the report counts by
+//! group and names the pool by its digest.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use qpslab_load::options::FileText;
+use qpslab_load::IoChoice;
+use support::nginx::Nginx;
+use support::{opts_on, run};
+
+/// `n` distinct paths under `/t/` (nginx answers them all), one per line.
+fn pool(n: usize) -> FileText {
+    let text: String = (0..n).map(|i| format!("/t/{}/{i}\n", ["a", "b"][i % 2])).collect();
+    FileText { name: "pool.txt".into(), text }
+}
+
+/// How many times nginx's log shows each URI (its last field).
+fn times(log: &[String]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for l in log {
+        *m.entry(l.split_whitespace().last().unwrap().to_string()).or_default() += 1;
+    }
+    m
+}
+
+/// 10,000 paths, 30,000 requests over 2 threads and 8 connections, in order: nginx logs each
+/// path exactly 3 times (the threads take the pool's positions in turn, and the requests a
+/// reconnect sends again keep theirs), and the report counts them by their first segment.
+fn in_order_every_path_is_requested_equally_often(io: IoChoice) {
+    let nginx = Nginx::start();
+    let mut o = opts_on(io, &nginx.url("/"));
+    o.urls_file = Some(pool(10_000));
+    o.requests = Some(30_000);
+    (o.threads, o.connections) = (Some(2), Some(8));
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 30_000);
+    let seen = times(&nginx.access_log(30_000));
+    assert_eq!(seen.len(), 10_000, "every path");
+    assert!(
+        seen.values().all(|n| *n == 3),
+        "each 3 times: {:?}",
+        seen.iter().find(|(_, n)| **n != 3)
+    );
+    assert!(
+        report.connections.reconnects >= 8,
+        "nginx closed after 1000: {:?}",
+        report.connections
+    );
+    let p = report.pool.as_ref().unwrap();
+    assert_eq!((p.size, p.order, p.seed, p.group_by), (10_000, "seq", None, Some(1)));
+    assert_eq!(p.groups.len(), 1);
+    assert_eq!((p.groups[0].name.as_str(), p.groups[0].variants), ("/t", 10_000));
+    assert_eq!(p.groups[0].ok, 30_000);
+    assert!(report.per_target.is_empty(), "the pool's lines are not rows of their own");
+    assert!((40.0..80.0).contains(&p.bytes_per_variant), "{}", p.bytes_per_variant);
+}
+
+/// One connection, a shuffled order: the same seed twice gives the same sequence in nginx's
+/// log (every path once in the first lap), another seed another; grouped by two segments.
+fn a_seed_replays_the_same_sequence(io: IoChoice) {
+    let sequence = |order: &str| {
+        let nginx = Nginx::start();
+        let mut o = opts_on(io, &nginx.url("/"));
+        o.urls_file = Some(pool(2_000));
+        o.order = Some(order.into());
+        o.group_by = Some("2".into());
+        o.requests = Some(2_000);
+        (o.threads, o.connections) = (Some(1), Some(1));
+        let report = run(&o);
+        let log = nginx.access_log(2_000);
+        let uris: Vec<String> =
+            log.iter().map(|l| l.split_whitespace().last().unwrap().to_string()).collect();
+        (uris, report)
+    };
+    let (a, report) = sequence("random:42");
+    let (b, _) = sequence("random:42");
+    let (c, _) = sequence("random:43");
+    assert_eq!(a, b, "the same seed, the same sequence");
+    assert_ne!(a, c);
+    assert_eq!(times(&a.iter().map(|u| format!("x {u}")).collect::<Vec<_>>()).len(), 2_000);
+    let in_order: Vec<String> =
+        (0..2_000).map(|i| format!("/t/{}/{i}", ["a", "b"][i % 2])).collect();
+    assert_ne!(a, in_order, "shuffled");
+    let p = report.pool.unwrap();
+    assert_eq!((p.order, p.seed), ("random", Some(42)));
+    let names: Vec<&str> = p.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"/t/a") && names.contains(&"/t/b"), "{names:?}");
+    assert_eq!(p.groups.iter().map(|g| g.ok).sum::<u64>(), 2_000);
+}
+
+/// HTTP/2 (h2c) walks the pool the same way: 5,000 paths, 10,000 requests on 4 connections of
+/// 8 streams, each path exactly twice.
+fn http2_walks_the_pool_too(io: IoChoice) {
+    let nginx = Nginx::start_h2(None);
+    let mut o = opts_on(io, &nginx.url("/"));
+    o.urls_file = Some(pool(5_000));
+    o.requests = Some(10_000);
+    o.h2 = true;
+    o.streams = 8;
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 10_000);
+    let seen = times(
+        &nginx
+            .access_log(10_000)
+            .iter()
+            .map(|l| {
+                // The protocol is the last field here: the URI is the one before.
+                let mut w: Vec<&str> = l.split_whitespace().collect();
+                assert_eq!(w.pop(), Some("HTTP/2.0"));
+                w.join(" ")
+            })
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(seen.len(), 5_000);
+    assert!(seen.values().all(|n| *n == 2), "{:?}", seen.iter().find(|(_, n)| **n != 2));
+}
+
+qpslab_testkit::on_both_loops!(
+    in_order_every_path_is_requested_equally_often,
+    a_seed_replays_the_same_sequence,
+    http2_walks_the_pool_too,
+);
