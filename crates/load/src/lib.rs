@@ -187,7 +187,7 @@ pub struct Setup {
 }
 
 /// Checks that the run can start: the descriptor limit fits the connections, and every target
-/// accepts a TCP connection, so a wrong port fails in milliseconds instead of after the whole
+/// address accepts a TCP connection (and its TLS handshake), so a wrong port fails in milliseconds instead of after the whole
 /// duration.
 pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     ensure_fd_limit(cfg.connections, cfg.threads)?;
@@ -196,7 +196,13 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
         return Err(ConfigError::new(flag, msg).into());
     }
     let wait = cfg.timeout.min(Duration::from_secs(3));
+    // Once per address and TLS name: a pool's thousands of lines share a few.
+    let mut checked = Vec::new();
     for t in &cfg.targets {
+        if checked.contains(&(t.addr, &t.tls_name)) {
+            continue;
+        }
+        checked.push((t.addr, &t.tls_name));
         let sock =
             TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
                 url: t.url.clone(),

@@ -179,11 +179,13 @@ pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
 /// Targets that share an address share their connections, so they must agree on http or
 /// https and on the TLS server name; the first pair that does not.
 pub fn check_schemes(targets: &[Target]) -> Result<(), (String, String)> {
-    for (i, a) in targets.iter().enumerate() {
-        if let Some(b) =
-            targets[i + 1..].iter().find(|b| b.addr == a.addr && b.tls_name != a.tls_name)
-        {
-            return Err((a.url.clone(), b.url.clone()));
+    // The first target of each address, against which the later ones are held.
+    let mut first: std::collections::HashMap<SocketAddr, &Target> =
+        std::collections::HashMap::new();
+    for t in targets {
+        let a = *first.entry(t.addr).or_insert(t);
+        if a.tls_name != t.tls_name {
+            return Err((a.url.clone(), t.url.clone()));
         }
     }
     Ok(())

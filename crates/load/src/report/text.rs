@@ -230,7 +230,7 @@ fn pool(r: &Report, s: &mut String) {
     };
     let _ = writeln!(
         s,
-        "Pool: {} requests from {} (sha256 {}), order {order}, {:.0} bytes per request held",
+        "Pool: {} requests from {} (sha256 {}), order {order}, {:.0} bytes encoded per request",
         p.size,
         p.file,
         &p.digest[..16.min(p.digest.len())],
