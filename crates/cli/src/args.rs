@@ -705,6 +705,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub tls_self_signed: bool,
 
+    /// HTTPS: require a client certificate chained to a CA of this PEM file (mutual TLS); a
+    /// client without one, or with another, is refused in the handshake
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
+
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
     /// with EPOLLEXCLUSIVE)
@@ -820,6 +825,7 @@ impl ServeArgs {
             io,
             sqpoll: self.sqpoll,
             tls,
+            tls_client_ca: self.tls_client_ca.clone(),
             listen: self.listen.clone(),
             workers,
             cpus,

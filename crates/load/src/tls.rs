@@ -85,6 +85,15 @@ pub struct TlsOptions {
     /// TLS13_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) [default: rustls's]
     #[arg(long, value_name = "LIST")]
     pub ciphers: Option<String>,
+
+    /// https: present this client certificate chain (PEM) when the server asks for one
+    /// (mutual TLS, as curl --cert); needs --key
+    #[arg(long, value_name = "FILE", requires = "key", value_parser = crate::options::FileText::from_arg)]
+    pub cert: Option<crate::options::FileText>,
+
+    /// https: the private key (PEM) of --cert
+    #[arg(long, value_name = "FILE", requires = "cert", value_parser = crate::options::FileText::from_arg)]
+    pub key: Option<crate::options::FileText>,
 }
 
 impl TlsOptions {
@@ -96,6 +105,7 @@ impl TlsOptions {
             || self.version.is_some()
             || self.reuse
             || self.ciphers.is_some()
+            || self.cert.is_some()
     }
 }
 
@@ -107,6 +117,8 @@ pub struct TlsClient {
     pub insecure: bool,
     pub reuse: bool,
     pub version: Option<TlsVersion>,
+    /// A client certificate is presented (`--cert`).
+    pub client_cert: bool,
 }
 
 /// TLS 1.3 tickets kept per server name for `--tls-reuse` (each is used once).
@@ -213,10 +225,19 @@ impl TlsClient {
             .map_err(|e| ConfigError::new("--cacert", e.to_string()))?;
             Verifier { chain: Some(chain), given, provider }
         };
-        let mut config = builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
-            .with_no_client_auth();
+        let builder = builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier));
+        let mut config = match (&o.cert, &o.key) {
+            (Some(cert), Some(key)) => {
+                let (chain, key_der) = client_identity(cert, key)?;
+                builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                    ConfigError::new(
+                        "--key",
+                        format!("{}: {e}; give the private key of --cert {}", key.name, cert.name),
+                    )
+                })?
+            }
+            _ => builder.with_no_client_auth(),
+        };
         // With --h2, h2 first (the server's pick is checked after the handshake).
         config.alpn_protocols = if h2 {
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -233,9 +254,42 @@ impl TlsClient {
             insecure: o.insecure,
             reuse: o.reuse,
             version: o.version,
+            client_cert: o.cert.is_some(),
         })
     }
 }
+
+/// `--cert`'s chain and `--key`'s key, each refused with its flag named.
+fn client_identity(
+    cert: &crate::options::FileText,
+    key: &crate::options::FileText,
+) -> Result<(Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>), ConfigError>
+{
+    use rustls::pki_types::pem::PemObject as _;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.text.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            ConfigError::new("--cert", format!("{}: {e}; give a PEM certificate file", cert.name))
+        })?;
+    if chain.is_empty() {
+        return Err(ConfigError::new(
+            "--cert",
+            format!("{}: no certificate in it; give a PEM certificate file", cert.name),
+        ));
+    }
+    let key_der =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(key.text.as_bytes()).map_err(|e| {
+            ConfigError::new(
+                "--key",
+                format!("{}: {e}; give the certificate's private key in PEM", key.name),
+            )
+        })?;
+    Ok((chain, key_der))
+}
+
+/// How long the preflight waits after its handshake for a server's verdict on the client's
+/// certificate (TLS 1.3 servers give it after the client's last handshake message).
+const CLIENT_CERT_VERDICT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// One full handshake with the run's configuration (no session kept) on `sock`, before the
 /// run: a certificate that does not verify, a version or suite the server does not offer, or
@@ -274,6 +328,21 @@ pub fn handshake_once(
                     qpslab_sys::net::message(&e)
                 ),
             });
+        }
+    }
+    if conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
+        // TLS 1.3: a server judges the client's certificate (or its lack) after the client's
+        // last handshake message; a refusal is an alert on the first read. A server that
+        // takes it sends its session tickets, or nothing.
+        let _ = sock.set_read_timeout(Some(CLIENT_CERT_VERDICT.min(wait)));
+        if let Err(e) = conn.complete_io(&mut sock) {
+            if let Some(t) = e.get_ref().and_then(|x| x.downcast_ref::<rustls::Error>()) {
+                return Err(if tls.client_cert {
+                    format!("the server refused the client certificate (--cert): {}", describe(t))
+                } else {
+                    format!("{} (does the server ask for a client certificate? give --cert FILE --key FILE)", describe(t))
+                });
+            }
         }
     }
     conn.send_close_notify();

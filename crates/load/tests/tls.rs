@@ -52,6 +52,23 @@ impl Pki {
         (cert.pem(), key.serialize_pem())
     }
 
+    /// A client certificate (CN client, for client authentication) and its key, PEM.
+    fn client(&self) -> (String, String) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, "client");
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// `text` in a file of the PKI's directory, as `--cert`/`--key` read it.
+    fn file(&self, name: &str, text: &str) -> FileText {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        FileText::from_arg(path.to_str().unwrap()).unwrap()
+    }
+
     fn ca_file(&self) -> FileText {
         let path = self.dir.path().join("ca.pem");
         std::fs::write(&path, &self.ca_pem).unwrap();
@@ -65,6 +82,41 @@ fn tls_opts(url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions {
 
 fn tls_on(io: IoChoice, url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions {
     qpslab_load::LoadOptions { tls, ..opts_on(io, url) }
+}
+
+/// nginx asking for client certificates (`ssl_verify_client on`): with `--cert` every request
+/// is answered and nginx logs each as verified; without one nginx answers every request 400
+/// after a good handshake (its way: the refusal is a status, so the run counts bad statuses,
+/// not a set-up error).
+fn client_certificates_count_exactly_against_nginx(io: IoChoice) {
+    let pki = Pki::new();
+    let (cert, key) = pki.server(false);
+    let nginx = Nginx::start_mtls(&cert, &key, &pki.ca_pem);
+    let (client, client_key) = pki.client();
+    let with = TlsOptions {
+        cacert: Some(pki.ca_file()),
+        cert: Some(pki.file("client.pem", &client)),
+        key: Some(pki.file("client.key", &client_key)),
+        ..TlsOptions::default()
+    };
+    let mut o = tls_on(io, &nginx.https_url("/"), with.clone());
+    o.requests = Some(1000);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 1000);
+    let log = nginx.access_log(1000);
+    assert_eq!(log.len(), 1000);
+    assert!(log.iter().all(|l| l.ends_with(" SUCCESS")), "{:?}", log.first());
+    let without = TlsOptions { cert: None, key: None, ..with };
+    let mut o = tls_on(io, &nginx.https_url("/"), without);
+    o.requests = Some(100);
+    let report = run(&o);
+    assert_eq!((report.requests.ok, report.status.get("400")), (0, Some(&100)));
+    let log = nginx.access_log(1100);
+    assert!(
+        log[1000..].iter().all(|l| l.starts_with("400 ") && l.ends_with(" NONE")),
+        "{:?}",
+        log.last()
+    );
 }
 
 /// The last field of nginx's TLS access log: `r` resumed, `.` full handshake.
@@ -333,6 +385,7 @@ fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
 // Every behaviour above that has the connections' loop in it, on each event loop (epoll and
 // io_uring): the TLS transport is the same under both.
 qpslab_testkit::on_both_loops!(
+    client_certificates_count_exactly_against_nginx,
     keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection,
     ciphers_and_versions_are_what_the_server_is_offered,
     a_connection_per_request_resumes_sessions_only_with_tls_reuse,

@@ -142,6 +142,8 @@ pub struct ServeOptions {
     pub sqpoll: bool,
     /// HTTPS: where the certificate comes from (`--tls-cert`/`--tls-key`, `--tls-self-signed`).
     pub tls: Option<crate::tls::TlsSource>,
+    /// HTTPS: require a client certificate signed by a CA of this PEM file (`--tls-client-ca`).
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 /// Whether io_uring serves more requests per CPU-second than epoll here: what `--io auto` goes
@@ -166,6 +168,7 @@ impl Default for ServeOptions {
             io: IoChoice::Auto,
             sqpoll: false,
             tls: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -243,7 +246,17 @@ impl ServeConfig {
                 },
             ));
         }
-        let tls = o.tls.as_ref().map(|t| crate::tls::ServerTls::new(t, &listen)).transpose()?;
+        if o.tls.is_none() && o.tls_client_ca.is_some() {
+            return Err(ConfigError::new(
+                "--tls-client-ca",
+                "client certificates come with HTTPS: give --tls-cert and --tls-key, or --tls-self-signed",
+            ));
+        }
+        let tls = o
+            .tls
+            .as_ref()
+            .map(|t| crate::tls::ServerTls::new(t, &listen, o.tls_client_ca.as_deref()))
+            .transpose()?;
         Ok(Self {
             listen,
             workers,

@@ -39,7 +39,13 @@ pub struct ServerTls {
 const SESSION_CACHE: usize = 65536;
 
 impl ServerTls {
-    pub fn new(source: &TlsSource, listen: &[SocketAddr]) -> Result<ServerTls, ConfigError> {
+    /// With `client_ca`, every client must present a certificate signed by a CA of that PEM
+    /// file (mutual TLS); one without, or with another, is refused in the handshake.
+    pub fn new(
+        source: &TlsSource,
+        listen: &[SocketAddr],
+        client_ca: Option<&Path>,
+    ) -> Result<ServerTls, ConfigError> {
         let (chain, key, names) = match source {
             TlsSource::Files { cert, key } => (read_chain(cert)?, read_key(key)?, Vec::new()),
             TlsSource::SelfSigned => self_signed(listen)?,
@@ -51,14 +57,16 @@ impl ServerTls {
             "--tls-self-signed"
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| ConfigError::new(flag, e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(|e| {
-                ConfigError::new(flag, format!("{e}; give the private key of the certificate"))
-            })?;
+            .map_err(|e| ConfigError::new(flag, e.to_string()))?;
+        let builder = match client_ca {
+            Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, provider)?),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+            ConfigError::new(flag, format!("{e}; give the private key of the certificate"))
+        })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
         config.ticketer = rustls::crypto::ring::Ticketer::new()
@@ -70,6 +78,36 @@ impl ServerTls {
             names,
         })
     }
+}
+
+/// Clients must present a certificate chained to a CA of the PEM file at `ca`.
+fn client_verifier(
+    ca: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ConfigError> {
+    let err = |what: String| {
+        ConfigError::new(
+            "--tls-client-ca",
+            format!(
+                "{}: {what}; give a PEM file of the CA certificates clients' certificates chain to",
+                ca.display()
+            ),
+        )
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no certificate in it".into()));
+    }
+    for c in certs {
+        roots.add(c).map_err(|e| err(e.to_string()))?;
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| err(e.to_string()))
 }
 
 fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
@@ -128,7 +166,7 @@ mod tests {
     #[test]
     fn a_self_signed_certificate_names_localhost_and_the_listen_addresses() {
         let listen = ["127.0.0.2:8443".parse().unwrap(), "0.0.0.0:443".parse().unwrap()];
-        let t = ServerTls::new(&TlsSource::SelfSigned, &listen).unwrap();
+        let t = ServerTls::new(&TlsSource::SelfSigned, &listen, None).unwrap();
         assert_eq!(t.names, ["localhost", "127.0.0.2"]);
         assert_eq!(t.fingerprint.len(), 32 * 3 - 1, "{}", t.fingerprint);
         assert!(t.self_signed);
@@ -139,18 +177,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing =
             TlsSource::Files { cert: dir.path().join("c.pem"), key: dir.path().join("k.pem") };
-        assert_eq!(ServerTls::new(&missing, &[]).unwrap_err().flag, "--tls-cert");
+        assert_eq!(ServerTls::new(&missing, &[], None).unwrap_err().flag, "--tls-cert");
         let a = rcgen::generate_simple_self_signed(vec!["a".into()]).unwrap();
         let b = rcgen::generate_simple_self_signed(vec!["b".into()]).unwrap();
         std::fs::write(dir.path().join("c.pem"), a.cert.pem()).unwrap();
         std::fs::write(dir.path().join("k.pem"), "nothing").unwrap();
         let files =
             TlsSource::Files { cert: dir.path().join("c.pem"), key: dir.path().join("k.pem") };
-        assert_eq!(ServerTls::new(&files, &[]).unwrap_err().flag, "--tls-key");
+        assert_eq!(ServerTls::new(&files, &[], None).unwrap_err().flag, "--tls-key");
         std::fs::write(dir.path().join("k.pem"), b.key_pair.serialize_pem()).unwrap();
-        let e = ServerTls::new(&files, &[]).unwrap_err();
+        let e = ServerTls::new(&files, &[], None).unwrap_err();
         assert_eq!(e.flag, "--tls-key", "a key of another certificate: {e}");
         std::fs::write(dir.path().join("k.pem"), a.key_pair.serialize_pem()).unwrap();
-        assert!(ServerTls::new(&files, &[]).is_ok());
+        assert!(ServerTls::new(&files, &[], None).is_ok());
     }
 }

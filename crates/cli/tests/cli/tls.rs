@@ -244,3 +244,76 @@ fn a_certificate_that_cannot_verify_and_http_to_a_tls_port_are_named() {
         "{v}"
     );
 }
+
+/// A CA, a server certificate for localhost, a client certificate it signed and one of
+/// another CA, made with openssl in `dir`: (ca, server cert, server key, client cert, client
+/// key, other cert, other key) paths.
+fn mtls_files(dir: &std::path::Path) -> [String; 7] {
+    let p = |name: &str| dir.join(name).display().to_string();
+    let sh = |script: &str| {
+        let out = Command::new("sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ca");
+    for (name, ext) in [
+        ("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj /CN={name} && \
+             printf '{ext}\\n' > {name}.ext && \
+             openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out {name}.pem -days 2 -extfile {name}.ext"
+        ));
+    }
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem -days 2 -subj /CN=other");
+    ["ca.pem", "server.pem", "server.key", "client.pem", "client.key", "other.pem", "other.key"]
+        .map(p)
+}
+
+/// Mutual TLS on both sides of qpslab: `serve --tls-client-ca` takes the client certificate
+/// its CA signed (exact counts) and refuses, in the handshake, a client without one or with
+/// another CA's; `load` names each refusal before the run (exit 2), and a key that is not the
+/// certificate's at once.
+#[test]
+fn client_certificates_are_required_presented_and_refusals_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key, client, client_key, other, other_key] = mtls_files(dir.path());
+    let server = ServeChild::start(
+        &[],
+        &["-w", "1", "--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &ca],
+    );
+    let port = server.addr.rsplit(':').next().unwrap();
+    let url = format!("https://localhost:{port}/");
+    let load = |extra: &[&str]| {
+        let mut args = vec!["load", "-n", "2000", "-c", "4", "-t", "1", "--json", "--cacert", &ca];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        qpslab(&args)
+    };
+    let out = load(&["--cert", &client, "--key", &client_key]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["requests"]["ok"], 2000, "{v}");
+    assert_eq!(v["connections"]["tls"]["full_handshakes"], 4, "{v}");
+    for (extra, said) in [
+        (vec![], "does the server ask for a client certificate? give --cert FILE --key FILE"),
+        (
+            vec!["--cert", &other, "--key", &other_key],
+            "the server refused the client certificate (--cert)",
+        ),
+    ] {
+        let out = load(&extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(said) && err.lines().count() == 1, "{err}");
+    }
+    let out = load(&["--cert", &client, "--key", &other_key]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--key") && err.contains("give the private key of --cert"), "{err}");
+    usage_error(&["serve", "-l", "127.0.0.1:0", "--tls-client-ca", &ca], "--tls-client-ca");
+    usage_error(
+        &["serve", "-l", "127.0.0.1:0", "--tls-self-signed", "--tls-client-ca", "/nonexistent.pem"],
+        "--tls-client-ca",
+    );
+}

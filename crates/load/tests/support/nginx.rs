@@ -46,7 +46,19 @@ impl Nginx {
         Self::start_with(Some((cert_pem, key_pem)), false)
     }
 
+    /// HTTPS that asks every client for a certificate signed by `client_ca_pem`
+    /// (`ssl_verify_client on`); the access log gains `$ssl_client_verify` last (`SUCCESS`,
+    /// `NONE`, `FAILED:...`). nginx answers a client without one with 400, not in the
+    /// handshake.
+    pub fn start_mtls(cert_pem: &str, key_pem: &str, client_ca_pem: &str) -> Self {
+        Self::start_full(Some((cert_pem, key_pem)), false, Some(client_ca_pem))
+    }
+
     fn start_with(tls: Option<(&str, &str)>, h2: bool) -> Self {
+        Self::start_full(tls, h2, None)
+    }
+
+    fn start_full(tls: Option<(&str, &str)>, h2: bool, client_ca: Option<&str>) -> Self {
         let (http2, protocol) = if h2 { (" http2", " $server_protocol") } else { ("", "") };
         let dir = tempfile::tempdir().unwrap();
         let (ssl, ssl_conf, reused) = match tls {
@@ -66,6 +78,16 @@ impl Nginx {
             }
             None => ("", String::new(), ""),
         };
+        let (ssl_conf, verify) = match client_ca {
+            Some(ca) => {
+                std::fs::write(dir.path().join("client-ca.pem"), ca).unwrap();
+                let d = dir.path().display();
+                let more =
+                    format!(" ssl_client_certificate {d}/client-ca.pem; ssl_verify_client on;");
+                (ssl_conf + &more, " $ssl_client_verify")
+            }
+            None => (ssl_conf, ""),
+        };
         let d = dir.path().display();
         let body = BODY_1K.repeat(64);
         let started = super::start_listening(|port| {
@@ -77,7 +99,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}{protocol}";
+log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}{protocol}{verify}";
 access_log {d}/access.log st;
 client_body_temp_path {d};
 proxy_temp_path {d};
