@@ -873,7 +873,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct LoadArgs {
     /// Target URL(s), e.g. http://127.0.0.1:8080/ or https://example.com/ (without a scheme,
     /// http:// is assumed, as curl does); several spread over the connections
-    #[arg(value_name = "URL", required_unless_present = "targets")]
+    #[arg(value_name = "URL", required_unless_present_any = ["targets", "urls_file"])]
     pub urls: Vec<String>,
 
     #[command(flatten)]
@@ -890,6 +890,11 @@ pub struct LoadArgs {
     /// Write the latency histogram to FILE as HdrHistogram V2 (deflate, base64)
     #[arg(long, value_name = "FILE")]
     pub hdr_out: Option<std::path::PathBuf>,
+
+    /// Write every request's counts to FILE as CSV (url, method, sent, completed, ok, failed),
+    /// a line per target or per line of the --urls pool
+    #[arg(long, value_name = "FILE")]
+    pub per_request: Option<std::path::PathBuf>,
 
     /// Keep the run in the runs store (see qpslab runs)
     #[arg(long)]

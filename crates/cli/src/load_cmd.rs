@@ -21,6 +21,22 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     let (agents, ssh, agent_exe) = (a.agents.clone(), a.ssh.clone(), a.agent_exe.clone());
     let live_args = a.live.clone();
     let opts = LoadOptions { urls: a.urls, ..a.load };
+    let per_request = a.per_request.clone();
+    if let Some(path) = &per_request {
+        if agents.is_some() {
+            return Err(UsageError(
+                "--per-request: not with --agents yet (each agent counts its own); drop one".into(),
+            )
+            .into());
+        }
+        // Before the run: a file that cannot be written must not cost the run.
+        std::fs::File::create(path).map_err(|e| {
+            UsageError(format!(
+                "--per-request {}: cannot write it ({e}); name a writable file",
+                path.display()
+            ))
+        })?;
+    }
     if let Some(list) = &agents {
         return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep, &live_args);
     }
@@ -55,6 +71,10 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
     progress.finish();
     let meta = run_meta();
     let report = Report::new(&cfg, &result, &meta);
+    if let Some(path) = &per_request {
+        std::fs::write(path, qpslab_load::report::per_request_csv(&cfg, &result))
+            .map_err(|e| anyhow::anyhow!("--per-request {}: {e}", path.display()))?;
+    }
     let id = keep.finish(&mut store, &report, &result, &meta)?;
     let html = live_report(live.as_ref(), store.as_ref(), id, &report, &meta);
     live_cmd::finish(live, report.check.passed, live_cmd::summary(&report), html);

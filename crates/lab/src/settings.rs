@@ -90,8 +90,25 @@ impl BenchSettings {
     }
 
     /// The settings a bench ran with, as the store keeps them: every key.
+    /// A file the options read (a request pool, a targets or stage file, a CA bundle, a client
+    /// certificate and its private key) is kept by its path, not its text: a store keeps no
+    /// pool of a million lines, and no private key (the report keeps a pool's digest).
     pub fn of_options(o: &BenchOptions) -> serde_json::Value {
-        serde_json::to_value(o).unwrap_or_default()
+        let mut v = serde_json::to_value(o).unwrap_or_default();
+        if let serde_json::Value::Object(m) = &mut v {
+            for value in m.values_mut() {
+                let file = match value {
+                    serde_json::Value::Object(f) if f.len() == 2 && f.contains_key("text") => {
+                        f.get("file").cloned()
+                    }
+                    _ => None,
+                };
+                if let Some(file) = file {
+                    *value = file;
+                }
+            }
+        }
+        v
     }
 }
 
@@ -104,6 +121,22 @@ mod tests {
 
     fn table(text: &str) -> toml::Table {
         toml::from_str(text).unwrap()
+    }
+
+    /// Files are kept by their paths: no pool's lines, no private key in a stored run.
+    #[test]
+    fn files_are_kept_by_their_paths_not_their_text() {
+        let file = |name: &str, text: &str| qpslab_load::options::FileText {
+            name: name.into(),
+            text: text.into(),
+        };
+        let mut o = BenchOptions::default();
+        o.load.urls_file = Some(file("pool.txt", "/a\n/b\n"));
+        o.load.tls.key = Some(file("client.key", "-----BEGIN PRIVATE KEY-----"));
+        let v = BenchSettings::of_options(&o);
+        assert_eq!(v["urls-file"], "pool.txt");
+        assert_eq!(v["key"], "client.key");
+        assert!(!v.to_string().contains("PRIVATE KEY"), "{v}");
     }
 
     #[test]

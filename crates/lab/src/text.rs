@@ -19,6 +19,17 @@ pub fn render_text(r: &BenchReport) -> String {
             h.name, h.hostname
         );
     }
+    if let Some(p) = &l.pool {
+        let order = p.seed.map_or(p.order.to_string(), |s| format!("random:{s}"));
+        let _ = writeln!(
+            o,
+            "pool        {} requests from {} (sha256 {}), order {order}, in {} group(s)",
+            p.size,
+            p.file,
+            &p.digest[..16.min(p.digest.len())],
+            p.groups.len()
+        );
+    }
     match &l.agents {
         None => {
             let _ = writeln!(

@@ -106,3 +106,51 @@ fn merge_of_a_split_interval_log_equals_the_runs_histogram() {
     let text = qpslab(&["merge", &first, &second]);
     assert!(String::from_utf8_lossy(&text.stdout).starts_with("Merged 2 files:"));
 }
+
+/// A pool of whole URLs needs no URL of its own; `--per-request` writes a CSV line per line of
+/// the pool with its exact counts (100 lines, 300 requests in order: 3 each); the JSON names
+/// the pool, and `bench` says it too.
+#[test]
+fn a_pool_of_urls_is_counted_line_by_line_on_request() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool.txt");
+    let lines: String = (0..100).map(|i| format!("{}\n", server.url(&format!("/p/{i}")))).collect();
+    std::fs::write(&pool, lines).unwrap();
+    let csv = dir.path().join("counts.csv");
+    let (pool, csv_s) = (pool.to_str().unwrap(), csv.to_str().unwrap());
+    let v = super::json_ok(&[
+        "load",
+        "--urls",
+        pool,
+        "-n",
+        "300",
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "--json",
+        "--per-request",
+        csv_s,
+    ]);
+    assert_eq!((v["pool"]["size"].as_u64(), v["requests"]["ok"].as_u64()), (Some(100), Some(300)));
+    assert_eq!(v["pool"]["groups"][0]["name"], "/p", "{v}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows[0], "url,method,sent,completed,ok,failed");
+    assert_eq!(rows.len(), 101, "{text}");
+    assert!(rows[1..].iter().all(|r| r.ends_with(",GET,3,3,3,0")), "{text}");
+    assert!(rows[1].starts_with(&format!("\"{}\"", server.url("/p/0"))), "{text}");
+    usage_error(
+        &["load", "--urls", pool, "-n", "1", "--per-request", "/nonexistent/c.csv"],
+        "--per-request",
+    );
+    usage_error(&["load", "--urls", "/nonexistent/pool.txt"], "--urls");
+    // Paths: on bench's own server.
+    let paths = dir.path().join("paths.txt");
+    std::fs::write(&paths, "/a/1\n/a/2\n/b/3\n").unwrap();
+    let paths = paths.to_str().unwrap();
+    let out = qpslab(&["bench", "--target", "builtin", "--urls", paths, "-d", "1s", "--no-save"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pool        3 requests from") && text.contains("in 2 group(s)"), "{text}");
+}

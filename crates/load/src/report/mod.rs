@@ -825,6 +825,27 @@ fn errors(rec: &crate::Recorder) -> (BTreeMap<&'static str, u64>, BTreeMap<&'sta
     (errors, examples)
 }
 
+/// Every target's counts as CSV, a line per target (a pool's lines included), in the order of
+/// the configuration: `url,method,sent,completed,ok,failed`.
+pub fn per_request_csv(cfg: &LoadConfig, result: &RunResult) -> String {
+    let mut out = String::from("url,method,sent,completed,ok,failed\n");
+    for (i, t) in cfg.targets.iter().enumerate() {
+        let c = result.rec.per_target.get(i).copied().unwrap_or_default();
+        let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
+        // A URL holds no comma or quote unescaped; quoted all the same.
+        let url = t.url.replace('"', "\"\"");
+        out.push_str(&format!(
+            "\"{url}\",{},{},{},{},{}\n",
+            t.method,
+            c.completed + c.failed + in_flight,
+            c.completed,
+            c.ok,
+            c.failed
+        ));
+    }
+    out
+}
+
 /// Requests by target, in the order of the configuration.
 fn per_target(cfg: &LoadConfig, result: &RunResult) -> Vec<TargetReport> {
     cfg.targets
