@@ -152,5 +152,8 @@ fn a_pool_of_urls_is_counted_line_by_line_on_request() {
     let paths = paths.to_str().unwrap();
     let out = qpslab(&["bench", "--target", "builtin", "--urls", paths, "-d", "1s", "--no-save"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("pool        3 requests from") && text.contains("in 2 group(s)"), "{text}");
+    assert!(
+        text.contains("pool        3 requests from") && text.contains("in 2 group(s)"),
+        "{text}"
+    );
 }
