@@ -144,6 +144,10 @@ pub struct Pool {
     pub digest: String,
     /// Group by the first N segments of each path; None: one group.
     pub group_by: Option<usize>,
+    /// The report groups' names ([`crate::pool::groups`]).
+    pub groups: Vec<String>,
+    /// Each target's group ([`crate::pool::NO_GROUP`] for a target outside the pool).
+    pub member_group: Vec<u32>,
 }
 
 /// The `--urls` pool's default grouping: by its paths' first segment.
@@ -167,7 +171,10 @@ impl Pool {
             })?),
         };
         let digest = sha2::Sha256::digest(f.text.as_bytes());
+        let (groups, member_group) = crate::pool::groups(targets, group_by);
         Ok(Pool {
+            groups,
+            member_group,
             file: f.name.clone(),
             size: targets.iter().filter(|t| t.pool).count(),
             digest: digest.iter().map(|b| format!("{b:02x}")).collect(),

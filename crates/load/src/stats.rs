@@ -131,6 +131,9 @@ pub struct Recorder {
     pub handshake_latency: Histogram<u64>,
     /// Per target, in the order of the configuration.
     pub per_target: Vec<TargetCounts>,
+    /// Per group of the `--urls` pool: latency, as `latency` is recorded.
+    #[serde(with = "crate::wire::histograms")]
+    pub per_group: Vec<Histogram<u64>>,
     /// HTTP/2 (`--h2`): what the connections saw while measuring.
     pub h2: Option<crate::session::h2::H2Counts>,
     /// With `--log` or a feed that wants seconds: `latency` as it was when the current
@@ -173,6 +176,7 @@ impl Default for Recorder {
             tls_negotiated: None,
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
+            per_group: Vec::new(),
             h2: None,
             interval_base: None,
             seconds: Vec::new(),
@@ -192,10 +196,12 @@ impl Recorder {
         self.seconds.push(t);
     }
 
-    /// A recorder for `targets` targets, keeping intervals when `interval`.
-    pub fn new(targets: usize, interval: bool) -> Self {
+    /// A recorder for `targets` targets and `groups` groups of a pool, keeping intervals when
+    /// `interval`.
+    pub fn new(targets: usize, groups: usize, interval: bool) -> Self {
         Self {
             per_target: vec![TargetCounts::default(); targets],
+            per_group: (0..groups).map(|_| new_histogram()).collect(),
             interval_base: interval.then(new_histogram),
             ..Self::default()
         }
@@ -220,6 +226,14 @@ impl Recorder {
         let _ = interval.subtract(&*base);
         base.clone_from(&self.latency);
         Some(interval)
+    }
+
+    /// A response's latency in pool group `g` (a group that is not there: nothing).
+    #[inline]
+    pub fn group_latency(&mut self, g: usize, latency_us: u64) {
+        if let Some(h) = self.per_group.get_mut(g) {
+            h.saturating_record(latency_us.max(1));
+        }
     }
 
     /// Counts a response (`ok` or not) to target `t`.
@@ -301,6 +315,12 @@ impl Recorder {
         self.waited_for_connection += other.waited_for_connection;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.latency.add(&other.latency);
+        while self.per_group.len() < other.per_group.len() {
+            self.per_group.push(new_histogram());
+        }
+        for (a, b) in self.per_group.iter_mut().zip(&other.per_group) {
+            let _ = a.add(b);
+        }
         let _ = self.latency_uncorrected.add(&other.latency_uncorrected);
         let _ = self.send_lag.add(&other.send_lag);
         self.lag_total_us += other.lag_total_us;
@@ -342,7 +362,7 @@ mod tests {
     /// Each interval is exactly its own responses: counts, min and max, whatever came before.
     #[test]
     fn intervals_are_the_differences_of_the_whole() {
-        let mut r = Recorder::new(1, true);
+        let mut r = Recorder::new(1, 0, true);
         for us in [5, 900, 40_000] {
             r.response(200, true, us);
         }
@@ -359,7 +379,7 @@ mod tests {
         assert_eq!((second.len(), second.min(), second.max()), (2, 7, 8));
         assert!(third.is_empty());
         assert_eq!(r.latency.len(), 5, "the whole keeps everything");
-        assert!(Recorder::new(1, false).take_interval().is_none());
+        assert!(Recorder::new(1, 0, false).take_interval().is_none());
     }
 
     #[test]

@@ -30,6 +30,34 @@ pub(crate) mod histogram {
     }
 }
 
+/// Several histograms on the wire, each as [`histogram`] writes one.
+pub(crate) mod histograms {
+    use hdrhistogram::Histogram;
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(v: &[Histogram<u64>], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(v.len()))?;
+        for h in v {
+            seq.serialize_element(&crate::report::encode_histogram(h))?;
+        }
+        seq.end()
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<Histogram<u64>>, D::Error> {
+        use serde::de::{Error, IntoDeserializer};
+        Vec::<String>::deserialize(d)?
+            .into_iter()
+            .map(|b64| {
+                let d: serde::de::value::StringDeserializer<D::Error> = b64.into_deserializer();
+                super::histogram::deserialize(d).map_err(D::Error::custom)
+            })
+            .collect()
+    }
+}
+
 /// The status counts on the wire: (code, count) pairs, non-zero only, instead of a slot for
 /// every code.
 pub(crate) mod statuses {
@@ -176,11 +204,12 @@ mod tests {
     use crate::stats::ErrorClass;
 
     fn result(sent: u64, latencies: &[u64], start_s: u64) -> RunResult {
-        let mut rec = Recorder::new(1, false);
+        let mut rec = Recorder::new(1, 2, false);
         rec.sent = sent;
         for &l in latencies {
             rec.response(200, true, l);
             rec.target_response(0, true);
+            rec.group_latency(1, l);
         }
         rec.failure(ErrorClass::Timeout, sent - latencies.len() as u64, || "late".into());
         RunResult {
@@ -221,6 +250,7 @@ mod tests {
         assert_eq!(m.rec.latency.max(), m.rec.latency.highest_equivalent(2000));
         assert_eq!(m.rec.statuses().collect::<Vec<_>>(), vec![(200, 5)]);
         assert_eq!(m.rec.per_target[0].completed, 5);
+        assert_eq!((m.rec.per_group[0].len(), m.rec.per_group[1].len()), (0, 5), "a pool's groups");
         assert_eq!(m.cpu.total(), Duration::from_millis(800));
         assert_eq!(m.intervals[1].completed, 5);
         assert_eq!(m.duration, Duration::from_secs(2));

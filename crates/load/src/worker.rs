@@ -143,6 +143,8 @@ pub(crate) struct Shared<'a> {
     pub stop_flag: &'a AtomicBool,
     /// Threads hand over a latency histogram per second (`--log`, or an observer wants them).
     pub intervals: bool,
+    /// Per target: its group of the `--urls` pool (none: [`crate::pool::NO_GROUP`], or empty).
+    pub target_group: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,7 +311,11 @@ impl<'a> Worker<'a> {
                 Some(rate) => Pacer::open(Schedule { start: None, rate }, cfg.requests_of(index)),
                 None => Pacer::closed(cfg.requests_of(index)),
             },
-            rec: Recorder::new(cfg.targets.len(), shared.intervals),
+            rec: Recorder::new(
+                cfg.targets.len(),
+                cfg.pool.as_ref().map_or(0, |p| p.groups.len()),
+                shared.intervals,
+            ),
             buf: io::read_buffer(cfg.io),
             plain: if cfg.tls.is_some() {
                 vec![0u8; READ_BUF].into_boxed_slice()
@@ -1128,6 +1134,9 @@ impl Shared<'_> {
             let us = now.saturating_duration_since(req.intended).as_micros() as u64;
             rec.response(resp.status, ok, us);
             rec.target_response(req.target as usize, ok);
+            if let Some(&g) = self.target_group.get(req.target as usize) {
+                rec.group_latency(g as usize, us);
+            }
             if self.cfg.rate.is_some() {
                 rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
             }

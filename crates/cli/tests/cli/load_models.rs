@@ -146,6 +146,32 @@ fn a_pool_of_urls_is_counted_line_by_line_on_request() {
         "--per-request",
     );
     usage_error(&["load", "--urls", "/nonexistent/pool.txt"], "--urls");
+    // Latency by group, against the truth the server's delay sets: /slow answers in 20 ms.
+    let mixed = dir.path().join("mixed.txt");
+    let lines: String = (0..20).map(|i| format!("/fast/{i}\n/slow/{i}?t=20\n")).collect();
+    std::fs::write(&mixed, lines).unwrap();
+    let v = super::json_ok(&[
+        "load",
+        "--urls",
+        mixed.to_str().unwrap(),
+        "-n",
+        "40",
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "--json",
+        &server.url("/"),
+    ]);
+    let group = |name: &str| {
+        let gs = v["pool"]["groups"].as_array().unwrap();
+        gs.iter().find(|g| g["name"] == name).unwrap_or_else(|| panic!("{v}")).clone()
+    };
+    let (fast, slow) = (group("/fast"), group("/slow"));
+    assert_eq!((fast["ok"].as_u64(), slow["ok"].as_u64()), (Some(20), Some(20)), "{v}");
+    let p50 = |g: &serde_json::Value| g["latency_us"]["p50"].as_u64().unwrap();
+    assert!(p50(&slow) >= 20_000 && p50(&slow) < 40_000, "{slow}");
+    assert!(p50(&fast) < 10_000, "{fast}");
     // Paths: on bench's own server.
     let paths = dir.path().join("paths.txt");
     std::fs::write(&paths, "/a/1\n/a/2\n/b/3\n").unwrap();

@@ -240,9 +240,13 @@ fn pool(r: &Report, s: &mut String) {
         p.group_by.map_or("one group".to_string(), |n| format!("the first {n} path segment(s)"));
     let _ = writeln!(s, "  by {by}:");
     for g in &p.groups {
+        let latency =
+            g.latency_us.as_ref().filter(|_| g.completed > 0).map_or(String::new(), |l| {
+                format!("  p50 {} p99 {}", fmt_us(l.p50 as f64), fmt_us(l.p99 as f64))
+            });
         let _ = writeln!(
             s,
-            "  {:>9} sent {:>9} ok {:>7} failed  {} ({} request(s))",
+            "  {:>9} sent {:>9} ok {:>7} failed{latency}  {} ({} request(s))",
             g.sent, g.ok, g.failed, g.name, g.variants
         );
     }

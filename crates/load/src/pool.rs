@@ -1,0 +1,128 @@
+//! The `--urls` pool's report groups: each line's group named by a prefix of its path (with
+//! its origin when the pool spans several), decided before the run so that each group's
+//! latency is recorded as responses arrive. At most [`MAX_GROUPS`]: past that the groups with
+//! the fewest lines are folded into one.
+
+use crate::target::Target;
+
+/// Groups past this many are folded into one (those with the fewest lines).
+pub const MAX_GROUPS: usize = 50;
+
+/// The group of a target that is not a line of the pool.
+pub const NO_GROUP: u32 = u32::MAX;
+
+/// The pool's groups by the first `by` path segments (None: one group, `all`): their names,
+/// and each target's group ([`NO_GROUP`] for targets outside the pool).
+pub fn groups(targets: &[Target], by: Option<usize>) -> (Vec<String>, Vec<u32>) {
+    let origins: Vec<String> = targets.iter().map(|t| origin(&t.url)).collect();
+    let first = targets.iter().position(|t| t.pool);
+    let several = first
+        .is_some_and(|f| targets.iter().zip(&origins).any(|(t, o)| t.pool && *o != origins[f]));
+    let mut names: Vec<String> = Vec::new();
+    let mut lines: Vec<usize> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let mut member = vec![NO_GROUP; targets.len()];
+    for (i, t) in targets.iter().enumerate().filter(|(_, t)| t.pool) {
+        let name = match by {
+            None => "all".to_string(),
+            Some(n) if several => format!("{}{}", origins[i], prefix(&t.url, n)),
+            Some(n) => prefix(&t.url, n),
+        };
+        let g = *index.entry(name.clone()).or_insert_with(|| {
+            names.push(name);
+            lines.push(0);
+            names.len() - 1
+        });
+        lines[g] += 1;
+        member[i] = g as u32;
+    }
+    if names.len() <= MAX_GROUPS {
+        return (names, member);
+    }
+    // Keep the groups with the most lines, in their order; the rest become the last group.
+    let mut by_lines: Vec<usize> = (0..names.len()).collect();
+    by_lines.sort_by_key(|&g| std::cmp::Reverse(lines[g]));
+    let kept: std::collections::HashSet<usize> =
+        by_lines[..MAX_GROUPS - 1].iter().copied().collect();
+    let mut renumber = vec![0u32; names.len()];
+    let mut out = Vec::with_capacity(MAX_GROUPS);
+    for (g, name) in names.iter().enumerate() {
+        if kept.contains(&g) {
+            renumber[g] = out.len() as u32;
+            out.push(name.clone());
+        }
+    }
+    let rest = out.len() as u32;
+    for (g, r) in renumber.iter_mut().enumerate() {
+        if !kept.contains(&g) {
+            *r = rest;
+        }
+    }
+    out.push(format!("({} other groups)", names.len() - kept.len()));
+    for m in member.iter_mut().filter(|m| **m != NO_GROUP) {
+        *m = renumber[*m as usize];
+    }
+    (out, member)
+}
+
+/// `http://host:port` of a URL.
+pub fn origin(url: &str) -> String {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after..].find('/').map_or(url.len(), |i| after + i);
+    url[..end].to_string()
+}
+
+/// The first `n` segments of a URL's path (`/item/42?x` by 1: `/item`).
+fn prefix(url: &str, n: usize) -> String {
+    let o = origin(url).len();
+    let path = url[o..].split(['?', '#']).next().unwrap_or("");
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).take(n).collect();
+    format!("/{}", segs.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    fn target(url: &str, pool: bool) -> Target {
+        let o = crate::LoadOptions { urls: vec![url.into()], ..crate::LoadOptions::default() };
+        let mut t = crate::target::build(&o).unwrap().0.remove(0);
+        t.pool = pool;
+        t
+    }
+
+    #[test]
+    fn a_group_is_named_by_its_path_prefix_and_many_are_folded() {
+        assert_eq!(prefix("http://h:1/item/42?x=1", 1), "/item");
+        assert_eq!(prefix("http://h:1/item/42?x=1", 2), "/item/42");
+        assert_eq!(prefix("http://h:1/item/42", 5), "/item/42");
+        assert_eq!(prefix("http://h:1/", 1), "/");
+        assert_eq!(origin("https://h:1/a/b"), "https://h:1");
+        let ts = vec![
+            target("http://127.0.0.1:1/x", false),
+            target("http://127.0.0.1:1/a/1", true),
+            target("http://127.0.0.1:1/b/2", true),
+            target("http://127.0.0.1:1/a/3", true),
+        ];
+        let (names, member) = groups(&ts, Some(1));
+        assert_eq!(names, ["/a", "/b"]);
+        assert_eq!(member, [NO_GROUP, 0, 1, 0]);
+        assert_eq!(groups(&ts, None).0, ["all"]);
+        // 60 groups, group i with i+1 lines: the 11 smallest are folded.
+        let mut many = Vec::new();
+        for g in 0..60 {
+            for l in 0..=g {
+                many.push(target(&format!("http://127.0.0.1:1/g{g}/{l}"), true));
+            }
+        }
+        let (names, member) = groups(&many, Some(1));
+        assert_eq!(names.len(), MAX_GROUPS);
+        assert_eq!(names[0], "/g11", "the rest keep their order");
+        assert_eq!(names[MAX_GROUPS - 1], "(11 other groups)");
+        assert_eq!(
+            member.iter().filter(|&&m| m == (MAX_GROUPS - 1) as u32).count(),
+            (1..=11).sum::<usize>()
+        );
+    }
+}
