@@ -154,6 +154,15 @@ pub struct Pool {
 pub const DEFAULT_GROUP_BY: usize = 1;
 
 impl Pool {
+    /// Each target's group as the run records latency by: none with one group (`--group-by
+    /// none`: the run's own latency is that group's, recorded once, not twice).
+    pub fn recorded_groups(&self) -> Vec<u32> {
+        if self.group_by.is_none() {
+            return Vec::new();
+        }
+        self.member_group.clone()
+    }
+
     fn of(
         f: &crate::options::FileText,
         targets: &[Target],

@@ -244,7 +244,7 @@ pub fn run(
         idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
         stop_flag: stop,
         intervals: cfg.log.is_some() || feed.wants_seconds(),
-        target_group: cfg.pool.as_ref().map_or_else(Vec::new, |p| p.member_group.clone()),
+        target_group: cfg.pool.as_ref().map_or_else(Vec::new, config::Pool::recorded_groups),
     };
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();

@@ -313,7 +313,8 @@ impl<'a> Worker<'a> {
             },
             rec: Recorder::new(
                 cfg.targets.len(),
-                cfg.pool.as_ref().map_or(0, |p| p.groups.len()),
+                // With one group (`--group-by none`) the run's latency is the group's.
+                cfg.pool.as_ref().filter(|p| p.group_by.is_some()).map_or(0, |p| p.groups.len()),
                 shared.intervals,
             ),
             buf: io::read_buffer(cfg.io),

@@ -59,7 +59,11 @@ impl PoolReport {
                 completed: 0,
                 ok: 0,
                 failed: 0,
-                latency_us: result.rec.per_group.get(g).map(Latency::from_histogram),
+                // One group (`--group-by none`): the run's own latency, recorded once.
+                latency_us: match pool.group_by {
+                    None => Some(Latency::from_histogram(&result.rec.latency)),
+                    Some(_) => result.rec.per_group.get(g).map(Latency::from_histogram),
+                },
             })
             .collect();
         let mut bytes = 0;
