@@ -20,30 +20,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let mut start = bench_cmd::options(b)?;
-    let server_config = match (&a.server_config, &a.server_reload) {
-        (Some(tf), Some(reload)) => {
-            let (t, f) = tf.split_once(':').filter(|(t, f)| !t.is_empty() && !f.is_empty()).ok_or_else(|| {
-                UsageError(format!(
-                    "--server-config {tf:?}: give TEMPLATE:FILE, the template and the server's configuration file it is written to"
-                ))
-            })?;
-            // -w is the template's starting workers here, not a server bench starts.
-            let workers = start.workers.take().unwrap_or(1);
-            Some(climb::ServerConfig {
-                template: t.into(),
-                file: f.into(),
-                reload: reload.clone(),
-                workers,
-            })
-        }
-        _ => None,
-    };
-    if server_config.is_some() && b.url.is_none() {
-        return Err(UsageError(
-            "--server-config is for your own server: give its URL (bench starts the built-in server or nginx otherwise)".into(),
-        )
-        .into());
-    }
+    let server_config = server_config(&a, &mut start)?;
     let o = ClimbOptions {
         start,
         budget: a.budget,
@@ -86,36 +63,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
     };
     line.clear();
     let c = result.map_err(error)?;
-    output::emit(b.json, &c, || {
-        let mut t = climb::render_text(&c);
-        let host_kept = c.plan.iter().any(|p| p.starts_with("host: "));
-        match &a.state_file {
-            Some(f) => {
-                t += &format!(
-                    "state file  {} (`qpslab tune apply --from {}` puts its host settings in force on a host of this shape)\n",
-                    f.display(),
-                    f.display()
-                );
-            }
-            None if host_kept => {
-                t += "state file  --state-file FILE writes these host settings for `qpslab tune apply --from FILE` on a host of this shape\n";
-            }
-            None => {}
-        }
-        if let Some(j) = &c.kept_journal {
-            t += &format!(
-                "host        the kept settings stay in force; `qpslab tune revert --journal {}` undoes them\n",
-                j.display()
-            );
-        }
-        if let (Some(id), Some(s)) = (c.sweep, &store) {
-            t += &format!(
-                "stored      sweep {id} in {} (qpslab report sweep:{id} -o climb.html draws it)\n",
-                s.path().display()
-            );
-        }
-        t
-    })?;
+    output::emit(b.json, &c, || text(&c, &a, store.as_ref()))?;
     if let Some(f) = &a.state_file {
         std::fs::write(f, climb::state_file(&c))
             .map_err(|e| anyhow::anyhow!("--state-file {}: cannot write it: {e}", f.display()))?;
@@ -135,6 +83,68 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
     let failed = c.ended.starts_with("stopped") || c.steps.iter().any(|s| s.verdict == "stopped");
     live_cmd::finish(live, !failed, summary, html);
     Ok(if failed { Outcome::ChecksFailed } else { Outcome::Passed })
+}
+
+/// `--server-config TEMPLATE:FILE` with `--server-reload CMD`: the user's server in the climb's
+/// hands, starting from `-w` workers (taken from the options: bench starts no server here).
+fn server_config(
+    a: &ClimbArgs,
+    start: &mut qpslab_lab::BenchOptions,
+) -> anyhow::Result<Option<climb::ServerConfig>> {
+    let (Some(tf), Some(reload)) = (&a.server_config, &a.server_reload) else {
+        return Ok(None);
+    };
+    let (t, f) = tf.split_once(':').filter(|(t, f)| !t.is_empty() && !f.is_empty()).ok_or_else(|| {
+        UsageError(format!(
+            "--server-config {tf:?}: give TEMPLATE:FILE, the template and the server's configuration file it is written to"
+        ))
+    })?;
+    if a.bench.url.is_none() {
+        return Err(UsageError(
+            "--server-config is for your own server: give its URL (bench starts the built-in server or nginx otherwise)".into(),
+        )
+        .into());
+    }
+    // -w is the template's starting workers here, not a server bench starts.
+    let workers = start.workers.take().unwrap_or(1);
+    Ok(Some(climb::ServerConfig {
+        template: t.into(),
+        file: f.into(),
+        reload: reload.clone(),
+        workers,
+    }))
+}
+
+/// The climb's table, and where its kept settings and runs are.
+fn text(c: &climb::Climb, a: &ClimbArgs, store: Option<&qpslab_runs::store::Store>) -> String {
+    let mut t = climb::render_text(c);
+    let host_kept = c.plan.iter().any(|p| p.starts_with("host: "));
+    match &a.state_file {
+        Some(f) => {
+            t += &format!(
+                "state file  {} (`qpslab tune apply --from {}` puts its host settings in force on a host of this shape)\n",
+                f.display(),
+                f.display()
+            );
+        }
+        None if host_kept => {
+            t += "state file  --state-file FILE writes these host settings for `qpslab tune apply --from FILE` on a host of this shape\n";
+        }
+        None => {}
+    }
+    if let Some(j) = &c.kept_journal {
+        t += &format!(
+            "host        the kept settings stay in force; `qpslab tune revert --journal {}` undoes them\n",
+            j.display()
+        );
+    }
+    if let (Some(id), Some(s)) = (c.sweep, store) {
+        t += &format!(
+            "stored      sweep {id} in {} (qpslab report sweep:{id} -o climb.html draws it)\n",
+            s.path().display()
+        );
+    }
+    t
 }
 
 /// `--dry-run`: one run of the starting state, its summary and the first step the climb would
