@@ -332,16 +332,10 @@ mod tests {
     /// and kept out of the URL the reports show; the user's own Authorization header wins.
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
-        let t = resolve_target(
-            "http://alice:s%40cret@127.0.0.1:8080/x",
-            "GET",
-            &[],
-            &[],
-            1,
-            None,
-            &mut Resolved::new(),
-        )
-        .unwrap();
+        let get = |url: &str, hs: &[HeaderArg]| {
+            resolve_target(url, "GET", hs, &[], 1, None, &mut Resolved::new()).unwrap()
+        };
+        let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
         // base64("alice:s@cret")
         assert!(
             request(&t).contains("\r\nAuthorization: Basic YWxpY2U6c0BjcmV0\r\n"),
@@ -350,27 +344,9 @@ mod tests {
         );
         assert_eq!(t.url, "http://127.0.0.1:8080/x");
         let own = [HeaderArg { name: "authorization".into(), value: "Bearer t".into() }];
-        let t = resolve_target(
-            "http://alice:pw@127.0.0.1:8080/",
-            "GET",
-            &own,
-            &[],
-            1,
-            None,
-            &mut Resolved::new(),
-        )
-        .unwrap();
+        let t = get("http://alice:pw@127.0.0.1:8080/", &own);
         assert!(!request(&t).contains("Basic"), "{}", request(&t));
-        let t = resolve_target(
-            "http://127.0.0.1:8080/",
-            "GET",
-            &[],
-            &[],
-            1,
-            None,
-            &mut Resolved::new(),
-        )
-        .unwrap();
+        let t = get("http://127.0.0.1:8080/", &[]);
         assert!(!request(&t).contains("Authorization"));
     }
 
