@@ -41,12 +41,15 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
             "no target given; e.g. http://127.0.0.1:8080/ (or --targets FILE, --urls FILE)",
         ));
     }
-    let body = o.body.as_ref().map_or(&[][..], |b| b.0.as_slice());
-    let headers = headers(o)?;
-    let mut notes = Vec::new();
-    let mut cache = Resolved::new();
+    let mut b = Builder {
+        o,
+        headers: headers(o)?,
+        body: o.body.as_ref().map_or(&[][..], |b| b.0.as_slice()),
+        cache: Resolved::new(),
+        notes: Vec::new(),
+    };
     let mut targets = match &o.urls_file {
-        Some(pool) => pool_targets(pool, o, &headers, body, &mut cache, &mut notes)?,
+        Some(pool) => b.pool(pool)?,
         None => {
             let lines: Vec<TargetLine> = o
                 .urls
@@ -58,124 +61,114 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
                     weight: 1,
                 })
                 .collect();
-            resolve_lines(lines, "URL", o, &headers, body, &mut cache, &mut notes)?
+            b.lines(lines, "URL")?
         }
     };
     if let Some(file) = &o.targets {
-        let lines = targets_file::read_file(file)?;
-        targets.extend(resolve_lines(
-            lines,
-            "--targets",
-            o,
-            &headers,
-            body,
-            &mut cache,
-            &mut notes,
-        )?);
+        targets.extend(b.lines(targets_file::read_file(file)?, "--targets")?);
     }
-    Ok((targets, notes))
+    Ok((targets, b.notes))
 }
 
 /// Host names already looked up: a pool names its host on every line.
 type Resolved = std::collections::HashMap<(String, u16), SocketAddr>;
 
-/// The targets of `lines`, errors named after `flag`.
-fn resolve_lines(
-    lines: Vec<TargetLine>,
-    flag: &'static str,
-    o: &LoadOptions,
-    headers: &[HeaderArg],
-    body: &[u8],
-    cache: &mut Resolved,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Target>, ConfigError> {
-    lines
-        .into_iter()
-        .map(|mut l| {
-            if let Some(full) = with_default_scheme(&l.url) {
-                notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
-                l.url = full;
-            }
-            // A header of the line replaces a -H header of the same name.
-            let mut hs: Vec<HeaderArg> = headers
-                .iter()
-                .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
-                .cloned()
-                .collect();
-            hs.extend(l.headers.iter().cloned());
-            let sni = o.tls.sni.as_deref();
-            resolve_target(&l.url, &l.method, &hs, body, l.weight, sni, cache).map_err(|e| {
-                if e.flag == "--sni" {
-                    e
-                } else {
-                    ConfigError::new(flag, e.message)
-                }
-            })
-        })
-        .collect()
+/// What every target is built with: the options' headers and body, the host names resolved so
+/// far, and the notes for the user.
+struct Builder<'a> {
+    o: &'a LoadOptions,
+    headers: Vec<HeaderArg>,
+    body: &'a [u8],
+    cache: Resolved,
+    notes: Vec<String>,
 }
 
-/// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each with
-/// the method, headers and body of the command line.
-fn pool_targets(
-    pool: &crate::options::FileText,
-    o: &LoadOptions,
-    headers: &[HeaderArg],
-    body: &[u8],
-    cache: &mut Resolved,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Target>, ConfigError> {
-    let err = |m: String| ConfigError::new("--urls", m);
-    if o.urls.len() > 1 {
-        return Err(err(format!(
-            "give one URL with it (the base of the pool's paths), not {}",
-            o.urls.len()
-        )));
+impl Builder<'_> {
+    /// The targets of `lines`, errors named after `flag`.
+    fn lines(
+        &mut self,
+        lines: Vec<TargetLine>,
+        flag: &'static str,
+    ) -> Result<Vec<Target>, ConfigError> {
+        let sni = self.o.tls.sni.as_deref();
+        lines
+            .into_iter()
+            .map(|mut l| {
+                if let Some(full) = with_default_scheme(&l.url) {
+                    self.notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
+                    l.url = full;
+                }
+                // A header of the line replaces a -H header of the same name.
+                let mut hs: Vec<HeaderArg> = self
+                    .headers
+                    .iter()
+                    .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
+                    .cloned()
+                    .collect();
+                hs.extend(l.headers.iter().cloned());
+                resolve_target(&l.url, &l.method, &hs, self.body, l.weight, sni, &mut self.cache)
+                    .map_err(
+                        |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
+                    )
+            })
+            .collect()
     }
-    let base = o.urls.first().map(|u| with_default_scheme(u).unwrap_or_else(|| u.clone()));
-    let base = base
-        .map(|b| url::Url::parse(&b).map_err(|e| err(format!("the URL {b:?} is not valid ({e})"))))
-        .transpose()?;
-    let mut bare = 0;
-    let mut out = Vec::new();
-    for (i, raw) in pool.text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+
+    /// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each
+    /// with the method, headers and body of the command line.
+    fn pool(&mut self, pool: &crate::options::FileText) -> Result<Vec<Target>, ConfigError> {
+        let o = self.o;
+        let err = |m: String| ConfigError::new("--urls", m);
+        if o.urls.len() > 1 {
+            return Err(err(format!(
+                "give one URL with it (the base of the pool's paths), not {}",
+                o.urls.len()
+            )));
         }
-        let at = |m: String| err(format!("{} line {}: {m}", pool.name, i + 1));
-        let url = if line.starts_with('/') {
-            let base = base.as_ref().ok_or_else(|| {
+        let base = o.urls.first().map(|u| with_default_scheme(u).unwrap_or_else(|| u.clone()));
+        let base = base
+            .map(|b| {
+                url::Url::parse(&b).map_err(|e| err(format!("the URL {b:?} is not valid ({e})")))
+            })
+            .transpose()?;
+        let mut bare = 0;
+        let mut out = Vec::new();
+        for (i, raw) in pool.text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = |m: String| err(format!("{} line {}: {m}", pool.name, i + 1));
+            let url = if line.starts_with('/') {
+                let base = base.as_ref().ok_or_else(|| {
                 at(format!("{line:?} is a path: give a URL for its scheme and host, e.g. http://127.0.0.1:8080/"))
             })?;
-            base.join(line).map_err(|e| at(format!("{line:?}: {e}")))?.to_string()
-        } else if let Some(full) = with_default_scheme(line) {
-            bare += 1;
-            full
-        } else {
-            line.to_string()
-        };
-        let sni = o.tls.sni.as_deref();
-        let mut t = resolve_target(&url, &o.method, headers, body, 1, sni, cache).map_err(|e| {
-            if e.flag == "--sni" {
-                e
+                base.join(line).map_err(|e| at(format!("{line:?}: {e}")))?.to_string()
+            } else if let Some(full) = with_default_scheme(line) {
+                bare += 1;
+                full
             } else {
-                at(e.message)
-            }
-        })?;
-        t.pool = true;
-        out.push(t);
+                line.to_string()
+            };
+            let sni = o.tls.sni.as_deref();
+            let mut t =
+                resolve_target(&url, &o.method, &self.headers, self.body, 1, sni, &mut self.cache)
+                    .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
+            t.pool = true;
+            out.push(t);
+        }
+        if out.is_empty() {
+            return Err(err(format!(
+                "{} has no URL or path; write one per line, e.g. /item/1",
+                pool.name
+            )));
+        }
+        if bare > 0 {
+            self.notes
+                .push(format!("{bare} line(s) of {} have no scheme: taken as http://", pool.name));
+        }
+        Ok(out)
     }
-    if out.is_empty() {
-        return Err(err(format!(
-            "{} has no URL or path; write one per line, e.g. /item/1",
-            pool.name
-        )));
-    }
-    if bare > 0 {
-        notes.push(format!("{bare} line(s) of {} have no scheme: taken as http://", pool.name));
-    }
-    Ok(out)
 }
 
 /// The `-H` headers, with `Connection: close` for a connection per request.
