@@ -872,7 +872,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Target URL(s), e.g. http://127.0.0.1:8080/ or https://example.com/ (without a scheme,
-    /// http:// is assumed, as curl does); several spread over the connections
+    /// http:// is assumed, as curl does); several spread over the connections. {seq},
+    /// {seq:START}, {rand:WIDTH} and {rand:WIDTH:SEED} in a path, a -H value or the body are
+    /// IDs written into each request (never the same {seq} twice in a run)
     #[arg(value_name = "URL", required_unless_present_any = ["targets", "urls_file"])]
     pub urls: Vec<String>,
 

@@ -99,6 +99,7 @@ pub fn split(o: &LoadOptions, weights: &[u32]) -> Result<Vec<LoadOptions>, Split
             ramp: None,
             stages: None,
             source: sources[i].clone(),
+            lane: Some((i as u32, n as u32)),
             ..o.clone()
         })
         .collect())

@@ -97,7 +97,17 @@ impl RequestSpec {
     /// (`Connection`, `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`) are left
     /// out; a body gets `content-length` unless the user gave one.
     pub fn encode_h2(&self, https: bool) -> Result<Vec<u8>, RequestError> {
-        use crate::h2::hpack::{indexed, literal, static_field, static_name, Indexing};
+        self.encode_h2_with(https, true)
+    }
+
+    /// As [`RequestSpec::encode_h2`], every string raw (no Huffman coding): a value's bytes
+    /// are in the block as written, so a request can write digits into them in place.
+    pub fn encode_h2_raw(&self, https: bool) -> Result<Vec<u8>, RequestError> {
+        self.encode_h2_with(https, false)
+    }
+
+    fn encode_h2_with(&self, https: bool, huffman: bool) -> Result<Vec<u8>, RequestError> {
+        use crate::h2::hpack::{indexed, literal_with, static_field, static_name, Indexing};
         if self.method.is_empty() || !self.method.bytes().all(crate::is_tchar) {
             return Err(RequestError::Method(self.method.clone()));
         }
@@ -106,7 +116,7 @@ impl RequestSpec {
             Some(i) => indexed(out, i),
             None => {
                 let at = static_name(name).unwrap_or(0);
-                literal(out, Indexing::Without, at, name, value);
+                literal_with(out, Indexing::Without, at, name, value, huffman);
             }
         };
         let host = self.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host"));

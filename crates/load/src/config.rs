@@ -93,6 +93,8 @@ pub struct LoadConfig {
     pub order: targets::Order,
     /// The `--urls` pool, when there is one.
     pub pool: Option<Pool>,
+    /// This process's place among the run's agents (index, count); (0, 1) alone.
+    pub lane: (u32, u32),
     pub threads: usize,
     pub connections: usize,
     /// Stop after this long (measured from the end of warm-up).
@@ -241,6 +243,7 @@ impl LoadConfig {
             duration: run_length(opts, rate.as_ref()),
             order,
             pool,
+            lane: opts.lane.unwrap_or((0, 1)),
             targets,
             threads,
             connections,

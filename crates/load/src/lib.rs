@@ -19,6 +19,7 @@ pub mod stats;
 pub mod target;
 pub mod targets;
 pub mod targets_file;
+pub mod template;
 pub mod tls;
 pub mod wire;
 mod worker;

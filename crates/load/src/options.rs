@@ -152,6 +152,11 @@ pub struct LoadOptions {
     #[arg(skip)]
     pub schedule: Option<Rate>,
 
+    /// With agents: this process's place among them (index, count), so that the numbers its
+    /// requests' `{seq}` and `{rand}` IDs come from are its own.
+    #[arg(skip)]
+    pub lane: Option<(u32, u32)>,
+
     /// Requests kept in flight per connection (HTTP/1.1 pipelining); latency per request
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
@@ -274,6 +279,7 @@ impl Default for LoadOptions {
             ramp: None,
             stages: None,
             schedule: None,
+            lane: None,
             pipeline: 1,
             conn_per_request: false,
             rst_close: false,

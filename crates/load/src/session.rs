@@ -30,6 +30,9 @@ pub(crate) struct Req {
     pub target: u32,
     /// Its position in the group's request cycle (its bytes, its header block).
     pub pos: u32,
+    /// Its number, from which its `{seq}` and `{rand}` IDs are written (see
+    /// [`crate::template::Ids`]); kept when it is sent again.
+    pub id: u64,
 }
 
 /// What parsing a read's worth of bytes left the connection in.
@@ -66,6 +69,14 @@ pub(crate) struct Http1 {
     /// Requests written again on a new connection: the ranges of the group's request bytes
     /// to write after this one, last first.
     runs: Vec<(usize, usize)>,
+    /// A group whose requests carry IDs: the requests being written, copied from the group's
+    /// bytes with their IDs in place (the write range is in here then). Shared like the
+    /// group's bytes, so an io_uring send can hold it; written only when nothing else does.
+    own: Option<std::sync::Arc<[u8]>>,
+    /// `own` holds this position's request alone, with an earlier request's IDs.
+    own_pos: Option<u32>,
+    own_len: usize,
+    depth: usize,
     /// A response has arrived on the current connection, or it was opened before the run and
     /// waited idle for its first request.
     pub reused: bool,
@@ -82,8 +93,75 @@ impl Http1 {
             write_pos: 0,
             write_end: 0,
             runs: Vec::new(),
+            own: None,
+            own_pos: None,
+            own_len: 0,
+            depth,
             reused: false,
         }
+    }
+
+    /// The bytes the write range is in: the group's, or with IDs this connection's copy.
+    #[inline]
+    pub fn bytes<'a>(&'a self, group: &'a Group) -> &'a std::sync::Arc<[u8]> {
+        match &self.own {
+            Some(own) if group.templated() => own,
+            _ => &group.wire,
+        }
+    }
+
+    /// With IDs: the requests in flight from the `from`-th on, copied into the connection's
+    /// buffer with their IDs written in place, become the write range.
+    fn render(&mut self, group: &Group, from: usize) {
+        // The common case first: the same request as the last one alone, whose copy only
+        // needs its digits (a single send at a time: nothing else holds the copy by now).
+        if let (true, Some(r)) = (from + 1 == self.inflight.len(), self.inflight.back()) {
+            if self.own_pos == Some(r.pos) {
+                if let (Some(buf), Some(Some(t))) = (
+                    self.own.as_mut().and_then(std::sync::Arc::get_mut),
+                    group.templates.get(r.pos as usize),
+                ) {
+                    crate::template::Template::write(&t.h1, r.id, buf);
+                    (self.write_pos, self.write_end) = (0, self.own_len);
+                    return;
+                }
+            }
+        }
+        let most = group.longest * (self.inflight.len() - from);
+        let free = self
+            .own
+            .as_mut()
+            .is_some_and(|b| b.len() >= most && std::sync::Arc::get_mut(b).is_some());
+        if !free {
+            // First use, or a send of the closed connection still holds the old copy.
+            self.own = Some(vec![0u8; most.max(group.longest * self.depth)].into());
+            self.own_pos = None;
+        }
+        let Some(buf) = self.own.as_mut().and_then(std::sync::Arc::get_mut) else { return };
+        let single = from + 1 == self.inflight.len();
+        if let (true, Some(r)) = (single, self.inflight.back()) {
+            let (a, b) = group.slice(r.pos as usize, 1);
+            let out = &mut buf[..b - a];
+            out.copy_from_slice(&group.wire[a..b]);
+            (self.own_pos, self.own_len) = (Some(r.pos), b - a);
+            if let Some(Some(t)) = group.templates.get(r.pos as usize) {
+                crate::template::Template::write(&t.h1, r.id, out);
+            }
+            (self.write_pos, self.write_end) = (0, b - a);
+            return;
+        }
+        self.own_pos = None;
+        let mut at = 0;
+        for r in self.inflight.range(from..) {
+            let (a, b) = group.slice(r.pos as usize, 1);
+            let out = &mut buf[at..at + b - a];
+            out.copy_from_slice(&group.wire[a..b]);
+            if let Some(Some(t)) = group.templates.get(r.pos as usize) {
+                crate::template::Template::write(&t.h1, r.id, out);
+            }
+            at += b - a;
+        }
+        (self.write_pos, self.write_end) = (0, at);
     }
 
     /// Requests written and not answered yet.
@@ -133,7 +211,11 @@ impl Http1 {
             let pos = (*cursor + i) % len;
             self.inflight.push_back(make(i, group.cycle[pos], pos as u32));
         }
-        (self.write_pos, self.write_end) = group.slice(*cursor, k);
+        if group.templated() {
+            self.render(group, self.inflight.len() - k);
+        } else {
+            (self.write_pos, self.write_end) = group.slice(*cursor, k);
+        }
         *cursor = (*cursor + k) % len;
     }
 
@@ -141,6 +223,13 @@ impl Http1 {
     /// they were (their intended times kept, `now` as their write); requests next to each
     /// other in the cycle in one range.
     pub fn resend(&mut self, group: &Group, now: Instant) {
+        if group.templated() {
+            for r in &mut self.inflight {
+                r.sent_at = now;
+            }
+            // With the IDs they had.
+            return self.render(group, 0);
+        }
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for r in &mut self.inflight {
             r.sent_at = now;
@@ -271,6 +360,10 @@ pub(crate) fn with_carry<R>(
 
 /// One connection's protocol: HTTP/1.1 or HTTP/2, the same answers to the engine.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "HTTP/1.1, the common and cheapest exchange, stays inline; HTTP/2's is boxed"
+)]
 pub(crate) enum Session {
     H1(Http1),
     H2(Box<Http2>),
@@ -330,7 +423,7 @@ impl Session {
         match self {
             Session::H1(s) => {
                 let (from, to) = s.to_write();
-                &group.wire[from..to]
+                &s.bytes(group)[from..to]
             }
             Session::H2(s) => s.pending(),
         }
@@ -447,7 +540,7 @@ mod tests {
     }
 
     fn req(now: Instant, pos: u32) -> Req {
-        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0, pos }
+        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0, pos, id: 0 }
     }
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";

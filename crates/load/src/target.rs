@@ -9,6 +9,7 @@ use qpslab_sys::config_error::ConfigError;
 
 use crate::options::LoadOptions;
 use crate::targets_file::{self, TargetLine};
+use crate::template::{self, Template, Token};
 
 /// One target: where to connect and the bytes of its request.
 #[derive(Debug, Clone)]
@@ -30,6 +31,8 @@ pub struct Target {
     pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
     /// A line of the `--urls` pool: reported with its group, not on a row of its own.
     pub pool: bool,
+    /// `{seq}` and `{rand:...}` IDs: where each request writes its digits.
+    pub template: Option<std::sync::Arc<Template>>,
 }
 
 /// Builds every target, command-line URLs first (or the `--urls` pool in their place), then
@@ -47,6 +50,7 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
         body: o.body.as_ref().map_or(&[][..], |b| b.0.as_slice()),
         cache: Resolved::new(),
         notes: Vec::new(),
+        rand_seed: crate::targets::fresh_seed(),
     };
     let mut targets = match &o.urls_file {
         Some(pool) => b.pool(pool)?,
@@ -67,6 +71,17 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
     if let Some(file) = &o.targets {
         targets.extend(b.lines(targets_file::read_file(file)?, "--targets")?);
     }
+    let unseeded = |t: &Target| {
+        t.template.as_ref().is_some_and(|t| {
+            t.h1.iter().chain(&t.body).any(|s| s.kind == template::Kind::Rand { seed: b.rand_seed })
+        })
+    };
+    if targets.iter().any(unseeded) {
+        b.notes.push(format!(
+            "{{rand:WIDTH}} seed {0}: give {{rand:WIDTH:{0}}} to get the same numbers again",
+            b.rand_seed
+        ));
+    }
     Ok((targets, b.notes))
 }
 
@@ -81,6 +96,8 @@ struct Builder<'a> {
     body: &'a [u8],
     cache: Resolved,
     notes: Vec<String>,
+    /// The seed of every `{rand:WIDTH}` that names none.
+    rand_seed: u64,
 }
 
 impl Builder<'_> {
@@ -106,10 +123,14 @@ impl Builder<'_> {
                     .cloned()
                     .collect();
                 hs.extend(l.headers.iter().cloned());
-                resolve_target(&l.url, &l.method, &hs, self.body, l.weight, sni, &mut self.cache)
-                    .map_err(
-                        |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
-                    )
+                let req = Req { url: &l.url, method: &l.method, headers: &hs, body: self.body };
+                resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache).map_err(|e| {
+                    if e.flag == "--sni" {
+                        e
+                    } else {
+                        ConfigError::new(flag, e.message)
+                    }
+                })
             })
             .collect()
     }
@@ -151,9 +172,9 @@ impl Builder<'_> {
                 line.to_string()
             };
             let sni = o.tls.sni.as_deref();
-            let mut t =
-                resolve_target(&url, &o.method, &self.headers, self.body, 1, sni, &mut self.cache)
-                    .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
+            let req = Req { url: &url, method: &o.method, headers: &self.headers, body: self.body };
+            let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
+                .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
             out.push(t);
         }
@@ -228,15 +249,119 @@ fn basic_auth(url: &url::Url, headers: &[HeaderArg]) -> Option<HeaderArg> {
     Some(HeaderArg { name: "Authorization".into(), value })
 }
 
+/// A request as given: URL, method, headers, body (any of them may hold `{seq}` or `{rand}`).
+#[derive(Clone, Copy)]
+struct Req<'a> {
+    url: &'a str,
+    method: &'a str,
+    headers: &'a [HeaderArg],
+    body: &'a [u8],
+}
+
+/// The target of `req`; its `{seq}` and `{rand}` IDs found (see [`template`]): the request is
+/// resolved with every ID's digits at 0, then once per ID with its digits at 1, and where the
+/// encodings differ is where the ID goes.
 fn resolve_target(
-    raw: &str,
-    method: &str,
-    headers: &[HeaderArg],
-    body: &[u8],
+    req: Req<'_>,
+    weight: u32,
+    sni: Option<&str>,
+    rand_seed: u64,
+    cache: &mut Resolved,
+) -> Result<Target, ConfigError> {
+    let scan = |flag: &'static str, text: &[u8]| {
+        template::scan(text, rand_seed).map_err(|e| ConfigError::new(flag, e))
+    };
+    let in_url = scan("URL", req.url.as_bytes())?;
+    let authority_end = req.url.find("://").map_or(0, |s| {
+        s + 3 + req.url[s + 3..].find(['/', '?', '#']).unwrap_or(req.url.len() - s - 3)
+    });
+    if in_url.iter().any(|t| t.range.0 < authority_end) {
+        return Err(ConfigError::new(
+            "URL",
+            format!(
+                "{:?}: {{seq}} and {{rand}} go in the path or the query, not the host",
+                req.url
+            ),
+        ));
+    }
+    let in_headers = req
+        .headers
+        .iter()
+        .map(|h| scan("--header", h.value.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let in_body = scan("--body", req.body)?;
+    let tokens: Vec<&Token> =
+        in_url.iter().chain(in_headers.iter().flatten()).chain(&in_body).collect();
+    if tokens.is_empty() {
+        return resolve_plain(req, weight, sni, cache, true);
+    }
+    // The request with token `marked`'s digits at 1 and every other's at 0.
+    let variant = |marked: Option<usize>, cache: &mut Resolved| {
+        let digit = |k: usize| if Some(k) == marked { b'1' } else { b'0' };
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        let url = text(template::fill(req.url.as_bytes(), &in_url, 0, digit));
+        let mut first = in_url.len();
+        let headers: Vec<HeaderArg> = req
+            .headers
+            .iter()
+            .zip(&in_headers)
+            .map(|(h, ts)| {
+                let value = text(template::fill(h.value.as_bytes(), ts, first, digit));
+                first += ts.len();
+                HeaderArg { name: h.name.clone(), value }
+            })
+            .collect();
+        let body = template::fill(req.body, &in_body, first, digit);
+        let filled = Req { url: &url, method: req.method, headers: &headers, body: &body };
+        resolve_plain(filled, weight, sni, cache, false)
+    };
+    let flag_of = |k: usize| match k {
+        k if k < in_url.len() => "URL",
+        k if k < tokens.len() - in_body.len() => "--header",
+        _ => "--body",
+    };
+    let mut base = variant(None, cache)?;
+    let mut t = Template::default();
+    for (k, token) in tokens.iter().enumerate() {
+        let marked = variant(Some(k), cache)?;
+        let at = |base: &[u8], marked: &[u8], out: &mut Vec<template::Slot>| {
+            let slot = template::locate(base, marked, token.width, token.kind).map_err(|_| {
+                ConfigError::new(
+                    flag_of(k),
+                    format!(
+                        "{}: its ID of {} digits is not one run of digits once encoded; put \
+                         it where the request carries it as written",
+                        req.url, token.width
+                    ),
+                )
+            })?;
+            out.extend(slot);
+            Ok::<(), ConfigError>(())
+        };
+        at(&base.request, &marked.request, &mut t.h1)?;
+        at(&base.h2_block, &marked.h2_block, &mut t.h2)?;
+        at(&base.body, &marked.body, &mut t.body)?;
+    }
+    // Reports show the URL as written, its IDs as templates.
+    base.url = url::Url::parse(req.url).map_or(base.url, |u| {
+        let mut shown = u;
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        shown.to_string().replace("%7B", "{").replace("%7D", "}")
+    });
+    base.template = Some(t.into());
+    Ok(base)
+}
+
+/// The target of `req` as it is; its HTTP/2 header block Huffman-coded when `huffman`.
+fn resolve_plain(
+    req: Req<'_>,
     weight: u32,
     sni: Option<&str>,
     cache: &mut Resolved,
+    huffman: bool,
 ) -> Result<Target, ConfigError> {
+    let Req { url: raw, method, headers, body } = req;
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
             "URL",
@@ -296,8 +421,8 @@ fn resolve_target(
         body: body.to_vec(),
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
-    let h2_block =
-        spec.encode_h2(https).map_err(|e| ConfigError::new("--method", e.to_string()))?;
+    let h2_block = if huffman { spec.encode_h2(https) } else { spec.encode_h2_raw(https) }
+        .map_err(|e| ConfigError::new("--method", e.to_string()))?;
     Ok(Target {
         url: shown.to_string(),
         method: method.to_string(),
@@ -309,6 +434,7 @@ fn resolve_target(
         weight,
         tls_name,
         pool: false,
+        template: None,
     })
 }
 
@@ -326,7 +452,8 @@ mod tests {
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
         let get = |url: &str, hs: &[HeaderArg]| {
-            resolve_target(url, "GET", hs, &[], 1, None, &mut Resolved::new()).unwrap()
+            let req = Req { url, method: "GET", headers: hs, body: &[] };
+            resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap()
         };
         let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
         // base64("alice:s@cret")
@@ -386,5 +513,45 @@ mod tests {
         assert!(t.iter().all(|t| t.pool));
         assert_eq!(notes, ["1 line(s) of p.txt have no scheme: taken as http://"]);
         assert!(request(&t[0]).starts_with("GET /a?x=1 HTTP/1.1\r\n"), "{}", request(&t[0]));
+    }
+
+    /// `{seq}` and `{rand}` become slots where the encodings carry their digits: the path in
+    /// the request line and in the raw `:path`, a header value, the body; the host is refused.
+    #[test]
+    fn ids_are_slots_in_every_encoding() {
+        let hs = [HeaderArg { name: "X-Id".into(), value: "k{rand:4:9}".into() }];
+        let req = Req {
+            url: "http://u:p@127.0.0.1:1/i/{seq}?q=1",
+            method: "POST",
+            headers: &hs,
+            body: b"id={seq:7}",
+        };
+        let t = resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap();
+        let tm = t.template.as_ref().unwrap();
+        let text = request(&t);
+        let at = |s: &template::Slot| &text[s.at..s.at + s.width as usize];
+        assert_eq!(tm.h1.len(), 3, "{tm:?}");
+        assert!(tm.h1.iter().all(|s| at(s).bytes().all(|b| b == b'0')), "{text}");
+        assert_eq!(&text[tm.h1[0].at - 3..tm.h1[0].at], "/i/");
+        assert!(text.contains("Content-Length: 15\r\n"), "{text}");
+        assert_eq!(tm.h2.len(), 2, "path and header: {tm:?}");
+        assert_eq!(
+            tm.body,
+            [template::Slot { at: 3, width: 12, kind: template::Kind::Seq { start: 7 } }]
+        );
+        assert_eq!(t.url, "http://127.0.0.1:1/i/{seq}?q=1", "as written, without credentials");
+        let mut one = t.request.clone();
+        template::Template::write(&tm.h1, 5, &mut one);
+        let one = String::from_utf8(one).unwrap();
+        assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
+        assert!(one.ends_with("id=000000000012"), "{one}");
+        let host = Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"" };
+        let e = resolve_target(host, 1, None, 0, &mut Resolved::new()).unwrap_err();
+        assert!(e.message.contains("not the host"), "{e:?}");
+        let bad = [HeaderArg { name: "X".into(), value: "{rand:99}".into() }];
+        let req = Req { url: "http://127.0.0.1:1/", method: "GET", headers: &bad, body: b"" };
+        let e = resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap_err();
+        assert_eq!(e.flag, "--header");
+        assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");
     }
 }

@@ -49,6 +49,11 @@ pub struct Group {
     pub h2_body: Vec<std::sync::Arc<[u8]>>,
     /// Some request of the group has a body (else HTTP/2 never looks for one to send).
     pub has_body: bool,
+    /// `{seq}`/`{rand}` IDs of position p's request (empty: the group has none, and every
+    /// request goes from `wire` as it is).
+    pub templates: Vec<Option<std::sync::Arc<crate::template::Template>>>,
+    /// The longest request's bytes (HTTP/1.1), for a connection that writes its own copies.
+    pub longest: usize,
     /// Sum of the weights of its targets.
     pub weight: u64,
     /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
@@ -56,6 +61,12 @@ pub struct Group {
 }
 
 impl Group {
+    /// Its requests carry IDs: each is written from a copy of its own.
+    #[inline]
+    pub fn templated(&self) -> bool {
+        !self.templates.is_empty()
+    }
+
     /// The bytes of `k` requests from cycle position `pos`.
     #[inline]
     pub fn slice(&self, pos: usize, k: usize) -> (usize, usize) {
@@ -79,13 +90,7 @@ impl Order {
     pub fn parse(text: &str) -> Result<Order, String> {
         match text.split_once(':') {
             None if text == "seq" => Ok(Order::Seq),
-            None if text == "random" => {
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-                let nanos = now.map_or(0, |d| d.as_nanos() as u64);
-                Ok(Order::Random {
-                    seed: SplitMix(nanos ^ u64::from(std::process::id())).next() >> 16,
-                })
-            }
+            None if text == "random" => Ok(Order::Random { seed: fresh_seed() }),
             Some(("random", seed)) => seed
                 .parse()
                 .map(|seed| Order::Random { seed })
@@ -101,6 +106,14 @@ impl Order {
             Order::Random { seed } => format!("random:{seed}"),
         }
     }
+}
+
+/// A seed that differs from run to run (and between processes started at once), short
+/// enough to type back.
+pub fn fresh_seed() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let nanos = now.map_or(0, |d| d.as_nanos() as u64);
+    SplitMix(nanos ^ u64::from(std::process::id())).next() >> 16
 }
 
 /// SplitMix64: a small, well-mixed generator for a reproducible shuffle.
@@ -161,6 +174,12 @@ pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
             let h2_body: Vec<std::sync::Arc<[u8]>> =
                 cycle.iter().map(|&t| targets[t as usize].body.clone()).collect();
             let has_body = h2_body.iter().any(|b| !b.is_empty());
+            let templates = if members.iter().any(|&m| targets[m].template.is_some()) {
+                cycle.iter().map(|&t| targets[t as usize].template.clone()).collect()
+            } else {
+                Vec::new()
+            };
+            let longest = members.iter().map(|&m| targets[m].request.len()).max().unwrap_or(0);
             Group {
                 addr,
                 cycle,
@@ -169,6 +188,8 @@ pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
                 h2,
                 h2_body,
                 has_body,
+                templates,
+                longest,
                 weight: weights.iter().sum(),
                 tls_name: targets[members[0]].tls_name.clone(),
             }

@@ -258,6 +258,8 @@ pub(crate) struct Worker<'a> {
     /// Per group, the position in its request cycle of this thread's next request: its
     /// connections take requests from it in turn, so together they walk the cycle in order.
     cursors: Vec<usize>,
+    /// The numbers of this thread's requests (their `{seq}` and `{rand}` IDs).
+    ids: crate::template::Ids,
 }
 
 impl<'a> Worker<'a> {
@@ -346,6 +348,7 @@ impl<'a> Worker<'a> {
                 .iter()
                 .map(|g| first_position(cfg, index, g.cycle.len()))
                 .collect(),
+            ids: crate::template::Ids::new(index, cfg.threads, cfg.lane.0, cfg.lane.1),
         })
     }
 
@@ -662,6 +665,7 @@ impl<'a> Worker<'a> {
         let (pacer, rec, waiting_below) = (&self.pacer, &mut self.rec, self.waiting_below);
         let mut counted_n = 0;
         let cursor = &mut self.cursors[c.s.group()];
+        let ids = &mut self.ids;
         c.s.queue(group, cursor, k as usize, |i, target, pos| {
             let i = i as u64;
             let (intended, counted) = match due {
@@ -681,7 +685,7 @@ impl<'a> Worker<'a> {
                     rec.waited_for_connection += u64::from(first + i < waiting_below);
                 }
             }
-            Req { sent_at: now, intended, counted, retried: false, target, pos }
+            Req { sent_at: now, intended, counted, retried: false, target, pos, id: ids.take() }
         });
         counted_n
     }

@@ -122,8 +122,57 @@ fn http2_walks_the_pool_too(io: IoChoice) {
     assert!(seen.values().all(|n| *n == 2), "{:?}", seen.iter().find(|(_, n)| **n != 2));
 }
 
+/// `{seq}` in the path, a header and the body, `{rand}` in the query: nginx logs 20,000
+/// requests of 2 threads and 8 connections (nginx closing each after 1,000, so requests go
+/// again on new connections; HTTP/1.1 pipelined by 2) with every ID distinct, and the three `{seq}` of a request are
+/// the same number (the body's fixed length is its Content-Length).
+fn seq_ids_are_distinct_and_agree_within_a_request(io: IoChoice, h2: bool) {
+    let nginx = if h2 { Nginx::start_h2(None) } else { Nginx::start() };
+    let mut o = opts_on(io, &nginx.url("/id/{seq}?r={rand:6:42}"));
+    o.headers = vec!["X-Id: {seq:5000}".into()];
+    o.method = "POST".into();
+    o.body = Some(qpslab_load::options::Body(br#"{"n":{seq}}"#.to_vec()));
+    o.requests = Some(20_000);
+    (o.threads, o.connections) = (Some(2), Some(8));
+    if h2 {
+        (o.h2, o.streams) = (true, 4);
+    } else {
+        o.pipeline = 2;
+    }
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 20_000);
+    let log = nginx.ids_log(20_000);
+    assert_eq!(log.len(), 20_000);
+    let mut seen = std::collections::HashSet::new();
+    for line in &log {
+        let f: Vec<&str> = line.split('|').collect();
+        let (path, query) = f[0].split_once('?').unwrap();
+        let n: u64 = path.strip_prefix("/id/").unwrap().parse().unwrap();
+        assert_eq!(path.len(), 4 + 12, "12 digits: {line}");
+        let r = query.strip_prefix("r=").unwrap();
+        assert!(r.len() == 6 && r.bytes().all(|b| b.is_ascii_digit()), "{line}");
+        assert_eq!(f[1].parse::<u64>().unwrap(), 5000 + n, "{line}");
+        assert_eq!(f[2], format!(r#"{{\x22n\x22:{n:012}}}"#), "{line}");
+        assert!(seen.insert(n), "{n} twice");
+    }
+    assert!(seen.iter().all(|n| *n < 20_100), "close to 0..N: {:?}", seen.iter().max());
+    if !h2 {
+        assert!(report.connections.reconnects >= 8, "{:?}", report.connections);
+    }
+}
+
+fn seq_ids_over_http1(io: IoChoice) {
+    seq_ids_are_distinct_and_agree_within_a_request(io, false);
+}
+
+fn seq_ids_over_http2(io: IoChoice) {
+    seq_ids_are_distinct_and_agree_within_a_request(io, true);
+}
+
 qpslab_testkit::on_both_loops!(
     in_order_every_path_is_requested_equally_often,
     a_seed_replays_the_same_sequence,
     http2_walks_the_pool_too,
+    seq_ids_over_http1,
+    seq_ids_over_http2,
 );

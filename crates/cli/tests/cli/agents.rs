@@ -689,3 +689,37 @@ fn http2_travels_to_the_agents() {
     // The coordinator's and each agent's reachability checks are connections, not requests.
     assert_eq!(totals["totals"]["requests"], 20000, "{totals}");
 }
+
+/// `{seq}` IDs stay distinct across agents: two local agents of 2 threads each send 8,000
+/// requests to nginx (which closes every connection after 100), and its access log holds
+/// 8,000 distinct request paths.
+#[test]
+fn seq_ids_are_distinct_across_agents_and_threads() {
+    let nginx = crate::common::NginxWithCosts::start(1);
+    let url = format!("{}id/{{seq}}", nginx.url);
+    let out = crate::common::qpslab_command()
+        .args(["load", "--agents", "local,local", "-t", "4", "-c", "8", "-n", "8000"])
+        .args(["--json", &url])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["requests"]["ok"], 8000, "{}", stderr(&out));
+    let log = nginx.dir.path().join("access0.log");
+    let mut paths = std::collections::HashSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 8000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for line in text.lines() {
+        // combined format: ... "GET /id/000000000042 HTTP/1.1" ...
+        let path = line.split('"').nth(1).unwrap().split(' ').nth(1).unwrap();
+        assert!(path.starts_with("/id/") && path.len() == 16, "{line}");
+        assert!(paths.insert(path.to_string()), "{path} twice");
+    }
+    assert_eq!(paths.len(), 8000);
+}

@@ -406,16 +406,37 @@ pub fn literal(
     name: &[u8],
     value: &[u8],
 ) {
+    literal_with(out, indexing, name_index, name, value, true);
+}
+
+/// As [`literal`], with strings Huffman-coded only when `huffman` (and shorter so): a raw
+/// value keeps each of its bytes at a fixed place in the block.
+pub fn literal_with(
+    out: &mut Vec<u8>,
+    indexing: Indexing,
+    name_index: usize,
+    name: &[u8],
+    value: &[u8],
+    huffman: bool,
+) {
     let (flags, prefix) = match indexing {
         Indexing::Incremental => (0x40, 6),
         Indexing::Without => (0x00, 4),
         Indexing::Never => (0x10, 4),
     };
     put_integer(out, flags, prefix, name_index);
+    let put = |out: &mut Vec<u8>, s: &[u8]| {
+        if huffman {
+            string(out, s);
+        } else {
+            put_integer(out, 0, 7, s.len());
+            out.extend_from_slice(s);
+        }
+    };
     if name_index == 0 {
-        string(out, name);
+        put(out, name);
     }
-    string(out, value);
+    put(out, value);
 }
 
 /// The static table's index of a field's name (the first such entry), if it has one.

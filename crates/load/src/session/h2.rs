@@ -282,7 +282,11 @@ impl Http2 {
         let has_body = !group.h2_body[pos as usize].is_empty();
         let flags = flag::END_HEADERS | if has_body { 0 } else { flag::END_STREAM };
         frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
+        let at = self.out.len();
         self.out.extend_from_slice(block);
+        if let Some(Some(t)) = group.templates.get(pos as usize) {
+            crate::template::Template::write(&t.h2, req.id, &mut self.out[at..]);
+        }
         let window = self.peer_window;
         let s =
             Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0, body_at: 0, window };
@@ -306,7 +310,11 @@ impl Http2 {
                 let end = s.body_at + n == body.len();
                 let flags = if end { flag::END_STREAM } else { 0 };
                 frame::put_header(&mut self.out, n, kind::DATA, flags, s.id);
+                let at = self.out.len();
                 self.out.extend_from_slice(&body[s.body_at..s.body_at + n]);
+                if let Some(Some(t)) = group.templates.get(s.pos as usize) {
+                    t.write_part(s.req.id, s.body_at, &mut self.out[at..]);
+                }
                 s.body_at += n;
                 self.send_window -= n as i64;
                 s.window -= n as i64;

@@ -202,9 +202,9 @@ impl Worker<'_> {
                     let Some(fd) = c.sock.as_ref().map(|s| s.as_raw_fd()) else { continue };
                     match &mut c.s {
                         Session::H1(s) => {
-                            let wire = &self.shared.groups[s.group].wire;
+                            let bytes = s.bytes(&self.shared.groups[s.group]);
                             let (from, to) = s.to_write();
-                            sub.send_shared(fd, wire, from, to, token);
+                            sub.send_shared(fd, bytes, from, to, token);
                         }
                         // HTTP/2 writes its own frames: the buffer goes with the send.
                         Session::H2(s) => {

@@ -101,6 +101,7 @@ events {{ worker_connections 4096; }}
 http {{
 log_format st "$status $request_method $request_length $connection $connection_requests $remote_addr $remote_port $uri{reused}{protocol}{verify}";
 access_log {d}/access.log st;
+log_format ids "$request_uri|$http_x_id|$request_body";
 client_body_temp_path {d};
 proxy_temp_path {d};
 fastcgi_temp_path {d};
@@ -114,6 +115,14 @@ server {{
     location = /404 {{ return 404; }}
     location /t/ {{ return 200; }}
     location = /close10 {{ keepalive_requests 10; return 200; }}
+    # The IDs a request carries: its URI, X-Id header and body (read by the mirror, which
+    # runs before the content phase; a POST the static file refuses is answered by @ok).
+    location /id/ {{
+        access_log {d}/ids.log ids; root {d}; mirror /mirror;
+        try_files /ok.txt =404; error_page 405 =200 @ok;
+    }}
+    location @ok {{ access_log {d}/ids.log ids; return 200; }}
+    location = /mirror {{ internal; return 204; }}
     location = /mix {{
         if ($request_id ~ "^[0-7]") {{ return 404; }}
         return 200;
@@ -123,6 +132,7 @@ server {{
 "#
             );
             std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+            std::fs::write(dir.path().join("ok.txt"), "ok").unwrap();
             Command::new(nginx_binary())
                 .arg("-p")
                 .arg(dir.path())
@@ -154,6 +164,11 @@ server {{
     /// would show too.
     pub fn access_log(&self, expect: usize) -> Vec<String> {
         super::log_lines(&self.dir.path().join("access.log"), expect, Duration::from_secs(3))
+    }
+
+    /// The `/id/` requests' log, `URI|X-Id|body` per line (as [`Nginx::access_log`]).
+    pub fn ids_log(&self, expect: usize) -> Vec<String> {
+        super::log_lines(&self.dir.path().join("ids.log"), expect, Duration::from_secs(3))
     }
 }
 
