@@ -668,8 +668,14 @@ pub struct HostArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (repeatable: several addresses at once)
-    #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    /// Address to listen on (repeatable: several addresses at once), or unix:PATH for a unix
+    /// domain socket (every worker accepts from it; the file is removed on exit)
+    #[arg(
+        short,
+        long = "listen",
+        value_name = "ADDR:PORT|unix:PATH",
+        default_value = "127.0.0.1:8080"
+    )]
     pub listen: Vec<String>,
 
     /// Worker threads, one event loop each; auto = the CPUs this process may use

@@ -44,6 +44,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
             "ready": true,
             "pid": std::process::id(),
             "listen": server.local_addrs(),
+            "unix": server.unix_paths(),
             "workers": server.config().workers,
             "io": server.config().io.name(),
         });
@@ -55,7 +56,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     let cfg = server.config();
     let report = ServeReport {
         version: format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("QPSLAB_GIT_COMMIT")),
-        listen: server.local_addrs().iter().map(ToString::to_string).collect(),
+        listen: server.listen_names(),
         workers: cfg.workers,
         accept: cfg.accept.name(),
         io: cfg.io.name(),
@@ -75,7 +76,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
 /// `listening on ADDR (N workers, accept MODE, pinned to [..], sharing the port with ...)`.
 fn startup_line(server: &Server) -> String {
     let cfg = server.config();
-    let addrs: Vec<String> = server.local_addrs().iter().map(ToString::to_string).collect();
+    let addrs = server.listen_names();
     let shared: Vec<String> = server.shared_with().iter().map(ToString::to_string).collect();
     let sharing = match (cfg.share_port, shared.is_empty()) {
         (false, _) => String::new(),

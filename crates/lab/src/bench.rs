@@ -241,6 +241,12 @@ impl BenchOptions {
             return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
         self.remote_hosts()?;
+        if self.load.unix_socket.is_some() && self.url().is_none() {
+            return usage("--unix-socket goes with the URL of a server listening on it (--target http://localhost/); the server bench starts listens on TCP".into());
+        }
+        if self.load.unix_socket.is_some() && self.server_host.is_some() {
+            return usage("--unix-socket is a socket of this host; the load cannot reach it on --server's: drop one".into());
+        }
         if self.url().is_some() {
             let server_flag = [
                 (self.workers.is_some(), "--workers"),
@@ -443,7 +449,10 @@ fn run(
         (None, url, server) => {
             let exam = Examination::new(&root, opts.interval)?;
             let placed = match (url, server) {
-                (Some(url), _) => place::for_url(&root, exam.host(), url, &opts.server_pids)?,
+                (Some(url), _) => {
+                    let unix = opts.load.unix_socket.as_deref();
+                    place::for_url(&root, exam.host(), url, unix, &opts.server_pids)?
+                }
                 (None, Some(spec)) => place::start_target(&opts.serve_exe, spec, exam.host())?,
                 (None, None) => return Err(BenchError::Usage("no target".into())),
             };
@@ -492,7 +501,11 @@ fn run(
     }
     if matches!(doctor, Doctor::Here(_)) {
         // The doctor judges the interfaces on the way to the target, not every busy one.
+        // Over a unix socket no interface is on the way.
         ctx.path = place::resolve(&placed.url).ok().and_then(|(addr, ..)| {
+            if opts.load.unix_socket.is_some() {
+                return Some(Vec::new());
+            }
             let ip = addr.ip();
             let local = qpslab_sys::sockets::is_local(ip);
             Some(vec![qpslab_host::route::interface_for(&root, ip, local)?])

@@ -147,18 +147,49 @@ pub(crate) fn find_server(
     })
 }
 
+/// The server listening on the unix socket `path` (or the `--server-pid` given): the
+/// processes holding the socket whose inode the kernel's unix table gives for the path.
+fn find_unix_server(
+    root: &Root,
+    host: &Host,
+    path: &std::path::Path,
+    given: &[u32],
+) -> Result<Found, BenchError> {
+    if !given.is_empty() {
+        return find_server(root, host, None, given);
+    }
+    let holders = qpslab_sys::sockets::unix_listener_holders(root, path);
+    let pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+    let pids = qpslab_host::procs::with_descendants(root, &pids);
+    let mut notes = Vec::new();
+    if pids.is_empty() {
+        notes.push(format!("no process visible here listens on unix:{}: the server's CPU is not counted; name it with --server-pid", path.display()));
+    }
+    let cpus = qpslab_host::procs::server_cpus(root, &pids, &host.online).unwrap_or_default();
+    Ok(Found {
+        found_by: (!pids.is_empty()).then_some("listening"),
+        pids,
+        cpus: cpus.iter().collect(),
+        notes,
+    })
+}
+
 /// A URL: finds the server behind it on this host (or takes `--server-pid`) and puts the
 /// generator on the CPUs the server does not use.
 pub(crate) fn for_url(
     root: &Root,
     host: &Host,
     url: &str,
+    unix: Option<&std::path::Path>,
     given: &[u32],
 ) -> Result<Placement, BenchError> {
     let (addr, url, mut notes) = resolve(url)?;
-    let found = find_server(root, host, Some(addr), given)?;
+    let found = match unix {
+        Some(path) => find_unix_server(root, host, path, given)?,
+        None => find_server(root, host, Some(addr), given)?,
+    };
     notes.extend(found.notes);
-    if !qpslab_sys::sockets::is_local(addr.ip()) && given.is_empty() {
+    if unix.is_none() && !qpslab_sys::sockets::is_local(addr.ip()) && given.is_empty() {
         notes.push(format!("{url} is on another host: the doctor sees only this host (the generator's side); give --server HOST to run it there"));
     }
     let server: CpuSet = found.cpus.iter().copied().collect();

@@ -118,6 +118,10 @@ pub struct LoadConfig {
     pub conn_per_request: bool,
     pub rst_close: bool,
     pub source: Option<SourceRange>,
+    /// `--unix-socket`: every connection goes to this path instead of its target's address.
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// Its socket address.
+    pub unix_peer: Option<socket2::SockAddr>,
     pub log: Option<PathBuf>,
     pub poll: PollMode,
     /// `--poll auto` may poll here ([`auto_polls`]).
@@ -219,6 +223,7 @@ impl LoadConfig {
             None => Rate::from_options(opts.rate.as_deref(), opts.ramp, opts.stages.as_ref())?,
         };
         let cpus = opts.cpus.as_deref().map(|l| usable_list(l, "--cpus")).transpose()?;
+        let unix_peer = unix_peer(opts)?;
         let source = opts
             .source
             .as_deref()
@@ -270,6 +275,8 @@ impl LoadConfig {
             conn_per_request: opts.conn_per_request,
             rst_close: opts.rst_close,
             source,
+            unix_socket: opts.unix_socket.clone(),
+            unix_peer,
             log: opts.log.clone(),
             poll: opts.poll,
             auto_poll,
@@ -320,7 +327,7 @@ impl LoadConfig {
 
     /// The target groups (targets sharing an address), requests laid out for `pipeline`.
     pub fn groups(&self) -> Vec<targets::Group> {
-        targets::groups(&self.targets, self.pipeline, self.order)
+        targets::groups(&self.targets, self.pipeline, self.order, self.unix_peer.as_ref())
     }
 
     /// The group (index into `groups`, from [`Self::groups`]) of each connection, by global
@@ -337,6 +344,10 @@ impl LoadConfig {
     }
 
     fn compute_port_budgets(&self, root: &Root) -> Vec<PortBudget> {
+        if self.unix_socket.is_some() {
+            // No ports: a unix socket's connections are not 4-tuples.
+            return Vec::new();
+        }
         let groups = self.groups();
         let dealt = self.connection_groups(&groups);
         let ephemeral = source::ephemeral_ports(root);
@@ -530,6 +541,21 @@ fn run_length(opts: &LoadOptions, rate: Option<&Rate>) -> Option<Duration> {
 }
 
 /// Part `i` of `total` split over `parts`, the remainder going to the first parts.
+/// `--unix-socket`: its socket address (a path too long for one is refused), and no
+/// `--source` with it.
+fn unix_peer(opts: &LoadOptions) -> Result<Option<socket2::SockAddr>, ConfigError> {
+    let Some(path) = opts.unix_socket.as_deref() else { return Ok(None) };
+    if opts.source.is_some() {
+        return Err(ConfigError::new(
+            "--source",
+            "binds TCP source addresses; a unix socket has none: drop it or --unix-socket",
+        ));
+    }
+    socket2::SockAddr::unix(path)
+        .map(Some)
+        .map_err(|e| ConfigError::new("--unix-socket", format!("{}: {e}", path.display())))
+}
+
 fn share(total: u64, parts: usize, i: usize) -> u64 {
     let parts = parts as u64;
     let i = i as u64;

@@ -25,7 +25,6 @@ pub mod wire;
 mod worker;
 
 use std::collections::BTreeMap;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -50,7 +49,7 @@ pub enum LoadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot connect to {url} ({addr}): {reason}; is a server listening there?")]
-    Unreachable { url: String, addr: std::net::SocketAddr, reason: String },
+    Unreachable { url: String, addr: String, reason: String },
     /// The target's TLS handshake failed before the run (a certificate that does not verify,
     /// a version or suite it does not offer, plain HTTP on an https:// URL).
     #[error("{url}: {reason}")]
@@ -205,18 +204,29 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
             continue;
         }
         checked.push((t.addr, &t.tls_name));
-        let sock =
-            TcpStream::connect_timeout(&t.addr, wait).map_err(|e| LoadError::Unreachable {
-                url: t.url.clone(),
-                addr: t.addr,
-                reason: qpslab_sys::net::message(&e),
-            })?;
+        let peer = cfg.unix_peer.clone().unwrap_or_else(|| socket2::SockAddr::from(t.addr));
+        let sock = connect_once(&peer, wait).map_err(|e| LoadError::Unreachable {
+            url: t.url.clone(),
+            addr: match &cfg.unix_socket {
+                Some(p) => format!("unix:{}", p.display()),
+                None => t.addr.to_string(),
+            },
+            reason: qpslab_sys::net::message(&e),
+        })?;
         if let (Some(tls), Some(name)) = (&cfg.tls, &t.tls_name) {
             tls::handshake_once(tls, name, sock, wait)
                 .map_err(|reason| LoadError::Tls { url: t.url.clone(), reason })?;
         }
     }
     Ok(())
+}
+
+/// A blocking connection to `peer` (a TCP address or a unix socket), within `wait`.
+fn connect_once(peer: &socket2::SockAddr, wait: Duration) -> std::io::Result<socket2::Socket> {
+    let protocol = (!peer.is_unix()).then_some(socket2::Protocol::TCP);
+    let sock = socket2::Socket::new(peer.domain(), socket2::Type::STREAM.cloexec(), protocol)?;
+    sock.connect_timeout(peer, wait)?;
+    Ok(sock)
 }
 
 /// Runs the load and returns the merged measurements. The run ends at its duration or request

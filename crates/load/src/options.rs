@@ -199,6 +199,12 @@ pub struct LoadOptions {
     #[arg(long, value_name = "RANGE")]
     pub source: Option<String>,
 
+    /// Connect to this unix domain socket instead of the URL's host and port, as curl's
+    /// --unix-socket does: the URL still gives the scheme (https: TLS over the socket), the
+    /// Host header and the path
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<std::path::PathBuf>,
+
     /// Write per-second HdrHistogram interval logs of corrected latency (.hlog) to FILE (a
     /// file of this machine: not sent to agents, not a sweep key)
     #[arg(long, value_name = "FILE")]
@@ -289,6 +295,7 @@ impl Default for LoadOptions {
             conn_window_bits: 30,
             header_table_size: 4096,
             source: None,
+            unix_socket: None,
             log: None,
             io: IoChoice::Auto,
             tls: TlsOptions::default(),
@@ -544,6 +551,7 @@ mod tests {
             "FILE" => file("f", "GET http://127.0.0.1:1/\n"),
             "ORDER" => "random:7".into(),
             "N|none" => "none".into(),
+            "PATH" => "/tmp/qpslab-test.sock".into(),
             _ => return None,
         })
     }

@@ -48,7 +48,7 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
         o,
         headers: headers(o)?,
         body: o.body.as_ref().map_or(&[][..], |b| b.0.as_slice()),
-        cache: Resolved::new(),
+        cache: Resolved { unix: o.unix_socket.is_some(), ..Resolved::default() },
         notes: Vec::new(),
         rand_seed: crate::targets::fresh_seed(),
     };
@@ -85,8 +85,35 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
     Ok((targets, b.notes))
 }
 
-/// Host names already looked up: a pool names its host on every line.
-type Resolved = std::collections::HashMap<(String, u16), SocketAddr>;
+/// Host names already looked up (a pool names its host on every line); with a unix socket
+/// none is: its targets' addresses are only `0.0.0.0:PORT` then, and every connection goes to
+/// the socket.
+#[derive(Debug, Default)]
+struct Resolved {
+    names: std::collections::HashMap<(String, u16), SocketAddr>,
+    unix: bool,
+}
+
+impl Resolved {
+    /// The address of `host` (as the URL writes it, IPv6 in brackets) and `port`: the first
+    /// the resolver gives, once, before the run.
+    fn addr(&mut self, host: &str, port: u16) -> Result<SocketAddr, ConfigError> {
+        if self.unix {
+            return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+        }
+        let lookup = host.trim_start_matches('[').trim_end_matches(']');
+        if let Some(a) = self.names.get(&(lookup.to_string(), port)) {
+            return Ok(*a);
+        }
+        let a = (lookup, port)
+            .to_socket_addrs()
+            .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
+            .next()
+            .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
+        self.names.insert((lookup.to_string(), port), a);
+        Ok(a)
+    }
+}
 
 /// What every target is built with: the options' headers and body, the host names resolved so
 /// far, and the notes for the user.
@@ -382,20 +409,7 @@ fn resolve_plain(
         url.host_str().ok_or_else(|| ConfigError::new("URL", format!("{raw:?} has no host")))?;
     let tls_name = https.then(|| crate::tls::server_name(host, sni)).transpose()?;
     let port = url.port_or_known_default().unwrap_or(80);
-    // Host names resolve once, before the run; the first address is used.
-    let lookup = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = match cache.get(&(lookup.to_string(), port)) {
-        Some(a) => *a,
-        None => {
-            let a = (lookup, port)
-                .to_socket_addrs()
-                .map_err(|e| ConfigError::new("URL", format!("cannot resolve host {host:?}: {e}")))?
-                .next()
-                .ok_or_else(|| ConfigError::new("URL", format!("host {host:?} has no address")))?;
-            cache.insert((lookup.to_string(), port), a);
-            a
-        }
-    };
+    let addr = cache.addr(host, port)?;
     let authority = match url.port() {
         Some(p) => format!("{host}:{p}"),
         None => host.to_string(),
@@ -453,7 +467,7 @@ mod tests {
     fn credentials_in_the_url_become_basic_auth() {
         let get = |url: &str, hs: &[HeaderArg]| {
             let req = Req { url, method: "GET", headers: hs, body: &[] };
-            resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap()
+            resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap()
         };
         let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
         // base64("alice:s@cret")
@@ -526,7 +540,7 @@ mod tests {
             headers: &hs,
             body: b"id={seq:7}",
         };
-        let t = resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap();
+        let t = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap();
         let tm = t.template.as_ref().unwrap();
         let text = request(&t);
         let at = |s: &template::Slot| &text[s.at..s.at + s.width as usize];
@@ -546,11 +560,11 @@ mod tests {
         assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
         assert!(one.ends_with("id=000000000012"), "{one}");
         let host = Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"" };
-        let e = resolve_target(host, 1, None, 0, &mut Resolved::new()).unwrap_err();
+        let e = resolve_target(host, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert!(e.message.contains("not the host"), "{e:?}");
         let bad = [HeaderArg { name: "X".into(), value: "{rand:99}".into() }];
         let req = Req { url: "http://127.0.0.1:1/", method: "GET", headers: &bad, body: b"" };
-        let e = resolve_target(req, 1, None, 0, &mut Resolved::new()).unwrap_err();
+        let e = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert_eq!(e.flag, "--header");
         assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");
     }

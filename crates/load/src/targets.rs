@@ -36,6 +36,8 @@ pub fn smooth_order(weights: &[u64]) -> Vec<usize> {
 #[derive(Debug, Clone)]
 pub struct Group {
     pub addr: SocketAddr,
+    /// Where its connections go: `addr`, or the `--unix-socket`.
+    pub peer: socket2::SockAddr,
     /// Target index at each position of the cycle.
     pub cycle: Vec<u32>,
     /// Requests of the cycle followed by the first `pipeline` again, so any run of up to
@@ -140,7 +142,12 @@ fn shuffle<T>(v: &mut [T], seed: u64) {
 
 /// Groups targets by address, in order of first appearance, each group's requests in
 /// `order`.
-pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
+pub fn groups(
+    targets: &[Target],
+    pipeline: usize,
+    order: Order,
+    unix: Option<&socket2::SockAddr>,
+) -> Vec<Group> {
     let mut addrs: Vec<SocketAddr> = Vec::new();
     for t in targets {
         if !addrs.contains(&t.addr) {
@@ -182,6 +189,7 @@ pub fn groups(targets: &[Target], pipeline: usize, order: Order) -> Vec<Group> {
             let longest = members.iter().map(|&m| targets[m].request.len()).max().unwrap_or(0);
             Group {
                 addr,
+                peer: unix.cloned().unwrap_or_else(|| socket2::SockAddr::from(addr)),
                 cycle,
                 wire: wire.into(),
                 offsets,

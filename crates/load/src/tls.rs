@@ -298,7 +298,7 @@ const CLIENT_CERT_VERDICT: std::time::Duration = std::time::Duration::from_milli
 pub fn handshake_once(
     tls: &TlsClient,
     name: &ServerName<'static>,
-    mut sock: std::net::TcpStream,
+    mut sock: socket2::Socket,
     wait: std::time::Duration,
 ) -> Result<(), String> {
     let mut config = (*tls.config).clone();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use qpslab_http::Response;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Protocol, SockAddr, Socket, Type};
 
 use io::Io;
 
@@ -692,17 +692,19 @@ impl<'a> Worker<'a> {
 
     fn connect(&mut self, idx: usize, now: Instant) {
         let cfg = self.shared.cfg;
-        let addr = self.shared.groups[self.conns[idx].s.group()].addr;
+        let peer = &self.shared.groups[self.conns[idx].s.group()].peer;
+        let tcp = !peer.is_unix();
         let local = cfg.source.map(|r| {
             self.source_n += 1;
             r.pick(self.index, cfg.threads, self.source_start, self.source_n - 1)
         });
         let opened = (|| {
-            let sock = Socket::new(
-                Domain::for_address(addr),
-                Type::STREAM.nonblocking().cloexec(),
-                Some(Protocol::TCP),
-            )?;
+            let protocol = tcp.then_some(Protocol::TCP);
+            let sock = Socket::new(peer.domain(), Type::STREAM.nonblocking().cloexec(), protocol)?;
+            if !tcp {
+                // A unix socket: no Nagle, no handshake, no TIME_WAIT, no source address.
+                return Ok(sock);
+            }
             sock.set_nodelay(true)?;
             if cfg.conn_per_request {
                 // The handshake's last ACK waits for the request and leaves with it: one
@@ -718,7 +720,7 @@ impl<'a> Worker<'a> {
             }
             Ok(sock)
         })();
-        let sock = match opened.and_then(|sock| self.start_connect(idx, sock, addr)) {
+        let sock = match opened.and_then(|sock| self.start_connect(idx, sock)) {
             Ok(s) => s,
             Err(e) => return self.fail(idx, ErrorClass::Connect, &e, now),
         };

@@ -69,6 +69,25 @@ impl Pki {
         FileText::from_arg(path.to_str().unwrap()).unwrap()
     }
 
+    /// A PKI and an nginx asking for client certificates signed by its CA.
+    fn with_mtls_nginx() -> (Pki, Nginx) {
+        let pki = Pki::new();
+        let (cert, key) = pki.server(false);
+        let nginx = Nginx::start_mtls(&cert, &key, &pki.ca_pem);
+        (pki, nginx)
+    }
+
+    /// The client's TLS options: this CA trusted, a client certificate of it given.
+    fn client_tls(&self) -> TlsOptions {
+        let (client, client_key) = self.client();
+        TlsOptions {
+            cacert: Some(self.ca_file()),
+            cert: Some(self.file("client.pem", &client)),
+            key: Some(self.file("client.key", &client_key)),
+            ..TlsOptions::default()
+        }
+    }
+
     fn ca_file(&self) -> FileText {
         let path = self.dir.path().join("ca.pem");
         std::fs::write(&path, &self.ca_pem).unwrap();
@@ -89,16 +108,8 @@ fn tls_on(io: IoChoice, url: &str, tls: TlsOptions) -> qpslab_load::LoadOptions 
 /// after a good handshake (its way: the refusal is a status, so the run counts bad statuses,
 /// not a set-up error).
 fn client_certificates_count_exactly_against_nginx(io: IoChoice) {
-    let pki = Pki::new();
-    let (cert, key) = pki.server(false);
-    let nginx = Nginx::start_mtls(&cert, &key, &pki.ca_pem);
-    let (client, client_key) = pki.client();
-    let with = TlsOptions {
-        cacert: Some(pki.ca_file()),
-        cert: Some(pki.file("client.pem", &client)),
-        key: Some(pki.file("client.key", &client_key)),
-        ..TlsOptions::default()
-    };
+    let (pki, nginx) = Pki::with_mtls_nginx();
+    let with = pki.client_tls();
     let mut o = tls_on(io, &nginx.https_url("/"), with.clone());
     o.requests = Some(1000);
     let report = run(&o);
@@ -117,6 +128,38 @@ fn client_certificates_count_exactly_against_nginx(io: IoChoice) {
         "{:?}",
         log.last()
     );
+}
+
+/// `--unix-socket`: nginx listening on `unix:` serves HTTP/1.1, HTTP/2 (h2c) and HTTPS with
+/// client certificates over it, with exact counts, and logs every request as from `unix:`
+/// (none reached its TCP port).
+fn over_a_unix_socket_h1_h2_and_mtls_count_exactly_against_nginx(io: IoChoice) {
+    let from_unix = |log: &[String]| log.iter().all(|l| l.split(' ').nth(5) == Some("unix:"));
+    let plain = Nginx::start();
+    let mut o = opts_on(io, "http://localhost/");
+    (o.unix_socket, o.requests, o.pipeline) = (Some(plain.unix_socket()), Some(3000), 4);
+    let report = run(&o);
+    assert_eq!((report.requests.ok, report.requests.failed), (3000, 0));
+    assert_eq!(report.config.unix_socket, Some(plain.unix_socket().display().to_string()));
+    let log = plain.access_log(3000);
+    assert!(log.len() == 3000 && from_unix(&log), "{} {:?}", log.len(), log.first());
+
+    let h2 = Nginx::start_h2(None);
+    let mut o = opts_on(io, "http://localhost/");
+    (o.unix_socket, o.requests, o.h2, o.streams) = (Some(h2.unix_socket()), Some(3000), true, 8);
+    let report = run(&o);
+    assert_eq!((report.requests.ok, report.requests.failed), (3000, 0));
+    let log = h2.access_log(3000);
+    assert!(log.len() == 3000 && from_unix(&log), "{} {:?}", log.len(), log.first());
+
+    let (pki, mtls) = Pki::with_mtls_nginx();
+    let mut o = tls_on(io, "https://localhost/", pki.client_tls());
+    (o.unix_socket, o.requests) = (Some(mtls.unix_socket()), Some(1000));
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 1000);
+    let log = mtls.access_log(1000);
+    assert!(log.len() == 1000 && from_unix(&log), "{:?}", log.first());
+    assert!(log.iter().all(|l| l.ends_with(" SUCCESS")), "{:?}", log.first());
 }
 
 /// The last field of nginx's TLS access log: `r` resumed, `.` full handshake.
@@ -390,4 +433,5 @@ qpslab_testkit::on_both_loops!(
     ciphers_and_versions_are_what_the_server_is_offered,
     a_connection_per_request_resumes_sessions_only_with_tls_reuse,
     certificate_and_handshake_failures_land_in_the_tls_class_with_their_reason,
+    over_a_unix_socket_h1_h2_and_mtls_count_exactly_against_nginx,
 );

@@ -177,6 +177,8 @@ impl Default for ServeOptions {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: Vec<SocketAddr>,
+    /// `--listen unix:PATH`: unix domain sockets, served by every worker alongside.
+    pub unix: Vec<std::path::PathBuf>,
     pub workers: usize,
     pub cpus: Option<Vec<usize>>,
     pub accept: AcceptMode,
@@ -200,14 +202,19 @@ impl ServeConfig {
         if o.listen.is_empty() {
             return Err(ConfigError::new("--listen", "give at least one ADDR:PORT"));
         }
+        let unix = unix_paths(&o.listen)?;
         let listen = o
             .listen
             .iter()
+            .filter(|l| !l.starts_with("unix:"))
             .map(|l| {
                 l.parse::<SocketAddr>().map_err(|_| {
                     ConfigError::new(
                         "--listen",
-                        format!("{l:?} is not ADDR:PORT; e.g. 127.0.0.1:8080 or [::1]:8080"),
+                        format!(
+                            "{l:?} is not ADDR:PORT or unix:PATH; e.g. 127.0.0.1:8080, \
+                             [::1]:8080 or unix:/run/qpslab.sock"
+                        ),
                     )
                 })
             })
@@ -259,6 +266,7 @@ impl ServeConfig {
             .transpose()?;
         Ok(Self {
             listen,
+            unix,
             workers,
             cpus,
             accept: o.accept,
@@ -272,6 +280,22 @@ impl ServeConfig {
             tls,
         })
     }
+}
+
+/// The `unix:PATH` entries of `--listen`, each a path a socket address can hold.
+fn unix_paths(listen: &[String]) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+    listen
+        .iter()
+        .filter_map(|l| l.strip_prefix("unix:"))
+        .map(|p| {
+            let err = |why: String| ConfigError::new("--listen", format!("unix:{p}: {why}"));
+            if p.is_empty() {
+                return Err(err("give the socket's path, e.g. unix:/run/qpslab.sock".into()));
+            }
+            socket2::SockAddr::unix(p).map_err(|e| err(e.to_string()))?;
+            Ok(std::path::PathBuf::from(p))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub enum ServeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("--listen {addr}: the port is already in use by {}; stop it or pick another port (--share-port shares it on purpose: the servers then split the connections)", holders_text(holders))]
     PortInUse { addr: SocketAddr, holders: Vec<Holder> },
+    #[error("--listen unix:{}: {why}", path.display())]
+    Unix { path: std::path::PathBuf, why: String },
     /// A worker could not start, be pinned (`--cpus`), or run (a panic included).
     #[error(transparent)]
     Worker(#[from] WorkerError<std::io::Error>),
@@ -44,6 +46,15 @@ fn holders_text(holders: &[Holder]) -> String {
         return "another process (not visible to this user)".into();
     }
     holders.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The socket files a server made are removed with it, as nginx removes its own.
+impl Drop for Server {
+    fn drop(&mut self) {
+        for p in &self.cfg.unix {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Descriptors kept free besides connections (listeners, epoll sets, std streams).
@@ -67,6 +78,7 @@ impl Server {
         let bound = listen::bind(&cfg).map_err(|e| match e {
             listen::BindError::InUse { addr, holders } => ServeError::PortInUse { addr, holders },
             listen::BindError::Os { addr, source } => ServeError::Bind { addr, source },
+            listen::BindError::Unix { path, why } => ServeError::Unix { path, why },
         })?;
         Ok(Self {
             cfg,
@@ -92,9 +104,20 @@ impl Server {
         backlog.into_iter().collect()
     }
 
-    /// The addresses actually bound, in `--listen` order.
+    /// The addresses actually bound, in `--listen` order (unix sockets apart).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// The unix sockets listened on.
+    pub fn unix_paths(&self) -> &[std::path::PathBuf] {
+        &self.cfg.unix
+    }
+
+    /// Every listener as `--listen` names it: `ADDR:PORT`, then `unix:PATH`.
+    pub fn listen_names(&self) -> Vec<String> {
+        let tcp = self.addrs.iter().map(ToString::to_string);
+        tcp.chain(self.cfg.unix.iter().map(|p| format!("unix:{}", p.display()))).collect()
     }
 
     pub fn config(&self) -> &ServeConfig {

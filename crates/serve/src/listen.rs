@@ -1,8 +1,10 @@
 //! Listening sockets for the three accept modes, the guard against sharing a port by accident,
-//! and the backlog check against `net.core.somaxconn`.
+//! unix domain sockets (one socket that every worker accepts from: the kernel has no
+//! SO_REUSEPORT for them), and the backlog check against `net.core.somaxconn`.
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use qpslab_sys::root::Root;
 use qpslab_sys::sockets::{self, Holder};
@@ -21,6 +23,12 @@ pub(crate) enum BindError {
     Os {
         addr: SocketAddr,
         source: io::Error,
+    },
+    /// A unix socket path that cannot be listened on (a server listens there already, or it
+    /// is not a socket, or the directory refuses it).
+    Unix {
+        path: PathBuf,
+        why: String,
     },
 }
 
@@ -57,6 +65,31 @@ fn listener(addr: SocketAddr, reuseport: bool, backlog: u32) -> io::Result<Socke
     sock.set_nodelay(true)?;
     sock.bind(&SockAddr::from(addr))?;
     sock.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(sock)
+}
+
+/// A listening unix domain socket at `path`. A socket file left by a server that is gone
+/// (nothing accepts on it) is replaced, as nginx's restarts need; one a server still listens
+/// on, or a file that is not a socket, is refused.
+fn unix_listener(path: &Path, backlog: u32) -> Result<Socket, BindError> {
+    use std::os::unix::fs::FileTypeExt;
+    let refuse = |why: String| BindError::Unix { path: path.to_path_buf(), why };
+    let addr = SockAddr::unix(path).map_err(|e| refuse(e.to_string()))?;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(refuse("exists and is not a socket; pick another path".into()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(refuse(
+                "a server already listens on this socket; stop it or pick another path".into(),
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| refuse(format!("cannot replace it: {e}")))?;
+    }
+    let sock = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)
+        .map_err(|e| refuse(e.to_string()))?;
+    sock.bind(&addr).map_err(|e| refuse(qpslab_sys::net::message(&e)))?;
+    sock.listen(backlog.min(i32::MAX as u32) as i32).map_err(|e| refuse(e.to_string()))?;
     Ok(sock)
 }
 
@@ -110,15 +143,39 @@ pub(crate) fn bind(cfg: &ServeConfig) -> Result<Bound, BindError> {
     }
     shared_with.sort_by_key(|h| h.pid);
     shared_with.dedup();
+    let mut unix = Vec::with_capacity(cfg.unix.len());
+    for path in &cfg.unix {
+        match unix_listener(path, cfg.backlog) {
+            Ok(sock) => unix.push(sock),
+            Err(e) => {
+                // The ones bound before it go with it.
+                cfg.unix.iter().take(unix.len()).for_each(|p| drop(std::fs::remove_file(p)));
+                return Err(e);
+            }
+        }
+    }
+    let unix_err = |path: &Path, e: io::Error| BindError::Unix {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
     if !reuseport {
+        first.extend(unix);
         return Ok(Bound { listeners: Listeners::Shared(first), addrs: bound, shared_with });
     }
-    let mut per_worker = vec![first];
-    for _ in 1..cfg.workers {
-        let set = bound
-            .iter()
-            .map(|&a| listener(a, true, cfg.backlog).map_err(|e| os_error(a, e)))
-            .collect::<Result<Vec<_>, _>>()?;
+    let mut per_worker = Vec::with_capacity(cfg.workers);
+    for w in 0..cfg.workers {
+        let mut set = if w == 0 {
+            std::mem::take(&mut first)
+        } else {
+            bound
+                .iter()
+                .map(|&a| listener(a, true, cfg.backlog).map_err(|e| os_error(a, e)))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        // A unix socket has no SO_REUSEPORT: every worker accepts from the same one.
+        for (sock, path) in unix.iter().zip(&cfg.unix) {
+            set.push(sock.try_clone().map_err(|e| unix_err(path, e))?);
+        }
         per_worker.push(set);
     }
     Ok(Bound { listeners: Listeners::PerWorker(per_worker), addrs: bound, shared_with })

@@ -1,6 +1,7 @@
-//! The kernel's TCP socket tables (`/proc/net/tcp` and `tcp6`): which sockets listen on an
-//! address, and which processes hold them (`/proc/PID/fd` links to `socket:[INODE]`), as `ss
-//! -ltnp` shows them. Used to name the server behind a URL on this host and the owner of a port
+//! The kernel's TCP socket tables (`/proc/net/tcp` and `tcp6`) and its unix socket table
+//! (`/proc/net/unix`): which sockets listen on an address or a path, and which processes hold
+//! them (`/proc/PID/fd` links to `socket:[INODE]`), as `ss -ltnp` and `ss -lxp` show them. Used
+//! to name the server behind a URL (or a unix socket) on this host and the owner of a port
 //! that is already taken.
 //!
 //! Unit trap: the tables print each address as the 32-bit words of its network-order bytes, in
@@ -183,6 +184,38 @@ pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// `Flags` of a listening unix socket in `/proc/net/unix` (`__SO_ACCEPTCON`).
+const UNIX_ACCEPTCON: u32 = 0x0001_0000;
+
+/// The inodes of the unix sockets listening on `path`, from the text of `/proc/net/unix`
+/// (`Num RefCount Protocol Flags Type St Inode Path`). The table shows a path as it was bound;
+/// one bound relative to a server's working directory is not matched.
+pub fn parse_unix_listeners(text: &str, path: &std::path::Path) -> BTreeSet<u64> {
+    let path = path.to_string_lossy();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let listening = flags & UNIX_ACCEPTCON != 0;
+            (listening && *f.get(7)? == path).then(|| f.get(6)?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The processes listening on the unix socket `path`, e.g. the server behind `--unix-socket`.
+pub fn unix_listener_holders(root: &Root, path: &std::path::Path) -> Vec<Holder> {
+    let text = root.read_opt("proc/net/unix").unwrap_or_default();
+    let mut inodes = parse_unix_listeners(&text, path);
+    if inodes.is_empty() {
+        // Bound by another spelling of the same path (`./x.sock`, a symlinked directory).
+        if let Ok(real) = std::fs::canonicalize(path) {
+            inodes = parse_unix_listeners(&text, &real);
+        }
+    }
+    holders(root, &inodes)
+}
+
 /// `socket:[12345]` -> 12345.
 fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
@@ -235,6 +268,20 @@ mod tests {
         assert!(overlap(at("127.0.0.1:80"), at("0.0.0.0:80")));
         assert!(overlap(at("127.0.0.1:80"), at("[::]:80")));
         assert!(!overlap(at("127.0.0.1:80"), at("127.0.0.2:80")));
+    }
+
+    /// Rows captured from Linux 6.18 (this project's CI VM): a socket listening on
+    /// /tmp/cap.sock and a connection to it not accepted yet (inode 0), and an unnamed socket.
+    #[test]
+    fn unix_listeners_are_found_by_path() {
+        const UNIX: &str = "Num       RefCount Protocol Flags    Type St Inode Path
+00000000d84e54fb: 00000002 00000000 00010000 0001 01 28457492 /tmp/cap.sock
+00000000ff467a7e: 00000003 00000000 00000000 0001 02     0 /tmp/cap.sock
+00000000c2778827: 00000003 00000000 00000000 0001 03   666
+";
+        let found = parse_unix_listeners(UNIX, std::path::Path::new("/tmp/cap.sock"));
+        assert_eq!(found.into_iter().collect::<Vec<_>>(), [28457492]);
+        assert!(parse_unix_listeners(UNIX, std::path::Path::new("/tmp/other.sock")).is_empty());
     }
 
     #[test]

@@ -13,7 +13,6 @@
 //! allows everything used here.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
@@ -726,13 +725,13 @@ impl Submit<'_> {
     }
 
     /// Connects `fd` (a new, non-blocking stream socket) to `addr`.
-    pub fn connect(&mut self, fd: RawFd, addr: SocketAddr, token: u32) {
+    pub fn connect(&mut self, fd: RawFd, addr: &SockAddr, token: u32) {
         let boxed = match self.sends.addrs.pop() {
             Some(mut b) => {
-                *b = SockAddr::from(addr);
+                *b = addr.clone();
                 b
             }
-            None => Box::new(SockAddr::from(addr)),
+            None => Box::new(addr.clone()),
         };
         let (ptr, len) = (boxed.as_ptr(), boxed.len());
         let slot = self.sends.insert(Held::Addr(boxed));

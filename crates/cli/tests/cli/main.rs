@@ -14,6 +14,7 @@ mod profile;
 mod prometheus;
 mod tls;
 mod tune;
+mod unix;
 
 use common::ServeChild;
 

@@ -245,6 +245,9 @@ pub struct ConfigReport {
     pub io: &'static str,
     /// `http/1.1`, or `h2` (`--h2`: `pipeline` is then the streams per connection).
     pub protocol: &'static str,
+    /// `--unix-socket`: the path every connection went to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unix_socket: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -740,6 +743,7 @@ impl ConfigReport {
             poll: cfg.poll.name(),
             io: cfg.io.name(),
             protocol: if cfg.h2.is_some() { "h2" } else { "http/1.1" },
+            unix_socket: cfg.unix_socket.as_ref().map(|p| p.display().to_string()),
         }
     }
 }

@@ -28,12 +28,13 @@ fn header(r: &Report, s: &mut String) {
     let c = &r.config;
     let _ = writeln!(
         s,
-        "{} test @ {}{}",
+        "{} test @ {}{}{}",
         match c.requests {
             Some(n) => format!("{n}-request"),
             None => fmt_secs(c.duration_s.unwrap_or(r.duration_s)),
         },
         r.targets.join(", "),
+        c.unix_socket.as_ref().map_or(String::new(), |p| format!(" via unix:{p}")),
         if r.stopped_early {
             format!(" (stopped early, after {})", fmt_secs(r.duration_s))
         } else {

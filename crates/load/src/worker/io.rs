@@ -10,14 +10,13 @@
 //! queued is submitted by the one `io_uring_enter` that also waits for the next completions.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use qpslab_sys::epoll::{self as poll, Epoll};
 use qpslab_sys::net;
 use qpslab_sys::uring::{Completion, Engine, Failure, Op, RingOptions, Submit, Uring};
-use socket2::{SockAddr, Socket};
+use socket2::Socket;
 
 use super::{Phase, Worker, READ_BUF, SEND_DUE_EVERY};
 use crate::session::Session;
@@ -30,10 +29,10 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// Requests queued by the worker for the ring, submitted after each batch of completions.
 #[derive(Debug)]
 pub(super) enum Request {
+    /// To its group's peer.
     Connect {
         idx: usize,
         fd: i32,
-        addr: SocketAddr,
     },
     Send {
         idx: usize,
@@ -190,7 +189,10 @@ impl Worker<'_> {
         let mut list = std::mem::take(queued);
         for r in list.drain(..) {
             match r {
-                Request::Connect { idx, fd, addr } => sub.connect(fd, addr, self.ring_token(idx)),
+                Request::Connect { idx, fd } => {
+                    let peer = &self.shared.groups[self.conns[idx].s.group()].peer;
+                    sub.connect(fd, peer, self.ring_token(idx));
+                }
                 Request::Recv { idx } => {
                     if let Some(s) = &self.conns[idx].sock {
                         sub.recv_multi(s.as_raw_fd(), self.ring_token(idx));
@@ -242,16 +244,11 @@ impl Worker<'_> {
         }
     }
 
-    /// Registers a new socket whose connect the worker asked for.
-    pub(super) fn start_connect(
-        &mut self,
-        idx: usize,
-        sock: Socket,
-        addr: SocketAddr,
-    ) -> io::Result<Socket> {
+    /// Connects a new socket to its group's peer (epoll: now; io_uring: queued).
+    pub(super) fn start_connect(&mut self, idx: usize, sock: Socket) -> io::Result<Socket> {
         match &self.io {
             Io::Epoll { epoll, .. } => {
-                match sock.connect(&SockAddr::from(addr)) {
+                match sock.connect(&self.shared.groups[self.conns[idx].s.group()].peer) {
                     Ok(()) => {}
                     Err(e) if qpslab_sys::net::connect_in_progress(&e) => {}
                     Err(e) => return Err(e),
@@ -260,7 +257,7 @@ impl Worker<'_> {
             }
             Io::Uring { .. } => {
                 let fd = sock.as_raw_fd();
-                self.queue_request(Request::Connect { idx, fd, addr });
+                self.queue_request(Request::Connect { idx, fd });
             }
         }
         Ok(sock)

@@ -109,6 +109,7 @@ uwsgi_temp_path {d};
 scgi_temp_path {d};
 server {{
     listen 127.0.0.1:{port}{ssl}{http2};
+    listen unix:{d}/nginx.sock{ssl}{http2};
     {ssl_conf}
     location = / {{ return 200; }}
     location = /1k {{ return 200 "{body}"; }}
@@ -152,6 +153,11 @@ server {{
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The unix domain socket it also listens on.
+    pub fn unix_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("nginx.sock")
     }
 
     /// The https URL of `path` (host `localhost`, the name test certificates carry).
