@@ -81,9 +81,16 @@ pub fn serve(
             ssh_addr: info.ssh_addr.clone(),
         },
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut start: Option<Sender<Option<u64>>> = None;
-    let mut load = None;
+    let mut loads = Loads {
+        out: out.clone(),
+        stop: Arc::new(AtomicBool::new(false)),
+        epoch,
+        meta: info.meta.clone(),
+        store: crate::files::Store::of_environment(),
+        pending: None,
+        start: None,
+        load: None,
+    };
     let mut line = String::new();
     loop {
         line.clear();
@@ -102,30 +109,14 @@ pub fn serve(
                 let clock_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 say(&out, &Event::Pong { id, clock_ns });
             }
-            Ok(Command::Load { spec }) if load.is_none() => {
-                let (tx, rx) = mpsc::channel();
-                start = Some(tx);
-                let job =
-                    Job { out: out.clone(), stop: stop.clone(), epoch, meta: info.meta.clone() };
-                load = Some(std::thread::spawn(move || job.run(&spec, rx)));
-            }
-            Ok(Command::Load { .. }) => {
-                say(
-                    &out,
-                    &Event::Error { message: "a load is already running".into(), usage: false },
-                );
-            }
+            Ok(Command::Load { spec, files }) => loads.load(spec, files),
+            Ok(Command::File { sha256, text }) => loads.file(sha256, text),
             Ok(Command::Start { at_ns }) => {
-                if let Some(tx) = &start {
+                if let Some(tx) = &loads.start {
                     let _ = tx.send(Some(at_ns));
                 }
             }
-            Ok(Command::Stop) => {
-                stop.store(true, Ordering::Relaxed);
-                if let Some(tx) = &start {
-                    let _ = tx.send(None);
-                }
-            }
+            Ok(Command::Stop) => loads.stop(),
             Ok(Command::Call { id, method, params }) => {
                 let (result, error) = match host.call(&method, params) {
                     Ok(v) => (Some(v), None),
@@ -135,12 +126,92 @@ pub fn serve(
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    if let Some(tx) = &start {
-        let _ = tx.send(None);
-    }
-    if let Some(h) = load {
+    loads.stop();
+    if let Some(h) = loads.load {
         let _ = h.join();
+    }
+}
+
+/// The agent's load: waiting for its files, then running on a thread of its own.
+struct Loads {
+    out: Out,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+    meta: RunMeta,
+    store: Option<crate::files::Store>,
+    /// A load waiting for files it asked for.
+    pending: Option<(Box<LoadOptions>, Vec<crate::files::Detached>)>,
+    start: Option<Sender<Option<u64>>>,
+    load: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Loads {
+    fn error(&self, message: String) {
+        say(&self.out, &Event::Error { message, usage: false });
+    }
+
+    /// A load's options: its files from the store, the others asked for; it starts once it
+    /// has them all.
+    fn load(&mut self, mut spec: Box<LoadOptions>, files: Vec<crate::files::Detached>) {
+        if self.load.is_some() || self.pending.is_some() {
+            return self.error("a load is already running".into());
+        }
+        let mut missing = Vec::new();
+        for d in files {
+            match self.store.as_ref().and_then(|s| s.get(&d.sha256)) {
+                Some(text) => {
+                    if let Err(message) = crate::files::attach(&mut spec, &d, text) {
+                        self.error(message);
+                    }
+                }
+                None => missing.push(d),
+            }
+        }
+        if missing.is_empty() {
+            return self.begin(spec);
+        }
+        let sha256 = missing.iter().map(|d| d.sha256.clone()).collect();
+        say(&self.out, &Event::Need { sha256 });
+        self.pending = Some((spec, missing));
+    }
+
+    /// A file asked for: kept, put in its place, and the load started when it was the last.
+    fn file(&mut self, sha256: String, text: String) {
+        let Some((spec, missing)) = &mut self.pending else {
+            return self.error("a file came with no load waiting for it".into());
+        };
+        let Some(k) = missing.iter().position(|d| d.sha256 == sha256) else { return };
+        let d = missing.remove(k);
+        if let (Some(s), true) = (&self.store, crate::files::digest(&text) == sha256) {
+            s.put(&sha256, &text);
+        }
+        if let Err(message) = crate::files::attach(spec, &d, text) {
+            return self.error(message);
+        }
+        if missing.is_empty() {
+            if let Some((spec, _)) = self.pending.take() {
+                self.begin(spec);
+            }
+        }
+    }
+
+    fn begin(&mut self, spec: Box<LoadOptions>) {
+        let (tx, rx) = mpsc::channel();
+        self.start = Some(tx);
+        let job = Job {
+            out: self.out.clone(),
+            stop: self.stop.clone(),
+            epoch: self.epoch,
+            meta: self.meta.clone(),
+        };
+        self.load = Some(std::thread::spawn(move || job.run(&spec, rx)));
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(tx) = &self.start {
+            let _ = tx.send(None);
+        }
     }
 }
 

@@ -66,6 +66,8 @@ struct Agent {
     progress: Progress,
     intervals: u32,
     state: State,
+    /// Bytes of the load's files sent to it (none when it kept them from an earlier run).
+    file_bytes: u64,
 }
 
 /// Runs `opts` over the agents of `fleet`. `stop` (Ctrl-C) stops every agent and keeps their
@@ -77,6 +79,8 @@ pub fn run_load(
     stop: &AtomicBool,
     feed: &mut dyn Feed,
 ) -> Result<Outcome, FleetError> {
+    // Seeds picked once: every agent shuffles the same way and writes the same {rand}.
+    let opts = &opts.with_seeds();
     // The totals' configuration, checked here first: a bad flag fails before any ssh. CPU
     // lists are the agents' machines' to check.
     let total_opts = LoadOptions { cpus: None, log: None, ..opts.clone() };
@@ -92,8 +96,11 @@ pub fn run_load(
     feed.event(&FeedEvent::Phase(&format!("starting {} agents", fleet.hosts.len())));
     let session = Session::open(fleet, "--agents", stop)?;
     let mut c = Coordinator::new(session, stop);
-    for (i, s) in specs.into_iter().enumerate() {
-        c.session.send(i, &Command::Load { spec: Box::new(s) });
+    for (i, mut s) in specs.into_iter().enumerate() {
+        // The big files go apart, and only to the agents that ask for them.
+        let (files, texts) = crate::files::detach(&mut s);
+        c.files.extend(texts);
+        c.session.send(i, &Command::Load { spec: Box::new(s), files });
     }
     feed.event(&FeedEvent::Phase("agents preparing (resolving, opening connections)"));
     c.await_ready(opts)?;
@@ -127,6 +134,8 @@ struct Coordinator<'a> {
     merges: u64,
     merge_time: Duration,
     cost: Option<CoordinatorCost>,
+    /// The load's files taken out of the agents' options, by digest.
+    files: BTreeMap<String, String>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -145,6 +154,7 @@ impl<'a> Coordinator<'a> {
                 progress: Progress::default(),
                 intervals: 0,
                 state: State::Starting,
+                file_bytes: 0,
             })
             .collect();
         Self {
@@ -155,13 +165,14 @@ impl<'a> Coordinator<'a> {
             merges: 0,
             merge_time: Duration::ZERO,
             cost: None,
+            files: BTreeMap::new(),
         }
     }
 
     fn await_ready(&mut self, opts: &LoadOptions) -> Result<(), FleetError> {
         // Opening every connection may take up to the connect timeout, and then some.
         let connect = opts.connect_timeout.unwrap_or(opts.timeout);
-        let deadline = Instant::now() + connect + HELLO_WAIT;
+        let mut deadline = Instant::now() + connect + HELLO_WAIT;
         while self.agents.iter().any(|a| a.ready.is_none()) {
             let Some((i, _, what)) = self.session.next(deadline) else {
                 self.session.stopped()?;
@@ -173,6 +184,16 @@ impl<'a> Coordinator<'a> {
                     let a = &mut self.agents[i];
                     a.ready = Some((threads, connections));
                     a.notes = notes;
+                }
+                Incoming::Event(Event::Need { sha256 }) => {
+                    for sha in sha256 {
+                        let Some(text) = self.files.get(&sha) else { continue };
+                        self.agents[i].file_bytes += text.len() as u64;
+                        let file = Command::File { sha256: sha, text: text.clone() };
+                        self.session.send(i, &file);
+                    }
+                    // The transfer is not the agent's set-up time.
+                    deadline = Instant::now() + connect + HELLO_WAIT;
                 }
                 other => {
                     if let Some(e) = self.session.start_fault(i, &other) {
@@ -459,6 +480,7 @@ fn row(a: &Agent, m: &crate::session::Member) -> AgentRow {
         clock_offset_ms: offset.offset_ns as f64 / 1e6,
         rtt_ms: offset.rtt_ns as f64 / 1e6,
         started_late_ms: a.late_ns.map_or(0.0, |l| l as f64 / 1e6),
+        file_bytes: a.file_bytes,
         latency_hdr: None,
     };
     match &a.state {

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod clock;
 pub mod coordinator;
+pub mod files;
 pub mod identity;
 pub mod protocol;
 pub mod session;

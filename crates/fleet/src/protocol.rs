@@ -4,8 +4,11 @@
 //!
 //! ```text
 //! agent        -> hello {protocol, version, hash, hostname, cpus}
-//! coordinator  -> load {spec}           the agent's share (load options); it resolves, opens
-//!                                       its connections
+//! coordinator  -> load {spec, files}    the agent's share (load options, their big files
+//!                                       apart by digest: [`crate::files`])
+//! agent        -> need {sha256}         the files it does not keep (none: straight to ready)
+//! coordinator  -> file {sha256, text}   each once; the agent keeps it, resolves, opens its
+//!                                       connections
 //! agent        -> ready {threads, connections, notes}
 //! coordinator  -> ping {id}  (x8)       agent -> pong {id, clock_ns}: the clock offset
 //! coordinator  -> start {at_ns}         in the agent's clock
@@ -34,7 +37,8 @@ use qpslab_load::LoadOptions;
 /// 5: HTTP/2 options, the `reset` error class and the HTTP/2 counts in results.
 /// 6: progress carries the live feed's counters (ok, errors by class, open connections,
 /// reconnects, send lag, CPU).
-pub const PROTOCOL: u32 = 6;
+/// 7: a load's big files travel apart, by digest (`files`, `need`, `file`).
+pub const PROTOCOL: u32 = 7;
 
 /// What the coordinator sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +47,14 @@ pub enum Command {
     /// The agent's share of the load: the load's own options, self-contained.
     Load {
         spec: Box<LoadOptions>,
+        /// Files taken out of `spec`, to be put back from the agent's store or a `file`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<crate::files::Detached>,
+    },
+    /// A file the agent asked for.
+    File {
+        sha256: String,
+        text: String,
     },
     Ping {
         id: u32,
@@ -75,6 +87,10 @@ pub enum Event {
         /// `SSH_CONNECTION`), when it came over ssh.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ssh_addr: Option<String>,
+    },
+    /// The files of the load the agent does not keep, by digest.
+    Need {
+        sha256: Vec<String>,
     },
     Ready {
         threads: usize,

@@ -237,11 +237,12 @@ impl LoadConfig {
         );
         let order = targets::Order::parse(opts.order.as_deref().unwrap_or("seq"))
             .map_err(|e| ConfigError::new("--order", e))?;
-        let pool = opts.urls_file.as_ref().map(|f| Pool::of(f, &targets, opts)).transpose()?;
+        let pool_file = opts.urls_file.as_ref().or(opts.body_lines.as_ref());
+        let pool = pool_file.map(|f| Pool::of(f, &targets, opts)).transpose()?;
         if pool.is_none() && opts.group_by.is_some() {
             return Err(ConfigError::new(
                 "--group-by",
-                "it groups the --urls pool: give --urls FILE",
+                "it groups a pool: give --urls FILE or --body-lines FILE",
             ));
         }
         Ok(Self {

@@ -75,7 +75,8 @@ pub struct LoadOptions {
     #[arg(skip)]
     pub urls: Vec<String>,
 
-    /// More targets from FILE, one request per line: METHOD URL [Name: value]... [weight=N]
+    /// More targets from FILE, one request per line: METHOD URL [Name: value]...
+    /// [body=TEXT|body=@FILE] [weight=N]
     #[arg(long, value_name = "FILE", value_parser = FileText::from_arg)]
     pub targets: Option<FileText>,
 
@@ -84,6 +85,11 @@ pub struct LoadOptions {
     /// URL is only the base for the paths. Reported by --group-by, not per line
     #[arg(long = "urls", value_name = "FILE", value_parser = FileText::from_arg)]
     pub urls_file: Option<FileText>,
+
+    /// A pool of bodies from FILE, one per line (blank lines skipped), each sent to the URL
+    /// with -X and -H, as oha's -Z: encoded once before the run, like --urls
+    #[arg(long = "body-lines", value_name = "FILE", value_parser = FileText::from_arg)]
+    pub body_lines: Option<FileText>,
 
     /// The order of the requests: seq (as given: a thread's connections take the next in
     /// turn), or random[:SEED] (a seeded shuffle, the seed printed and stored so a run can be
@@ -156,6 +162,11 @@ pub struct LoadOptions {
     /// requests' `{seq}` and `{rand}` IDs come from are its own.
     #[arg(skip)]
     pub lane: Option<(u32, u32)>,
+
+    /// The seed of every `{rand:WIDTH}` that names none: decided once by whoever splits a run
+    /// (see [`LoadOptions::with_seeds`]), else picked by the process.
+    #[arg(skip)]
+    pub rand_seed: Option<u64>,
 
     /// Requests kept in flight per connection (HTTP/1.1 pipelining); latency per request
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -265,12 +276,27 @@ pub struct LoadOptions {
     pub accept_status: Option<String>,
 }
 
+impl LoadOptions {
+    /// These options with the run's seeds decided (`--order random` with the seed it picks,
+    /// the seed of an unseeded `{rand:WIDTH}`), so that every process of a run (its agents,
+    /// the coordinator's report) uses the same and prints the one that replays it.
+    pub fn with_seeds(&self) -> LoadOptions {
+        let order = match self.order.as_deref() {
+            Some("random") => Some(format!("random:{}", crate::targets::fresh_seed())),
+            other => other.map(String::from),
+        };
+        let rand_seed = Some(self.rand_seed.unwrap_or_else(crate::targets::fresh_seed));
+        LoadOptions { order, rand_seed, ..self.clone() }
+    }
+}
+
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             urls: Vec::new(),
             targets: None,
             urls_file: None,
+            body_lines: None,
             order: None,
             group_by: None,
             threads: None,
@@ -286,6 +312,7 @@ impl Default for LoadOptions {
             stages: None,
             schedule: None,
             lane: None,
+            rand_seed: None,
             pipeline: 1,
             conn_per_request: false,
             rst_close: false,
@@ -554,6 +581,20 @@ mod tests {
             "PATH" => "/tmp/qpslab-test.sock".into(),
             _ => return None,
         })
+    }
+
+    /// A run split over agents decides its seeds once: `--order random` gets its seed, an
+    /// unseeded `{rand}` its own, and deciding again keeps them.
+    #[test]
+    fn seeds_are_decided_once_for_every_process_of_a_run() {
+        let o = LoadOptions { order: Some("random".into()), ..LoadOptions::default() };
+        let s = o.with_seeds();
+        let seed = s.order.as_deref().and_then(|x| x.strip_prefix("random:")).unwrap();
+        assert!(seed.parse::<u64>().is_ok(), "{seed}");
+        assert!(s.rand_seed.is_some());
+        assert_eq!(s.with_seeds(), s, "decided once");
+        let seq = LoadOptions { order: Some("seq".into()), ..LoadOptions::default() };
+        assert_eq!(seq.with_seeds().order.as_deref(), Some("seq"));
     }
 
     /// Every flag of the load's options is a key that reaches the agents and the sweep files:

@@ -8,7 +8,7 @@ use qpslab_http::{HeaderArg, RequestSpec};
 use qpslab_sys::config_error::ConfigError;
 
 use crate::options::LoadOptions;
-use crate::targets_file::{self, TargetLine};
+use crate::targets_file::{self, LineBody, TargetLine};
 use crate::template::{self, Template, Token};
 
 /// One target: where to connect and the bytes of its request.
@@ -38,6 +38,12 @@ pub struct Target {
 /// Builds every target, command-line URLs first (or the `--urls` pool in their place), then
 /// the targets file's; also returns notes for the user (a URL taken as `http://`).
 pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
+    if o.urls_file.is_some() && o.body_lines.is_some() {
+        return Err(ConfigError::new(
+            "--body-lines",
+            "a pool comes from one file: give --urls or --body-lines, not both",
+        ));
+    }
     if o.urls.is_empty() && o.targets.is_none() && o.urls_file.is_none() {
         return Err(ConfigError::new(
             "URL",
@@ -50,11 +56,12 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
         body: o.body.as_ref().map_or(&[][..], |b| b.0.as_slice()),
         cache: Resolved { unix: o.unix_socket.is_some(), ..Resolved::default() },
         notes: Vec::new(),
-        rand_seed: crate::targets::fresh_seed(),
+        rand_seed: o.rand_seed.unwrap_or_else(crate::targets::fresh_seed),
     };
-    let mut targets = match &o.urls_file {
-        Some(pool) => b.pool(pool)?,
-        None => {
+    let mut targets = match (&o.urls_file, &o.body_lines) {
+        (Some(pool), _) => b.pool(pool)?,
+        (None, Some(bodies)) => b.bodies(bodies)?,
+        (None, None) => {
             let lines: Vec<TargetLine> = o
                 .urls
                 .iter()
@@ -63,6 +70,7 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
                     url: u.clone(),
                     headers: Vec::new(),
                     weight: 1,
+                    body: None,
                 })
                 .collect();
             b.lines(lines, "URL")?
@@ -150,7 +158,15 @@ impl Builder<'_> {
                     .cloned()
                     .collect();
                 hs.extend(l.headers.iter().cloned());
-                let req = Req { url: &l.url, method: &l.method, headers: &hs, body: self.body };
+                let body = match &l.body {
+                    None => self.body.to_vec(),
+                    Some(LineBody::Text(t)) => t.clone().into_bytes(),
+                    Some(LineBody::File(p)) => std::fs::read(p).map_err(|e| {
+                        let why = qpslab_sys::net::message(&e);
+                        ConfigError::new(flag, format!("body=@{p}: cannot read it ({why})"))
+                    })?,
+                };
+                let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body };
                 resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache).map_err(|e| {
                     if e.flag == "--sni" {
                         e
@@ -160,6 +176,36 @@ impl Builder<'_> {
                 })
             })
             .collect()
+    }
+
+    /// The `--body-lines` pool: the one URL, with each line of the file as its body.
+    fn bodies(&mut self, file: &crate::options::FileText) -> Result<Vec<Target>, ConfigError> {
+        let o = self.o;
+        let err = |m: String| ConfigError::new("--body-lines", m);
+        let [url] = o.urls.as_slice() else {
+            return Err(err(format!("give one URL with it, not {}", o.urls.len())));
+        };
+        let url = with_default_scheme(url).unwrap_or_else(|| url.clone());
+        let sni = o.tls.sni.as_deref();
+        let mut out = Vec::new();
+        for (i, line) in file.text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+            let req =
+                Req { url: &url, method: &o.method, headers: &self.headers, body: line.as_bytes() };
+            let mut t =
+                resolve_target(req, 1, sni, self.rand_seed, &mut self.cache).map_err(|e| {
+                    if e.flag == "--sni" {
+                        e
+                    } else {
+                        err(format!("{} line {}: {}", file.name, i + 1, e.message))
+                    }
+                })?;
+            t.pool = true;
+            out.push(t);
+        }
+        if out.is_empty() {
+            return Err(err(format!("{} has no body; write one per line", file.name)));
+        }
+        Ok(out)
     }
 
     /// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each

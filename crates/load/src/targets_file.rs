@@ -1,4 +1,5 @@
-//! The `--targets FILE` format: one request per line, `METHOD URL [Name: value]... [weight=N]`.
+//! The `--targets FILE` format: one request per line, `METHOD URL [Name: value]...
+//! [body=TEXT|body=@FILE] [weight=N]`.
 
 use qpslab_http::HeaderArg;
 use qpslab_sys::config_error::ConfigError;
@@ -13,6 +14,16 @@ pub struct TargetLine {
     pub url: String,
     pub headers: Vec<HeaderArg>,
     pub weight: u32,
+    /// `body=TEXT` (no blanks), or `body=@FILE` (read by the caller: this parser reads no
+    /// file).
+    pub body: Option<LineBody>,
+}
+
+/// A targets-file line's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineBody {
+    Text(String),
+    File(String),
 }
 
 /// Reads a targets file: one request per line, `METHOD URL [Name: value]... [weight=N]`.
@@ -42,20 +53,31 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
         let err = |m: String| (i + 1, m);
         let mut words: Vec<&str> = line.split_whitespace().collect();
         let mut weight = 1;
-        if let Some(w) = words.last().and_then(|w| w.strip_prefix("weight=")) {
-            weight = match w.parse::<u32>() {
-                Ok(n) if (1..=MAX_WEIGHT).contains(&n) => n,
-                _ => {
-                    return Err(err(format!(
-                        "weight={w} is not a whole number from 1 to {MAX_WEIGHT}"
-                    )))
-                }
-            };
-            words.pop();
+        let mut body = None;
+        // The last words: weight=N and body=..., in either order.
+        for _ in 0..2 {
+            if let Some(w) = words.last().and_then(|w| w.strip_prefix("weight=")) {
+                weight = match w.parse::<u32>() {
+                    Ok(n) if (1..=MAX_WEIGHT).contains(&n) => n,
+                    _ => {
+                        return Err(err(format!(
+                            "weight={w} is not a whole number from 1 to {MAX_WEIGHT}"
+                        )))
+                    }
+                };
+                words.pop();
+            } else if let Some(b) = words.last().and_then(|w| w.strip_prefix("body=")) {
+                body = Some(match b.strip_prefix('@') {
+                    Some("") => return Err(err("body=@ names no file; write body=@FILE".into())),
+                    Some(path) => LineBody::File(path.to_string()),
+                    None => LineBody::Text(b.to_string()),
+                });
+                words.pop();
+            }
         }
         let [method, url, rest @ ..] = words.as_slice() else {
             return Err(err(format!(
-                "{line:?}: write METHOD URL [Name: value]... [weight=N], e.g. 'GET http://127.0.0.1:8080/'"
+                "{line:?}: write METHOD URL [Name: value]... [body=TEXT|body=@FILE] [weight=N], e.g. 'GET http://127.0.0.1:8080/'"
             )));
         };
         let mut headers: Vec<String> = Vec::new();
@@ -68,7 +90,7 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
                 }
                 None if !starts_header => {
                     return Err(err(format!(
-                        "{w:?} after the URL is not a header; write 'Name: value' or weight=N"
+                        "{w:?} after the URL is not a header; write 'Name: value', then body=... and weight=N last"
                     )))
                 }
                 _ => headers.push((*w).to_string()),
@@ -78,7 +100,8 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
             .iter()
             .map(|h| HeaderArg::parse(h).map_err(|e| err(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        out.push(TargetLine { method: method.to_string(), url: url.to_string(), headers, weight });
+        let (method, url) = (method.to_string(), url.to_string());
+        out.push(TargetLine { method, url, headers, weight, body });
     }
     Ok(out)
 }
@@ -101,5 +124,16 @@ mod tests {
         assert_eq!(parse("GET\n").unwrap_err().0, 1);
         assert_eq!(parse("\nGET http://a/ weight=0").unwrap_err().0, 2);
         assert_eq!(parse("GET http://a/ Bad Name: x").unwrap_err().0, 1);
+        let lines = parse(
+            "POST http://a/ X: 1 body={\"k\":1} weight=2\nPUT http://b/ weight=1 body=@b.json\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (lines[0].weight, &lines[0].body),
+            (2, &Some(LineBody::Text("{\"k\":1}".into())))
+        );
+        assert_eq!(lines[0].headers.len(), 1);
+        assert_eq!(lines[1].body, Some(LineBody::File("b.json".into())));
+        assert_eq!(parse("POST http://a/ body=@").unwrap_err().0, 1);
     }
 }

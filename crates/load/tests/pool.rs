@@ -169,7 +169,50 @@ fn seq_ids_over_http2(io: IoChoice) {
     seq_ids_are_distinct_and_agree_within_a_request(io, true);
 }
 
+/// `--body-lines`: every line of the file is a body of its own, in order, each sent equally
+/// often (one with a `{seq}` ID in it); a targets file's `body=` gives each line its body,
+/// literal or from a file, by weight. nginx's log of the bodies it read is the ground truth.
+fn bodies_from_lines_and_from_a_targets_file(io: IoChoice) {
+    let nginx = Nginx::start();
+    let mut o = opts_on(io, &nginx.url("/id/b"));
+    o.body_lines =
+        Some(FileText { name: "bodies.txt".into(), text: "a=1\n\nb=2\nc={seq}\n".into() });
+    o.method = "POST".into();
+    o.requests = Some(3_000);
+    (o.threads, o.connections) = (Some(2), Some(6));
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 3_000);
+    assert_eq!(report.pool.as_ref().map(|p| p.size), Some(3));
+    let bodies: Vec<String> =
+        nginx.ids_log(3_000).iter().map(|l| l.rsplit('|').next().unwrap().to_string()).collect();
+    let count = |b: &str| bodies.iter().filter(|x| *x == b).count();
+    assert_eq!((bodies.len(), count("a=1"), count("b=2")), (3_000, 1_000, 1_000));
+    let seqs: std::collections::HashSet<&String> =
+        bodies.iter().filter(|b| b.starts_with("c=")).collect();
+    assert_eq!(seqs.len(), 1_000, "every {{seq}} body distinct");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("put.json");
+    std::fs::write(&file, r#"{"from":"file"}"#).unwrap();
+    let targets = format!(
+        "POST {} body=k=1 weight=2\nPUT {} X-Id: 7 body=@{}\n",
+        nginx.url("/id/t"),
+        nginx.url("/id/u"),
+        file.display()
+    );
+    let mut o = opts_on(io, &nginx.url("/"));
+    (o.urls, o.targets) = (Vec::new(), Some(FileText { name: "t.txt".into(), text: targets }));
+    o.requests = Some(300);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 300);
+    let log = nginx.ids_log(3_300);
+    let rows = |want: &str| log[3_000..].iter().filter(|l| l.as_str() == want).count();
+    assert_eq!(rows("/id/t|-|k=1"), 200, "{:?}", &log[3_000..3_003]);
+    assert_eq!(rows(r#"/id/u|7|{\x22from\x22:\x22file\x22}"#), 100, "{:?}", &log[3_000..3_003]);
+}
+
 qpslab_testkit::on_both_loops!(
+    bodies_from_lines_and_from_a_targets_file,
     in_order_every_path_is_requested_equally_often,
     a_seed_replays_the_same_sequence,
     http2_walks_the_pool_too,

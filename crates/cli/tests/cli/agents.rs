@@ -723,3 +723,43 @@ fn seq_ids_are_distinct_across_agents_and_threads() {
     }
     assert_eq!(paths.len(), 8000);
 }
+
+/// A pool travels to each agent once, by digest: two local agents with a store ask for it on
+/// the first run (its bytes sent whole, to each that did not find it kept), take it from the
+/// store on the second (nothing sent), and both runs answer every request.
+#[test]
+fn a_pool_goes_to_each_agent_once_by_digest() {
+    let server = crate::common::ServeChild::start(&[], &["-w", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool.txt");
+    let text: String = (0..1000).map(|i| format!("/p/{i}\n")).collect();
+    std::fs::write(&pool, &text).unwrap();
+    let store = dir.path().join("agent");
+    let run = || {
+        let out = crate::common::qpslab_command()
+            .env("QPSLAB_AGENT_DIR", &store)
+            .args(["load", "--agents", "local,local", "-c", "4", "-n", "4000", "--json"])
+            .arg("--urls")
+            .arg(&pool)
+            .arg(server.url("/"))
+            .output()
+            .unwrap();
+        let v = json(&out);
+        assert_eq!(v["requests"]["ok"], 4000, "{}", stderr(&out));
+        assert_eq!(v["pool"]["size"], 1000);
+        v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["file_bytes"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    // The two agents share this machine's store: the second to look may find it kept by the
+    // first.
+    let first = run();
+    let len = text.len() as u64;
+    assert!(first.iter().all(|b| *b == 0 || *b == len) && first.contains(&len), "{first:?}");
+    let kept = std::fs::read_dir(store.join("files")).unwrap().count();
+    assert_eq!(kept, 1, "kept once, by its digest");
+    assert_eq!(run(), [0, 0], "the second run sends nothing");
+}

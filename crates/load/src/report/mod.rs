@@ -196,6 +196,9 @@ pub struct AgentRow {
     /// How long after the agreed instant the agent began its run, in its own clock (the text's
     /// `late` column; its error is at most half the round trip).
     pub started_late_ms: f64,
+    /// Bytes of the load's files (a pool, a targets file) sent to it before the run: none
+    /// when it kept them from an earlier run.
+    pub file_bytes: u64,
     /// The agent's corrected latency (HdrHistogram V2, base64; absent for a lost agent): the
     /// totals' `latency_hdr` is the exact merge of those of the agents that finished.
     #[serde(skip_serializing_if = "Option::is_none")]
