@@ -94,7 +94,8 @@ fn startup_line(server: &Server) -> String {
         if cfg.tls.is_some() { " for https" } else { "" },
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
-        cfg.accept.name(),
+        // A unix socket alone is one socket every worker accepts from, whatever the mode.
+        if cfg.listen.is_empty() { "shared" } else { cfg.accept.name() },
         cfg.io.name(),
         if cfg.sqpoll { " with submission polling" } else { "" },
         cfg.cpus.as_ref().map_or(String::new(), |c| format!(", pinned to {c:?}")),

@@ -66,7 +66,7 @@ fn a_climb_keeps_what_the_rate_law_says_must_help() {
     let server = slow_server();
     let store = tempfile::tempdir().unwrap();
     let db = store.path().join("runs.sqlite");
-    let (v, code) = climb(&["--budget", "40s", "-c", "1"], &db, &server.url("/?t=20"));
+    let (v, code) = climb(&["--budget", "50s", "-c", "1"], &db, &server.url("/?t=20"));
     assert_eq!(code, Some(0), "{v}");
     let steps = v["steps"].as_array().unwrap();
     assert!(steps.len() >= 2, "{v:#}");

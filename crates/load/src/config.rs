@@ -233,7 +233,8 @@ impl LoadConfig {
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
             qpslab_sys::system::online_cpus(),
-            targets.iter().any(|t| t.addr.ip().is_loopback()),
+            // A unix socket's server is on this host too.
+            opts.unix_socket.is_some() || targets.iter().any(|t| t.addr.ip().is_loopback()),
         );
         let order = targets::Order::parse(opts.order.as_deref().unwrap_or("seq"))
             .map_err(|e| ConfigError::new("--order", e))?;
