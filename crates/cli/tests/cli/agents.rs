@@ -328,12 +328,13 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
     assert!(skew < 10.0, "start skew {skew} ms");
     let rows = r["intervals"].as_array().unwrap();
     assert!(rows.len() >= 5, "{rows:?}");
-    // Each second within 4%, and each two seconds together within 1.5%: an agent whose
-    // snapshot of a second came late on this busy 2-CPU machine moves a few requests into the
-    // next second (5811 then 6188, seen once), which the pair's sum shows is not a lost rate.
+    // Each second within 10%, and each two seconds together within 1.5%: an agent whose
+    // snapshot of a second came late on this busy 2-CPU machine moves requests into the next
+    // second (5811 then 6188, and 5592 then 6408 in CI: 68 ms late), which the pair's sum shows
+    // is not a lost rate.
     let rps: Vec<f64> = rows[..5].iter().map(|row| row["rps"].as_f64().unwrap()).collect();
     for r in &rps {
-        assert!((r / 6000.0 - 1.0).abs() < 0.04, "a second at {r}/s: {rows:?}");
+        assert!((r / 6000.0 - 1.0).abs() < 0.10, "a second at {r}/s: {rows:?}");
     }
     for pair in rps.windows(2) {
         let both = pair[0] + pair[1];
