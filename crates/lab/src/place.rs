@@ -220,7 +220,7 @@ pub(crate) fn resolve(url: &str) -> Result<(SocketAddr, String, Vec<String>), Be
     let probe =
         LoadConfig::from_options(&LoadOptions { urls: vec![url.into()], ..LoadOptions::default() })
             .map_err(|e| BenchError::Usage(e.to_string()))?;
-    Ok((probe.targets[0].addr, probe.targets[0].url.clone(), probe.notes.clone()))
+    Ok((probe.variants.addr(0), probe.variants.url(0).to_string(), probe.notes.clone()))
 }
 
 /// The server on the server host (`--server`): bench started it there (`up`), or it is behind

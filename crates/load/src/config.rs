@@ -17,6 +17,7 @@ use crate::source::{self, PortBudget, SourceRange};
 use crate::target as target_mod;
 pub use crate::target::{idempotent, Target};
 use crate::targets;
+use crate::variants::Variants;
 pub use qpslab_sys::config_error::ConfigError;
 
 pub use crate::options::{
@@ -88,7 +89,11 @@ impl StatusSet {
 /// The validated configuration the engine runs.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    pub targets: Vec<Target>,
+    /// Every request variant: its URL, method and weight for the report (its encodings are in
+    /// `groups`).
+    pub variants: Variants,
+    /// The variants by address, each group's requests encoded in cycle order.
+    groups: Vec<targets::Group>,
     /// The order of each address's requests (`--order`).
     pub order: targets::Order,
     /// The `--urls` pool, when there is one.
@@ -141,7 +146,7 @@ pub struct LoadConfig {
 
 /// The `--urls` pool as the run knows it: where it came from, how big, and how its report
 /// groups its lines.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pool {
     pub file: String,
     /// Its lines (requests).
@@ -152,8 +157,10 @@ pub struct Pool {
     pub group_by: Option<usize>,
     /// The report groups' names ([`crate::pool::groups`]).
     pub groups: Vec<String>,
-    /// Each target's group ([`crate::pool::NO_GROUP`] for a target outside the pool).
+    /// Each variant's group ([`crate::pool::NO_GROUP`] for a variant outside the pool).
     pub member_group: Vec<u32>,
+    /// Encoded bytes per line (HTTP/1.1 request, HTTP/2 header block, a body of its own).
+    pub bytes_per_variant: f64,
 }
 
 /// The `--urls` pool's default grouping: by its paths' first segment.
@@ -171,7 +178,7 @@ impl Pool {
 
     fn of(
         f: &crate::options::FileText,
-        targets: &[Target],
+        v: &Variants,
         o: &LoadOptions,
     ) -> Result<Pool, ConfigError> {
         use sha2::Digest as _;
@@ -186,12 +193,14 @@ impl Pool {
             })?),
         };
         let digest = sha2::Sha256::digest(f.text.as_bytes());
-        let (groups, member_group) = crate::pool::groups(targets, group_by);
+        let (groups, member_group) = crate::pool::groups(v, group_by);
+        let size = (0..v.len()).filter(|&i| v.pool(i)).count();
         Ok(Pool {
             groups,
             member_group,
             file: f.name.clone(),
-            size: targets.iter().filter(|t| t.pool).count(),
+            size,
+            bytes_per_variant: v.encoded_bytes() as f64 / size.max(1) as f64,
             digest: digest.iter().map(|b| format!("{b:02x}")).collect(),
             group_by,
         })
@@ -201,14 +210,14 @@ impl Pool {
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
-        let (targets, notes) = target_mod::build(opts)?;
+        let (mut variants, notes) = target_mod::build(opts)?;
         let mut notes = notes;
-        let (io, tls) = io_and_tls(opts, &targets, &mut notes)?;
+        let (io, tls) = io_and_tls(opts, &variants, &mut notes)?;
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
         let threads = threads(opts.threads, connections)?;
         check_limits(opts)?;
         check_connection_model(opts)?;
-        let distinct = target_mod::distinct_addresses(&targets);
+        let distinct = target_mod::distinct_addresses(&variants);
         if distinct > connections {
             return Err(ConfigError::new(
                 "--connections",
@@ -227,31 +236,37 @@ impl LoadConfig {
         let source = opts
             .source
             .as_deref()
-            .map(|text| SourceRange::for_targets(text, &targets, threads))
+            .map(|text| SourceRange::for_targets(text, &variants, threads))
             .transpose()?;
         let auto_poll = auto_polls(
             threads,
             cpus.as_ref().map_or_else(|| allowed_cpus().len(), |c| distinct_cpus(c)),
             qpslab_sys::system::online_cpus(),
             // A unix socket's server is on this host too.
-            opts.unix_socket.is_some() || targets.iter().any(|t| t.addr.ip().is_loopback()),
+            opts.unix_socket.is_some()
+                || variants.endpoints().any(|(e, _)| e.addr.ip().is_loopback()),
         );
         let order = targets::Order::parse(opts.order.as_deref().unwrap_or("seq"))
             .map_err(|e| ConfigError::new("--order", e))?;
         let pool_file = opts.urls_file.as_ref().or(opts.body_lines.as_ref());
-        let pool = pool_file.map(|f| Pool::of(f, &targets, opts)).transpose()?;
+        let pool = pool_file.map(|f| Pool::of(f, &variants, opts)).transpose()?;
         if pool.is_none() && opts.group_by.is_some() {
             return Err(ConfigError::new(
                 "--group-by",
                 "it groups a pool: give --urls FILE or --body-lines FILE",
             ));
         }
+        let pipeline = if opts.h2 { opts.streams } else { opts.pipeline };
+        variants.shrink();
+        let groups = targets::groups(&variants, pipeline, order, unix_peer.as_ref());
+        variants.drop_encodings();
         Ok(Self {
             duration: run_length(opts, rate.as_ref()),
             order,
             pool,
             lane: opts.lane.unwrap_or((0, 1)),
-            targets,
+            variants,
+            groups,
             threads,
             connections,
             requests: opts.requests,
@@ -266,7 +281,7 @@ impl LoadConfig {
                 .transpose()?
                 .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
-            pipeline: if opts.h2 { opts.streams } else { opts.pipeline },
+            pipeline,
             h2: opts.h2.then(|| crate::session::h2::H2Settings {
                 streams: opts.streams as u32,
                 window: (1u32 << opts.window_bits) - 1,
@@ -327,9 +342,9 @@ impl LoadConfig {
         self.rate.as_ref().map(|r| r.share(self.threads as f64))
     }
 
-    /// The target groups (targets sharing an address), requests laid out for `pipeline`.
-    pub fn groups(&self) -> Vec<targets::Group> {
-        targets::groups(&self.targets, self.pipeline, self.order, self.unix_peer.as_ref())
+    /// The variants by address, requests laid out for `pipeline`.
+    pub fn groups(&self) -> &[targets::Group] {
+        &self.groups
     }
 
     /// The group (index into `groups`, from [`Self::groups`]) of each connection, by global
@@ -351,7 +366,7 @@ impl LoadConfig {
             return Vec::new();
         }
         let groups = self.groups();
-        let dealt = self.connection_groups(&groups);
+        let dealt = self.connection_groups(groups);
         let ephemeral = source::ephemeral_ports(root);
         let mut out: Vec<PortBudget> = groups
             .iter()
@@ -402,10 +417,10 @@ impl LoadConfig {
 /// sharing an address must agree on the scheme.
 fn io_and_tls(
     opts: &LoadOptions,
-    targets: &[Target],
+    variants: &Variants,
     notes: &mut Vec<String>,
 ) -> Result<(Engine, Option<crate::tls::TlsClient>), ConfigError> {
-    if let Err((a, b)) = targets::check_schemes(targets) {
+    if let Err((a, b)) = targets::check_schemes(variants) {
         return Err(ConfigError::new(
             "URL",
             format!(
@@ -414,7 +429,7 @@ fn io_and_tls(
             ),
         ));
     }
-    if !targets.iter().any(|t| t.tls_name.is_some()) {
+    if !variants.endpoints().any(|(e, _)| e.tls_name.is_some()) {
         if opts.tls.given() {
             notes.push("TLS options have no effect: no https:// target".into());
         }
@@ -617,18 +632,20 @@ mod tests {
     #[test]
     fn target_request_bytes() {
         let cfg = LoadConfig::from_options(&opts("http://127.0.0.1:9/x?y=1#frag")).unwrap();
-        let t = &cfg.targets[0];
-        assert_eq!(t.addr, "127.0.0.1:9".parse().unwrap());
-        assert_eq!(t.request, b"GET /x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n");
+        assert_eq!(cfg.variants.addr(0), "127.0.0.1:9".parse().unwrap());
+        assert_eq!(
+            &cfg.groups()[0].wire[..cfg.groups()[0].offsets[1]],
+            b"GET /x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
+        );
         let cfg = LoadConfig::from_options(&opts("http://[::1]/")).unwrap();
-        assert_eq!(cfg.targets[0].addr, "[::1]:80".parse().unwrap());
-        assert!(cfg.targets[0].request.ends_with(b"Host: [::1]\r\n\r\n"));
+        assert_eq!(cfg.variants.addr(0), "[::1]:80".parse().unwrap());
+        assert!(cfg.groups()[0].wire.ends_with(b"Host: [::1]\r\n\r\n"));
     }
 
     #[test]
     fn a_url_without_scheme_is_http_with_a_note() {
         let cfg = LoadConfig::from_options(&opts("127.0.0.1:9/x")).unwrap();
-        assert_eq!(cfg.targets[0].url, "http://127.0.0.1:9/x");
+        assert_eq!(cfg.variants.url(0), "http://127.0.0.1:9/x");
         assert_eq!(
             cfg.notes,
             vec!["\"127.0.0.1:9/x\" has no scheme: taken as http://127.0.0.1:9/x"]

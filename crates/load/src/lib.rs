@@ -21,6 +21,7 @@ pub mod targets;
 pub mod targets_file;
 pub mod template;
 pub mod tls;
+pub mod variants;
 pub mod wire;
 mod worker;
 
@@ -198,24 +199,19 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     let wait = cfg.timeout.min(Duration::from_secs(3));
     // Once per address and TLS name: a pool's thousands of lines share a few.
-    let mut checked = Vec::new();
-    for t in &cfg.targets {
-        if checked.contains(&(t.addr, &t.tls_name)) {
-            continue;
-        }
-        checked.push((t.addr, &t.tls_name));
-        let peer = cfg.unix_peer.clone().unwrap_or_else(|| socket2::SockAddr::from(t.addr));
-        let sock = connect_once(&peer, wait).map_err(|e| LoadError::Unreachable {
-            url: t.url.clone(),
+    for (e, url) in cfg.variants.endpoints() {
+        let peer = cfg.unix_peer.clone().unwrap_or_else(|| socket2::SockAddr::from(e.addr));
+        let sock = connect_once(&peer, wait).map_err(|err| LoadError::Unreachable {
+            url: url.to_string(),
             addr: match &cfg.unix_socket {
                 Some(p) => format!("unix:{}", p.display()),
-                None => t.addr.to_string(),
+                None => e.addr.to_string(),
             },
-            reason: qpslab_sys::net::message(&e),
+            reason: qpslab_sys::net::message(&err),
         })?;
-        if let (Some(tls), Some(name)) = (&cfg.tls, &t.tls_name) {
+        if let (Some(tls), Some(name)) = (&cfg.tls, &e.tls_name) {
             tls::handshake_once(tls, name, sock, wait)
-                .map_err(|reason| LoadError::Tls { url: t.url.clone(), reason })?;
+                .map_err(|reason| LoadError::Tls { url: url.to_string(), reason })?;
         }
     }
     Ok(())
@@ -249,10 +245,10 @@ pub fn run(
     let groups = cfg.groups();
     let shared = worker::Shared {
         cfg,
-        conn_groups: cfg.connection_groups(&groups),
+        conn_groups: cfg.connection_groups(groups),
         groups,
-        heads: cfg.targets.iter().map(|t| t.head).collect(),
-        idempotent: cfg.targets.iter().map(|t| config::idempotent(&t.method)).collect(),
+        heads: (0..cfg.variants.len()).map(|i| cfg.variants.head(i)).collect(),
+        idempotent: (0..cfg.variants.len()).map(|i| cfg.variants.idempotent(i)).collect(),
         stop_flag: stop,
         intervals: cfg.log.is_some() || feed.wants_seconds(),
         target_group: cfg.pool.as_ref().map_or_else(Vec::new, config::Pool::recorded_groups),
@@ -344,7 +340,7 @@ fn merge(
     let mut cpu = CpuTime::default();
     let mut polled = Duration::ZERO;
     let mut ended = clock.measure_start;
-    let mut in_flight_by_target = vec![0; cfg.targets.len()];
+    let mut in_flight_by_target = vec![0; cfg.variants.len()];
     let mut waiting = Waiting::default();
     let mut setup = Setup {
         connections: cfg.connections,

@@ -3,7 +3,7 @@
 //! latency is recorded as responses arrive. At most [`MAX_GROUPS`]: past that the groups with
 //! the fewest lines are folded into one.
 
-use crate::target::Target;
+use crate::variants::Variants;
 
 /// Groups past this many are folded into one (those with the fewest lines).
 pub const MAX_GROUPS: usize = 50;
@@ -13,20 +13,20 @@ pub const NO_GROUP: u32 = u32::MAX;
 
 /// The pool's groups by the first `by` path segments (None: one group, `all`): their names,
 /// and each target's group ([`NO_GROUP`] for targets outside the pool).
-pub fn groups(targets: &[Target], by: Option<usize>) -> (Vec<String>, Vec<u32>) {
-    let origins: Vec<String> = targets.iter().map(|t| origin(&t.url)).collect();
-    let first = targets.iter().position(|t| t.pool);
-    let several = first
-        .is_some_and(|f| targets.iter().zip(&origins).any(|(t, o)| t.pool && *o != origins[f]));
+pub fn groups(v: &Variants, by: Option<usize>) -> (Vec<String>, Vec<u32>) {
+    let in_pool = || (0..v.len()).filter(|&i| v.pool(i));
+    let first = in_pool().next().map(|f| origin(v.url(f)));
+    let several = first.is_some_and(|f| in_pool().any(|i| origin(v.url(i)) != f));
     let mut names: Vec<String> = Vec::new();
     let mut lines: Vec<usize> = Vec::new();
     let mut index = std::collections::HashMap::new();
-    let mut member = vec![NO_GROUP; targets.len()];
-    for (i, t) in targets.iter().enumerate().filter(|(_, t)| t.pool) {
+    let mut member = vec![NO_GROUP; v.len()];
+    for i in in_pool() {
+        let url = v.url(i);
         let name = match by {
             None => "all".to_string(),
-            Some(n) if several => format!("{}{}", origins[i], prefix(&t.url, n)),
-            Some(n) => prefix(&t.url, n),
+            Some(n) if several => format!("{}{}", origin(url), prefix(url, n)),
+            Some(n) => prefix(url, n),
         };
         let g = *index.entry(name.clone()).or_insert_with(|| {
             names.push(name);
@@ -85,11 +85,15 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
-    fn target(url: &str, pool: bool) -> Target {
-        let o = crate::LoadOptions { urls: vec![url.into()], ..crate::LoadOptions::default() };
-        let mut t = crate::target::build(&o).unwrap().0.remove(0);
-        t.pool = pool;
-        t
+    fn variants(urls: &[(String, bool)]) -> Variants {
+        let mut v = Variants::default();
+        for (url, pool) in urls {
+            let o = crate::LoadOptions { urls: vec![url.clone()], ..crate::LoadOptions::default() };
+            let mut t = crate::target::build(&o).unwrap().0.target(0);
+            t.pool = *pool;
+            v.push(t);
+        }
+        v
     }
 
     #[test]
@@ -99,12 +103,12 @@ mod tests {
         assert_eq!(prefix("http://h:1/item/42", 5), "/item/42");
         assert_eq!(prefix("http://h:1/", 1), "/");
         assert_eq!(origin("https://h:1/a/b"), "https://h:1");
-        let ts = vec![
-            target("http://127.0.0.1:1/x", false),
-            target("http://127.0.0.1:1/a/1", true),
-            target("http://127.0.0.1:1/b/2", true),
-            target("http://127.0.0.1:1/a/3", true),
-        ];
+        let ts = variants(&[
+            ("http://127.0.0.1:1/x".into(), false),
+            ("http://127.0.0.1:1/a/1".into(), true),
+            ("http://127.0.0.1:1/b/2".into(), true),
+            ("http://127.0.0.1:1/a/3".into(), true),
+        ]);
         let (names, member) = groups(&ts, Some(1));
         assert_eq!(names, ["/a", "/b"]);
         assert_eq!(member, [NO_GROUP, 0, 1, 0]);
@@ -113,9 +117,10 @@ mod tests {
         let mut many = Vec::new();
         for g in 0..60 {
             for l in 0..=g {
-                many.push(target(&format!("http://127.0.0.1:1/g{g}/{l}"), true));
+                many.push((format!("http://127.0.0.1:1/g{g}/{l}"), true));
             }
         }
+        let many = variants(&many);
         let (names, member) = groups(&many, Some(1));
         assert_eq!(names.len(), MAX_GROUPS);
         assert_eq!(names[0], "/g11", "the rest keep their order");

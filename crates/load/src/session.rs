@@ -536,7 +536,7 @@ mod tests {
             ..crate::LoadOptions::default()
         };
         let cfg = crate::LoadConfig::from_options(&o).unwrap();
-        cfg.groups().remove(0)
+        cfg.groups()[0].clone()
     }
 
     fn req(now: Instant, pos: u32) -> Req {

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use qpslab_sys::config_error::ConfigError;
 
-use crate::target::Target;
+use crate::variants::Variants;
 
 /// Seconds a closed connection's tuple stays in TIME_WAIT on the side that closed first
 /// (Linux's TCP_TIMEWAIT_LEN).
@@ -39,18 +39,19 @@ impl SourceRange {
     /// its own ports, so a port range needs at least one per thread).
     pub fn for_targets(
         text: &str,
-        targets: &[Target],
+        variants: &Variants,
         threads: usize,
     ) -> Result<Self, ConfigError> {
         let range = Self::parse(text)?;
-        if let Some(t) = targets.iter().find(|t| t.addr.is_ipv4() != range.is_ipv4()) {
+        if let Some((e, url)) =
+            variants.endpoints().find(|(e, _)| e.addr.is_ipv4() != range.is_ipv4())
+        {
             return Err(ConfigError::new(
                 FLAG,
                 format!(
-                    "{text:?} and the target {} are of different address families; give IPv{} \
+                    "{text:?} and the target {url} are of different address families; give IPv{} \
                      sources",
-                    t.url,
-                    if t.addr.is_ipv4() { 4 } else { 6 }
+                    if e.addr.is_ipv4() { 4 } else { 6 }
                 ),
             ));
         }

@@ -10,6 +10,7 @@ use qpslab_sys::config_error::ConfigError;
 use crate::options::LoadOptions;
 use crate::targets_file::{self, LineBody, TargetLine};
 use crate::template::{self, Template, Token};
+use crate::variants::Variants;
 
 /// One target: where to connect and the bytes of its request.
 #[derive(Debug, Clone)]
@@ -35,9 +36,9 @@ pub struct Target {
     pub template: Option<std::sync::Arc<Template>>,
 }
 
-/// Builds every target, command-line URLs first (or the `--urls` pool in their place), then
+/// Builds every variant, command-line URLs first (or the `--urls` pool in their place), then
 /// the targets file's; also returns notes for the user (a URL taken as `http://`).
-pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError> {
+pub fn build(o: &LoadOptions) -> Result<(Variants, Vec<String>), ConfigError> {
     if o.urls_file.is_some() && o.body_lines.is_some() {
         return Err(ConfigError::new(
             "--body-lines",
@@ -57,8 +58,9 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
         cache: Resolved { unix: o.unix_socket.is_some(), ..Resolved::default() },
         notes: Vec::new(),
         rand_seed: o.rand_seed.unwrap_or_else(crate::targets::fresh_seed),
+        out: Variants::default(),
     };
-    let mut targets = match (&o.urls_file, &o.body_lines) {
+    match (&o.urls_file, &o.body_lines) {
         (Some(pool), _) => b.pool(pool)?,
         (None, Some(bodies)) => b.bodies(bodies)?,
         (None, None) => {
@@ -73,24 +75,22 @@ pub fn build(o: &LoadOptions) -> Result<(Vec<Target>, Vec<String>), ConfigError>
                     body: None,
                 })
                 .collect();
-            b.lines(lines, "URL")?
+            b.lines(lines, "URL")?;
         }
-    };
-    if let Some(file) = &o.targets {
-        targets.extend(b.lines(targets_file::read_file(file)?, "--targets")?);
     }
-    let unseeded = |t: &Target| {
-        t.template.as_ref().is_some_and(|t| {
-            t.h1.iter().chain(&t.body).any(|s| s.kind == template::Kind::Rand { seed: b.rand_seed })
-        })
+    if let Some(file) = &o.targets {
+        b.lines(targets_file::read_file(file)?, "--targets")?;
+    }
+    let unseeded = |t: &std::sync::Arc<Template>| {
+        t.h1.iter().chain(&t.body).any(|s| s.kind == template::Kind::Rand { seed: b.rand_seed })
     };
-    if targets.iter().any(unseeded) {
+    if (0..b.out.len()).any(|i| b.out.template(i).is_some_and(unseeded)) {
         b.notes.push(format!(
             "{{rand:WIDTH}} seed {0}: give {{rand:WIDTH:{0}}} to get the same numbers again",
             b.rand_seed
         ));
     }
-    Ok((targets, b.notes))
+    Ok((b.out, b.notes))
 }
 
 /// Host names already looked up (a pool names its host on every line); with a unix socket
@@ -133,53 +133,58 @@ struct Builder<'a> {
     notes: Vec<String>,
     /// The seed of every `{rand:WIDTH}` that names none.
     rand_seed: u64,
+    /// The variants built so far.
+    out: Variants,
 }
 
 impl Builder<'_> {
-    /// The targets of `lines`, errors named after `flag`.
-    fn lines(
-        &mut self,
-        lines: Vec<TargetLine>,
-        flag: &'static str,
-    ) -> Result<Vec<Target>, ConfigError> {
+    /// The variants of `lines`, errors named after `flag`.
+    fn lines(&mut self, lines: Vec<TargetLine>, flag: &'static str) -> Result<(), ConfigError> {
         let sni = self.o.tls.sni.as_deref();
-        lines
-            .into_iter()
-            .map(|mut l| {
-                if let Some(full) = with_default_scheme(&l.url) {
-                    self.notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
-                    l.url = full;
-                }
-                // A header of the line replaces a -H header of the same name.
-                let mut hs: Vec<HeaderArg> = self
-                    .headers
-                    .iter()
-                    .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
-                    .cloned()
-                    .collect();
-                hs.extend(l.headers.iter().cloned());
-                let body = match &l.body {
-                    None => self.body.to_vec(),
-                    Some(LineBody::Text(t)) => t.clone().into_bytes(),
-                    Some(LineBody::File(p)) => std::fs::read(p).map_err(|e| {
-                        let why = qpslab_sys::net::message(&e);
-                        ConfigError::new(flag, format!("body=@{p}: cannot read it ({why})"))
-                    })?,
-                };
-                let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body };
-                resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache).map_err(|e| {
-                    if e.flag == "--sni" {
-                        e
-                    } else {
-                        ConfigError::new(flag, e.message)
-                    }
-                })
-            })
-            .collect()
+        for mut l in lines {
+            if let Some(full) = with_default_scheme(&l.url) {
+                self.notes.push(format!("{:?} has no scheme: taken as {full}", l.url));
+                l.url = full;
+            }
+            // A header of the line replaces a -H header of the same name.
+            let mut hs: Vec<HeaderArg> = self
+                .headers
+                .iter()
+                .filter(|h| !l.headers.iter().any(|o| o.name.eq_ignore_ascii_case(&h.name)))
+                .cloned()
+                .collect();
+            hs.extend(l.headers.iter().cloned());
+            let body = match &l.body {
+                None => self.body.to_vec(),
+                Some(LineBody::Text(t)) => t.clone().into_bytes(),
+                Some(LineBody::File(p)) => std::fs::read(p).map_err(|e| {
+                    let why = qpslab_sys::net::message(&e);
+                    ConfigError::new(flag, format!("body=@{p}: cannot read it ({why})"))
+                })?,
+            };
+            let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body };
+            let t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache).map_err(
+                |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
+            )?;
+            self.add(t, flag)?;
+        }
+        Ok(())
+    }
+
+    /// One more variant, within what the arenas hold.
+    fn add(&mut self, t: Target, flag: &'static str) -> Result<(), ConfigError> {
+        self.out.push(t);
+        if self.out.largest_arena() > crate::variants::ARENA_MAX {
+            return Err(ConfigError::new(
+                flag,
+                format!("{} requests encode to more than 4 GiB; give fewer lines", self.out.len()),
+            ));
+        }
+        Ok(())
     }
 
     /// The `--body-lines` pool: the one URL, with each line of the file as its body.
-    fn bodies(&mut self, file: &crate::options::FileText) -> Result<Vec<Target>, ConfigError> {
+    fn bodies(&mut self, file: &crate::options::FileText) -> Result<(), ConfigError> {
         let o = self.o;
         let err = |m: String| ConfigError::new("--body-lines", m);
         let [url] = o.urls.as_slice() else {
@@ -187,7 +192,7 @@ impl Builder<'_> {
         };
         let url = with_default_scheme(url).unwrap_or_else(|| url.clone());
         let sni = o.tls.sni.as_deref();
-        let mut out = Vec::new();
+        let before = self.out.len();
         for (i, line) in file.text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
             let req =
                 Req { url: &url, method: &o.method, headers: &self.headers, body: line.as_bytes() };
@@ -200,17 +205,17 @@ impl Builder<'_> {
                     }
                 })?;
             t.pool = true;
-            out.push(t);
+            self.add(t, "--body-lines")?;
         }
-        if out.is_empty() {
+        if self.out.len() == before {
             return Err(err(format!("{} has no body; write one per line", file.name)));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each
     /// with the method, headers and body of the command line.
-    fn pool(&mut self, pool: &crate::options::FileText) -> Result<Vec<Target>, ConfigError> {
+    fn pool(&mut self, pool: &crate::options::FileText) -> Result<(), ConfigError> {
         let o = self.o;
         let err = |m: String| ConfigError::new("--urls", m);
         if o.urls.len() > 1 {
@@ -226,7 +231,7 @@ impl Builder<'_> {
             })
             .transpose()?;
         let mut bare = 0;
-        let mut out = Vec::new();
+        let before = self.out.len();
         for (i, raw) in pool.text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -249,9 +254,9 @@ impl Builder<'_> {
             let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
                 .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
-            out.push(t);
+            self.add(t, "--urls")?;
         }
-        if out.is_empty() {
+        if self.out.len() == before {
             return Err(err(format!(
                 "{} has no URL or path; write one per line, e.g. /item/1",
                 pool.name
@@ -261,7 +266,7 @@ impl Builder<'_> {
             self.notes
                 .push(format!("{bare} line(s) of {} have no scheme: taken as http://", pool.name));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -283,9 +288,9 @@ fn headers(o: &LoadOptions) -> Result<Vec<HeaderArg>, ConfigError> {
     Ok(headers)
 }
 
-/// How many distinct addresses the targets have (each needs a connection of its own).
-pub fn distinct_addresses(targets: &[Target]) -> usize {
-    let mut addrs: Vec<SocketAddr> = targets.iter().map(|t| t.addr).collect();
+/// How many distinct addresses the variants have (each needs a connection of its own).
+pub fn distinct_addresses(v: &Variants) -> usize {
+    let mut addrs: Vec<SocketAddr> = v.endpoints().map(|(e, _)| e.addr).collect();
     addrs.sort();
     addrs.dedup();
     addrs.len()
@@ -539,9 +544,11 @@ mod tests {
             ..LoadOptions::default()
         };
         let (t, _) = build(&o(Vec::new())).unwrap();
-        assert!(request(&t[0]).contains("\r\nUser-Agent: probe/1\r\n"), "{}", request(&t[0]));
+        let t = t.target(0);
+        assert!(request(&t).contains("\r\nUser-Agent: probe/1\r\n"), "{}", request(&t));
         let (t, _) = build(&o(vec!["user-agent: mine".into()])).unwrap();
-        assert!(!request(&t[0]).contains("probe/1"), "{}", request(&t[0]));
+        let t = t.target(0);
+        assert!(!request(&t).contains("probe/1"), "{}", request(&t));
     }
 
     /// A pool's bad input is named with its flag, file and line, and the fix.
@@ -568,11 +575,12 @@ mod tests {
         // is the base only.
         let (t, notes) =
             build(&o(&["http://127.0.0.1:1/base"], "/a?x=1\n127.0.0.1:2/b\n# c\n")).unwrap();
-        let urls: Vec<&str> = t.iter().map(|t| t.url.as_str()).collect();
+        let urls: Vec<&str> = (0..t.len()).map(|i| t.url(i)).collect();
         assert_eq!(urls, ["http://127.0.0.1:1/a?x=1", "http://127.0.0.1:2/b"]);
-        assert!(t.iter().all(|t| t.pool));
+        assert!((0..t.len()).all(|i| t.pool(i)));
         assert_eq!(notes, ["1 line(s) of p.txt have no scheme: taken as http://"]);
-        assert!(request(&t[0]).starts_with("GET /a?x=1 HTTP/1.1\r\n"), "{}", request(&t[0]));
+        let first = request(&t.target(0));
+        assert!(first.starts_with("GET /a?x=1 HTTP/1.1\r\n"), "{first}");
     }
 
     /// `{seq}` and `{rand}` become slots where the encodings carry their digits: the path in

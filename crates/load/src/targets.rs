@@ -9,7 +9,7 @@
 //! Does not read the `--targets` file (`targets_file` does) nor resolve URLs and encode requests
 //! (`target` does).
 
-use crate::target::Target;
+use crate::variants::{Arena, Variants};
 use std::net::SocketAddr;
 
 /// `weights.len()` items dealt in smooth weighted round-robin order: over `sum(weights)` picks,
@@ -32,13 +32,13 @@ pub fn smooth_order(weights: &[u64]) -> Vec<usize> {
     out
 }
 
-/// Targets sharing one address, with their requests laid out in cycle order.
+/// Variants sharing one address, with their requests laid out in cycle order.
 #[derive(Debug, Clone)]
 pub struct Group {
     pub addr: SocketAddr,
     /// Where its connections go: `addr`, or the `--unix-socket`.
     pub peer: socket2::SockAddr,
-    /// Target index at each position of the cycle.
+    /// Variant index at each position of the cycle.
     pub cycle: Vec<u32>,
     /// Requests of the cycle followed by the first `pipeline` again, so any run of up to
     /// `pipeline` consecutive requests is one slice. Shared: an io_uring send holds a reference
@@ -46,9 +46,11 @@ pub struct Group {
     pub wire: std::sync::Arc<[u8]>,
     /// Start of position p's request in `wire` (`cycle.len() + pipeline + 1` entries).
     pub offsets: Vec<usize>,
-    /// HTTP/2: the header block of position p's request, and its body.
-    pub h2: Vec<Vec<u8>>,
-    pub h2_body: Vec<std::sync::Arc<[u8]>>,
+    /// HTTP/2: the header block of position p's request.
+    h2: Arena,
+    /// Position p's body in `bodies` (HTTP/2 sends it in DATA frames; HTTP/1.1's is in `wire`).
+    body_of: Vec<u32>,
+    bodies: Arena,
     /// Some request of the group has a body (else HTTP/2 never looks for one to send).
     pub has_body: bool,
     /// `{seq}`/`{rand}` IDs of position p's request (empty: the group has none, and every
@@ -56,9 +58,9 @@ pub struct Group {
     pub templates: Vec<Option<std::sync::Arc<crate::template::Template>>>,
     /// The longest request's bytes (HTTP/1.1), for a connection that writes its own copies.
     pub longest: usize,
-    /// Sum of the weights of its targets.
+    /// Sum of the weights of its variants.
     pub weight: u64,
-    /// https: the TLS server name of its connections (its targets agree: [`check_schemes`]).
+    /// https: the TLS server name of its connections (its variants agree: [`check_schemes`]).
     pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
@@ -73,6 +75,35 @@ impl Group {
     #[inline]
     pub fn slice(&self, pos: usize, k: usize) -> (usize, usize) {
         (self.offsets[pos], self.offsets[pos + k])
+    }
+
+    /// The HTTP/2 header block of position `pos`'s request.
+    #[inline]
+    pub fn h2_block(&self, pos: usize) -> &[u8] {
+        self.h2.get(pos)
+    }
+
+    /// The body of position `pos`'s request.
+    #[inline]
+    pub fn body(&self, pos: usize) -> &[u8] {
+        self.bodies.get(self.body_of[pos] as usize)
+    }
+
+    /// The IDs of position `pos`'s request.
+    #[inline]
+    pub fn template(&self, pos: usize) -> Option<&crate::template::Template> {
+        self.templates.get(pos).and_then(Option::as_deref)
+    }
+
+    /// Bytes its requests take (HTTP/1.1 and HTTP/2 encodings, bodies, the cycle).
+    pub fn footprint(&self) -> usize {
+        self.wire.len()
+            + self.offsets.capacity() * std::mem::size_of::<usize>()
+            + self.cycle.capacity() * 4
+            + self.h2.footprint()
+            + self.body_of.capacity() * 4
+            + self.bodies.footprint()
+            + self.templates.capacity() * std::mem::size_of::<usize>()
     }
 }
 
@@ -140,81 +171,118 @@ fn shuffle<T>(v: &mut [T], seed: u64) {
     }
 }
 
-/// Groups targets by address, in order of first appearance, each group's requests in
+/// Groups variants by address, in order of first appearance, each group's requests in
 /// `order`.
 pub fn groups(
-    targets: &[Target],
+    v: &Variants,
     pipeline: usize,
     order: Order,
     unix: Option<&socket2::SockAddr>,
 ) -> Vec<Group> {
     let mut addrs: Vec<SocketAddr> = Vec::new();
-    for t in targets {
-        if !addrs.contains(&t.addr) {
-            addrs.push(t.addr);
-        }
+    let mut of_endpoint = Vec::new();
+    for (e, _) in v.endpoints() {
+        let g = addrs.iter().position(|a| *a == e.addr).unwrap_or_else(|| {
+            addrs.push(e.addr);
+            addrs.len() - 1
+        });
+        of_endpoint.push(g);
+    }
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); addrs.len()];
+    for i in 0..v.len() {
+        members[of_endpoint[v.endpoint_of(i)]].push(i as u32);
     }
     addrs
         .into_iter()
-        .map(|addr| {
-            let members: Vec<usize> =
-                (0..targets.len()).filter(|&i| targets[i].addr == addr).collect();
-            let weights: Vec<u64> = members.iter().map(|&i| u64::from(targets[i].weight)).collect();
+        .zip(members)
+        .map(|(addr, members)| {
+            let weights: Vec<u64> =
+                members.iter().map(|&i| u64::from(v.weight(i as usize))).collect();
             let g = weights.iter().copied().fold(0, gcd);
-            let reduced: Vec<u64> = weights.iter().map(|w| w / g).collect();
             // Equal weights (a pool's lines) are the members in turn: no need to deal them.
-            let mut cycle: Vec<u32> = if reduced.iter().all(|w| *w == 1) {
-                members.iter().map(|&m| m as u32).collect()
+            let mut cycle: Vec<u32> = if weights.iter().all(|w| *w == g) {
+                members.clone()
             } else {
-                smooth_order(&reduced).into_iter().map(|m| members[m] as u32).collect()
+                let reduced: Vec<u64> = weights.iter().map(|w| w / g).collect();
+                smooth_order(&reduced).into_iter().map(|m| members[m]).collect()
             };
             if let Order::Random { seed } = order {
                 shuffle(&mut cycle, seed);
             }
-            let mut wire = Vec::new();
-            let mut offsets = vec![0];
-            for p in 0..cycle.len() + pipeline {
-                wire.extend_from_slice(&targets[cycle[p % cycle.len()] as usize].request);
-                offsets.push(wire.len());
-            }
-            let h2 = cycle.iter().map(|&t| targets[t as usize].h2_block.clone()).collect();
-            let h2_body: Vec<std::sync::Arc<[u8]>> =
-                cycle.iter().map(|&t| targets[t as usize].body.clone()).collect();
-            let has_body = h2_body.iter().any(|b| !b.is_empty());
-            let templates = if members.iter().any(|&m| targets[m].template.is_some()) {
-                cycle.iter().map(|&t| targets[t as usize].template.clone()).collect()
-            } else {
-                Vec::new()
-            };
-            let longest = members.iter().map(|&m| targets[m].request.len()).max().unwrap_or(0);
-            Group {
-                addr,
-                peer: unix.cloned().unwrap_or_else(|| socket2::SockAddr::from(addr)),
-                cycle,
-                wire: wire.into(),
-                offsets,
-                h2,
-                h2_body,
-                has_body,
-                templates,
-                longest,
-                weight: weights.iter().sum(),
-                tls_name: targets[members[0]].tls_name.clone(),
-            }
+            lay_out(v, addr, cycle, pipeline, unix, weights.iter().sum())
         })
         .collect()
 }
 
-/// Targets that share an address share their connections, so they must agree on http or
-/// https and on the TLS server name; the first pair that does not.
-pub fn check_schemes(targets: &[Target]) -> Result<(), (String, String)> {
-    // The first target of each address, against which the later ones are held.
-    let mut first: std::collections::HashMap<SocketAddr, &Target> =
-        std::collections::HashMap::new();
-    for t in targets {
-        let a = *first.entry(t.addr).or_insert(t);
-        if a.tls_name != t.tls_name {
-            return Err((a.url.clone(), t.url.clone()));
+/// One address's group: its requests encoded in `cycle` order.
+fn lay_out(
+    v: &Variants,
+    addr: SocketAddr,
+    cycle: Vec<u32>,
+    pipeline: usize,
+    unix: Option<&socket2::SockAddr>,
+    weight: u64,
+) -> Group {
+    let at = |p: usize| cycle[p % cycle.len()] as usize;
+    let n = cycle.len() + pipeline;
+    // Sized exactly: this is when the run holds the most (the variants' encodings too).
+    let size = (0..n).map(|p| v.h1(at(p)).len()).sum();
+    let mut wire: std::sync::Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    if let Some(out) = std::sync::Arc::get_mut(&mut wire) {
+        let mut end = 0;
+        for p in 0..n {
+            let r = v.h1(at(p));
+            out[end..end + r.len()].copy_from_slice(r);
+            end += r.len();
+            offsets.push(end);
+        }
+    }
+    let h2_size = cycle.iter().map(|&t| v.h2(t as usize).len()).sum();
+    let mut h2 = Arena::with_capacity(cycle.len(), h2_size);
+    let (mut bodies, mut body_of) = (Arena::default(), Vec::with_capacity(cycle.len()));
+    for &t in &cycle {
+        h2.push(v.h2(t as usize));
+        let body = v.body(t as usize);
+        if bodies.is_empty() || bodies.get(bodies.len() - 1) != body {
+            bodies.push(body);
+        }
+        body_of.push(bodies.len() as u32 - 1);
+    }
+    let has_body = (0..bodies.len()).any(|b| !bodies.get(b).is_empty());
+    let templates = if cycle.iter().any(|&t| v.template(t as usize).is_some()) {
+        cycle.iter().map(|&t| v.template(t as usize).cloned()).collect()
+    } else {
+        Vec::new()
+    };
+    let longest = cycle.iter().map(|&t| v.h1(t as usize).len()).max().unwrap_or(0);
+    let tls_name = v.endpoint(cycle[0] as usize).tls_name.clone();
+    Group {
+        addr,
+        peer: unix.cloned().unwrap_or_else(|| socket2::SockAddr::from(addr)),
+        cycle,
+        wire,
+        offsets,
+        h2,
+        body_of,
+        bodies,
+        has_body,
+        templates,
+        longest,
+        weight,
+        tls_name,
+    }
+}
+
+/// Variants that share an address share their connections, so they must agree on http or
+/// https and on the TLS server name; the first pair of URLs that does not.
+pub fn check_schemes(v: &Variants) -> Result<(), (String, String)> {
+    // Endpoints differ in address or TLS name: a second endpoint of one address disagrees.
+    let mut first: std::collections::HashMap<SocketAddr, &str> = std::collections::HashMap::new();
+    for (e, url) in v.endpoints() {
+        if let Some(a) = first.insert(e.addr, url) {
+            return Err((a.to_string(), url.to_string()));
         }
     }
     Ok(())

@@ -132,8 +132,8 @@ pub(crate) enum Msg {
 #[derive(Debug)]
 pub(crate) struct Shared<'a> {
     pub cfg: &'a LoadConfig,
-    /// Targets by address, with their requests laid out in cycle order.
-    pub groups: Vec<Group>,
+    /// Variants by address, with their requests laid out in cycle order.
+    pub groups: &'a [Group],
     /// Group of each connection, by global connection number.
     pub conn_groups: Vec<usize>,
     /// Per target: a HEAD request (its responses have no body).
@@ -314,7 +314,7 @@ impl<'a> Worker<'a> {
                 None => Pacer::closed(cfg.requests_of(index)),
             },
             rec: Recorder::new(
-                cfg.targets.len(),
+                cfg.variants.len(),
                 // With one group (`--group-by none`) the run's latency is the group's.
                 cfg.pool.as_ref().filter(|p| p.group_by.is_some()).map_or(0, |p| p.groups.len()),
                 shared.intervals,
@@ -507,7 +507,7 @@ impl<'a> Worker<'a> {
             // The last, partial interval.
             (self.send_interval)(self.log_index, h);
         }
-        let mut in_flight_by_target = vec![0; self.shared.cfg.targets.len()];
+        let mut in_flight_by_target = vec![0; self.shared.cfg.variants.len()];
         let mut waiting = crate::Waiting::default();
         for c in &self.conns {
             if let Some(rtt) = c.sock.as_ref().and_then(qpslab_sys::net::min_rtt_us) {

@@ -836,14 +836,15 @@ fn errors(rec: &crate::Recorder) -> (BTreeMap<&'static str, u64>, BTreeMap<&'sta
 /// the configuration: `url,method,sent,completed,ok,failed`.
 pub fn per_request_csv(cfg: &LoadConfig, result: &RunResult) -> String {
     let mut out = String::from("url,method,sent,completed,ok,failed\n");
-    for (i, t) in cfg.targets.iter().enumerate() {
+    let v = &cfg.variants;
+    for i in 0..v.len() {
         let c = result.rec.per_target.get(i).copied().unwrap_or_default();
         let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
         // A URL holds no comma or quote unescaped; quoted all the same.
-        let url = t.url.replace('"', "\"\"");
+        let url = v.url(i).replace('"', "\"\"");
         out.push_str(&format!(
             "\"{url}\",{},{},{},{},{}\n",
-            t.method,
+            v.method(i),
             c.completed + c.failed + in_flight,
             c.completed,
             c.ok,
@@ -855,17 +856,16 @@ pub fn per_request_csv(cfg: &LoadConfig, result: &RunResult) -> String {
 
 /// Requests by target, in the order of the configuration.
 fn per_target(cfg: &LoadConfig, result: &RunResult) -> Vec<TargetReport> {
-    cfg.targets
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !t.pool)
-        .map(|(i, t)| {
+    let v = &cfg.variants;
+    (0..v.len())
+        .filter(|&i| !v.pool(i))
+        .map(|i| {
             let c = result.rec.per_target.get(i).copied().unwrap_or_default();
             let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
             TargetReport {
-                url: t.url.clone(),
-                method: t.method.clone(),
-                weight: t.weight,
+                url: v.url(i).to_string(),
+                method: v.method(i).to_string(),
+                weight: v.weight(i),
                 sent: c.completed + c.failed + in_flight,
                 completed: c.completed,
                 ok: c.ok,

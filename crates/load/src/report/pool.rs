@@ -66,8 +66,7 @@ impl PoolReport {
                 },
             })
             .collect();
-        let mut bytes = 0;
-        for (i, t) in cfg.targets.iter().enumerate() {
+        for i in 0..cfg.variants.len() {
             let Some(row) = pool.member_group.get(i).and_then(|&g| groups.get_mut(g as usize))
             else {
                 continue;
@@ -79,7 +78,6 @@ impl PoolReport {
             row.completed += c.completed;
             row.ok += c.ok;
             row.failed += c.failed;
-            bytes += t.request.len() + t.h2_block.len() + 4;
         }
         let (order, seed) = match cfg.order {
             Order::Seq => ("seq", None),
@@ -91,7 +89,7 @@ impl PoolReport {
             digest: pool.digest.clone(),
             order,
             seed,
-            bytes_per_variant: bytes as f64 / pool.size.max(1) as f64,
+            bytes_per_variant: pool.bytes_per_variant,
             group_by: pool.group_by,
             groups,
         })
@@ -100,10 +98,11 @@ impl PoolReport {
 
 /// The targets as the report heads them: each URL given, and the pool as its file and size.
 pub fn shown_targets(cfg: &LoadConfig) -> Vec<String> {
+    let v = &cfg.variants;
     let mut out: Vec<String> =
-        cfg.targets.iter().filter(|t| !t.pool).map(|t| t.url.clone()).collect();
+        (0..v.len()).filter(|&i| !v.pool(i)).map(|i| v.url(i).to_string()).collect();
     if let Some(p) = &cfg.pool {
-        let first = cfg.targets.iter().find(|t| t.pool).map(|t| origin(&t.url)).unwrap_or_default();
+        let first = (0..v.len()).find(|&i| v.pool(i)).map(|i| origin(v.url(i))).unwrap_or_default();
         out.insert(0, format!("{first} ({} requests from {})", p.size, p.file));
     }
     out

@@ -278,13 +278,13 @@ impl Http2 {
     fn open(&mut self, group: &Group, pos: u32, req: Req) {
         let id = self.next_id;
         self.next_id += 2;
-        let block = &group.h2[pos as usize];
-        let has_body = !group.h2_body[pos as usize].is_empty();
+        let block = group.h2_block(pos as usize);
+        let has_body = !group.body(pos as usize).is_empty();
         let flags = flag::END_HEADERS | if has_body { 0 } else { flag::END_STREAM };
         frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
         let at = self.out.len();
         self.out.extend_from_slice(block);
-        if let Some(Some(t)) = group.templates.get(pos as usize) {
+        if let Some(t) = group.template(pos as usize) {
             crate::template::Template::write(&t.h2, req.id, &mut self.out[at..]);
         }
         let window = self.peer_window;
@@ -301,7 +301,7 @@ impl Http2 {
             return;
         }
         for s in &mut self.streams {
-            let body = &group.h2_body[s.pos as usize];
+            let body = group.body(s.pos as usize);
             while s.body_at < body.len() && self.send_window > 0 && s.window > 0 {
                 let n = (body.len() - s.body_at)
                     .min(self.peer_max_frame)
@@ -312,7 +312,7 @@ impl Http2 {
                 frame::put_header(&mut self.out, n, kind::DATA, flags, s.id);
                 let at = self.out.len();
                 self.out.extend_from_slice(&body[s.body_at..s.body_at + n]);
-                if let Some(Some(t)) = group.templates.get(s.pos as usize) {
+                if let Some(t) = group.template(s.pos as usize) {
                     t.write_part(s.req.id, s.body_at, &mut self.out[at..]);
                 }
                 s.body_at += n;
@@ -352,8 +352,7 @@ impl Http2 {
     /// stream's is used up): a stall, if it lasts.
     pub fn flow_stalled(&self, group: &Group) -> bool {
         self.streams.iter().any(|s| {
-            s.body_at < group.h2_body[s.pos as usize].len()
-                && (self.send_window <= 0 || s.window <= 0)
+            s.body_at < group.body(s.pos as usize).len() && (self.send_window <= 0 || s.window <= 0)
         })
     }
 
