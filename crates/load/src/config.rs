@@ -153,8 +153,8 @@ pub struct Pool {
     pub size: usize,
     /// sha256 of the file's text, hex: the same digest, the same pool.
     pub digest: String,
-    /// Group by the first N segments of each path; None: one group.
-    pub group_by: Option<usize>,
+    /// How its lines are grouped; None: one group.
+    pub group_by: Option<GroupBy>,
     /// The report groups' names ([`crate::pool::groups`]).
     pub groups: Vec<String>,
     /// Each variant's group ([`crate::pool::NO_GROUP`] for a variant outside the pool).
@@ -165,6 +165,64 @@ pub struct Pool {
 
 /// The `--urls` pool's default grouping: by its paths' first segment.
 pub const DEFAULT_GROUP_BY: usize = 1;
+
+/// `--group-by name`: a targets file's lines by their `name=`.
+pub const GROUP_BY_NAME: &str = "name";
+
+/// How a pool's lines are grouped in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// By the first N segments of each path.
+    Segments(usize),
+    /// A targets file's lines by their `name=` (a line without one: by its method and URL).
+    Name,
+}
+
+impl serde::Serialize for GroupBy {
+    /// The JSON's `group_by`: N, or `"name"`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            GroupBy::Segments(n) => s.serialize_u64(*n as u64),
+            GroupBy::Name => s.serialize_str(GROUP_BY_NAME),
+        }
+    }
+}
+
+impl GroupBy {
+    /// `--group-by` against the pool given: a number of path segments or none for `--urls` and
+    /// `--body-lines`, name (or none) for a targets file's lines; None: one group.
+    pub fn from_options(o: &LoadOptions) -> Result<Option<GroupBy>, ConfigError> {
+        let pool = o.urls_file.is_some() || o.body_lines.is_some();
+        let err = |m: &str| ConfigError::new("--group-by", m.to_string());
+        match o.group_by.as_deref() {
+            None => Ok(Some(GroupBy::Segments(DEFAULT_GROUP_BY))),
+            Some(GROUP_BY_NAME) if pool => Err(err(
+                "name groups a targets file's lines by their name=; a --urls or --body-lines pool \
+                 is grouped by path segments (a number) or none",
+            )),
+            Some(GROUP_BY_NAME) if o.targets.is_none() => {
+                Err(err("name groups a targets file's lines by their name=; give --targets FILE"))
+            }
+            Some(GROUP_BY_NAME) => Ok(Some(GroupBy::Name)),
+            Some(_) if !pool => Err(err(
+                "it groups a pool: give --urls FILE or --body-lines FILE (or --targets FILE with \
+                 --group-by name)",
+            )),
+            Some("none") => Ok(None),
+            Some(n) => n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(|n| Some(GroupBy::Segments(n)))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "--group-by",
+                        format!("{n:?}: give a number of path segments (1 or more), none, or name"),
+                    )
+                }),
+        }
+    }
+}
 
 impl Pool {
     /// Each target's group as the run records latency by: none with one group (`--group-by
@@ -182,16 +240,7 @@ impl Pool {
         o: &LoadOptions,
     ) -> Result<Pool, ConfigError> {
         use sha2::Digest as _;
-        let group_by = match o.group_by.as_deref() {
-            None => Some(DEFAULT_GROUP_BY),
-            Some("none") => None,
-            Some(n) => Some(n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                ConfigError::new(
-                    "--group-by",
-                    format!("{n:?}: give a number of path segments (1 or more) or none"),
-                )
-            })?),
-        };
+        let group_by = GroupBy::from_options(o)?;
         let digest = sha2::Sha256::digest(f.text.as_bytes());
         let (groups, member_group) = crate::pool::groups(v, group_by);
         let size = (0..v.len()).filter(|&i| v.pool(i)).count();
@@ -210,6 +259,9 @@ impl Pool {
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
+        if opts.group_by.is_some() {
+            GroupBy::from_options(opts)?;
+        }
         let (mut variants, notes) = target_mod::build(opts)?;
         let mut notes = notes;
         let (io, tls) = io_and_tls(opts, &variants, &mut notes)?;
@@ -248,14 +300,10 @@ impl LoadConfig {
         );
         let order = targets::Order::parse(opts.order.as_deref().unwrap_or("seq"))
             .map_err(|e| ConfigError::new("--order", e))?;
+        let by_name = opts.group_by.as_deref() == Some(GROUP_BY_NAME);
         let pool_file = opts.urls_file.as_ref().or(opts.body_lines.as_ref());
+        let pool_file = pool_file.or(opts.targets.as_ref().filter(|_| by_name));
         let pool = pool_file.map(|f| Pool::of(f, &variants, opts)).transpose()?;
-        if pool.is_none() && opts.group_by.is_some() {
-            return Err(ConfigError::new(
-                "--group-by",
-                "it groups a pool: give --urls FILE or --body-lines FILE",
-            ));
-        }
         let pipeline = if opts.h2 { opts.streams } else { opts.pipeline };
         variants.shrink();
         let groups = targets::groups(&variants, pipeline, order, unix_peer.as_ref());
@@ -613,6 +661,8 @@ mod tests {
         assert_eq!(flag(o(None, Some("1"), false)), "--group-by");
         assert_eq!(flag(o(None, Some("0"), true)), "--group-by");
         assert_eq!(flag(o(None, Some("x"), true)), "--group-by");
+        assert_eq!(flag(o(None, Some("name"), true)), "--group-by");
+        assert_eq!(flag(o(None, Some("name"), false)), "--group-by");
         let c = LoadConfig::from_options(&o(Some("random:9"), Some("none"), true)).unwrap();
         assert_eq!(c.order, targets::Order::Random { seed: 9 });
         let p = c.pool.unwrap();

@@ -97,9 +97,9 @@ pub struct LoadOptions {
     #[arg(long, value_name = "ORDER")]
     pub order: Option<String>,
 
-    /// Report the --urls pool by the first N segments of each path, or none (one row)
-    /// [default: 1]
-    #[arg(long, value_name = "N|none")]
+    /// Report the --urls or --body-lines pool by the first N segments of each path, or none
+    /// (one row); name: a --targets file's lines by their name= [default: 1]
+    #[arg(long, value_name = "N|none|name")]
     pub group_by: Option<String>,
 
     /// Load threads, one event loop each [default: one per CPU the generator may use, at most

@@ -3,6 +3,7 @@
 //! latency is recorded as responses arrive. At most [`MAX_GROUPS`]: past that the groups with
 //! the fewest lines are folded into one.
 
+use crate::config::GroupBy;
 use crate::variants::Variants;
 
 /// Groups past this many are folded into one (those with the fewest lines).
@@ -13,7 +14,7 @@ pub const NO_GROUP: u32 = u32::MAX;
 
 /// The pool's groups by the first `by` path segments (None: one group, `all`): their names,
 /// and each target's group ([`NO_GROUP`] for targets outside the pool).
-pub fn groups(v: &Variants, by: Option<usize>) -> (Vec<String>, Vec<u32>) {
+pub fn groups(v: &Variants, by: Option<GroupBy>) -> (Vec<String>, Vec<u32>) {
     let in_pool = || (0..v.len()).filter(|&i| v.pool(i));
     let first = in_pool().next().map(|f| origin(v.url(f)));
     let several = first.is_some_and(|f| in_pool().any(|i| origin(v.url(i)) != f));
@@ -25,8 +26,11 @@ pub fn groups(v: &Variants, by: Option<usize>) -> (Vec<String>, Vec<u32>) {
         let url = v.url(i);
         let name = match by {
             None => "all".to_string(),
-            Some(n) if several => format!("{}{}", origin(url), prefix(url, n)),
-            Some(n) => prefix(url, n),
+            Some(GroupBy::Name) => {
+                v.name(i).map_or_else(|| format!("{} {url}", v.method(i)), String::from)
+            }
+            Some(GroupBy::Segments(n)) if several => format!("{}{}", origin(url), prefix(url, n)),
+            Some(GroupBy::Segments(n)) => prefix(url, n),
         };
         let g = *index.entry(name.clone()).or_insert_with(|| {
             names.push(name);
@@ -109,7 +113,7 @@ mod tests {
             ("http://127.0.0.1:1/b/2".into(), true),
             ("http://127.0.0.1:1/a/3".into(), true),
         ]);
-        let (names, member) = groups(&ts, Some(1));
+        let (names, member) = groups(&ts, Some(GroupBy::Segments(1)));
         assert_eq!(names, ["/a", "/b"]);
         assert_eq!(member, [NO_GROUP, 0, 1, 0]);
         assert_eq!(groups(&ts, None).0, ["all"]);
@@ -121,7 +125,7 @@ mod tests {
             }
         }
         let many = variants(&many);
-        let (names, member) = groups(&many, Some(1));
+        let (names, member) = groups(&many, Some(GroupBy::Segments(1)));
         assert_eq!(names.len(), MAX_GROUPS);
         assert_eq!(names[0], "/g11", "the rest keep their order");
         assert_eq!(names[MAX_GROUPS - 1], "(11 other groups)");

@@ -34,6 +34,8 @@ pub struct Target {
     pub pool: bool,
     /// `{seq}` and `{rand:...}` IDs: where each request writes its digits.
     pub template: Option<std::sync::Arc<Template>>,
+    /// A targets-file line's `name=`.
+    pub name: Option<String>,
 }
 
 /// Builds every variant, command-line URLs first (or the `--urls` pool in their place), then
@@ -73,13 +75,16 @@ pub fn build(o: &LoadOptions) -> Result<(Variants, Vec<String>), ConfigError> {
                     headers: Vec::new(),
                     weight: 1,
                     body: None,
+                    name: None,
                 })
                 .collect();
-            b.lines(lines, "URL")?;
+            b.lines(lines, "URL", false)?;
         }
     }
     if let Some(file) = &o.targets {
-        b.lines(targets_file::read_file(file)?, "--targets")?;
+        // Grouped by name, the file's lines are reported as a pool's are.
+        let pool = o.group_by.as_deref() == Some(crate::config::GROUP_BY_NAME);
+        b.lines(targets_file::read_file(file)?, "--targets", pool)?;
     }
     let unseeded = |t: &std::sync::Arc<Template>| {
         t.h1.iter().chain(&t.body).any(|s| s.kind == template::Kind::Rand { seed: b.rand_seed })
@@ -138,8 +143,13 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    /// The variants of `lines`, errors named after `flag`.
-    fn lines(&mut self, lines: Vec<TargetLine>, flag: &'static str) -> Result<(), ConfigError> {
+    /// The variants of `lines` (in the pool when `pool`), errors named after `flag`.
+    fn lines(
+        &mut self,
+        lines: Vec<TargetLine>,
+        flag: &'static str,
+        pool: bool,
+    ) -> Result<(), ConfigError> {
         let sni = self.o.tls.sni.as_deref();
         for mut l in lines {
             if let Some(full) = with_default_scheme(&l.url) {
@@ -163,9 +173,11 @@ impl Builder<'_> {
                 })?,
             };
             let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body };
-            let t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache).map_err(
-                |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
-            )?;
+            let mut t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache)
+                .map_err(
+                    |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
+                )?;
+            (t.pool, t.name) = (pool, l.name);
             self.add(t, flag)?;
         }
         Ok(())
@@ -500,6 +512,7 @@ fn resolve_plain(
         tls_name,
         pool: false,
         template: None,
+        name: None,
     })
 }
 

@@ -1,5 +1,5 @@
 //! The `--targets FILE` format: one request per line, `METHOD URL [Name: value]...
-//! [body=TEXT|body=@FILE] [weight=N]`.
+//! [body=TEXT|body=@FILE] [weight=N] [name=NAME]`.
 
 use qpslab_http::HeaderArg;
 use qpslab_sys::config_error::ConfigError;
@@ -17,6 +17,8 @@ pub struct TargetLine {
     /// `body=TEXT` (no blanks), or `body=@FILE` (read by the caller: this parser reads no
     /// file).
     pub body: Option<LineBody>,
+    /// `name=NAME`: what the report calls it (and groups it by, with `--group-by name`).
+    pub name: Option<String>,
 }
 
 /// A targets-file line's body.
@@ -54,8 +56,9 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
         let mut words: Vec<&str> = line.split_whitespace().collect();
         let mut weight = 1;
         let mut body = None;
-        // The last words: weight=N and body=..., in either order.
-        for _ in 0..2 {
+        let mut name = None;
+        // The last words: weight=N, body=... and name=..., in any order.
+        for _ in 0..3 {
             if let Some(w) = words.last().and_then(|w| w.strip_prefix("weight=")) {
                 weight = match w.parse::<u32>() {
                     Ok(n) if (1..=MAX_WEIGHT).contains(&n) => n,
@@ -65,6 +68,12 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
                         )))
                     }
                 };
+                words.pop();
+            } else if let Some(n) = words.last().and_then(|w| w.strip_prefix("name=")) {
+                if n.is_empty() {
+                    return Err(err("name= is empty; write name=NAME (no blanks)".into()));
+                }
+                name = Some(n.to_string());
                 words.pop();
             } else if let Some(b) = words.last().and_then(|w| w.strip_prefix("body=")) {
                 body = Some(match b.strip_prefix('@') {
@@ -77,7 +86,7 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
         }
         let [method, url, rest @ ..] = words.as_slice() else {
             return Err(err(format!(
-                "{line:?}: write METHOD URL [Name: value]... [body=TEXT|body=@FILE] [weight=N], e.g. 'GET http://127.0.0.1:8080/'"
+                "{line:?}: write METHOD URL [Name: value]... [body=TEXT|body=@FILE] [weight=N] [name=NAME], e.g. 'GET http://127.0.0.1:8080/'"
             )));
         };
         let mut headers: Vec<String> = Vec::new();
@@ -90,7 +99,7 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
                 }
                 None if !starts_header => {
                     return Err(err(format!(
-                        "{w:?} after the URL is not a header; write 'Name: value', then body=... and weight=N last"
+                        "{w:?} after the URL is not a header; write 'Name: value', then body=..., weight=N and name=NAME last"
                     )))
                 }
                 _ => headers.push((*w).to_string()),
@@ -101,7 +110,7 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
             .map(|h| HeaderArg::parse(h).map_err(|e| err(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         let (method, url) = (method.to_string(), url.to_string());
-        out.push(TargetLine { method, url, headers, weight, body });
+        out.push(TargetLine { method, url, headers, weight, body, name });
     }
     Ok(out)
 }
@@ -135,5 +144,9 @@ mod tests {
         assert_eq!(lines[0].headers.len(), 1);
         assert_eq!(lines[1].body, Some(LineBody::File("b.json".into())));
         assert_eq!(parse("POST http://a/ body=@").unwrap_err().0, 1);
+        let lines = parse("GET http://a/ name=home weight=2 body=x\nGET http://b/\n").unwrap();
+        assert_eq!((lines[0].name.as_deref(), lines[0].weight), (Some("home"), 2));
+        assert_eq!(lines[1].name, None);
+        assert!(parse("GET http://a/ name=").unwrap_err().1.contains("name=NAME"));
     }
 }

@@ -77,6 +77,7 @@ pub struct Endpoint {
 const HEAD: u8 = 1;
 const POOL: u8 = 2;
 const IDEMPOTENT: u8 = 4;
+const NO_NAME: u32 = u32::MAX;
 
 /// Every request variant of a run, in the order given (command-line URLs or the pool, then the
 /// targets file).
@@ -100,6 +101,10 @@ pub struct Variants {
     bodies: Arena,
     /// Each variant's IDs; empty while no variant has any.
     templates: Vec<Option<Arc<Template>>>,
+    /// Each variant's name in `names` ([`NO_NAME`]: none); empty while no variant has one.
+    name_of: Vec<u32>,
+    names: Vec<String>,
+    name_index: HashMap<String, u32>,
     /// Encoded bytes of every variant (HTTP/1.1 request, HTTP/2 header block, a body of its
     /// own), kept after the encodings go.
     encoded: usize,
@@ -151,6 +156,24 @@ impl Variants {
             self.templates.resize(self.endpoint.len() - 1, None);
             self.templates.push(t.template);
         }
+        if t.name.is_some() || !self.name_of.is_empty() {
+            self.name_of.resize(self.endpoint.len() - 1, NO_NAME);
+            let n = t.name.map_or(NO_NAME, |name| {
+                let next = self.names.len() as u32;
+                let at = *self.name_index.entry(name.clone()).or_insert(next);
+                if at == next {
+                    self.names.push(name);
+                }
+                at
+            });
+            self.name_of.push(n);
+        }
+    }
+
+    /// A targets-file line's `name=`.
+    pub fn name(&self, i: usize) -> Option<&str> {
+        let n = *self.name_of.get(i)?;
+        self.names.get(n as usize).map(String::as_str)
     }
 
     /// Variant `i` as a target again.
@@ -169,6 +192,7 @@ impl Variants {
             tls_name: ep.tls_name.clone(),
             pool: self.pool(i),
             template: self.template(i).cloned(),
+            name: self.name(i).map(String::from),
         }
     }
 
@@ -288,6 +312,7 @@ impl Variants {
         self.bodies = Arena::default();
         self.body_of = Vec::new();
         self.endpoint_index = HashMap::new();
+        self.name_index = HashMap::new();
     }
 }
 

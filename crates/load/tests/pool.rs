@@ -53,7 +53,10 @@ fn in_order_every_path_is_requested_equally_often(io: IoChoice) {
         report.connections
     );
     let p = report.pool.as_ref().unwrap();
-    assert_eq!((p.size, p.order, p.seed, p.group_by), (10_000, "seq", None, Some(1)));
+    assert_eq!(
+        (p.size, p.order, p.seed, p.group_by),
+        (10_000, "seq", None, Some(qpslab_load::config::GroupBy::Segments(1)))
+    );
     assert_eq!(p.groups.len(), 1);
     assert_eq!((p.groups[0].name.as_str(), p.groups[0].variants), ("/t", 10_000));
     assert_eq!(p.groups[0].ok, 30_000);
@@ -211,7 +214,49 @@ fn bodies_from_lines_and_from_a_targets_file(io: IoChoice) {
     assert_eq!(rows(r#"/id/u|7|{\x22from\x22:\x22file\x22}"#), 100, "{:?}", &log[3_000..3_003]);
 }
 
+/// `--group-by name`: a targets file's lines reported by their `name=` (a line without one by
+/// its method and URL), each group's counts what nginx logged for its lines; without it, each
+/// line is a row of its own, its name on it.
+fn a_targets_file_grouped_by_name(io: IoChoice) {
+    let nginx = Nginx::start();
+    let targets = format!(
+        "GET {} name=home\nGET {} name=home\nGET {} weight=2 name=cart\nGET {}\n",
+        nginx.url("/id/h1"),
+        nginx.url("/id/h2"),
+        nginx.url("/id/c"),
+        nginx.url("/id/x"),
+    );
+    let mut o = opts_on(io, &nginx.url("/"));
+    (o.urls, o.targets) = (Vec::new(), Some(FileText { name: "t.txt".into(), text: targets }));
+    o.requests = Some(500);
+    o.group_by = Some("name".into());
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 500);
+    assert!(report.per_target.is_empty(), "{:?}", report.per_target);
+    let p = report.pool.as_ref().unwrap();
+    assert_eq!((p.file.as_str(), p.size), ("t.txt", 4));
+    let groups: Vec<(&str, usize, u64)> =
+        p.groups.iter().map(|g| (g.name.as_str(), g.variants, g.ok)).collect();
+    let x = format!("GET {}", nginx.url("/id/x"));
+    assert_eq!(groups, [("home", 2, 200), ("cart", 1, 200), (x.as_str(), 1, 100)]);
+    assert!(p.groups.iter().all(|g| g.latency_us.as_ref().is_some_and(|l| l.p50 > 0)));
+    let log = nginx.ids_log(500);
+    let path = |l: &String| l.split('|').next().unwrap().to_string();
+    let count = |want: &str| log.iter().filter(|l| path(l) == want).count();
+    assert_eq!(count("/id/h1") + count("/id/h2"), 200);
+    assert_eq!((count("/id/c"), count("/id/x")), (200, 100));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["pool"]["group_by"], "name");
+
+    o.group_by = None;
+    let report = run(&o);
+    let names: Vec<Option<&str>> = report.per_target.iter().map(|t| t.name.as_deref()).collect();
+    assert_eq!(names, [Some("home"), Some("home"), Some("cart"), None]);
+    assert!(report.pool.is_none());
+}
+
 qpslab_testkit::on_both_loops!(
+    a_targets_file_grouped_by_name,
     bodies_from_lines_and_from_a_targets_file,
     in_order_every_path_is_requested_equally_often,
     a_seed_replays_the_same_sequence,

@@ -257,6 +257,9 @@ pub struct ConfigReport {
 pub struct TargetReport {
     pub url: String,
     pub method: String,
+    /// A targets-file line's `name=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub weight: u32,
     /// `completed + failed + in_flight_at_stop` for this target.
     pub sent: u64,
@@ -865,6 +868,7 @@ fn per_target(cfg: &LoadConfig, result: &RunResult) -> Vec<TargetReport> {
             TargetReport {
                 url: v.url(i).to_string(),
                 method: v.method(i).to_string(),
+                name: v.name(i).map(String::from),
                 weight: v.weight(i),
                 sent: c.completed + c.failed + in_flight,
                 completed: c.completed,

@@ -25,8 +25,9 @@ pub struct PoolReport {
     /// Encoded bytes per variant: its HTTP/1.1 request as written, its HTTP/2 header block and
     /// its place in the cycle, as held through the run.
     pub bytes_per_variant: f64,
-    /// The path segments a group is named by (null: one group).
-    pub group_by: Option<usize>,
+    /// The path segments a group is named by, or `"name"` (a targets file's `name=`); null:
+    /// one group.
+    pub group_by: Option<crate::config::GroupBy>,
     pub groups: Vec<PoolGroup>,
 }
 

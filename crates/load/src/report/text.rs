@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{fmt_bytes, fmt_secs, fmt_us, plural, Report};
+use crate::config::GroupBy;
 
 /// The whole summary.
 pub(super) fn render(r: &Report) -> String {
@@ -211,10 +212,11 @@ fn targets(r: &Report, s: &mut String) {
     for t in &r.per_target {
         let _ = writeln!(
             s,
-            "  {:>9} sent {:>9} ok {:>7} failed  {} {}{}",
+            "  {:>9} sent {:>9} ok {:>7} failed  {}{} {}{}",
             t.sent,
             t.ok,
             t.failed,
+            t.name.as_ref().map_or(String::new(), |n| format!("{n}: ")),
             t.method,
             t.url,
             if t.weight != 1 { format!(" (weight {})", t.weight) } else { String::new() }
@@ -237,8 +239,11 @@ fn pool(r: &Report, s: &mut String) {
         &p.digest[..16.min(p.digest.len())],
         p.bytes_per_variant
     );
-    let by =
-        p.group_by.map_or("one group".to_string(), |n| format!("the first {n} path segment(s)"));
+    let by = match p.group_by {
+        None => "one group".to_string(),
+        Some(GroupBy::Segments(n)) => format!("the first {n} path segment(s)"),
+        Some(GroupBy::Name) => "name".to_string(),
+    };
     let _ = writeln!(s, "  by {by}:");
     for g in &p.groups {
         let latency =
