@@ -577,7 +577,7 @@ mod tests {
             "BYTES" => "8192".into(),
             "FILE" => file("f", "GET http://127.0.0.1:1/\n"),
             "ORDER" => "random:7".into(),
-            "N|none" => "none".into(),
+            "N|none|name" => "none".into(),
             "PATH" => "/tmp/qpslab-test.sock".into(),
             _ => return None,
         })

@@ -15,6 +15,7 @@ use std::time::Instant;
 use qpslab_http::{Response, ResponseParser};
 
 use crate::targets::Group;
+use crate::template::Ids;
 use h2::Http2;
 
 /// A request written on the connection (or to be written), waiting for its response.
@@ -31,7 +32,7 @@ pub(crate) struct Req {
     /// Its position in the group's request cycle (its bytes, its header block).
     pub pos: u32,
     /// Its number, from which its `{seq}` and `{rand}` IDs are written (see
-    /// [`crate::template::Ids`]); kept when it is sent again.
+    /// [`crate::template::Ids`]; 0 in a group without them); kept when it is sent again.
     pub id: u64,
 }
 
@@ -110,23 +111,26 @@ impl Http1 {
         }
     }
 
+    /// With IDs, the common case: the last request alone is the one the connection's copy
+    /// holds already, and only needs its digits (a single send at a time: nothing else holds
+    /// the copy by now). False when it is not.
+    #[inline(always)]
+    fn rewrite_last(&mut self, group: &Group, ids: &Ids) -> bool {
+        let Some(r) = self.inflight.back() else { return false };
+        if self.own_pos != Some(r.pos) {
+            return false;
+        }
+        let buf = self.own.as_mut().and_then(std::sync::Arc::get_mut);
+        let (Some(buf), Some(t)) = (buf, group.template(r.pos as usize)) else { return false };
+        crate::template::Template::write(&t.h1, r.id, Some(ids.digits()), buf);
+        (self.write_pos, self.write_end) = (0, self.own_len);
+        true
+    }
+
     /// With IDs: the requests in flight from the `from`-th on, copied into the connection's
     /// buffer with their IDs written in place, become the write range.
-    fn render(&mut self, group: &Group, from: usize) {
-        // The common case first: the same request as the last one alone, whose copy only
-        // needs its digits (a single send at a time: nothing else holds the copy by now).
-        if let (true, Some(r)) = (from + 1 == self.inflight.len(), self.inflight.back()) {
-            if self.own_pos == Some(r.pos) {
-                if let (Some(buf), Some(Some(t))) = (
-                    self.own.as_mut().and_then(std::sync::Arc::get_mut),
-                    group.templates.get(r.pos as usize),
-                ) {
-                    crate::template::Template::write(&t.h1, r.id, buf);
-                    (self.write_pos, self.write_end) = (0, self.own_len);
-                    return;
-                }
-            }
-        }
+    #[inline(never)]
+    fn render(&mut self, group: &Group, from: usize, ids: Option<&Ids>) {
         let most = group.longest * (self.inflight.len() - from);
         let free = self
             .own
@@ -145,7 +149,12 @@ impl Http1 {
             out.copy_from_slice(&group.wire[a..b]);
             (self.own_pos, self.own_len) = (Some(r.pos), b - a);
             if let Some(Some(t)) = group.templates.get(r.pos as usize) {
-                crate::template::Template::write(&t.h1, r.id, out);
+                crate::template::Template::write(
+                    &t.h1,
+                    r.id,
+                    ids.and_then(|i| i.digits_of(r.id)),
+                    out,
+                );
             }
             (self.write_pos, self.write_end) = (0, b - a);
             return;
@@ -157,7 +166,12 @@ impl Http1 {
             let out = &mut buf[at..at + b - a];
             out.copy_from_slice(&group.wire[a..b]);
             if let Some(Some(t)) = group.templates.get(r.pos as usize) {
-                crate::template::Template::write(&t.h1, r.id, out);
+                crate::template::Template::write(
+                    &t.h1,
+                    r.id,
+                    ids.and_then(|i| i.digits_of(r.id)),
+                    out,
+                );
             }
             at += b - a;
         }
@@ -198,21 +212,29 @@ impl Http1 {
 
     /// The next `k` requests of the group's cycle from `cursor` (which moves past them) go out
     /// as one write (a pipelined batch); `make(i, target, pos)` gives the i-th its timing and
-    /// accounting.
+    /// accounting, `ids` its number.
     pub fn queue(
         &mut self,
         group: &Group,
         cursor: &mut usize,
         k: usize,
+        ids: &mut Ids,
         mut make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        let len = group.cycle.len();
+        let (len, templated) = (group.cycle.len(), group.templated());
         for i in 0..k {
             let pos = (*cursor + i) % len;
-            self.inflight.push_back(make(i, group.cycle[pos], pos as u32));
+            let mut req = make(i, group.cycle[pos], pos as u32);
+            if templated {
+                req.id = ids.take();
+            }
+            self.inflight.push_back(req);
         }
-        if group.templated() {
-            self.render(group, self.inflight.len() - k);
+        if templated {
+            if k == 1 && self.rewrite_last(group, ids) {
+                return *cursor = (*cursor + k) % len;
+            }
+            self.render(group, self.inflight.len() - k, Some(ids));
         } else {
             (self.write_pos, self.write_end) = group.slice(*cursor, k);
         }
@@ -228,7 +250,7 @@ impl Http1 {
                 r.sent_at = now;
             }
             // With the IDs they had.
-            return self.render(group, 0);
+            return self.render(group, 0, None);
         }
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for r in &mut self.inflight {
@@ -442,9 +464,10 @@ impl Session {
         group: &Group,
         cursor: &mut usize,
         k: usize,
+        ids: &mut Ids,
         make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        either!(self, s => s.queue(group, cursor, k, make))
+        either!(self, s => s.queue(group, cursor, k, ids, make))
     }
 
     pub fn resend(&mut self, group: &Group, now: Instant) {
@@ -550,7 +573,7 @@ mod tests {
     fn a_pipelined_batch_is_written_once_and_answered_across_split_reads() {
         let (g, now) = (group(), Instant::now());
         let mut s = Http1::new(0, 4);
-        s.queue(&g, &mut 0, 3, |_, _, pos| req(now, pos));
+        s.queue(&g, &mut 0, 3, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         let (from, to) = s.to_write();
         let wire = &g.wire[from..to];
         assert_eq!(wire.windows(5).filter(|w| w == b"GET /").count(), 3, "three requests");
@@ -573,11 +596,11 @@ mod tests {
         let (g, now) = (group(), Instant::now());
         let mut s = Http1::new(0, 4);
         assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Idle);
-        s.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
+        s.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         // Not reused yet: a close before any byte is a failure, not the race.
         assert!(!s.retry_after_race(&[true]));
         s.absorb(OK, &[false], false, |_, _| {}).unwrap();
-        s.queue(&g, &mut 0, 2, |_, _, pos| req(now, pos));
+        s.queue(&g, &mut 0, 2, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         assert!(!s.retry_after_race(&[false]), "not idempotent: never sent twice");
         assert!(s.retry_after_race(&[true]));
         assert!(!s.retry_after_race(&[true]), "once only");
@@ -589,7 +612,7 @@ mod tests {
         assert_eq!(s.eof(|_, _| {}).unwrap(), Ended::Unanswered);
         // A close-delimited body ends with the input.
         let mut d = Http1::new(0, 1);
-        d.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
+        d.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         d.absorb(b"HTTP/1.1 200 OK\r\n\r\nbody", &[false], false, |_, _| {}).unwrap();
         let mut got = 0;
         assert_eq!(d.eof(|_, _| got += 1).unwrap(), Ended::Response);
@@ -600,16 +623,16 @@ mod tests {
     fn connection_close_and_one_request_end_the_connection() {
         let (g, now) = (group(), Instant::now());
         let mut s = Http1::new(0, 4);
-        s.queue(&g, &mut 0, 2, |_, _, pos| req(now, pos));
+        s.queue(&g, &mut 0, 2, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         let close = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         assert_eq!(s.absorb(close, &[false], false, |_, _| {}).unwrap(), Absorbed::Close);
         assert_eq!(s.in_flight(), 1, "the second was not answered: it goes again");
         let mut one = Http1::new(0, 1);
-        one.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
+        one.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         assert_eq!(one.absorb(OK, &[false], true, |_, _| {}).unwrap(), Absorbed::Close);
         let tls = [0x15, 3, 3, 0, 2, 2, 40];
         let mut t = Http1::new(0, 1);
-        t.queue(&g, &mut 0, 1, |_, _, pos| req(now, pos));
+        t.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         let e = t.absorb(&tls, &[false], false, |_, _| {}).unwrap_err();
         assert!(e.contains("use an https:// URL"), "{e}");
     }
@@ -631,11 +654,11 @@ mod tests {
             }
             String::from_utf8(out).unwrap()
         };
-        x.queue(&g, &mut cursor, 1, |_, _, pos| req(now, pos));
+        x.queue(&g, &mut cursor, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         assert!(written(&mut x).starts_with("GET /a "));
-        y.queue(&g, &mut cursor, 1, |_, _, pos| req(now, pos));
+        y.queue(&g, &mut cursor, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         assert!(written(&mut y).starts_with("GET /b "));
-        x.queue(&g, &mut cursor, 2, |_, _, pos| req(now, pos));
+        x.queue(&g, &mut cursor, 2, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         let two = written(&mut x);
         assert!(two.starts_with("GET /c ") && two.matches("GET /a ").count() == 1, "{two}");
         assert_eq!(cursor, 1);

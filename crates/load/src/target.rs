@@ -622,7 +622,7 @@ mod tests {
         );
         assert_eq!(t.url, "http://127.0.0.1:1/i/{seq}?q=1", "as written, without credentials");
         let mut one = t.request.clone();
-        template::Template::write(&tm.h1, 5, &mut one);
+        template::Template::write(&tm.h1, 5, None, &mut one);
         let one = String::from_utf8(one).unwrap();
         assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
         assert!(one.ends_with("id=000000000012"), "{one}");

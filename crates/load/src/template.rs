@@ -164,12 +164,34 @@ pub fn locate(
 impl Template {
     /// Writes the digits of request number `n` into `req`, the request's bytes encoded with
     /// `slots`: as encoded (zeros), or as an earlier request of the connection wrote them.
-    #[inline]
-    pub fn write(slots: &[Slot], n: u64, req: &mut [u8]) {
+    ///
+    /// `digits`, `n`'s 20 decimal digits when at hand ([`Ids::digits`]): a `{seq}` slot copies
+    /// them instead of dividing `n` down.
+    #[inline(always)]
+    pub fn write(slots: &[Slot], n: u64, digits: Option<&[u8; 20]>, req: &mut [u8]) {
+        // The common case, one `{seq}`, as a copy of the digits at hand.
+        if let ([s], Some(all)) = (slots, digits) {
+            if s.kind == (Kind::Seq { start: 0 }) {
+                return copy_digits(req, s.at, s.width as usize, all);
+            }
+        }
+        Self::write_each(slots, n, digits, req);
+    }
+
+    /// [`Template::write`] slot by slot: `{seq}` copied when the digits are at hand, else
+    /// divided down from `n`.
+    #[inline(never)]
+    fn write_each(slots: &[Slot], n: u64, digits: Option<&[u8; 20]>, req: &mut [u8]) {
         for s in slots {
-            let end = s.at + s.width as usize;
-            if let Some(d) = req.get_mut(s.at..end) {
-                put(d, s.kind, n);
+            match (s.kind, digits) {
+                (Kind::Seq { start: 0 }, Some(all)) => {
+                    copy_digits(req, s.at, s.width as usize, all);
+                }
+                (kind, _) => {
+                    if let Some(d) = req.get_mut(s.at..s.at + s.width as usize) {
+                        put(d, kind, n);
+                    }
+                }
             }
         }
     }
@@ -191,6 +213,20 @@ impl Template {
                 }
             }
         }
+    }
+}
+
+/// The last `w` (at most 20) of `all` into `req[at..at + w]`, as two fixed-size copies that
+/// overlap (no call to memcpy for a dozen bytes).
+#[inline(always)]
+fn copy_digits(req: &mut [u8], at: usize, w: usize, all: &[u8; 20]) {
+    let Some(d) = req.get_mut(at..at + w) else { return };
+    if (8..=16).contains(&w) {
+        // Its first 8 digits, and its last 8 (which overlap when it has fewer than 16).
+        d[..8].copy_from_slice(&all[20 - w..28 - w]);
+        d[w - 8..].copy_from_slice(&all[12..]);
+    } else if w <= 20 {
+        d.copy_from_slice(&all[20 - w..]);
     }
 }
 
@@ -258,24 +294,84 @@ fn mix(mut z: u64) -> u64 {
 /// The numbers one thread gives its requests: `offset`, `offset + stride`, ... where every
 /// thread of every agent has an offset of its own below the same stride, so no two requests
 /// of a run share one (with `-n`, they stay close to 0..N).
+///
+/// It keeps the last number it gave in decimal too, advanced by adding the stride's digits (a
+/// digit or two a request), so that writing it is a copy. (After 2^64 numbers, far past any
+/// run, the numbers wrap and the digits would not.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ids {
     next: u64,
     stride: u64,
+    /// The number `take` gave last (`next` before the first).
+    last: u64,
+    /// Its 20 decimal digits, ASCII.
+    digits: [u8; 20],
+    /// The stride's digits, right-aligned, as numbers 0-9; those before `lowest` are 0.
+    stride_digits: [u8; 20],
+    lowest: usize,
+    /// The first `take` gives `next` as the digits hold it; each later one adds the stride.
+    started: bool,
 }
 
 impl Ids {
     /// Thread `thread` of `threads`, in agent `lane` of `lanes`.
     pub fn new(thread: usize, threads: usize, lane: u32, lanes: u32) -> Self {
         let lanes = u64::from(lanes.max(1));
-        Ids { next: thread as u64 * lanes + u64::from(lane), stride: threads.max(1) as u64 * lanes }
+        let next = thread as u64 * lanes + u64::from(lane);
+        let stride = threads.max(1) as u64 * lanes;
+        let mut digits = [b'0'; 20];
+        put(&mut digits, Kind::Seq { start: next }, 0);
+        let mut stride_digits = [b'0'; 20];
+        put(&mut stride_digits, Kind::Seq { start: stride }, 0);
+        let lowest = stride_digits.iter().take_while(|&&d| d == b'0').count().min(19);
+        for d in &mut stride_digits {
+            *d -= b'0';
+        }
+        Ids { next, stride, last: next, digits, stride_digits, lowest, started: false }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn take(&mut self) -> u64 {
         let n = self.next;
-        self.next = self.next.wrapping_add(self.stride);
+        self.next = n.wrapping_add(self.stride);
+        self.last = n;
+        // One more stride: most often one digit changes, without a carry.
+        let d = self.digits[19] + self.stride_digits[19];
+        if self.started && self.lowest == 19 && d <= b'9' {
+            self.digits[19] = d;
+        } else if self.started {
+            self.add_stride();
+        }
+        self.started = true;
         n
+    }
+
+    /// Adds the stride's digits to `digits` from the right, carrying.
+    #[inline(never)]
+    fn add_stride(&mut self) {
+        let mut i = 19;
+        let mut carry = 0;
+        loop {
+            let d = self.digits[i] + self.stride_digits[i] + carry;
+            carry = u8::from(d > b'9');
+            self.digits[i] = d - 10 * carry;
+            if i == 0 || (i <= self.lowest && carry == 0) {
+                break;
+            }
+            i -= 1;
+        }
+    }
+
+    /// The decimal digits of the number `take` gave last.
+    #[inline]
+    pub fn digits(&self) -> &[u8; 20] {
+        &self.digits
+    }
+
+    /// The decimal digits of `n`, if it is the number given last.
+    #[inline]
+    pub fn digits_of(&self, n: u64) -> Option<&[u8; 20]> {
+        (self.started && self.last == n).then_some(&self.digits)
     }
 }
 
@@ -316,13 +412,43 @@ mod tests {
     }
 
     #[test]
+    fn decimal_ids_follow_their_numbers() {
+        for (thread, threads, lane, lanes) in
+            [(0, 1, 0, 1), (1, 3, 0, 1), (2, 3, 1, 4), (5, 8, 99, 125)]
+        {
+            let mut ids = Ids::new(thread, threads, lane, lanes);
+            for _ in 0..30_000 {
+                let n = ids.take();
+                assert_eq!(ids.digits_of(n).unwrap(), format!("{n:020}").as_bytes(), "{n}");
+                assert!(ids.digits_of(n + 1).is_none());
+            }
+        }
+        // Written from the digits or divided down: the same bytes, wrapping at the width too.
+        let slots = [Slot { at: 1, width: 4, kind: Kind::Seq { start: 0 } }];
+        let mut ids = Ids::new(0, 1, 0, 1);
+        let n = (0..=123_456).map(|_| ids.take()).last().unwrap();
+        let (mut a, mut b) = (*b"x0000y", *b"x0000y");
+        Template::write(&slots, n, ids.digits_of(n), &mut a);
+        Template::write(&slots, n, None, &mut b);
+        assert_eq!((&a, &b), (b"x3456y", b"x3456y"));
+        for w in 1..=20u8 {
+            let slots = [Slot { at: 2, width: w, kind: Kind::Seq { start: 0 } }];
+            let (mut a, mut b) = ([b'-'; 24], [b'-'; 24]);
+            b[2..2 + usize::from(w)].fill(b'0');
+            Template::write(&slots, n, Some(ids.digits()), &mut a);
+            Template::write(&slots, n, None, &mut b);
+            assert_eq!(a, b, "width {w}");
+        }
+    }
+
+    #[test]
     fn digits_are_written_in_place_and_in_parts() {
         let slots = [
             Slot { at: 1, width: 4, kind: Kind::Seq { start: 5 } },
             Slot { at: 6, width: 2, kind: Kind::Seq { start: 0 } },
         ];
         let mut req = *b"x0000-00y";
-        Template::write(&slots, 123, &mut req);
+        Template::write(&slots, 123, None, &mut req);
         assert_eq!(&req, b"x0128-23y", "modulo the width");
         for (n, want) in [(0, b"0005"), (5, b"0010"), (95, b"0100"), (9_999_995, b"0000")] {
             let mut d = *b"0000";

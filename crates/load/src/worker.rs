@@ -666,7 +666,7 @@ impl<'a> Worker<'a> {
         let mut counted_n = 0;
         let cursor = &mut self.cursors[c.s.group()];
         let ids = &mut self.ids;
-        c.s.queue(group, cursor, k as usize, |i, target, pos| {
+        c.s.queue(group, cursor, k as usize, ids, |i, target, pos| {
             let i = i as u64;
             let (intended, counted) = match due {
                 Due::Now(counted) => (now, counted),
@@ -685,7 +685,7 @@ impl<'a> Worker<'a> {
                     rec.waited_for_connection += u64::from(first + i < waiting_below);
                 }
             }
-            Req { sent_at: now, intended, counted, retried: false, target, pos, id: ids.take() }
+            Req { sent_at: now, intended, counted, retried: false, target, pos, id: 0 }
         });
         counted_n
     }

@@ -17,6 +17,7 @@ use qpslab_http::Response;
 
 use super::{with_carry, Absorbed, Ended, Req};
 use crate::targets::Group;
+use crate::template::Ids;
 
 /// The largest header block (HEADERS and its CONTINUATIONs) taken.
 pub(crate) const MAX_BLOCK: usize = 64 * 1024;
@@ -256,26 +257,31 @@ impl Http2 {
     }
 
     /// Opens streams for the next `k` requests of the group's cycle from `cursor` (which
-    /// moves past them); `make(i, target, pos)` gives the i-th its timing and accounting.
+    /// moves past them); `make(i, target, pos)` gives the i-th its timing and accounting, `ids`
+    /// its number.
     pub fn queue(
         &mut self,
         group: &Group,
         cursor: &mut usize,
         k: usize,
+        ids: &mut Ids,
         mut make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        let len = group.cycle.len();
+        let (len, templated) = (group.cycle.len(), group.templated());
         for i in 0..k {
             let pos = (*cursor + i) % len;
-            let req = make(i, group.cycle[pos], pos as u32);
-            self.open(group, pos as u32, req);
+            let mut req = make(i, group.cycle[pos], pos as u32);
+            if templated {
+                req.id = ids.take();
+            }
+            self.open(group, pos as u32, req, Some(ids.digits()));
         }
         *cursor = (*cursor + k) % len;
         self.send_bodies(group);
     }
 
     /// One request as a HEADERS frame on a new stream (its body goes by [`Http2::send_bodies`]).
-    fn open(&mut self, group: &Group, pos: u32, req: Req) {
+    fn open(&mut self, group: &Group, pos: u32, req: Req, digits: Option<&[u8; 20]>) {
         let id = self.next_id;
         self.next_id += 2;
         let block = group.h2_block(pos as usize);
@@ -285,7 +291,7 @@ impl Http2 {
         let at = self.out.len();
         self.out.extend_from_slice(block);
         if let Some(t) = group.template(pos as usize) {
-            crate::template::Template::write(&t.h2, req.id, &mut self.out[at..]);
+            crate::template::Template::write(&t.h2, req.id, digits, &mut self.out[at..]);
         }
         let window = self.peer_window;
         let s =
@@ -328,7 +334,7 @@ impl Http2 {
         let old = std::mem::take(&mut self.streams);
         for mut s in old {
             s.req.sent_at = now;
-            self.open(group, s.pos, s.req);
+            self.open(group, s.pos, s.req, None);
         }
         self.send_bodies(group);
     }
@@ -484,7 +490,7 @@ impl Http2 {
                     if why == code::REFUSED_STREAM {
                         // Not processed (RFC 9113 8.7): safe to send again, here.
                         self.counts.refused += 1;
-                        self.open(group, s.pos, s.req);
+                        self.open(group, s.pos, s.req, None);
                         self.send_bodies(group);
                     } else {
                         let msg = format!("the server reset the stream ({})", code::name(why));
