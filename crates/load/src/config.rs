@@ -12,12 +12,14 @@ use qpslab_sys::cpus::{allowed_cpus, usable_list};
 use qpslab_sys::root::Root;
 use qpslab_sys::uring::Engine;
 
+use crate::options::GROUP_BY_NAME;
+pub use crate::pool::{GroupBy, DEFAULT_GROUP_BY};
 pub use crate::rate::Rate;
 use crate::source::{self, PortBudget, SourceRange};
 use crate::target as target_mod;
-pub use crate::target::{idempotent, Target};
 use crate::targets;
 use crate::variants::Variants;
+pub use crate::variants::{idempotent, Target};
 pub use qpslab_sys::config_error::ConfigError;
 
 pub use crate::options::{
@@ -161,67 +163,6 @@ pub struct Pool {
     pub member_group: Vec<u32>,
     /// Encoded bytes per line (HTTP/1.1 request, HTTP/2 header block, a body of its own).
     pub bytes_per_variant: f64,
-}
-
-/// The `--urls` pool's default grouping: by its paths' first segment.
-pub const DEFAULT_GROUP_BY: usize = 1;
-
-/// `--group-by name`: a targets file's lines by their `name=`.
-pub const GROUP_BY_NAME: &str = "name";
-
-/// How a pool's lines are grouped in the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupBy {
-    /// By the first N segments of each path.
-    Segments(usize),
-    /// A targets file's lines by their `name=` (a line without one: by its method and URL).
-    Name,
-}
-
-impl serde::Serialize for GroupBy {
-    /// The JSON's `group_by`: N, or `"name"`.
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            GroupBy::Segments(n) => s.serialize_u64(*n as u64),
-            GroupBy::Name => s.serialize_str(GROUP_BY_NAME),
-        }
-    }
-}
-
-impl GroupBy {
-    /// `--group-by` against the pool given: a number of path segments or none for `--urls` and
-    /// `--body-lines`, name (or none) for a targets file's lines; None: one group.
-    pub fn from_options(o: &LoadOptions) -> Result<Option<GroupBy>, ConfigError> {
-        let pool = o.urls_file.is_some() || o.body_lines.is_some();
-        let err = |m: &str| ConfigError::new("--group-by", m.to_string());
-        match o.group_by.as_deref() {
-            None => Ok(Some(GroupBy::Segments(DEFAULT_GROUP_BY))),
-            Some(GROUP_BY_NAME) if pool => Err(err(
-                "name groups a targets file's lines by their name=; a --urls or --body-lines pool \
-                 is grouped by path segments (a number) or none",
-            )),
-            Some(GROUP_BY_NAME) if o.targets.is_none() => {
-                Err(err("name groups a targets file's lines by their name=; give --targets FILE"))
-            }
-            Some(GROUP_BY_NAME) => Ok(Some(GroupBy::Name)),
-            Some(_) if !pool => Err(err(
-                "it groups a pool: give --urls FILE or --body-lines FILE (or --targets FILE with \
-                 --group-by name)",
-            )),
-            Some("none") => Ok(None),
-            Some(n) => n
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(|n| Some(GroupBy::Segments(n)))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "--group-by",
-                        format!("{n:?}: give a number of path segments (1 or more), none, or name"),
-                    )
-                }),
-        }
-    }
 }
 
 impl Pool {

@@ -7,12 +7,14 @@
 
 pub mod config;
 pub mod feed;
+mod file_text;
 pub mod hlog;
 pub mod options;
 mod pacer;
 pub mod pool;
 pub mod rate;
 pub mod report;
+mod seed;
 mod session;
 pub mod source;
 pub mod stats;

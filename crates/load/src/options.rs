@@ -3,7 +3,7 @@
 //! (serde; self-contained: files the user named travel as their contents), and sweep files
 //! name its fields as keys (serde, kebab-case). A field added here is a flag of both commands,
 //! a key of sweep files and part of what agents receive, with nothing else to edit but the
-//! engine that uses it. [`crate::config::LoadConfig`] validates it.
+//! engine that uses it. `LoadConfig` (config.rs) validates it.
 //!
 //! Defaults, one per meaning: [`DEFAULT_CONNECTIONS`] connections in total (spread over the
 //! threads, or over the agents), one load thread per CPU the generator may use (at most one
@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+pub use crate::file_text::FileText;
 use crate::rate::Rate;
 use crate::tls::TlsOptions;
 use qpslab_sys::uring::IoChoice;
@@ -39,9 +40,9 @@ pub const BENCH_WARMUP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
-    /// Open loop: poll while the next send slot is within [`crate::config::SPIN_WINDOW`],
+    /// Open loop: poll while the next send slot is within `SPIN_WINDOW` (config.rs),
     /// sleep otherwise (so low rates cost little CPU), where polling takes no CPU a server
-    /// needs ([`crate::config::auto_polls`]); closed loop: sleep.
+    /// needs (`auto_polls`, config.rs); closed loop: sleep.
     #[default]
     Auto,
     /// Never sleep while the run lasts (both loops).
@@ -282,13 +283,16 @@ impl LoadOptions {
     /// the coordinator's report) uses the same and prints the one that replays it.
     pub fn with_seeds(&self) -> LoadOptions {
         let order = match self.order.as_deref() {
-            Some("random") => Some(format!("random:{}", crate::targets::fresh_seed())),
+            Some("random") => Some(format!("random:{}", crate::seed::fresh_seed())),
             other => other.map(String::from),
         };
-        let rand_seed = Some(self.rand_seed.unwrap_or_else(crate::targets::fresh_seed));
+        let rand_seed = Some(self.rand_seed.unwrap_or_else(crate::seed::fresh_seed));
         LoadOptions { order, rand_seed, ..self.clone() }
     }
 }
+
+/// `--group-by name`: a targets file's lines by their `name=`.
+pub const GROUP_BY_NAME: &str = "name";
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -342,50 +346,6 @@ impl LoadOptions {
     /// The connections asked for, or the default.
     pub fn connections_or_default(&self) -> usize {
         self.connections.unwrap_or(DEFAULT_CONNECTIONS)
-    }
-}
-
-/// The text of a file the user named (a targets file, a stage file, a CA bundle), read when
-/// the options are made so that they travel whole; its name is kept for messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "FileTextWire", into = "FileTextWire")]
-pub struct FileText {
-    /// The path as the user gave it.
-    pub name: String,
-    pub text: String,
-}
-
-/// On the wire `{file, text}`; in a sweep file a path, read when the file is read.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
-enum FileTextWire {
-    Whole { file: String, text: String },
-    Path(String),
-}
-
-impl From<FileText> for FileTextWire {
-    fn from(f: FileText) -> Self {
-        FileTextWire::Whole { file: f.name, text: f.text }
-    }
-}
-
-impl TryFrom<FileTextWire> for FileText {
-    type Error = String;
-    fn try_from(w: FileTextWire) -> Result<Self, String> {
-        match w {
-            FileTextWire::Whole { file, text } => Ok(FileText { name: file, text }),
-            // A sweep file's path: read when the sweep file is read.
-            FileTextWire::Path(p) => FileText::from_arg(&p),
-        }
-    }
-}
-
-impl FileText {
-    /// Reads the file at `path`.
-    pub fn from_arg(path: &str) -> Result<FileText, String> {
-        std::fs::read_to_string(path)
-            .map(|text| FileText { name: path.to_string(), text })
-            .map_err(|e| format!("cannot read {path}: {e}"))
     }
 }
 

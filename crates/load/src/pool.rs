@@ -3,8 +3,68 @@
 //! latency is recorded as responses arrive. At most [`MAX_GROUPS`]: past that the groups with
 //! the fewest lines are folded into one.
 
-use crate::config::GroupBy;
+use qpslab_sys::config_error::ConfigError;
+
+use crate::options::{LoadOptions, GROUP_BY_NAME};
 use crate::variants::Variants;
+
+/// The `--urls` pool's default grouping: by its paths' first segment.
+pub const DEFAULT_GROUP_BY: usize = 1;
+
+/// How a pool's lines are grouped in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// By the first N segments of each path.
+    Segments(usize),
+    /// A targets file's lines by their `name=` (a line without one: by its method and URL).
+    Name,
+}
+
+impl serde::Serialize for GroupBy {
+    /// The JSON's `group_by`: N, or `"name"`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            GroupBy::Segments(n) => s.serialize_u64(*n as u64),
+            GroupBy::Name => s.serialize_str(GROUP_BY_NAME),
+        }
+    }
+}
+
+impl GroupBy {
+    /// `--group-by` against the pool given: a number of path segments or none for `--urls` and
+    /// `--body-lines`, name (or none) for a targets file's lines; None: one group.
+    pub fn from_options(o: &LoadOptions) -> Result<Option<GroupBy>, ConfigError> {
+        let pool = o.urls_file.is_some() || o.body_lines.is_some();
+        let err = |m: &str| ConfigError::new("--group-by", m.to_string());
+        match o.group_by.as_deref() {
+            None => Ok(Some(GroupBy::Segments(DEFAULT_GROUP_BY))),
+            Some(GROUP_BY_NAME) if pool => Err(err(
+                "name groups a targets file's lines by their name=; a --urls or --body-lines pool \
+                 is grouped by path segments (a number) or none",
+            )),
+            Some(GROUP_BY_NAME) if o.targets.is_none() => {
+                Err(err("name groups a targets file's lines by their name=; give --targets FILE"))
+            }
+            Some(GROUP_BY_NAME) => Ok(Some(GroupBy::Name)),
+            Some(_) if !pool => Err(err(
+                "it groups a pool: give --urls FILE or --body-lines FILE (or --targets FILE with \
+                 --group-by name)",
+            )),
+            Some("none") => Ok(None),
+            Some(n) => n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(|n| Some(GroupBy::Segments(n)))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "--group-by",
+                        format!("{n:?}: give a number of path segments (1 or more), none, or name"),
+                    )
+                }),
+        }
+    }
+}
 
 /// Groups past this many are folded into one (those with the fewest lines).
 pub const MAX_GROUPS: usize = 50;

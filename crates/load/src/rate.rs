@@ -95,7 +95,7 @@ impl Rate {
     pub fn from_options(
         rate: Option<&str>,
         ramp: Option<Duration>,
-        stages: Option<&crate::options::FileText>,
+        stages: Option<&crate::file_text::FileText>,
     ) -> Result<Option<Rate>, ConfigError> {
         match (rate, ramp, stages) {
             (Some(_), _, Some(_)) => Err(ConfigError::new(
@@ -140,7 +140,7 @@ impl Rate {
     /// Reads a stage file: one stage per line, `DURATION RATE` (constant) or `DURATION A:B`
     /// (linear from A to B requests/s); blank lines and `#` comments are skipped. After the
     /// last stage the rate stays at its end rate.
-    pub fn from_stage_file(file: &crate::options::FileText) -> Result<Rate, ConfigError> {
+    pub fn from_stage_file(file: &crate::file_text::FileText) -> Result<Rate, ConfigError> {
         Self::parse_stages(&file.text).map_err(|(line, msg)| {
             ConfigError::new("--stages", format!("{} line {line}: {msg}", file.name))
         })

@@ -1,6 +1,7 @@
-//! One target: where to connect and the bytes of its request, resolved once before the run from
-//! the URLs on the command line and the lines of a targets file, with the headers and body the
-//! user gave. URLs without a scheme are taken as `http://`, as curl takes them.
+//! The builder of a run's variants: where each request goes and its bytes, resolved once before
+//! the run from the URLs on the command line, a pool file's lines and a targets file's, with the
+//! headers and body the user gave (see [`crate::variants`] for how they are held). URLs without
+//! a scheme are taken as `http://`, as curl takes them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -10,33 +11,7 @@ use qpslab_sys::config_error::ConfigError;
 use crate::options::LoadOptions;
 use crate::targets_file::{self, LineBody, TargetLine};
 use crate::template::{self, Template, Token};
-use crate::variants::Variants;
-
-/// One target: where to connect and the bytes of its request.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub url: String,
-    pub method: String,
-    pub addr: SocketAddr,
-    /// The encoded request, written as is for every request.
-    pub request: Vec<u8>,
-    /// Its HTTP/2 header block, the same for every request of a connection.
-    pub h2_block: Vec<u8>,
-    /// Its body (HTTP/2 sends it in DATA frames, as the windows allow).
-    pub body: std::sync::Arc<[u8]>,
-    /// HEAD requests get responses without a body.
-    pub head: bool,
-    /// Share of the requests relative to the other targets (`weight=N` in a targets file).
-    pub weight: u32,
-    /// https: the name its connections send (SNI) and verify the certificate against.
-    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
-    /// A line of the `--urls` pool: reported with its group, not on a row of its own.
-    pub pool: bool,
-    /// `{seq}` and `{rand:...}` IDs: where each request writes its digits.
-    pub template: Option<std::sync::Arc<Template>>,
-    /// A targets-file line's `name=`.
-    pub name: Option<String>,
-}
+use crate::variants::{Target, Variants};
 
 /// Builds every variant, command-line URLs first (or the `--urls` pool in their place), then
 /// the targets file's; also returns notes for the user (a URL taken as `http://`).
@@ -59,7 +34,7 @@ pub fn build(o: &LoadOptions) -> Result<(Variants, Vec<String>), ConfigError> {
         body: o.body.as_ref().map_or(&[][..], |b| b.0.as_slice()),
         cache: Resolved { unix: o.unix_socket.is_some(), ..Resolved::default() },
         notes: Vec::new(),
-        rand_seed: o.rand_seed.unwrap_or_else(crate::targets::fresh_seed),
+        rand_seed: o.rand_seed.unwrap_or_else(crate::seed::fresh_seed),
         out: Variants::default(),
     };
     match (&o.urls_file, &o.body_lines) {
@@ -83,7 +58,7 @@ pub fn build(o: &LoadOptions) -> Result<(Variants, Vec<String>), ConfigError> {
     }
     if let Some(file) = &o.targets {
         // Grouped by name, the file's lines are reported as a pool's are.
-        let pool = o.group_by.as_deref() == Some(crate::config::GROUP_BY_NAME);
+        let pool = o.group_by.as_deref() == Some(crate::options::GROUP_BY_NAME);
         b.lines(targets_file::read_file(file)?, "--targets", pool)?;
     }
     let unseeded = |t: &std::sync::Arc<Template>| {
@@ -196,7 +171,7 @@ impl Builder<'_> {
     }
 
     /// The `--body-lines` pool: the one URL, with each line of the file as its body.
-    fn bodies(&mut self, file: &crate::options::FileText) -> Result<(), ConfigError> {
+    fn bodies(&mut self, file: &crate::file_text::FileText) -> Result<(), ConfigError> {
         let o = self.o;
         let err = |m: String| ConfigError::new("--body-lines", m);
         let [url] = o.urls.as_slice() else {
@@ -227,7 +202,7 @@ impl Builder<'_> {
 
     /// The `--urls` pool: a URL, or a path on the command line's URL's host, per line; each
     /// with the method, headers and body of the command line.
-    fn pool(&mut self, pool: &crate::options::FileText) -> Result<(), ConfigError> {
+    fn pool(&mut self, pool: &crate::file_text::FileText) -> Result<(), ConfigError> {
         let o = self.o;
         let err = |m: String| ConfigError::new("--urls", m);
         if o.urls.len() > 1 {
@@ -306,12 +281,6 @@ pub fn distinct_addresses(v: &Variants) -> usize {
     addrs.sort();
     addrs.dedup();
     addrs.len()
-}
-
-/// Whether a request with `method` may be sent again after its connection failed (RFC 9110
-/// 9.2.2: safe methods, PUT and DELETE).
-pub fn idempotent(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 
 /// `localhost:8080/x` -> `http://localhost:8080/x`, as curl reads a URL without a scheme; None
@@ -568,7 +537,7 @@ mod tests {
     #[test]
     fn a_pool_refuses_what_it_cannot_request() {
         let file =
-            |text: &str| crate::options::FileText { name: "p.txt".into(), text: text.into() };
+            |text: &str| crate::file_text::FileText { name: "p.txt".into(), text: text.into() };
         let o = |urls: &[&str], text: &str| LoadOptions {
             urls: urls.iter().map(|u| u.to_string()).collect(),
             urls_file: Some(file(text)),
@@ -634,5 +603,38 @@ mod tests {
         let e = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert_eq!(e.flag, "--header");
         assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");
+    }
+
+    /// Variants keep what they were given; endpoints and a body repeated in a row are held once.
+    #[test]
+    fn variants_keep_what_they_were_given_and_share_endpoints_and_bodies() {
+        let o = LoadOptions {
+            urls: vec![
+                "http://127.0.0.1:1/a".into(),
+                "http://127.0.0.1:1/b".into(),
+                "http://127.0.0.1:2/c".into(),
+            ],
+            body: Some(crate::options::Body(b"x=1".to_vec())),
+            method: "POST".into(),
+            ..LoadOptions::default()
+        };
+        let (v, _) = build(&o).unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v.endpoints().count(), 2);
+        assert_eq!(v.endpoint_of(0), v.endpoint_of(1));
+        assert_ne!(v.endpoint_of(1), v.endpoint_of(2));
+        assert_eq!(v.url(1), "http://127.0.0.1:1/b");
+        assert_eq!(v.method(2), "POST");
+        assert!(!v.idempotent(0) && !v.head(0) && !v.pool(0));
+        assert!(v.h1(2).starts_with(b"POST /c HTTP/1.1\r\n"));
+        assert_eq!(v.body(2), b"x=1");
+        let encodings: usize = (0..3).map(|i| v.h1(i).len() + v.h2(i).len()).sum();
+        assert_eq!(v.encoded_bytes(), encodings + 3, "one body for the three");
+        let t = v.target(1);
+        assert_eq!((t.url.as_str(), t.weight, &*t.body), ("http://127.0.0.1:1/b", 1, &b"x=1"[..]));
+        let mut w = v.clone();
+        w.drop_encodings();
+        assert_eq!((w.h1(0), w.url(2)), (&[][..], "http://127.0.0.1:2/c"));
+        assert_eq!(w.encoded_bytes(), v.encoded_bytes());
     }
 }

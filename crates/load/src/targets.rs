@@ -9,6 +9,7 @@
 //! Does not read the `--targets` file (`targets_file` does) nor resolve URLs and encode requests
 //! (`target` does).
 
+use crate::seed::SplitMix;
 use crate::variants::{Arena, Variants};
 use std::net::SocketAddr;
 
@@ -123,7 +124,7 @@ impl Order {
     pub fn parse(text: &str) -> Result<Order, String> {
         match text.split_once(':') {
             None if text == "seq" => Ok(Order::Seq),
-            None if text == "random" => Ok(Order::Random { seed: fresh_seed() }),
+            None if text == "random" => Ok(Order::Random { seed: crate::seed::fresh_seed() }),
             Some(("random", seed)) => seed
                 .parse()
                 .map(|seed| Order::Random { seed })
@@ -138,27 +139,6 @@ impl Order {
             Order::Seq => "seq".into(),
             Order::Random { seed } => format!("random:{seed}"),
         }
-    }
-}
-
-/// A seed that differs from run to run (and between processes started at once), short
-/// enough to type back.
-pub fn fresh_seed() -> u64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    let nanos = now.map_or(0, |d| d.as_nanos() as u64);
-    SplitMix(nanos ^ u64::from(std::process::id())).next() >> 16
-}
-
-/// SplitMix64: a small, well-mixed generator for a reproducible shuffle.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

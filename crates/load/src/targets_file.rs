@@ -31,7 +31,7 @@ pub enum LineBody {
 /// Reads a targets file: one request per line, `METHOD URL [Name: value]... [weight=N]`.
 /// A header runs from its `Name:` word to the next `Name:` word (values may contain blanks).
 /// Blank lines and lines starting with `#` are skipped.
-pub fn read_file(file: &crate::options::FileText) -> Result<Vec<TargetLine>, ConfigError> {
+pub fn read_file(file: &crate::file_text::FileText) -> Result<Vec<TargetLine>, ConfigError> {
     let lines = parse(&file.text).map_err(|(line, msg)| {
         ConfigError::new("--targets", format!("{} line {line}: {msg}", file.name))
     })?;

@@ -16,7 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, SignatureScheme};
 
-use crate::config::ConfigError;
+use qpslab_sys::config_error::ConfigError;
 
 /// A TLS protocol version (`--tls-version`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -62,8 +62,8 @@ pub struct TlsOptions {
 
     /// https: trust the CA certificates in this PEM file instead of the system's roots (a
     /// server certificate that is itself in the file is trusted as given, as curl does)
-    #[arg(long, value_name = "FILE", value_parser = crate::options::FileText::from_arg)]
-    pub cacert: Option<crate::options::FileText>,
+    #[arg(long, value_name = "FILE", value_parser = crate::file_text::FileText::from_arg)]
+    pub cacert: Option<crate::file_text::FileText>,
 
     /// https: the server name to send (SNI) and verify, instead of the URL's host
     #[arg(long, value_name = "NAME")]
@@ -88,12 +88,12 @@ pub struct TlsOptions {
 
     /// https: present this client certificate chain (PEM) when the server asks for one
     /// (mutual TLS, as curl --cert); needs --key
-    #[arg(long, value_name = "FILE", requires = "key", value_parser = crate::options::FileText::from_arg)]
-    pub cert: Option<crate::options::FileText>,
+    #[arg(long, value_name = "FILE", requires = "key", value_parser = crate::file_text::FileText::from_arg)]
+    pub cert: Option<crate::file_text::FileText>,
 
     /// https: the private key (PEM) of --cert
-    #[arg(long, value_name = "FILE", requires = "cert", value_parser = crate::options::FileText::from_arg)]
-    pub key: Option<crate::options::FileText>,
+    #[arg(long, value_name = "FILE", requires = "cert", value_parser = crate::file_text::FileText::from_arg)]
+    pub key: Option<crate::file_text::FileText>,
 }
 
 impl TlsOptions {
@@ -261,8 +261,8 @@ impl TlsClient {
 
 /// `--cert`'s chain and `--key`'s key, each refused with its flag named.
 fn client_identity(
-    cert: &crate::options::FileText,
-    key: &crate::options::FileText,
+    cert: &crate::file_text::FileText,
+    key: &crate::file_text::FileText,
 ) -> Result<(Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>), ConfigError>
 {
     use rustls::pki_types::pem::PemObject as _;
@@ -396,7 +396,7 @@ pub fn server_name(host: &str, sni: Option<&str>) -> Result<ServerName<'static>,
 
 /// The roots to verify against, and the certificates `--cacert` gave (as given).
 fn roots(
-    cacert: Option<&crate::options::FileText>,
+    cacert: Option<&crate::file_text::FileText>,
 ) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), ConfigError> {
     let mut store = RootCertStore::empty();
     let mut given = Vec::new();
@@ -658,13 +658,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("empty.pem");
         std::fs::write(&p, "not a certificate\n").unwrap();
-        let file = crate::options::FileText::from_arg(p.to_str().unwrap()).unwrap();
+        let file = crate::file_text::FileText::from_arg(p.to_str().unwrap()).unwrap();
         let o = TlsOptions { cacert: Some(file), ..TlsOptions::default() };
         let e = TlsClient::new(&o, false).unwrap_err();
         assert_eq!(e.flag, "--cacert");
         assert!(e.to_string().contains("empty.pem"), "{e}");
         let missing = dir.path().join("missing.pem");
-        let e = crate::options::FileText::from_arg(missing.to_str().unwrap()).unwrap_err();
+        let e = crate::file_text::FileText::from_arg(missing.to_str().unwrap()).unwrap_err();
         assert!(e.starts_with("cannot read ") && e.contains("missing.pem"), "{e}");
     }
 }

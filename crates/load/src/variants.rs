@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 
-use crate::target::Target;
 use crate::template::Template;
 
 /// The most bytes an arena holds: its offsets are 32-bit.
@@ -65,6 +64,38 @@ impl Arena {
         self.bytes.shrink_to_fit();
         self.ends.shrink_to_fit();
     }
+}
+
+/// One variant as the builder hands it over: where to connect and the bytes of its request.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub method: String,
+    pub addr: SocketAddr,
+    /// The encoded request, written as is for every request.
+    pub request: Vec<u8>,
+    /// Its HTTP/2 header block, the same for every request of a connection.
+    pub h2_block: Vec<u8>,
+    /// Its body (HTTP/2 sends it in DATA frames, as the windows allow).
+    pub body: std::sync::Arc<[u8]>,
+    /// HEAD requests get responses without a body.
+    pub head: bool,
+    /// Share of the requests relative to the other targets (`weight=N` in a targets file).
+    pub weight: u32,
+    /// https: the name its connections send (SNI) and verify the certificate against.
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// A line of the `--urls` pool: reported with its group, not on a row of its own.
+    pub pool: bool,
+    /// `{seq}` and `{rand:...}` IDs: where each request writes its digits.
+    pub template: Option<std::sync::Arc<Template>>,
+    /// A targets-file line's `name=`.
+    pub name: Option<String>,
+}
+
+/// Whether a request with `method` may be sent again after its connection failed (RFC 9110
+/// 9.2.2: safe methods, PUT and DELETE).
+pub fn idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 
 /// Where requests go: an address, and with https the name its connections send and verify.
@@ -135,7 +166,7 @@ impl Variants {
         // More than 256 distinct methods: the rest share the last slot's name (never seen).
         self.method.push(m.min(255) as u8);
         self.weight.push(t.weight);
-        let idem = crate::target::idempotent(&t.method);
+        let idem = idempotent(&t.method);
         self.flags.push(
             (u8::from(t.head) * HEAD) | (u8::from(t.pool) * POOL) | (u8::from(idem) * IDEMPOTENT),
         );
@@ -226,7 +257,7 @@ impl Variants {
         self.flags[i] & POOL != 0
     }
 
-    /// May be sent again after its connection failed ([`crate::target::idempotent`]).
+    /// May be sent again after its connection failed ([`idempotent`]).
     pub fn idempotent(&self, i: usize) -> bool {
         self.flags[i] & IDEMPOTENT != 0
     }
@@ -313,41 +344,5 @@ impl Variants {
         self.body_of = Vec::new();
         self.endpoint_index = HashMap::new();
         self.name_index = HashMap::new();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
-
-    #[test]
-    fn variants_keep_what_they_were_given_and_share_endpoints_and_bodies() {
-        let o = crate::LoadOptions {
-            urls: vec![
-                "http://127.0.0.1:1/a".into(),
-                "http://127.0.0.1:1/b".into(),
-                "http://127.0.0.1:2/c".into(),
-            ],
-            body: Some(crate::options::Body(b"x=1".to_vec())),
-            method: "POST".into(),
-            ..crate::LoadOptions::default()
-        };
-        let (v, _) = crate::target::build(&o).unwrap();
-        assert_eq!(v.len(), 3);
-        assert_eq!(v.endpoints().count(), 2);
-        assert_eq!(v.endpoint_of(0), v.endpoint_of(1));
-        assert_ne!(v.endpoint_of(1), v.endpoint_of(2));
-        assert_eq!(v.url(1), "http://127.0.0.1:1/b");
-        assert_eq!(v.method(2), "POST");
-        assert!(!v.idempotent(0) && !v.head(0) && !v.pool(0));
-        assert!(v.h1(2).starts_with(b"POST /c HTTP/1.1\r\n"));
-        assert_eq!(v.body(2), b"x=1");
-        assert_eq!(v.bodies.len(), 1, "one body for the three");
-        let t = v.target(1);
-        assert_eq!((t.url.as_str(), t.weight, &*t.body), ("http://127.0.0.1:1/b", 1, &b"x=1"[..]));
-        let mut w = v.clone();
-        w.drop_encodings();
-        assert_eq!((w.h1(0), w.url(2)), (&[][..], "http://127.0.0.1:2/c"));
-        assert_eq!(w.encoded_bytes(), v.encoded_bytes());
     }
 }
