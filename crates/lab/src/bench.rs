@@ -241,8 +241,8 @@ impl BenchOptions {
             return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
         self.remote_hosts()?;
-        if self.load.unix_socket.is_some() && self.url().is_none() {
-            return usage("--unix-socket goes with the URL of a server listening on it (--target http://localhost/); the server bench starts listens on TCP".into());
+        if self.load.unix_socket.is_some() && self.target == "nginx" {
+            return usage("--unix-socket: the nginx bench starts listens on TCP only; give the built-in server, or the URL of an nginx listening on the socket (listen unix:PATH)".into());
         }
         if self.load.unix_socket.is_some() && self.server_host.is_some() {
             return usage("--unix-socket is a socket of this host; the load cannot reach it on --server's: drop one".into());
@@ -453,7 +453,10 @@ fn run(
                     let unix = opts.load.unix_socket.as_deref();
                     place::for_url(&root, exam.host(), url, unix, &opts.server_pids)?
                 }
-                (None, Some(spec)) => place::start_target(&opts.serve_exe, spec, exam.host())?,
+                (None, Some(spec)) => {
+                    let unix = opts.load.unix_socket.as_deref();
+                    place::start_target(&opts.serve_exe, spec, exam.host(), unix)?
+                }
                 (None, None) => return Err(BenchError::Usage("no target".into())),
             };
             (Doctor::Here(Box::new(exam)), placed)

@@ -58,6 +58,7 @@ pub(crate) fn start_target(
     serve_exe: &Path,
     spec: &ServerSpec,
     host: &Host,
+    unix: Option<&Path>,
 ) -> Result<Placement, BenchError> {
     let allowed = qpslab_sys::cpus::allowed_cpus();
     let cpus = match &spec.cpus {
@@ -76,7 +77,8 @@ pub(crate) fn start_target(
     let workers = spec.workers.unwrap_or(cpus.server.len()).max(1);
     let running = match spec.kind {
         TargetKind::Builtin => {
-            target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, spec.accept, spec.tls)?
+            let how = (spec.accept, spec.tls);
+            target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, how, unix)?
         }
         TargetKind::Nginx => target::nginx(LOOPBACK, &cpus.server, workers, spec.accept, spec.tls)?,
     };

@@ -224,7 +224,7 @@ impl HostAgent {
         let workers = spec.workers.unwrap_or(cpus.len()).max(1);
         let running = match spec.kind {
             TargetKind::Builtin => {
-                target::builtin(&self.serve_exe, ip, &cpus, workers, spec.accept, spec.tls)
+                target::builtin(&self.serve_exe, ip, &cpus, workers, (spec.accept, spec.tls), None)
             }
             TargetKind::Nginx => target::nginx(ip, &cpus, workers, spec.accept, spec.tls),
         }

@@ -68,17 +68,17 @@ struct Ready {
     listen: Vec<SocketAddr>,
 }
 
-/// Starts `serve_exe serve` on `ip` (a free port; bench uses 127.0.0.1 on its own host) with
-/// `workers` workers pinned over `cpus`, and waits for its readiness line: the addresses it
-/// bound, as JSON on a pipe it inherits. The server gets SIGKILL if this thread ends first,
-/// however it ends.
+/// Starts `serve_exe serve` on `ip` (a free port; bench uses 127.0.0.1 on its own host), and on
+/// the unix socket `unix` too when given, with `workers` workers pinned over `cpus`, and waits
+/// for its readiness line: the addresses it bound, as JSON on a pipe it inherits. The server
+/// gets SIGKILL if this thread ends first, however it ends.
 pub fn builtin(
     serve_exe: &Path,
     ip: IpAddr,
     cpus: &[usize],
     workers: usize,
-    accept: Accept,
-    tls: bool,
+    (accept, tls): (Accept, bool),
+    unix: Option<&Path>,
 ) -> Result<Running, BenchError> {
     let failed = |e: std::io::Error| {
         BenchError::Target(format!("cannot start {} serve: {e}", serve_exe.display()))
@@ -90,6 +90,7 @@ pub fn builtin(
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGKILL);
     let mut child = cmd
         .args(["serve", "-l", &SocketAddr::new(ip, 0).to_string()])
+        .args(unix.map(|p| format!("unix:{}", p.display())).iter().flat_map(|l| ["-l", l.as_str()]))
         .args(["-w", &workers.to_string(), "--cpus"])
         .arg(list.join(","))
         .args(["--accept", accept.name()])

@@ -120,6 +120,30 @@ fn bench_finds_the_server_behind_a_unix_socket() {
     assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "{}", v["server_cpu"]);
 }
 
+/// `bench --unix-socket PATH` on its built-in server: the server listens on the socket too, the
+/// load goes over it (every response counted on the server's side is one the load got), and
+/// the socket file is gone once bench is done.
+#[test]
+fn bench_starts_its_server_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("builtin.sock");
+    let out = qpslab_command()
+        .args(["bench", "-d", "1s", "--warmup", "0s", "--interval", "250ms", "--json"])
+        .args(["--unix-socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json_of(&out);
+    assert_eq!(v["target"]["found_by"], "started", "{}", v["target"]);
+    let load = &v["load"];
+    assert_eq!(load["config"]["unix_socket"], sock.display().to_string(), "{}", load["config"]);
+    assert!(load["requests"]["ok"].as_u64().unwrap() > 1_000, "{}", load["requests"]);
+    assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
+    assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "{}", v["server_cpu"]);
+    assert!(!sock.exists(), "the server removed its socket");
+}
+
 /// What cannot work with a unix socket is refused before anything runs, naming the flag.
 #[test]
 fn unix_socket_misuse_is_a_usage_error() {
@@ -129,7 +153,10 @@ fn unix_socket_misuse_is_a_usage_error() {
         &["load", "--unix-socket", "/tmp/a.sock", "--source", "127.0.0.2", "http://localhost/"],
         "--source",
     );
-    crate::usage_error(&["bench", "--unix-socket", "/tmp/a.sock"], "--unix-socket");
+    crate::usage_error(
+        &["bench", "--target", "nginx", "--unix-socket", "/tmp/a.sock"],
+        "--unix-socket",
+    );
     crate::usage_error(&["serve", "-l", "unix:"], "--listen");
     crate::usage_error(&["serve", "-l", &format!("unix:{long}")], "--listen");
 }
