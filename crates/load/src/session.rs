@@ -144,36 +144,15 @@ impl Http1 {
         let Some(buf) = self.own.as_mut().and_then(std::sync::Arc::get_mut) else { return };
         let single = from + 1 == self.inflight.len();
         if let (true, Some(r)) = (single, self.inflight.back()) {
-            let (a, b) = group.slice(r.pos as usize, 1);
-            let out = &mut buf[..b - a];
-            out.copy_from_slice(&group.wire[a..b]);
-            (self.own_pos, self.own_len) = (Some(r.pos), b - a);
-            if let Some(Some(t)) = group.templates.get(r.pos as usize) {
-                crate::template::Template::write(
-                    &t.h1,
-                    r.id,
-                    ids.and_then(|i| i.digits_of(r.id)),
-                    out,
-                );
-            }
-            (self.write_pos, self.write_end) = (0, b - a);
+            let n = copy_request(group, r, ids, buf);
+            (self.own_pos, self.own_len) = (Some(r.pos), n);
+            (self.write_pos, self.write_end) = (0, n);
             return;
         }
         self.own_pos = None;
         let mut at = 0;
         for r in self.inflight.range(from..) {
-            let (a, b) = group.slice(r.pos as usize, 1);
-            let out = &mut buf[at..at + b - a];
-            out.copy_from_slice(&group.wire[a..b]);
-            if let Some(Some(t)) = group.templates.get(r.pos as usize) {
-                crate::template::Template::write(
-                    &t.h1,
-                    r.id,
-                    ids.and_then(|i| i.digits_of(r.id)),
-                    out,
-                );
-            }
-            at += b - a;
+            at += copy_request(group, r, ids, &mut buf[at..]);
         }
         (self.write_pos, self.write_end) = (0, at);
     }
@@ -219,26 +198,15 @@ impl Http1 {
         cursor: &mut usize,
         k: usize,
         ids: &mut Ids,
-        mut make: impl FnMut(usize, u32, u32) -> Req,
+        make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        let (len, templated) = (group.cycle.len(), group.templated());
-        for i in 0..k {
-            let pos = (*cursor + i) % len;
-            let mut req = make(i, group.cycle[pos], pos as u32);
-            if templated {
-                req.id = ids.take();
-            }
-            self.inflight.push_back(req);
-        }
-        if templated {
-            if k == 1 && self.rewrite_last(group, ids) {
-                return *cursor = (*cursor + k) % len;
-            }
+        let from = *cursor;
+        each_request(group, cursor, k, ids, make, |_, req, _| self.inflight.push_back(req));
+        if !group.templated() {
+            (self.write_pos, self.write_end) = group.slice(from, k);
+        } else if k != 1 || !self.rewrite_last(group, ids) {
             self.render(group, self.inflight.len() - k, Some(ids));
-        } else {
-            (self.write_pos, self.write_end) = group.slice(*cursor, k);
         }
-        *cursor = (*cursor + k) % len;
     }
 
     /// On a new connection: the requests the old one did not answer go again, in order, as
@@ -539,6 +507,42 @@ impl Session {
 /// a plain-HTTP request answers with an alert.
 fn looks_like_tls(b: &[u8]) -> bool {
     matches!(b, [21 | 22, 3, 0..=4, ..])
+}
+
+/// Request `r` of `group` copied to the start of `out` with its IDs written; its length.
+fn copy_request(group: &Group, r: &Req, ids: Option<&Ids>, out: &mut [u8]) -> usize {
+    let (a, b) = group.slice(r.pos as usize, 1);
+    let out = &mut out[..b - a];
+    out.copy_from_slice(&group.wire[a..b]);
+    if let Some(t) = group.template(r.pos as usize) {
+        let digits = ids.and_then(|i| i.digits_of(r.id));
+        crate::template::Template::write(&t.h1, r.id, digits, out);
+    }
+    b - a
+}
+
+/// The next `k` requests of `group`'s cycle from `cursor` (which moves past them), in order:
+/// `make(i, target, pos)` gives the i-th its timing and accounting, `ids` its number when the
+/// group has IDs, and `take(pos, req, ids)` gets it (HTTP/1.1 and HTTP/2 alike).
+#[inline(always)]
+fn each_request(
+    group: &Group,
+    cursor: &mut usize,
+    k: usize,
+    ids: &mut Ids,
+    mut make: impl FnMut(usize, u32, u32) -> Req,
+    mut take: impl FnMut(u32, Req, &Ids),
+) {
+    let (len, templated) = (group.cycle.len(), group.templated());
+    for i in 0..k {
+        let pos = (*cursor + i) % len;
+        let mut req = make(i, group.cycle[pos], pos as u32);
+        if templated {
+            req.id = ids.take();
+        }
+        take(pos as u32, req, ids);
+    }
+    *cursor = (*cursor + k) % len;
 }
 
 #[cfg(test)]

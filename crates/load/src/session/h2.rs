@@ -265,18 +265,11 @@ impl Http2 {
         cursor: &mut usize,
         k: usize,
         ids: &mut Ids,
-        mut make: impl FnMut(usize, u32, u32) -> Req,
+        make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        let (len, templated) = (group.cycle.len(), group.templated());
-        for i in 0..k {
-            let pos = (*cursor + i) % len;
-            let mut req = make(i, group.cycle[pos], pos as u32);
-            if templated {
-                req.id = ids.take();
-            }
-            self.open(group, pos as u32, req, Some(ids.digits()));
-        }
-        *cursor = (*cursor + k) % len;
+        super::each_request(group, cursor, k, ids, make, |pos, req, ids| {
+            self.open(group, pos, req, Some(ids.digits()));
+        });
         self.send_bodies(group);
     }
 
