@@ -328,18 +328,22 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
     assert!(skew < 10.0, "start skew {skew} ms");
     let rows = r["intervals"].as_array().unwrap();
     assert!(rows.len() >= 5, "{rows:?}");
-    // Each second within 10%, and each two seconds together within 1.5%: an agent whose
-    // snapshot of a second came late on this busy 2-CPU machine moves requests into the next
-    // second (5811 then 6188, and 5592 then 6408 in CI: 68 ms late), which the pair's sum shows
-    // is not a lost rate.
+    // Each second within 10%, and the count up to the end of each second within 100 ms of
+    // the rate (600 requests), the five together within 1%: an agent whose snapshot of a
+    // second came late on this busy 2-CPU machine moves requests into the next second (5811
+    // then 6188, 5592 then 6408, 5763 then 6237 seen in CI), which shifts one boundary and
+    // loses no rate.
     let rps: Vec<f64> = rows[..5].iter().map(|row| row["rps"].as_f64().unwrap()).collect();
     for r in &rps {
         assert!((r / 6000.0 - 1.0).abs() < 0.10, "a second at {r}/s: {rows:?}");
     }
-    for pair in rps.windows(2) {
-        let both = pair[0] + pair[1];
-        assert!((both / 12000.0 - 1.0).abs() < 0.015, "two seconds at {both}: {rows:?}");
+    let mut so_far = 0.0;
+    for (s, r) in rps.iter().enumerate() {
+        so_far += r;
+        let due = 6000.0 * (s + 1) as f64;
+        assert!((so_far - due).abs() < 600.0, "{so_far} by second {}: {rows:?}", s + 1);
     }
+    assert!((so_far / 30_000.0 - 1.0).abs() < 0.01, "{so_far} in five seconds: {rows:?}");
     let text = lab.load(None, &["-n", "300", "-c", "3", &lab.url()]).output().unwrap();
     let t = String::from_utf8_lossy(&text.stdout);
     assert!(t.contains("Agents: 3, started within"), "{t}");

@@ -42,7 +42,10 @@ fn bench_profiles_the_servers_cpu_in_tcp_receive_and_transmit() {
     assert!(share("tcp-receive") > 0.05 && share("tcp-transmit") > 0.05, "{}", cpu["categories"]);
     let kernel: Vec<&str> =
         cpu["top_kernel"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert!(kernel.iter().any(|k| k.starts_with("tcp_") || k.starts_with("__tcp_")), "{kernel:?}");
+    // Some function of the TCP/IP stack among the ten hottest (which ones varies by run: once
+    // `__inet_lookup_established`, `ip_send_check` and `bbr_main` made it and no `tcp_*`).
+    let stack = ["tcp_", "__tcp_", "inet_", "__inet_", "ip_", "__ip_", "bbr_", "skb_"];
+    assert!(kernel.iter().any(|k| stack.iter().any(|p| k.starts_with(p))), "{kernel:?}");
     let pid = r["target"]["pids"][0].as_u64().unwrap();
     let server = p["processes"].as_array().unwrap().iter().find(|x| x["pid"] == pid).unwrap();
     assert_eq!(server["role"], "server", "{server}");
