@@ -507,12 +507,14 @@ fn a_host_change_that_pays_is_kept_and_its_state_file_applies_elsewhere() {
             "--conn-per-request",
             "-c",
             "256",
+            // 2 s runs: with 1 s, one run slowed by this VM (13.9k/s among 19.3k/s) once put
+            // the change's gain within noise, and the climb rightly reverted it.
             "-d",
-            "1s",
+            "2s",
             "--warmup",
             "200ms",
         ])
-        .args(["--budget", "60s", "--state-file"])
+        .args(["--budget", "90s", "--state-file"])
         .arg(&file)
         .output()
         .unwrap();
