@@ -51,6 +51,7 @@ pub fn build(o: &LoadOptions) -> Result<(Variants, Vec<String>), ConfigError> {
                     weight: 1,
                     body: None,
                     name: None,
+                    line: 0,
                 })
                 .collect();
             b.lines(lines, "URL", false)?;
@@ -152,7 +153,7 @@ impl Builder<'_> {
                 .map_err(
                     |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
                 )?;
-            (t.pool, t.name) = (pool, l.name);
+            (t.pool, t.name, t.line) = (pool, l.name, l.line);
             self.add(t, flag)?;
         }
         Ok(())
@@ -192,6 +193,7 @@ impl Builder<'_> {
                     }
                 })?;
             t.pool = true;
+            t.line = u32::try_from(i + 1).unwrap_or(u32::MAX);
             self.add(t, "--body-lines")?;
         }
         if self.out.len() == before {
@@ -241,6 +243,7 @@ impl Builder<'_> {
             let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
                 .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
+            t.line = u32::try_from(i + 1).unwrap_or(u32::MAX);
             self.add(t, "--urls")?;
         }
         if self.out.len() == before {
@@ -482,6 +485,7 @@ fn resolve_plain(
         pool: false,
         template: None,
         name: None,
+        line: 0,
     })
 }
 

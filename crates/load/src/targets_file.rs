@@ -19,6 +19,8 @@ pub struct TargetLine {
     pub body: Option<LineBody>,
     /// `name=NAME`: what the report calls it (and groups it by, with `--group-by name`).
     pub name: Option<String>,
+    /// Its line in the file (from 1; 0: not from a file).
+    pub line: u32,
 }
 
 /// A targets-file line's body.
@@ -110,7 +112,8 @@ pub fn parse(text: &str) -> Result<Vec<TargetLine>, (usize, String)> {
             .map(|h| HeaderArg::parse(h).map_err(|e| err(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         let (method, url) = (method.to_string(), url.to_string());
-        out.push(TargetLine { method, url, headers, weight, body, name });
+        let line = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        out.push(TargetLine { method, url, headers, weight, body, name, line });
     }
     Ok(out)
 }

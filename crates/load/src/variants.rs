@@ -90,6 +90,9 @@ pub struct Target {
     pub template: Option<std::sync::Arc<Template>>,
     /// A targets-file line's `name=`.
     pub name: Option<String>,
+    /// Its line in its file (`--urls`, `--body-lines`, `--targets`; from 1), 0 for a URL of
+    /// the command line.
+    pub line: u32,
 }
 
 /// Whether a request with `method` may be sent again after its connection failed (RFC 9110
@@ -136,6 +139,8 @@ pub struct Variants {
     name_of: Vec<u32>,
     names: Vec<String>,
     name_index: HashMap<String, u32>,
+    /// Each variant's line in its file.
+    line: Vec<u32>,
     /// Encoded bytes of every variant (HTTP/1.1 request, HTTP/2 header block, a body of its
     /// own), kept after the encodings go.
     encoded: usize,
@@ -166,6 +171,7 @@ impl Variants {
         // More than 256 distinct methods: the rest share the last slot's name (never seen).
         self.method.push(m.min(255) as u8);
         self.weight.push(t.weight);
+        self.line.push(t.line);
         let idem = idempotent(&t.method);
         self.flags.push(
             (u8::from(t.head) * HEAD) | (u8::from(t.pool) * POOL) | (u8::from(idem) * IDEMPOTENT),
@@ -224,7 +230,13 @@ impl Variants {
             pool: self.pool(i),
             template: self.template(i).cloned(),
             name: self.name(i).map(String::from),
+            line: self.line(i),
         }
+    }
+
+    /// Its line in its file (from 1), 0 for a URL of the command line.
+    pub fn line(&self, i: usize) -> u32 {
+        self.line[i]
     }
 
     pub fn len(&self) -> usize {
@@ -328,7 +340,7 @@ impl Variants {
         for a in [&mut self.urls, &mut self.h1, &mut self.h2, &mut self.bodies] {
             a.shrink();
         }
-        for v in [&mut self.endpoint, &mut self.weight, &mut self.body_of] {
+        for v in [&mut self.endpoint, &mut self.weight, &mut self.body_of, &mut self.line] {
             v.shrink_to_fit();
         }
         self.method.shrink_to_fit();

@@ -1,5 +1,5 @@
-//! One load thread: an event loop (epoll or io_uring, [`io`]) over the thread's own
-//! connections.
+//! One load thread: an event loop (epoll or io_uring, behind the one interface of [`io`])
+//! over the thread's own connections.
 //!
 //! Owns the connection state machine (closed -> connecting -> open), the exact accounting of each
 //! request from commit to response, failure or stop, per-request timeouts (counted when they
@@ -8,8 +8,11 @@
 //! target groups decide where a connection goes and which request it sends next. Steady state per
 //! request: one read, one parse, one histogram record, one write; no allocation, lock or log.
 
+mod epoll;
+mod handler;
 mod io;
 mod tls;
+mod uring;
 
 use std::collections::VecDeque;
 use std::io as stdio;
@@ -20,7 +23,7 @@ use hdrhistogram::Histogram;
 use qpslab_http::Response;
 use socket2::{Protocol, SockAddr, Socket, Type};
 
-use io::Io;
+use io::{Io, Op};
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
@@ -168,8 +171,12 @@ struct Conn {
     sock: Option<Socket>,
     /// https: the connection's TLS, driven over `sock` by this thread's loop.
     tls: Option<Box<tls::Tls>>,
-    /// io_uring https: a buffer back from a send of records, for the next.
+    /// A buffer back from a send (HTTP/2 frames or TLS records), for the next.
     spare: Vec<u8>,
+    /// https: records a send did not take all of, from where it stopped; they go first.
+    unsent: Option<(Vec<u8>, usize)>,
+    /// https: a TLS alert to send as the socket closes (why the client gave up).
+    last_words: Vec<u8>,
     /// https: when the TLS handshake began.
     handshake_at: Instant,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
@@ -185,12 +192,8 @@ struct Conn {
     waiting_intended: Option<Instant>,
     /// In the worker's idle list (open loop: free, waiting for the schedule).
     idle: bool,
-    /// epoll: write interest is armed.
-    out_armed: bool,
-    /// io_uring: a send of the current batch is in flight.
+    /// A send is under way (one at a time; the loop's [`io::Event::Sent`] ends it).
     sending: bool,
-    /// io_uring: the multishot receive is armed.
-    receiving: bool,
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
@@ -218,11 +221,16 @@ const SEND_DUE_EVERY: usize = 16;
 pub(crate) struct Worker<'a> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
-    io: Io,
+    /// Out of its slot while it runs a turn (it hands events to the worker).
+    io: Option<Io>,
+    /// Operations for the loop, carried out in order after the event being handled (or
+    /// with the next wait).
+    ops: Vec<Op>,
+    /// Events handled, for the open loop's checks of the schedule within a batch.
+    events: usize,
     conns: Vec<Conn>,
     pacer: Pacer,
     rec: Recorder,
-    buf: Box<[u8]>,
     /// https: where decrypted responses land before the session parses them.
     plain: Box<[u8]>,
     /// Requests committed and not yet reused or failed.
@@ -280,6 +288,8 @@ impl<'a> Worker<'a> {
                 sock: None,
                 tls: None,
                 spare: Vec::new(),
+                unsent: None,
+                last_words: Vec::new(),
                 handshake_at: now,
                 gen: 0,
                 phase: Phase::Closed,
@@ -294,9 +304,7 @@ impl<'a> Worker<'a> {
                 waiting_counted: false,
                 waiting_intended: None,
                 idle: false,
-                out_armed: false,
                 sending: false,
-                receiving: false,
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
@@ -306,7 +314,9 @@ impl<'a> Worker<'a> {
         Ok(Self {
             shared,
             progress,
-            io: Io::new(cfg.io, n_conns)?,
+            io: Some(Io::new(cfg.io, n_conns)?),
+            ops: Vec::new(),
+            events: 0,
             conns,
             pacer: match cfg.thread_rate() {
                 // Every thread's schedule starts with the run's clock (warm-up included).
@@ -319,7 +329,6 @@ impl<'a> Worker<'a> {
                 cfg.pool.as_ref().filter(|p| p.group_by.is_some()).map_or(0, |p| p.groups.len()),
                 shared.intervals,
             ),
-            buf: io::read_buffer(cfg.io),
             plain: if cfg.tls.is_some() {
                 vec![0u8; READ_BUF].into_boxed_slice()
             } else {
@@ -720,15 +729,15 @@ impl<'a> Worker<'a> {
             }
             Ok(sock)
         })();
-        let sock = match opened.and_then(|sock| self.start_connect(idx, sock)) {
+        let sock = match opened {
             Ok(s) => s,
             Err(e) => return self.fail(idx, ErrorClass::Connect, &e, now),
         };
         let c = &mut self.conns[idx];
         c.sock = Some(sock);
         c.phase = Phase::Connecting;
-        c.out_armed = true;
         c.opened_at = now;
+        self.ops.push(Op::Connect(self.conn_id(idx)));
     }
 
     /// A connect finished with `status`.
@@ -739,7 +748,7 @@ impl<'a> Worker<'a> {
         }
         self.conns[idx].phase = Phase::Open;
         self.open += 1;
-        self.opened(idx);
+        self.ops.push(Op::Receive(self.conn_id(idx)));
         let c = &mut self.conns[idx];
         if self.measuring {
             self.rec.connects += 1;
@@ -813,10 +822,7 @@ impl<'a> Worker<'a> {
         let due = c.waiting_intended.take().map_or(Due::Now(c.waiting_counted), Due::At);
         if waiting > 0 {
             self.start_write(idx, waiting, due, now);
-            // Leaves OUT armed until the write completes, so it is disarmed once, in flush.
             self.flush(idx);
-        } else {
-            self.set_interest(idx, false);
         }
         if self.conns[idx].phase == Phase::Open {
             self.issue(idx, now);
@@ -996,7 +1002,6 @@ impl<'a> Worker<'a> {
         c.phase = Phase::Closed;
         c.tls = None;
         c.s.closed();
-        c.out_armed = false;
     }
 
     /// Timer work: expired requests and connects, connect retries, progress. Up to

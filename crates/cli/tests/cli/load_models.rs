@@ -137,10 +137,10 @@ fn a_pool_of_urls_is_counted_line_by_line_on_request() {
     assert_eq!(v["pool"]["groups"][0]["name"], "/p", "{v}");
     let text = std::fs::read_to_string(&csv).unwrap();
     let rows: Vec<&str> = text.lines().collect();
-    assert_eq!(rows[0], "url,method,sent,completed,ok,failed");
+    assert_eq!(rows[0], "line,url,method,sent,completed,ok,failed");
     assert_eq!(rows.len(), 101, "{text}");
     assert!(rows[1..].iter().all(|r| r.ends_with(",GET,3,3,3,0")), "{text}");
-    assert!(rows[1].starts_with(&format!("\"{}\"", server.url("/p/0"))), "{text}");
+    assert!(rows[1].starts_with(&format!("1,\"{}\"", server.url("/p/0"))), "{text}");
     usage_error(
         &["load", "--urls", pool, "-n", "1", "--per-request", "/nonexistent/c.csv"],
         "--per-request",
@@ -182,4 +182,40 @@ fn a_pool_of_urls_is_counted_line_by_line_on_request() {
         text.contains("pool        3 requests from") && text.contains("in 2 group(s)"),
         "{text}"
     );
+}
+
+/// `--body-lines`: one URL, a body per line; the CSV's `line` column tells the lines apart
+/// (a blank line is skipped, so the bodies are on lines 1, 3 and 4), each with its counts.
+#[test]
+fn body_lines_are_counted_by_their_line_in_the_file() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bodies = dir.path().join("bodies.txt");
+    std::fs::write(&bodies, "{\"id\":1}\n\n{\"id\":2}\n{\"id\":3}\n").unwrap();
+    let csv = dir.path().join("counts.csv");
+    let url = server.url("/api");
+    let args = [
+        "load",
+        "--body-lines",
+        bodies.to_str().unwrap(),
+        "-m",
+        "POST",
+        "-n",
+        "6",
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "--json",
+        "--per-request",
+        csv.to_str().unwrap(),
+        url.as_str(),
+    ];
+    let v = super::json_ok(&args);
+    assert_eq!(v["requests"]["ok"].as_u64(), Some(6), "{v}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    let want: Vec<String> =
+        [1, 3, 4].iter().map(|l| format!("{l},\"{url}\",POST,2,2,2,0")).collect();
+    assert_eq!(rows[1..], want, "{text}");
 }

@@ -836,17 +836,23 @@ fn errors(rec: &crate::Recorder) -> (BTreeMap<&'static str, u64>, BTreeMap<&'sta
 }
 
 /// Every target's counts as CSV, a line per target (a pool's lines included), in the order of
-/// the configuration: `url,method,sent,completed,ok,failed`.
+/// the configuration: `line,url,method,sent,completed,ok,failed`, where `line` is the
+/// target's line in its file (`--urls`, `--body-lines`, `--targets`; empty for a URL of the
+/// command line), which tells apart the lines of `--body-lines` (one URL, many bodies).
 pub fn per_request_csv(cfg: &LoadConfig, result: &RunResult) -> String {
-    let mut out = String::from("url,method,sent,completed,ok,failed\n");
+    let mut out = String::from("line,url,method,sent,completed,ok,failed\n");
     let v = &cfg.variants;
     for i in 0..v.len() {
         let c = result.rec.per_target.get(i).copied().unwrap_or_default();
         let in_flight = result.in_flight_by_target.get(i).copied().unwrap_or(0);
         // A URL holds no comma or quote unescaped; quoted all the same.
         let url = v.url(i).replace('"', "\"\"");
+        let line = match v.line(i) {
+            0 => String::new(),
+            n => n.to_string(),
+        };
         out.push_str(&format!(
-            "\"{url}\",{},{},{},{},{}\n",
+            "{line},\"{url}\",{},{},{},{},{}\n",
             v.method(i),
             c.completed + c.failed + in_flight,
             c.completed,

@@ -1,0 +1,226 @@
+//! The worker's side of the loop interface ([`super::io`]): the operations it queues, the
+//! bytes it hands over, and what it does with each event, the same for either loop.
+
+use std::io;
+use std::mem;
+use std::time::{Duration, Instant};
+
+use socket2::{SockAddr, Socket};
+
+use super::io::{ConnId, Event, Handler, Loop, Op, Out};
+use super::{Phase, Worker, SEND_DUE_EVERY};
+use crate::session::Session;
+use crate::stats::ErrorClass;
+
+impl Worker<'_> {
+    pub(super) fn conn_id(&self, idx: usize) -> ConnId {
+        ConnId { idx, gen: self.conns[idx].gen }
+    }
+
+    /// Waits up to `timeout` and handles what happened; returns how many events or
+    /// completions there were.
+    pub(super) fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
+        let Some(mut io) = self.io.take() else { return Ok(0) };
+        let r = io.wait(timeout, self);
+        self.io = Some(io);
+        r
+    }
+
+    /// Before the thread stops: what it queued is carried out (closes above all).
+    pub(super) fn settle(&mut self) {
+        if let Some(mut io) = self.io.take() {
+            io.settle(self);
+            self.io = Some(io);
+        }
+    }
+
+    /// Closes a connection's socket (its requests stay for the worker to decide on).
+    pub(super) fn drop_socket(&mut self, idx: usize) {
+        let conn = self.conn_id(idx);
+        let c = &mut self.conns[idx];
+        let Some(sock) = c.sock.take() else { return };
+        if matches!(c.phase, Phase::Open | Phase::Handshaking) {
+            self.open -= 1;
+        }
+        c.sending = false;
+        c.unsent = None;
+        let last = mem::take(&mut c.last_words);
+        self.ops.push(Op::Close { conn, sock, last });
+    }
+
+    /// Has what is pending of the current batch sent (one send at a time).
+    #[inline]
+    pub(super) fn flush(&mut self, idx: usize) {
+        if self.conns[idx].tls.is_some() {
+            return self.flush_tls(idx);
+        }
+        let c = &mut self.conns[idx];
+        if c.sock.is_some() && !c.sending && c.s.writing() {
+            c.sending = true;
+            self.ops.push(Op::Send(ConnId { idx, gen: c.gen }));
+        }
+    }
+
+    /// `n` bytes of the current batch went out.
+    pub(super) fn wrote(&mut self, idx: usize, n: usize) {
+        if self.measuring {
+            self.rec.bytes_written += n as u64;
+        }
+        self.conns[idx].s.wrote(n);
+    }
+
+    /// A send ended: `n` bytes went (`buf`: the owned buffer it took them from, and where
+    /// it began), or it failed.
+    #[inline]
+    fn sent(&mut self, idx: usize, sent: io::Result<usize>, buf: Option<(Vec<u8>, usize)>) {
+        let c = &mut self.conns[idx];
+        c.sending = false;
+        let n = match sent {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some((b, _)) = buf {
+                    c.spare = b;
+                }
+                return self.send_failed(idx, &e, Instant::now());
+            }
+        };
+        if c.tls.is_some() {
+            return self.tls_sent(idx, n, buf, Instant::now());
+        }
+        match (&mut c.s, buf) {
+            (Session::H2(s), Some((b, from))) => {
+                c.spare = s.sent(b, from, n);
+                if self.measuring {
+                    self.rec.bytes_written += n as u64;
+                }
+            }
+            _ => self.wrote(idx, n),
+        }
+        let c = &self.conns[idx];
+        if c.s.writing() {
+            return self.flush(idx);
+        }
+        // A response that came while the batch went out freed room for the next (otherwise
+        // the response's own turn gave out what there was).
+        if c.s.in_flight() < c.s.capacity(self.shared.cfg.pipeline) {
+            self.issue(idx, Instant::now());
+        }
+    }
+
+    /// Bytes arrived: parsed (decrypted first with TLS), and the next requests go.
+    #[inline]
+    fn data(&mut self, idx: usize, bytes: &[u8]) {
+        let now = Instant::now();
+        let taken = if self.conns[idx].tls.is_some() {
+            self.tls_input(idx, bytes)
+        } else {
+            self.take_bytes(idx, bytes, now)
+        };
+        if taken {
+            self.issue(idx, now);
+        }
+    }
+
+    /// A send failed: during a TLS handshake, the handshake did.
+    fn send_failed(&mut self, idx: usize, e: &io::Error, now: Instant) {
+        if self.conns[idx].phase == Phase::Handshaking {
+            let msg = format!("TLS handshake failure: {}", qpslab_sys::net::message(e));
+            self.fail_with(idx, ErrorClass::Tls, msg, now);
+        } else {
+            self.closed_before_response(idx, ErrorClass::Write, e, now);
+        }
+    }
+}
+
+impl Handler for Worker<'_> {
+    #[inline]
+    fn take_ops(&mut self, ops: &mut Vec<Op>) -> bool {
+        if self.ops.is_empty() {
+            return false;
+        }
+        mem::swap(&mut self.ops, ops);
+        true
+    }
+
+    fn socket(&self, conn: ConnId) -> Option<&Socket> {
+        let c = self.conns.get(conn.idx)?;
+        if conn.is(c.gen) {
+            c.sock.as_ref()
+        } else {
+            None
+        }
+    }
+
+    fn peer(&self, conn: ConnId) -> &SockAddr {
+        &self.shared.groups[self.conns[conn.idx].s.group()].peer
+    }
+
+    #[inline]
+    fn output(&mut self, conn: ConnId, at_once: bool) -> Option<(&Socket, Out<'_>)> {
+        let shared = self.shared;
+        let c = self.conns.get_mut(conn.idx)?;
+        if !conn.is(c.gen) {
+            return None;
+        }
+        let out = if let Some(tls) = c.tls.as_mut() {
+            if let Some((buf, from)) = c.unsent.take() {
+                Some(Out::Owned(buf, from))
+            } else if !tls.wants_write() {
+                None
+            } else if at_once {
+                Some(Out::Lent(tls.output()))
+            } else {
+                Some(Out::Owned(tls.take_output(mem::take(&mut c.spare)), 0))
+            }
+        } else {
+            match &mut c.s {
+                Session::H1(s) if s.writing() => {
+                    let (from, to) = s.to_write();
+                    Some(Out::Shared(s.bytes(&shared.groups[s.group]), from, to))
+                }
+                Session::H2(s) if s.writing() => {
+                    if at_once {
+                        Some(Out::Lent(s.pending()))
+                    } else {
+                        let (buf, from) = s.take_output(mem::take(&mut c.spare));
+                        Some(Out::Owned(buf, from))
+                    }
+                }
+                _ => None,
+            }
+        };
+        match (&c.sock, out) {
+            (Some(sock), Some(out)) => Some((sock, out)),
+            _ => {
+                c.sending = false;
+                None
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn event(&mut self, conn: ConnId, ev: Event<'_>) {
+        let idx = conn.idx;
+        match ev {
+            Event::Data(bytes) => self.data(idx, bytes),
+            Event::Sent(sent, buf) => self.sent(idx, sent, buf),
+            Event::Connected(status) => {
+                if self.conns[idx].phase == Phase::Connecting {
+                    self.connected(idx, status);
+                }
+            }
+            Event::Eof if self.conns[idx].tls.is_some() => {
+                self.tls_input(idx, &[]);
+            }
+            Event::Eof => self.on_eof(idx),
+            Event::ReadFailed(e) => {
+                self.closed_before_response(idx, ErrorClass::Read, &e, Instant::now());
+            }
+        }
+        self.events += 1;
+        if self.pacer.is_open() && self.events.is_multiple_of(SEND_DUE_EVERY) {
+            // A long batch of responses must not hold back requests falling due.
+            self.send_due(Instant::now());
+        }
+    }
+}
