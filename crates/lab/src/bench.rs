@@ -241,9 +241,6 @@ impl BenchOptions {
             return usage("--interval must be more than 0 (e.g. 1s)".into());
         }
         self.remote_hosts()?;
-        if self.load.unix_socket.is_some() && self.target == "nginx" {
-            return usage("--unix-socket: the nginx bench starts listens on TCP only; give the built-in server, or the URL of an nginx listening on the socket (listen unix:PATH)".into());
-        }
         if self.load.unix_socket.is_some() && self.server_host.is_some() {
             return usage("--unix-socket is a socket of this host; the load cannot reach it on --server's: drop one".into());
         }

@@ -80,7 +80,10 @@ pub(crate) fn start_target(
             let how = (spec.accept, spec.tls);
             target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, how, unix)?
         }
-        TargetKind::Nginx => target::nginx(LOOPBACK, &cpus.server, workers, spec.accept, spec.tls)?,
+        TargetKind::Nginx => {
+            let how = (spec.accept, spec.tls);
+            target::nginx(LOOPBACK, &cpus.server, workers, how, unix)?
+        }
     };
     let notes = if cpus.shared {
         vec!["the server and the generator share CPUs, so the figures compete".into()]

@@ -226,7 +226,7 @@ impl HostAgent {
             TargetKind::Builtin => {
                 target::builtin(&self.serve_exe, ip, &cpus, workers, (spec.accept, spec.tls), None)
             }
-            TargetKind::Nginx => target::nginx(ip, &cpus, workers, spec.accept, spec.tls),
+            TargetKind::Nginx => target::nginx(ip, &cpus, workers, (spec.accept, spec.tls), None),
         }
         .map_err(|e| e.to_string())?;
         let up = TargetUp { addr: running.addr, pids: running.pids.clone(), cpus, workers };

@@ -137,13 +137,13 @@ pub fn find_nginx() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
 }
 
-/// The generated nginx configuration: `return 200` on `addr`, `workers` worker processes
-/// pinned over `cpus`, the accept mode, access_log off, keepalive_requests high; with `tls`,
-/// HTTPS with `cert.pem` and `key.pem` of `dir`, TLS 1.2 and 1.3, session tickets and a
-/// shared session cache.
+/// The generated nginx configuration: `return 200` on `addr` (and on the unix socket `unix`
+/// when given), `workers` worker processes pinned over `cpus`, the accept mode, access_log
+/// off, keepalive_requests high; with `tls`, HTTPS with `cert.pem` and `key.pem` of `dir`,
+/// TLS 1.2 and 1.3, session tickets and a shared session cache.
 pub fn nginx_config(
     dir: &Path,
-    addr: SocketAddr,
+    (addr, unix): (SocketAddr, Option<&Path>),
     cpus: &[usize],
     workers: usize,
     accept: Accept,
@@ -163,10 +163,14 @@ pub fn nginx_config(
          http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen {addr}{reuseport}{ssl} backlog=4096;\n{ssl_conf}\
+         \x20 server {{\n    listen {addr}{reuseport}{ssl} backlog=4096;\n{unix_listen}{ssl_conf}\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
         affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
         ssl = if tls { " ssl" } else { "" },
+        // A unix socket has no SO_REUSEPORT: one socket, whatever the accept mode.
+        unix_listen = unix.map_or(String::new(), |p| {
+            format!("    listen unix:{}{} backlog=4096;\n", p.display(), if tls { " ssl" } else { "" })
+        }),
         ssl_conf = if tls {
             format!(
                 "    ssl_certificate {d}/cert.pem;\n    ssl_certificate_key {d}/key.pem;\n\
@@ -179,15 +183,16 @@ pub fn nginx_config(
     )
 }
 
-/// Starts nginx from PATH on a free port of `ip` with the generated configuration. Its master
-/// gets SIGTERM (nginx's fast shutdown, which stops its workers) if this thread ends first,
-/// however it ends.
+/// Starts nginx from PATH on a free port of `ip` (and on the unix socket `unix` when given; a
+/// socket file left by a server that is gone is replaced) with the generated configuration.
+/// Its master gets SIGTERM (nginx's fast shutdown, which stops its workers and removes its
+/// unix socket) if this thread ends first, however it ends.
 pub fn nginx(
     ip: IpAddr,
     cpus: &[usize],
     workers: usize,
-    accept: Accept,
-    tls: bool,
+    (accept, tls): (Accept, bool),
+    unix: Option<&Path>,
 ) -> Result<Running, BenchError> {
     let exe = find_nginx().ok_or_else(|| {
         BenchError::Usage(
@@ -212,7 +217,12 @@ pub fn nginx(
         write("key.pem", made.key_pair.serialize_pem())?;
     }
     let conf = dir.path().join("nginx.conf");
-    std::fs::write(&conf, nginx_config(dir.path(), addr, cpus, workers, accept, tls))
+    if let Some(path) = unix {
+        qpslab_sys::net::clear_stale_unix_socket(path)
+            .map_err(|why| BenchError::Usage(format!("--unix-socket {}: {why}", path.display())))?;
+    }
+    let listen = (addr, unix);
+    std::fs::write(&conf, nginx_config(dir.path(), listen, cpus, workers, accept, tls))
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
     let mut cmd = Command::new(&exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);

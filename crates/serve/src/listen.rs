@@ -72,20 +72,9 @@ fn listener(addr: SocketAddr, reuseport: bool, backlog: u32) -> io::Result<Socke
 /// (nothing accepts on it) is replaced, as nginx's restarts need; one a server still listens
 /// on, or a file that is not a socket, is refused.
 fn unix_listener(path: &Path, backlog: u32) -> Result<Socket, BindError> {
-    use std::os::unix::fs::FileTypeExt;
     let refuse = |why: String| BindError::Unix { path: path.to_path_buf(), why };
     let addr = SockAddr::unix(path).map_err(|e| refuse(e.to_string()))?;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(refuse("exists and is not a socket; pick another path".into()));
-        }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(refuse(
-                "a server already listens on this socket; stop it or pick another path".into(),
-            ));
-        }
-        std::fs::remove_file(path).map_err(|e| refuse(format!("cannot replace it: {e}")))?;
-    }
+    qpslab_sys::net::clear_stale_unix_socket(path).map_err(refuse)?;
     let sock = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)
         .map_err(|e| refuse(e.to_string()))?;
     sock.bind(&addr).map_err(|e| refuse(qpslab_sys::net::message(&e)))?;

@@ -144,6 +144,33 @@ fn bench_starts_its_server_on_a_unix_socket() {
     assert!(!sock.exists(), "the server removed its socket");
 }
 
+/// `bench --target nginx --unix-socket PATH`: nginx listens on the socket beside TCP (a
+/// socket file left by a server that is gone is replaced), the load goes over it, and
+/// nginx's fast shutdown removes it.
+#[test]
+fn bench_starts_nginx_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nginx.sock");
+    // A stale socket: bound, then its listener gone.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let out = qpslab_command()
+        .args(["bench", "--target", "nginx", "-d", "1s", "--warmup", "0s", "--json"])
+        .args(["--interval", "250ms", "--unix-socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json_of(&out);
+    assert_eq!(v["target"]["found_by"], "started", "{}", v["target"]);
+    assert_eq!(v["target"]["kind"], "nginx", "{}", v["target"]);
+    let load = &v["load"];
+    assert_eq!(load["config"]["unix_socket"], sock.display().to_string(), "{}", load["config"]);
+    assert!(load["requests"]["ok"].as_u64().unwrap() > 1_000, "{}", load["requests"]);
+    assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
+    assert!(!sock.exists(), "nginx removed its socket");
+}
+
 /// What cannot work with a unix socket is refused before anything runs, naming the flag.
 #[test]
 fn unix_socket_misuse_is_a_usage_error() {
@@ -153,10 +180,13 @@ fn unix_socket_misuse_is_a_usage_error() {
         &["load", "--unix-socket", "/tmp/a.sock", "--source", "127.0.0.2", "http://localhost/"],
         "--source",
     );
-    crate::usage_error(
-        &["bench", "--target", "nginx", "--unix-socket", "/tmp/a.sock"],
-        "--unix-socket",
-    );
+    // A file that is not a socket is not replaced: the nginx bench names it before starting.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain");
+    std::fs::write(&file, "keep me").unwrap();
+    let file = file.to_str().unwrap();
+    crate::usage_error(&["bench", "--target", "nginx", "--unix-socket", file], "--unix-socket");
+    assert_eq!(std::fs::read_to_string(file).unwrap(), "keep me");
     crate::usage_error(&["serve", "-l", "unix:"], "--listen");
     crate::usage_error(&["serve", "-l", &format!("unix:{long}")], "--listen");
 }
