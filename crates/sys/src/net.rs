@@ -149,6 +149,21 @@ pub fn message(e: &io::Error) -> String {
     }
 }
 
+/// Makes room for a unix socket to listen on at `path`: a socket file left by a server that
+/// is gone (nothing accepts on it) is removed, as nginx's restarts need; a socket a server
+/// still listens on, or a file that is not a socket, is refused with why.
+pub fn clear_stale_unix_socket(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        return Err("exists and is not a socket; pick another path".into());
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err("a server already listens on this socket; stop it or pick another path".into());
+    }
+    std::fs::remove_file(path).map_err(|e| format!("cannot replace it: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -186,19 +201,4 @@ mod tests {
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         bind_address_no_port(&sock).unwrap();
     }
-}
-
-/// Makes room for a unix socket to listen on at `path`: a socket file left by a server that
-/// is gone (nothing accepts on it) is removed, as nginx's restarts need; a socket a server
-/// still listens on, or a file that is not a socket, is refused with why.
-pub fn clear_stale_unix_socket(path: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
-    if !meta.file_type().is_socket() {
-        return Err("exists and is not a socket; pick another path".into());
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err("a server already listens on this socket; stop it or pick another path".into());
-    }
-    std::fs::remove_file(path).map_err(|e| format!("cannot replace it: {e}"))
 }
