@@ -57,6 +57,11 @@ pub struct Group {
     /// `{seq}`/`{rand}` IDs of position p's request (empty: the group has none, and every
     /// request goes from `wire` as it is).
     pub templates: Vec<Option<std::sync::Arc<crate::template::Template>>>,
+    /// HTTP/2, the common case of IDs: where position p's header block has its one `{seq}`
+    /// and how wide it is (width 0: not that case; empty without IDs).
+    h2_seq: Vec<(u32, u8)>,
+    /// The same, when every position has its `{seq}` at the same place (one lookup less).
+    h2_seq_all: Option<(usize, usize)>,
     /// The longest request's bytes (HTTP/1.1), for a connection that writes its own copies.
     pub longest: usize,
     /// Sum of the weights of its variants.
@@ -96,6 +101,17 @@ impl Group {
         self.templates.get(pos).and_then(Option::as_deref)
     }
 
+    /// Where position `pos`'s HTTP/2 header block has its one `{seq}` (no other ID), and
+    /// its width.
+    #[inline]
+    pub fn h2_seq(&self, pos: usize) -> Option<(usize, usize)> {
+        if self.h2_seq_all.is_some() {
+            return self.h2_seq_all;
+        }
+        let &(at, width) = self.h2_seq.get(pos)?;
+        (width > 0).then_some((at as usize, usize::from(width)))
+    }
+
     /// Bytes its requests take (HTTP/1.1 and HTTP/2 encodings, bodies, the cycle).
     pub fn footprint(&self) -> usize {
         self.wire.len()
@@ -105,6 +121,7 @@ impl Group {
             + self.body_of.capacity() * 4
             + self.bodies.footprint()
             + self.templates.capacity() * std::mem::size_of::<usize>()
+            + self.h2_seq.capacity() * std::mem::size_of::<(u32, u8)>()
     }
 }
 
@@ -236,6 +253,14 @@ fn lay_out(
     } else {
         Vec::new()
     };
+    let h2_seq: Vec<(u32, u8)> =
+        templates.iter().map(|t| t.as_deref().map_or((0, 0), one_seq)).collect();
+    let h2_seq_all = match h2_seq.first() {
+        Some(&(at, w)) if w > 0 && h2_seq.iter().all(|&s| s == (at, w)) => {
+            Some((at as usize, usize::from(w)))
+        }
+        _ => None,
+    };
     let longest = cycle.iter().map(|&t| v.h1(t as usize).len()).max().unwrap_or(0);
     let tls_name = v.endpoint(cycle[0] as usize).tls_name.clone();
     Group {
@@ -249,9 +274,21 @@ fn lay_out(
         bodies,
         has_body,
         templates,
+        h2_seq,
+        h2_seq_all,
         longest,
         weight,
         tls_name,
+    }
+}
+
+/// The one `{seq}` of a template's HTTP/2 header block, when it has no other ID.
+fn one_seq(t: &crate::template::Template) -> (u32, u8) {
+    match t.h2.as_slice() {
+        [s] if s.kind == (crate::template::Kind::Seq { start: 0 }) => {
+            u32::try_from(s.at).map_or((0, 0), |at| (at, s.width))
+        }
+        _ => (0, 0),
     }
 }
 

@@ -219,7 +219,7 @@ impl Template {
 /// The last `w` (at most 20) of `all` into `req[at..at + w]`, as two fixed-size copies that
 /// overlap (no call to memcpy for a dozen bytes).
 #[inline(always)]
-fn copy_digits(req: &mut [u8], at: usize, w: usize, all: &[u8; 20]) {
+pub(crate) fn copy_digits(req: &mut [u8], at: usize, w: usize, all: &[u8; 20]) {
     let Some(d) = req.get_mut(at..at + w) else { return };
     if (8..=16).contains(&w) {
         // Its first 8 digits, and its last 8 (which overlap when it has fewer than 16).
@@ -302,8 +302,6 @@ fn mix(mut z: u64) -> u64 {
 pub struct Ids {
     next: u64,
     stride: u64,
-    /// The number `take` gave last (`next` before the first).
-    last: u64,
     /// Its 20 decimal digits, ASCII.
     digits: [u8; 20],
     /// The stride's digits, right-aligned, as numbers 0-9; those before `lowest` are 0.
@@ -327,14 +325,13 @@ impl Ids {
         for d in &mut stride_digits {
             *d -= b'0';
         }
-        Ids { next, stride, last: next, digits, stride_digits, lowest, started: false }
+        Ids { next, stride, digits, stride_digits, lowest, started: false }
     }
 
     #[inline(always)]
     pub fn take(&mut self) -> u64 {
         let n = self.next;
         self.next = n.wrapping_add(self.stride);
-        self.last = n;
         // One more stride: most often one digit changes, without a carry.
         let d = self.digits[19] + self.stride_digits[19];
         if self.started && self.lowest == 19 && d <= b'9' {
@@ -371,7 +368,7 @@ impl Ids {
     /// The decimal digits of `n`, if it is the number given last.
     #[inline]
     pub fn digits_of(&self, n: u64) -> Option<&[u8; 20]> {
-        (self.started && self.last == n).then_some(&self.digits)
+        (self.started && self.next.wrapping_sub(self.stride) == n).then_some(&self.digits)
     }
 }
 

@@ -283,8 +283,16 @@ impl Http2 {
         frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
         let at = self.out.len();
         self.out.extend_from_slice(block);
-        if let Some(t) = group.template(pos as usize) {
-            crate::template::Template::write(&t.h2, req.id, digits, &mut self.out[at..]);
+        if group.templated() {
+            let out = &mut self.out[at..];
+            match (group.h2_seq(pos as usize), digits) {
+                (Some((slot, width)), Some(d)) => crate::template::copy_digits(out, slot, width, d),
+                _ => {
+                    if let Some(t) = group.template(pos as usize) {
+                        crate::template::Template::write(&t.h2, req.id, digits, out);
+                    }
+                }
+            }
         }
         let window = self.peer_window;
         let s =
