@@ -290,7 +290,8 @@ impl BenchOptions {
                     .map_err(|e| BenchError::Usage(e.to_string()))?,
             ),
         };
-        Ok(Some(ServerSpec { kind, workers: self.workers, cpus, accept, tls: self.tls }))
+        let (workers, tls, h2) = (self.workers, self.tls, self.load.h2);
+        Ok(Some(ServerSpec { kind, workers, cpus, accept, tls, h2 }))
     }
 
     /// The server host and the agents as given, checked: (server, agents, ssh command).

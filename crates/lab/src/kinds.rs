@@ -70,6 +70,10 @@ pub struct ServerSpec {
     /// HTTPS, with a certificate made at start (the load does not verify it).
     #[serde(default)]
     pub tls: bool,
+    /// The load speaks HTTP/2 (`--h2`): nginx is configured for it (h2c with prior
+    /// knowledge, or h2 by ALPN with TLS); the built-in server takes either protocol as is.
+    #[serde(default)]
+    pub h2: bool,
 }
 
 /// Host settings of a variant: the tune planner's flags, or settings named outright.

@@ -81,7 +81,7 @@ pub(crate) fn start_target(
             target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, how, unix)?
         }
         TargetKind::Nginx => {
-            let how = (spec.accept, spec.tls);
+            let how = target::NginxHow { accept: spec.accept, tls: spec.tls, h2: spec.h2 };
             target::nginx(LOOPBACK, &cpus.server, workers, how, unix)?
         }
     };

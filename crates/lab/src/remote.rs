@@ -226,7 +226,10 @@ impl HostAgent {
             TargetKind::Builtin => {
                 target::builtin(&self.serve_exe, ip, &cpus, workers, (spec.accept, spec.tls), None)
             }
-            TargetKind::Nginx => target::nginx(ip, &cpus, workers, (spec.accept, spec.tls), None),
+            TargetKind::Nginx => {
+                let how = target::NginxHow { accept: spec.accept, tls: spec.tls, h2: spec.h2 };
+                target::nginx(ip, &cpus, workers, how, None)
+            }
         }
         .map_err(|e| e.to_string())?;
         let up = TargetUp { addr: running.addr, pids: running.pids.clone(), cpus, workers };

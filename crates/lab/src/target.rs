@@ -137,18 +137,31 @@ pub fn find_nginx() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join("nginx")).find(|p| p.is_file())
 }
 
+/// How the nginx bench starts serves.
+#[derive(Debug, Clone, Copy)]
+pub struct NginxHow {
+    pub accept: Accept,
+    /// HTTPS, with a certificate made at start.
+    pub tls: bool,
+    /// HTTP/2 on its listeners: h2c with prior knowledge (no HTTP/1.1 on them then), or h2
+    /// by ALPN with TLS (HTTP/1.1 still offered).
+    pub h2: bool,
+}
+
 /// The generated nginx configuration: `return 200` on `addr` (and on the unix socket `unix`
 /// when given), `workers` worker processes pinned over `cpus`, the accept mode, access_log
 /// off, keepalive_requests high; with `tls`, HTTPS with `cert.pem` and `key.pem` of `dir`,
-/// TLS 1.2 and 1.3, session tickets and a shared session cache.
+/// TLS 1.2 and 1.3, session tickets and a shared session cache; with `h2`, HTTP/2 on the
+/// listeners (`listen ... http2`, which nginx 1.22 of Debian 12 takes, and later ones with a
+/// warning).
 pub fn nginx_config(
     dir: &Path,
     (addr, unix): (SocketAddr, Option<&Path>),
     cpus: &[usize],
     workers: usize,
-    accept: Accept,
-    tls: bool,
+    how: NginxHow,
 ) -> String {
+    let NginxHow { accept, tls, h2 } = how;
     let d = dir.display();
     let pinned: Vec<usize> = (0..workers).map(|i| cpus[i % cpus.len().max(1)]).collect();
     let (reuseport, mutex) = match accept {
@@ -163,13 +176,16 @@ pub fn nginx_config(
          http {{\n  access_log off;\n  keepalive_requests 1000000000;\n  keepalive_timeout 300s;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen {addr}{reuseport}{ssl} backlog=4096;\n{unix_listen}{ssl_conf}\
+         \x20 server {{\n    listen {addr}{reuseport}{ssl}{http2} backlog=4096;\n{unix_listen}{ssl_conf}\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
         affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
         ssl = if tls { " ssl" } else { "" },
+        http2 = if h2 { " http2" } else { "" },
         // A unix socket has no SO_REUSEPORT: one socket, whatever the accept mode.
         unix_listen = unix.map_or(String::new(), |p| {
-            format!("    listen unix:{}{} backlog=4096;\n", p.display(), if tls { " ssl" } else { "" })
+            let ssl = if tls { " ssl" } else { "" };
+            let http2 = if h2 { " http2" } else { "" };
+            format!("    listen unix:{}{ssl}{http2} backlog=4096;\n", p.display())
         }),
         ssl_conf = if tls {
             format!(
@@ -191,9 +207,10 @@ pub fn nginx(
     ip: IpAddr,
     cpus: &[usize],
     workers: usize,
-    (accept, tls): (Accept, bool),
+    how: NginxHow,
     unix: Option<&Path>,
 ) -> Result<Running, BenchError> {
+    let tls = how.tls;
     let exe = find_nginx().ok_or_else(|| {
         BenchError::Usage(
             "--target nginx: nginx is not on PATH (install it, e.g. apt-get install nginx-light)"
@@ -222,7 +239,7 @@ pub fn nginx(
             .map_err(|why| BenchError::Usage(format!("--unix-socket {}: {why}", path.display())))?;
     }
     let listen = (addr, unix);
-    std::fs::write(&conf, nginx_config(dir.path(), listen, cpus, workers, accept, tls))
+    std::fs::write(&conf, nginx_config(dir.path(), listen, cpus, workers, how))
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
     let mut cmd = Command::new(&exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);

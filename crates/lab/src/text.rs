@@ -34,10 +34,11 @@ pub fn render_text(r: &BenchReport) -> String {
         None => {
             let _ = writeln!(
                 o,
-                "generator   qpslab load, {} thread(s) on CPU {}, {} connections, {:.1}s{}",
+                "generator   qpslab load, {} thread(s) on CPU {}, {} connections{}, {:.1}s{}",
                 l.config.threads,
                 list(&r.generator_cpus),
                 l.config.connections,
+                h2_streams(l),
                 l.duration_s,
                 if r.cpus_shared { " (sharing the server's CPUs: figures compete)" } else { "" }
             );
@@ -45,10 +46,11 @@ pub fn render_text(r: &BenchReport) -> String {
         Some(rows) => {
             let _ = writeln!(
                 o,
-                "generator   qpslab load on {} agents, {} thread(s), {} connections, {:.1}s{}",
+                "generator   qpslab load on {} agents, {} thread(s), {} connections{}, {:.1}s{}",
                 rows.len(),
                 l.config.threads,
                 l.config.connections,
+                h2_streams(l),
                 l.duration_s,
                 l.start.as_ref().map_or(String::new(), |s| format!(
                     ", started within {:.2} ms",
@@ -130,6 +132,16 @@ fn connection_lines(l: &qpslab_load::report::Report) -> String {
 }
 
 /// `builtin server on URL (1 worker(s) on CPU 0)`, or the URL and the server found behind it.
+/// `, HTTP/2 (N streams each)` when the load spoke HTTP/2.
+fn h2_streams(l: &qpslab_load::report::Report) -> String {
+    if l.config.protocol == "h2" {
+        let n = l.config.pipeline;
+        format!(", HTTP/2 ({n} stream{} each)", if n == 1 { "" } else { "s" })
+    } else {
+        String::new()
+    }
+}
+
 fn target_line(r: &BenchReport) -> String {
     let t = &r.target;
     let list = |v: &[usize]| CpuSet::from_iter(v.iter().copied()).to_list();

@@ -151,6 +151,32 @@ fn tls_flags_are_checked_naming_the_flag() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"));
 }
 
+/// `bench --target nginx --h2`: the nginx bench starts serves HTTP/2 (h2c with prior
+/// knowledge; h2 by ALPN with `--tls`), every request answered, and the summary says HTTP/2.
+#[test]
+fn bench_h2_configures_the_nginx_it_starts_for_http2() {
+    for tls in [false, true] {
+        let mut args = vec!["bench", "--target", "nginx", "--h2", "-d", "1s", "--warmup", "0s"];
+        args.extend(["-c", "4", "--interval", "250ms", "--json", "--no-save"]);
+        if tls {
+            args.push("--tls");
+        }
+        let out = qpslab(&args);
+        assert_eq!(out.status.code(), Some(0), "{tls}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let load = &v["load"];
+        assert_eq!(load["config"]["protocol"], "h2", "{}", load["config"]);
+        assert!(load["requests"]["ok"].as_u64().unwrap() > 100, "{tls}: {}", load["requests"]);
+        assert_eq!(load["requests"]["failed"], 0, "{tls}: {}", load["error_examples"]);
+    }
+    let args = ["bench", "--target", "nginx", "--h2", "-d", "1s", "--warmup", "0s", "--no-save"];
+    let out = qpslab(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let generator = text.lines().find(|l| l.starts_with("generator")).unwrap_or_default();
+    assert!(generator.contains("HTTP/2 (1 stream each)"), "{text}");
+}
+
 /// `bench --tls` on both targets: HTTPS, one full handshake per connection of a keep-alive run,
 /// and with a connection per request a handshake per request.
 #[test]
