@@ -19,10 +19,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// HTTP/1.1 load generator: closed or open loop, keep-alive or a connection per request,
-    /// one or many URLs, source address ranges; exact accounting
+    /// HTTP/1.1 and HTTP/2 load generator, plain or TLS, over TCP or a unix socket: closed or
+    /// open loop, keep-alive or a connection per request, URLs, pools and IDs; exact accounting
     Load(Box<LoadArgs>),
-    /// Benchmark target: a minimal, fast HTTP/1.1 server (plaintext `ok`, httpterm-style controls)
+    /// Benchmark target: a fast HTTP/1.1 and HTTP/2 server, plain or TLS (plaintext `ok`,
+    /// httpterm-style controls)
     Serve(ServeArgs),
     /// What the host is: CPUs, SMT, NUMA, NICs, queues, IRQs, RPS/XPS, sysctls (read-only)
     Host(HostArgs),

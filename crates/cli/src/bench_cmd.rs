@@ -19,7 +19,11 @@ fn a_url(opts: &BenchOptions) -> Option<&String> {
 /// The bench's options from its flags (`climb` starts from them too).
 pub fn options(a: &BenchArgs) -> anyhow::Result<BenchOptions> {
     Ok(BenchOptions {
-        target: a.url.clone().or(a.target.clone()).unwrap_or_else(|| "builtin".into()),
+        target: a
+            .url
+            .as_deref()
+            .or(a.target.as_deref())
+            .map_or_else(|| "builtin".into(), qpslab_lab::bench::target_of),
         server_pids: a.server_pid.clone(),
         workers: a.workers,
         server_cpus: a.server_cpus.clone(),

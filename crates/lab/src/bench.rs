@@ -78,6 +78,16 @@ pub struct BenchOptions {
     pub meta: RunMeta,
 }
 
+/// A bench target as given: `builtin`, `nginx`, a URL, or a URL without its scheme
+/// (`127.0.0.1:8080/`, as `load` takes one), which is taken as `http://`.
+pub fn target_of(given: &str) -> String {
+    if !given.contains("://") && given.contains([':', '/', '.']) {
+        format!("http://{given}")
+    } else {
+        given.to_string()
+    }
+}
+
 impl BenchOptions {
     /// The external target's URL, when the target is one.
     pub fn url(&self) -> Option<&str> {

@@ -1,4 +1,4 @@
-//! qpslab's HTTP/1.1 load engine.
+//! qpslab's load engine: HTTP/1.1 and HTTP/2, plain or TLS, over TCP or a unix socket.
 //!
 //! Owns: running a validated [`LoadConfig`] on per-thread event loops ([`run`]), exact request
 //! accounting and latency recording ([`stats`]), and turning the merged result into the report

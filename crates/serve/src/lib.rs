@@ -1,4 +1,5 @@
-//! qpslab's benchmark target: a minimal, fast HTTP/1.1 server that no client can crash or stall.
+//! qpslab's benchmark target: a fast HTTP/1.1 and HTTP/2 server that no client can crash or
+//! stall.
 //!
 //! Owns: binding listeners in nginx's accept modes ([`config::AcceptMode`]), one worker per
 //! thread (optionally pinned) on epoll or io_uring, plain or over TLS (through `qpslab-tls`),

@@ -543,6 +543,24 @@ fn bench_stores_its_run_unless_told_not_to_and_load_stores_with_save() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 1 run(s)\n");
 }
 
+/// `bench HOST:PORT` takes the address as `load` does, as an http:// URL (it was refused as an
+/// unknown kind of target), and finds the server listening there.
+#[test]
+fn bench_takes_a_url_without_its_scheme() {
+    let server = crate::common::ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/");
+    let bare = url.trim_start_matches("http://");
+    let args = ["bench", bare, "-d", "1s", "--warmup", "0s", "-c", "5", "--json", "--no-save"];
+    let out = crate::qpslab(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["target"]["kind"], "url", "{}", v["target"]);
+    assert_eq!(v["target"]["url"], url, "{}", v["target"]);
+    assert_eq!(v["target"]["found_by"], "listening", "{}", v["target"]);
+    assert!(v["load"]["requests"]["ok"].as_u64().unwrap() > 100, "{}", v["load"]["requests"]);
+    crate::usage_error(&["bench", "ngnix"], "use builtin or nginx");
+}
+
 #[test]
 fn bad_lab_input_is_named_with_its_fix() {
     let dir = tempfile::tempdir().unwrap();
