@@ -212,7 +212,7 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
             reason: qpslab_sys::net::message(&err),
         })?;
         if let (Some(tls), Some(name)) = (&cfg.tls, &e.tls_name) {
-            tls::handshake_once(tls, name, sock, wait)
+            tls::handshake_once(tls, name, sock, (wait, cfg.h2.is_some()))
                 .map_err(|reason| LoadError::Tls { url: url.to_string(), reason })?;
         }
     }

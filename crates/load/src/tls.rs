@@ -291,15 +291,25 @@ fn client_identity(
 /// certificate (TLS 1.3 servers give it after the client's last handshake message).
 const CLIENT_CERT_VERDICT: std::time::Duration = std::time::Duration::from_millis(300);
 
+/// Why `--h2` cannot go on a server that chose `alpn` (not h2) in the TLS handshake.
+pub fn not_h2(alpn: Option<&[u8]>) -> String {
+    let chose = alpn.map_or("no protocol".into(), |p| String::from_utf8_lossy(p).into_owned());
+    format!(
+        "the server chose {chose} over ALPN, not h2: it does not serve HTTP/2 over TLS here; \
+         drop --h2"
+    )
+}
+
 /// One full handshake with the run's configuration (no session kept) on `sock`, before the
-/// run: a certificate that does not verify, a version or suite the server does not offer, or
-/// plain HTTP on an https:// URL is a set-up error to say at once, not a failure to count on
-/// every connection of the run. Returns the reason, as the report words it.
+/// run: a certificate that does not verify, a version or suite the server does not offer,
+/// plain HTTP on an https:// URL, or (with `h2`) a server that does not choose h2 over ALPN
+/// is a set-up error to say at once, not a failure to count on every connection of the run.
+/// Returns the reason, as the report words it.
 pub fn handshake_once(
     tls: &TlsClient,
     name: &ServerName<'static>,
     mut sock: socket2::Socket,
-    wait: std::time::Duration,
+    (wait, h2): (std::time::Duration, bool),
 ) -> Result<(), String> {
     let mut config = (*tls.config).clone();
     config.resumption = Resumption::disabled();
@@ -344,6 +354,9 @@ pub fn handshake_once(
                 });
             }
         }
+    }
+    if h2 && conn.alpn_protocol() != Some(b"h2") {
+        return Err(not_h2(conn.alpn_protocol()));
     }
     conn.send_close_notify();
     let _ = conn.complete_io(&mut sock);

@@ -773,12 +773,7 @@ impl<'a> Worker<'a> {
         let c = &mut self.conns[idx];
         let alpn = c.tls.as_ref().and_then(|t| t.conn().alpn_protocol());
         if self.shared.cfg.h2.is_some() && alpn != Some(b"h2") {
-            let chose =
-                alpn.map_or("no protocol".into(), |p| String::from_utf8_lossy(p).into_owned());
-            let msg = format!(
-                "the server chose {chose} over ALPN, not h2: it does not serve HTTP/2 over TLS \
-                 here; drop --h2"
-            );
+            let msg = crate::tls::not_h2(alpn);
             return self.fail_with(idx, ErrorClass::Tls, msg, now);
         }
         c.phase = Phase::Open;

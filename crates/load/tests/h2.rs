@@ -150,6 +150,12 @@ fn h2_over_tls_by_alpn_and_a_server_without_h2_is_named() {
         assert_eq!(report.requests.ok, 0);
         let e = &report.error_examples["tls"];
         assert!(e.contains("chose http/1.1 over ALPN, not h2"), "{io:?}: {e}");
+        // Before a run, the check every run makes first names it as a setup error (exit 2
+        // in the CLI) instead of a run that fails every connection until its end.
+        let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+        let e = qpslab_load::preflight(&cfg).unwrap_err();
+        assert!(e.is_setup(), "{e}");
+        assert!(e.to_string().contains("chose http/1.1 over ALPN, not h2"), "{e}");
     }
 }
 
