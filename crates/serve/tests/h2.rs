@@ -321,11 +321,56 @@ fn stop_says_goaway(io: IoChoice) {
     assert_eq!(totals.requests, 1);
 }
 
+/// A stream may not depend on itself (RFC 9113 5.3.1): a PRIORITY frame, or a HEADERS frame's
+/// priority, that says so resets that stream with PROTOCOL_ERROR (as h2o and nginx do); the
+/// connection goes on, its HPACK state intact (the next request is answered).
+fn a_stream_that_depends_on_itself_is_reset(io: IoChoice) {
+    let server = TestServer::start(opts_on(io));
+    let mut c = Raw::connect(server.addr());
+    let mut out = Vec::new();
+    frame::put_header(&mut out, 5, kind::PRIORITY, 0, 3);
+    out.extend_from_slice(&[0, 0, 0, 3, 15]);
+    let mut block = Vec::new();
+    hpack::indexed(&mut block, 2); // :method GET
+    hpack::indexed(&mut block, 6); // :scheme http
+                                   // Indexed into the dynamic table: the server must decode the block it refuses.
+    hpack::literal(&mut block, hpack::Indexing::Incremental, 4, b"", b"/self");
+    hpack::literal(&mut block, hpack::Indexing::Without, 1, b"", b"t");
+    let flags = flag::END_HEADERS | flag::END_STREAM | flag::PRIORITY;
+    frame::put_header(&mut out, 5 + block.len(), kind::HEADERS, flags, 5);
+    out.extend_from_slice(&[0x80, 0, 0, 5, 15]);
+    out.extend_from_slice(&block);
+    // Stream 7 names its :path by the dynamic table's entry the refused block added.
+    let mut next = Vec::new();
+    hpack::indexed(&mut next, 2);
+    hpack::indexed(&mut next, 6);
+    hpack::indexed(&mut next, 62); // :path /self
+    hpack::literal(&mut next, hpack::Indexing::Without, 1, b"", b"t");
+    frame::put_header(&mut out, next.len(), kind::HEADERS, flags & !flag::PRIORITY, 7);
+    out.extend_from_slice(&next);
+    c.send(&out);
+    let frames = c.read_until(Duration::from_secs(3), |f| {
+        f.iter().any(|f| f.h.kind == kind::DATA && f.h.has(flag::END_STREAM))
+    });
+    let rst: Vec<(u32, u32)> = frames
+        .iter()
+        .filter(|f| f.h.kind == kind::RST_STREAM)
+        .map(|f| (f.h.stream, frame::rst_code(&f.h, &f.payload).unwrap()))
+        .collect();
+    assert_eq!(rst, vec![(3, code::PROTOCOL_ERROR), (5, code::PROTOCOL_ERROR)]);
+    let answered: Vec<u32> =
+        frames.iter().filter(|f| f.h.kind == kind::HEADERS).map(|f| f.h.stream).collect();
+    assert_eq!(answered, vec![7]);
+    assert!(!frames.iter().any(|f| f.h.kind == kind::GOAWAY), "the connection goes on");
+    server.stop();
+}
+
 qpslab_testkit::on_both_loops!(
     real_clients_count_exactly,
     over_tls_alpn_picks_h2,
     streams_beyond_the_limit_are_refused,
     stop_says_goaway,
+    a_stream_that_depends_on_itself_is_reset,
 );
 
 #[test]

@@ -179,6 +179,18 @@ pub fn kind_name(kind: u8) -> &'static str {
     NAMES.get(usize::from(kind)).copied().unwrap_or("unknown")
 }
 
+/// The stream a PRIORITY frame, or a HEADERS frame's priority fields, make this one depend
+/// on (none without them, or when they are cut short).
+pub fn dependency(h: &Header, payload: &[u8]) -> Option<u32> {
+    let at = match h.kind {
+        kind::PRIORITY => 0,
+        kind::HEADERS if h.has(flag::PRIORITY) => usize::from(h.has(flag::PADDED)),
+        _ => return None,
+    };
+    let b = payload.get(at..at + 4)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff)
+}
+
 /// A DATA or HEADERS payload without its padding (and, for HEADERS, its priority fields).
 pub fn unpadded<'a>(h: &Header, payload: &'a [u8]) -> Result<&'a [u8], FrameError> {
     let mut p = payload;

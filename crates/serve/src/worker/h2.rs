@@ -141,6 +141,9 @@ struct Stream {
 struct Gathering {
     stream: u32,
     end_stream: bool,
+    /// Its priority makes the stream depend on itself: a stream error (RFC 9113 5.3.1),
+    /// once the block is decoded (the HPACK table must see it).
+    self_dependent: bool,
     block: Vec<u8>,
 }
 
@@ -317,6 +320,7 @@ impl H2 {
                 let g = Gathering {
                     stream: h.stream,
                     end_stream: h.has(flag::END_STREAM),
+                    self_dependent: frame::dependency(h, payload) == Some(h.stream),
                     block: Vec::new(),
                 };
                 self.gather(g, fragment, h.has(flag::END_HEADERS), out, sh, slot, now)
@@ -374,6 +378,9 @@ impl H2 {
                 if payload.len() != 5 {
                     // A stream error (RFC 9113 6.3).
                     frame::put_rst_stream(out, h.stream, code::FRAME_SIZE_ERROR);
+                } else if frame::dependency(h, payload) == Some(h.stream) {
+                    // A stream that depends on itself: a stream error (RFC 9113 5.3.1).
+                    frame::put_rst_stream(out, h.stream, code::PROTOCOL_ERROR);
                 }
                 Ok(())
             }
@@ -454,8 +461,9 @@ impl H2 {
         if g.block.len() + fragment.len() > limits.max_request_line + limits.max_header_bytes {
             return fail(code::ENHANCE_YOUR_CALM, "a header block over the request-head limit");
         }
+        let refuse = g.self_dependent;
         if end_headers && g.block.is_empty() {
-            return self.headers(g.stream, g.end_stream, fragment, out, sh, slot, now);
+            return self.headers((g.stream, g.end_stream, refuse), fragment, out, sh, slot, now);
         }
         g.block.extend_from_slice(fragment);
         if !end_headers {
@@ -463,15 +471,15 @@ impl H2 {
             return Ok(());
         }
         let block = std::mem::take(&mut g.block);
-        self.headers(g.stream, g.end_stream, &block, out, sh, slot, now)
+        self.headers((g.stream, g.end_stream, refuse), &block, out, sh, slot, now)
     }
 
-    /// A whole request head: a new stream (or trailers of one reading its body).
+    /// A whole request head: a new stream (or trailers of one reading its body); `refuse`:
+    /// reset it as malformed once decoded.
     #[allow(clippy::too_many_arguments, reason = "the frame's parts and the loop's context")]
     fn headers(
         &mut self,
-        id: u32,
-        end_stream: bool,
+        (id, end_stream, refuse): (u32, bool, bool),
         block: &[u8],
         out: &mut Vec<u8>,
         sh: &mut Shared<'_>,
@@ -487,6 +495,7 @@ impl H2 {
             _ => self.decode_head(block, trailers)?,
         };
         let Head { method, has_path, length, malformed, complete, mismatch } = head;
+        let malformed = malformed || refuse;
         if let Some(i) = self.streams.iter().position(|s| s.id == id) {
             // Trailers end a body.
             if !end_stream {
