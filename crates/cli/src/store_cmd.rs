@@ -157,13 +157,14 @@ fn runs_text(rows: &[RunRow]) -> String {
     }
     let width =
         rows.iter().filter_map(|r| r.variant.as_ref().map(String::len)).max().unwrap_or(7).max(7);
+    let tw = rows.iter().map(|r| r.target.len()).max().unwrap_or(6).max(6);
     let mut o = format!(
-        "{:>5}  {:<5}  {:>5}  {:<width$}  {:>6}  {:<24}  {:>10}  label\n",
-        "id", "kind", "sweep", "variant", "repeat", "started", "req/s"
+        "{:>5}  {:<5}  {:>5}  {:<width$}  {:>6}  {:<24}  {:>10}  {:<tw$}  label\n",
+        "id", "kind", "sweep", "variant", "repeat", "started", "req/s", "target"
     );
     for r in rows {
         let line = format!(
-            "{:>5}  {:<5}  {:>5}  {:<width$}  {:>6}  {:<24}  {:>10.0}  {}",
+            "{:>5}  {:<5}  {:>5}  {:<width$}  {:>6}  {:<24}  {:>10.0}  {:<tw$}  {}",
             r.id,
             r.kind,
             r.sweep.map_or("-".into(), |s| s.to_string()),
@@ -171,6 +172,7 @@ fn runs_text(rows: &[RunRow]) -> String {
             r.repeat.map_or("-".into(), |s| s.to_string()),
             r.started_at,
             r.throughput_rps,
+            if r.target.is_empty() { "-" } else { &r.target },
             r.label.as_deref().unwrap_or("")
         );
         let _ = writeln!(o, "{}", line.trim_end());

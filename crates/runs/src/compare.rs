@@ -457,6 +457,7 @@ mod tests {
                 started_at: String::new(),
                 config: serde_json::Value::Null,
                 throughput_rps: rps,
+                target: "builtin".into(),
             },
             facts: crate::store::RunFacts {
                 duration_s: secs,

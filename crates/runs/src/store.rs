@@ -161,6 +161,8 @@ pub struct RunRow {
     pub started_at: String,
     pub config: serde_json::Value,
     pub throughput_rps: f64,
+    /// What it ran against: `builtin`, `nginx` or the URL (its facts' target).
+    pub target: String,
 }
 
 /// One stored run, whole.
@@ -377,7 +379,8 @@ impl Store {
     /// The runs `filter` selects, oldest first.
     pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError> {
         let mut sql = String::from(
-            "SELECT id, kind, sweep_id, variant, repeat, label, started_at, config, throughput_rps
+            "SELECT id, kind, sweep_id, variant, repeat, label, started_at, config, throughput_rps,
+                json_extract(facts, '$.target')
              FROM runs WHERE 1 = 1",
         );
         let mut args: Vec<Box<dyn rusqlite::ToSql>> = Vec::new();
@@ -412,13 +415,14 @@ impl Store {
             .conn
             .query_row(
                 "SELECT id, kind, sweep_id, variant, repeat, label, started_at, config,
-                    throughput_rps, facts, report, text, histogram, provenance
+                    throughput_rps, json_extract(facts, '$.target'), facts, report, text,
+                    histogram, provenance
                  FROM runs WHERE id = ?1",
                 [id],
                 |r| {
                     let row = row_of(r)?;
                     let texts: (String, String, String, String, String) =
-                        (r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?);
+                        (r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?, r.get(14)?);
                     Ok((row, texts))
                 },
             )
@@ -511,6 +515,7 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         started_at: r.get(6)?,
         config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
         throughput_rps: r.get(8)?,
+        target: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
     })
 }
 

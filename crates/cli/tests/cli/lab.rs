@@ -522,6 +522,17 @@ fn bench_stores_its_run_unless_told_not_to_and_load_stores_with_save() {
     let runs = ok_json(&store, &["runs", "--json", "--since", "1h"]);
     assert_eq!(runs.as_array().unwrap().len(), 2);
     assert_eq!(runs[1]["kind"], "load");
+    // What each ran against, in the JSON and as a column of the listing.
+    assert_eq!(
+        (runs[0]["target"].as_str(), runs[1]["target"].as_str()),
+        (Some("builtin"), Some(server.url("/").as_str()))
+    );
+    let listing = lab(&store, &["runs"]);
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let mut lines = listing.lines();
+    assert!(lines.next().unwrap().contains("req/s  target"), "{listing}");
+    assert!(lines.next().unwrap().contains(" builtin"), "{listing}");
+    assert!(lines.next().unwrap().contains(&server.url("/")), "{listing}");
     let export = lab(&store, &["runs", "export"]);
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&export.stdout)
         .lines()

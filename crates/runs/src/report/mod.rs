@@ -569,6 +569,7 @@ mod tests {
                 started_at: format!("2026-11-22T10:00:{id:02}.000Z"),
                 config: serde_json::json!({"connections": 10}),
                 throughput_rps: rps,
+                target: "builtin".into(),
             },
             facts: RunFacts {
                 throughput_rps: rps,
