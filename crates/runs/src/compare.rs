@@ -68,6 +68,8 @@ pub struct Summary {
     pub requests_per_server_cpu_s: Option<f64>,
     /// Findings seen in any of the runs, by name.
     pub findings: Vec<String>,
+    /// Every run had a profile (`--profile`, and the profiler ran).
+    pub profiled: bool,
 }
 
 /// What the noise rule says of B against A.
@@ -182,6 +184,7 @@ pub fn summarize(g: &Group) -> Option<Summary> {
         server_cpu: median(&|r| r.facts.server_cpu),
         requests_per_server_cpu_s: median(&|r| r.facts.requests_per_server_cpu_s),
         findings: findings.into_iter().collect(),
+        profiled: g.runs.iter().all(|r| !r.facts.profile.is_empty()),
     })
 }
 
@@ -230,9 +233,13 @@ pub struct Comparison {
     pub sentence: String,
     /// B's requests per server CPU-second over A's.
     pub efficiency_ratio: Option<f64>,
-    /// Findings in B's runs and in none of A's, and the other way round.
+    /// Findings in B's runs and in none of A's, and the other way round (those only a
+    /// profile gives left out when one side ran without it).
     pub appeared: Vec<String>,
     pub gone: Vec<String>,
+    /// The side that ran with `--profile` when the other did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_only: Option<&'static str>,
 }
 
 /// Compares B with A; None when a group has no runs.
@@ -260,11 +267,21 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
         (Some(x), Some(y)) if x > 0.0 => Some(y / x),
         _ => None,
     };
-    let names = |s: &Summary| s.findings.iter().cloned().collect::<BTreeSet<_>>();
+    let profiled_only = match (sa.profiled, sb.profiled) {
+        (true, false) => Some("A"),
+        (false, true) => Some("B"),
+        _ => None,
+    };
+    // A profile's findings cannot be in a run without one: not "gone" or "new" for that.
+    let compared = |n: &&String| {
+        profiled_only.is_none() || !qpslab_host::doctor::PROFILE_FINDINGS.contains(&n.as_str())
+    };
+    let names = |s: &Summary| s.findings.iter().filter(compared).cloned().collect::<BTreeSet<_>>();
     let (fa, fb) = (names(&sa), names(&sb));
     Some(Comparison {
         appeared: fb.difference(&fa).cloned().collect(),
         gone: fa.difference(&fb).cloned().collect(),
+        profiled_only,
         a: sa,
         b: sb,
         verdict,
@@ -389,8 +406,15 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
     let ratio = c.efficiency_ratio.map_or(String::new(), |r| format!(" ({r:.2}x)"));
     let _ = writeln!(o, "req/CPU-s      A {}   B {}{ratio}", per(&c.a), per(&c.b));
     let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
-    let _ =
-        writeln!(o, "findings       new in B: {}; gone in B: {}", list(&c.appeared), list(&c.gone));
+    let unprofiled = c.profiled_only.map_or(String::new(), |side| {
+        format!(" (only {side} ran with --profile: its profile's findings are not compared)")
+    });
+    let _ = writeln!(
+        o,
+        "findings       new in B: {}; gone in B: {}{unprofiled}",
+        list(&c.appeared),
+        list(&c.gone)
+    );
     o
 }
 
@@ -471,6 +495,44 @@ mod tests {
             histogram: String::new(),
             provenance: serde_json::Value::Null,
         }
+    }
+
+    /// Regression: A ran with --profile and B without; A's profile findings were listed as
+    /// "gone in B". They are left out (and said to be), the others still compared; with both
+    /// sides profiled they are compared as any.
+    #[test]
+    fn a_profile_finding_is_not_gone_in_a_run_without_a_profile() {
+        let finding = |name: &str| crate::store::FindingFact {
+            name: name.into(),
+            severity: "warn".into(),
+            summary: String::new(),
+            evidence: Vec::new(),
+            remedy: String::new(),
+        };
+        let with = |mut r: StoredRun, names: &[&str], profiled: bool| {
+            r.facts.findings = names.iter().map(|n| finding(n)).collect();
+            if profiled {
+                r.facts.profile = vec![crate::store::CpuCategories::default()];
+            }
+            r
+        };
+        let group = |name: &str, runs: Vec<StoredRun>| Group { name: name.into(), runs };
+        let a = group(
+            "a",
+            vec![with(run(1, 1000, 1000, 0, 1.0), &["syscall-bound", "server-bound"], true)],
+        );
+        let b = group("b", vec![with(run(2, 1000, 1000, 0, 1.0), &["backlog-overflow"], false)]);
+        let c = compare(&a, &b).unwrap();
+        assert_eq!(
+            (c.appeared.clone(), c.gone.clone()),
+            (vec!["backlog-overflow".to_string()], vec!["server-bound".to_string()])
+        );
+        let text = render_comparison(&c, "1", "2");
+        assert!(text.contains("(only A ran with --profile"), "{text}");
+        let b = group("b", vec![with(run(2, 1000, 1000, 0, 1.0), &[], true)]);
+        let c = compare(&a, &b).unwrap();
+        assert_eq!(c.gone, vec!["server-bound".to_string(), "syscall-bound".to_string()]);
+        assert!(c.profiled_only.is_none());
     }
 
     /// Regression: B answering nothing but 404, and faster, was "B is 1.27x A" without a word

@@ -174,6 +174,11 @@ pub struct Rule {
 }
 
 /// Every finding the doctor can give.
+/// The findings only a profile gives (`--profile`): a run without one cannot have them, so
+/// comparing it with a profiled run says nothing of them.
+pub const PROFILE_FINDINGS: [&str; 4] =
+    ["lock-contention", "slow-clocksource", "syscall-bound", "copy-bound"];
+
 pub const RULES: &[Rule] = &[
     Rule {
         name: "no-responses",
@@ -428,6 +433,17 @@ pub fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The list of profile-only findings is the catalog's rules that need a profile.
+    #[test]
+    fn the_profile_findings_are_the_rules_that_need_a_profile() {
+        let need: Vec<&str> = RULES
+            .iter()
+            .filter(|r| r.threshold.starts_with("with --profile"))
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(need, PROFILE_FINDINGS);
+    }
 
     #[test]
     fn rule_names_are_unique_and_explained() {
