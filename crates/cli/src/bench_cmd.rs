@@ -80,6 +80,10 @@ pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
             other => anyhow::Error::new(other),
         })?;
         progress.finish();
+        if report.load.stopped_early && report.load.duration_s < 0.001 {
+            // Stopped before the measured window began: nothing was measured to keep.
+            break;
+        }
         output::folded_out(&mut report.doctor, a.profile.profile_out.as_deref())?;
         let mut id = None;
         if let (Some(store), Some(p)) = (&mut store, &provenance) {
@@ -98,7 +102,12 @@ pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
     }
     let passed = runs.iter().all(|(r, _)| r.load.check.passed);
     let Some(median) = median_run(&runs) else {
-        return Err(UsageError("stopped by a signal before the first run ended".into()).into());
+        return Err(UsageError(
+            "stopped by a signal before the first run's measured window began: nothing measured, \
+             nothing stored"
+                .into(),
+        )
+        .into());
     };
     let report = &runs[median].0;
     emit(a.json, &runs, median, cmd.repeat > 1)?;

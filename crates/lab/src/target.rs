@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,6 +89,9 @@ pub fn builtin(
     qpslab_sys::fd::inheritable(&writer).map_err(failed)?;
     let mut cmd = Command::new(serve_exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGKILL);
+    // Its own process group: a terminal's Ctrl-C (sent to the whole foreground group) reaches
+    // the bench, which ends the run with its report and stops the server itself.
+    cmd.process_group(0);
     let mut child = cmd
         .args(["serve", "-l", &SocketAddr::new(ip, 0).to_string()])
         .args(unix.map(|p| format!("unix:{}", p.display())).iter().flat_map(|l| ["-l", l.as_str()]))
@@ -243,6 +247,8 @@ pub fn nginx(
         .map_err(|e| BenchError::Target(format!("{}: {e}", conf.display())))?;
     let mut cmd = Command::new(&exe);
     qpslab_sys::process::die_with_parent(&mut cmd, qpslab_sys::process::SIGTERM);
+    // As the built-in server's: a Ctrl-C to the bench's group is the bench's to handle.
+    cmd.process_group(0);
     let child = cmd
         .arg("-p")
         .arg(dir.path())

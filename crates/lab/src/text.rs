@@ -34,24 +34,26 @@ pub fn render_text(r: &BenchReport) -> String {
         None => {
             let _ = writeln!(
                 o,
-                "generator   qpslab load, {} thread(s) on CPU {}, {} connections{}, {:.1}s{}",
+                "generator   qpslab load, {} thread(s) on CPU {}, {} connections{}, {:.1}s{}{}",
                 l.config.threads,
                 list(&r.generator_cpus),
                 l.config.connections,
                 h2_streams(l),
                 l.duration_s,
+                stopped(l),
                 if r.cpus_shared { " (sharing the server's CPUs: figures compete)" } else { "" }
             );
         }
         Some(rows) => {
             let _ = writeln!(
                 o,
-                "generator   qpslab load on {} agents, {} thread(s), {} connections{}, {:.1}s{}",
+                "generator   qpslab load on {} agents, {} thread(s), {} connections{}, {:.1}s{}{}",
                 rows.len(),
                 l.config.threads,
                 l.config.connections,
                 h2_streams(l),
                 l.duration_s,
+                stopped(l),
                 l.start.as_ref().map_or(String::new(), |s| format!(
                     ", started within {:.2} ms",
                     s.skew_bound_ms
@@ -132,6 +134,15 @@ fn connection_lines(l: &qpslab_load::report::Report) -> String {
 }
 
 /// `builtin server on URL (1 worker(s) on CPU 0)`, or the URL and the server found behind it.
+/// ` (stopped early by a signal)` when Ctrl-C or SIGTERM ended the measured window.
+fn stopped(l: &qpslab_load::report::Report) -> &'static str {
+    if l.stopped_early {
+        " (stopped early by a signal)"
+    } else {
+        ""
+    }
+}
+
 /// `, HTTP/2 (N streams each)` when the load spoke HTTP/2.
 fn h2_streams(l: &qpslab_load::report::Report) -> String {
     if l.config.protocol == "h2" {

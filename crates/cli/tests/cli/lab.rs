@@ -554,6 +554,38 @@ fn bench_stores_its_run_unless_told_not_to_and_load_stores_with_save() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 1 run(s)\n");
 }
 
+/// Ctrl-C on a terminal signals the whole foreground process group. The servers bench starts
+/// are in groups of their own, so the signal reaches the bench alone: it ends the measured
+/// window, prints the summary marked as stopped early, stores the run and stops nginx itself
+/// (nginx took the group's SIGINT as a fast shutdown before, and the run was lost with "the
+/// nginx target exited during the run").
+#[test]
+fn ctrl_c_to_the_process_group_keeps_the_nginx_bench_run() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let child = qpslab_command()
+        .args(["bench", "--target", "nginx", "-d", "30s", "--warmup", "0s", "--store"])
+        .arg(&store)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill() on the process group of our own child.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGINT) };
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(15), "it ended soon after the signal");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("(stopped early by a signal)"), "{text}");
+    let runs = ok_json(&store, &["runs", "--json"]);
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert!(runs[0]["throughput_rps"].as_f64().unwrap() > 0.0, "{runs}");
+}
+
 /// `bench HOST:PORT` takes the address as `load` does, as an http:// URL (it was refused as an
 /// unknown kind of target), and finds the server listening there.
 #[test]
