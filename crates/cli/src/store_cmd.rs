@@ -173,7 +173,11 @@ fn runs_text(rows: &[RunRow]) -> String {
             r.started_at,
             r.throughput_rps,
             if r.target.is_empty() { "-" } else { &r.target },
-            r.label.as_deref().unwrap_or("")
+            match (r.label.as_deref(), r.stopped_early) {
+                (Some(l), true) => format!("{l} (stopped early)"),
+                (None, true) => "(stopped early)".into(),
+                (l, false) => l.unwrap_or("").to_string(),
+            }
         );
         let _ = writeln!(o, "{}", line.trim_end());
     }

@@ -482,6 +482,7 @@ mod tests {
                 config: serde_json::Value::Null,
                 throughput_rps: rps,
                 target: "builtin".into(),
+                stopped_early: false,
             },
             facts: crate::store::RunFacts {
                 duration_s: secs,

@@ -163,6 +163,8 @@ pub struct RunRow {
     pub throughput_rps: f64,
     /// What it ran against: `builtin`, `nginx` or the URL (its facts' target).
     pub target: String,
+    /// A signal ended its measured window early.
+    pub stopped_early: bool,
 }
 
 /// One stored run, whole.
@@ -380,7 +382,8 @@ impl Store {
     pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError> {
         let mut sql = String::from(
             "SELECT id, kind, sweep_id, variant, repeat, label, started_at, config, throughput_rps,
-                json_extract(facts, '$.target')
+                json_extract(facts, '$.target'), COALESCE(json_extract(report, '$.load.stopped_early'),
+                    json_extract(report, '$.stopped_early'), 0)
              FROM runs WHERE 1 = 1",
         );
         let mut args: Vec<Box<dyn rusqlite::ToSql>> = Vec::new();
@@ -415,14 +418,15 @@ impl Store {
             .conn
             .query_row(
                 "SELECT id, kind, sweep_id, variant, repeat, label, started_at, config,
-                    throughput_rps, json_extract(facts, '$.target'), facts, report, text,
-                    histogram, provenance
+                    throughput_rps, json_extract(facts, '$.target'), COALESCE(json_extract(report, '$.load.stopped_early'),
+                    json_extract(report, '$.stopped_early'), 0), facts, report,
+                    text, histogram, provenance
                  FROM runs WHERE id = ?1",
                 [id],
                 |r| {
                     let row = row_of(r)?;
                     let texts: (String, String, String, String, String) =
-                        (r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?, r.get(14)?);
+                        (r.get(11)?, r.get(12)?, r.get(13)?, r.get(14)?, r.get(15)?);
                     Ok((row, texts))
                 },
             )
@@ -516,6 +520,7 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
         throughput_rps: r.get(8)?,
         target: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
+        stopped_early: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
     })
 }
 

@@ -584,6 +584,9 @@ fn ctrl_c_to_the_process_group_keeps_the_nginx_bench_run() {
     let runs = ok_json(&store, &["runs", "--json"]);
     assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
     assert!(runs[0]["throughput_rps"].as_f64().unwrap() > 0.0, "{runs}");
+    assert_eq!(runs[0]["stopped_early"], true, "{runs}");
+    let listing = lab(&store, &["runs"]);
+    assert!(String::from_utf8_lossy(&listing.stdout).contains("(stopped early)"));
 }
 
 /// `bench HOST:PORT` takes the address as `load` does, as an http:// URL (it was refused as an

@@ -570,6 +570,7 @@ mod tests {
                 config: serde_json::json!({"connections": 10}),
                 throughput_rps: rps,
                 target: "builtin".into(),
+                stopped_early: false,
             },
             facts: RunFacts {
                 throughput_rps: rps,
