@@ -120,55 +120,37 @@ fn bench_finds_the_server_behind_a_unix_socket() {
     assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "{}", v["server_cpu"]);
 }
 
-/// `bench --unix-socket PATH` on its built-in server: the server listens on the socket too, the
-/// load goes over it (every response counted on the server's side is one the load got), and
-/// the socket file is gone once bench is done.
+/// `bench --unix-socket PATH` on the server it starts, built-in or nginx: the server listens
+/// on the socket beside TCP (a socket file left by a server that is gone is replaced), the
+/// load goes over it (every response counted), and the socket file is gone once bench is done
+/// (nginx's fast shutdown removes it too).
 #[test]
 fn bench_starts_its_server_on_a_unix_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("builtin.sock");
-    let out = qpslab_command()
-        .args(["bench", "-d", "1s", "--warmup", "0s", "--interval", "250ms", "--json"])
-        .args(["--unix-socket"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = json_of(&out);
-    assert_eq!(v["target"]["found_by"], "started", "{}", v["target"]);
-    let load = &v["load"];
-    assert_eq!(load["config"]["unix_socket"], sock.display().to_string(), "{}", load["config"]);
-    assert!(load["requests"]["ok"].as_u64().unwrap() > 1_000, "{}", load["requests"]);
-    assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
-    assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "{}", v["server_cpu"]);
-    assert!(!sock.exists(), "the server removed its socket");
-}
-
-/// `bench --target nginx --unix-socket PATH`: nginx listens on the socket beside TCP (a
-/// socket file left by a server that is gone is replaced), the load goes over it, and
-/// nginx's fast shutdown removes it.
-#[test]
-fn bench_starts_nginx_on_a_unix_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("nginx.sock");
-    // A stale socket: bound, then its listener gone.
-    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
-    assert!(sock.exists());
-    let out = qpslab_command()
-        .args(["bench", "--target", "nginx", "-d", "1s", "--warmup", "0s", "--json"])
-        .args(["--interval", "250ms", "--unix-socket"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = json_of(&out);
-    assert_eq!(v["target"]["found_by"], "started", "{}", v["target"]);
-    assert_eq!(v["target"]["kind"], "nginx", "{}", v["target"]);
-    let load = &v["load"];
-    assert_eq!(load["config"]["unix_socket"], sock.display().to_string(), "{}", load["config"]);
-    assert!(load["requests"]["ok"].as_u64().unwrap() > 1_000, "{}", load["requests"]);
-    assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
-    assert!(!sock.exists(), "nginx removed its socket");
+    for target in ["builtin", "nginx"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join(format!("{target}.sock"));
+        // A stale socket: bound, then its listener gone.
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+        let out = qpslab_command()
+            .args(["bench", "--target", target, "-d", "1s", "--warmup", "0s", "--json"])
+            .args(["--interval", "250ms", "--unix-socket"])
+            .arg(&sock)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{target}: {stderr}");
+        let v = json_of(&out);
+        assert_eq!(v["target"]["found_by"], "started", "{}", v["target"]);
+        assert_eq!(v["target"]["kind"], target, "{}", v["target"]);
+        let load = &v["load"];
+        let path = sock.display().to_string();
+        assert_eq!(load["config"]["unix_socket"], path, "{}", load["config"]);
+        assert!(load["requests"]["ok"].as_u64().unwrap() > 1_000, "{}", load["requests"]);
+        assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
+        assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "{target}: {}", v["server_cpu"]);
+        assert!(!sock.exists(), "{target}: the server removed its socket");
+    }
 }
 
 /// What cannot work with a unix socket is refused before anything runs, naming the flag.
