@@ -178,16 +178,17 @@ fn targets_file_weights_and_per_target_counts_match_nginx(io: IoChoice) {
         format!(
             "# paths on the first server\nGET {} weight=3\nHEAD {}\nGET {} X-Test: a b\n\
              GET {} weight=2\n",
-            one.url("/t/a"),
-            one.url("/t/b"),
-            one.url("/t/c"),
-            two.url("/t/d"),
+            one.url("/k/a"),
+            one.url("/k/b"),
+            one.url("/k/c"),
+            two.url("/k/d"),
         ),
     )
     .unwrap();
-    let mut o: LoadOptions = opts_on(io, &one.url("/t/cli"));
+    let mut o: LoadOptions = opts_on(io, &one.url("/k/cli"));
     o.targets = Some(qpslab_load::options::FileText::from_arg(file.to_str().unwrap()).unwrap());
-    // Few enough that no connection reaches nginx's keepalive_requests (1000) and reconnects.
+    // /k/ has no keepalive_requests limit, so no connection reconnects however the requests
+    // fall among them.
     o.requests = Some(4000);
     o.connections = Some(8);
     o.threads = Some(2);
@@ -196,13 +197,13 @@ fn targets_file_weights_and_per_target_counts_match_nginx(io: IoChoice) {
     let count = |lines: &[Line], uri: &str| lines.iter().filter(|l| l.uri == uri).count() as u64;
     let (l1, l2) = (parse(&one.access_log(1)), parse(&two.access_log(1)));
     assert_eq!(l1.len() + l2.len(), 4000);
-    let uris = ["/t/cli", "/t/a", "/t/b", "/t/c", "/t/d"];
+    let uris = ["/k/cli", "/k/a", "/k/b", "/k/c", "/k/d"];
     for (t, uri) in report.per_target.iter().zip(uris) {
         let seen = count(&l1, uri) + count(&l2, uri);
         assert_eq!(t.completed, seen, "{uri}: per-target count against nginx's log");
         assert_eq!(t.sent, t.completed);
     }
-    assert!(l1.iter().filter(|l| l.uri == "/t/b").all(|l| l.method == "HEAD" && l.status == 200));
+    assert!(l1.iter().filter(|l| l.uri == "/k/b").all(|l| l.method == "HEAD" && l.status == 200));
     // Within the first server (weights 1, 3, 1, 1), requests follow the weights.
     let first: u64 = report.per_target[..4].iter().map(|t| t.completed).sum();
     for (t, w) in report.per_target[..4].iter().zip([1.0, 3.0, 1.0, 1.0]) {

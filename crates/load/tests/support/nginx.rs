@@ -115,6 +115,8 @@ server {{
     location = /1k {{ return 200 "{body}"; }}
     location = /404 {{ return 404; }}
     location /t/ {{ return 200; }}
+    # No reconnects under /k/: for tests that count the connections a run opened.
+    location /k/ {{ keepalive_requests 1000000; return 200; }}
     location = /close10 {{ keepalive_requests 10; return 200; }}
     # The IDs a request carries: its URI, X-Id header and body (read by the mirror, which
     # runs before the content phase; a POST the static file refuses is answered by @ok).
