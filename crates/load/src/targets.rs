@@ -101,6 +101,13 @@ impl Group {
         self.templates.get(pos).and_then(Option::as_deref)
     }
 
+    /// Where every position's HTTP/2 header block has its one `{seq}` (no other ID), and its
+    /// width, when all agree.
+    #[inline]
+    pub fn h2_seq_all(&self) -> Option<(usize, usize)> {
+        self.h2_seq_all
+    }
+
     /// Where position `pos`'s HTTP/2 header block has its one `{seq}` (no other ID), and
     /// its width.
     #[inline]

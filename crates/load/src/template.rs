@@ -302,13 +302,15 @@ fn mix(mut z: u64) -> u64 {
 pub struct Ids {
     next: u64,
     stride: u64,
-    /// Its 20 decimal digits, ASCII.
+    /// The decimal digits of the number given last, ASCII; before the first, those of
+    /// `next - stride` modulo 10^20, so that every `take` is the same addition.
     digits: [u8; 20],
     /// The stride's digits, right-aligned, as numbers 0-9; those before `lowest` are 0.
     stride_digits: [u8; 20],
     lowest: usize,
-    /// The first `take` gives `next` as the digits hold it; each later one adds the stride.
-    started: bool,
+    /// What `take` adds to the last digit without a carry: the stride's last digit when the
+    /// stride has one digit, else 10 (never without a carry).
+    last_step: u8,
 }
 
 impl Ids {
@@ -325,7 +327,15 @@ impl Ids {
         for d in &mut stride_digits {
             *d -= b'0';
         }
-        Ids { next, stride, digits, stride_digits, lowest, started: false }
+        // One stride back, borrowing across all 20 digits.
+        let mut borrow = 0;
+        for (d, s) in digits.iter_mut().zip(stride_digits).rev() {
+            let v = i16::from(*d - b'0') - i16::from(s) - borrow;
+            borrow = i16::from(v < 0);
+            *d = b'0' + (v + 10 * borrow) as u8;
+        }
+        let last_step = if lowest == 19 { stride_digits[19] } else { 10 };
+        Ids { next, stride, digits, stride_digits, lowest, last_step }
     }
 
     #[inline(always)]
@@ -333,17 +343,17 @@ impl Ids {
         let n = self.next;
         self.next = n.wrapping_add(self.stride);
         // One more stride: most often one digit changes, without a carry.
-        let d = self.digits[19] + self.stride_digits[19];
-        if self.started && self.lowest == 19 && d <= b'9' {
+        let d = self.digits[19] + self.last_step;
+        if d <= b'9' {
             self.digits[19] = d;
-        } else if self.started {
+        } else {
             self.add_stride();
         }
-        self.started = true;
         n
     }
 
-    /// Adds the stride's digits to `digits` from the right, carrying.
+    /// Adds the stride's digits to `digits` from the right, carrying (past the first digit
+    /// the carry is dropped: modulo 10^20).
     #[inline(never)]
     fn add_stride(&mut self) {
         let mut i = 19;
@@ -368,7 +378,7 @@ impl Ids {
     /// The decimal digits of `n`, if it is the number given last.
     #[inline]
     pub fn digits_of(&self, n: u64) -> Option<&[u8; 20]> {
-        (self.started && self.next.wrapping_sub(self.stride) == n).then_some(&self.digits)
+        (self.next.wrapping_sub(self.stride) == n).then_some(&self.digits)
     }
 }
 

@@ -267,14 +267,26 @@ impl Http2 {
         ids: &mut Ids,
         make: impl FnMut(usize, u32, u32) -> Req,
     ) {
-        super::each_request(group, cursor, k, ids, make, |pos, req, ids| {
-            self.open(group, pos, req, Some(ids.digits()));
-        });
+        // Where every position has its one `{seq}`, the digits go straight there.
+        match group.h2_seq_all() {
+            Some((slot, width)) => {
+                super::each_request(group, cursor, k, ids, make, |pos, req, ids| {
+                    let at = self.open(group, pos, req);
+                    crate::template::copy_digits(&mut self.out[at..], slot, width, ids.digits());
+                });
+            }
+            None => super::each_request(group, cursor, k, ids, make, |pos, req, ids| {
+                let at = self.open(group, pos, req);
+                self.write_ids(group, pos, req.id, Some(ids.digits()), at);
+            }),
+        }
         self.send_bodies(group);
     }
 
-    /// One request as a HEADERS frame on a new stream (its body goes by [`Http2::send_bodies`]).
-    fn open(&mut self, group: &Group, pos: u32, req: Req, digits: Option<&[u8; 20]>) {
+    /// One request as a HEADERS frame on a new stream (its body goes by [`Http2::send_bodies`]);
+    /// returns where its header block starts in the output, for its IDs.
+    #[inline(always)]
+    fn open(&mut self, group: &Group, pos: u32, req: Req) -> usize {
         let id = self.next_id;
         self.next_id += 2;
         let block = group.h2_block(pos as usize);
@@ -283,21 +295,35 @@ impl Http2 {
         frame::put_header(&mut self.out, block.len(), kind::HEADERS, flags, id);
         let at = self.out.len();
         self.out.extend_from_slice(block);
-        if group.templated() {
-            let out = &mut self.out[at..];
-            match (group.h2_seq(pos as usize), digits) {
-                (Some((slot, width)), Some(d)) => crate::template::copy_digits(out, slot, width, d),
-                _ => {
-                    if let Some(t) = group.template(pos as usize) {
-                        crate::template::Template::write(&t.h2, req.id, digits, out);
-                    }
-                }
-            }
-        }
         let window = self.peer_window;
         let s =
             Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0, body_at: 0, window };
         self.streams.push(s);
+        at
+    }
+
+    /// Writes the IDs of position `pos`'s request (number `id`, whose `digits` are known when
+    /// it was just taken) into its header block at `at`.
+    fn write_ids(
+        &mut self,
+        group: &Group,
+        pos: u32,
+        id: u64,
+        digits: Option<&[u8; 20]>,
+        at: usize,
+    ) {
+        if !group.templated() {
+            return;
+        }
+        let out = &mut self.out[at..];
+        match (group.h2_seq(pos as usize), digits) {
+            (Some((slot, width)), Some(d)) => crate::template::copy_digits(out, slot, width, d),
+            _ => {
+                if let Some(t) = group.template(pos as usize) {
+                    crate::template::Template::write(&t.h2, id, digits, out);
+                }
+            }
+        }
     }
 
     /// Request body DATA for every stream with some left, within the connection's and each
@@ -335,7 +361,8 @@ impl Http2 {
         let old = std::mem::take(&mut self.streams);
         for mut s in old {
             s.req.sent_at = now;
-            self.open(group, s.pos, s.req, None);
+            let at = self.open(group, s.pos, s.req);
+            self.write_ids(group, s.pos, s.req.id, None, at);
         }
         self.send_bodies(group);
     }
@@ -491,7 +518,8 @@ impl Http2 {
                     if why == code::REFUSED_STREAM {
                         // Not processed (RFC 9113 8.7): safe to send again, here.
                         self.counts.refused += 1;
-                        self.open(group, s.pos, s.req, None);
+                        let at = self.open(group, s.pos, s.req);
+                        self.write_ids(group, s.pos, s.req.id, None, at);
                         self.send_bodies(group);
                     } else {
                         let msg = format!("the server reset the stream ({})", code::name(why));
