@@ -135,6 +135,20 @@ impl LiveArgs {
     }
 }
 
+/// What a CI job reads of the run.
+#[derive(Debug, Args, Clone, Default)]
+pub struct CiArgs {
+    /// Write the run's checks to FILE as JUnit XML: a test case for the run itself and one
+    /// per --threshold (in a sweep, a test suite per run)
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<std::path::PathBuf>,
+
+    /// Write a Markdown summary of the run and its checks to FILE (it is also appended to
+    /// $GITHUB_STEP_SUMMARY when that is set, as in a GitHub Actions job)
+    #[arg(long, value_name = "FILE")]
+    pub summary_md: Option<std::path::PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// The sweep file (TOML: name, repeat, [base], [axes], [[variant]]; see examples/sweeps/)
@@ -168,6 +182,9 @@ pub struct SweepArgs {
 
     #[command(flatten)]
     pub store: StoreArg,
+
+    #[command(flatten)]
+    pub ci: CiArgs,
 
     /// Print the sweep's table as JSON
     #[arg(long)]
@@ -346,6 +363,12 @@ pub struct CompareArgs {
     #[arg(value_name = "B")]
     pub b: String,
 
+    /// Exit 1 when B is worse than A beyond run-to-run noise and lost at least MIN% of A's ok
+    /// responses per second (e.g. 3 or 3%); exit 0 otherwise. Repeat each side 3 or more
+    /// times (bench --repeat 3 --label NAME), or the noise rule cannot call it
+    #[arg(long, value_name = "MIN%", value_parser = parse_percent)]
+    pub gate: Option<f64>,
+
     #[command(flatten)]
     pub store: StoreArg,
 
@@ -514,6 +537,9 @@ pub struct BenchCmdArgs {
     /// the median run with the spread of all
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true)]
     pub repeat: usize,
+
+    #[command(flatten)]
+    pub ci: CiArgs,
 
     #[command(flatten)]
     pub bench: BenchArgs,
@@ -904,6 +930,9 @@ pub struct LoadArgs {
     /// a line per target or per line of the --urls pool
     #[arg(long, value_name = "FILE")]
     pub per_request: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    pub ci: CiArgs,
 
     /// Keep the run in the runs store (see qpslab runs)
     #[arg(long)]

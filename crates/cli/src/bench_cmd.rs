@@ -47,6 +47,7 @@ pub fn options(a: &BenchArgs) -> anyhow::Result<BenchOptions> {
 pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
     let a = &cmd.bench;
     let opts = options(a)?;
+    let ci = crate::ci_out::CiOut::open(&cmd.ci)?;
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {
         None
@@ -111,6 +112,18 @@ pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
     };
     let report = &runs[median].0;
     emit(a.json, &runs, median, cmd.repeat > 1)?;
+    let named: Vec<(String, &qpslab_load::Report, String)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (r, _))| {
+            let name = match runs.len() {
+                1 => opts.target.clone(),
+                n => format!("{} run {} of {n}", opts.target, i + 1),
+            };
+            (name, &r.load, render_text(r))
+        })
+        .collect();
+    ci.write(("bench", &opts.target), &named)?;
     let ids: Vec<i64> = runs.iter().filter_map(|(_, id)| *id).collect();
     let html = live.as_ref().and_then(|l| l.url()).and_then(|_| {
         let title = format!("qpslab: {} run(s)", runs.len());

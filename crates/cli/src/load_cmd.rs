@@ -37,8 +37,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
             ))
         })?;
     }
+    let ci = crate::ci_out::CiOut::open(&a.ci)?;
     if let Some(list) = &agents {
-        return over_agents(list, ssh.as_deref(), agent_exe, &opts, &keep, &live_args);
+        return over_agents(list, ssh.as_deref(), agent_exe, &opts, (&keep, ci), &live_args);
     }
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
     for note in &cfg.notes {
@@ -76,6 +77,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
             .map_err(|e| anyhow::anyhow!("--per-request {}: {e}", path.display()))?;
     }
     let id = keep.finish(&mut store, &report, &result, &meta)?;
+    ci_write(ci, &report)?;
     let html = live_report(live.as_ref(), store.as_ref(), id, &report, &meta);
     live_cmd::finish(live, report.check.passed, live_cmd::summary(&report), html);
     if let (Some(e), Some(path)) = (&result.log_error, &cfg.log) {
@@ -83,6 +85,12 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::ChecksFailed);
     }
     Ok(if report.check.passed { Outcome::Passed } else { Outcome::ChecksFailed })
+}
+
+/// The run's checks to `--junit` and the Markdown summaries.
+fn ci_write(ci: crate::ci_out::CiOut, r: &Report) -> anyhow::Result<()> {
+    let name = r.targets.join(" ");
+    ci.write(("load", &name), &[(name.clone(), r, r.render_text())])
 }
 
 /// What becomes of a finished run: `--hdr-out`, the store, the summary.
@@ -171,7 +179,7 @@ fn over_agents(
     ssh: Option<&str>,
     agent_exe: Option<String>,
     opts: &LoadOptions,
-    keep: &Keep,
+    (keep, ci): (&Keep, crate::ci_out::CiOut),
     live_args: &crate::args::LiveArgs,
 ) -> anyhow::Result<Outcome> {
     use qpslab_fleet::coordinator::{self, FleetError, FleetOptions};
@@ -202,6 +210,7 @@ fn over_agents(
     })?;
     let r = &outcome.report;
     let id = keep.finish(&mut store, r, &outcome.result, &meta)?;
+    ci_write(ci, r)?;
     let html = live_report(live.as_ref(), store.as_ref(), id, r, &meta);
     live_cmd::finish(live, r.check.passed, live_cmd::summary(r), html);
     if let (Some(e), Some(_)) = (&outcome.log_error, &opts.log) {

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench_cmd;
+mod ci_out;
 mod climb_cmd;
 mod doctor_cmd;
 mod host_cmd;

@@ -234,10 +234,17 @@ pub fn compare_cmd(a: CompareArgs) -> anyhow::Result<Outcome> {
     let store = open(&a.store)?;
     let (ga, what_a) = one_group(&store, &a.a, "A")?;
     let (gb, what_b) = one_group(&store, &a.b, "B")?;
-    let c: Comparison = compare::compare(&ga, &gb)
+    let mut c: Comparison = compare::compare(&ga, &gb)
         .ok_or_else(|| UsageError("compare: a side has no runs".into()))?;
+    // As given: 0.07 * 100 is 7.000000000000001 in f64.
+    let pct = |share: f64| (share * 1e11).round() / 1e9;
+    c.gate = a.gate.map(|share| compare::Gate::of(c.verdict.as_ref(), pct(share)));
     output::emit(a.json, &c, || compare::render_comparison(&c, &what_a, &what_b))?;
-    Ok(Outcome::Passed)
+    Ok(if c.gate.as_ref().is_some_and(|g| g.failed) {
+        Outcome::ChecksFailed
+    } else {
+        Outcome::Passed
+    })
 }
 
 pub fn report_cmd(a: ReportArgs) -> anyhow::Result<Outcome> {

@@ -39,6 +39,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         return dry_run(&file, &opts, stop);
     }
     let mut store = open(&a.store)?;
+    let ci = crate::ci_out::CiOut::open(&a.ci)?;
     let live =
         live_cmd::start(&a.live, RunInfo::new("sweep", std::slice::from_ref(&file.name), false))?;
     let mut line = Line::new();
@@ -63,6 +64,23 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
             .map_err(|e| anyhow::anyhow!("{e}"))?
     };
     let rows = compare::table(&groups);
+    let failed: Vec<&sweep::Finished> =
+        outcome.finished.iter().filter(|c| !c.load.check.passed).collect();
+    let checks: Vec<serde_json::Value> = outcome
+        .runs
+        .iter()
+        .zip(&outcome.finished)
+        .map(|(id, c)| {
+            serde_json::json!({
+                "run": id,
+                "variant": c.variant,
+                "repeat": c.repeat,
+                "passed": c.load.check.passed,
+                "reason": c.load.check.reason,
+                "thresholds": c.load.thresholds,
+            })
+        })
+        .collect();
     let summary = serde_json::json!({
         "sweep": outcome.sweep,
         "name": file.name,
@@ -70,6 +88,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         "runs": outcome.runs,
         "store": store.path(),
         "variants": rows,
+        "checks": checks,
         "error": outcome.error.as_ref().map(ToString::to_string),
     });
     output::emit(a.json, &summary, || {
@@ -82,6 +101,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
             store.path().display()
         );
         t += &compare::render_table(&rows);
+        t += &checks_text(&outcome.finished, &failed);
         if !outcome.runs.is_empty() {
             t += &format!("\nqpslab report sweep:{} -o report.html   draws it\n", outcome.sweep);
         }
@@ -98,9 +118,17 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         outcome.status.name(),
         outcome.runs.len()
     );
-    live_cmd::finish(live, outcome.status == Status::Done, summary, html);
+    let named: Vec<(String, &qpslab_load::Report, String)> = outcome
+        .finished
+        .iter()
+        .map(|c| (format!("{} #{}", c.variant, c.repeat), &c.load, c.text.clone()))
+        .collect();
+    ci.write(("sweep", &file.name), &named)?;
+    let passed = outcome.status == Status::Done && failed.is_empty();
+    live_cmd::finish(live, passed, summary, html);
     match (outcome.status, outcome.error) {
-        (Status::Done, _) => Ok(Outcome::Passed),
+        (Status::Done, _) if failed.is_empty() => Ok(Outcome::Passed),
+        (Status::Done, _) => Ok(Outcome::ChecksFailed),
         (Status::Stopped, _) => {
             eprintln!("qpslab: sweep stopped by a signal; the finished runs are stored");
             Ok(Outcome::ChecksFailed)
@@ -111,6 +139,29 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         }
         (Status::Failed, None) => Ok(Outcome::ChecksFailed),
     }
+}
+
+/// How the runs did against their checks: a line for each that failed, and with thresholds,
+/// how many passed them all.
+fn checks_text(finished: &[sweep::Finished], failed: &[&sweep::Finished]) -> String {
+    let mut t = String::new();
+    let with = finished.iter().filter(|c| !c.load.thresholds.is_empty()).count();
+    if with > 0 {
+        let passed =
+            finished.iter().filter(|c| c.load.thresholds.iter().all(|th| th.passed)).count();
+        t += &format!("\nthresholds: {passed} of {} run(s) passed every one\n", finished.len());
+    }
+    if !failed.is_empty() {
+        t += "\n";
+    }
+    for c in failed {
+        let reason = c.load.check.reason.as_deref().unwrap_or("failed its checks");
+        t += &format!("FAILED {} #{}: {reason}\n", c.variant, c.repeat);
+        for th in c.load.thresholds.iter().filter(|th| !th.passed) {
+            t += &format!("  {}\n", th.line());
+        }
+    }
+    t
 }
 
 /// `--dry-run`: the variants the file gives, each checked as a real run checks it before its

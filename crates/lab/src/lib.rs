@@ -8,6 +8,7 @@
 //! is faster beyond noise; [`record`] says what of a run the runs store (`qpslab_runs`) keeps.
 
 pub mod bench;
+pub mod ci;
 pub mod climb;
 pub mod doctor;
 pub mod hostset;

@@ -1,12 +1,13 @@
 //! The one-screen text summary of a bench.
 
+use std::fmt::Write as _;
+
 use qpslab_host::CpuSet;
 
 use crate::bench::BenchReport;
 
 /// The one-screen summary of a bench.
 pub fn render_text(r: &BenchReport) -> String {
-    use std::fmt::Write as _;
     let mut o = String::new();
     let l = &r.load;
     let ms = qpslab_runs::compare::fmt_us;
@@ -98,11 +99,21 @@ pub fn render_text(r: &BenchReport) -> String {
         let _ = writeln!(o, "note        {note}");
     }
     o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
+    o.push_str(&checks_text(l));
+    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
+    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o
+}
+
+/// A line per `--threshold`, then why the run failed its checks.
+fn checks_text(l: &qpslab_load::Report) -> String {
+    let mut o = String::new();
+    for t in &l.thresholds {
+        let _ = writeln!(o, "threshold   {}", t.verdict());
+    }
     if let Some(reason) = l.check.reason.as_deref().filter(|_| !l.check.passed) {
         let _ = writeln!(o, "FAILED      {reason}");
     }
-    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
-    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
     o
 }
 

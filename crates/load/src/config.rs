@@ -116,6 +116,8 @@ pub struct LoadConfig {
     pub cpus: Option<Vec<usize>>,
     pub accept_status: StatusSet,
     pub max_error_rate: f64,
+    /// `--threshold`: checks on the finished run.
+    pub thresholds: Vec<crate::threshold::Threshold>,
     /// Requests kept in flight per connection (1: no pipelining; with HTTP/2, its streams).
     pub pipeline: usize,
     /// HTTP/2 (`--h2`): what the connections announce.
@@ -270,6 +272,7 @@ impl LoadConfig {
                 .transpose()?
                 .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
+            thresholds: thresholds(&opts.thresholds)?,
             pipeline,
             h2: opts.h2.then(|| crate::session::h2::H2Settings {
                 streams: opts.streams as u32,
@@ -575,6 +578,16 @@ pub(crate) fn online_cpus() -> usize {
 
 fn distinct_cpus(cpus: &[usize]) -> usize {
     cpus.iter().collect::<std::collections::BTreeSet<_>>().len()
+}
+
+/// `--threshold`s, parsed; the first malformed one is the error.
+pub fn thresholds(exprs: &[String]) -> Result<Vec<crate::threshold::Threshold>, ConfigError> {
+    exprs
+        .iter()
+        .map(|e| {
+            crate::threshold::Threshold::parse(e).map_err(|m| ConfigError::new("--threshold", m))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod target;
 pub mod targets;
 pub mod targets_file;
 pub mod template;
+pub mod threshold;
 pub mod tls;
 pub mod variants;
 pub mod wire;

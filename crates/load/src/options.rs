@@ -65,8 +65,9 @@ impl PollMode {
 /// file here). The round-trip test holds every other flag to a key that travels.
 pub const LOCAL_ONLY: &[&str] = &["log"];
 
-/// Flags whose key is not their own name: `urls` is the command line's URLs.
-pub const KEY_OF: &[(&str, &str)] = &[("urls", "urls-file")];
+/// Flags whose key is not their own name: `urls` is the command line's URLs; `--threshold`,
+/// repeatable, is the list `thresholds`.
+pub const KEY_OF: &[(&str, &str)] = &[("urls", "urls-file"), ("threshold", "thresholds")];
 
 /// The load's options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
@@ -275,6 +276,12 @@ pub struct LoadOptions {
     /// Status codes >= 400 that count as success, e.g. 404,500-599
     #[arg(long, value_name = "LIST")]
     pub accept_status: Option<String>,
+
+    /// A check on the finished run, repeatable: p99<2ms, p99.9<=10ms, mean<1ms, max<1s,
+    /// rps>50000, errors<0.1% (or a count: errors<10), gen-busy<0.9. A failed one exits 1; one
+    /// on errors replaces --max-error-rate
+    #[arg(long = "threshold", value_name = "EXPR")]
+    pub thresholds: Vec<String>,
 }
 
 impl LoadOptions {
@@ -338,6 +345,7 @@ impl Default for LoadOptions {
             cpus: None,
             max_error_rate: 0.0,
             accept_status: None,
+            thresholds: Vec::new(),
         }
     }
 }
@@ -539,6 +547,7 @@ mod tests {
             "ORDER" => "random:7".into(),
             "N|none|name" => "none".into(),
             "PATH" => "/tmp/qpslab-test.sock".into(),
+            "EXPR" => "p99<2ms".into(),
             _ => return None,
         })
     }

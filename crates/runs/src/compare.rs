@@ -240,6 +240,53 @@ pub struct Comparison {
     /// The side that ran with `--profile` when the other did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiled_only: Option<&'static str>,
+    /// `compare --gate`: whether B is a regression to stop on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
+}
+
+/// `compare --gate MIN%`: B fails only when the noise rule calls it worse than A **and** it
+/// lost at least MIN% of A's ok responses per second (medians): significance alone would
+/// stop on losses too small to matter, a minimum alone on noise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gate {
+    pub min_loss_pct: f64,
+    /// `(1 - B/A) * 100` of the medians; negative when B gained.
+    pub loss_pct: f64,
+    pub failed: bool,
+    /// `gate 2%: failed, B lost 5.3% of A's ok responses/s, beyond noise`.
+    pub line: String,
+}
+
+impl Gate {
+    pub fn of(verdict: Option<&Verdict>, min_loss_pct: f64) -> Gate {
+        let head = format!("gate {min_loss_pct}%");
+        let Some(v) = verdict else {
+            return Gate {
+                min_loss_pct,
+                loss_pct: 0.0,
+                failed: false,
+                line: format!("{head}: passed, A had no ok response to lose"),
+            };
+        };
+        let loss_pct = (1.0 - v.ratio) * 100.0;
+        let worse = v.judgement == "beyond-noise" && v.high < 1.0;
+        let failed = worse && loss_pct >= min_loss_pct;
+        let why = match (worse, v.judgement) {
+            (true, _) if failed => format!("B lost {loss_pct:.1}% of A's ok responses/s, beyond noise"),
+            (true, _) => format!(
+                "B lost {loss_pct:.1}% of A's ok responses/s, beyond noise but under {min_loss_pct}%"
+            ),
+            (false, "too-few-repeats") => format!(
+                "B is {:.2}x A, too few repeats to call it beyond noise (repeat 3 or more times)",
+                v.ratio
+            ),
+            (false, "beyond-noise") => format!("B is {:.2}x A, better beyond noise", v.ratio),
+            _ => format!("B is {:.2}x A, within noise", v.ratio),
+        };
+        let verdict = if failed { "failed" } else { "passed" };
+        Gate { min_loss_pct, loss_pct, failed, line: format!("{head}: {verdict}, {why}") }
+    }
 }
 
 /// Compares B with A; None when a group has no runs.
@@ -282,6 +329,7 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
         appeared: fb.difference(&fa).cloned().collect(),
         gone: fa.difference(&fb).cloned().collect(),
         profiled_only,
+        gate: None,
         a: sa,
         b: sb,
         verdict,
@@ -415,6 +463,9 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
         list(&c.appeared),
         list(&c.gone)
     );
+    if let Some(g) = &c.gate {
+        let _ = writeln!(o, "{}", g.line);
+    }
     o
 }
 
@@ -538,6 +589,31 @@ mod tests {
 
     /// Regression: B answering nothing but 404, and faster, was "B is 1.27x A" without a word
     /// on the statuses. Ok responses are compared, and the change in failures is named.
+    #[test]
+    fn the_gate_stops_on_a_loss_beyond_noise_and_at_least_its_minimum() {
+        let a = [100_000.0, 101_000.0, 99_500.0];
+        let gate = |b: &[f64], min: f64| Gate::of(verdict(&a, b).as_ref(), min);
+        // About 10% lost, every B below every A.
+        let lost = [90_000.0, 90_500.0, 89_800.0];
+        let g = gate(&lost, 3.0);
+        assert!(g.failed && (g.loss_pct - 10.0).abs() < 0.01, "{g:?}");
+        assert_eq!(g.line, "gate 3%: failed, B lost 10.0% of A's ok responses/s, beyond noise");
+        let g = gate(&lost, 15.0);
+        assert!(!g.failed);
+        assert!(g.line.ends_with("beyond noise but under 15%"), "{}", g.line);
+        // Better, within noise, or apart with too few repeats: never a failure.
+        for (b, says) in [
+            (&[110_000.0, 111_000.0, 112_000.0][..], "better beyond noise"),
+            (&[99_000.0, 100_500.0, 101_500.0][..], "within noise"),
+        ] {
+            let g = gate(b, 0.0);
+            assert!(!g.failed && g.line.contains(says), "{}", g.line);
+        }
+        let few = Gate::of(verdict(&a[..2], &lost[..2]).as_ref(), 1.0);
+        assert!(!few.failed && few.line.contains("too few repeats"), "{}", few.line);
+        assert!(!Gate::of(None, 1.0).failed);
+    }
+
     #[test]
     fn a_run_answering_errors_faster_is_not_called_faster() {
         let group = |name: &str, runs: Vec<StoredRun>| Group { name: name.into(), runs };

@@ -4,6 +4,7 @@
 
 mod agents;
 mod browser;
+mod ci;
 #[path = "../common/mod.rs"]
 mod common;
 mod feed;

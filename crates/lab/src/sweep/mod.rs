@@ -76,6 +76,15 @@ impl Status {
     }
 }
 
+/// A finished run of a sweep, for its checks.
+#[derive(Debug)]
+pub struct Finished {
+    pub variant: String,
+    pub repeat: u32,
+    pub load: qpslab_load::Report,
+    pub text: String,
+}
+
 /// The sweep as it ended.
 #[derive(Debug)]
 pub struct Outcome {
@@ -83,6 +92,8 @@ pub struct Outcome {
     pub status: Status,
     /// Stored runs, in the order they ran.
     pub runs: Vec<i64>,
+    /// The same runs' checks: variant, repeat, load report and text summary.
+    pub finished: Vec<Finished>,
     /// Why it failed.
     pub error: Option<SweepError>,
 }
@@ -203,7 +214,13 @@ pub fn run(
     let repeats = o.repeat.unwrap_or(sweep.repeat).max(1);
     let started = now();
     let id = store.begin_sweep(&sweep.name, &started, &sweep.text)?;
-    let mut outcome = Outcome { sweep: id, status: Status::Done, runs: Vec::new(), error: None };
+    let mut outcome = Outcome {
+        sweep: id,
+        status: Status::Done,
+        runs: Vec::new(),
+        finished: Vec::new(),
+        error: None,
+    };
     let total = ready.len() * repeats as usize;
     let clock = Instant::now();
     'all: for repeat in 1..=repeats {
@@ -229,7 +246,10 @@ pub fn run(
                 break 'all;
             }
             match visit(r, repeat, id, o, store, stop, feed) {
-                Ok(Some(run)) => outcome.runs.push(run),
+                Ok(Some((run, finished))) => {
+                    outcome.runs.push(run);
+                    outcome.finished.push(finished);
+                }
                 Ok(None) => {
                     outcome.status = Status::Stopped;
                     break 'all;
@@ -287,7 +307,7 @@ fn visit(
     store: &mut Store,
     stop: &AtomicBool,
     feed: &mut dyn Feed,
-) -> Result<Option<i64>, SweepError> {
+) -> Result<Option<(i64, Finished)>, SweepError> {
     let tune_err = |message: String| SweepError::Tune { variant: r.variant.name.clone(), message };
     let root = Root::live();
     let journal = tune::journal_path(&root, o.journal.as_deref());
@@ -332,7 +352,9 @@ fn visit(
     let in_sweep = InSweep { sweep, variant: &r.variant.name, repeat };
     let id = store_bench(store, &r.opts, &report, Some(in_sweep), o.label.as_deref(), &provenance)?;
     feed.event(&Event::Stored { id, throughput_rps: report.load.throughput_rps });
-    Ok(Some(id))
+    let text = crate::render_text(&report);
+    let finished = Finished { variant: r.variant.name.clone(), repeat, load: report.load, text };
+    Ok(Some((id, finished)))
 }
 
 /// A variant's host settings while its run lasts: applied here, or on the server host through

@@ -101,6 +101,9 @@ pub struct Report {
     pub port_budget: Option<PortBudget>,
     pub generator: Generator,
     pub check: Check,
+    /// `--threshold`: each check on the finished run and its outcome.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<crate::threshold::Outcome>,
     /// Per-second rows beside the summary.
     pub intervals: Vec<IntervalRow>,
     /// Stopped by SIGINT before the configured duration or request count.
@@ -667,6 +670,15 @@ impl Report {
         let (errors, error_examples) = errors(rec);
         let latency_us = Latency::from_histogram(&rec.latency);
         let starved = Starved::new(&result.waiting, latency_us.p999);
+        let generator = Generator::new(cfg, result, rate.as_ref());
+        let facts = crate::threshold::Facts {
+            latency: &rec.latency,
+            rps: per_sec(rec.completed),
+            sent: requests.sent,
+            errors: requests.failed + requests.bad_status,
+            gen_busy: generator.busy_ratio,
+        };
+        let thresholds: Vec<_> = cfg.thresholds.iter().map(|t| t.check(&facts)).collect();
         Self {
             version: meta.version.clone(),
             command: meta.command.clone(),
@@ -709,13 +721,14 @@ impl Report {
             latency_us,
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
-            generator: Generator::new(cfg, result, rate.as_ref()),
+            generator,
             rate,
             latency_hdr: encode_histogram(&rec.latency),
             per_target: per_target(cfg, result),
             pool: pool::PoolReport::new(cfg, result),
             port_budget: result.port_budget.clone(),
-            check: check(&requests, cfg, result.setup.as_ref(), &starved),
+            check: check(&requests, cfg, result.setup.as_ref(), &starved, &thresholds),
+            thresholds,
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
             agents: None,
@@ -904,7 +917,13 @@ fn interval_rows(samples: &[crate::Interval]) -> Vec<IntervalRow> {
         .collect()
 }
 
-fn check(r: &Requests, cfg: &LoadConfig, setup: Option<&crate::Setup>, starved: &Starved) -> Check {
+fn check(
+    r: &Requests,
+    cfg: &LoadConfig,
+    setup: Option<&crate::Setup>,
+    starved: &Starved,
+    thresholds: &[crate::threshold::Outcome],
+) -> Check {
     let max_error_rate = cfg.max_error_rate;
     let bad = r.failed + r.bad_status;
     let error_rate = if r.sent > 0 { bad as f64 / r.sent as f64 } else { 0.0 };
@@ -927,7 +946,7 @@ fn check(r: &Requests, cfg: &LoadConfig, setup: Option<&crate::Setup>, starved: 
             cfg.connections,
             fmt_us(starved.longest_wait_us as f64)
         ))
-    } else if error_rate > max_error_rate {
+    } else if error_rate > max_error_rate && !cfg.thresholds.iter().any(|t| t.on_errors()) {
         Some(format!(
             "error rate {:.4}% ({bad} of {} requests) is above --max-error-rate {}",
             error_rate * 100.0,
@@ -935,9 +954,20 @@ fn check(r: &Requests, cfg: &LoadConfig, setup: Option<&crate::Setup>, starved: 
             max_error_rate
         ))
     } else {
-        None
+        failed_thresholds(thresholds)
     };
     Check { passed: reason.is_none(), error_rate, max_error_rate, reason }
+}
+
+/// `threshold p99<2ms failed (p99 3.10ms)`, or how many failed and the first.
+fn failed_thresholds(outcomes: &[crate::threshold::Outcome]) -> Option<String> {
+    let failed: Vec<_> = outcomes.iter().filter(|o| !o.passed).collect();
+    let first = failed.first()?;
+    let more = match failed.len() {
+        1 => String::new(),
+        n => format!(" and {} more (see the threshold lines)", n - 1),
+    };
+    Some(format!("threshold {} failed ({}){more}", first.threshold, first.shown))
 }
 
 fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {

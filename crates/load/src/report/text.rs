@@ -18,6 +18,9 @@ pub(super) fn render(r: &Report) -> String {
     rate(r, &mut s);
     generator(r, &mut s);
     agents(r, &mut s);
+    for t in &r.thresholds {
+        let _ = writeln!(s, "{}", t.line());
+    }
     if let Some(reason) = &r.check.reason {
         let _ = writeln!(s, "FAILED: {reason}");
     }

@@ -1,0 +1,296 @@
+//! Pass/fail checks on a finished run (`--threshold`): `p99<2ms`, `p99.9<=10ms`, `mean<1ms`,
+//! `rps>50000`, `errors<0.1%` (a share of the requests sent), `errors<10` (a count),
+//! `gen-busy<0.9` (the generator's busy share). Percentiles come from the run's exact latency
+//! histogram, not from the rounded figures of the summary.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::report::fmt_us;
+
+/// One check, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    /// As the user wrote it, spaces removed.
+    pub expr: String,
+    metric: Metric,
+    op: Op,
+    /// In the metric's own unit: microseconds, requests/s, a share 0-1, a count.
+    limit: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Metric {
+    /// `pN`: the latency at percentile N (0-100].
+    Percentile(f64),
+    Mean,
+    Max,
+    Rps,
+    /// Failed requests and bad statuses over requests sent.
+    ErrorRate,
+    /// Failed requests and bad statuses.
+    Errors,
+    GenBusy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// What a threshold is checked against: the run's figures.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    pub latency: &'a Histogram<u64>,
+    pub rps: f64,
+    pub sent: u64,
+    /// Failed requests and bad statuses.
+    pub errors: u64,
+    pub gen_busy: f64,
+}
+
+/// A threshold checked: in the report's JSON and its text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub threshold: String,
+    pub passed: bool,
+    /// What was measured, in the metric's unit (`unit`).
+    pub value: f64,
+    pub unit: &'static str,
+    /// The metric and its value as the text shows them: `p99 3.10ms`.
+    pub shown: String,
+}
+
+impl Outcome {
+    /// `threshold p99<2ms: failed, p99 3.10ms`.
+    pub fn line(&self) -> String {
+        format!("threshold {}", self.verdict())
+    }
+
+    /// `p99<2ms: failed, p99 3.10ms`.
+    pub fn verdict(&self) -> String {
+        let verdict = if self.passed { "passed" } else { "failed" };
+        format!("{}: {verdict}, {}", self.threshold, self.shown)
+    }
+}
+
+const FORMS: &str = "pN<TIME (p99<2ms, p99.9<10ms), mean<TIME, max<TIME, rps>N, errors<P% or \
+                     errors<N, gen-busy<R (TIME in us, ms or s; <, <=, > or >=)";
+
+impl Threshold {
+    /// Parses `expr`; an error names it, says what is wrong and gives the forms there are.
+    pub fn parse(expr: &str) -> Result<Threshold, String> {
+        let text: String = expr.chars().filter(|c| !c.is_whitespace()).collect();
+        let bad = |why: &str| format!("{expr:?}: {why}; the forms are {FORMS}");
+        let at = text.find(['<', '>']).ok_or_else(|| bad("no comparison (<, <=, > or >=)"))?;
+        let (name, rest) = text.split_at(at);
+        let (op, value) = match rest.as_bytes() {
+            [b'<', b'=', ..] => (Op::Le, &rest[2..]),
+            [b'>', b'=', ..] => (Op::Ge, &rest[2..]),
+            [b'<', ..] => (Op::Lt, &rest[1..]),
+            _ => (Op::Gt, &rest[1..]),
+        };
+        let metric = match name.to_ascii_lowercase().as_str() {
+            "mean" => Metric::Mean,
+            "max" => Metric::Max,
+            "rps" => Metric::Rps,
+            "errors" if value.ends_with('%') => Metric::ErrorRate,
+            "errors" => Metric::Errors,
+            "gen-busy" => Metric::GenBusy,
+            p if p.starts_with('p') => match p[1..].parse::<f64>() {
+                Ok(q) if q > 0.0 && q <= 100.0 => Metric::Percentile(q),
+                _ => return Err(bad(&format!("{name}: a percentile is p followed by 0-100"))),
+            },
+            "" => return Err(bad("no metric before the comparison")),
+            _ => return Err(bad(&format!("unknown metric {name:?}"))),
+        };
+        let limit = match metric {
+            Metric::Percentile(_) | Metric::Mean | Metric::Max => time_us(value),
+            Metric::ErrorRate => number(&value[..value.len() - 1]).map(|p| p / 100.0),
+            Metric::Rps => rate(value),
+            Metric::Errors | Metric::GenBusy => number(value),
+        }
+        .map_err(|why| bad(&why))?;
+        Ok(Threshold { expr: text, metric, op, limit })
+    }
+
+    /// Whether this threshold is on the error count or share (which then replaces
+    /// `--max-error-rate`).
+    pub fn on_errors(&self) -> bool {
+        matches!(self.metric, Metric::ErrorRate | Metric::Errors)
+    }
+
+    /// This threshold checked against a run's figures.
+    pub fn check(&self, f: &Facts) -> Outcome {
+        let share = |n: u64| if f.sent > 0 { n as f64 / f.sent as f64 } else { 0.0 };
+        let (value, unit, shown) = match self.metric {
+            Metric::Percentile(q) => {
+                // 99.9 / 100 is 0.9990000000000001 in f64, one more sample than 0.999 asks
+                // for among 1000: the quantile as its decimal would be written.
+                let quantile = (q * 1e6).round() / 1e8;
+                let v = f.latency.value_at_quantile(quantile) as f64;
+                (v, "us", format!("p{} {}", fmt_q(q), fmt_us(v)))
+            }
+            Metric::Mean => (f.latency.mean(), "us", format!("mean {}", fmt_us(f.latency.mean()))),
+            Metric::Max => {
+                let v = f.latency.max() as f64;
+                (v, "us", format!("max {}", fmt_us(v)))
+            }
+            Metric::Rps => (f.rps, "requests/s", format!("rps {:.0}", f.rps)),
+            Metric::ErrorRate => {
+                let v = share(f.errors);
+                (v, "share", format!("errors {:.3}% ({} of {})", v * 100.0, f.errors, f.sent))
+            }
+            Metric::Errors => (f.errors as f64, "count", format!("errors {}", f.errors)),
+            Metric::GenBusy => (f.gen_busy, "share", format!("gen-busy {:.2}", f.gen_busy)),
+        };
+        // No response: no latency to judge, so a latency threshold cannot pass.
+        let measured = !f.latency.is_empty() || !self.on_latency();
+        let passed = measured
+            && match self.op {
+                Op::Lt => value < self.limit,
+                Op::Le => value <= self.limit,
+                Op::Gt => value > self.limit,
+                Op::Ge => value >= self.limit,
+            };
+        let shown = if measured { shown } else { "no response to measure".into() };
+        Outcome { threshold: self.expr.clone(), passed, value, unit, shown }
+    }
+
+    fn on_latency(&self) -> bool {
+        matches!(self.metric, Metric::Percentile(_) | Metric::Mean | Metric::Max)
+    }
+}
+
+/// `99`, `99.9`, `99.99`.
+fn fmt_q(q: f64) -> String {
+    let s = format!("{q:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn number(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number (0 or more)")),
+    }
+}
+
+/// `50000`, `50k`, `1.2M`.
+fn rate(s: &str) -> Result<f64, String> {
+    let (digits, scale) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1e3),
+        Some(b'M') => (&s[..s.len() - 1], 1e6),
+        _ => (s, 1.0),
+    };
+    number(digits).map(|v| v * scale)
+}
+
+/// `2ms`, `500us`, `1.5s` in microseconds; a time needs its unit.
+fn time_us(s: &str) -> Result<f64, String> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic() || c == 'µ').unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let scale = match unit {
+        "us" | "µs" => 1.0,
+        "ms" => 1e3,
+        "s" => 1e6,
+        "" => return Err(format!("{s:?} has no unit: give us, ms or s (e.g. {s}ms)")),
+        _ => return Err(format!("unknown time unit {unit:?}: give us, ms or s")),
+    };
+    number(digits).map(|v| v * scale)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    fn facts(h: &Histogram<u64>) -> Facts<'_> {
+        Facts { latency: h, rps: 51_000.0, sent: 10_000, errors: 12, gen_busy: 0.42 }
+    }
+
+    #[test]
+    fn each_form_is_checked_on_the_exact_figures() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        // 990 at 1ms, 9 at 3.1ms, 1 at 20ms: p99 = 1ms, p99.9 = 3.1ms, max 20ms.
+        h.record_n(1000, 990).unwrap();
+        h.record_n(3100, 9).unwrap();
+        h.record(20_000).unwrap();
+        let f = facts(&h);
+        let lines: Vec<String> = [
+            "p99<2ms",
+            "p99.9 < 2ms",
+            "p99.9<=3101us",
+            "max<1s",
+            "mean<1ms",
+            "rps>50k",
+            "rps>=0.06M",
+            "errors<0.1%",
+            "errors<0.2%",
+            "errors<=12",
+            "gen-busy<0.9",
+            "P50>1ms",
+        ]
+        .iter()
+        .map(|e| Threshold::parse(e).unwrap().check(&f).line())
+        .collect();
+        let h_mean = fmt_us(h.mean());
+        assert_eq!(
+            lines,
+            [
+                "threshold p99<2ms: passed, p99 1.00ms".to_string(),
+                "threshold p99.9<2ms: failed, p99.9 3.10ms".into(),
+                "threshold p99.9<=3101us: passed, p99.9 3.10ms".into(),
+                "threshold max<1s: passed, max 20.02ms".into(),
+                format!("threshold mean<1ms: failed, mean {h_mean}"),
+                "threshold rps>50k: passed, rps 51000".into(),
+                "threshold rps>=0.06M: failed, rps 51000".into(),
+                "threshold errors<0.1%: failed, errors 0.120% (12 of 10000)".into(),
+                "threshold errors<0.2%: passed, errors 0.120% (12 of 10000)".into(),
+                "threshold errors<=12: passed, errors 12".into(),
+                "threshold gen-busy<0.9: passed, gen-busy 0.42".into(),
+                "threshold P50>1ms: failed, p50 1.00ms".into(),
+            ]
+        );
+        // The same samples the summary's percentiles take.
+        for (p, q) in
+            [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999), ("p99.99", 0.9999)]
+        {
+            let o = Threshold::parse(&format!("{p}<1s")).unwrap().check(&f);
+            assert_eq!(o.value, h.value_at_quantile(q) as f64, "{p}");
+        }
+        assert!(Threshold::parse("errors<1%").unwrap().on_errors());
+        assert!(!Threshold::parse("p99<1ms").unwrap().on_errors());
+    }
+
+    #[test]
+    fn a_latency_threshold_without_a_response_fails() {
+        let h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        let o = Threshold::parse("p99<1s").unwrap().check(&facts(&h));
+        assert_eq!(o.line(), "threshold p99<1s: failed, no response to measure");
+        assert!(Threshold::parse("rps<1M").unwrap().check(&facts(&h)).passed);
+    }
+
+    #[test]
+    fn malformed_ones_are_named_with_the_reason() {
+        for (bad, says) in [
+            ("p99", "no comparison"),
+            ("<2ms", "no metric"),
+            ("p99<2", "has no unit"),
+            ("p99<2min", "unknown time unit \"min\""),
+            ("p101<2ms", "p followed by 0-100"),
+            ("px<2ms", "p followed by 0-100"),
+            ("latency<2ms", "unknown metric \"latency\""),
+            ("rps>fast", "\"fast\" is not a number"),
+            ("errors<-1%", "\"-1\" is not a number"),
+            ("gen-busy<", "\"\" is not a number"),
+        ] {
+            let e = Threshold::parse(bad).unwrap_err();
+            assert!(e.starts_with(&format!("{bad:?}: ")), "{e}");
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(e.contains("the forms are pN<TIME"), "{e}");
+        }
+    }
+}
