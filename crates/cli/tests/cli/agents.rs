@@ -343,7 +343,11 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
         let due = 6000.0 * (s + 1) as f64;
         assert!((so_far - due).abs() < 600.0, "{so_far} by second {}: {rows:?}", s + 1);
     }
-    assert!((so_far / 30_000.0 - 1.0).abs() < 0.01, "{so_far} in five seconds: {rows:?}");
+    // Sent: the schedule's 30,000 split exactly over the agents (within 1%); answered within
+    // the window, 2% (a starved last second's answers come after the end: 29,614 seen in CI).
+    let sent = r["requests"]["sent"].as_f64().unwrap();
+    assert!((sent / 30_000.0 - 1.0).abs() < 0.01, "{sent} sent in five seconds");
+    assert!((so_far / 30_000.0 - 1.0).abs() < 0.02, "{so_far} in five seconds: {rows:?}");
     let text = lab.load(None, &["-n", "300", "-c", "3", &lab.url()]).output().unwrap();
     let t = String::from_utf8_lossy(&text.stdout);
     assert!(t.contains("Agents: 3, started within"), "{t}");
