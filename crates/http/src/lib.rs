@@ -6,6 +6,8 @@
 //! or statistics: callers feed bytes and act on the events returned.
 
 pub mod chunked;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h2;
 pub mod request;
 pub mod request_head;

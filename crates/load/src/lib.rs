@@ -44,6 +44,9 @@ pub use feed::{Event, Feed};
 pub use qpslab_sys::thread::CpuTime;
 pub use qpslab_sys::uring::{Engine, IoChoice};
 pub use report::Report;
+/// The fuzz target's body: the HTTP/2 connection fed any server bytes.
+#[doc(hidden)]
+pub use session::fuzzing;
 pub use stats::{ErrorClass, Recorder};
 pub use worker::ThreadProgress;
 

@@ -7,6 +7,7 @@
 //! hands back. Its sibling [`h2::Http2`] gives the engine the same answers for HTTP/2;
 //! [`Session`] is either.
 
+pub mod fuzzing;
 pub(crate) mod h2;
 
 use std::collections::VecDeque;

@@ -24,6 +24,9 @@ use thiserror::Error;
 
 pub use config::{AcceptMode, ConfigError, Engine, IoChoice, ServeConfig, ServeOptions};
 pub use qpslab_sys::sockets::Holder;
+/// The fuzz targets' bodies: the server's connection fed any client bytes.
+#[doc(hidden)]
+pub use worker::fuzzing;
 pub use worker::{WorkerCounters, WorkerStats};
 
 /// Why the server could not start or a worker failed.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::date::{imf_fixdate, now_secs};
 
 pub(crate) mod epoll;
+pub mod fuzzing;
 mod h2;
 mod session;
 mod tls;

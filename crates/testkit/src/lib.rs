@@ -457,3 +457,21 @@ pub fn write_process(
         &format!("Limit                     Soft Limit           Hard Limit           Units\nMax open files            {nofile}                 {nofile}                 files\n"),
     )
 }
+
+/// Replays the committed fuzz corpus of `target` (every file of `fuzz/corpus/TARGET`) through
+/// `f`, the body the fuzzer runs; at least `min` inputs. A failing input is named.
+pub fn replay_corpus(target: &str, min: usize, f: fn(&[u8])) {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut n = 0;
+    for entry in entries {
+        let path = entry.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path();
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if std::panic::catch_unwind(|| f(&data)).is_err() {
+            panic!("{} fails the {target} target", path.display());
+        }
+        n += 1;
+    }
+    assert!(n >= min, "{target}: {n} inputs in {}, expected {min} or more", dir.display());
+}

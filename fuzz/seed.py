@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed inputs into fuzz/corpus/TARGET/: requests and responses from
+the tests, the bad inputs a server must survive, and the RFC examples (RFC 9112's chunked body,
+RFC 7541 appendix C's header blocks, RFC 9113's frames). The fuzzer grows the corpus from them;
+`cargo fuzz cmin` keeps the inputs that add coverage. Each file is named by its SHA-1, as
+libFuzzer names what it finds. Usage: python3 fuzz/seed.py"""
+
+import hashlib
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, hashlib.sha1(data).hexdigest()), "wb") as f:
+        f.write(data)
+
+
+def frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+DATA, HEADERS, PRIORITY, RST, SETTINGS, PUSH, PING, GOAWAY, WINDOW, CONT = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIO = 1, 1, 4, 8, 0x20
+
+# RFC 7541 appendix C.3 (no Huffman) and C.4 (Huffman): three requests on one connection.
+C3 = [bytes.fromhex(h) for h in (
+    "828684410f7777772e6578616d706c652e636f6d",
+    "828684be58086e6f2d6361636865",
+    "828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565")]
+C4 = [bytes.fromhex(h) for h in (
+    "828684418cf1e3c2e5f23a6ba0ab90f4ff",
+    "828684be5886a8eb10649cbf",
+    "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf")]
+STATUS_200, STATUS_404 = b"\x88", b"\x8d"
+
+REQUESTS = [
+    b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET /1k?s=1024&c=201 HTTP/1.1\r\nHost: a\r\nUser-Agent: qpslab\r\n\r\n",
+    b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET /?t=5 HTTP/1.1\r\nHost: a\r\n\r\nGET /?k=0 HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+    b"POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nT: 1\r\n\r\n",
+    b"POST /p HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+    b"GET /?chunked=1&s=100 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    b"\r\nGET http://h/x HTTP/1.2\r\nHost: h\r\nConnection: close\r\n\r\n",
+    # The bad inputs a server must survive.
+    b"GET / HTTP/1.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length : 5\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n",
+    b"GET / HTTP/1.1\rHost: a\r\n\r\n",
+    b"GET /\x00 HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET / http/1.1\r\nHost: a\r\n\r\n",
+    b"GET / HTTP/2.0\r\nHost: a\r\n\r\n",
+    b"GET /" + b"a" * 300 + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET / HTTP/1.1\r\n" + b"".join(b"X%d: v\r\n" % i for i in range(12)) + b"Host: a\r\n\r\n",
+    b"BREW / HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\nhello",
+    b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\nhello",
+    b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n",
+    b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(32),
+    b"".join(b"GET /%d HTTP/1.1\r\nHost: a\r\n\r\n" % i for i in range(16)),
+]
+
+RESPONSES = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\n\r\nuntil close",
+    b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1, 1\r\n\r\nx",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
+]
+
+CHUNKED = [
+    b"4\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\n\r\n",
+    b"4;name=value;x\r\nWiki\r\n0\r\nExpires: never\r\nT: 2\r\n\r\n",
+    b"0\r\n\r\nGET / HTTP/1.1\r\n",
+    b"ffffffffffffffff\r\n", b"1\nx\n0\n\n", b"1 \r\nx\r\n", b"2\r\nabc\r\n",
+]
+
+
+def h2_client_frames():
+    """Client frames after the preface, as the server reads them."""
+    settings = frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 1 << 20) + struct.pack(">HI", 1, 0))
+    yield settings + frame(HEADERS, END_STREAM | END_HEADERS, 1, C3[0])
+    yield settings + b"".join(frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, b)
+                              for i, b in enumerate(C4))
+    post = bytes.fromhex("83868441") + bytes([1]) + b"a" + b"\x04\x02/p"
+    yield settings + frame(HEADERS, END_HEADERS, 1, post) + frame(DATA, 0, 1, b"x" * 100) \
+        + frame(DATA, END_STREAM | PADDED, 1, b"\x03abc\x00\x00\x00") + frame(WINDOW, 0, 0, struct.pack(">I", 1000))
+    yield settings + frame(HEADERS, END_HEADERS, 1, C3[0][:5]) + frame(CONT, END_HEADERS, 1, C3[0][5:]) \
+        + frame(DATA, END_STREAM, 1, b"")
+    yield frame(SETTINGS, 0, 0) + frame(PING, 0, 0, b"12345678") + frame(SETTINGS, ACK, 0) \
+        + frame(PRIORITY, 0, 3, struct.pack(">IB", 3, 16)) \
+        + frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 5, struct.pack(">IB", 5, 16) + C3[0]) \
+        + frame(RST, 0, 1, struct.pack(">I", 8)) + frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0))
+    yield frame(SETTINGS, 0, 0) + frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                                        bytes.fromhex("8286") + b"\x04\x07/?t=10&" + b"\x41\x01a")
+
+
+def h2_server_frames():
+    """Server frames, as the load generator reads them (its streams are 1, 3, 5, 7)."""
+    settings = frame(SETTINGS, 0, 0, struct.pack(">HI", 3, 100) + struct.pack(">HI", 4, 1 << 16))
+    yield settings + frame(SETTINGS, ACK, 0) + frame(HEADERS, END_STREAM | END_HEADERS, 1, STATUS_200)
+    yield settings + frame(HEADERS, END_HEADERS, 1, STATUS_200 + b"\x5c\x015") \
+        + frame(DATA, END_STREAM, 1, b"hello") + frame(WINDOW, 0, 0, struct.pack(">I", 1 << 20)) \
+        + frame(WINDOW, 0, 1, struct.pack(">I", 1 << 16))
+    yield settings + frame(HEADERS, END_STREAM | END_HEADERS, 3, STATUS_404) \
+        + frame(RST, 0, 1, struct.pack(">I", 7)) + frame(PING, 0, 0, b"abcdefgh") \
+        + frame(GOAWAY, 0, 0, struct.pack(">II", 3, 0))
+    yield frame(SETTINGS, 0, 0, struct.pack(">HI", 1, 0)) \
+        + frame(HEADERS, END_HEADERS, 1, b"\x3f\xe1\x1f" + STATUS_200) + frame(CONT, END_HEADERS, 1, b"") \
+        + frame(DATA, END_STREAM | PADDED, 1, b"\x02ab\x00\x00")
+    yield frame(HEADERS, END_HEADERS, 1, b"\x08\x03\x31\x30\x30") + frame(HEADERS, END_STREAM | END_HEADERS, 1, STATUS_200)
+
+
+def client_hellos():
+    """ClientHellos as Python's ssl module (OpenSSL) writes them: TLS 1.3 and 1.2, with ALPN."""
+    import ssl
+    for version, alpn in ((ssl.TLSVersion.TLSv1_3, ["h2", "http/1.1"]), (ssl.TLSVersion.TLSv1_2, ["http/1.1"])):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.minimum_version = ctx.maximum_version = version
+        ctx.set_alpn_protocols(alpn)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        conn = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        try:
+            conn.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        yield outgoing.read()
+
+
+def main():
+    for r in REQUESTS:
+        put("request_head", r)
+        put("serve_session", b"\x00" + r)
+        put("serve_session", b"\x07" + r)
+        put("serve_session", b"\xff" + r)
+    for r in RESPONSES:
+        put("response", bytes([len(r) // 2]) + r)
+    for c in CHUNKED:
+        put("chunked", bytes([len(c) // 2]) + c)
+    for blocks in (C3, C4, [STATUS_200, STATUS_404, b"\x3f\xe1\x1f\x88", b"\x20\x88"]):
+        put("hpack", b"".join(bytes([len(b)]) + b for b in blocks))
+    for f in h2_client_frames():
+        put("serve_h2_session", b"\xff" + f)
+        put("serve_h2_session", b"\x04" + f)
+        put("h2_frames", f)
+    for hello in client_hellos():
+        put("serve_tls", b"\xff" + hello)
+        put("serve_tls", b"\x10" + hello)
+        put("serve_tls", b"\xff" + hello + b"\x15\x03\x03\x00\x02\x01\x00")
+    for f in h2_server_frames():
+        put("load_h2_client", b"\xff" + f)
+        put("load_h2_client", b"\x05" + f)
+        put("h2_frames", f)
+
+
+if __name__ == "__main__":
+    main()
