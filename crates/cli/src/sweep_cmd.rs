@@ -66,21 +66,6 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
     let rows = compare::table(&groups);
     let failed: Vec<&sweep::Finished> =
         outcome.finished.iter().filter(|c| !c.load.check.passed).collect();
-    let checks: Vec<serde_json::Value> = outcome
-        .runs
-        .iter()
-        .zip(&outcome.finished)
-        .map(|(id, c)| {
-            serde_json::json!({
-                "run": id,
-                "variant": c.variant,
-                "repeat": c.repeat,
-                "passed": c.load.check.passed,
-                "reason": c.load.check.reason,
-                "thresholds": c.load.thresholds,
-            })
-        })
-        .collect();
     let summary = serde_json::json!({
         "sweep": outcome.sweep,
         "name": file.name,
@@ -88,7 +73,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         "runs": outcome.runs,
         "store": store.path(),
         "variants": rows,
-        "checks": checks,
+        "checks": checks_json(&outcome),
         "error": outcome.error.as_ref().map(ToString::to_string),
     });
     output::emit(a.json, &summary, || {
@@ -118,27 +103,50 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         outcome.status.name(),
         outcome.runs.len()
     );
-    let named: Vec<(String, &qpslab_load::Report, String)> = outcome
-        .finished
-        .iter()
-        .map(|c| (format!("{} #{}", c.variant, c.repeat), &c.load, c.text.clone()))
-        .collect();
-    ci.write(("sweep", &file.name), &named)?;
+    ci.write(("sweep", &file.name), &named(&outcome))?;
     let passed = outcome.status == Status::Done && failed.is_empty();
     live_cmd::finish(live, passed, summary, html);
-    match (outcome.status, outcome.error) {
-        (Status::Done, _) if failed.is_empty() => Ok(Outcome::Passed),
-        (Status::Done, _) => Ok(Outcome::ChecksFailed),
+    Ok(ended(outcome.status, outcome.error.as_ref(), failed.is_empty()))
+}
+
+/// The exit of a sweep that ended with `status`: passed when every run ran and passed its
+/// checks; a stop or a failure is said on stderr.
+fn ended(status: Status, error: Option<&SweepError>, checks_passed: bool) -> Outcome {
+    match (status, error) {
+        (Status::Done, _) if checks_passed => Outcome::Passed,
+        (Status::Done, _) => Outcome::ChecksFailed,
         (Status::Stopped, _) => {
             eprintln!("qpslab: sweep stopped by a signal; the finished runs are stored");
-            Ok(Outcome::ChecksFailed)
+            Outcome::ChecksFailed
         }
         (Status::Failed, Some(e)) => {
             eprintln!("qpslab: error: sweep failed: {e}; every host setting is reverted, the finished runs are stored");
-            Ok(Outcome::ChecksFailed)
+            Outcome::ChecksFailed
         }
-        (Status::Failed, None) => Ok(Outcome::ChecksFailed),
+        (Status::Failed, None) => Outcome::ChecksFailed,
     }
+}
+
+/// Each run's checks, for the JSON.
+fn checks_json(outcome: &sweep::Outcome) -> Vec<serde_json::Value> {
+    let runs = outcome.runs.iter().zip(&outcome.finished);
+    runs.map(|(id, c)| {
+        serde_json::json!({
+            "run": id,
+            "variant": c.variant,
+            "repeat": c.repeat,
+            "passed": c.load.check.passed,
+            "reason": c.load.check.reason,
+            "thresholds": c.load.thresholds,
+        })
+    })
+    .collect()
+}
+
+/// Each run as `VARIANT #REPEAT` with its report and text, for `--junit` and the summaries.
+fn named(outcome: &sweep::Outcome) -> Vec<(String, &qpslab_load::Report, String)> {
+    let runs = outcome.finished.iter();
+    runs.map(|c| (format!("{} #{}", c.variant, c.repeat), &c.load, c.text.clone())).collect()
 }
 
 /// How the runs did against their checks: a line for each that failed, and with thresholds,
