@@ -652,17 +652,14 @@ fn generate(
         return Ok(outcome.report);
     }
     let cfg = load_config(opts, placed, opts.duration())?;
-    qpslab_load::preflight(&cfg).map_err(|e| match e {
-        _ if e.is_setup() => BenchError::Usage(e.to_string()),
-        other => BenchError::Load(other),
-    })?;
+    qpslab_load::preflight(&cfg)?;
     if !opts.warmup().is_zero() {
         let warm = load_config(opts, placed, opts.warmup())?;
         tap.feed.event(&Event::Phase("warming up"));
-        qpslab_load::run(&warm, stop, &mut Unwatched).map_err(BenchError::Load)?;
+        qpslab_load::run(&warm, stop, &mut Unwatched)?;
     }
     tap.event(&Event::Starting { lead: Duration::ZERO });
-    let result = qpslab_load::run(&cfg, stop, tap).map_err(BenchError::Load)?;
+    let result = qpslab_load::run(&cfg, stop, tap)?;
     Ok(Report::new(&cfg, &result, &opts.meta))
 }
 

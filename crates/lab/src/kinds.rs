@@ -26,6 +26,17 @@ pub enum BenchError {
     Agents(String),
 }
 
+impl From<LoadError> for BenchError {
+    /// The user's to fix when the load says so (exit 2), else the load's failure.
+    fn from(e: LoadError) -> Self {
+        if e.is_setup() {
+            BenchError::Usage(e.to_string())
+        } else {
+            BenchError::Load(e)
+        }
+    }
+}
+
 /// Which server `bench` starts when no URL is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

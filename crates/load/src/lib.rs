@@ -61,16 +61,21 @@ pub enum LoadError {
     /// a version or suite it does not offer, plain HTTP on an https:// URL).
     #[error("{url}: {reason}")]
     Tls { url: String, reason: String },
+    /// The server speaks another protocol than the run's (TLS to an http:// URL, HTTP/1.1 to
+    /// HTTP/2's preface, HTTP/2 to an HTTP/1.1 request, another ALPN choice than h2), as the
+    /// first bytes of a connection showed: the run ended there.
+    #[error("{url}: {reason}")]
+    WrongProtocol { url: String, reason: String },
     /// A load thread could not start, be pinned, or run (a panic included).
     #[error(transparent)]
     Thread(#[from] WorkerError<std::io::Error>),
 }
 
 impl LoadError {
-    /// The user's to fix before a run (exit 2): the options, or a target that cannot be
-    /// reached or verified.
+    /// The user's to fix (exit 2): the options, or a target that cannot be reached or
+    /// verified or speaks another protocol.
     pub fn is_setup(&self) -> bool {
-        matches!(self, LoadError::Config(_) | LoadError::Unreachable { .. } | LoadError::Tls { .. })
+        !matches!(self, LoadError::Thread(_))
     }
 }
 
@@ -203,6 +208,9 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
         let flag = if cfg.source.is_some() { "--source" } else { "--connections" };
         return Err(ConfigError::new(flag, msg).into());
     }
+    if let Some(source) = &cfg.source {
+        source.check_local()?;
+    }
     let wait = cfg.timeout.min(Duration::from_secs(3));
     // Once per address and TLS name: a pool's thousands of lines share a few.
     for (e, url) in cfg.variants.endpoints() {
@@ -256,6 +264,7 @@ pub fn run(
         heads: (0..cfg.variants.len()).map(|i| cfg.variants.head(i)).collect(),
         idempotent: (0..cfg.variants.len()).map(|i| cfg.variants.idempotent(i)).collect(),
         stop_flag: stop,
+        wrong_protocol: std::sync::OnceLock::new(),
         intervals: cfg.log.is_some() || feed.wants_seconds(),
         target_group: cfg.pool.as_ref().map_or_else(Vec::new, config::Pool::recorded_groups),
     };
@@ -286,6 +295,9 @@ pub fn run(
     )
     .into_iter()
     .collect::<Result<Vec<_>, _>>()?;
+    if let Some((url, reason)) = shared.wrong_protocol.into_inner() {
+        return Err(LoadError::WrongProtocol { url, reason });
+    }
     let limits = qpslab_sys::cgroup::cpu_limits(&Root::live(), std::process::id());
     let throttling = qpslab_sys::cgroup::throttling(&watcher.limits, &limits);
     let clock = watcher.clock.unwrap_or_else(|| Clock::now(cfg));

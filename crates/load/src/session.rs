@@ -251,11 +251,6 @@ impl Http1 {
                 let head = self.inflight.front().is_some_and(|r| heads[r.target as usize]);
                 let step = match self.parser.feed(&data[off..], head) {
                     Ok(step) => step,
-                    Err(_) if looks_like_tls(&data[off..]) => {
-                        let e = "the server answered with TLS where an HTTP response was \
-                                 expected: use an https:// URL";
-                        return (off, Err(e.to_string()));
-                    }
                     Err(e) => return (off, Err(e.to_string())),
                 };
                 off += step.consumed;
@@ -504,10 +499,41 @@ impl Session {
     }
 }
 
-/// A TLS record's header: an alert (21) or a handshake (22), version 3.x. A TLS server sent
-/// a plain-HTTP request answers with an alert.
-fn looks_like_tls(b: &[u8]) -> bool {
-    matches!(b, [21 | 22, 3, 0..=4, ..])
+/// Why a server whose connection began with `first` speaks another protocol than the run's
+/// (HTTP/2 with `h2`, else HTTP/1.1), or None when it may speak the run's. A retry cannot
+/// change that, so the run ends on it (a set-up error) instead of counting it on every
+/// connection until its end.
+pub(crate) fn other_protocol(first: &[u8], h2: bool) -> Option<String> {
+    // A TLS record's header: an alert (21) or a handshake (22), version 3.x. A TLS server
+    // answers plain text with an alert.
+    if matches!(first, [21 | 22, 3, 0..=4, ..]) {
+        let expected = if h2 { "HTTP/2 frames were" } else { "an HTTP response was" };
+        return Some(format!(
+            "the server answered with TLS where {expected} expected: use an https:// URL"
+        ));
+    }
+    if h2 && first.starts_with(b"HTTP/1.") {
+        return Some(
+            "the server answered HTTP/2's connection preface in HTTP/1.1: it does not serve \
+             HTTP/2 over plain TCP (h2c) here; drop --h2, or use an https:// URL if it offers \
+             h2 over TLS"
+                .into(),
+        );
+    }
+    // A SETTINGS frame on stream 0 (what an HTTP/2 server sends first), where an HTTP/1.1
+    // response begins "HTTP/".
+    let settings = |b: &[u8]| {
+        let len = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+        b[3] == 4 && b[5..9] == [0; 4] && len.is_multiple_of(6)
+    };
+    if !h2 && first.len() >= 9 && settings(first) {
+        return Some(
+            "the server answered an HTTP/1.1 request with HTTP/2 frames: it speaks only HTTP/2 \
+             here; add --h2"
+                .into(),
+        );
+    }
+    None
 }
 
 /// Request `r` of `group` copied to the start of `out` with its IDs written; its length.
@@ -635,11 +661,25 @@ mod tests {
         let mut one = Http1::new(0, 1);
         one.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         assert_eq!(one.absorb(OK, &[false], true, |_, _| {}).unwrap(), Absorbed::Close);
-        let tls = [0x15, 3, 3, 0, 2, 2, 40];
-        let mut t = Http1::new(0, 1);
-        t.queue(&g, &mut 0, 1, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
-        let e = t.absorb(&tls, &[false], false, |_, _| {}).unwrap_err();
-        assert!(e.contains("use an https:// URL"), "{e}");
+    }
+
+    /// The first bytes of a connection tell a server of another protocol; the run's own, or
+    /// too few bytes to tell, do not.
+    #[test]
+    fn the_first_bytes_tell_another_protocol() {
+        let alert = [0x15, 3, 3, 0, 2, 2, 40];
+        let settings = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        for h2 in [false, true] {
+            let e = other_protocol(&alert, h2).unwrap();
+            assert!(e.contains("answered with TLS") && e.contains("https://"), "{e}");
+        }
+        assert!(other_protocol(OK, true).unwrap().contains("drop --h2"));
+        assert!(other_protocol(&settings, false).unwrap().contains("add --h2"));
+        assert_eq!(other_protocol(OK, false), None);
+        assert_eq!(other_protocol(&settings, true), None);
+        assert_eq!(other_protocol(&settings[..8], false), None);
+        assert_eq!(other_protocol(b"HTTP/", true), None);
+        assert_eq!(other_protocol(b"SSH-2.0-x\r\n", false), None, "a parse error, not this");
     }
 
     /// The connections of a thread take requests from its cursor in turn; requests a closed

@@ -162,7 +162,35 @@ impl SourceRange {
     pub fn is_ipv4(&self) -> bool {
         self.first.is_ipv4()
     }
+
+    /// Each address of the range (up to [`LOCAL_CHECKS`] of them, spread over it) is one this
+    /// host has: a connection cannot bind to another, however often it is retried.
+    pub fn check_local(&self) -> Result<(), ConfigError> {
+        let step = (self.count / LOCAL_CHECKS).max(1);
+        let last = std::iter::once(self.count - 1);
+        for i in (0..self.count).step_by(step as usize).chain(last) {
+            let ip = self.addr(i);
+            let addr = socket2::SockAddr::from(SocketAddr::new(ip, 0));
+            let bound = socket2::Socket::new(addr.domain(), socket2::Type::STREAM, None)
+                .and_then(|s| s.bind(&addr));
+            if let Err(e) = bound {
+                return Err(ConfigError::new(
+                    FLAG,
+                    format!(
+                        "{ip} is not an address of this host (bind: {}); give addresses its \
+                         interfaces have (`ip -br addr`), e.g. 127.0.0.2-127.0.0.254 for \
+                         loopback",
+                        qpslab_sys::net::message(&e)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
+
+/// How many addresses of a `--source` range are tried before a run.
+const LOCAL_CHECKS: u64 = 4096;
 
 /// Splits `A-B` where the '-' is not inside an address (IPv6 addresses hold no '-').
 fn split_range(s: &str) -> Option<(&str, &str)> {

@@ -144,6 +144,9 @@ pub(crate) struct Shared<'a> {
     /// Per target: its method may be sent again after a connection failure.
     pub idempotent: Vec<bool>,
     pub stop_flag: &'a AtomicBool,
+    /// Set once, by the first thread that finds the server speaking another protocol (the
+    /// target's URL and why): every thread stops, and the run is a set-up error.
+    pub wrong_protocol: std::sync::OnceLock<(String, String)>,
     /// Threads hand over a latency histogram per second (`--log`, or an observer wants them).
     pub intervals: bool,
     /// Per target: its group of the `--urls` pool (none: [`crate::pool::NO_GROUP`], or empty).
@@ -197,6 +200,8 @@ struct Conn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
+    /// Bytes arrived since the connection opened (its first tell the server's protocol).
+    heard: bool,
     /// Responses to counted requests this connection slot completed in the measured window.
     answered: u32,
 }
@@ -308,6 +313,7 @@ impl<'a> Worker<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
+                heard: false,
                 answered: 0,
             })
             .collect();
@@ -381,7 +387,7 @@ impl<'a> Worker<'a> {
         let (mut oldest, mut next) = (0, 0);
         let mut now = Instant::now();
         let mut next_tick = now + self.tick;
-        while !self.shared.stop_flag.load(Ordering::Relaxed) {
+        while !self.shared.stopping() {
             while oldest < next && !self.conns[oldest].phase.is_opening() {
                 oldest += 1;
             }
@@ -457,7 +463,7 @@ impl<'a> Worker<'a> {
                 next_tick = now + self.tick;
             }
             let drained = self.pacer.exhausted() && self.outstanding == 0;
-            if timed_out || drained || self.shared.stop_flag.load(Ordering::Relaxed) {
+            if timed_out || drained || self.shared.stopping() {
                 break;
             }
         }
@@ -774,7 +780,7 @@ impl<'a> Worker<'a> {
         let alpn = c.tls.as_ref().and_then(|t| t.conn().alpn_protocol());
         if self.shared.cfg.h2.is_some() && alpn != Some(b"h2") {
             let msg = crate::tls::not_h2(alpn);
-            return self.fail_with(idx, ErrorClass::Tls, msg, now);
+            return self.wrong_protocol(idx, ErrorClass::Tls, msg, now);
         }
         c.phase = Phase::Open;
         if self.measuring {
@@ -828,6 +834,13 @@ impl<'a> Worker<'a> {
     fn take_bytes(&mut self, idx: usize, data: &[u8], now: Instant) -> bool {
         if self.measuring {
             self.rec.bytes_read += data.len() as u64;
+        }
+        if !std::mem::replace(&mut self.conns[idx].heard, true) {
+            let h2 = self.shared.cfg.h2.is_some();
+            if let Some(why) = crate::session::other_protocol(data, h2) {
+                self.wrong_protocol(idx, ErrorClass::Parse, why, now);
+                return false;
+            }
         }
         match self.absorb(idx, data, now) {
             Ok(Absorbed::Keep) => true,
@@ -980,6 +993,18 @@ impl<'a> Worker<'a> {
         self.issue(idx, now);
     }
 
+    /// The server speaks another protocol than the run's: the connection fails as any other
+    /// would, and the run ends (every thread stops at its next turn) as a set-up error.
+    fn wrong_protocol(&mut self, idx: usize, class: ErrorClass, why: String, now: Instant) {
+        let group = self.conns[idx].s.group();
+        let url = self.shared.groups[group]
+            .cycle
+            .first()
+            .map_or("", |&v| self.shared.cfg.variants.url(v as usize));
+        let _ = self.shared.wrong_protocol.set((url.to_string(), why.clone()));
+        self.fail_with(idx, class, why, now);
+    }
+
     /// Closes the connection and forgets its requests (reused, failed or never sent).
     fn close(&mut self, idx: usize) {
         self.close_socket(idx);
@@ -995,6 +1020,7 @@ impl<'a> Worker<'a> {
         let c = &mut self.conns[idx];
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
+        c.heard = false;
         c.tls = None;
         c.s.closed();
     }
@@ -1131,6 +1157,11 @@ fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> stdio::Result<()> 
 }
 
 impl Shared<'_> {
+    /// The run ends now: a stop was asked for, or the server speaks another protocol.
+    fn stopping(&self) -> bool {
+        self.stop_flag.load(Ordering::Relaxed) || self.wrong_protocol.get().is_some()
+    }
+
     /// Records a response to a counted request: status, ok-ness, latency from its intended
     /// send time and, in open loop, from the write. A method of the run-wide inputs (not of the
     /// worker), so it can be called while a connection is borrowed.

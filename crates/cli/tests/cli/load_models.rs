@@ -19,6 +19,12 @@ fn load_model_flags_name_the_flag() {
         &["load", "-c", "20", "-t", "1", "--source", "127.0.0.2:40000-40009", &server.url("/")],
         "--source: 20 connections to 127.0.0.1",
     );
+    // An address this host does not have: no retry binds to it (it was retried for the whole
+    // run, blamed on used-up ports).
+    usage_error(
+        &["load", "-d", "10s", "--source", "198.51.100.1-198.51.100.9", &server.url("/")],
+        "--source: 198.51.100.1 is not an address of this host",
+    );
     let dir = tempfile::tempdir().unwrap();
     let stages = dir.path().join("stages");
     std::fs::write(&stages, "10s 100\n5 fast\n").unwrap();
