@@ -28,7 +28,7 @@ pub struct Case {
 impl Suite {
     /// `name`'s run as a suite.
     pub fn of(name: &str, r: &Report, output: String) -> Suite {
-        let own = own_failure(r).map(|m| (m.to_string(), format!("FAILED: {m}")));
+        let own = r.check.run_failure.as_ref().map(|m| (m.clone(), format!("FAILED: {m}")));
         let mut cases = vec![Case { name: "run".into(), failure: own }];
         cases.extend(r.thresholds.iter().map(|t| Case {
             name: format!("threshold {}", t.threshold),
@@ -46,13 +46,6 @@ impl Suite {
     fn failures(&self) -> usize {
         self.cases.iter().filter(|c| c.failure.is_some()).count()
     }
-}
-
-/// Why the run failed its own check (not a threshold's), if it did.
-fn own_failure(r: &Report) -> Option<&str> {
-    let reason = r.check.reason.as_deref()?;
-    // A reason naming a threshold is the thresholds', which have cases of their own.
-    (!reason.starts_with("threshold ")).then_some(reason)
 }
 
 /// The suites of a `command` (`load`, `bench`, `sweep`) as one JUnit XML document (the
@@ -134,7 +127,7 @@ pub fn markdown(title: &str, runs: &[(String, &Report)]) -> String {
     for (name, r) in runs {
         let l = &r.latency_us;
         let passed = r.thresholds.iter().filter(|t| t.passed).count();
-        let checks = match (own_failure(r), r.thresholds.len()) {
+        let checks = match (&r.check.run_failure, r.thresholds.len()) {
             (Some(_), _) => "❌ run failed".to_string(),
             (None, 0) => "✅".to_string(),
             (None, n) if passed == n => format!("✅ {n} of {n} thresholds"),
@@ -154,7 +147,7 @@ pub fn markdown(title: &str, runs: &[(String, &Report)]) -> String {
     let failed: Vec<String> =
         runs.iter()
             .flat_map(|(name, r)| {
-                let own = own_failure(r).map(|m| format!("- {}: {m}", cell(name)));
+                let own = r.check.run_failure.as_ref().map(|m| format!("- {}: {m}", cell(name)));
                 let th = r.thresholds.iter().filter(|t| !t.passed).map(move |t| {
                     format!("- {}: `{}` failed, {}", cell(name), t.threshold, t.shown)
                 });

@@ -597,7 +597,12 @@ pub struct Check {
     /// `(failed + bad_status) / sent`.
     pub error_rate: f64,
     pub max_error_rate: f64,
+    /// The first failure: the run's own, else a threshold's.
     pub reason: Option<String>,
+    /// The run's own failure (nothing sent or answered, connections starved, the error rate),
+    /// apart from the thresholds', which are in `thresholds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_failure: Option<String>,
 }
 
 impl Latency {
@@ -935,7 +940,7 @@ fn check(
             s.example.as_ref().map_or(String::new(), |e| format!(": {e}"))
         )
     });
-    let reason = if r.sent == 0 {
+    let run_failure = if r.sent == 0 {
         Some(format!("no request was sent{unopened}"))
     } else if r.completed == 0 {
         Some(format!("no response was received{unopened}"))
@@ -954,9 +959,10 @@ fn check(
             max_error_rate
         ))
     } else {
-        failed_thresholds(thresholds)
+        None
     };
-    Check { passed: reason.is_none(), error_rate, max_error_rate, reason }
+    let reason = run_failure.clone().or_else(|| failed_thresholds(thresholds));
+    Check { passed: reason.is_none(), error_rate, max_error_rate, reason, run_failure }
 }
 
 /// `threshold p99<2ms failed (p99 3.10ms)`, or how many failed and the first.
