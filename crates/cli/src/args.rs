@@ -205,6 +205,10 @@ pub struct ClimbArgs {
     #[arg(long, value_name = "N", default_value = "3", value_parser = parse_count, allow_hyphen_values = true)]
     pub repeats: usize,
 
+    /// At most N steps measured (kept or not), e.g. 1 to try only the headline's change
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
+    pub steps: Option<usize>,
+
     /// Run the starting state once and print the first step's finding and change; nothing
     /// else runs and nothing is stored
     #[arg(long)]

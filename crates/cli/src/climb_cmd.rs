@@ -27,6 +27,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         min_gain: a.min_gain,
         repeats: u32::try_from(a.repeats)
             .map_err(|_| UsageError(format!("--repeats {}: too many", a.repeats)))?,
+        max_steps: a.steps,
         label: b.label.clone(),
         apply_server: a.apply_server,
         apply_host: a.apply_host,

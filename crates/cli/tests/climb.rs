@@ -58,15 +58,15 @@ fn a_dry_run_names_the_first_change_and_makes_none() {
 }
 
 /// From one connection to a server answering in 20 ms, each doubling doubles the rate
-/// (Little's law): the climb keeps them, each with its ratio, until its budget ends, and
-/// stores every run as one sweep.
+/// (Little's law): the climb keeps them, each with its ratio, until its budget ends (32 s: the
+/// start and two steps of about 11 s each, not a third), and stores every run as one sweep.
 #[test]
 fn a_climb_keeps_what_the_rate_law_says_must_help() {
     let _one = one_at_a_time();
     let server = slow_server();
     let store = tempfile::tempdir().unwrap();
     let db = store.path().join("runs.sqlite");
-    let (v, code) = climb(&["--budget", "50s", "-c", "1"], &db, &server.url("/?t=20"));
+    let (v, code) = climb(&["--budget", "32s", "-c", "1"], &db, &server.url("/?t=20"));
     assert_eq!(code, Some(0), "{v}");
     let steps = v["steps"].as_array().unwrap();
     assert!(steps.len() >= 2, "{v:#}");
@@ -139,6 +139,7 @@ fn bad_flags_are_named_before_anything_runs() {
         (&["--repeats", "2"][..], "--repeats 2: the noise rule needs 3 runs"),
         (&["--min-gain", "150%"][..], "\"150%\": give a percentage from 0 to under 100"),
         (&["--budget", "soon"][..], "soon"),
+        (&["--steps", "0"][..], "--steps"),
         (&["--server-config", "a.tmpl:a.conf", "--server-reload", "true"][..], "--apply-server"),
         (
             &["--apply-server", "--server-config", "nocolon", "--server-reload", "true"][..],
@@ -165,7 +166,9 @@ fn bad_flags_are_named_before_anything_runs() {
 /// The rule that decides a step, against induced ground truth, on real runs of a server
 /// answering in 20 ms: 10 connections against 10 (a change with no effect) is kept in at
 /// most 1 of 10 climbs; 11 against 10 (exactly +10% by Little's law) in at least 9 of 10.
-/// Each climb runs as the climb does: A B three times, then the re-check pair.
+/// Each climb runs as the climb does: A B three times, then the re-check pair. Runs of 300 ms
+/// are enough: the connections keep step with the server's 20 ms, so the rates repeat to
+/// 0.1 req/s (466.6 and 513.2 req/s when measured).
 #[test]
 fn the_decision_rule_keeps_a_real_gain_and_not_noise() {
     let _one = one_at_a_time();
@@ -173,7 +176,7 @@ fn the_decision_rule_keeps_a_real_gain_and_not_noise() {
     let url = server.url("/?t=20");
     let ok_rps = |c: &str| {
         let out = qpslab_command()
-            .args(["bench", "--no-save", "--json", "-d", "500ms", "--warmup", "100ms", "-c", c])
+            .args(["bench", "--no-save", "--json", "-d", "300ms", "--warmup", "100ms", "-c", c])
             .arg(&url)
             .output()
             .unwrap();
@@ -201,7 +204,7 @@ fn the_decision_rule_keeps_a_real_gain_and_not_noise() {
 /// A user's nginx with Debian's habits and more (three access logs written per request,
 /// `keepalive_requests 100`), one worker on CPU 0: with --apply-server the climb turns the logs
 /// off (one log alone is worth about 1.3x with a release generator, within the noise of this
-/// debug build's), keeps it, and at the end the configuration file is what it was, byte for
+/// debug build's), keeps it (`--steps 1`: that step is the test's), and at the end the configuration file is what it was, byte for
 /// byte, and nothing is left beside it.
 #[test]
 fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
@@ -210,7 +213,7 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
     let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
     let dir = nginx.dir.path();
     let db = dir.join("runs.sqlite");
-    let (v, code) = climb(&["--apply-server", "--budget", "60s"], &db, url);
+    let (v, code) = climb(&["--apply-server", "--steps", "1", "--budget", "60s"], &db, url);
     assert_eq!(code, Some(0), "{v:#}");
     let steps = v["steps"].as_array().unwrap();
     let log = steps
@@ -218,6 +221,7 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
         .find(|s| s["change"] == "nginx access_log off")
         .unwrap_or_else(|| panic!("no access_log step: {v:#}"));
     assert_eq!(log["finding"], "nginx-config", "{log}");
+    assert!(v["ended"].as_str().unwrap().contains("1 step(s) measured"), "{v:#}");
     assert_eq!(log["verdict"], "kept", "{log}");
     assert!(log["ratio"].as_f64().unwrap() > 1.1, "{log}");
     assert!(v["plan"].as_array().unwrap().contains(&"nginx: access_log off;".into()), "{v:#}");
@@ -411,14 +415,16 @@ impl Drop for Rig {
 /// On the rig the climb keeps the doubled connections (beyond noise), tries the host change
 /// the single receive queue names (RPS/RFS/XPS on the generator's veth) and reverts it: on
 /// this 2-CPU VM steering receive work to the other CPU costs more than it saves (0.73x when
-/// measured), so the test's rig makes it useless. After the climb every setting of the
-/// namespace is byte-identical to before and the journal is gone.
+/// measured), so the test's rig makes it useless. Two steps (`--steps 2`) show both; later
+/// ones repeat them with more connections. After the climb every setting of the namespace is
+/// byte-identical to before and the journal is gone.
 #[test]
 fn on_a_namespace_pair_the_climb_keeps_what_helps_and_reverts_the_host_exactly() {
     let _one = one_at_a_time();
     let rig = Rig::start(31);
     let before = settings(&rig.pair.b, &rig.dev);
-    let out = rig.climb(&["--json", "-c", "1", "--budget", "150s"]).output().unwrap();
+    let out =
+        rig.climb(&["--json", "-c", "1", "--steps", "2", "--budget", "150s"]).output().unwrap();
     let v = json(&out);
     assert_eq!(out.status.code(), Some(0), "{v}");
     let steps = v["steps"].as_array().unwrap();
@@ -500,7 +506,7 @@ fn a_host_change_that_pays_is_kept_and_its_state_file_applies_elsewhere() {
         }
         c
     };
-    let out = in_ns(&pair.b, &["climb", "--apply-host", "--no-save", "--json"])
+    let out = in_ns(&pair.b, &["climb", "--apply-host", "--no-save", "--json", "--steps", "1"])
         .args([
             "--target",
             "builtin",
@@ -575,7 +581,7 @@ fn same(now: &str, before: &str, what: &str) {
 /// `--server-config TEMPLATE:FILE --server-reload CMD` on a server of the user's own kind: the
 /// start's one worker is written into its file and put in force; one connection more gains
 /// nothing (it serves a request at a time per worker), so the climb gives it a worker through
-/// its template, which doubles the rate, and keeps it; at the end the user's file is back byte
+/// its template, which doubles the rate, and keeps it (the second step; `--steps 2`); at the end the user's file is back byte
 /// for byte with nothing beside it.
 #[test]
 fn a_users_server_gets_workers_through_its_template_and_its_file_back() {
@@ -590,7 +596,8 @@ fn a_users_server_gets_workers_through_its_template_and_its_file_back() {
     let config = format!("{}:{}", template.display(), file.display());
     let out = qpslab_command()
         .args(["climb", "--json", "--no-save", "-d", "1s", "--warmup", "300ms", "-c", "4"])
-        .args(["--budget", "45s", "--apply-server", "-w", "1", "--server-config", &config])
+        .args(["--steps", "2", "--budget", "45s", "--apply-server", "-w", "1"])
+        .args(["--server-config", &config])
         .args(["--server-reload", &reload, "http://127.0.0.1:18131/"])
         .output()
         .unwrap();

@@ -44,6 +44,8 @@ pub struct ClimbOptions {
     pub min_gain: f64,
     /// Runs of each state per step.
     pub repeats: u32,
+    /// At most this many steps measured (a step found not applicable is not one).
+    pub max_steps: Option<usize>,
     /// Stored with every run.
     pub label: Option<String>,
     /// The climb may edit the user's own server's configuration (nginx): the original is kept
@@ -550,9 +552,13 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let mut tried = Vec::new();
     let mut kept = Vec::new();
     let mut idle_steps = 0;
+    let mut measured = 0;
     let ended = loop {
         if w.stopped() {
             break "stopped by a signal".to_string();
+        }
+        if w.o.max_steps.is_some_and(|n| measured >= n) {
+            break format!("{measured} step(s) measured, as --steps asked");
         }
         let (candidate, rows) = pick(&current, &tried, kept.last(), w.host.as_ref());
         let Some((mut row, change)) = candidate else {
@@ -578,6 +584,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         let Some((kept_it, (a, b))) = measure(w, &current, &next, &mut row)? else {
             break "stopped by a signal".to_string();
         };
+        measured += 1;
         if kept_it {
             // The bound may have moved: what was tried in the last state is worth measuring
             // again in this one.
