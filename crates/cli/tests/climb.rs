@@ -58,18 +58,18 @@ fn a_dry_run_names_the_first_change_and_makes_none() {
 }
 
 /// From one connection to a server answering in 20 ms, each doubling doubles the rate
-/// (Little's law): the climb keeps them, each with its ratio, until its budget ends (32 s: the
-/// start and two steps of about 11 s each, not a third), and stores every run as one sweep.
+/// (Little's law): the climb keeps them, each with its ratio, for the two steps `--steps`
+/// allows, and stores every run as one sweep.
 #[test]
 fn a_climb_keeps_what_the_rate_law_says_must_help() {
     let _one = one_at_a_time();
     let server = slow_server();
     let store = tempfile::tempdir().unwrap();
     let db = store.path().join("runs.sqlite");
-    let (v, code) = climb(&["--budget", "32s", "-c", "1"], &db, &server.url("/?t=20"));
+    let (v, code) = climb(&["--steps", "2", "-c", "1"], &db, &server.url("/?t=20"));
     assert_eq!(code, Some(0), "{v}");
     let steps = v["steps"].as_array().unwrap();
-    assert!(steps.len() >= 2, "{v:#}");
+    assert_eq!(steps.len(), 2, "{v:#}");
     for (i, s) in steps.iter().enumerate() {
         assert_eq!(s["finding"], "latency-bound", "{s}");
         assert_eq!(s["verdict"], "kept", "{s}");
@@ -82,7 +82,7 @@ fn a_climb_keeps_what_the_rate_law_says_must_help() {
     }
     let (start, last) = (v["start_rps"].as_f64().unwrap(), v["final_rps"].as_f64().unwrap());
     assert!(last / start > 3.4, "{start} -> {last}");
-    assert!(v["ended"].as_str().unwrap().contains("budget"), "{}", v["ended"]);
+    assert!(v["ended"].as_str().unwrap().contains("2 step(s) measured"), "{}", v["ended"]);
     let flag = format!("-c {}", 2u64 << (steps.len() - 1));
     assert_eq!(v["plan"], serde_json::json!([flag]), "{v:#}");
     // Every run is stored, under the climb's sweep: the start's 3, and 8 per step.
@@ -113,6 +113,22 @@ fn a_climb_keeps_what_the_rate_law_says_must_help() {
     assert_eq!(dom.matches("<tr data-verdict=\"kept\"").count(), steps.len());
     let rise = format!("step {}: connections", steps.len());
     assert!(dom.contains(&rise), "{rise}");
+}
+
+/// A budget that holds the start and no step (8 runs of over a second): the climb measures the
+/// start, says why it ends there, and exits 0 with an empty plan.
+#[test]
+fn a_budget_that_holds_no_step_ends_after_the_start() {
+    let _one = one_at_a_time();
+    let server = slow_server();
+    let store = tempfile::tempdir().unwrap();
+    let db = store.path().join("runs.sqlite");
+    let (v, code) = climb(&["--budget", "8s", "-c", "1"], &db, &server.url("/?t=20"));
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["ended"], "the budget (8s) does not hold another step", "{v:#}");
+    assert!(v["steps"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(v["plan"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(v["start_rps"].as_f64().unwrap() > 40.0, "{v}");
 }
 
 /// A target answering 404: the climb measures the start, says the run fails and stops there

@@ -109,9 +109,13 @@ impl Httpd {
     /// passed (lighttpd writes its log in batches); read again a moment later so that extra
     /// lines would show too.
     pub fn access_log(&self, expect: usize) -> Vec<String> {
-        // lighttpd buffers its access log and writes it out on a timer of its own: a run's
-        // last few hundred lines came after 5 s once in CI. The wait ends as soon as they are
-        // all there.
+        // lighttpd buffers its access log and writes it out on a timer of its own (every 4 s
+        // here; a run's last few hundred lines came after 5 s once in CI), or at once on
+        // SIGHUP, which reopens its logs: sent to our own child. The wait ends as soon as the
+        // lines are all there.
+        if self.name == "lighttpd" {
+            let _ = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status();
+        }
         super::log_lines(&self.dir.path().join("access.log"), expect, Duration::from_secs(15))
     }
 }
