@@ -425,7 +425,10 @@ impl Rig {
     /// The climb with host changes, short runs, journaled in the test's directory.
     fn climb(&self, args: &[&str]) -> std::process::Command {
         let mut c = self.qpslab(&["climb", "--apply-host", "--no-save", "-d", "1s"]);
-        c.args(["--warmup", "200ms", "--journal"]).arg(self.journal()).args(args).arg(&self.url);
+        c.args(["--warmup", "200ms", "--journal"]).arg(self.journal());
+        // The server is in another namespace, where no socket of the URL's names it: named,
+        // its CPU is the server side's, not other work on the host.
+        c.arg("--server-pid").arg(self.server.id().to_string()).args(args).arg(&self.url);
         c
     }
 }
@@ -437,33 +440,29 @@ impl Drop for Rig {
     }
 }
 
-/// On the rig the climb keeps the doubled connections (beyond noise), tries the host change
+/// On the rig, from 64 connections (the generator's CPU full), the climb tries the host change
 /// the single receive queue names (RPS/RFS/XPS on the generator's veth) and reverts it: on
-/// this 2-CPU VM steering receive work to the other CPU costs more than it saves (0.73x when
-/// measured), so the test's rig makes it useless. Two steps (`--steps 2`) show both; later
-/// ones repeat them with more connections. After the climb every setting of the namespace is
-/// byte-identical to before and the journal is gone.
+/// this 2-CPU VM steering receive work to the other CPU costs more than it saves (0.72x when
+/// measured), so the test's rig makes it useless. After the climb every setting of the
+/// namespace is byte-identical to before and the journal is gone. (From fewer connections the
+/// climb doubles them first, as the rate-law test shows, and where the steering comes among
+/// those steps depends on how near the generator's CPU is to full: one step from 64 is exact.)
 #[test]
-fn on_a_namespace_pair_the_climb_keeps_what_helps_and_reverts_the_host_exactly() {
+fn on_a_namespace_pair_a_host_change_that_costs_is_reverted_exactly() {
     let _one = one_at_a_time();
     let rig = Rig::start(31);
     let before = settings(&rig.pair.b, &rig.dev);
     let out =
-        rig.climb(&["--json", "-c", "1", "--steps", "2", "--budget", "150s"]).output().unwrap();
+        rig.climb(&["--json", "-c", "64", "--steps", "1", "--budget", "60s"]).output().unwrap();
     let v = json(&out);
     assert_eq!(out.status.code(), Some(0), "{v}");
     let steps = v["steps"].as_array().unwrap();
-    let kept: Vec<&Value> = steps.iter().filter(|s| s["verdict"] == "kept").collect();
-    assert!(!kept.is_empty(), "{v:#}");
-    for s in &kept {
-        assert!(s["ratio_range"][0].as_f64().unwrap() > 1.0, "kept beyond noise: {s}");
-    }
-    assert_eq!(kept[0]["knob"]["knob"], "connections", "{v:#}");
-    let steer = steps.iter().find(|s| s["knob"]["knob"] == "steering").expect("a host step");
-    assert_eq!(steer["knob"]["iface"], rig.dev.as_str(), "{steer}");
+    assert_eq!(steps.len(), 1, "{v:#}");
+    let steer = &steps[0];
+    assert_eq!(steer["knob"], serde_json::json!({"knob": "steering", "iface": rig.dev}), "{v:#}");
     assert_eq!(steer["finding"], "single-rx-queue", "{steer}");
     assert_eq!(steer["verdict"], "reverted", "{v:#}");
-    assert!(v["final_rps"].as_f64().unwrap() > 1.5 * v["start_rps"].as_f64().unwrap(), "{v}");
+    assert!(v["ended"].as_str().unwrap().contains("1 step(s) measured"), "{}", v["ended"]);
     same(&settings(&rig.pair.b, &rig.dev), &before, "after the climb");
     assert!(!rig.journal().exists(), "no journal left");
     assert!(v["plan"].as_array().unwrap().iter().all(|p| !p.as_str().unwrap().starts_with("host")));
