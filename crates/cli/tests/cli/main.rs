@@ -11,6 +11,7 @@ mod feed;
 mod lab;
 mod live;
 mod load_models;
+mod memory;
 mod profile;
 mod prometheus;
 mod tls;

@@ -46,14 +46,26 @@ fn status(result: i32) -> io::Result<usize> {
     }
 }
 
+/// Size of each provided receive buffer.
+const BUFFER_SIZE: usize = 16 * 1024;
+
+/// Provided receive buffers for a thread's `conns` connections: four each (a 64 KiB response
+/// fills four), a power of two from 64 to 1,024. The kernel takes them in ring order, so a
+/// fast peer soon touches every one: the bound keeps a thread at 16 MiB of them whatever its
+/// peers send (4,096 were 64 MiB). When none is free a receive waits for the next turn.
+fn buffers_for(conns: usize) -> u16 {
+    let n = conns.saturating_mul(4).clamp(64, 1024).next_power_of_two();
+    u16::try_from(n).unwrap_or(1024)
+}
+
 impl UringLoop {
     pub(super) fn new(conns: usize) -> io::Result<UringLoop> {
         let o = RingOptions {
             entries: 1024,
             // A response (or a connect) on every connection may complete in one turn.
             completions: u32::try_from(conns.saturating_mul(2)).unwrap_or(u32::MAX),
-            buffers: 4096,
-            buffer_size: 16 * 1024,
+            buffers: buffers_for(conns),
+            buffer_size: BUFFER_SIZE,
             ..RingOptions::default()
         };
         Ok(UringLoop {
@@ -170,5 +182,24 @@ impl Loop for UringLoop {
         let UringLoop { ring, receiving, ops } = self;
         ring.queue(|sub| submit(sub, receiving, ops, h));
         let _ = ring.turn(Duration::ZERO, |_, _| {});
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::buffers_for;
+
+    #[test]
+    fn the_receive_pool_is_four_buffers_a_connection_within_its_bounds() {
+        assert_eq!(buffers_for(0), 64);
+        assert_eq!(buffers_for(16), 64);
+        assert_eq!(buffers_for(50), 256);
+        assert_eq!(buffers_for(100), 512);
+        assert_eq!(buffers_for(256), 1024);
+        assert_eq!(buffers_for(usize::MAX), 1024);
+        for conns in 0..5000 {
+            let n = buffers_for(conns);
+            assert!(n.is_power_of_two() && (64..=1024).contains(&n), "{conns}: {n}");
+        }
     }
 }
