@@ -51,9 +51,9 @@ fn peak_kib(args: &[&str]) -> i64 {
 /// One generator thread with 512 connections, each flooded as fast as the server can write:
 /// the kernel takes the provided receive buffers in ring order, so a flood touches all of
 /// them. The pool is bounded at 1,024 buffers of 16 KiB (16 MiB) per thread; the whole
-/// process stays under 60 MiB (about 38 MiB measured: the debug build's 16 MiB with 4 connections, the
-/// pool, the connections' own buffers). With the 4,096 buffers a thread had before, the pool
-/// alone was 64 MiB.
+/// process stays under 60 MiB (about 38 MiB measured: the debug build's 16 MiB with 4
+/// connections, the pool, the connections' own buffers). With the 4,096 buffers a thread had
+/// before, the pool alone was 64 MiB.
 #[test]
 fn a_flooding_server_cannot_grow_the_uring_generator_past_its_pool() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
