@@ -1,6 +1,10 @@
 //! A connection's input buffer: read into its free tail, parse from its filled part, consume
 //! from the front. Allocated and zeroed once, compacted instead of reallocated, grown only for
-//! a head larger than what it holds (up to the configured limits).
+//! a head larger than what it holds (up to the configured limits). An idle connection gives
+//! its storage back to the worker's pool ([`InBuf::release`]) and takes one again when data
+//! arrives ([`InBuf::ensure`]).
+
+use crate::bufpool::BufPool;
 
 #[derive(Debug, Default)]
 pub(crate) struct InBuf {
@@ -37,6 +41,22 @@ impl InBuf {
     pub(crate) fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
+    }
+
+    /// Takes storage from `pool` if it has none (the connection was idle).
+    #[inline]
+    pub(crate) fn ensure(&mut self, pool: &mut BufPool) {
+        if self.data.is_empty() {
+            self.data = pool.input();
+        }
+    }
+
+    /// Gives the storage back to `pool`, when nothing is buffered.
+    pub(crate) fn release(&mut self, pool: &mut BufPool) {
+        if self.is_empty() && !self.data.is_empty() {
+            pool.give_input(std::mem::take(&mut self.data));
+            self.clear();
+        }
     }
 
     /// Free space to read into, at least `min` bytes: compacts, then grows if it must.
@@ -87,5 +107,23 @@ mod tests {
         assert_eq!(b.filled(), b"lloabc");
         b.consume(6);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn released_storage_goes_back_to_the_pool_and_comes_back_initialized() {
+        let mut pool = BufPool::default();
+        let mut b = InBuf::default();
+        b.ensure(&mut pool);
+        b.extend(b"GET / HTTP/1.1\r\n");
+        b.release(&mut pool);
+        assert_eq!(pool.held(), (0, 0), "storage holding input is kept");
+        b.consume(b.len());
+        b.release(&mut pool);
+        assert_eq!(pool.held(), (1, 0));
+        let mut c = InBuf::default();
+        c.ensure(&mut pool);
+        assert_eq!(pool.held(), (0, 0));
+        c.extend(b"x");
+        assert_eq!(c.filled(), b"x");
     }
 }

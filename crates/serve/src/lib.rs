@@ -7,10 +7,12 @@
 //! robustness limits and deadlines, live counters and a drain on stop.
 //! Does not own flag parsing or printing: the CLI does.
 
+mod bufpool;
 pub mod config;
 pub mod date;
 mod inbuf;
 pub mod listen;
+mod reqcache;
 mod respond;
 pub mod tls;
 mod worker;

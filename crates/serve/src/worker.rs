@@ -143,6 +143,9 @@ fn shared(cfg: &crate::config::ServeConfig) -> (session::Shared<'_>, u64) {
         counters: Counters::default(),
         delays: std::collections::BinaryHeap::new(),
         draining: false,
+        pool: crate::bufpool::BufPool::default(),
+        cache: crate::reqcache::RequestCache::default(),
+        h2: h2::Scratch::default(),
     };
     (sh, secs)
 }

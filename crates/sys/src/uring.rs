@@ -254,6 +254,11 @@ pub struct RingOptions {
     /// Provided receive buffers (a power of two, at most 32768) and the size of each.
     pub buffers: u16,
     pub buffer_size: usize,
+    /// Buffers provided at the start (0: all of `buffers`); each time a receive finds none,
+    /// the ring provides twice as many, up to `buffers`. The kernel takes buffers in ring
+    /// order, so every provided buffer is touched in turn: a ring that grows with its work
+    /// keeps a quiet loop's memory to what it used.
+    pub start_buffers: u16,
     /// A kernel thread polls the submission queue (`IORING_SETUP_SQPOLL`): no system call to
     /// submit, at the price of a thread that spins for [`SQPOLL_IDLE`] after the last
     /// request. It runs on the calling thread's CPU when that thread is pinned to one.
@@ -277,6 +282,7 @@ impl Default for RingOptions {
             completions: 0,
             buffers: 1024,
             buffer_size: 4096,
+            start_buffers: 0,
             sqpoll: false,
             direct: 0,
         }
@@ -328,20 +334,38 @@ struct BufRing {
     data: Mapping,
     count: u16,
     size: usize,
+    /// Buffers provided so far (ids below it); the rest of the data mapping is untouched.
+    provided: u16,
     /// Our next tail (entries published up to it by [`BufRing::publish`]).
     tail: u16,
 }
 
 impl BufRing {
-    fn new(count: u16, size: usize) -> io::Result<BufRing> {
+    fn new(count: u16, size: usize, start: u16) -> io::Result<BufRing> {
         let entries = Mapping::new(usize::from(count) * std::mem::size_of::<BufRingEntry>())?;
         let data = Mapping::new(usize::from(count) * size)?;
-        let mut ring = BufRing { entries, data, count, size, tail: 0 };
-        for bid in 0..count {
-            ring.give_back(bid);
-        }
+        let mut ring = BufRing { entries, data, count, size, provided: 0, tail: 0 };
+        ring.provide(if start == 0 { count } else { start.min(count) });
         ring.publish();
         Ok(ring)
+    }
+
+    /// Provides buffers up to `n` (seen by the kernel after the next publish).
+    fn provide(&mut self, n: u16) {
+        for bid in self.provided..n {
+            self.give_back(bid);
+        }
+        self.provided = self.provided.max(n);
+    }
+
+    /// A receive found no buffer: twice as many are provided, if the ring has room. Returns
+    /// whether it grew.
+    fn grow(&mut self) -> bool {
+        if self.provided == self.count {
+            return false;
+        }
+        self.provide(self.provided.saturating_mul(2).clamp(1, self.count));
+        true
     }
 
     fn base(&self) -> *mut BufRingEntry {
@@ -501,7 +525,7 @@ impl Uring {
             b.setup_defer_taskrun();
         }
         let ring = b.build(o.entries)?;
-        let bufs = BufRing::new(o.buffers, o.buffer_size)?;
+        let bufs = BufRing::new(o.buffers, o.buffer_size, o.start_buffers)?;
         // SAFETY: the entries mapping lives in `bufs`, which this value owns alongside the ring
         // and drops after it (fields drop in order: ring first).
         unsafe {
@@ -577,6 +601,7 @@ impl Uring {
         }
         cq.sync();
         let mut gave_back = false;
+        let mut starved = false;
         for cqe in &mut cq {
             let ud = cqe.user_data();
             let Some(op) = Op::of(ud >> 60) else { continue };
@@ -611,12 +636,16 @@ impl Uring {
                     Sock::Fd(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) })
                 }
             });
+            starved |= op == Op::Recv && result == -libc::ENOBUFS;
             let more = cqueue::more(flags);
             f(Completion { op, token: ud as u32, result, more, data, sent, sock }, &mut submit);
             if let Some(b) = bid {
                 bufs.give_back(b);
                 gave_back = true;
             }
+        }
+        if starved {
+            gave_back |= bufs.grow();
         }
         if gave_back {
             bufs.publish();
@@ -979,5 +1008,44 @@ mod tests {
         let _c = TcpStream::connect(addr).unwrap();
         turn_until(&mut ring, 3, &mut events);
         assert_eq!(events[2], (Some(0), None), "{events:?}");
+    }
+
+    /// A ring that starts with one provided buffer: a receive larger than it runs out, the
+    /// ring provides more (twice as many each time) and the rest of the data arrives intact.
+    #[test]
+    fn a_receive_that_finds_no_buffer_makes_the_ring_provide_more() {
+        probe().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let o = RingOptions {
+            entries: 16,
+            buffers: 8,
+            buffer_size: 64,
+            start_buffers: 1,
+            ..Default::default()
+        };
+        let mut ring = Uring::new(&o).unwrap();
+        assert_eq!(ring.bufs.provided, 1);
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let sent: Vec<u8> = (0..=255).collect();
+        client.write_all(&sent).unwrap();
+        let fd = server.as_raw_fd();
+        ring.queue(|s| s.recv_multi(fd, 1));
+        let (mut got, mut starved) = (Vec::new(), 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < sent.len() {
+            assert!(std::time::Instant::now() < deadline, "received {} bytes", got.len());
+            ring.turn(Duration::from_millis(50), |c, s| {
+                got.extend_from_slice(c.data);
+                starved += usize::from(matches!(c.failure(), Some(Failure::NoBuffers)));
+                if !c.more {
+                    s.recv_multi(fd, 1);
+                }
+            })
+            .unwrap();
+        }
+        assert_eq!(got, sent);
+        assert!(starved > 0, "one buffer of 64 bytes cannot take 256");
+        assert!((2..=8).contains(&ring.bufs.provided), "provided {}", ring.bufs.provided);
     }
 }

@@ -149,6 +149,12 @@ where
         }
     }
 
+    /// The output buffer, when everything in it was sent (an idle connection gives it back
+    /// to its owner's pool; the next output takes a new one); None while records wait.
+    pub fn take_idle_output(&mut self) -> Option<Vec<u8>> {
+        (!self.wants_write() && self.out.capacity() > 0).then(|| std::mem::take(&mut self.out))
+    }
+
     /// What there is to send, as a buffer of its own (for a send that holds it until it
     /// completes); `spare` (a buffer back from an earlier send) takes the output's place.
     pub fn take_output(&mut self, spare: Vec<u8>) -> Vec<u8> {
@@ -255,8 +261,15 @@ mod tests {
         let n = s.output().len();
         s.sent(n - 2);
         assert_eq!(s.output().len(), 2);
+        assert!(s.take_idle_output().is_none(), "records still wait");
         s.sent(2);
         assert!(!s.wants_write());
+        assert!(s.take_idle_output().is_some_and(|b| b.capacity() >= n), "all sent: it goes");
+        assert!(s.take_idle_output().is_none(), "nothing held any more");
+        s.write(b"def");
+        let n = s.output().len();
+        assert!(n > 0, "the next output takes a new buffer");
+        s.sent(n);
         c.close_notify();
         let (_, r) = deliver(&mut c, &mut s, false);
         assert!(r.closed);

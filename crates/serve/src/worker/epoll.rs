@@ -18,6 +18,7 @@ use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
     FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
 };
+use crate::bufpool::BufPool;
 use crate::config::ServeConfig;
 
 /// A connection slot: the socket, its readiness, and its session.
@@ -56,10 +57,12 @@ enum Got {
 }
 
 impl Conn {
-    /// One read into the session's input: from the socket, or over TLS the plaintext of the
-    /// records read into `records` (decrypted through `plain`).
-    fn read_some(&mut self, records: &mut [u8], plain: &mut [u8]) -> Got {
+    /// One read into the session's input (storage taken from `pool` if the connection was
+    /// idle): from the socket, or over TLS the plaintext of the records read into `records`
+    /// (decrypted through `plain`).
+    fn read_some(&mut self, pool: &mut BufPool, records: &mut [u8], plain: &mut [u8]) -> Got {
         let Some(sock) = self.sock.as_ref() else { return Got::Failed { tls: false } };
+        self.s.ensure_input(pool);
         let got = match self.tls.as_mut() {
             None => {
                 let spare = self.s.inbuf.spare(READ_CHUNK);
@@ -250,7 +253,7 @@ impl<'a> Worker<'a> {
             if c.s.inbuf.len() > max_head + READ_CHUNK {
                 return total;
             }
-            match c.read_some(&mut self.records, &mut self.plain) {
+            match c.read_some(&mut self.sh.pool, &mut self.records, &mut self.plain) {
                 Got::Bytes { n, drained } => {
                     total += n;
                     if drained {
@@ -346,9 +349,17 @@ impl<'a> Worker<'a> {
                 break;
             }
         }
-        let c = &self.conns[idx];
+        let c = &mut self.conns[idx];
         if c.sock.is_some() && c.s.finished(0) {
             self.close(idx);
+        } else if c.sock.is_some() {
+            // Waiting for the next request: its buffers go back to the pool.
+            let pool = &mut self.sh.pool;
+            if c.s.release_if_idle(pool, None) {
+                if let Some(out) = c.tls.as_mut().and_then(|t| t.take_idle_output()) {
+                    pool.give_output(out);
+                }
+            }
         }
     }
 
@@ -485,7 +496,7 @@ impl<'a> Worker<'a> {
         if c.sock.take().is_none() {
             return;
         }
-        c.s.reset();
+        c.s.reset(&mut self.sh.pool);
         c.readable = false;
         c.yielded = false;
         c.peer_closed = false;

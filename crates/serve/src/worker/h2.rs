@@ -169,10 +169,8 @@ pub(super) struct H2 {
     pub going_away: bool,
     /// The connection's generation, for its delayed responses on the worker's heap.
     gen: u32,
-    /// The request's path, :authority and Host (buffers kept for their capacity).
+    /// The request's path (kept for its capacity, and read again for a remembered head).
     path: String,
-    authority: Vec<u8>,
-    host: Vec<u8>,
     /// Stream ids the client skipped (never opened, so implicitly closed), a few ranges: a
     /// HEADERS on one is a PROTOCOL_ERROR, on a stream it closed a STREAM_CLOSED.
     skipped: Vec<(u32, u32)>,
@@ -180,9 +178,83 @@ pub(super) struct H2 {
     /// [`H2::decode_head`].
     last_block: Vec<u8>,
     last_head: Option<(u64, Head)>,
-    /// The response fields that change once a second at most, encoded, and their date.
+}
+
+/// What a worker's HTTP/2 connections share, so that an idle one holds none of it: the
+/// :authority and Host of the head being decoded, and the response fields that change once a
+/// second at most, encoded, with their date.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    authority: Vec<u8>,
+    host: Vec<u8>,
     fields: Vec<u8>,
     fields_date: Vec<u8>,
+}
+
+impl Scratch {
+    /// A response's HEADERS frame: the status, the fields every response has, the length.
+    fn write_headers(
+        &mut self,
+        out: &mut Vec<u8>,
+        id: u32,
+        status: u16,
+        length: Option<u64>,
+        date: &[u8],
+        end_stream: bool,
+    ) {
+        let at = out.len();
+        frame::put_header(out, 0, kind::HEADERS, flag::END_HEADERS, id);
+        let start = out.len();
+        let digits = [
+            b'0' + (status / 100) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+        ];
+        // The statuses the static table has (RFC 7541 Appendix A, entries 8 to 14).
+        match status {
+            200 => hpack::indexed(out, 8),
+            204 => hpack::indexed(out, 9),
+            206 => hpack::indexed(out, 10),
+            304 => hpack::indexed(out, 11),
+            400 => hpack::indexed(out, 12),
+            404 => hpack::indexed(out, 13),
+            500 => hpack::indexed(out, 14),
+            _ => hpack::literal(out, Indexing::Without, 8, b"", &digits),
+        }
+        if self.fields_date != date {
+            // The fields every response has, encoded once a second (Huffman coding costs a
+            // thousand instructions a response).
+            self.fields.clear();
+            hpack::literal(&mut self.fields, Indexing::Without, 54, b"", b"qpslab");
+            hpack::literal(&mut self.fields, Indexing::Without, 33, b"", date);
+            hpack::literal(&mut self.fields, Indexing::Without, 31, b"", b"text/plain");
+            self.fields_date.clear();
+            self.fields_date.extend_from_slice(date);
+        }
+        out.extend_from_slice(&self.fields);
+        if let Some(n) = length {
+            // content-length, its digits as they are.
+            let mut digits = [0u8; 20];
+            let mut at = digits.len();
+            let mut v = n;
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            hpack::put_integer(out, 0x00, 4, 28);
+            hpack::put_integer(out, 0x00, 7, digits.len() - at);
+            out.extend_from_slice(&digits[at..]);
+        }
+        let len = (out.len() - start).to_be_bytes();
+        out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
+        if end_stream {
+            out[at + 4] |= flag::END_STREAM;
+        }
+    }
 }
 
 impl H2 {
@@ -216,19 +288,26 @@ impl H2 {
             going_away: false,
             gen,
             path: String::new(),
-            authority: Vec::new(),
-            host: Vec::new(),
             skipped: Vec::new(),
             last_block: Vec::new(),
             last_head: None,
-            fields: Vec::new(),
-            fields_date: Vec::new(),
         }
     }
 
     /// Streams in progress (reading a body, delayed or sending).
     pub fn busy(&self) -> bool {
         !self.streams.is_empty()
+    }
+
+    /// No stream open and no header block half gathered: the connection waits for the
+    /// client's next request.
+    pub fn idle(&self) -> bool {
+        self.streams.is_empty() && self.gathering.is_none()
+    }
+
+    /// An idle connection's stream slots are freed (taken again by its next request).
+    pub fn release(&mut self) {
+        self.streams = Vec::new();
     }
 
     /// Response bytes wait for the client's window.
@@ -492,7 +571,7 @@ impl H2 {
         let head = match cached {
             // The same block as the last request's, the table as it left it: the same request.
             Some((_, head)) if !trailers => head,
-            _ => self.decode_head(block, trailers)?,
+            _ => self.decode_head(block, trailers, &mut sh.h2)?,
         };
         let Head { method, has_path, length, malformed, complete, mismatch } = head;
         let malformed = malformed || refuse;
@@ -580,20 +659,23 @@ impl H2 {
     /// Decodes a header block into what the request needs (the path into the kept buffer),
     /// checking every field; a request head that left the table unchanged is remembered with
     /// its bytes, so the same block next time is not decoded again.
-    fn decode_head(&mut self, block: &[u8], trailers: bool) -> Result<Head, ConnError> {
+    fn decode_head(
+        &mut self,
+        block: &[u8],
+        trailers: bool,
+        scratch: &mut Scratch,
+    ) -> Result<Head, ConnError> {
         let changes = self.dec.table_changes();
         let mut method = None;
         let mut has_path = false;
         let mut length = None;
         let mut check = FieldCheck::default();
-        // The path, authority and Host go into buffers the connection keeps, so a request
-        // allocates nothing. Trailers leave the path alone (and forget the remembered head).
+        // The path goes into a buffer the connection keeps, authority and Host into the
+        // worker's, so a request allocates nothing. Trailers leave the path alone (and forget
+        // the remembered head).
         let mut spare = String::new();
-        let (path, authority, host) = if trailers {
-            (&mut spare, &mut self.authority, &mut self.host)
-        } else {
-            (&mut self.path, &mut self.authority, &mut self.host)
-        };
+        let (authority, host) = (&mut scratch.authority, &mut scratch.host);
+        let path = if trailers { &mut spare } else { &mut self.path };
         path.clear();
         authority.clear();
         host.clear();
@@ -625,7 +707,7 @@ impl H2 {
             malformed: check.malformed,
             complete: check.complete(),
             // Host and :authority, when both are given, must name the same (8.3.1).
-            mismatch: check.has_host && !self.authority.is_empty() && self.host != self.authority,
+            mismatch: check.has_host && !authority.is_empty() && host != authority,
         };
         self.last_head = None;
         if !trailers && self.dec.table_changes() == changes {
@@ -711,7 +793,7 @@ impl H2 {
             Err(e) => {
                 sh.counters.rejected += 1;
                 let body = e.reason.len() as u64 + 1;
-                self.write_headers(out, id, e.status, Some(body), &sh.date, false);
+                sh.h2.write_headers(out, id, e.status, Some(body), &sh.date, false);
                 let mut text = Vec::with_capacity(e.reason.len() + 1);
                 let _ = writeln!(text, "{}", e.reason);
                 frame::put_header(out, text.len(), kind::DATA, flag::END_STREAM, id);
@@ -733,7 +815,7 @@ impl H2 {
         let body =
             if plan.head_only || matches!(plan.status, 204 | 304) { 0 } else { plan.body_len };
         let length = (!matches!(plan.status, 204 | 304)).then_some(plan.body_len);
-        self.write_headers(out, id, plan.status, length, &sh.date, body == 0);
+        sh.h2.write_headers(out, id, plan.status, length, &sh.date, body == 0);
         if body > 0 {
             let window = self.peer_window;
             self.streams.push(Stream {
@@ -762,69 +844,6 @@ impl H2 {
             if let StreamState::Delayed(plan, _) = s.state {
                 self.answer(s.id, Ok(plan), out, sh, slot, now);
             }
-        }
-    }
-
-    fn write_headers(
-        &mut self,
-        out: &mut Vec<u8>,
-        id: u32,
-        status: u16,
-        length: Option<u64>,
-        date: &[u8],
-        end_stream: bool,
-    ) {
-        let at = out.len();
-        frame::put_header(out, 0, kind::HEADERS, flag::END_HEADERS, id);
-        let start = out.len();
-        let digits = [
-            b'0' + (status / 100) as u8,
-            b'0' + (status / 10 % 10) as u8,
-            b'0' + (status % 10) as u8,
-        ];
-        // The statuses the static table has (RFC 7541 Appendix A, entries 8 to 14).
-        match status {
-            200 => hpack::indexed(out, 8),
-            204 => hpack::indexed(out, 9),
-            206 => hpack::indexed(out, 10),
-            304 => hpack::indexed(out, 11),
-            400 => hpack::indexed(out, 12),
-            404 => hpack::indexed(out, 13),
-            500 => hpack::indexed(out, 14),
-            _ => hpack::literal(out, Indexing::Without, 8, b"", &digits),
-        }
-        if self.fields_date != date {
-            // The fields every response has, encoded once a second (Huffman coding costs a
-            // thousand instructions a response).
-            self.fields.clear();
-            hpack::literal(&mut self.fields, Indexing::Without, 54, b"", b"qpslab");
-            hpack::literal(&mut self.fields, Indexing::Without, 33, b"", date);
-            hpack::literal(&mut self.fields, Indexing::Without, 31, b"", b"text/plain");
-            self.fields_date.clear();
-            self.fields_date.extend_from_slice(date);
-        }
-        out.extend_from_slice(&self.fields);
-        if let Some(n) = length {
-            // content-length, its digits as they are.
-            let mut digits = [0u8; 20];
-            let mut at = digits.len();
-            let mut v = n;
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (v % 10) as u8;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
-            }
-            hpack::put_integer(out, 0x00, 4, 28);
-            hpack::put_integer(out, 0x00, 7, digits.len() - at);
-            out.extend_from_slice(&digits[at..]);
-        }
-        let len = (out.len() - start).to_be_bytes();
-        out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
-        if end_stream {
-            out[at + 4] |= flag::END_STREAM;
         }
     }
 

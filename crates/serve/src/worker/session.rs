@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use qpslab_http::{parse_request, BodyFraming, ChunkedDecoder};
 
+use crate::bufpool::BufPool;
 use crate::config::ServeConfig;
 use crate::date::DATE_LEN;
 use crate::inbuf::InBuf;
+use crate::reqcache::RequestCache;
 use crate::respond::{
     push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
 };
@@ -59,7 +61,8 @@ struct Stream {
 }
 
 /// What every connection of a worker shares: the configuration, the response template and
-/// the date in it, the counters, the delayed responses, and whether the worker is draining.
+/// the date in it, the counters, the delayed responses, whether the worker is draining, the
+/// spare buffers and the remembered request heads.
 #[derive(Debug)]
 pub(super) struct Shared<'a> {
     pub cfg: &'a ServeConfig,
@@ -69,6 +72,9 @@ pub(super) struct Shared<'a> {
     /// Delayed responses: (when, connection slot, its generation).
     pub delays: BinaryHeap<Reverse<(Instant, usize, u32)>>,
     pub draining: bool,
+    pub pool: BufPool,
+    pub cache: RequestCache,
+    pub h2: h2::Scratch,
 }
 
 impl Shared<'_> {
@@ -150,8 +156,8 @@ pub(super) struct Session {
     pub deadline: Option<(Instant, Deadline)>,
     /// EOF was read: answer what is buffered, then close.
     pub eof: bool,
-    cache_bytes: Vec<u8>,
-    cache_plan: Option<Plan>,
+    /// The worker's request cache entry this connection last used.
+    cache_hint: u8,
     /// HTTP/2: the connection began with the client preface.
     h2: Option<Box<H2>>,
 }
@@ -163,11 +169,12 @@ impl Session {
         self.deadline = Some((now + cfg.settings.header_timeout, Deadline::Header));
     }
 
-    /// Forgets the connection (the cached request and buffers' capacity stay for the next).
-    pub fn reset(&mut self) {
+    /// Forgets the connection; its buffers go back to the worker's pool.
+    pub fn reset(&mut self, pool: &mut BufPool) {
         self.gen = self.gen.wrapping_add(1);
         self.inbuf.clear();
-        self.out.clear();
+        self.inbuf.release(pool);
+        pool.give_output(std::mem::take(&mut self.out));
         self.out_pos = 0;
         self.phase = Phase::Head;
         self.plan = None;
@@ -179,6 +186,39 @@ impl Session {
         self.deadline = None;
         self.eof = false;
         self.h2 = None;
+    }
+
+    /// Takes input storage from the worker's pool if the connection gave its own back.
+    #[inline]
+    pub fn ensure_input(&mut self, pool: &mut BufPool) {
+        self.inbuf.ensure(pool);
+    }
+
+    /// An idle connection (every request answered and sent, nothing buffered, nothing pending;
+    /// over HTTP/2 no stream open) gives its buffers back to the worker's pool; `spare` is the
+    /// loop's own output buffer, if it keeps one. Returns whether it did.
+    pub fn release_if_idle(&mut self, pool: &mut BufPool, spare: Option<&mut Vec<u8>>) -> bool {
+        let idle = self.phase == Phase::Head
+            && self.inbuf.is_empty()
+            && self.out_pos == self.out.len()
+            && self.stream.is_none()
+            && self.h2.as_ref().is_none_or(|h| h.idle())
+            && !self.close_after;
+        if !idle {
+            return false;
+        }
+        self.inbuf.release(pool);
+        if let Some(h) = self.h2.as_mut() {
+            h.release();
+        }
+        self.out_pos = 0;
+        if self.out.capacity() > 0 {
+            pool.give_output(std::mem::take(&mut self.out));
+        }
+        if let Some(s) = spare.filter(|s| s.capacity() > 0) {
+            pool.give_output(std::mem::take(s));
+        }
+        true
     }
 
     /// Whether the connection must not take more input now (`in_flight`: bytes the loop is
@@ -215,6 +255,9 @@ impl Session {
         in_flight: usize,
         now: Instant,
     ) -> usize {
+        if self.out.capacity() == 0 {
+            self.out = sh.pool.output();
+        }
         if self.h2.is_none() && self.requests == 0 && self.phase == Phase::Head {
             match h2::preface(self.inbuf.filled()) {
                 Some(true) => {
@@ -237,7 +280,7 @@ impl Session {
                         break;
                     }
                 }
-                Phase::Head => match self.next_request(sh.cfg, now) {
+                Phase::Head => match self.next_request(sh, now) {
                     Ok(Some(plan)) => self.start_request(sh, slot, plan, now),
                     Ok(None) => break,
                     Err(e) => {
@@ -289,19 +332,17 @@ impl Session {
     /// The plan of the next complete request head, consuming it; `None` if incomplete.
     fn next_request(
         &mut self,
-        cfg: &ServeConfig,
+        sh: &mut Shared<'_>,
         now: Instant,
     ) -> Result<Option<Plan>, ErrorReply> {
+        let cfg = sh.cfg;
         if !matches!(self.deadline, Some((_, Deadline::Header))) {
             // One total deadline per head, from its first byte; not reset per byte.
             self.deadline = Some((now + cfg.settings.header_timeout, Deadline::Header));
         }
-        if let Some(plan) = self.cache_plan {
-            let n = self.cache_bytes.len();
-            if self.inbuf.filled().starts_with(&self.cache_bytes) {
-                self.inbuf.consume(n);
-                return Ok(Some(plan));
-            }
+        if let Some((n, plan)) = sh.cache.lookup(self.inbuf.filled(), &mut self.cache_hint) {
+            self.inbuf.consume(n);
+            return Ok(Some(plan));
         }
         let (n, plan) = match parse_request(self.inbuf.filled_mut(), &cfg.settings.limits) {
             Ok(None) => return Ok(None),
@@ -309,11 +350,8 @@ impl Session {
             Err(r) => return Err(ErrorReply { status: r.status, reason: r.reason }),
         };
         let plan = plan?;
-        self.cache_plan = None;
         if n <= CACHED_HEAD_MAX {
-            self.cache_bytes.clear();
-            self.cache_bytes.extend_from_slice(&self.inbuf.filled()[..n]);
-            self.cache_plan = Some(plan);
+            self.cache_hint = sh.cache.insert(&self.inbuf.filled()[..n], plan);
         }
         self.inbuf.consume(n);
         Ok(Some(plan))
