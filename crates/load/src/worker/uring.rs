@@ -49,10 +49,15 @@ fn status(result: i32) -> io::Result<usize> {
 /// Size of each provided receive buffer.
 const BUFFER_SIZE: usize = 16 * 1024;
 
+/// Receive buffers provided at the start (1 MiB); see [`buffers_for`].
+const START_BUFFERS: u16 = 64;
+
 /// Provided receive buffers for a thread's `conns` connections: four each (a 64 KiB response
 /// fills four), a power of two from 64 to 1,024. The kernel takes them in ring order, so a
 /// fast peer soon touches every one: the bound keeps a thread at 16 MiB of them whatever its
-/// peers send (4,096 were 64 MiB). When none is free a receive waits for the next turn.
+/// peers send (4,096 were 64 MiB). When none is free a receive waits for the next turn. The
+/// ring provides [`START_BUFFERS`] of them at first and twice as many each time a receive
+/// finds none, so slow traffic (an open loop's idle connections) touches only what it uses.
 fn buffers_for(conns: usize) -> u16 {
     let n = conns.saturating_mul(4).clamp(64, 1024).next_power_of_two();
     u16::try_from(n).unwrap_or(1024)
@@ -66,6 +71,7 @@ impl UringLoop {
             completions: u32::try_from(conns.saturating_mul(2)).unwrap_or(u32::MAX),
             buffers: buffers_for(conns),
             buffer_size: BUFFER_SIZE,
+            start_buffers: START_BUFFERS,
             ..RingOptions::default()
         };
         Ok(UringLoop {
