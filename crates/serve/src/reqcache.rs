@@ -56,20 +56,9 @@ impl RequestCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qpslab_http::BodyFraming;
 
     fn plan(status: u16) -> Plan {
-        Plan {
-            status,
-            body_len: 0,
-            head_only: false,
-            chunked: false,
-            keep_alive: true,
-            echo_keep_alive: false,
-            delay_ms: 0,
-            request_body: BodyFraming::None,
-            expect_continue: false,
-        }
+        Plan::plain(status, 0)
     }
 
     #[test]

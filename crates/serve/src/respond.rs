@@ -43,6 +43,21 @@ pub(crate) struct ErrorReply {
 }
 
 impl Plan {
+    /// A keep-alive request without a body, answered with `status` and `body_len` bytes.
+    pub(crate) fn plain(status: u16, body_len: u64) -> Self {
+        Plan {
+            status,
+            body_len,
+            head_only: false,
+            chunked: false,
+            keep_alive: true,
+            echo_keep_alive: false,
+            delay_ms: 0,
+            request_body: BodyFraming::None,
+            expect_continue: false,
+        }
+    }
+
     pub(crate) fn new(head: &RequestHead<'_>, cfg: &ServeConfig) -> Result<Self, ErrorReply> {
         let mut plan = Plan {
             status: cfg.settings.status,
@@ -164,17 +179,7 @@ pub(crate) struct Template {
 impl Template {
     pub(crate) fn new(cfg: &ServeConfig, date: &[u8; DATE_LEN]) -> Self {
         let mut bytes = Vec::new();
-        let plan = Plan {
-            status: cfg.settings.status,
-            body_len: cfg.settings.body_size,
-            head_only: false,
-            chunked: false,
-            keep_alive: true,
-            echo_keep_alive: false,
-            delay_ms: 0,
-            request_body: BodyFraming::None,
-            expect_continue: false,
-        };
+        let plan = Plan::plain(cfg.settings.status, cfg.settings.body_size);
         let inline = cfg.settings.body_size <= BODY_PIECE as u64;
         write_head(&mut bytes, &plan, false, date);
         if inline {

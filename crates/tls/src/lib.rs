@@ -170,42 +170,22 @@ where
 }
 
 #[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+#[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
-    use std::sync::Arc;
-
     use super::*;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-    use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConnection, ServerConnection};
 
     fn pair() -> (Pump<ClientConnection>, Pump<ServerConnection>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let der = CertificateDer::from(cert.der().to_vec());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![der.clone()],
-                PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-            )
-            .unwrap();
-        let mut roots = RootCertStore::empty();
-        roots.add(der).unwrap();
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let (client, server) = crate::common::configs();
         let name = ServerName::try_from("localhost").unwrap();
         (
-            Pump::new(ClientConnection::new(Arc::new(client), name).unwrap()),
-            Pump::new(ServerConnection::new(Arc::new(server)).unwrap()),
+            Pump::new(ClientConnection::new(client, name).unwrap()),
+            Pump::new(ServerConnection::new(server).unwrap()),
         )
     }
 

@@ -6,11 +6,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::Arc;
 
 use qpslab_tls::Pump;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, ServerConnection};
+
+mod common;
 
 /// The system allocator, counting the bytes live.
 struct Counting;
@@ -41,28 +42,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn configs() -> (Arc<ClientConfig>, Arc<ServerConfig>) {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert =
-        rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().self_signed(&key).unwrap();
-    let der = CertificateDer::from(cert.der().to_vec());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![der.clone()], PrivateKeyDer::try_from(key.serialize_der()).unwrap())
-        .unwrap();
-    let mut roots = RootCertStore::empty();
-    roots.add(der).unwrap();
-    let client = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    (Arc::new(client), Arc::new(server))
-}
-
 /// Moves `from`'s records to `to`; returns the plaintext they carried.
 fn deliver<A, B, DA, DB>(from: &mut Pump<A>, to: &mut Pump<B>) -> Vec<u8>
 where
@@ -89,7 +68,7 @@ where
 #[test]
 fn an_idle_server_connection_keeps_under_eight_kib() {
     const CONNS: usize = 50;
-    let (client_cfg, server_cfg) = configs();
+    let (client_cfg, server_cfg) = common::configs();
     let mut servers = Vec::with_capacity(CONNS);
     let before = LIVE.load(Ordering::Relaxed);
     for _ in 0..CONNS {
