@@ -354,10 +354,9 @@ impl<'a> Worker<'a> {
             self.close(idx);
         } else if c.sock.is_some() {
             // Waiting for the next request: its buffers go back to the pool.
-            let pool = &mut self.sh.pool;
-            if c.s.release_if_idle(pool, None) {
+            if c.s.release_if_idle(&mut self.sh, None) {
                 if let Some(out) = c.tls.as_mut().and_then(|t| t.take_idle_output()) {
-                    pool.give_output(out);
+                    self.sh.pool.give_output(out);
                 }
             }
         }

@@ -180,11 +180,15 @@ pub(super) struct H2 {
     last_head: Option<(u64, Head)>,
 }
 
+/// Emptied stream lists an idle connection gave back, kept for the next requests.
+const SPARE_STREAM_LISTS: usize = 256;
+
 /// What a worker's HTTP/2 connections share, so that an idle one holds none of it: the
-/// :authority and Host of the head being decoded, and the response fields that change once a
-/// second at most, encoded, with their date.
+/// :authority and Host of the head being decoded, the response fields that change once a
+/// second at most, encoded, with their date, and spare stream lists.
 #[derive(Debug, Default)]
 pub(super) struct Scratch {
+    streams: Vec<Vec<Stream>>,
     authority: Vec<u8>,
     host: Vec<u8>,
     fields: Vec<u8>,
@@ -305,9 +309,22 @@ impl H2 {
         self.streams.is_empty() && self.gathering.is_none()
     }
 
-    /// An idle connection's stream slots are freed (taken again by its next request).
-    pub fn release(&mut self) {
-        self.streams = Vec::new();
+    /// An idle connection's stream slots go to the worker's spares (its next request takes
+    /// them or others back: no allocation per request).
+    pub fn release(&mut self, scratch: &mut Scratch) {
+        if self.streams.capacity() > 0 && scratch.streams.len() < SPARE_STREAM_LISTS {
+            scratch.streams.push(std::mem::take(&mut self.streams));
+        } else {
+            self.streams = Vec::new();
+        }
+    }
+
+    /// Opens a stream, in slots from the worker's spares if the connection gave its own back.
+    fn open(&mut self, stream: Stream, scratch: &mut Scratch) {
+        if self.streams.capacity() == 0 {
+            self.streams = scratch.streams.pop().unwrap_or_default();
+        }
+        self.streams.push(stream);
     }
 
     /// Response bytes wait for the client's window.
@@ -651,7 +668,7 @@ impl H2 {
             let left = sh.cfg.settings.max_body;
             let window = self.peer_window;
             let state = StreamState::Body { plan, left, expect: length, got: 0 };
-            self.streams.push(Stream { id, window, state });
+            self.open(Stream { id, window, state }, &mut sh.h2);
         }
         Ok(())
     }
@@ -805,7 +822,7 @@ impl H2 {
             let until = now + Duration::from_millis(u64::from(plan.delay_ms));
             let plan = Plan { delay_ms: 0, ..plan };
             let window = self.peer_window;
-            self.streams.push(Stream { id, window, state: StreamState::Delayed(plan, until) });
+            self.open(Stream { id, window, state: StreamState::Delayed(plan, until) }, &mut sh.h2);
             sh.delays.push(std::cmp::Reverse((until, slot, self.gen)));
             return;
         }
@@ -818,11 +835,8 @@ impl H2 {
         sh.h2.write_headers(out, id, plan.status, length, &sh.date, body == 0);
         if body > 0 {
             let window = self.peer_window;
-            self.streams.push(Stream {
-                id,
-                window,
-                state: StreamState::Sending { left: body, sent: 0 },
-            });
+            let state = StreamState::Sending { left: body, sent: 0 };
+            self.open(Stream { id, window, state }, &mut sh.h2);
             self.send_bodies(out);
         }
     }

@@ -197,7 +197,7 @@ impl Session {
     /// An idle connection (every request answered and sent, nothing buffered, nothing pending;
     /// over HTTP/2 no stream open) gives its buffers back to the worker's pool; `spare` is the
     /// loop's own output buffer, if it keeps one. Returns whether it did.
-    pub fn release_if_idle(&mut self, pool: &mut BufPool, spare: Option<&mut Vec<u8>>) -> bool {
+    pub fn release_if_idle(&mut self, sh: &mut Shared<'_>, spare: Option<&mut Vec<u8>>) -> bool {
         let idle = self.phase == Phase::Head
             && self.inbuf.is_empty()
             && self.out_pos == self.out.len()
@@ -207,9 +207,10 @@ impl Session {
         if !idle {
             return false;
         }
+        let pool = &mut sh.pool;
         self.inbuf.release(pool);
         if let Some(h) = self.h2.as_mut() {
-            h.release();
+            h.release(&mut sh.h2);
         }
         self.out_pos = 0;
         if self.out.capacity() > 0 {

@@ -396,13 +396,12 @@ impl State<'_> {
     /// A connection waiting for its next request gives its buffers back to the pool.
     fn release_if_idle(&mut self, slot: usize) {
         let conn = &mut self.conns[slot];
-        let pool = &mut self.sh.pool;
         if conn.fd.is_some()
             && conn.in_flight == 0
-            && conn.s.release_if_idle(pool, Some(&mut conn.spare))
+            && conn.s.release_if_idle(&mut self.sh, Some(&mut conn.spare))
         {
             if let Some(out) = conn.tls.as_mut().and_then(|t| t.take_idle_output()) {
-                pool.give_output(out);
+                self.sh.pool.give_output(out);
             }
         }
     }
