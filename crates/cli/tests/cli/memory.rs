@@ -81,16 +81,19 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// TCP connections established to local `port` (IPv4), from /proc/net/tcp.
-fn established(port: u16) -> usize {
+/// TCP connections established to local `port` from `peer` (IPv4), from /proc/net/tcp. The
+/// peer matters: another test's client can have `port` as its own ephemeral port.
+fn established(port: u16, peer: std::net::Ipv4Addr) -> usize {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let local = format!(":{port:04X}");
+    // The kernel prints an address as its 32-bit value in host order.
+    let remote = format!("{:08X}:", u32::from_ne_bytes(peer.octets()));
     table
         .lines()
         .skip(1)
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&local) && f[3] == "01"
+            f.len() > 3 && f[1].ends_with(&local) && f[2].starts_with(&remote) && f[3] == "01"
         })
         .count()
 }
@@ -98,7 +101,7 @@ fn established(port: u16) -> usize {
 /// The server's resident bytes per idle keep-alive connection: its RSS with 2,000 connections
 /// open, each answered at least once and idle between requests (`load -R`: one request per
 /// connection every 2 s), less its RSS after serving 10, over 1,990.
-fn idle_bytes_per_connection(io: &str) -> f64 {
+fn idle_bytes_per_connection(io: &str, peer: std::net::Ipv4Addr) -> f64 {
     const CONNS: usize = 2000;
     let server = super::ServeChild::start(&[], &["-w", "1", "--io", io, "--idle-timeout", "60s"]);
     let url = format!("http://{}/", server.addr);
@@ -110,16 +113,17 @@ fn idle_bytes_per_connection(io: &str) -> f64 {
     let before = rss_kib(pid);
     let mut load = super::common::qpslab_command()
         .args(["load", "-c", &CONNS.to_string(), "-R", "1000", "-d", "8s", "--timeout", "30s"])
+        .args(["--source", &format!("{peer}-{peer}")])
         .arg(&url)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
-    while established(port) < CONNS && std::time::Instant::now() < deadline {
+    while established(port, peer) < CONNS && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let open = established(port);
+    let open = established(port, peer);
     // Every connection has had a request by now (one every 2 s each).
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let after = rss_kib(pid);
@@ -139,12 +143,12 @@ fn idle_bytes_per_connection(io: &str) -> f64 {
 /// and the io_uring loop's 2,048 receive buffers were all touched in turn (8 MiB).
 #[test]
 fn an_idle_connection_costs_the_epoll_server_under_a_kib() {
-    let per = idle_bytes_per_connection("epoll");
+    let per = idle_bytes_per_connection("epoll", std::net::Ipv4Addr::new(127, 0, 3, 1));
     assert!(per < 1024.0, "{per:.0} bytes per idle connection");
 }
 
 #[test]
 fn an_idle_connection_costs_the_uring_server_under_a_kib() {
-    let per = idle_bytes_per_connection("uring");
+    let per = idle_bytes_per_connection("uring", std::net::Ipv4Addr::new(127, 0, 3, 2));
     assert!(per < 1024.0, "{per:.0} bytes per idle connection");
 }
