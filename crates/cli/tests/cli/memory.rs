@@ -94,20 +94,13 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// TCP connections established to local `port` from `peer` (IPv4), from /proc/net/tcp. The
-/// peer matters: another test's client can have `port` as its own ephemeral port.
+/// TCP connections established to local `port` from `peer`, from /proc/net/tcp. The peer
+/// matters: another test's client can have `port` as its own ephemeral port.
 fn established(port: u16, peer: std::net::Ipv4Addr) -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let local = format!(":{port:04X}");
-    // The kernel prints an address as its 32-bit value in host order.
-    let remote = format!("{:08X}:", u32::from_ne_bytes(peer.octets()));
-    table
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&local) && f[2].starts_with(&remote) && f[3] == "01"
-        })
+    use qpslab_sys::sockets::{tcp_sockets, ESTABLISHED};
+    tcp_sockets(&qpslab_sys::root::Root::live())
+        .iter()
+        .filter(|s| s.local.port() == port && s.remote.ip() == peer && s.state == ESTABLISHED)
         .count()
 }
 
@@ -133,10 +126,12 @@ fn idle_bytes_per_connection(io: &str, peer: std::net::Ipv4Addr) -> f64 {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
-    while established(port, peer) < CONNS && std::time::Instant::now() < deadline {
+    // The most seen in one read: a read can miss a line (see `established`).
+    let mut open = 0;
+    while open < CONNS && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
+        open = open.max(established(port, peer));
     }
-    let open = established(port, peer);
     // Every connection has had a request by now (one every 2 s each).
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let after = rss_kib(pid);
