@@ -167,9 +167,14 @@ fn open_loop_json_reports_both_latencies_send_lag_and_the_schedule() {
     ]);
     assert_load_contract(&v);
     assert_eq!(v["config"]["mode"], "rate");
-    // 1000 requests in the ramp (average 1000/s over 1 s), then 1500 in the second second.
-    let scheduled = v["rate"]["scheduled"].as_u64().unwrap();
-    assert!(scheduled.abs_diff(2500) <= 10, "{}", v["rate"]);
+    // 1000 requests in the ramp (average 1000/s over 1 s), then 1500/s over the rest of the
+    // measured window: 2,500 in 2 s. The window is the run's own (the workers see the end a
+    // little late under load: 2,515 once in CI, with the tests four at a time).
+    let secs = v["duration_s"].as_f64().unwrap();
+    assert!((2.0..2.5).contains(&secs), "{secs}");
+    let scheduled = v["rate"]["scheduled"].as_u64().unwrap() as f64;
+    let due = 1000.0 + 1500.0 * (secs - 1.0);
+    assert!((scheduled - due).abs() <= 2.0, "{due:.1} due in {secs} s: {}", v["rate"]);
     assert_eq!(v["rate"]["kept"], true, "{}", v["rate"]);
     for key in ["latency_uncorrected_us", "send_lag_us"] {
         assert!(v[key]["p99"].as_u64().is_some(), "{key}: {}", v[key]);
