@@ -651,8 +651,9 @@ fn bench_builtin_end_to_end_json() {
             + r["in_flight_at_stop"].as_u64().unwrap()
     );
     assert_eq!(v["target"]["kind"], "builtin");
-    assert!(v["server_cpu"].as_f64().unwrap() > 0.1, "server CPU measured: {}", v["server_cpu"]);
-    assert!(v["generator_cpu"].as_f64().unwrap() > 0.1);
+    // Measured, not a share: with the other tests running, the server got 0.09 of a CPU once.
+    assert!(v["server_cpu"].as_f64().unwrap() > 0.0, "server CPU measured: {}", v["server_cpu"]);
+    assert!(v["generator_cpu"].as_f64().unwrap() > 0.0);
     assert!(v["requests_per_server_cpu_s"].as_f64().unwrap() > 1000.0);
     let server: Vec<u64> =
         v["target"]["cpus"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
