@@ -353,13 +353,16 @@ fn a_load_over_three_ssh_agents_is_split_exactly_and_started_together() {
     assert!(t.contains("Agents: 3, started within"), "{t}");
     // Each row says how late its agent began after the common instant (the column was an
     // "offset" of clocks that each count from their own process's start: tens of ms for
-    // agents on one host, which looked like a clock error).
+    // agents on one host, which looked like a clock error). Late is the scheduler's wake-up
+    // delay after the agent's timed wait: with this suite's tests four at a time on two CPUs,
+    // one agent began 11.8 ms late in CI. The clocks' agreement is checked above (skew under
+    // 10 ms).
     let header = t.lines().find(|l| l.trim_start().starts_with("host")).unwrap();
     assert!(header.contains("late") && !header.contains("offset"), "{header}");
     for row in t.lines().filter(|l| l.contains("  done  ")) {
         let late: f64 =
             row.split_whitespace().rev().nth(1).unwrap().trim_end_matches("ms").parse().unwrap();
-        assert!((0.0..10.0).contains(&late), "{row}");
+        assert!((0.0..50.0).contains(&late), "{row}");
     }
 }
 
