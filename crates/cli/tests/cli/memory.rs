@@ -126,7 +126,7 @@ fn idle_bytes_per_connection(io: &str, peer: std::net::Ipv4Addr) -> f64 {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
-    // The most seen in one read: a read can miss a line (see `established`).
+    // The most seen in one read: a read can also miss a row (`sockets::parse_table` says why).
     let mut open = 0;
     while open < CONNS && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
