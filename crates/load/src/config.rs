@@ -112,6 +112,8 @@ pub struct LoadConfig {
     /// How long a connect may take before it counts as a connect error.
     pub connect_timeout: Duration,
     pub warmup: Duration,
+    /// Responses to requests issued in the warm-up count in the rate, not in the latency.
+    pub exclude_warmup_latency: bool,
     /// Thread i is pinned to `cpus[i % len]`.
     pub cpus: Option<Vec<usize>>,
     pub accept_status: StatusSet,
@@ -264,6 +266,7 @@ impl LoadConfig {
             timeout: opts.timeout,
             connect_timeout: opts.connect_timeout.unwrap_or(opts.timeout),
             warmup: opts.warmup.unwrap_or(Duration::ZERO),
+            exclude_warmup_latency: opts.exclude_warmup_latency,
             cpus,
             accept_status: opts
                 .accept_status

@@ -114,8 +114,9 @@ pub struct LoadOptions {
     #[arg(short, long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub connections: Option<usize>,
 
-    /// Run length after warm-up, e.g. 10s, 2m [default: 10s unless -n is given]
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// Run length after warm-up, e.g. 10s, 2m (-z as oha and hey name it) [default: 10s unless
+    /// -n is given]
+    #[arg(short, long, short_alias = 'z', value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     #[serde(with = "dur::opt")]
     pub duration: Option<Duration>,
 
@@ -259,11 +260,17 @@ pub struct LoadOptions {
     #[arg(long)]
     pub no_retry: bool,
 
-    /// Warm-up before measuring; its requests are excluded from every figure [default: none
-    /// for load, 1s for bench]
+    /// Warm-up before measuring: what completes in it is not counted; every response that
+    /// completes after it is, whenever its request was sent (as wrk and oha count a window)
+    /// [default: none for load, 1s for bench]
     #[arg(long, value_name = "DUR", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     #[serde(with = "dur::opt")]
     pub warmup: Option<Duration>,
+
+    /// Keep responses to requests sent in the warm-up out of the latency figures (they still
+    /// count in the rate and the status mix)
+    #[arg(long)]
+    pub exclude_warmup_latency: bool,
 
     /// Pin load thread i to the i-th CPU of this list (e.g. 2-3 or 1,3,5)
     #[arg(long, value_name = "LIST")]
@@ -342,6 +349,7 @@ impl Default for LoadOptions {
             connect_timeout: None,
             no_retry: false,
             warmup: None,
+            exclude_warmup_latency: false,
             cpus: None,
             max_error_rate: 0.0,
             accept_status: None,

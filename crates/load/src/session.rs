@@ -25,8 +25,13 @@ pub(crate) struct Req {
     pub sent_at: Instant,
     /// When it was meant to go: its open-loop slot, else `sent_at`. Latency counts from here.
     pub intended: Instant,
-    /// Issued after warm-up: counts in every figure.
+    /// Counts in every figure: issued in the measured window, or issued in the warm-up and
+    /// still outstanding when the window opened (its response completes in the window).
     pub counted: bool,
+    /// Issued in the warm-up (its intended send time before the window): its response counts
+    /// in the rate when it completes in the window; `--exclude-warmup-latency` keeps it out of
+    /// the latency figures.
+    pub warm: bool,
     /// Sent again once already, after its reused connection closed before responding.
     pub retried: bool,
     pub target: u32,
@@ -165,6 +170,10 @@ impl Http1 {
 
     pub fn requests(&self) -> impl Iterator<Item = &Req> {
         self.inflight.iter()
+    }
+
+    pub fn requests_mut(&mut self) -> impl Iterator<Item = &mut Req> {
+        self.inflight.iter_mut()
     }
 
     /// When the oldest request unanswered was written.
@@ -384,6 +393,13 @@ impl Session {
         }
     }
 
+    pub fn each_request_mut(&mut self, mut f: impl FnMut(&mut Req)) {
+        match self {
+            Session::H1(s) => s.requests_mut().for_each(&mut f),
+            Session::H2(s) => s.requests_mut().for_each(&mut f),
+        }
+    }
+
     pub fn oldest_sent(&self) -> Option<Instant> {
         either!(self, s => s.oldest_sent())
     }
@@ -594,7 +610,16 @@ mod tests {
     }
 
     fn req(now: Instant, pos: u32) -> Req {
-        Req { sent_at: now, intended: now, counted: true, retried: false, target: 0, pos, id: 0 }
+        Req {
+            sent_at: now,
+            intended: now,
+            counted: true,
+            warm: false,
+            retried: false,
+            target: 0,
+            pos,
+            id: 0,
+        }
     }
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";

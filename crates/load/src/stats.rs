@@ -74,8 +74,12 @@ pub struct TargetCounts {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Recorder {
-    /// Requests issued (committed to a connection).
+    /// Requests issued (committed to a connection) in the measured window, plus those issued
+    /// in the warm-up that were still outstanding when it opened (`from_warmup`).
     pub sent: u64,
+    /// Of `sent`: issued in the warm-up, outstanding when the window opened. Their responses
+    /// count when they complete in the window.
+    pub from_warmup: u64,
     /// Final responses received (any status).
     pub completed: u64,
     /// Responses with status < 400, or listed in `--accept-status`.
@@ -152,6 +156,7 @@ impl Default for Recorder {
     fn default() -> Self {
         Self {
             sent: 0,
+            from_warmup: 0,
             completed: 0,
             ok: 0,
             failed: 0,
@@ -209,12 +214,19 @@ impl Recorder {
 
     #[inline]
     pub fn response(&mut self, status: u16, ok: bool, latency_us: u64) {
+        self.response_unmeasured(status, ok);
+        self.latency.saturating_record(latency_us.max(1));
+    }
+
+    /// A response counted without its latency (`--exclude-warmup-latency`: a request issued
+    /// in the warm-up).
+    #[inline]
+    pub fn response_unmeasured(&mut self, status: u16, ok: bool) {
         self.completed += 1;
         self.ok += u64::from(ok);
         if let Some(slot) = self.status.get_mut(usize::from(status)) {
             *slot += 1;
         }
-        self.latency.saturating_record(latency_us.max(1));
     }
 
     /// When intervals are kept: the corrected latency since the last call (or the start of
@@ -293,6 +305,7 @@ impl Recorder {
                 .collect();
         }
         self.sent += other.sent;
+        self.from_warmup += other.from_warmup;
         self.completed += other.completed;
         self.ok += other.ok;
         self.failed += other.failed;

@@ -191,6 +191,8 @@ struct Conn {
     /// Requests committed while the connection was being opened.
     waiting: u64,
     waiting_counted: bool,
+    /// They were granted in the warm-up (see [`Req::warm`]).
+    waiting_warm: bool,
     /// Open loop: the slot time of the request waiting for the connect.
     waiting_intended: Option<Instant>,
     /// In the worker's idle list (open loop: free, waiting for the schedule).
@@ -209,8 +211,9 @@ struct Conn {
 /// When the requests of one write were meant to go.
 #[derive(Debug, Clone, Copy)]
 enum Due {
-    /// Closed loop: when they go; whether they count was decided when they were granted.
-    Now(bool),
+    /// Closed loop: when they go; whether they count, and whether they were granted in the
+    /// warm-up, was decided when they were granted.
+    Now { counted: bool, warm: bool },
     /// One open-loop request granted before its connection was open.
     At(Instant),
     /// Open loop: consecutive schedule slots from this one.
@@ -307,6 +310,7 @@ impl<'a> Worker<'a> {
                 },
                 waiting: 0,
                 waiting_counted: false,
+                waiting_warm: false,
                 waiting_intended: None,
                 idle: false,
                 sending: false,
@@ -429,6 +433,11 @@ impl<'a> Worker<'a> {
             let granted = self.pacer.next_slot();
             let n = self.wait(timeout)?;
             now = Instant::now();
+            if !self.measuring && now >= clock.measure_start {
+                self.open_window();
+                cpu_start = CpuTime::of_current_thread();
+                self.polled = Duration::ZERO;
+            }
             let timed_out = clock.stop_at.is_some_and(|s| now >= s);
             if open && !timed_out {
                 // A slot at or past the stop would go out only to be in flight at the stop.
@@ -443,21 +452,6 @@ impl<'a> Worker<'a> {
             if now >= self.log_next {
                 self.rotate_interval(now);
             }
-            if !self.measuring && now >= clock.measure_start {
-                self.measuring = true;
-                for c in &mut self.conns {
-                    if let Session::H2(h) = &mut c.s {
-                        // What the warm-up saw goes; what the server announced stays.
-                        h.counts = crate::session::h2::H2Counts {
-                            max_streams: h.counts.max_streams,
-                            window: h.counts.window,
-                            ..Default::default()
-                        };
-                    }
-                }
-                cpu_start = CpuTime::of_current_thread();
-                self.polled = Duration::ZERO;
-            }
             if now >= next_tick {
                 self.on_tick(now);
                 next_tick = now + self.tick;
@@ -468,6 +462,39 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(self.finish(now, CpuTime::of_current_thread().since(cpu_start)))
+    }
+
+    /// The warm-up is over: from now every response that completes counts, whenever its
+    /// request was sent (as wrk, hey and oha count a window). The requests still outstanding
+    /// from the warm-up are carried into the window: counted as sent, so the accounting
+    /// (sent = completed + failed + in flight at the stop) stays exact, and marked warm.
+    /// Counting only requests sent in the window would drop one response per connection
+    /// from a window of responses that each took a latency: a bias of latency / duration.
+    fn open_window(&mut self) {
+        self.measuring = true;
+        let mut carried = 0;
+        for c in &mut self.conns {
+            c.s.each_request_mut(|r| {
+                if !r.counted {
+                    r.counted = true;
+                    carried += 1;
+                }
+            });
+            if c.waiting > 0 && !c.waiting_counted {
+                c.waiting_counted = true;
+                carried += c.waiting;
+            }
+            if let Session::H2(h) = &mut c.s {
+                // What the warm-up saw goes; what the server announced stays.
+                h.counts = crate::session::h2::H2Counts {
+                    max_streams: h.counts.max_streams,
+                    window: h.counts.window,
+                    ..Default::default()
+                };
+            }
+        }
+        self.rec.sent += carried;
+        self.rec.from_warmup += carried;
     }
 
     /// The run's clock has started: requests may go on every open connection.
@@ -498,6 +525,10 @@ impl<'a> Worker<'a> {
     #[inline]
     fn next_wait(&self, now: Instant, clock: &Clock, next_tick: Instant) -> (Duration, bool) {
         let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
+        if !self.measuring {
+            // The window opens on time: responses from then on count.
+            wake = wake.min(clock.measure_start);
+        }
         let next_due = self.pacer.next_due();
         if let (Some(due), false) = (next_due, self.idle.is_empty()) {
             // Requests due within one quantum go in one wake-up: at high rates a wake-up per
@@ -591,7 +622,8 @@ impl<'a> Worker<'a> {
                     return self.mark_idle(idx);
                 }
                 let intended = self.pacer.is_open().then(|| self.pacer.slot_time(slot, now));
-                let counted = intended.unwrap_or(now) >= measure_start;
+                let warm = intended.unwrap_or(now) < measure_start;
+                let counted = self.measuring || !warm;
                 if counted && intended.is_some() {
                     self.rec.waited_for_connection += u64::from(slot < self.waiting_below);
                 }
@@ -599,6 +631,7 @@ impl<'a> Worker<'a> {
                 c.retry_at = None;
                 c.waiting = k;
                 c.waiting_counted = counted;
+                c.waiting_warm = warm;
                 c.waiting_intended = intended;
                 self.commit(k, u64::from(counted));
                 self.connect(idx, now);
@@ -624,7 +657,8 @@ impl<'a> Worker<'a> {
                 let due = if self.pacer.is_open() {
                     Due::Slots(first)
                 } else {
-                    Due::Now(now >= measure_start)
+                    let warm = now < measure_start;
+                    Due::Now { counted: self.measuring || !warm, warm }
                 };
                 let counted = self.start_write(idx, k, due, now);
                 self.commit(k, counted);
@@ -674,7 +708,7 @@ impl<'a> Worker<'a> {
     /// Queues `k` requests on the connection; returns how many count (meant to go after
     /// warm-up).
     fn start_write(&mut self, idx: usize, k: u64, due: Due, now: Instant) -> u64 {
-        let measure_start = self.measure_start;
+        let (measure_start, measuring) = (self.measure_start, self.measuring);
         let c = &mut self.conns[idx];
         let group = &self.shared.groups[c.s.group()];
         let (pacer, rec, waiting_below) = (&self.pacer, &mut self.rec, self.waiting_below);
@@ -683,24 +717,24 @@ impl<'a> Worker<'a> {
         let ids = &mut self.ids;
         c.s.queue(group, cursor, k as usize, ids, |i, target, pos| {
             let i = i as u64;
-            let (intended, counted) = match due {
-                Due::Now(counted) => (now, counted),
-                Due::At(t) => (t, t >= measure_start),
+            let (intended, counted, warm) = match due {
+                Due::Now { counted, warm } => (now, counted, warm),
+                Due::At(t) => (t, measuring || t >= measure_start, t < measure_start),
                 Due::Slots(first) => {
                     let t = pacer.slot_time(first + i, now);
-                    (t, t >= measure_start)
+                    (t, measuring || t >= measure_start, t < measure_start)
                 }
             };
             if counted {
                 counted_n += 1;
-                if !matches!(due, Due::Now(_)) {
+                if !matches!(due, Due::Now { .. }) {
                     rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
                 }
                 if let Due::Slots(first) = due {
                     rec.waited_for_connection += u64::from(first + i < waiting_below);
                 }
             }
-            Req { sent_at: now, intended, counted, retried: false, target, pos, id: 0 }
+            Req { sent_at: now, intended, counted, warm, retried: false, target, pos, id: 0 }
         });
         counted_n
     }
@@ -820,7 +854,8 @@ impl<'a> Worker<'a> {
             return self.resend(idx, now);
         }
         let waiting = std::mem::take(&mut c.waiting);
-        let due = c.waiting_intended.take().map_or(Due::Now(c.waiting_counted), Due::At);
+        let now_due = Due::Now { counted: c.waiting_counted, warm: c.waiting_warm };
+        let due = c.waiting_intended.take().map_or(now_due, Due::At);
         if waiting > 0 {
             self.start_write(idx, waiting, due, now);
             self.flush(idx);
@@ -1169,9 +1204,13 @@ impl Shared<'_> {
     fn record(&self, rec: &mut Recorder, req: Req, resp: Response, now: Instant) {
         if req.counted {
             let ok = resp.status < 400 || self.cfg.accept_status.contains(resp.status);
+            rec.target_response(req.target as usize, ok);
+            if req.warm && self.cfg.exclude_warmup_latency {
+                rec.response_unmeasured(resp.status, ok);
+                return;
+            }
             let us = now.saturating_duration_since(req.intended).as_micros() as u64;
             rec.response(resp.status, ok, us);
-            rec.target_response(req.target as usize, ok);
             if let Some(&g) = self.target_group.get(req.target as usize) {
                 rec.group_latency(g as usize, us);
             }

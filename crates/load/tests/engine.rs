@@ -120,6 +120,36 @@ fn duration_run_ends_on_time_and_warmup_is_excluded(io: IoChoice) {
     assert_eq!(report.connections.connects, report.connections.reconnects);
 }
 
+/// The window counts every response that completes in it: the requests a warm-up left
+/// outstanding are carried into it (counted as sent, and answered), and
+/// `--exclude-warmup-latency` keeps their latency out while they still count in the rate.
+fn warmup_requests_answered_in_the_window_count(io: IoChoice) {
+    // 20 ms an answer: a request is out on every connection as the window opens.
+    let server = Scripted::start(|_, s| {
+        std::thread::sleep(Duration::from_millis(20));
+        write(s, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        After::Continue
+    });
+    let mut o = opts_on(io, &server.url());
+    o.connections = Some(8);
+    o.duration = Some(Duration::from_millis(500));
+    o.warmup = Some(Duration::from_millis(200));
+    for exclude in [false, true] {
+        o.exclude_warmup_latency = exclude;
+        let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let result = qpslab_load::run(&cfg, &stop, &mut qpslab_load::feed::Unwatched).unwrap();
+        let rec = &result.rec;
+        // Each connection had its one request out as the window opened.
+        assert_eq!(rec.from_warmup, 8);
+        assert_eq!(rec.failed, 0);
+        let unmeasured = rec.completed - rec.latency.len();
+        assert_eq!(unmeasured, if exclude { rec.from_warmup } else { 0 }, "exclude {exclude}");
+        // The support's identities hold too.
+        run(&o);
+    }
+}
+
 /// The per-second rows add up to the run's totals exactly, the last row ending with the run
 /// (they were sampled from the live progress a second apart on the wall clock: their sum
 /// missed the tail after the last sample, 340,983 of 341,700 in one run).
@@ -571,6 +601,7 @@ qpslab_testkit::on_both_loops!(
     one_kib_bodies_and_head_requests,
     post_body_reaches_the_server,
     duration_run_ends_on_time_and_warmup_is_excluded,
+    warmup_requests_answered_in_the_window_count,
     per_second_rows_add_up_to_the_totals,
     chunked_responses_written_a_few_bytes_at_a_time,
     close_delimited_bodies_reconnect_transparently,

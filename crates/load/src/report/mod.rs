@@ -273,8 +273,13 @@ pub struct TargetReport {
 
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Requests {
-    /// Issued: committed to a connection (including ones whose connect then failed).
+    /// Issued: committed to a connection (including ones whose connect then failed) in the
+    /// measured window, plus `from_warmup`.
     pub sent: u64,
+    /// Of `sent`: issued in the warm-up and still outstanding when the window opened; their
+    /// responses count when they complete in the window (the window counts every response
+    /// that completes in it, whenever its request went).
+    pub from_warmup: u64,
     /// Final responses, any status: `ok + bad_status`.
     pub completed: u64,
     /// Status < 400, or listed in `--accept-status`.
@@ -663,6 +668,7 @@ impl Report {
         let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
         let requests = Requests {
             sent: rec.sent,
+            from_warmup: rec.from_warmup,
             completed: rec.completed,
             ok: rec.ok,
             failed: rec.failed,

@@ -107,9 +107,13 @@ fn totals(r: &Report, s: &mut String) {
     } else {
         String::new()
     };
+    let carried = match q.from_warmup {
+        0 => String::new(),
+        n => format!(" ({n} sent in the warm-up)"),
+    };
     let _ = writeln!(
         s,
-        "TOTALS:  {} connect, {} requests, {} success, {} fail, {} in flight ({} reconnects{})",
+        "TOTALS:  {} connect, {} requests{carried}, {} success, {} fail, {} in flight ({} reconnects{})",
         r.connections.connects,
         q.sent,
         q.ok,

@@ -36,6 +36,7 @@ pub fn h2_client(data: &[u8]) {
         sent_at: now,
         intended: now,
         counted: true,
+        warm: false,
         retried: false,
         target,
         pos,

@@ -202,6 +202,10 @@ impl Http2 {
         self.streams.iter().map(|s| &s.req)
     }
 
+    pub fn requests_mut(&mut self) -> impl Iterator<Item = &mut Req> {
+        self.streams.iter_mut().map(|s| &mut s.req)
+    }
+
     pub fn oldest_sent(&self) -> Option<Instant> {
         self.streams.iter().map(|s| s.req.sent_at).min()
     }

@@ -1,0 +1,317 @@
+//! Real applications: a server that answers in milliseconds and queues, as the applications
+//! users point a load tool at do. Each test compares what qpslab reports with what the server
+//! itself counted.
+//!
+//! A test binary of its own, one test at a time: the servers' rates are their ground truth and
+//! must not share the CPUs with another test's load.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{json_of, qpslab_command};
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One worker that serves the requests of every connection in arrival order, `argv[2]` ms
+/// each (a sleep, as a database call is), and appends the wall-clock time of each answer to
+/// the file `argv[3]`: the server's own count, to hold the load's figures against. Its rate is
+/// 1000 / ms answers a second whatever the connections.
+const FIXED_SERVICE: &str = r#"
+import queue, selectors, socket, sys, threading, time
+port, ms, log = int(sys.argv[1]), float(sys.argv[2]), open(sys.argv[3], 'w', buffering=1)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', port)); s.listen(1024)
+work = queue.Queue()
+def worker():
+    while True:
+        c = work.get()
+        time.sleep(ms / 1000)
+        try:
+            c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok')
+            log.write('%.6f\n' % time.time())
+        except OSError:
+            pass
+threading.Thread(target=worker, daemon=True).start()
+print('ready', flush=True)
+sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); bufs = {}
+end = time.time() + 600
+while time.time() < end:
+    for key, _ in sel.select(0.5):
+        if key.fileobj is s:
+            c, _ = s.accept(); sel.register(c, selectors.EVENT_READ); bufs[c] = b''
+            continue
+        c = key.fileobj
+        try:
+            d = c.recv(65536)
+        except OSError:
+            d = b''
+        if not d:
+            sel.unregister(c); c.close(); bufs.pop(c, None)
+            continue
+        bufs[c] += d
+        while b'\r\n\r\n' in bufs[c]:
+            _, bufs[c] = bufs[c].split(b'\r\n\r\n', 1)
+            work.put(c)
+"#;
+
+/// [`FIXED_SERVICE`] on a free port, `ms` per answer; killed on drop.
+struct FixedService {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FixedService {
+    fn start(ms: f64) -> FixedService {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("answers");
+        let port = free_port();
+        let mut child = Command::new("python3")
+            .args(["-c", FIXED_SERVICE, &port.to_string(), &ms.to_string()])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut ready = String::new();
+        let out = child.stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready");
+        FixedService { child, port, log, _dir: dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    /// Answers the server wrote between `from` and `to` (seconds since the epoch).
+    fn answered_between(&self, from: f64, to: f64) -> usize {
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        text.lines().filter_map(|l| l.parse::<f64>().ok()).filter(|t| *t >= from && *t < to).count()
+    }
+
+    /// Waits until the server has answered everything queued (no answer for 3 service times).
+    fn settle(&self, ms: f64) {
+        let quiet = Duration::from_secs_f64(3.0 * ms / 1000.0).max(Duration::from_millis(50));
+        let mut last = 0;
+        for _ in 0..200 {
+            std::thread::sleep(quiet);
+            let n = std::fs::metadata(&self.log).map_or(0, |m| m.len());
+            if n == last {
+                return;
+            }
+            last = n;
+        }
+    }
+}
+
+impl Drop for FixedService {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The measured window of a `load --json` run, in seconds since the epoch: from the end of
+/// its warm-up, for its duration.
+fn window(v: &Value) -> (f64, f64) {
+    let started = v["started_at"].as_str().unwrap();
+    let started = humantime::parse_rfc3339(started).unwrap();
+    let t0 = started.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let from = t0 + v["config"]["warmup_s"].as_f64().unwrap();
+    (from, from + v["duration_s"].as_f64().unwrap())
+}
+
+/// The warm-up's ground truth: against one worker that takes 4 ms an answer (250 a second),
+/// the rate `load` reports is within 1% of the server's own count of answers in the window,
+/// whatever the warm-up (none, under one latency, several latencies) and the connections (1,
+/// 10, 100: latencies from 4 to 400 ms). Counting only requests sent in the window lost one
+/// response a connection: 100 of 500 at 100 connections.
+#[test]
+fn the_rate_after_a_warmup_is_the_servers_own_count() {
+    let _one = one_at_a_time();
+    let ms = 4.0;
+    let server = FixedService::start(ms);
+    let cases: [(u32, &[&str]); 3] = [
+        (1, &["0s", "3ms", "12ms"]),
+        (10, &["0s", "30ms", "120ms"]),
+        (100, &["0s", "300ms", "1200ms"]),
+    ];
+    let mut runs = 0;
+    for (c, warmups) in cases {
+        for warmup in warmups {
+            let io = if runs % 2 == 0 { "epoll" } else { "uring" };
+            runs += 1;
+            let started = SystemTime::now();
+            let out = qpslab_command()
+                .args(["load", "--json", "-t", "1", "-c", &c.to_string(), "-d", "2s"])
+                .args(["--warmup", warmup, "--io", io, &server.url()])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            let v = json_of(&out);
+            server.settle(ms);
+            let (from, to) = window(&v);
+            let truth = server.answered_between(from, to) as f64;
+            let q = &v["requests"];
+            let ok = q["ok"].as_u64().unwrap() as f64;
+            let what = format!("-c {c} --warmup {warmup} --io {io}: {q} truth {truth}");
+            assert!(truth > 400.0, "the server ran at its rate: {what}");
+            assert!((ok - truth).abs() <= truth * 0.01, "{what}");
+            let rate = v["throughput_rps"].as_f64().unwrap();
+            let true_rate = truth / (to - from);
+            assert!((rate - true_rate).abs() <= true_rate * 0.01, "{rate} vs {true_rate}: {what}");
+            // The accounting is exact, with the warm-up's requests carried into the window.
+            let n = |k: &str| q[k].as_u64().unwrap();
+            assert_eq!(n("sent"), n("completed") + n("failed") + n("in_flight_at_stop"), "{what}");
+            if *warmup == "0s" {
+                assert_eq!(n("from_warmup"), 0, "{what}");
+            } else {
+                // Connections had a request out when the window opened (one each at most:
+                // a connection between a response and its next request had none).
+                assert!((1..=u64::from(c)).contains(&n("from_warmup")), "{what}");
+            }
+            assert!(started.elapsed().unwrap() < Duration::from_secs(10), "{what}");
+        }
+    }
+}
+
+/// A Flask application under gunicorn (`workers` sync workers; `/slow` sleeps 15 ms as a
+/// database call does, `/` answers at once) behind nginx as a reverse proxy, each on a free
+/// port: what users most often point a load tool at. nginx logs each answer's wall-clock time
+/// and status. Both are stopped on drop (gunicorn by SIGQUIT, its quick shutdown; nginx by
+/// SIGTERM, which takes its workers with it).
+struct AppBehindNginx {
+    gunicorn: Child,
+    nginx: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+const FLASK_APP: &str = "import time\nfrom flask import Flask\napp = Flask(__name__)\n\
+    @app.route('/slow')\ndef slow():\n    time.sleep(0.015)\n    return 'ok'\n\
+    @app.route('/')\ndef fast():\n    return 'ok'\n";
+
+impl AppBehindNginx {
+    fn start(workers: u32) -> AppBehindNginx {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("app.py"), FLASK_APP).unwrap();
+        let (port, app_port) = (free_port(), free_port());
+        let gunicorn = Command::new("gunicorn")
+            .args(["-w", &workers.to_string(), "-b", &format!("127.0.0.1:{app_port}")])
+            .arg("--chdir")
+            .arg(d)
+            .arg("app:app")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gunicorn (scripts/test installs it)");
+        let conf = format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  log_format t '$msec $status';\n  access_log {d}/access.log t;\n\
+             server {{ listen 127.0.0.1:{port};\n\
+             location / {{ proxy_pass http://127.0.0.1:{app_port}; }} }}\n}}\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("nginx.conf"), conf).unwrap();
+        let nginx = Command::new("nginx")
+            .arg("-p")
+            .arg(d)
+            .arg("-c")
+            .arg(d.join("nginx.conf"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/test installs nginx-light)");
+        let app = AppBehindNginx { gunicorn, nginx, dir, port };
+        app.wait_answering();
+        app
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Until the application answers through nginx (gunicorn takes a second to start).
+    fn wait_answering(&self) {
+        use std::io::{Read, Write};
+        for _ in 0..100 {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+                let mut got = String::new();
+                let _ = s.read_to_string(&mut got);
+                if got.starts_with("HTTP/1.1 200") {
+                    let _ = std::fs::write(self.dir.path().join("access.log"), "");
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the application did not answer through nginx on {}", self.port);
+    }
+
+    /// nginx's answers of `status` logged between `from` and `to` (seconds since the epoch).
+    fn logged_between(&self, status: &str, from: f64, to: f64) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap();
+        log.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(t, s)| *s == status && t.parse::<f64>().is_ok_and(|t| t >= from && t < to))
+            .count()
+    }
+}
+
+impl Drop for AppBehindNginx {
+    fn drop(&mut self) {
+        for (child, sig) in [(&mut self.nginx, "-TERM"), (&mut self.gunicorn, "-QUIT")] {
+            let _ = Command::new("kill").args([sig, &child.id().to_string()]).status();
+            for _ in 0..100 {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The warm-up's replay against a real application: 100 connections to a Flask route of
+/// 15 ms under one gunicorn worker, behind nginx, 1 s of warm-up. The rate is nginx's own
+/// count of answers in the window (it was 28 a second where nginx logged 62: every response to
+/// a request of the warm-up was dropped, and at 1.6 s a response, that was most of them).
+#[test]
+fn an_application_behind_nginx_is_counted_as_nginx_logs_it() {
+    let _one = one_at_a_time();
+    let app = AppBehindNginx::start(1);
+    let out = qpslab_command()
+        .args(["load", "--json", "-c", "100", "-d", "3s", "--warmup", "1s", &app.url("/slow")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json_of(&out);
+    let (from, to) = window(&v);
+    let truth = app.logged_between("200", from, to) as f64;
+    let ok = v["requests"]["ok"].as_f64().unwrap();
+    assert!(truth > 100.0, "the application ran: {truth}");
+    // An answer logged at an edge of the window reaches the generator a moment later.
+    assert!((ok - truth).abs() <= 2.0_f64.max(truth * 0.01), "ok {ok}, nginx logged {truth}");
+    assert_eq!(v["requests"]["from_warmup"], 100, "{}", v["requests"]);
+}
