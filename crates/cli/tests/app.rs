@@ -315,3 +315,29 @@ fn an_application_behind_nginx_is_counted_as_nginx_logs_it() {
     assert!((ok - truth).abs() <= 2.0_f64.max(truth * 0.01), "ok {ok}, nginx logged {truth}");
     assert_eq!(v["requests"]["from_warmup"], 100, "{}", v["requests"]);
 }
+
+/// An open loop the application cannot keep (1,000 a second asked of one 4 ms worker, 10
+/// connections): bench says it fell behind and who set the pace, in the throughput line, the
+/// rate's explanation and a finding; it never says the rate is what was asked (it did, while
+/// its own JSON said 2,823 of 4,000 a second).
+#[test]
+fn an_open_loop_the_application_cannot_keep_is_said_to_fall_behind() {
+    let _one = one_at_a_time();
+    let server = FixedService::start(4.0);
+    let args = ["bench", "-R", "1000", "-c", "10", "-d", "2s", "--warmup", "300ms", "--no-save"];
+    let out = qpslab_command().args(args).arg("--json").arg(server.url()).output().unwrap();
+    let v = json_of(&out);
+    let f = v["doctor"]["findings"].as_array().unwrap();
+    assert!(f.iter().all(|x| x["name"] != "paced"), "{f:#?}");
+    let behind = f.iter().find(|x| x["name"] == "behind-schedule").expect("behind-schedule");
+    assert_eq!(behind["severity"], "warning");
+    let summary = behind["summary"].as_str().unwrap();
+    assert!(summary.contains("where 1000 a second were asked"), "{summary}");
+    assert!(summary.contains("the load's connections (every one busy"), "{summary}");
+    server.settle(4.0);
+    let out = qpslab_command().args(args).arg(server.url()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("BEHIND ITS SCHEDULE: 1000 a second asked"), "{text}");
+    assert!(text.contains("the schedule was not met"), "{text}");
+    assert!(!text.contains("the rate is what was asked"), "{text}");
+}

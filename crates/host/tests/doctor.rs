@@ -1102,6 +1102,46 @@ fn an_open_loop_with_nothing_saturated_is_paced() {
     assert!(named(&f, "latency-bound").is_none(), "{f:?}");
 }
 
+/// An open loop that fell behind its schedule is not called paced: the rate is not what was
+/// asked (it said "the rate is what was asked" at 2,823 of 4,000 a second). With every
+/// connection busy it ran as a closed loop does: Little's law explains it, and the finding
+/// names the connections; with connections free, the generator.
+#[test]
+fn an_open_loop_behind_its_schedule_is_not_paced() {
+    let run = two_sides(30, 30, 4, |_| 10_000);
+    for free in [false, true] {
+        let schedule = qpslab_host::doctor::Schedule {
+            target_rps: 4000.0,
+            achieved_rps: 2823.0,
+            kept: false,
+            due_unsent: 3432,
+            lag_p50_ms: 368.0,
+            connections_free: free,
+        };
+        let load = LoadFacts {
+            mode: "rate".into(),
+            schedule: Some(schedule),
+            ..closed_loop(50, 0.050, 4.0)
+        };
+        let (f, e) = run.diagnose(&with_load(load));
+        assert!(named(&f, "paced").is_none(), "{f:?}");
+        let behind = named(&f, "behind-schedule").expect("behind-schedule");
+        assert_eq!(behind.severity, Severity::Warning);
+        assert!(behind.summary.contains("where 4000 a second were asked"), "{}", behind.summary);
+        let who = if free { "the generator set the pace" } else { "the load's connections" };
+        assert!(behind.summary.contains(who), "{}", behind.summary);
+        assert!(e.chain[0].contains("the schedule was not met"), "{:?}", e.chain);
+        assert!(
+            e.chain[0].contains("3432 due and never sent, send lag p50 368.0 ms"),
+            "{:?}",
+            e.chain
+        );
+        assert!(!e.chain.join(" ").contains("what was asked"), "{:?}", e.chain);
+        // Little's law: 1000 responses/s x 50 ms = 50 in service.
+        assert!(e.chain[1].contains("50.0 requests in service"), "{:?}", e.chain);
+    }
+}
+
 /// Most requests answered with a bad status: the run failed, and no bound is given.
 #[test]
 fn a_run_of_bad_statuses_is_failed_not_bound() {

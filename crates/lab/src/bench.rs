@@ -681,6 +681,14 @@ fn doctor_context(load: &Report) -> Context {
 /// The load's figures the doctor explains the rate by.
 fn load_facts(load: &Report) -> LoadFacts {
     let r = &load.requests;
+    let schedule = load.rate.as_ref().map(|s| qpslab_host::doctor::Schedule {
+        target_rps: s.target_rps,
+        achieved_rps: s.achieved_rps,
+        kept: s.kept,
+        due_unsent: s.due_unsent,
+        lag_p50_ms: load.send_lag_us.as_ref().map_or(0.0, |l| l.p50 as f64 / 1e3),
+        connections_free: s.idle_at_stop > 0,
+    });
     LoadFacts {
         mode: load.config.mode.to_string(),
         concurrency: (load.config.connections * load.config.pipeline.max(1)) as u64,
@@ -689,7 +697,12 @@ fn load_facts(load: &Report) -> LoadFacts {
         failed: r.failed,
         bad_status: r.bad_status,
         statuses: load.status.clone(),
-        mean_latency_s: load.latency_us.mean / 1e6,
+        // Behind its schedule an open loop is paced by its connections: the latency of a send,
+        // not of its slot, is what Little's law relates to them.
+        mean_latency_s: match (&schedule, &load.latency_uncorrected_us) {
+            (Some(s), Some(u)) if !s.kept => u.mean / 1e6,
+            _ => load.latency_us.mean / 1e6,
+        },
         mean_connect_s: if load.config.conn_per_request {
             load.connections.connect_us.mean / 1e6
         } else {
@@ -701,6 +714,7 @@ fn load_facts(load: &Report) -> LoadFacts {
         connections: load.config.connections as u64,
         path_rtt_s: load.connections.path_rtt_us.map(|r| f64::from(r.median) / 1e6),
         duration_s: load.duration_s,
+        schedule,
     }
 }
 

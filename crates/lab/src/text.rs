@@ -76,8 +76,12 @@ pub fn render_text(r: &BenchReport) -> String {
     }
     let _ = writeln!(
         o,
-        "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status)",
-        l.throughput_rps, l.requests.ok, l.requests.failed, l.requests.bad_status
+        "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status){}",
+        l.throughput_rps,
+        l.requests.ok,
+        l.requests.failed,
+        l.requests.bad_status,
+        schedule_note(l)
     );
     let lat = &l.latency_us;
     let _ = writeln!(
@@ -194,5 +198,16 @@ fn target_line(r: &BenchReport) -> String {
                 .filter(|a| *a != "reuseport")
                 .map_or(String::new(), |a| format!(", accept {a}"))
         ),
+    }
+}
+
+/// `; behind its schedule: 4000 a second asked, 3303 sent` for an open loop that fell behind.
+pub fn schedule_note(l: &qpslab_load::Report) -> String {
+    match &l.rate {
+        Some(r) if !r.kept => format!(
+            "; BEHIND ITS SCHEDULE: {:.0} a second asked, {:.0} sent, {} due never sent",
+            r.target_rps, r.achieved_rps, r.due_unsent
+        ),
+        _ => String::new(),
     }
 }

@@ -64,6 +64,27 @@ pub struct LoadFacts {
     pub path_rtt_s: Option<f64>,
     /// The window's length, in seconds.
     pub duration_s: f64,
+    /// Open loop: the schedule against what went out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+}
+
+/// An open loop's schedule over the window: what was asked, what went out, and, when it fell
+/// behind, who set the pace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Requests a second asked for (at the end of a ramp).
+    pub target_rps: f64,
+    /// Requests a second sent in the window.
+    pub achieved_rps: f64,
+    /// At least 98% of the requests due were sent.
+    pub kept: bool,
+    /// Requests due and never sent when the run stopped.
+    pub due_unsent: u64,
+    /// The median delay of a send after its slot, in ms.
+    pub lag_p50_ms: f64,
+    /// Connections were free at the stop: the generator, not the target, fell behind.
+    pub connections_free: bool,
 }
 
 impl LoadFacts {
@@ -82,9 +103,15 @@ impl LoadFacts {
         bad > 0 && bad > self.ok
     }
 
-    /// The load paced itself (open loop): the schedule, not the path, set the rate.
+    /// The load paced itself (open loop) and kept its schedule: the schedule, not the path,
+    /// set the rate.
     pub fn paced(&self) -> bool {
-        self.mode == "rate"
+        self.mode == "rate" && self.schedule.as_ref().is_none_or(|s| s.kept)
+    }
+
+    /// An open loop that fell behind its schedule: the rate is not what was asked.
+    pub fn behind_schedule(&self) -> Option<&Schedule> {
+        self.schedule.as_ref().filter(|s| self.mode == "rate" && !s.kept)
     }
 }
 
@@ -371,6 +398,11 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     let bound = resources.iter().find(|r| bounds(r, waited)).map(|r| r.name.clone());
     let what = if load.is_some() { "responses/s" } else { "packets/s (no load facts)" };
     let mut chain = Vec::new();
+    if let Some(b) = load.and_then(LoadFacts::behind_schedule) {
+        chain.push(behind_line(rate, b));
+    }
+    // An open loop behind its schedule with every connection busy ran as a closed loop does:
+    // Little's law explains its rate (from the latency of the sends, not of the slots).
     let closed = load.filter(|l| !l.paced() && l.mean_latency_s > 0.0);
     let latency_ms = load.map(|l| (l.mean_latency_s + l.mean_connect_s) * 1e3);
     let in_service = closed.map(|l| rate * (l.mean_latency_s + l.mean_connect_s));
@@ -408,6 +440,22 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
         path_ms,
         chain,
     }
+}
+
+/// `2823 responses/s where 4000 a second were asked (open loop): the schedule was not met ...`
+fn behind_line(rate: f64, b: &Schedule) -> String {
+    format!(
+        "{rate:.0} responses/s where {:.0} a second were asked (open loop): the schedule was not met ({:.0} sent a second, {} due and never sent, send lag p50 {}); {}",
+        b.target_rps,
+        b.achieved_rps,
+        b.due_unsent,
+        fmt_ms(b.lag_p50_ms),
+        if b.connections_free {
+            "connections were free: the generator did not keep up"
+        } else {
+            "every connection was busy waiting on the target: it, or too few connections (-c), set the pace"
+        }
+    )
 }
 
 /// A resource that bounds the rate: saturated, carrying requests' work, and, for a CPU, with

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
 use crate::sample::Sample;
-pub use explain::{Explanation, LoadFacts, Resource};
+pub use explain::{Explanation, LoadFacts, Resource, Schedule};
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
 
 /// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
@@ -245,6 +245,12 @@ pub const RULES: &[Rule] = &[
         catches: "no resource is saturated: the rate is the requests in flight over their latency (Little's law), bound by round trips, not CPU",
         threshold: "a closed loop (bench), no side saturated and no CPU that tasks waited for; without the load's figures (doctor -- COMMAND), a packet rate varying under 10%",
         remedy: "more requests in flight (-c, --pipeline, --streams), or a shorter round trip",
+    },
+    Rule {
+        name: "behind-schedule",
+        catches: "an open loop fell behind its schedule: the rate is what the target (or too few connections), or the generator, allowed, not what was asked",
+        threshold: "an open-loop run (-R) that sent under 98% of the requests due in its window",
+        remedy: "when every connection was busy: more connections (-c) or a lower rate, or the target's own bound (closed loop finds it); when connections were free: more generator threads or machines",
     },
     Rule {
         name: "paced",

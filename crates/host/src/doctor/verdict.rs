@@ -52,6 +52,42 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
         out.extend(contention(s, &sides, Severity::Info));
     }
     out.extend(out_of_service(s, ctx, ex, sides.client_sat));
+    out.extend(behind_schedule(ctx, ex));
+}
+
+/// An open loop that fell behind its schedule: said beside the bound (which Little's law
+/// found, the run having been paced by its connections), never hidden behind `paced`.
+fn behind_schedule(ctx: &Context, ex: &Explanation) -> Option<Finding> {
+    let b = ctx.load.as_ref()?.behind_schedule()?;
+    let (who, remedy) = if b.connections_free {
+        (
+            "the generator",
+            "more generator threads (-t) or load machines (--agents), or a lower rate",
+        )
+    } else {
+        (
+            "the load's connections (every one busy waiting on the target)",
+            "more connections (-c) if the target has room, or a lower rate; run closed loop to find the target's own bound",
+        )
+    };
+    let mut evidence = vec![format!(
+        "{:.0} requests a second asked, {:.0} sent, {} due and never sent; send lag p50 {}",
+        b.target_rps,
+        b.achieved_rps,
+        b.due_unsent,
+        fmt_ms(b.lag_p50_ms)
+    )];
+    evidence.extend(ex.chain.first().cloned());
+    Some(Finding {
+        name: "behind-schedule",
+        severity: Severity::Warning,
+        summary: format!(
+            "the open loop fell behind: {:.0} responses/s where {:.0} a second were asked; {who} set the pace, not the schedule",
+            ex.rate, b.target_rps
+        ),
+        evidence,
+        remedy: remedy.into(),
+    })
 }
 
 /// Whether tasks waited for a CPU: PSI's share at [`CPU_WAITS`] or more; without PSI, a

@@ -786,14 +786,16 @@ impl RateReport {
         let secs = result.duration.as_secs_f64();
         let run = cfg.warmup + result.duration;
         let scheduled = (r.due_by(run) - r.due_by(cfg.warmup)).round().max(0.0) as u64;
+        // The warm-up's requests carried into the window were not sent in it.
+        let in_window = rec.sent - rec.from_warmup;
         Some(RateReport {
             start_rps: r.start_rps(),
             target_rps: r.hold_rps,
             ramp_s: r.staged().as_secs_f64(),
             stages: r.segments.len(),
             scheduled,
-            achieved_rps: if secs > 0.0 { rec.sent as f64 / secs } else { 0.0 },
-            kept: rec.sent as f64 >= SCHEDULE_KEPT * scheduled as f64,
+            achieved_rps: if secs > 0.0 { in_window as f64 / secs } else { 0.0 },
+            kept: in_window as f64 >= SCHEDULE_KEPT * scheduled as f64,
             due_unsent: result.due_unsent,
             waited_for_connection: rec.waited_for_connection,
             idle_at_stop: result.idle_at_stop,
