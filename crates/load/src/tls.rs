@@ -213,6 +213,10 @@ impl TlsClient {
                 let flag = if o.ciphers.is_some() { "--ciphers" } else { "--tls-version" };
                 ConfigError::new(flag, format!("{e}: no cipher suite given fits the TLS version"))
             })?;
+        let identity = match (&o.cert, &o.key) {
+            (Some(cert), Some(key)) => Some(client_identity(cert, key, &provider)?),
+            _ => None,
+        };
         let verifier = if o.insecure {
             Verifier { chain: None, given: Vec::new(), provider }
         } else {
@@ -226,17 +230,11 @@ impl TlsClient {
             Verifier { chain: Some(chain), given, provider }
         };
         let builder = builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier));
-        let mut config = match (&o.cert, &o.key) {
-            (Some(cert), Some(key)) => {
-                let (chain, key_der) = client_identity(cert, key)?;
-                builder.with_client_auth_cert(chain, key_der).map_err(|e| {
-                    ConfigError::new(
-                        "--key",
-                        format!("{}: {e}; give the private key of --cert {}", key.name, cert.name),
-                    )
-                })?
+        let mut config = match identity {
+            Some(identity) => {
+                builder.with_client_cert_resolver(Arc::new(ClientIdentity(Arc::new(identity))))
             }
-            _ => builder.with_no_client_auth(),
+            None => builder.with_no_client_auth(),
         };
         // With --h2, h2 first (the server's pick is checked after the handshake).
         config.alpn_protocols = if h2 {
@@ -259,8 +257,90 @@ impl TlsClient {
     }
 }
 
-/// `--cert`'s chain and `--key`'s key, each refused with its flag named.
+/// The client's certificate, presented whenever the server asks. Whether it is acceptable
+/// is the server's call: it is sent as given (an X.509 v1 certificate, as `openssl x509 -req`
+/// makes without extensions, included), as curl and browsers send theirs.
+#[derive(Debug)]
+struct ClientIdentity(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for ClientIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// `--cert`'s chain and `--key`'s key, checked to belong together (the key's public half is
+/// the certificate's), each refused with its flag named.
 fn client_identity(
+    cert: &crate::file_text::FileText,
+    key: &crate::file_text::FileText,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<rustls::sign::CertifiedKey, ConfigError> {
+    let (chain, key_der) = client_pem(cert, key)?;
+    let spki = subject_public_key_info(&chain[0]).map_err(|e| {
+        ConfigError::new(
+            "--cert",
+            format!(
+                "{}: its first certificate is not X.509 ({e}); give a PEM certificate file",
+                cert.name
+            ),
+        )
+    })?;
+    let signer = provider.key_provider.load_private_key(key_der).map_err(|e| {
+        ConfigError::new(
+            "--key",
+            format!(
+                "{}: {e}; give the certificate's private key (RSA, ECDSA or Ed25519)",
+                key.name
+            ),
+        )
+    })?;
+    if signer.public_key().is_some_and(|public| public.as_ref() != spki.as_slice()) {
+        return Err(ConfigError::new(
+            "--key",
+            format!(
+                "{} is not the key of --cert {} (their public keys differ); give the private \
+                 key the certificate was made for",
+                key.name, cert.name
+            ),
+        ));
+    }
+    Ok(rustls::sign::CertifiedKey::new(chain, signer))
+}
+
+/// The DER of a certificate's subjectPublicKeyInfo, read by position (RFC 5280 4.1: the
+/// seventh field of the TBSCertificate, after the optional version), so every version reads.
+fn subject_public_key_info(cert: &[u8]) -> Result<Vec<u8>, yasna::ASN1Error> {
+    yasna::parse_der(cert, |r| {
+        r.read_sequence(|r| {
+            let spki = r.next().read_sequence(|tbs| {
+                tbs.read_optional(|r| r.read_tagged(yasna::Tag::context(0), |r| r.read_der()))?;
+                // serialNumber, signature, issuer, validity, subject.
+                for _ in 0..5 {
+                    tbs.next().read_der()?;
+                }
+                let spki = tbs.next().read_der()?;
+                // issuerUniqueID, subjectUniqueID, extensions.
+                while tbs.read_optional(|r| r.read_der())?.is_some() {}
+                Ok(spki)
+            })?;
+            r.next().read_der()?; // signatureAlgorithm
+            r.next().read_der()?; // signatureValue
+            Ok(spki)
+        })
+    })
+}
+
+/// `--cert`'s chain and `--key`'s key as PEM files hold them, each refused with its flag named.
+fn client_pem(
     cert: &crate::file_text::FileText,
     key: &crate::file_text::FileText,
 ) -> Result<(Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>), ConfigError>

@@ -130,6 +130,67 @@ fn client_certificates_count_exactly_against_nginx(io: IoChoice) {
     );
 }
 
+/// A client certificate made the common way, `openssl x509 -req` without extensions (an
+/// X.509 v1 certificate, which nginx with `ssl_verify_client on` and curl accept), is sent as
+/// given: every request answered, nginx logging each as verified (it was refused before the run
+/// with `UnsupportedCertVersion`, blamed on a key that matched). A key that is not the
+/// certificate's names both files; a certificate that is not X.509 names its file.
+fn an_openssl_v1_client_certificate_is_sent_as_given(io: IoChoice) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").current_dir(d).args(args).output();
+        let out = out.expect("openssl (scripts/test installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    fn key(name: &str) -> [&str; 6] {
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", name]
+    }
+    openssl(
+        &[&key("ca.key")[..], &["-x509", "-out", "ca.pem", "-subj", "/CN=ca", "-days", "2"]]
+            .concat(),
+    );
+    openssl(&[&key("c.key")[..], &["-out", "c.csr", "-subj", "/CN=client"]].concat());
+    openssl(&[
+        "x509", "-req", "-in", "c.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-out", "c.pem",
+    ]);
+    openssl(&[&key("other.key")[..], &["-out", "other.csr", "-subj", "/CN=other"]].concat());
+    let cert_text = std::fs::read_to_string(d.join("c.pem")).unwrap();
+    let pki = Pki::new();
+    let (server_cert, server_key) = pki.server(false);
+    let ca = std::fs::read_to_string(d.join("ca.pem")).unwrap();
+    let nginx = Nginx::start_mtls(&server_cert, &server_key, &ca);
+    let file = |name: &str| FileText::from_arg(d.join(name).to_str().unwrap()).unwrap();
+    let tls = TlsOptions {
+        cacert: Some(pki.ca_file()),
+        cert: Some(file("c.pem")),
+        key: Some(file("c.key")),
+        ..TlsOptions::default()
+    };
+    let mut o = tls_on(io, &nginx.https_url("/"), tls.clone());
+    o.requests = Some(200);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 200);
+    let log = nginx.access_log(200);
+    assert!(log.iter().all(|l| l.ends_with(" SUCCESS")), "{:?}", log.first());
+
+    let refused = |tls: TlsOptions| {
+        let o = tls_on(io, &nginx.https_url("/"), tls);
+        qpslab_load::LoadConfig::from_options(&o).unwrap_err().to_string()
+    };
+    let e = refused(TlsOptions { key: Some(file("other.key")), ..tls.clone() });
+    assert!(e.contains("--key") && e.contains("other.key is not the key of --cert"), "{e}");
+    assert!(e.contains("c.pem"), "{e}");
+    std::fs::write(
+        d.join("junk.pem"),
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let e = refused(TlsOptions { cert: Some(file("junk.pem")), ..tls });
+    assert!(e.contains("--cert") && e.contains("junk.pem") && e.contains("not X.509"), "{e}");
+    assert!(cert_text.contains("BEGIN CERTIFICATE"));
+}
+
 /// `--unix-socket`: nginx listening on `unix:` serves HTTP/1.1, HTTP/2 (h2c) and HTTPS with
 /// client certificates over it, with exact counts, and logs every request as from `unix:`
 /// (none reached its TCP port).
@@ -429,6 +490,7 @@ fn a_self_signed_ca_certificate_given_with_cacert_is_trusted_as_curl_does() {
 // io_uring): the TLS transport is the same under both.
 qpslab_testkit::on_both_loops!(
     client_certificates_count_exactly_against_nginx,
+    an_openssl_v1_client_certificate_is_sent_as_given,
     keep_alive_over_https_counts_exactly_with_one_full_handshake_per_connection,
     ciphers_and_versions_are_what_the_server_is_offered,
     a_connection_per_request_resumes_sessions_only_with_tls_reuse,

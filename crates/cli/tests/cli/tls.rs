@@ -338,7 +338,7 @@ fn client_certificates_are_required_presented_and_refusals_named() {
     let out = load(&["--cert", &client, "--key", &other_key]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--key") && err.contains("give the private key of --cert"), "{err}");
+    assert!(err.contains("--key") && err.contains("is not the key of --cert"), "{err}");
     usage_error(&["serve", "-l", "127.0.0.1:0", "--tls-client-ca", &ca], "--tls-client-ca");
     usage_error(
         &["serve", "-l", "127.0.0.1:0", "--tls-self-signed", "--tls-client-ca", "/nonexistent.pem"],
