@@ -731,6 +731,43 @@ fn the_doctors_window_leaves_the_connection_setup_out() {
     }
 }
 
+/// Another program's listener overflowing during a run of kept-alive connections: a
+/// listener of backlog 1 that never accepts, and 300 connects to it over the run (each a SYN
+/// the kernel drops: ListenOverflows moves host-wide). The run made no connection attempt in
+/// its window, and its server's listener was never full: the overflows are said as the
+/// host's, as info; never `accept-queue-overflow` (it was a critical, advising to raise
+/// somaxconn).
+#[test]
+fn another_programs_listen_overflows_are_not_the_runs() {
+    let _one = one_at_a_time();
+    const OVERFLOWING: &str = "import socket, time\n\
+         s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n\
+         port = s.getsockname()[1]; print('ready', flush=True)\n\
+         held = []\n\
+         for i in range(300):\n    c = socket.socket(); c.setblocking(False)\n    \
+         c.connect_ex(('127.0.0.1', port)); held.append(c); time.sleep(0.008)\n\
+         time.sleep(1)\n";
+    let server = server_on("epoll");
+    let mut other =
+        Command::new("python3").args(["-c", OVERFLOWING]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(other.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    let v = short_bench(&server.url("/"), "epoll", &["-c", "20"]);
+    let _ = other.kill();
+    let _ = other.wait();
+    let f = findings(&v);
+    none_of(&f, &["accept-queue-overflow"]);
+    let host = named(&f, "host-listen-overflows").expect("the host's overflows are said");
+    assert_eq!(host["severity"], "info", "{host}");
+    let text = text_of(host);
+    assert!(text.contains("ListenOverflows +"), "{text}");
+    assert!(text.contains("the load opened no connection in its window"), "{text}");
+}
+
 /// A server allowed 64 descriptors, loaded with 300 connections: it serves the few its table
 /// holds, the rest wait in its accept queue with their first request unanswered. The load
 /// counts them (it printed `0 fail` and percentiles of the served ones only), the run fails

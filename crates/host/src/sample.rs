@@ -96,6 +96,13 @@ pub struct Sample {
     pub links: crate::links::Links,
     /// At the last sample: the listeners with connections waiting in their accept queue.
     pub listen_queues: Vec<ListenQueue>,
+    /// Listeners whose accept queue was at its backlog at this instant or, when sampled over
+    /// a window, at any of the sampler's polls since the previous sample (every 20 ms; the
+    /// listeners from sock_diag cost microseconds): where a listen overflow can have happened.
+    pub listen_full: Vec<qpslab_sys::netlink::Listener>,
+    /// At the last sample: the processes holding the listeners any sample saw full, by
+    /// listener inode (PID, comm).
+    pub listen_full_holders: BTreeMap<u64, Vec<(u32, String)>>,
 }
 
 /// A listener with connections waiting to be accepted, at one instant.
@@ -252,8 +259,30 @@ impl Sample {
                 .and_then(|t| parse::pressure_some(&t)),
             links: crate::links::read(root),
             listen_queues: Vec::new(),
+            listen_full: full_listeners(root),
+            listen_full_holders: BTreeMap::new(),
         })
     }
+}
+
+/// The listeners whose accept queue is at its backlog now: from sock_diag on a live host
+/// (cheap however many connections are open), from the socket tables of a fixture tree.
+pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
+    let all = if crate::tune::is_live(root.dir()) {
+        qpslab_sys::netlink::listeners().unwrap_or_default()
+    } else {
+        qpslab_sys::sockets::tcp_sockets(root)
+            .into_iter()
+            .filter(|s| s.state == qpslab_sys::sockets::LISTEN)
+            .map(|s| qpslab_sys::netlink::Listener {
+                local: s.local,
+                queued: s.rx_queue as u32,
+                backlog: s.tx_queue as u32,
+                inode: s.inode,
+            })
+            .collect()
+    };
+    all.into_iter().filter(|l| l.backlog > 0 && l.queued >= l.backlog).collect()
 }
 
 impl Sample {
@@ -288,6 +317,15 @@ impl Sample {
                     .collect(),
             })
             .collect();
+    }
+
+    /// Notes who holds the listeners `inodes` ([`Sample::listen_full_holders`]).
+    pub fn take_listen_full_holders(&mut self, root: &Root, inodes: &BTreeSet<u64>) {
+        for inode in inodes {
+            let held = qpslab_sys::sockets::holders(root, &BTreeSet::from([*inode]));
+            let held = held.into_iter().map(|h| (h.pid, h.comm.trim().to_string())).collect();
+            self.listen_full_holders.insert(*inode, held);
+        }
     }
 
     /// Notes every process's name and CPU ticks ([`Sample::census`]).
@@ -352,15 +390,28 @@ pub(crate) fn sample_until(
     first.take_census(root);
     let mut samples = vec![first];
     let mut next = interval;
+    // Listeners seen full at a poll since the last sample, by inode.
+    let mut full: BTreeMap<u64, qpslab_sys::netlink::Listener> = BTreeMap::new();
     loop {
         let stopping = stop();
         let now = start.elapsed();
+        for l in full_listeners(root) {
+            full.insert(l.inode, l);
+        }
         if stopping || now >= next {
             let mut s = Sample::read(root, nic_irqs, watch, now)?;
+            for l in std::mem::take(&mut full).into_values() {
+                if !s.listen_full.iter().any(|x| x.inode == l.inode) {
+                    s.listen_full.push(l);
+                }
+            }
             if stopping {
                 s.take_census(root);
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
                 s.take_listen_queues(root);
+                let full = samples.iter().chain([&s]).flat_map(|x| &x.listen_full);
+                let inodes: BTreeSet<u64> = full.map(|l| l.inode).collect();
+                s.take_listen_full_holders(root, &inodes);
             }
             samples.push(s);
             next += interval;

@@ -44,6 +44,9 @@ impl Run {
         let mut sample = Sample::read(&self.root(), &irqs, &self.watch, at).unwrap();
         sample.take_census(&self.root());
         sample.take_port_census(&self.root(), 100.0);
+        let full = self.samples.iter().chain([&sample]).flat_map(|s| &s.listen_full);
+        let inodes: BTreeSet<u64> = full.map(|l| l.inode).collect();
+        sample.take_listen_full_holders(&self.root(), &inodes);
         self.samples.push(sample);
     }
 
@@ -199,15 +202,84 @@ fn irqbalance_moving_hand_pinned_irqs() {
     assert!(ib.evidence.iter().any(|e| e.contains("pid 4242")));
 }
 
-/// Seed 001: "Possible SYN flooding", accept queue overflows.
-#[test]
-fn accept_queue_overflow_and_syn_cookies() {
+/// A listener on port 8080 with 129 connections in its accept queue of 128: full.
+const FULL_LISTENER: &str = "   0: 0100007F:1F90 00000000:0000 0A 00000080:00000081 00:00000000 00000000     0        0 777 1 0000000000000000\n";
+
+/// Overflows in the window with `listener` rows in the socket table and `server` (a PID
+/// holding inode 777 when `holds`) followed as the server.
+fn overflow_run(listener: &str, server: Option<(u32, bool)>) -> Run {
     let mut run = Run::new(Shape::small_virtio());
-    run.step(|c, _| {
+    if let Some((pid, holds)) = server {
+        qpslab_testkit::write_process(run.dir.path(), pid, "nginx", &[(pid, 100)], 0, 1024)
+            .unwrap();
+        if holds {
+            let fd = run.dir.path().join(format!("proc/{pid}/fd/3"));
+            std::os::unix::fs::symlink("socket:[777]", fd).unwrap();
+        }
+        run.watch.push(Watch { pid, role: Role::Server });
+    }
+    run.step(|c, dir| {
         *c.tcpext.get_mut("ListenOverflows").unwrap() += 120;
         *c.tcpext.get_mut("ListenDrops").unwrap() += 120;
         *c.tcpext.get_mut("TCPReqQFullDoCookies").unwrap() += 30;
+        std::fs::write(dir.join("proc/net/tcp"), format!("{TCP_HEADER}{listener}")).unwrap();
     });
+    run
+}
+
+/// Listen overflows are counted host-wide: they are the run's when the server's listener was
+/// seen at its backlog (or, with no server followed, any listener was), and the load opened
+/// connections in its window. Else they are the host's, as info: a run of 100 kept-alive
+/// connections with no reconnect was told `[critical] accept-queue-overflow` for another
+/// program's overflows, and to raise somaxconn while quoting it at 4096.
+#[test]
+fn listen_overflows_are_the_runs_only_where_its_listener_was_full() {
+    let reconnecting = LoadFacts { reconnects: 50, ..closed_loop(100, 0.001, 4.0) };
+    let with = |l: &LoadFacts| Context { load: Some(l.clone()), ..Context::default() };
+    // The server's own listener full, connections opened: the run's.
+    let run = overflow_run(FULL_LISTENER, Some((4300, true)));
+    let f = run.findings_with(&with(&reconnecting));
+    let aq = named(&f, "accept-queue-overflow").expect("the run's");
+    assert!(
+        aq.evidence[1]
+            .contains("listener 127.0.0.1:8080 (nginx 4300): accept queue at its backlog of 128"),
+        "{:?}",
+        aq.evidence
+    );
+    // Its backlog (128) is under somaxconn (4096): the backlog is what to raise.
+    assert!(
+        aq.remedy.starts_with("raise the server's listen backlog")
+            && aq.remedy.contains("it is 128 while net.core.somaxconn allows 4096"),
+        "{}",
+        aq.remedy
+    );
+    assert!(named(&f, "host-listen-overflows").is_none());
+    // Kept-alive connections, no reconnect: no attempt of the run's to drop.
+    let f = run.findings_with(&with(&closed_loop(100, 0.001, 4.0)));
+    let host = named(&f, "host-listen-overflows").expect("the host's");
+    assert_eq!(host.severity, Severity::Info);
+    assert!(
+        host.evidence.iter().any(|e| e.contains("opened no connection in its window")),
+        "{:?}",
+        host.evidence
+    );
+    assert!(named(&f, "accept-queue-overflow").is_none(), "{f:?}");
+    // Another program's listener full, the server's not: the host's.
+    let run = overflow_run(FULL_LISTENER, Some((4300, false)));
+    let f = run.findings_with(&with(&reconnecting));
+    assert!(named(&f, "accept-queue-overflow").is_none(), "{f:?}");
+    let host = named(&f, "host-listen-overflows").expect("the host's");
+    assert!(host.evidence.iter().any(|e| e.contains("(holder unknown)")), "{:?}", host.evidence);
+    // No listener full in any sample: the host's.
+    let f = overflow_run("", Some((4300, true))).findings_with(&with(&reconnecting));
+    assert!(named(&f, "accept-queue-overflow").is_none(), "{f:?}");
+    assert!(named(&f, "host-listen-overflows").is_some(), "{f:?}");
+}
+
+/// Seed 001: "Possible SYN flooding", accept queue overflows.
+#[test]
+fn accept_queue_overflow_and_syn_cookies() {
+    let run = overflow_run(FULL_LISTENER, None);
     let f = run.findings();
     let aq = named(&f, "accept-queue-overflow").expect("accept");
     assert_eq!(aq.severity, Severity::Critical);

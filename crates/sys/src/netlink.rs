@@ -4,7 +4,11 @@
 //! them as an interface's capacity and its saturation and errors. The dump's bytes are parsed
 //! apart from the socket ([`parse_dump`]), so the parser is tested without one.
 //!
-//! Owns no policy: which qdisc bounds what is the doctor's.
+//! Also the TCP listeners of the namespace, from sock_diag (`SOCK_DIAG_BY_FAMILY` with the
+//! listening state only, what `ss -ltn` asks): each one's accept queue and backlog, cheap to
+//! read however many connections are established (the socket tables list them all).
+//!
+//! Owns no policy: which qdisc or listener bounds what is the doctor's.
 
 use std::io;
 
@@ -62,21 +66,38 @@ const NLA_TYPE_MASK: u16 = 0x3FFF;
 
 /// Every qdisc of this network namespace.
 pub fn qdiscs() -> io::Result<Vec<Qdisc>> {
+    let mut req = [0u8; NLMSG_HDRLEN + TCMSG_LEN];
+    header(&mut req, RTM_GETQDISC);
+    let mut out = Vec::new();
+    dump(libc::NETLINK_ROUTE, &req, |b| parse_dump(b, &mut out))?;
+    Ok(out)
+}
+
+/// A dump request's netlink header: its length, `kind`, request and dump flags, sequence 1.
+fn header(req: &mut [u8], kind: u16) {
+    let len = req.len() as u32;
+    req[0..4].copy_from_slice(&len.to_ne_bytes());
+    req[4..6].copy_from_slice(&kind.to_ne_bytes());
+    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+}
+
+/// Sends the dump request `req` on a netlink socket of `protocol` and hands each datagram of
+/// the answer to `parse` until it says the dump is done.
+pub(crate) fn dump(
+    protocol: libc::c_int,
+    req: &[u8],
+    mut parse: impl FnMut(&[u8]) -> io::Result<Dump>,
+) -> io::Result<()> {
     // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
-    let fd = unsafe {
-        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE)
-    };
+    let fd =
+        unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fd was just returned by socket(2) and nothing else owns it.
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    let mut req = [0u8; NLMSG_HDRLEN + TCMSG_LEN];
-    req[0..4].copy_from_slice(&((NLMSG_HDRLEN + TCMSG_LEN) as u32).to_ne_bytes());
-    req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
-    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
     // SAFETY: a zeroed sockaddr_nl is the kernel as destination; the pointers and lengths are
     // of live locals.
     let sent = unsafe {
@@ -94,7 +115,6 @@ pub fn qdiscs() -> io::Result<Vec<Qdisc>> {
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // SAFETY: buf is a live, writable buffer of buf.len() bytes.
@@ -107,13 +127,100 @@ pub fn qdiscs() -> io::Result<Vec<Qdisc>> {
             return Err(e);
         }
         if n == 0 {
-            return Ok(out);
+            return Ok(());
         }
-        match parse_dump(&buf[..n as usize], &mut out)? {
+        match parse(&buf[..n as usize])? {
             Dump::More => continue,
-            Dump::Done => return Ok(out),
+            Dump::Done => return Ok(()),
         }
     }
+}
+
+/// Walks the messages of one netlink datagram: `body` gets each message's type and payload;
+/// the dump's end and errors are handled here.
+pub(crate) fn messages(
+    mut b: &[u8],
+    what: &str,
+    mut body: impl FnMut(u16, &[u8]),
+) -> io::Result<Dump> {
+    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {m}"));
+    while b.len() >= NLMSG_HDRLEN {
+        let len = u32_at(b, 0) as usize;
+        let kind = u16_at(b, 4);
+        if len < NLMSG_HDRLEN || len > b.len() {
+            return Err(bad("a message longer than its datagram"));
+        }
+        let payload = &b[NLMSG_HDRLEN..len];
+        match kind {
+            NLMSG_DONE => return Ok(Dump::Done),
+            NLMSG_ERROR => {
+                let code =
+                    if payload.len() >= 4 { i32::from_ne_bytes(arr(payload, 0)) } else { -1 };
+                if code != 0 {
+                    return Err(io::Error::from_raw_os_error(-code));
+                }
+            }
+            _ => body(kind, payload),
+        }
+        b = &b[align(len).min(b.len())..];
+    }
+    Ok(Dump::More)
+}
+
+/// A TCP listener at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listener {
+    pub local: std::net::SocketAddr,
+    /// Connections completed by the kernel, waiting in the accept queue.
+    pub queued: u32,
+    /// The accept queue's limit (the listen backlog, capped by net.core.somaxconn).
+    pub backlog: u32,
+    pub inode: u64,
+}
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const TCP_LISTEN: u8 = 10;
+/// struct inet_diag_req_v2: family, protocol, ext, pad, states, then the socket id.
+const DIAG_REQ_LEN: usize = 56;
+/// struct inet_diag_msg: family, state, timer, retrans, the socket id (48 bytes), expires,
+/// rqueue, wqueue, uid, inode.
+const DIAG_MSG_LEN: usize = 72;
+
+/// Every TCP listener of this network namespace, IPv4 and IPv6.
+pub fn listeners() -> io::Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let mut req = [0u8; NLMSG_HDRLEN + DIAG_REQ_LEN];
+        header(&mut req, SOCK_DIAG_BY_FAMILY);
+        let r = &mut req[NLMSG_HDRLEN..];
+        r[0] = family as u8;
+        r[1] = libc::IPPROTO_TCP as u8;
+        r[4..8].copy_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+        dump(libc::NETLINK_SOCK_DIAG, &req, |b| parse_listeners(b, &mut out))?;
+    }
+    Ok(out)
+}
+
+/// Parses one datagram of a sock_diag dump of listeners into `out`.
+pub fn parse_listeners(b: &[u8], out: &mut Vec<Listener>) -> io::Result<Dump> {
+    messages(b, "sock_diag", |kind, m| {
+        if kind != SOCK_DIAG_BY_FAMILY || m.len() < DIAG_MSG_LEN || m[1] != TCP_LISTEN {
+            return;
+        }
+        // The ports and addresses are in network byte order.
+        let port = u16::from_be_bytes(arr(m, 4));
+        let ip: std::net::IpAddr = if i32::from(m[0]) == libc::AF_INET6 {
+            std::net::Ipv6Addr::from(arr::<16>(m, 8)).into()
+        } else {
+            std::net::Ipv4Addr::from(arr::<4>(m, 8)).into()
+        };
+        out.push(Listener {
+            local: std::net::SocketAddr::new(ip, port),
+            queued: u32_at(m, 56),
+            backlog: u32_at(m, 60),
+            inode: u64::from(u32_at(m, 68)),
+        });
+    })
 }
 
 /// Whether a dump goes on after this datagram.
@@ -124,29 +231,12 @@ pub enum Dump {
 }
 
 /// Parses one datagram of an `RTM_GETQDISC` dump into `out`.
-pub fn parse_dump(mut b: &[u8], out: &mut Vec<Qdisc>) -> io::Result<Dump> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("rtnetlink: {what}"));
-    while b.len() >= NLMSG_HDRLEN {
-        let len = u32_at(b, 0) as usize;
-        let kind = u16_at(b, 4);
-        if len < NLMSG_HDRLEN || len > b.len() {
-            return Err(bad("a message longer than its datagram"));
+pub fn parse_dump(b: &[u8], out: &mut Vec<Qdisc>) -> io::Result<Dump> {
+    messages(b, "rtnetlink", |kind, body| {
+        if kind == RTM_NEWQDISC && body.len() >= TCMSG_LEN {
+            out.push(qdisc(body));
         }
-        let body = &b[NLMSG_HDRLEN..len];
-        match kind {
-            NLMSG_DONE => return Ok(Dump::Done),
-            NLMSG_ERROR => {
-                let code = if body.len() >= 4 { i32::from_ne_bytes(arr(body, 0)) } else { -1 };
-                if code != 0 {
-                    return Err(io::Error::from_raw_os_error(-code));
-                }
-            }
-            RTM_NEWQDISC if body.len() >= TCMSG_LEN => out.push(qdisc(body)),
-            _ => {}
-        }
-        b = &b[align(len).min(b.len())..];
-    }
-    Ok(Dump::More)
+    })
 }
 
 fn qdisc(body: &[u8]) -> Qdisc {
@@ -268,6 +358,21 @@ mod tests {
             v.push(0);
         }
         v
+    }
+
+    /// This namespace's listeners, as `ss -ltn` lists them: a listener of this test's is
+    /// found with its backlog, and its accept queue grows by the connections nobody accepted.
+    #[test]
+    fn a_listener_reads_with_its_accept_queue() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let find = || listeners().unwrap().into_iter().find(|x| x.local == addr).unwrap();
+        let before = find();
+        assert_eq!(before.queued, 0);
+        assert!(before.backlog > 0, "{before:?}");
+        let held: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+        assert_eq!(find().queued, 3);
+        drop(held);
     }
 
     /// A tbf qdisc at 1.25 MB/s (10 Mbit) on ifindex 7, with its queue counters, the way the

@@ -557,6 +557,12 @@ fn doctor_on_a_tree_that_changes_while_a_command_runs() {
     *later.tcpext.get_mut("ListenOverflows").unwrap() = 40;
     let staged = tempfile::tempdir().unwrap();
     later.write(&qpslab_testkit::Shape::small_virtio(), staged.path()).unwrap();
+    // A listener at its backlog (129 waiting of 128): where the overflows happened.
+    std::fs::write(
+        root.join("proc/net/tcp"),
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000080:00000081 00:00000000 00000000     0        0 777 1 0000000000000000\n",
+    )
+    .unwrap();
     let script = format!(
         "sleep 0.3; cp {}/proc/net/netstat {}/proc/net/netstat; sleep 0.3; exit 7",
         staged.path().display(),

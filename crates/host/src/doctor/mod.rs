@@ -321,8 +321,14 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "accept-queue-overflow",
         catches: "listen queues overflowed: connection attempts were dropped before the server accepted them",
-        threshold: "any ListenOverflows or ListenDrops (each is a dropped attempt the client retries after 1 s or more); critical from 1/s",
+        threshold: "any ListenOverflows or ListenDrops (each is a dropped attempt the client retries after 1 s or more) while a listener of the server was seen at its backlog and the load opened connections in its window; critical from 1/s",
         remedy: "raise net.core.somaxconn and the server's backlog; accept faster (more workers, reuseport)",
+    },
+    Rule {
+        name: "host-listen-overflows",
+        catches: "listen queues on this host overflowed during the run, but none of the run's: another program's listener, or one the run did not reach (the counters are host-wide)",
+        threshold: "ListenOverflows or ListenDrops moved while no listener of the server was seen at its backlog, or while the load opened no connection in its window; always info",
+        remedy: "none for this run; name the server (--server-pid) if it was not followed, or look at the host's other listeners (ss -ltn)",
     },
     Rule {
         name: "syn-queue-full",
@@ -428,7 +434,7 @@ pub fn diagnose(
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
-    rules::tcp_queues(host, summary, &explanation, &mut out);
+    rules::tcp_queues(host, summary, ctx, &explanation, &mut out);
     rules::softnet(host, summary, &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);

@@ -3,7 +3,7 @@
 //! is in the catalogue ([`super::RULES`]).
 
 use super::explain::Explanation;
-use super::summary::{pct, per_s, share, CpuShare, Summary};
+use super::summary::{pct, per_s, share, CpuShare, ListenFull, Summary};
 use super::{
     Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
     HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT, SQUEEZE_PER_S, TW_PRESSURE,
@@ -149,7 +149,13 @@ pub(super) fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &m
     });
 }
 
-pub(super) fn tcp_queues(host: &Host, s: &Summary, ex: &Explanation, out: &mut Vec<Finding>) {
+pub(super) fn tcp_queues(
+    host: &Host,
+    s: &Summary,
+    ctx: &Context,
+    ex: &Explanation,
+    out: &mut Vec<Finding>,
+) {
     let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0);
     let somaxconn = host.sysctl("net.core.somaxconn").unwrap_or("?");
     let syn_backlog = host.sysctl("net.ipv4.tcp_max_syn_backlog").unwrap_or("?");
@@ -162,16 +168,7 @@ pub(super) fn tcp_queues(host: &Host, s: &Summary, ex: &Explanation, out: &mut V
         }
     };
     if d("ListenOverflows") > 0 || d("ListenDrops") > 0 {
-        out.push(Finding {
-            name: "accept-queue-overflow",
-            severity: drop_severity(rate("ListenOverflows").max(rate("ListenDrops"))),
-            summary: "listen queues overflowed: connections were dropped before the server accepted them".into(),
-            evidence: vec![
-                format!("TcpExt ListenOverflows +{}, ListenDrops +{} ({:.1}/s)", d("ListenOverflows"), d("ListenDrops"), rate("ListenOverflows").max(rate("ListenDrops"))),
-                format!("net.core.somaxconn = {somaxconn}"),
-            ],
-            remedy: "raise net.core.somaxconn (`qpslab tune plan`) and the server's backlog (`qpslab serve --backlog`, nginx `listen ... backlog=`); accept faster (more workers, reuseport)".into(),
-        });
+        out.push(listen_overflows(s, ctx, somaxconn, d("ListenOverflows"), d("ListenDrops")));
     }
     if rate("TCPReqQFullDoCookies") >= COOKIES_PER_S || d("TCPReqQFullDrop") > 0 {
         out.push(Finding {
@@ -212,6 +209,89 @@ pub(super) fn tcp_queues(host: &Host, s: &Summary, ex: &Explanation, out: &mut V
             evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s)", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
         });
+    }
+}
+
+/// Listen overflows are counted host-wide: they are the run's only when a listener of the
+/// server was seen at its backlog and the load opened connections in the window (a run of
+/// kept-alive connections makes no connection attempt to drop). Else they are said as the
+/// host's, as info.
+fn listen_overflows(
+    s: &Summary,
+    ctx: &Context,
+    somaxconn: &str,
+    overflows: i64,
+    drops: i64,
+) -> Finding {
+    let per_s = per_s(overflows.max(drops).max(0) as u64, s.duration_s);
+    let counters = format!(
+        "TcpExt ListenOverflows +{overflows}, ListenDrops +{drops} ({per_s:.1}/s), host-wide"
+    );
+    let servers: Vec<u32> = s
+        .processes
+        .iter()
+        .filter(|p| p.role == crate::sample::Role::Server)
+        .map(|p| p.pid)
+        .collect();
+    // With the server unknown, any listener seen full may be its (the evidence names it).
+    let ours: Vec<&ListenFull> = s
+        .listen_full
+        .iter()
+        .filter(|l| servers.is_empty() || l.holders.iter().any(|(pid, _)| servers.contains(pid)))
+        .collect();
+    let connected = ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0);
+    let seen = |l: &ListenFull| {
+        let who: Vec<String> = l.holders.iter().map(|(p, c)| format!("{c} {p}")).collect();
+        format!(
+            "listener {} ({}): accept queue at its backlog of {} in {} of {} samples",
+            l.local,
+            if who.is_empty() { "holder unknown".to_string() } else { who.join(", ") },
+            l.backlog,
+            l.full,
+            l.samples
+        )
+    };
+    if ours.is_empty() || !connected {
+        let mut evidence = vec![counters];
+        evidence.extend(s.listen_full.iter().map(seen));
+        evidence.push(if !connected {
+            "the load opened no connection in its window (kept-alive connections, no reconnects): no attempt of this run's could be dropped".into()
+        } else if servers.is_empty() {
+            "no listener was seen at its backlog in the window's samples".into()
+        } else {
+            "no listener of the server was seen at its backlog in the window's samples".into()
+        });
+        return Finding {
+            name: "host-listen-overflows",
+            severity: Severity::Info,
+            summary: "listen queues on this host overflowed during the run, but none of this run's: the counters are host-wide".into(),
+            evidence,
+            remedy: "none for this run; name the server (--server-pid) if it was not followed, or look at the host's other listeners (ss -ltn)".into(),
+        };
+    }
+    let mut evidence = vec![counters];
+    evidence.extend(ours.iter().map(|l| seen(l)));
+    let capped = somaxconn.parse::<u32>().ok();
+    let remedy = match capped {
+        Some(max) if ours.iter().all(|l| l.backlog < max) => format!(
+            "raise the server's listen backlog (nginx `listen ... backlog=`, `qpslab serve --backlog`): it is {} while net.core.somaxconn allows {max}; accept faster (more workers, reuseport)",
+            ours.iter().map(|l| l.backlog.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+        _ => "raise net.core.somaxconn (`qpslab tune plan`) with the server's listen backlog (nginx `listen ... backlog=`, `qpslab serve --backlog`); accept faster (more workers, reuseport)".into(),
+    };
+    evidence.push(format!("net.core.somaxconn = {somaxconn}"));
+    Finding {
+        name: "accept-queue-overflow",
+        severity: if per_s >= DROPS_CRITICAL_PER_S {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        },
+        summary:
+            "the server's listen queue overflowed: connections were dropped before it accepted them"
+                .into(),
+        evidence,
+        remedy,
     }
 }
 

@@ -170,7 +170,41 @@ pub struct Summary {
     /// At the window's end, listeners with connections waiting to be accepted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen_queues: Vec<crate::sample::ListenQueue>,
+    /// Listeners seen with their accept queue at its backlog in the window's samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_full: Vec<ListenFull>,
     pub intervals: Vec<IntervalRow>,
+}
+
+/// A listener whose accept queue was seen at its backlog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListenFull {
+    pub local: std::net::SocketAddr,
+    pub backlog: u32,
+    /// Samples that saw it full, of `samples`.
+    pub full: usize,
+    pub samples: usize,
+    /// The processes holding it (PID, comm).
+    pub holders: Vec<(u32, String)>,
+}
+
+/// The listeners the samples saw full, with their holders (read at the last sample).
+fn listen_full(samples: &[Sample]) -> Vec<ListenFull> {
+    let Some(last) = samples.last() else { return Vec::new() };
+    let mut out: Vec<ListenFull> = Vec::new();
+    for l in samples.iter().flat_map(|s| &s.listen_full) {
+        match out.iter_mut().find(|o| o.local == l.local) {
+            Some(o) => o.full += 1,
+            None => out.push(ListenFull {
+                local: l.local,
+                backlog: l.backlog,
+                full: 1,
+                samples: samples.len(),
+                holders: last.listen_full_holders.get(&l.inode).cloned().unwrap_or_default(),
+            }),
+        }
+    }
+    out
 }
 
 /// A process the doctor did not follow, by its CPU use over the window.
@@ -296,6 +330,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         qdiscs: qdisc_rates(samples, secs),
         nic_counters: nic_counters(first, last),
         listen_queues: last.listen_queues.clone(),
+        listen_full: listen_full(samples),
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
 }
