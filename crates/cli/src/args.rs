@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use qpslab_load::options::{parse_count, parse_duration};
+use qpslab_load::options::{parse_count, parse_duration, parse_duration_or_zero};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -589,6 +589,12 @@ pub struct BenchArgs {
     /// Doctor sampling interval
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Duration,
+
+    /// Before the run and after it, wait up to this long for the target to answer a probe in
+    /// its normal time: an application still answering requests an earlier run left queued
+    /// would slow the next run; 0s: no probe
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
+    pub drain: Duration,
 
     /// Run the target and the doctor on this host, through ssh (user@host or an alias of
     /// ~/.ssh/config): without a URL bench starts the target there; with one it finds the

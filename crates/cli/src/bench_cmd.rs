@@ -30,6 +30,7 @@ pub fn options(a: &BenchArgs) -> anyhow::Result<BenchOptions> {
         accept: a.accept.clone(),
         tls: a.tls,
         interval: a.interval,
+        drain: a.drain,
         server_host: a.server_host.clone(),
         server_addr: a.server_addr.clone(),
         agents: a.agents.clone(),

@@ -341,3 +341,51 @@ fn an_open_loop_the_application_cannot_keep_is_said_to_fall_behind() {
     assert!(text.contains("the schedule was not met"), "{text}");
     assert!(!text.contains("the rate is what was asked"), "{text}");
 }
+
+/// Runs poison the next one no more: a run of 100 connections against one gunicorn worker
+/// ends with ~100 requests queued (1.6 s of its work; nginx logs them 499). bench waits after
+/// its run until a probe answers in the application's normal time, and says how long; a bench
+/// right after it then measures the application (60 a second at one connection; it measured
+/// 12 a second with a max of 1.6 s, the backlog). A backlog some other load left is waited
+/// for before the run, and said.
+#[test]
+fn a_bench_waits_for_the_application_to_drain() {
+    let _one = one_at_a_time();
+    let app = AppBehindNginx::start(1);
+    let bench = |c: &str| {
+        let out = qpslab_command()
+            .args(["bench", "-c", c, "-d", "1s", "--warmup", "0s", "--no-save", "--json"])
+            .arg(app.url("/slow"))
+            .output()
+            .unwrap();
+        json_of(&out)
+    };
+    let first = bench("100");
+    let after = &first["drain_after"];
+    assert_eq!(after["drained"], true, "{after}");
+    let waited = after["waited_s"].as_f64().unwrap();
+    assert!((0.8..5.0).contains(&waited), "the backlog was about 1.6 s of work: {after}");
+    let next = bench("1");
+    let before = &next["drain_before"];
+    assert!(before["waited_s"].as_f64().unwrap() < 0.3, "drained already: {before}");
+    let rps = next["load"]["throughput_rps"].as_f64().unwrap();
+    let max_ms = next["load"]["latency_us"]["max"].as_f64().unwrap() / 1e3;
+    assert!(rps > 45.0 && max_ms < 200.0, "{rps} req/s, max {max_ms} ms");
+    // A load that does not drain, then a bench: the bench waits before its run, and says so.
+    let out = qpslab_command()
+        .args(["load", "-c", "100", "-d", "1s", &app.url("/slow")])
+        .output()
+        .unwrap();
+    // Most of its connections got no answer in so short a window: its check fails (exit 1).
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    let out = qpslab_command()
+        .args(["bench", "-c", "1", "-d", "1s", "--warmup", "0s", "--no-save"])
+        .arg(app.url("/slow"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("drain ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("before the run: waited"), "{line}");
+    assert!(line.contains("an earlier load's queued requests"), "{line}");
+    assert!(text.contains("p99.9"), "{text}");
+}

@@ -48,6 +48,10 @@ pub struct BenchOptions {
     /// Doctor sampling interval.
     #[serde(with = "qpslab_load::options::dur")]
     pub interval: Duration,
+    /// How long to wait, before the run and after it, for the target to answer a probe in its
+    /// normal time (requests a run left queued answered); zero: not at all.
+    #[serde(with = "qpslab_load::options::dur")]
+    pub drain: Duration,
     /// The server's host (`--server user@S`): the target and the doctor run there, through
     /// ssh.
     #[serde(rename = "server")]
@@ -77,6 +81,9 @@ pub struct BenchOptions {
     #[serde(skip)]
     pub meta: RunMeta,
 }
+
+/// How long a bench waits at most for its target to drain (`--drain`).
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
 /// A bench target as given: `builtin`, `nginx`, a URL, or a URL without its scheme
 /// (`127.0.0.1:8080/`, as `load` takes one), which is taken as `http://`.
@@ -135,6 +142,7 @@ impl Default for BenchOptions {
             accept: None,
             tls: false,
             interval: Duration::from_secs(1),
+            drain: DEFAULT_DRAIN,
             server_host: None,
             server_addr: None,
             agents: None,
@@ -200,6 +208,12 @@ pub struct BenchReport {
     /// The load result (the design brief's fields).
     pub load: Report,
     pub doctor: Diagnosis,
+    /// Probing the target before the run (work an earlier run left it) and after it (work this
+    /// run left it), when done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_before: Option<crate::drain::Drain>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_after: Option<crate::drain::Drain>,
 }
 
 impl BenchOptions {
@@ -498,8 +512,13 @@ fn run(
             exam.follow(std::process::id(), Role::Client);
         }
     }
+    // The load runs here: probe the target from here, before and after, for queued work.
+    let drains = remote.agents.is_none() && !opts.drain.is_zero();
+    let probe_opts = load_options(opts, &placed, opts.duration());
+    let drain_before = drains.then(|| crate::drain::drain(&probe_opts, opts.drain, stop));
     let (load, samples, examining) =
         load_while_examined(opts, &placed, remote, &mut doctor, stop, feed)?;
+    let drain_after = drains.then(|| crate::drain::drain(&probe_opts, opts.drain, stop));
     if let Some(r) = &placed.running {
         // A target that died mid-run makes every figure meaningless.
         if !placed.server_pids.iter().all(|p| root.exists(&format!("proc/{p}"))) {
@@ -538,7 +557,9 @@ fn run(
             (d, Some(host))
         }
     };
-    Ok(report(placed, examining, load, diagnosis, server_host, here))
+    let mut r = report(placed, examining, load, diagnosis, server_host, here);
+    (r.drain_before, r.drain_after) = (drain_before, drain_after);
+    Ok(r)
 }
 
 /// The generators of a run the doctor did not follow: each agent, or this host's load.
@@ -775,6 +796,8 @@ fn report(
         target,
         load,
         doctor,
+        drain_before: None,
+        drain_after: None,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod ci;
 pub mod climb;
 pub mod doctor;
+pub mod drain;
 pub mod hostset;
 pub mod kinds;
 mod place;

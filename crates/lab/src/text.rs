@@ -102,11 +102,44 @@ pub fn render_text(r: &BenchReport) -> String {
     for note in &r.notes {
         let _ = writeln!(o, "note        {note}");
     }
+    for (when, d) in [("before the run", &r.drain_before), ("after the run", &r.drain_after)] {
+        if let Some(line) = d.as_ref().and_then(|d| drain_line(when, d)) {
+            let _ = writeln!(o, "drain       {line}");
+        }
+    }
     o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
     o.push_str(&checks_text(l));
     o.push_str(&qpslab_host::render::profile_text(&r.doctor));
     o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
     o
+}
+
+/// What probing the target found, when worth saying: a backlog waited for, or one that did
+/// not clear.
+pub fn drain_line(when: &str, d: &crate::drain::Drain) -> Option<String> {
+    if !d.notable() {
+        return None;
+    }
+    let probes = format!(
+        "{} probe{}: the first answered in {:.0} ms, the last in {:.0} ms",
+        d.probes,
+        if d.probes == 1 { "" } else { "s" },
+        d.first_ms,
+        d.settled_ms
+    );
+    Some(if d.drained {
+        let whose = if when.starts_with("before") { "an earlier load's" } else { "this run's" };
+        format!(
+            "{when}: waited {:.2} s for the target to answer a probe in its normal time (it was answering {whose} queued requests; {probes})",
+            d.waited_s
+        )
+    } else {
+        format!(
+            "{when}: the target did not answer a probe in its normal time ({}; {probes}){}",
+            d.note.as_deref().unwrap_or("it never settled"),
+            if when.starts_with("before") { "; the run started on a busy target" } else { "" }
+        )
+    })
 }
 
 /// A line per `--threshold`, then why the run failed its checks.
