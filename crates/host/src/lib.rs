@@ -17,6 +17,7 @@ pub mod render;
 pub mod route;
 pub mod sample;
 pub mod tune;
+pub mod upstream;
 
 pub use cpuset::CpuSet;
 pub use exam::{Diagnosis, Examination};

@@ -32,6 +32,9 @@ pub struct NginxConf {
     /// It serves files: a `root` or `alias` and no `return` anywhere (a guess at what the run
     /// asked for: the configuration does not say which location a URL takes).
     pub serves_files: bool,
+    /// Where it passes requests on (`proxy_pass`, `fastcgi_pass`, `uwsgi_pass`, `scgi_pass`,
+    /// `grpc_pass`, and the `server`s of `upstream` blocks): (directive, address as written).
+    pub upstreams: Vec<(String, String)>,
 }
 
 /// nginx's default `keepalive_requests` since 1.19.10.
@@ -65,6 +68,17 @@ pub fn parse(text: &str) -> NginxConf {
             "listen" => c.reuseport |= args.contains(&"reuseport"),
             "open_file_cache" => c.open_file_cache = args.first() != Some(&"off"),
             "root" | "alias" => files = true,
+            "proxy_pass" | "fastcgi_pass" | "uwsgi_pass" | "scgi_pass" | "grpc_pass" => {
+                if let Some(a) = args.first() {
+                    c.upstreams.push((name.to_string(), a.to_string()));
+                }
+            }
+            // `server ADDRESS ...;` is an upstream block's member (`server {` has no argument).
+            "server" => {
+                if let Some(a) = args.first() {
+                    c.upstreams.push(("upstream server".to_string(), a.to_string()));
+                }
+            }
             "return" => returns = true,
             _ => {}
         }

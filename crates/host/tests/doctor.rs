@@ -711,6 +711,66 @@ fn an_idle_master_on_busy_cpus_is_not_a_saturated_server() {
     assert!(named(&f, "shared-cpus").is_none(), "{f:?}");
 }
 
+/// A server of several processes is judged as a whole. nginx and two gunicorn workers fill
+/// CPU 0 between them (0.22 + 0.39 + 0.39 CPUs): the server saturated its CPU with its own
+/// work (it was called "saturated, mostly with work not its own", each process judged alone).
+#[test]
+fn a_server_of_several_processes_filling_its_cpu_is_saturated_by_its_own_work() {
+    let run = with_procs(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "nginx", threads: &[(600, 22, "0")] },
+            Proc { pid: 700, role: Role::Server, comm: "gunicorn", threads: &[(700, 39, "0")] },
+            Proc { pid: 701, role: Role::Server, comm: "gunicorn", threads: &[(701, 39, "0")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 30, "1")] },
+        ],
+        3,
+        |cpu| if cpu == 0 { (80, 20, 0, 0) } else { (20, 10, 0, 70) },
+    );
+    let f = run.findings();
+    let bound = named(&f, "server-bound").expect("server-bound");
+    assert!(bound.summary.starts_with("the server's threads are saturated"), "{}", bound.summary);
+    assert!(named(&f, "cpu-contention").is_none(), "{f:?}");
+}
+
+/// More workers need idle CPU, not an idle CPU of the server's own: one gunicorn worker at its
+/// thread's limit, on CPUs 0-1 that it shares with nginx and the generator and that were 69%
+/// busy, has 0.62 CPUs to grow into (it was told "no CPU is idle for more workers"; one more
+/// worker measured 1.40x).
+#[test]
+fn more_workers_are_advised_where_the_servers_cpus_have_room() {
+    let run = with_procs(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "nginx", threads: &[(600, 20, "0-1")] },
+            Proc { pid: 700, role: Role::Server, comm: "gunicorn", threads: &[(700, 95, "0-1")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 23, "0-1")] },
+        ],
+        3,
+        |_| (50, 19, 0, 31),
+    );
+    let f = run.findings();
+    let bound = named(&f, "server-bound").expect("server-bound");
+    assert!(
+        bound.remedy.starts_with(
+            "give the server more workers: the CPUs 0-1 it may use had 0.62 CPUs idle"
+        ),
+        "{}",
+        bound.remedy
+    );
+    // The same CPUs 95% busy: no room.
+    let run = with_procs(
+        &[
+            Proc { pid: 600, role: Role::Server, comm: "nginx", threads: &[(600, 20, "0-1")] },
+            Proc { pid: 700, role: Role::Server, comm: "gunicorn", threads: &[(700, 95, "0-1")] },
+            Proc { pid: 500, role: Role::Client, comm: "qpslab", threads: &[(500, 75, "0-1")] },
+        ],
+        3,
+        |_| (80, 15, 0, 5),
+    );
+    let f = run.findings();
+    let bound = named(&f, "server-bound").or_else(|| named(&f, "both-saturated")).expect("bound");
+    assert!(!bound.remedy.contains("idle (`qpslab serve -w`"), "{}", bound.remedy);
+}
+
 /// A v1 cgroup at /sys/fs/cgroup/cpu/NAME with a quota of `quota` microseconds per 100 ms,
 /// holding `pid`; at step `k`, `10 k` periods of which `9 k` throttled.
 fn cgroup_quota(dir: &std::path::Path, pid: u32, name: &str, quota: u64, k: u64) {

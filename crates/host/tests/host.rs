@@ -114,3 +114,36 @@ fn a_root_without_proc_and_sys_is_a_clear_error() {
     let err = Host::read(&Root::new(dir.path())).unwrap_err().to_string();
     assert!(err.contains("sys/devices/system/cpu/online") && err.contains("--root"), "{err}");
 }
+
+/// The request path from the connections a server holds: this test process, holding a
+/// connection to a listener of a child of its own (as a proxy holds one to its application),
+/// finds that child behind it; a connection the test accepted (a client's) is not a hop.
+#[test]
+fn what_a_process_is_connected_to_is_behind_it() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n\
+             print(s.getsockname()[1], flush=True)\nc, _ = s.accept(); time.sleep(30)\n",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    // A client of ours too: a listener of this process with a connection accepted.
+    let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _client = std::net::TcpStream::connect(ours.local_addr().unwrap()).unwrap();
+    let _accepted = ours.accept().unwrap();
+    let _upstream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let found = qpslab_host::upstream::upstreams(&Root::live(), &[std::process::id()]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].addr, format!("127.0.0.1:{port}"));
+    assert_eq!(found[0].found_by, "connections");
+    assert_eq!(found[0].pids, vec![child.id()]);
+}

@@ -15,7 +15,7 @@ use qpslab_fleet::transport::{self, AgentHost, Place};
 use qpslab_host::doctor::{Context, Generator, LoadFacts};
 use qpslab_host::sample::Role;
 use qpslab_host::{Diagnosis, Examination, Root};
-use qpslab_load::feed::{Event, Feed, Unwatched};
+use qpslab_load::feed::{Event, Feed};
 use qpslab_load::report::RunMeta;
 use qpslab_load::{LoadConfig, LoadOptions, Report};
 use serde::{Deserialize, Serialize};
@@ -176,6 +176,10 @@ pub struct TargetReport {
     pub workers: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accept: Option<&'static str>,
+    /// The listeners behind the server on the request path (a proxy's application), each with
+    /// its processes (in `pids` too) and how it was found.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<qpslab_host::upstream::Upstream>,
 }
 
 /// The server host of a bench.
@@ -435,12 +439,15 @@ struct Tap<'f, 'b> {
     /// the doctor's counters leave the connection setup out. Over agents: at the instant the
     /// coordinator gives (`Starting`).
     on_ready: bool,
+    /// A load here: its warm-up, after which its window opens.
+    warmup: Duration,
 }
 
 impl Feed for Tap<'_, '_> {
     fn event(&mut self, e: &Event<'_>) {
         match e {
-            Event::Ready if self.on_ready => (self.begin)(Duration::ZERO),
+            // The connections are open; the window opens after the warm-up.
+            Event::Ready if self.on_ready => (self.begin)(self.warmup),
             Event::Starting { lead } if !self.on_ready => (self.begin)(*lead),
             _ => {}
         }
@@ -467,7 +474,7 @@ fn run(
     feed: &mut dyn Feed,
 ) -> Result<BenchReport, BenchError> {
     let root = Root::live();
-    let (mut doctor, placed) = match (far, opts.url(), &server) {
+    let (mut doctor, mut placed) = match (far, opts.url(), &server) {
         (None, url, server) => {
             let exam = Examination::new(&root, opts.interval)?;
             let placed = match (url, server) {
@@ -516,8 +523,12 @@ fn run(
     let drains = remote.agents.is_none() && !opts.drain.is_zero();
     let probe_opts = load_options(opts, &placed, opts.duration());
     let drain_before = drains.then(|| crate::drain::drain(&probe_opts, opts.drain, stop));
-    let (load, samples, examining) =
+    let (load, samples, examining, late) =
         load_while_examined(opts, &placed, remote, &mut doctor, stop, feed)?;
+    for u in late {
+        placed.server_pids.extend(&u.pids);
+        placed.path.push(u);
+    }
     let drain_after = drains.then(|| crate::drain::drain(&probe_opts, opts.drain, stop));
     if let Some(r) = &placed.running {
         // A target that died mid-run makes every figure meaningless.
@@ -585,6 +596,15 @@ fn generators(load: &Report, remote: &Remote) -> Vec<Generator> {
 /// The load (here or on the agents) while the doctor samples from the load's start instant:
 /// the load's report, this host's samples (none when the doctor is on the server host) and
 /// what the server host found.
+/// What a bench's run left: the load's report, the doctor's samples, the server host's
+/// examination, and the processes found on the request path as the window began.
+type Examined = (
+    Report,
+    Vec<qpslab_host::sample::Sample>,
+    Option<Examining>,
+    Vec<qpslab_host::upstream::Upstream>,
+);
+
 fn load_while_examined(
     opts: &BenchOptions,
     placed: &Placement,
@@ -592,7 +612,7 @@ fn load_while_examined(
     doctor: &mut Doctor<'_, '_>,
     stop: &AtomicBool,
     feed: &mut dyn Feed,
-) -> Result<(Report, Vec<qpslab_host::sample::Sample>, Option<Examining>), BenchError> {
+) -> Result<Examined, BenchError> {
     let done = AtomicBool::new(false);
     let (go, starts) = mpsc::channel::<Instant>();
     let mut examining = None;
@@ -604,17 +624,28 @@ fn load_while_examined(
         placed.server_pids.clone()
     };
     let listen = place::resolve(&placed.url).ok().map(|r| r.0).filter(|_| pids.is_empty());
-    let (load, samples) = std::thread::scope(|s| {
+    let (load, samples, late) = std::thread::scope(|s| {
         let (exam, mut far) = match doctor {
             Doctor::Here(exam) => (Some(&mut **exam), None),
             Doctor::There(far) => (None, Some(far)),
         };
         let done = &done;
+        let on_path = &placed.server_pids;
         let sampler = exam.map(|exam| {
             s.spawn(move || {
-                let Ok(at) = starts.recv() else { return Ok(Vec::new()) };
+                let Ok(at) = starts.recv() else { return (Ok(Vec::new()), Vec::new()) };
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                exam.record(|| done.load(Ordering::Relaxed))
+                // Under load a proxy holds connections to what is behind it: the processes
+                // found there now are followed as the server too.
+                let late = if on_path.is_empty() {
+                    Vec::new()
+                } else {
+                    qpslab_host::upstream::upstreams(&Root::live(), on_path)
+                };
+                for &pid in late.iter().flat_map(|u| &u.pids) {
+                    exam.follow(pid, Role::Server);
+                }
+                (exam.record(|| done.load(Ordering::Relaxed)), late)
             })
         });
         let mut failed = None;
@@ -637,15 +668,22 @@ fn load_while_examined(
             }
         };
         let on_ready = remote.agents.is_none();
-        let load =
-            generate(opts, placed, remote, stop, &mut Tap { feed, begin: &mut begin, on_ready });
+        let load = generate(
+            opts,
+            placed,
+            remote,
+            stop,
+            &mut Tap { feed, begin: &mut begin, on_ready, warmup: opts.warmup() },
+        );
         drop(go);
         done.store(true, Ordering::Relaxed);
-        let samples = sampler.map_or(Ok(Ok(Vec::new())), |t| t.join());
-        let samples = samples.unwrap_or_else(|_| Ok(Vec::new()));
-        (failed.map_or(load, Err), samples)
+        let (samples, late) = match sampler.map(|t| t.join()) {
+            Some(Ok(got)) => got,
+            _ => (Ok(Vec::new()), Vec::new()),
+        };
+        (failed.map_or(load, Err), samples, late)
     });
-    Ok((load?, samples?, examining))
+    Ok((load?, samples?, examining, late))
 }
 
 /// Runs the load, here or over the agents; `begin` is told when the measured window starts
@@ -672,14 +710,20 @@ fn generate(
         )?;
         return Ok(outcome.report);
     }
-    let cfg = load_config(opts, placed, opts.duration())?;
+    // The warm-up is the run's own, on the same connections: a warm-up run of its own left
+    // its last requests queued in an application that queues, for the window to wait on, and
+    // the window counts every response that completes in it.
+    let warmup = opts.warmup();
+    let cfg = LoadConfig::from_options(&LoadOptions {
+        warmup: Some(warmup),
+        ..load_options(opts, placed, opts.duration())
+    })
+    .map_err(|e| BenchError::Usage(e.to_string()))?;
     qpslab_load::preflight(&cfg)?;
-    if !opts.warmup().is_zero() {
-        let warm = load_config(opts, placed, opts.warmup())?;
+    if !warmup.is_zero() {
         tap.feed.event(&Event::Phase("warming up"));
-        qpslab_load::run(&warm, stop, &mut Unwatched)?;
     }
-    tap.event(&Event::Starting { lead: Duration::ZERO });
+    tap.event(&Event::Starting { lead: warmup });
     let result = qpslab_load::run(&cfg, stop, tap)?;
     Ok(Report::new(&cfg, &result, &opts.meta))
 }
@@ -760,6 +804,7 @@ fn report(
         cpus: placed.server_cpus,
         workers: placed.workers,
         accept: placed.accept,
+        path: placed.path,
     };
     let mut notes = placed.notes;
     if let Some(e) = examining.filter(|_| target.pids.is_empty()) {
@@ -820,15 +865,6 @@ fn load_options(opts: &BenchOptions, placed: &Placement, duration: Duration) -> 
         tls,
         ..opts.load.clone()
     }
-}
-
-fn load_config(
-    opts: &BenchOptions,
-    placed: &Placement,
-    duration: Duration,
-) -> Result<LoadConfig, BenchError> {
-    LoadConfig::from_options(&load_options(opts, placed, duration))
-        .map_err(|e| BenchError::Usage(e.to_string()))
 }
 
 #[cfg(test)]

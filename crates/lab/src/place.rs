@@ -30,6 +30,9 @@ pub(crate) struct Placement {
     /// A started server's workers and accept mode.
     pub workers: Option<usize>,
     pub accept: Option<&'static str>,
+    /// The listeners behind the server (a proxy's application), whose processes are in
+    /// `server_pids` too.
+    pub path: Vec<qpslab_host::upstream::Upstream>,
 }
 
 impl Placement {
@@ -48,6 +51,7 @@ impl Placement {
             notes: Vec::new(),
             workers: None,
             accept: None,
+            path: Vec::new(),
         }
     }
 }
@@ -102,6 +106,7 @@ pub(crate) fn start_target(
         notes,
         workers: Some(workers),
         accept: Some(spec.accept.name()),
+        path: Vec::new(),
     })
 }
 
@@ -189,11 +194,19 @@ pub(crate) fn for_url(
     given: &[u32],
 ) -> Result<Placement, BenchError> {
     let (addr, url, mut notes) = resolve(url)?;
-    let found = match unix {
+    let mut found = match unix {
         Some(path) => find_unix_server(root, host, path, given)?,
         None => find_server(root, host, Some(addr), given)?,
     };
-    notes.extend(found.notes);
+    notes.extend(std::mem::take(&mut found.notes));
+    // The processes behind it (a proxy's application) are the server too: their CPU is the
+    // server's, and the generator keeps off their CPUs as well.
+    let path = qpslab_host::upstream::upstreams(root, &found.pids);
+    if !path.is_empty() {
+        found.pids.extend(path.iter().flat_map(|u| u.pids.iter().copied()));
+        let cpus = qpslab_host::procs::server_cpus(root, &found.pids, &host.online);
+        found.cpus = cpus.unwrap_or_default().iter().collect();
+    }
     if unix.is_none() && !qpslab_sys::sockets::is_local(addr.ip()) && given.is_empty() {
         notes.push(format!("{url} is on another host: the doctor sees only this host (the generator's side); give --server HOST to run it there"));
     }
@@ -217,6 +230,7 @@ pub(crate) fn for_url(
         notes,
         workers: None,
         accept: None,
+        path,
     })
 }
 
@@ -252,5 +266,6 @@ pub(crate) fn for_server_host(
         notes: Vec::new(),
         workers,
         accept,
+        path: Vec::new(),
     }
 }

@@ -13,6 +13,21 @@ pub fn render_text(r: &BenchReport) -> String {
     let ms = qpslab_runs::compare::fmt_us;
     let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let _ = writeln!(o, "target      {}", target_line(r));
+    for u in &r.target.path {
+        let pids: Vec<String> = u.pids.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            o,
+            "behind it   {} {} on {} ({}): on the request path, counted as the server",
+            u.comm,
+            pids.join(", "),
+            u.addr,
+            if u.found_by == "connections" {
+                "the server held connections to it".to_string()
+            } else {
+                format!("from {}", u.found_by)
+            }
+        );
+    }
     if let Some(h) = &r.server_host {
         let _ = writeln!(
             o,
@@ -209,9 +224,11 @@ fn target_line(r: &BenchReport) -> String {
     match (t.kind, t.found_by) {
         ("url", None) => t.url.clone(),
         ("url", Some(how)) => {
+            let behind: Vec<u32> = t.path.iter().flat_map(|u| u.pids.iter().copied()).collect();
             let procs: Vec<String> = t
                 .pids
                 .iter()
+                .filter(|p| !behind.contains(p))
                 .map(|&p| comm(p).map_or(format!("pid {p}"), |c| format!("{c} {p}")))
                 .collect();
             let how = if how == "listening" { "found listening" } else { "given" };
