@@ -542,6 +542,12 @@ pub struct BenchCmdArgs {
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true)]
     pub repeat: usize,
 
+    /// Fail the run's checks (exit 1) when the doctor gives a warning or worse: a run it does
+    /// not trust (disturbed by other work, begun on a busy target, behind its schedule) or one
+    /// that met a bottleneck CI should stop on
+    #[arg(long)]
+    pub fail_on_warning: bool,
+
     #[command(flatten)]
     pub ci: CiArgs,
 

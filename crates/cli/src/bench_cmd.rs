@@ -82,6 +82,9 @@ pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
             other => anyhow::Error::new(other),
         })?;
         progress.finish();
+        if cmd.fail_on_warning {
+            qpslab_lab::bench::fail_on_warning(&mut report);
+        }
         if report.load.stopped_early && report.load.duration_s < 0.001 {
             // Stopped before the measured window began: nothing was measured to keep.
             break;

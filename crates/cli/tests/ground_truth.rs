@@ -287,6 +287,8 @@ fn nginx_with_its_master_unpinned_shares_nothing() {
 }
 
 /// Another process spinning on the server's CPU: the host was busy with it, and it is named.
+/// The run is marked disturbed (compare and the climb leave it out of their verdicts), and
+/// `--fail-on-warning` fails it for CI (a run the doctor did not trust passed before).
 #[test]
 fn a_cpu_hog_is_named() {
     let _one = one_at_a_time();
@@ -311,7 +313,21 @@ fn a_cpu_hog_is_named() {
             let b = b["summary"].as_str().unwrap();
             assert!(b.contains("mostly with work not its own"), "{b}");
         }
+        assert_eq!(v["marks"], serde_json::json!(["disturbed"]), "{}", v["marks"]);
     }
+    let server = server_on("epoll");
+    let out = qpslab_command()
+        .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--fail-on-warning"])
+        .arg(server.url("/"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("\ntrust       DISTURBED"), "{text}");
+    assert!(
+        text.contains("\nFAILED      the doctor warned (--fail-on-warning): cpu-contention"),
+        "{text}"
+    );
 }
 
 /// An idle host: a sample of two seconds says nothing, even with a thousand sockets in

@@ -218,6 +218,10 @@ pub struct BenchReport {
     pub drain_before: Option<crate::drain::Drain>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_after: Option<crate::drain::Drain>,
+    /// What the doctor's findings say of the run as a measurement: `disturbed` (other work
+    /// held it back, or it began on a busy target: compare leaves it out of its verdict),
+    /// `behind-schedule` (an open loop that did not send what was asked).
+    pub marks: Vec<&'static str>,
 }
 
 impl BenchOptions {
@@ -569,8 +573,61 @@ fn run(
         }
     };
     let mut r = report(placed, examining, load, diagnosis, server_host, here);
+    if let Some(f) = drain_before.as_ref().and_then(undrained_start) {
+        // Worst first, as the doctor sorts them.
+        let at = r.doctor.findings.iter().position(|x| x.severity < f.severity);
+        r.doctor.findings.insert(at.unwrap_or(r.doctor.findings.len()), f);
+    }
     (r.drain_before, r.drain_after) = (drain_before, drain_after);
+    r.marks = marks(&r.doctor.findings);
     Ok(r)
+}
+
+/// `--fail-on-warning`: the run fails its checks when the doctor gave a warning or worse (it
+/// does not trust the run, or the run met a bottleneck CI should stop on), the first one the
+/// reason.
+pub fn fail_on_warning(r: &mut BenchReport) {
+    let Some(f) = r.doctor.findings.iter().find(|f| f.severity >= qpslab_host::doctor::Severity::Warning)
+    else {
+        return;
+    };
+    let c = &mut r.load.check;
+    let why = format!("the doctor warned (--fail-on-warning): {}: {}", f.name, f.summary);
+    c.passed = false;
+    c.reason.get_or_insert_with(|| why.clone());
+    c.run_failure.get_or_insert(why);
+}
+
+/// A run that began on a target still busy with an earlier load's requests.
+fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_host::doctor::Finding> {
+    (!d.drained).then(|| qpslab_host::doctor::Finding {
+        name: "undrained-start",
+        severity: qpslab_host::doctor::Severity::Warning,
+        summary: "the target was still busy with an earlier load's requests when the run began: the run measured that backlog too".into(),
+        evidence: vec![format!(
+            "{} probe(s) before the run: the first answered in {:.0} ms, the last in {:.0} ms{}",
+            d.probes,
+            d.first_ms,
+            d.settled_ms,
+            d.note.as_ref().map_or(String::new(), |n| format!("; {n}"))
+        )],
+        remedy: "wait for the target to drain (a longer --drain), or find what keeps it busy".into(),
+    })
+}
+
+/// What the findings say of the run as a measurement ([`qpslab_host::doctor::run_mark`]),
+/// each once: `disturbed`, `behind-schedule`.
+pub fn marks(findings: &[qpslab_host::doctor::Finding]) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for f in findings {
+        let severity = serde_json::to_value(f.severity).unwrap_or_default();
+        if let Some(m) = qpslab_host::doctor::run_mark(f.name, severity.as_str().unwrap_or("")) {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    out
 }
 
 /// The generators of a run the doctor did not follow: each agent, or this host's load.
@@ -843,6 +900,7 @@ fn report(
         doctor,
         drain_before: None,
         drain_after: None,
+        marks: Vec::new(),
     }
 }
 

@@ -117,6 +117,12 @@ pub fn render_text(r: &BenchReport) -> String {
     for note in &r.notes {
         let _ = writeln!(o, "note        {note}");
     }
+    if r.marks.contains(&"disturbed") {
+        let _ = writeln!(
+            o,
+            "trust       DISTURBED: the doctor found the run held back by what is not the benchmark (see the warnings); compare leaves it out of its verdict"
+        );
+    }
     for (when, d) in [("before the run", &r.drain_before), ("after the run", &r.drain_after)] {
         if let Some(line) = d.as_ref().and_then(|d| drain_line(when, d)) {
             let _ = writeln!(o, "drain       {line}");

@@ -70,6 +70,55 @@ pub struct Summary {
     pub findings: Vec<String>,
     /// Every run had a profile (`--profile`, and the profiler ran).
     pub profiled: bool,
+    /// Runs the doctor found disturbed (other work held them back, or they began on a busy
+    /// target): left out of verdicts while two others remain.
+    pub disturbed: Vec<i64>,
+    /// Open-loop runs that fell behind their schedule.
+    pub behind_schedule: Vec<i64>,
+}
+
+/// What a stored run's findings say of it as a measurement, each once: `disturbed`,
+/// `behind-schedule` ([`qpslab_host::doctor::run_mark`]).
+pub fn marks(r: &StoredRun) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for f in &r.facts.findings {
+        if let Some(m) = qpslab_host::doctor::run_mark(&f.name, &f.severity) {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// The ok responses/s a verdict weighs: of every run but the disturbed ones, when at least two
+/// are left; else of every run.
+fn trusted_rps(g: &Group) -> Vec<f64> {
+    let kept: Vec<f64> =
+        g.runs.iter().filter(|r| !marks(r).contains(&"disturbed")).map(ok_rps).collect();
+    if kept.len() >= 2 {
+        kept
+    } else {
+        g.runs.iter().map(ok_rps).collect()
+    }
+}
+
+/// `; left out of the verdict as disturbed: runs 12, 15`, when any was.
+fn left_out(groups: &[&Group]) -> String {
+    let ids: Vec<String> = groups
+        .iter()
+        .filter(|g| g.runs.iter().filter(|r| !marks(r).contains(&"disturbed")).count() >= 2)
+        .flat_map(|g| g.runs.iter().filter(|r| marks(r).contains(&"disturbed")))
+        .map(|r| r.row.id.to_string())
+        .collect();
+    match ids.len() {
+        0 => String::new(),
+        1 => format!("; run {} left out of the verdict, disturbed (see its findings)", ids[0]),
+        _ => format!(
+            "; runs {} left out of the verdict, disturbed (see their findings)",
+            ids.join(", ")
+        ),
+    }
 }
 
 /// What the noise rule says of B against A.
@@ -185,7 +234,13 @@ pub fn summarize(g: &Group) -> Option<Summary> {
         requests_per_server_cpu_s: median(&|r| r.facts.requests_per_server_cpu_s),
         findings: findings.into_iter().collect(),
         profiled: g.runs.iter().all(|r| !r.facts.profile.is_empty()),
+        disturbed: ids_marked(g, "disturbed"),
+        behind_schedule: ids_marked(g, "behind-schedule"),
     })
+}
+
+fn ids_marked(g: &Group, mark: &str) -> Vec<i64> {
+    g.runs.iter().filter(|r| marks(r).contains(&mark)).map(|r| r.row.id).collect()
 }
 
 /// The runs' histograms merged, or the medians of their percentiles.
@@ -292,12 +347,14 @@ impl Gate {
 /// Compares B with A; None when a group has no runs.
 pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
     let (sa, sb) = (summarize(a)?, summarize(b)?);
-    let rps = |g: &Group| g.runs.iter().map(ok_rps).collect::<Vec<_>>();
-    let verdict = verdict(&rps(a), &rps(b));
+    let (ra, rb) = (trusted_rps(a), trusted_rps(b));
+    let verdict = verdict(&ra, &rb);
     let mut sentence = match &verdict {
-        Some(v) => {
-            format!("ok responses/s: {}", v.sentence("A", "B", (a.runs.len(), b.runs.len())))
-        }
+        Some(v) => format!(
+            "ok responses/s: {}{}",
+            v.sentence("A", "B", (ra.len(), rb.len())),
+            left_out(&[a, b])
+        ),
         None => "A had no ok response: no ratio".into(),
     };
     let (na, nb) = (sa.not_ok_share, sb.not_ok_share);
@@ -351,8 +408,7 @@ pub struct Row {
 
 /// The sweep's table: one row per group, each against the first.
 pub fn table(groups: &[Group]) -> Vec<Row> {
-    let rps = |g: &Group| g.runs.iter().map(ok_rps).collect::<Vec<_>>();
-    let base = groups.first().map(rps).unwrap_or_default();
+    let base = groups.first().map(trusted_rps).unwrap_or_default();
     let base_median = Spread::of(&base).map(|s| s.median).filter(|m| *m > 0.0);
     groups
         .iter()
@@ -361,7 +417,7 @@ pub fn table(groups: &[Group]) -> Vec<Row> {
             let summary = summarize(g)?;
             Some(Row {
                 ratio: base_median.map(|m| summary.ok_rps.median / m),
-                verdict: if i == 0 { None } else { verdict(&base, &rps(g)) },
+                verdict: if i == 0 { None } else { verdict(&base, &trusted_rps(g)) },
                 summary,
             })
         })
@@ -389,6 +445,7 @@ pub fn render_table(rows: &[Row]) -> String {
         let s = &r.summary;
         let t = &s.throughput_rps;
         let mut verdict = r.verdict.as_ref().map_or("baseline", Verdict::short).to_string();
+        verdict += &marks_note(s);
         if s.not_ok_share >= NOT_OK_CHANGE {
             // The ratio is of ok responses: say why it differs from the req/s column.
             verdict += &format!(
@@ -410,6 +467,24 @@ pub fn render_table(rows: &[Row]) -> String {
             s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}")),
             verdict,
         );
+    }
+    o
+}
+
+/// `, 1 run disturbed (left out), 2 behind schedule`: what the table's verdict column adds for
+/// runs the doctor marked.
+pub fn marks_note(s: &Summary) -> String {
+    let mut o = String::new();
+    if !s.disturbed.is_empty() {
+        let out = if s.runs.len() - s.disturbed.len() >= 2 { ", left out" } else { "" };
+        o += &format!(
+            ", {} run{} disturbed{out}",
+            s.disturbed.len(),
+            if s.disturbed.len() == 1 { "" } else { "s" }
+        );
+    }
+    if !s.behind_schedule.is_empty() {
+        o += &format!(", {} behind schedule", s.behind_schedule.len());
     }
     o
 }
@@ -641,5 +716,87 @@ mod tests {
         // Unchanged failures say nothing more.
         let same = compare(&a, &a).unwrap();
         assert!(!same.sentence.contains("failed"), "{}", same.sentence);
+    }
+}
+
+#[cfg(test)]
+mod disturbed {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    fn run(id: i64, rps: f64, finding: Option<(&str, &str)>) -> StoredRun {
+        let mut r = StoredRun {
+            row: crate::store::RunRow {
+                id,
+                kind: "bench".into(),
+                sweep: None,
+                variant: None,
+                repeat: None,
+                label: None,
+                started_at: String::new(),
+                config: serde_json::Value::Null,
+                throughput_rps: rps,
+                target: "builtin".into(),
+                stopped_early: false,
+            },
+            facts: crate::store::RunFacts {
+                duration_s: 1.0,
+                throughput_rps: rps,
+                ok: rps as u64,
+                ..crate::store::RunFacts::default()
+            },
+            report: serde_json::Value::Null,
+            text: String::new(),
+            histogram: String::new(),
+            provenance: serde_json::Value::Null,
+        };
+        r.facts.findings = finding
+            .into_iter()
+            .map(|(name, severity)| crate::store::FindingFact {
+                name: name.into(),
+                severity: severity.into(),
+                summary: String::new(),
+                evidence: Vec::new(),
+                remedy: String::new(),
+            })
+            .collect();
+        r
+    }
+
+    /// A gain of 1.24-1.49x whose one run the doctor found disturbed (other work held it
+    /// back to under A's rate): the disturbed run is left out of the verdict, which says so
+    /// (it was "within noise", the ranges overlapping by that one run). Contention said as
+    /// info (it did not explain the rate) does not disturb.
+    #[test]
+    fn a_disturbed_run_is_left_out_of_the_verdict_and_said() {
+        let a = Group {
+            name: "A".into(),
+            runs: (1..=4).map(|i| run(i, 100.0 + i as f64, None)).collect(),
+        };
+        let contention = Some(("cpu-contention", "warning"));
+        let mut b_runs: Vec<StoredRun> =
+            [(5, 126.0), (6, 140.0), (7, 148.0)].iter().map(|&(i, r)| run(i, r, None)).collect();
+        b_runs.push(run(8, 90.0, contention));
+        let b = Group { name: "B".into(), runs: b_runs };
+        let c = compare(&a, &b).unwrap();
+        let v = c.verdict.as_ref().unwrap();
+        assert_eq!(v.judgement, "beyond-noise", "{v:?}");
+        assert!(c.sentence.contains("run 8 left out of the verdict, disturbed"), "{}", c.sentence);
+        assert_eq!(c.b.disturbed, vec![8]);
+        let rows = table(&[a.clone(), b.clone()]);
+        let text = render_table(&rows);
+        assert!(text.contains("beyond noise, 1 run disturbed, left out"), "{text}");
+
+        // Said as info, contention did not explain the rate: the run stands.
+        let mut b_info = b.clone();
+        b_info.runs[3] = run(8, 90.0, Some(("cpu-contention", "info")));
+        let c = compare(&a, &b_info).unwrap();
+        assert_eq!(c.verdict.unwrap().judgement, "within-noise");
+        assert!(c.b.disturbed.is_empty());
+        // An open loop behind its schedule is marked, not left out.
+        let mut b_behind = b.clone();
+        b_behind.runs[3] = run(8, 90.0, Some(("behind-schedule", "warning")));
+        let rows = table(&[a, b_behind]);
+        assert!(render_table(&rows).contains("within noise, 1 behind schedule"));
     }
 }

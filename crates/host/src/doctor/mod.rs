@@ -173,6 +173,20 @@ pub struct Rule {
     pub remedy: &'static str,
 }
 
+/// What a finding says of its run as a measurement, when it says something: `disturbed`
+/// (something outside the benchmark held the run back: other processes' CPU, when it explains
+/// the rate; a target still busy with an earlier load's requests), or `behind-schedule` (an
+/// open loop that did not send what was asked). A compare leaves disturbed runs out of its
+/// verdict; sweep tables, the climb's rows and reports mark both. `severity` as stored
+/// (`info`, `warning`, `critical`).
+pub fn run_mark(name: &str, severity: &str) -> Option<&'static str> {
+    match (name, severity) {
+        ("cpu-contention", "warning" | "critical") | ("undrained-start", _) => Some("disturbed"),
+        ("behind-schedule", _) => Some("behind-schedule"),
+        _ => None,
+    }
+}
+
 /// Every finding the doctor can give.
 /// The findings only a profile gives (`--profile`): a run without one cannot have them, so
 /// comparing it with a profiled run says nothing of them.
@@ -251,6 +265,12 @@ pub const RULES: &[Rule] = &[
         catches: "an open loop fell behind its schedule: the rate is what the target (or too few connections), or the generator, allowed, not what was asked",
         threshold: "an open-loop run (-R) that sent under 98% of the requests due in its window",
         remedy: "when every connection was busy: more connections (-c) or a lower rate, or the target's own bound (closed loop finds it); when connections were free: more generator threads or machines",
+    },
+    Rule {
+        name: "undrained-start",
+        catches: "the target was still answering an earlier load's requests when the run began: the run measured that backlog too (bench, before its run)",
+        threshold: "no probe answered in the target's normal time within --drain before the run",
+        remedy: "wait for the target to drain (a longer --drain), or find what keeps it busy",
     },
     Rule {
         name: "paced",

@@ -127,6 +127,26 @@ pub struct Step {
     pub verdict: &'static str,
     /// Why, in a sentence.
     pub why: String,
+    /// Runs of the step the doctor found disturbed (other work held them back, or they began
+    /// on a busy target), before and after the change: left out of the decision while two
+    /// remain on each side.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub disturbed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The ok rates of the runs a decision weighs: all but the disturbed ones while two remain.
+fn trusted(runs: &[BenchReport]) -> Vec<f64> {
+    let kept: Vec<f64> =
+        runs.iter().filter(|r| !r.marks.contains(&"disturbed")).map(ok_rps).collect();
+    if kept.len() >= 2 {
+        kept
+    } else {
+        runs.iter().map(ok_rps).collect()
+    }
 }
 
 /// A climb as it ended.
@@ -492,6 +512,7 @@ fn pick(
         ratio_range: None,
         verdict,
         why,
+        disturbed: 0,
     };
     let chosen = |f: &qpslab_host::doctor::Finding, c: Change| {
         let mut s = row(f, "kept", String::new());
@@ -690,8 +711,8 @@ fn measure(
     row: &mut Step,
 ) -> Result<Option<(bool, StepRuns)>, ClimbError> {
     let Some((a, b)) = interleaved(w, current, next)? else { return Ok(None) };
-    let oka: Vec<f64> = a.iter().map(ok_rps).collect();
-    let okb: Vec<f64> = b.iter().map(ok_rps).collect();
+    let (oka, okb) = (trusted(&a), trusted(&b));
+    row.disturbed = (a.len() - oka.len()) + (b.len() - okb.len());
     let v = verdict(&oka, &okb);
     row.before = Rps::of(&a);
     row.after = Rps::of(&b);
@@ -701,9 +722,16 @@ fn measure(
     let Some(confirmed) = decide(&oka, &okb, w.o.min_gain, || recheck(w, current, next))? else {
         return Ok(None);
     };
-    let verdict_text = v.as_ref().map_or("no figures".into(), |v| {
-        v.sentence("the current state", "the change", (a.len(), b.len()))
+    let mut verdict_text = v.as_ref().map_or("no figures".into(), |v| {
+        v.sentence("the current state", "the change", (oka.len(), okb.len()))
     });
+    if row.disturbed > 0 {
+        verdict_text += &format!(
+            " ({} disturbed run{} left out: see their findings)",
+            row.disturbed,
+            if row.disturbed == 1 { "" } else { "s" }
+        );
+    }
     row.verdict = if confirmed { "kept" } else { "reverted" };
     row.why = if confirmed {
         format!("{verdict_text}; the re-check pair agreed")

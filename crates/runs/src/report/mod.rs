@@ -154,6 +154,7 @@ pub fn table_html(rows: &[Row]) -> String {
                 v.short().to_string(),
             ),
         };
+        let word = word + &compare::marks_note(s);
         let _ = writeln!(
             o,
             "<tr data-variant=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}-{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
@@ -410,13 +411,14 @@ fn runs_detail(groups: &[Group]) -> String {
             let f = &r.facts;
             let _ = write!(
                 o,
-                "<details class=\"run\" data-run=\"{}\"><summary>run {} \u{b7} repeat {} \u{b7} {} \u{b7} {:.0} req/s \u{b7} {} finding(s)</summary>",
+                "<details class=\"run\" data-run=\"{}\"><summary>run {} \u{b7} repeat {} \u{b7} {} \u{b7} {:.0} req/s \u{b7} {} finding(s){}</summary>",
                 r.row.id,
                 r.row.id,
                 r.row.repeat.unwrap_or(1),
                 esc(&r.row.started_at),
                 f.throughput_rps,
-                f.findings.len()
+                f.findings.len(),
+                compare::marks(r).iter().map(|m| format!(" \u{b7} <b class=\"mark\">{m}</b>")).collect::<String>()
             );
             o.push_str("<ul class=\"findings\">");
             for x in &f.findings {
