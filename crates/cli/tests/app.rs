@@ -445,3 +445,37 @@ fn the_application_behind_nginx_is_part_of_the_server() {
         text.lines().find(|l| l.starts_with("behind it")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("gunicorn") && line.contains("from nginx proxy_pass"), "{line}");
 }
+
+/// Routes of an application: a pool of its URLs (`--urls`), and bench's summary has a line per
+/// route, slowest first. A pool of whole URLs to a server other than bench's target is refused
+/// before anything is measured (the load went there while the doctor watched the server bench
+/// had started).
+#[test]
+fn a_pool_of_routes_is_summarised_route_by_route() {
+    let _one = one_at_a_time();
+    let app = AppBehindNginx::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("routes.txt");
+    std::fs::write(&pool, "/slow\n/\n").unwrap();
+    let out = qpslab_command()
+        .args(["bench", "-c", "4", "-d", "1s", "--warmup", "0s", "--no-save", "--urls"])
+        .arg(&pool)
+        .arg(app.url("/"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let routes: Vec<&str> = text.lines().filter(|l| l.starts_with("route ")).collect();
+    assert_eq!(routes.len(), 2, "{text}");
+    assert!(routes[0].starts_with("route       /slow: "), "slowest first: {routes:?}");
+    assert!(routes.iter().all(|r| r.contains(" p99 ")), "{routes:?}");
+    std::fs::write(&pool, format!("{}\n{}\n", app.url("/slow"), app.url("/"))).unwrap();
+    let out = qpslab_command()
+        .args(["bench", "-d", "1s", "--no-save", "--urls"])
+        .arg(&pool)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--urls: ") && err.contains("not to the target bench examines"), "{err}");
+    assert!(out.stdout.is_empty());
+}

@@ -526,6 +526,7 @@ fn run(
     // The load runs here: probe the target from here, before and after, for queued work.
     let drains = remote.agents.is_none() && !opts.drain.is_zero();
     let probe_opts = load_options(opts, &placed, opts.duration());
+    one_target(&probe_opts, &placed.url)?;
     let drain_before = drains.then(|| crate::drain::drain(&probe_opts, opts.drain, stop));
     let (load, samples, examining, late) =
         load_while_examined(opts, &placed, remote, &mut doctor, stop, feed)?;
@@ -587,7 +588,8 @@ fn run(
 /// does not trust the run, or the run met a bottleneck CI should stop on), the first one the
 /// reason.
 pub fn fail_on_warning(r: &mut BenchReport) {
-    let Some(f) = r.doctor.findings.iter().find(|f| f.severity >= qpslab_host::doctor::Severity::Warning)
+    let Some(f) =
+        r.doctor.findings.iter().find(|f| f.severity >= qpslab_host::doctor::Severity::Warning)
     else {
         return;
     };
@@ -783,6 +785,25 @@ fn generate(
     tap.event(&Event::Starting { lead: warmup });
     let result = qpslab_load::run(&cfg, stop, tap)?;
     Ok(Report::new(&cfg, &result, &opts.meta))
+}
+
+/// The load must go where bench examines: a `--urls` pool of whole URLs to another server
+/// would load that one while the doctor watches bench's target.
+fn one_target(load: &LoadOptions, url: &str) -> Result<(), BenchError> {
+    if load.unix_socket.is_some() {
+        return Ok(());
+    }
+    let cfg = LoadConfig::from_options(load).map_err(|e| BenchError::Usage(e.to_string()))?;
+    let Ok((target, ..)) = place::resolve(url) else { return Ok(()) };
+    let v = &cfg.variants;
+    match (0..v.len()).find(|&i| v.addr(i) != target) {
+        None => Ok(()),
+        Some(i) => Err(BenchError::Usage(format!(
+            "--urls: {} goes to {}, not to the target bench examines ({url}); give that server's URL as bench's target, or paths (/a, /b) in the file",
+            v.url(i),
+            v.addr(i)
+        ))),
+    }
 }
 
 /// What the load tells the doctor.

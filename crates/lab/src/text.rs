@@ -45,6 +45,7 @@ pub fn render_text(r: &BenchReport) -> String {
             &p.digest[..16.min(p.digest.len())],
             p.groups.len()
         );
+        o.push_str(&route_lines(p));
     }
     match &l.agents {
         None => {
@@ -132,6 +133,37 @@ pub fn render_text(r: &BenchReport) -> String {
     o.push_str(&checks_text(l));
     o.push_str(&qpslab_host::render::profile_text(&r.doctor));
     o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o
+}
+
+/// Routes shown in the summary, slowest first; the JSON has every group.
+const ROUTES_SHOWN: usize = 10;
+
+/// A line per group of the pool (a route), slowest p99 first, when there are several: where
+/// an application spends its time differs by route.
+fn route_lines(p: &qpslab_load::report::PoolReport) -> String {
+    if p.groups.len() < 2 {
+        return String::new();
+    }
+    let mut groups: Vec<_> = p.groups.iter().collect();
+    let p99 = |g: &qpslab_load::report::PoolGroup| g.latency_us.as_ref().map_or(0, |l| l.p99);
+    groups.sort_by_key(|g| std::cmp::Reverse(p99(g)));
+    let ms = qpslab_runs::compare::fmt_us;
+    let mut o = String::new();
+    for g in groups.iter().take(ROUTES_SHOWN) {
+        let latency = g
+            .latency_us
+            .as_ref()
+            .filter(|_| g.completed > 0)
+            .map_or("no response".to_string(), |l| {
+                format!("p50 {}  p99 {}  max {}", ms(l.p50), ms(l.p99), ms(l.max))
+            });
+        let _ = writeln!(o, "route       {}: {} ok, {} failed, {latency}", g.name, g.ok, g.failed);
+    }
+    if groups.len() > ROUTES_SHOWN {
+        let _ =
+            writeln!(o, "route       and {} more (the JSON has them)", groups.len() - ROUTES_SHOWN);
+    }
     o
 }
 

@@ -17,6 +17,7 @@ use crate::stats::ErrorClass;
 use crate::RunResult;
 
 mod pool;
+pub use pool::{PoolGroup, PoolReport};
 mod text;
 
 /// Busy share of the generator's threads at or above which the generator, not the target, may
