@@ -93,8 +93,15 @@ fn connected(root: &Root, pids: &[u32]) -> Vec<Upstream> {
     }
     let table = sockets::tcp_sockets(root);
     let listeners: Vec<&sockets::TcpSocket> = table.iter().filter(|s| s.state == LISTEN).collect();
+    // A connection the server accepted has one of its own listening ports on its side; one it
+    // made (to what is behind it) has an ephemeral port there, and a listener at the far end.
+    let own_ports: BTreeSet<u16> =
+        listeners.iter().filter(|l| mine.contains(&l.inode)).map(|l| l.local.port()).collect();
+    let made = |s: &&sockets::TcpSocket| {
+        s.state == ESTABLISHED && mine.contains(&s.inode) && !own_ports.contains(&s.local.port())
+    };
     let mut out: Vec<Upstream> = Vec::new();
-    for s in table.iter().filter(|s| s.state == ESTABLISHED && mine.contains(&s.inode)) {
+    for s in table.iter().filter(made) {
         let Some(l) = listeners.iter().find(|l| sockets::accepts(l.local, s.remote)) else {
             continue;
         };

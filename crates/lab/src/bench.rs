@@ -655,6 +655,9 @@ fn generators(load: &Report, remote: &Remote) -> Vec<Generator> {
 /// The load (here or on the agents) while the doctor samples from the load's start instant:
 /// the load's report, this host's samples (none when the doctor is on the server host) and
 /// what the server host found.
+/// The warm-up that leaves time to look for what is behind the server before the window.
+const DISCOVERY_LEAD: Duration = Duration::from_millis(100);
+
 /// What a bench's run left: the load's report, the doctor's samples, the server host's
 /// examination, and the processes found on the request path as the window began.
 type Examined = (
@@ -693,17 +696,19 @@ fn load_while_examined(
         let sampler = exam.map(|exam| {
             s.spawn(move || {
                 let Ok(at) = starts.recv() else { return (Ok(Vec::new()), Vec::new()) };
-                std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                // Under load a proxy holds connections to what is behind it: the processes
-                // found there now are followed as the server too.
-                let late = if on_path.is_empty() {
-                    Vec::new()
-                } else {
-                    qpslab_host::upstream::upstreams(&Root::live(), on_path)
-                };
+                // Halfway through the warm-up, under load, a proxy holds connections to what
+                // is behind it: the processes found there are followed as the server too.
+                // Without a warm-up there is no time for it before the window.
+                let lead = at.saturating_duration_since(Instant::now());
+                let mut late = Vec::new();
+                if !on_path.is_empty() && lead >= DISCOVERY_LEAD {
+                    std::thread::sleep(lead / 2);
+                    late = qpslab_host::upstream::upstreams(&Root::live(), on_path);
+                }
                 for &pid in late.iter().flat_map(|u| &u.pids) {
                     exam.follow(pid, Role::Server);
                 }
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
                 (exam.record(|| done.load(Ordering::Relaxed)), late)
             })
         });
