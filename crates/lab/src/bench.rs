@@ -696,19 +696,27 @@ fn load_while_examined(
         let sampler = exam.map(|exam| {
             s.spawn(move || {
                 let Ok(at) = starts.recv() else { return (Ok(Vec::new()), Vec::new()) };
-                // Halfway through the warm-up, under load, a proxy holds connections to what
-                // is behind it: the processes found there are followed as the server too.
-                // Without a warm-up there is no time for it before the window.
+                // During the warm-up, under load, a proxy holds connections to what is behind
+                // it: the processes found there are followed as the server too. The search
+                // runs beside the wait and is taken only when done by the window's start,
+                // which it never delays (the doctor needs the whole window). Without a
+                // warm-up there is no time for it.
                 let lead = at.saturating_duration_since(Instant::now());
-                let mut late = Vec::new();
-                if !on_path.is_empty() && lead >= DISCOVERY_LEAD {
-                    std::thread::sleep(lead / 2);
-                    late = qpslab_host::upstream::upstreams(&Root::live(), on_path);
-                }
+                let finder = (!on_path.is_empty() && lead >= DISCOVERY_LEAD).then(|| {
+                    let pids = on_path.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(lead / 4);
+                        qpslab_host::upstream::upstreams(&Root::live(), &pids)
+                    })
+                });
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                let late = match finder {
+                    Some(f) if f.is_finished() => f.join().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
                 for &pid in late.iter().flat_map(|u| &u.pids) {
                     exam.follow(pid, Role::Server);
                 }
-                std::thread::sleep(at.saturating_duration_since(Instant::now()));
                 (exam.record(|| done.load(Ordering::Relaxed)), late)
             })
         });
