@@ -319,12 +319,26 @@ impl Sample {
             .collect();
     }
 
-    /// Notes who holds the listeners `inodes` ([`Sample::listen_full_holders`]).
-    pub fn take_listen_full_holders(&mut self, root: &Root, inodes: &BTreeSet<u64>) {
-        for inode in inodes {
-            let held = qpslab_sys::sockets::holders(root, &BTreeSet::from([*inode]));
-            let held = held.into_iter().map(|h| (h.pid, h.comm.trim().to_string())).collect();
-            self.listen_full_holders.insert(*inode, held);
+    /// Notes which of the processes `watch` hold the listeners `inodes`
+    /// ([`Sample::listen_full_holders`]). Only they are read: every process's descriptors
+    /// would be tens of thousands of links on a loaded host, and only the server's listeners
+    /// make an overflow the run's.
+    pub fn take_listen_full_holders(
+        &mut self,
+        root: &Root,
+        inodes: &BTreeSet<u64>,
+        watch: &[Watch],
+    ) {
+        if inodes.is_empty() {
+            return;
+        }
+        for w in watch {
+            let held = qpslab_sys::sockets::holders_among(root, &[w.pid], inodes);
+            for (pid, inode) in held {
+                let comm = root.read_opt(&format!("proc/{pid}/comm")).unwrap_or_default();
+                let entry = self.listen_full_holders.entry(inode).or_default();
+                entry.push((pid, comm.trim().to_string()));
+            }
         }
     }
 
@@ -409,9 +423,13 @@ pub(crate) fn sample_until(
                 s.take_census(root);
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
                 s.take_listen_queues(root);
+                // Whose the full listeners were matters only when listens overflowed.
+                let overflowed = ["ListenOverflows", "ListenDrops"]
+                    .iter()
+                    .any(|k| s.tcpext.get(*k) != samples.first().and_then(|f| f.tcpext.get(*k)));
                 let full = samples.iter().chain([&s]).flat_map(|x| &x.listen_full);
-                let inodes: BTreeSet<u64> = full.map(|l| l.inode).collect();
-                s.take_listen_full_holders(root, &inodes);
+                let inodes: BTreeSet<u64> = full.map(|l| l.inode).filter(|_| overflowed).collect();
+                s.take_listen_full_holders(root, &inodes, watch);
             }
             samples.push(s);
             next += interval;

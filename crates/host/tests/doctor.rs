@@ -46,7 +46,7 @@ impl Run {
         sample.take_port_census(&self.root(), 100.0);
         let full = self.samples.iter().chain([&sample]).flat_map(|s| &s.listen_full);
         let inodes: BTreeSet<u64> = full.map(|l| l.inode).collect();
-        sample.take_listen_full_holders(&self.root(), &inodes);
+        sample.take_listen_full_holders(&self.root(), &inodes, &self.watch);
         self.samples.push(sample);
     }
 

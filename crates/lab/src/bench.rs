@@ -657,6 +657,8 @@ fn generators(load: &Report, remote: &Remote) -> Vec<Generator> {
 /// what the server host found.
 /// The warm-up that leaves time to look for what is behind the server before the window.
 const DISCOVERY_LEAD: Duration = Duration::from_millis(100);
+/// How much before the load's window the doctor's may open, against late wake-ups.
+const WAKE_EARLY: Duration = Duration::from_millis(20);
 
 /// What a bench's run left: the load's report, the doctor's samples, the server host's
 /// examination, and the processes found on the request path as the window began.
@@ -709,7 +711,11 @@ fn load_while_examined(
                         qpslab_host::upstream::upstreams(&Root::live(), &pids)
                     })
                 });
-                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                // A sleep can wake late on a busy host: the doctor starts a little early so its
+                // window never comes out shorter than the load's (a one-second run then had
+                // one sampling interval, and no verdict).
+                let early = at.checked_sub(WAKE_EARLY).unwrap_or(at);
+                std::thread::sleep(early.saturating_duration_since(Instant::now()));
                 let late = match finder {
                     Some(f) if f.is_finished() => f.join().unwrap_or_default(),
                     _ => Vec::new(),

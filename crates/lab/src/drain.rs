@@ -116,6 +116,10 @@ fn probe(load: &LoadOptions, timeout: Duration, stop: &AtomicBool) -> Result<f64
         timeout,
         connect_timeout: Some(timeout.min(Duration::from_secs(2))),
         poll: qpslab_load::config::PollMode::Sleep,
+        // The target's own URL: a pool is not read again for one request.
+        urls_file: None,
+        body_lines: None,
+        targets: None,
         ..load.clone()
     };
     let cfg = LoadConfig::from_options(&o).map_err(|e| format!("the probe: {e}"))?;

@@ -183,6 +183,25 @@ pub fn holders(root: &Root, inodes: &BTreeSet<u64>) -> Vec<Holder> {
         .collect()
 }
 
+/// Of the processes `pids`, those holding any of the sockets `inodes`: (PID, inode) pairs.
+/// Reads only their descriptors.
+pub fn holders_among(root: &Root, pids: &[u32], inodes: &BTreeSet<u64>) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for &pid in pids {
+        for fd in root.list(&format!("proc/{pid}/fd")) {
+            let inode = root
+                .read_link(&format!("proc/{pid}/fd/{fd}"))
+                .and_then(|l| socket_inode(&l.to_string_lossy()));
+            if let Some(i) = inode.filter(|i| inodes.contains(i)) {
+                if !out.contains(&(pid, i)) {
+                    out.push((pid, i));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The processes listening where `target` connects, e.g. the server behind a URL on this host.
 pub fn listener_holders(root: &Root, target: SocketAddr) -> Vec<Holder> {
     let inodes = listeners_for(root, target).iter().map(|s| s.inode).collect();
