@@ -27,7 +27,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// One worker that serves the requests of every connection in arrival order, `argv[2]` ms
 /// each (a sleep, as a database call is), and appends the wall-clock time of each answer to
 /// the file `argv[3]`: the server's own count, to hold the load's figures against. Its rate is
-/// 1000 / ms answers a second whatever the connections.
+/// 1000 / ms answers a second whatever the connections. [`common::QUEUE_READER`] completes it.
 const FIXED_SERVICE: &str = r#"
 import queue, selectors, socket, sys, threading, time
 port, ms, log = int(sys.argv[1]), float(sys.argv[2]), open(sys.argv[3], 'w', buffering=1)
@@ -45,25 +45,6 @@ def worker():
             pass
 threading.Thread(target=worker, daemon=True).start()
 print('ready', flush=True)
-sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); bufs = {}
-end = time.time() + 600
-while time.time() < end:
-    for key, _ in sel.select(0.5):
-        if key.fileobj is s:
-            c, _ = s.accept(); sel.register(c, selectors.EVENT_READ); bufs[c] = b''
-            continue
-        c = key.fileobj
-        try:
-            d = c.recv(65536)
-        except OSError:
-            d = b''
-        if not d:
-            sel.unregister(c); c.close(); bufs.pop(c, None)
-            continue
-        bufs[c] += d
-        while b'\r\n\r\n' in bufs[c]:
-            _, bufs[c] = bufs[c].split(b'\r\n\r\n', 1)
-            work.put(c)
 "#;
 
 /// [`FIXED_SERVICE`] on a free port, `ms` per answer; killed on drop.
@@ -80,7 +61,8 @@ impl FixedService {
         let log = dir.path().join("answers");
         let port = free_port();
         let mut child = Command::new("python3")
-            .args(["-c", FIXED_SERVICE, &port.to_string(), &ms.to_string()])
+            .args(["-c", &format!("{FIXED_SERVICE}{}", common::QUEUE_READER)])
+            .args([&port.to_string(), &ms.to_string()])
             .arg(&log)
             .stdout(Stdio::piped())
             .spawn()

@@ -573,15 +573,25 @@ fn run(
             (d, Some(host))
         }
     };
-    let mut r = report(placed, examining, load, diagnosis, server_host, here);
-    if let Some(f) = drain_before.as_ref().and_then(undrained_start) {
+    let r = report(placed, examining, load, diagnosis, server_host, here);
+    Ok(with_drains(r, drain_before, drain_after))
+}
+
+/// The report with what probing the target found, a start on a busy target as a finding, and
+/// the marks its findings give.
+fn with_drains(
+    mut r: BenchReport,
+    before: Option<crate::drain::Drain>,
+    after: Option<crate::drain::Drain>,
+) -> BenchReport {
+    if let Some(f) = before.as_ref().and_then(undrained_start) {
         // Worst first, as the doctor sorts them.
         let at = r.doctor.findings.iter().position(|x| x.severity < f.severity);
         r.doctor.findings.insert(at.unwrap_or(r.doctor.findings.len()), f);
     }
-    (r.drain_before, r.drain_after) = (drain_before, drain_after);
+    (r.drain_before, r.drain_after) = (before, after);
     r.marks = marks(&r.doctor.findings);
-    Ok(r)
+    r
 }
 
 /// `--fail-on-warning`: the run fails its checks when the doctor gave a warning or worse (it
@@ -620,16 +630,7 @@ fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_host::doctor::Findi
 /// What the findings say of the run as a measurement ([`qpslab_host::doctor::run_mark`]),
 /// each once: `disturbed`, `behind-schedule`.
 pub fn marks(findings: &[qpslab_host::doctor::Finding]) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for f in findings {
-        let severity = serde_json::to_value(f.severity).unwrap_or_default();
-        if let Some(m) = qpslab_host::doctor::run_mark(f.name, severity.as_str().unwrap_or("")) {
-            if !out.contains(&m) {
-                out.push(m);
-            }
-        }
-    }
-    out
+    qpslab_host::doctor::run_marks(findings.iter().map(|f| (f.name, f.severity.name())))
 }
 
 /// The generators of a run the doctor did not follow: each agent, or this host's load.

@@ -118,17 +118,7 @@ pub fn render_text(r: &BenchReport) -> String {
     for note in &r.notes {
         let _ = writeln!(o, "note        {note}");
     }
-    if r.marks.contains(&"disturbed") {
-        let _ = writeln!(
-            o,
-            "trust       DISTURBED: the doctor found the run held back by what is not the benchmark (see the warnings); compare leaves it out of its verdict"
-        );
-    }
-    for (when, d) in [("before the run", &r.drain_before), ("after the run", &r.drain_after)] {
-        if let Some(line) = d.as_ref().and_then(|d| drain_line(when, d)) {
-            let _ = writeln!(o, "drain       {line}");
-        }
-    }
+    o.push_str(&trust_lines(r));
     o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
     o.push_str(&checks_text(l));
     o.push_str(&qpslab_host::render::profile_text(&r.doctor));
@@ -163,6 +153,23 @@ fn route_lines(p: &qpslab_load::report::PoolReport) -> String {
     if groups.len() > ROUTES_SHOWN {
         let _ =
             writeln!(o, "route       and {} more (the JSON has them)", groups.len() - ROUTES_SHOWN);
+    }
+    o
+}
+
+/// The `trust` line of a disturbed run, and the `drain` lines worth saying.
+fn trust_lines(r: &BenchReport) -> String {
+    let mut o = String::new();
+    if r.marks.contains(&"disturbed") {
+        let _ = writeln!(
+            o,
+            "trust       DISTURBED: the doctor found the run held back by what is not the benchmark (see the warnings); compare leaves it out of its verdict"
+        );
+    }
+    for (when, d) in [("before the run", &r.drain_before), ("after the run", &r.drain_after)] {
+        if let Some(line) = d.as_ref().and_then(|d| drain_line(when, d)) {
+            let _ = writeln!(o, "drain       {line}");
+        }
     }
     o
 }

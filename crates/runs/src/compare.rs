@@ -80,27 +80,26 @@ pub struct Summary {
 /// What a stored run's findings say of it as a measurement, each once: `disturbed`,
 /// `behind-schedule` ([`qpslab_host::doctor::run_mark`]).
 pub fn marks(r: &StoredRun) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for f in &r.facts.findings {
-        if let Some(m) = qpslab_host::doctor::run_mark(&f.name, &f.severity) {
-            if !out.contains(&m) {
-                out.push(m);
-            }
-        }
-    }
-    out
+    qpslab_host::doctor::run_marks(
+        r.facts.findings.iter().map(|f| (f.name.as_str(), f.severity.as_str())),
+    )
 }
 
-/// The ok responses/s a verdict weighs: of every run but the disturbed ones, when at least two
-/// are left; else of every run.
-fn trusted_rps(g: &Group) -> Vec<f64> {
-    let kept: Vec<f64> =
-        g.runs.iter().filter(|r| !marks(r).contains(&"disturbed")).map(ok_rps).collect();
+/// Of runs given as (ok responses/s, disturbed), the rates a verdict weighs: every run but the
+/// disturbed ones, when at least two are left; else every run.
+pub fn undisturbed(runs: &[(f64, bool)]) -> Vec<f64> {
+    let kept: Vec<f64> = runs.iter().filter(|r| !r.1).map(|r| r.0).collect();
     if kept.len() >= 2 {
         kept
     } else {
-        g.runs.iter().map(ok_rps).collect()
+        runs.iter().map(|r| r.0).collect()
     }
+}
+
+fn trusted_rps(g: &Group) -> Vec<f64> {
+    let runs: Vec<(f64, bool)> =
+        g.runs.iter().map(|r| (ok_rps(r), marks(r).contains(&"disturbed"))).collect();
+    undisturbed(&runs)
 }
 
 /// `; left out of the verdict as disturbed: runs 12, 15`, when any was.
@@ -717,39 +716,10 @@ mod tests {
         let same = compare(&a, &a).unwrap();
         assert!(!same.sentence.contains("failed"), "{}", same.sentence);
     }
-}
 
-#[cfg(test)]
-mod disturbed {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
-    use super::*;
-
-    fn run(id: i64, rps: f64, finding: Option<(&str, &str)>) -> StoredRun {
-        let mut r = StoredRun {
-            row: crate::store::RunRow {
-                id,
-                kind: "bench".into(),
-                sweep: None,
-                variant: None,
-                repeat: None,
-                label: None,
-                started_at: String::new(),
-                config: serde_json::Value::Null,
-                throughput_rps: rps,
-                target: "builtin".into(),
-                stopped_early: false,
-            },
-            facts: crate::store::RunFacts {
-                duration_s: 1.0,
-                throughput_rps: rps,
-                ok: rps as u64,
-                ..crate::store::RunFacts::default()
-            },
-            report: serde_json::Value::Null,
-            text: String::new(),
-            histogram: String::new(),
-            provenance: serde_json::Value::Null,
-        };
+    /// A run at `rps` ok responses a second, with a finding (name, severity) when given.
+    fn marked(id: i64, rps: f64, finding: Option<(&str, &str)>) -> StoredRun {
+        let mut r = run(id, rps as u64, rps as u64, 0, 1.0);
         r.facts.findings = finding
             .into_iter()
             .map(|(name, severity)| crate::store::FindingFact {
@@ -771,12 +741,12 @@ mod disturbed {
     fn a_disturbed_run_is_left_out_of_the_verdict_and_said() {
         let a = Group {
             name: "A".into(),
-            runs: (1..=4).map(|i| run(i, 100.0 + i as f64, None)).collect(),
+            runs: (1..=4).map(|i| marked(i, 100.0 + i as f64, None)).collect(),
         };
         let contention = Some(("cpu-contention", "warning"));
         let mut b_runs: Vec<StoredRun> =
-            [(5, 126.0), (6, 140.0), (7, 148.0)].iter().map(|&(i, r)| run(i, r, None)).collect();
-        b_runs.push(run(8, 90.0, contention));
+            [(5, 126.0), (6, 140.0), (7, 148.0)].iter().map(|&(i, r)| marked(i, r, None)).collect();
+        b_runs.push(marked(8, 90.0, contention));
         let b = Group { name: "B".into(), runs: b_runs };
         let c = compare(&a, &b).unwrap();
         let v = c.verdict.as_ref().unwrap();
@@ -789,13 +759,13 @@ mod disturbed {
 
         // Said as info, contention did not explain the rate: the run stands.
         let mut b_info = b.clone();
-        b_info.runs[3] = run(8, 90.0, Some(("cpu-contention", "info")));
+        b_info.runs[3] = marked(8, 90.0, Some(("cpu-contention", "info")));
         let c = compare(&a, &b_info).unwrap();
         assert_eq!(c.verdict.unwrap().judgement, "within-noise");
         assert!(c.b.disturbed.is_empty());
         // An open loop behind its schedule is marked, not left out.
         let mut b_behind = b.clone();
-        b_behind.runs[3] = run(8, 90.0, Some(("behind-schedule", "warning")));
+        b_behind.runs[3] = marked(8, 90.0, Some(("behind-schedule", "warning")));
         let rows = table(&[a, b_behind]);
         assert!(render_table(&rows).contains("within noise, 1 behind schedule"));
     }

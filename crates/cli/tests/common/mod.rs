@@ -374,6 +374,12 @@ def resize(*_):
         pool.pop().set()
 signal.signal(signal.SIGHUP, resize)
 resize(); print('ready', flush=True)
+"#;
+
+/// The rest of a Python server script whose listener is `s` and whose work queue is `work`:
+/// reads every connection's requests (heads up to a blank line) for 600 s at most and puts the
+/// connection on `work` once per request, in arrival order; the workers answer.
+pub const QUEUE_READER: &str = r#"
 sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); bufs = {}
 end = time.time() + 600
 while time.time() < end:
@@ -398,7 +404,8 @@ while time.time() < end:
 /// [`POOL_SERVER`] on 127.0.0.1:`port`, reading its workers from `conf`, started and ready.
 pub fn pool_server(conf: &std::path::Path, port: u16) -> std::process::Child {
     let mut server = Command::new("python3")
-        .args(["-c", POOL_SERVER, &conf.display().to_string(), &port.to_string()])
+        .args(["-c", &format!("{POOL_SERVER}{QUEUE_READER}")])
+        .args([&conf.display().to_string(), &port.to_string()])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");

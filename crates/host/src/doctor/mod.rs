@@ -86,6 +86,17 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    /// As the JSON and the runs store spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Warning => "warning",
+            Self::Critical => "critical",
+        }
+    }
+}
+
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
@@ -185,6 +196,17 @@ pub fn run_mark(name: &str, severity: &str) -> Option<&'static str> {
         ("behind-schedule", _) => Some("behind-schedule"),
         _ => None,
     }
+}
+
+/// The marks of a run's findings, given as (name, severity), each once.
+pub fn run_marks<'a>(findings: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for m in findings.into_iter().filter_map(|(name, severity)| run_mark(name, severity)) {
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// Every finding the doctor can give.

@@ -140,13 +140,9 @@ fn is_zero(n: &usize) -> bool {
 
 /// The ok rates of the runs a decision weighs: all but the disturbed ones while two remain.
 fn trusted(runs: &[BenchReport]) -> Vec<f64> {
-    let kept: Vec<f64> =
-        runs.iter().filter(|r| !r.marks.contains(&"disturbed")).map(ok_rps).collect();
-    if kept.len() >= 2 {
-        kept
-    } else {
-        runs.iter().map(ok_rps).collect()
-    }
+    let runs: Vec<(f64, bool)> =
+        runs.iter().map(|r| (ok_rps(r), r.marks.contains(&"disturbed"))).collect();
+    qpslab_runs::compare::undisturbed(&runs)
 }
 
 /// A climb as it ended.
