@@ -182,9 +182,9 @@ fn bad_flags_are_named_before_anything_runs() {
 /// The rule that decides a step, against induced ground truth, on real runs of a server
 /// answering in 20 ms: 10 connections against 10 (a change with no effect) is kept in at
 /// most 1 of 10 climbs; 11 against 10 (exactly +10% by Little's law) in at least 9 of 10.
-/// Each climb runs as the climb does: A B three times, then the re-check pair. Runs of 300 ms
-/// are enough: the connections keep step with the server's 20 ms, so the rates repeat to
-/// 0.1 req/s (466.6 and 513.2 req/s when measured). The two series run side by side, each on
+/// Each climb runs as the climb does: A B three times, weighed in pairs, then the re-check
+/// pair. Runs of 300 ms are enough: the connections keep step with the server's 20 ms, so the
+/// rates repeat to 0.1 req/s (466.6 and 513.2 req/s when measured). The two series run side by side, each on
 /// a server of its own: about 500 requests a second each leaves both CPUs nearly idle.
 #[test]
 fn the_decision_rule_keeps_a_real_gain_and_not_noise() {

@@ -9,6 +9,12 @@
 //! `m + n` results are equally likely, and in `2 / C(m + n, m)` of them the ranges come apart
 //! (1 in 3 with 2 and 2 repeats, 1 in 10 with 3 and 3, 1 in 35 with 4 and 4). The rule asks for
 //! at most 1 in 10; ranges apart with fewer repeats are reported as such, with the chance.
+//!
+//! Runs paired back to back (a sweep's rounds, a climb's A B pairs) are weighed pair by pair,
+//! so that what drifts over minutes (a neighbour, the host's clock) slows both runs of a pair and
+//! not the ratio: B differs beyond noise when every pair's ratio is on the same side of 1 and
+//! either the ranges rule above holds or, with three pairs or more, a paired t-test on the
+//! ratios' logarithms puts the chance of noise at most 1 in 10.
 
 use std::collections::BTreeSet;
 
@@ -96,15 +102,64 @@ pub fn undisturbed(runs: &[(f64, bool)]) -> Vec<f64> {
     }
 }
 
-fn trusted_rps(g: &Group) -> Vec<f64> {
-    let runs: Vec<(f64, bool)> =
-        g.runs.iter().map(|r| (ok_rps(r), marks(r).contains(&"disturbed"))).collect();
-    undisturbed(&runs)
+/// Of run pairs given as (A's ok responses/s, B's, whether either was disturbed), the pairs a
+/// verdict weighs: every pair but those with a disturbed run, when at least two are left; else
+/// every pair.
+pub fn undisturbed_pairs(pairs: &[(f64, f64, bool)]) -> Vec<(f64, f64)> {
+    let kept: Vec<(f64, f64)> = pairs.iter().filter(|p| !p.2).map(|p| (p.0, p.1)).collect();
+    if kept.len() >= 2 {
+        kept
+    } else {
+        pairs.iter().map(|p| (p.0, p.1)).collect()
+    }
 }
 
-/// `; left out of the verdict as disturbed: runs 12, 15`, when any was.
-fn left_out(groups: &[&Group]) -> String {
-    let ids: Vec<String> = groups
+fn rates(g: &Group) -> Vec<(f64, bool)> {
+    g.runs.iter().map(|r| (ok_rps(r), marks(r).contains(&"disturbed"))).collect()
+}
+
+fn trusted_rps(g: &Group) -> Vec<f64> {
+    undisturbed(&rates(g))
+}
+
+/// Whether A's and B's runs ran in rounds, the i-th of each before the (i+1)-th of either (a
+/// sweep's or a climb's interleaving): then they are weighed in pairs. Runs' ids are in the
+/// order they were stored.
+pub fn paired(a: &Group, b: &Group) -> bool {
+    let ids = |g: &Group| {
+        let mut v: Vec<i64> = g.runs.iter().map(|r| r.row.id).collect();
+        v.sort_unstable();
+        v
+    };
+    let (ia, ib) = (ids(a), ids(b));
+    ia.len() == ib.len()
+        && ia.len() >= 2
+        && (1..ia.len()).all(|i| ia[i - 1].max(ib[i - 1]) < ia[i].min(ib[i]))
+}
+
+/// The verdict on B against A from their groups: pair by pair when they ran in rounds, else
+/// by the ranges of their runs; disturbed runs left out (with their pair) while two remain.
+fn weigh(a: &Group, b: &Group) -> Option<Verdict> {
+    if paired(a, b) {
+        let by_id = |g: &Group| {
+            let mut v: Vec<(i64, (f64, bool))> =
+                g.runs.iter().map(|r| r.row.id).zip(rates(g)).collect();
+            v.sort_by_key(|x| x.0);
+            v.into_iter().map(|x| x.1)
+        };
+        let pairs: Vec<(f64, f64, bool)> =
+            by_id(a).zip(by_id(b)).map(|(x, y)| (x.0, y.0, x.1 || y.1)).collect();
+        return paired_verdict(&undisturbed_pairs(&pairs));
+    }
+    verdict(&trusted_rps(a), &trusted_rps(b))
+}
+
+/// `; run 12 left out of the verdict, disturbed (...)`, when any was.
+fn left_out(a: &Group, b: &Group) -> String {
+    if paired(a, b) {
+        return left_out_pairs(a, b);
+    }
+    let ids: Vec<String> = [a, b]
         .iter()
         .filter(|g| g.runs.iter().filter(|r| !marks(r).contains(&"disturbed")).count() >= 2)
         .flat_map(|g| g.runs.iter().filter(|r| marks(r).contains(&"disturbed")))
@@ -120,6 +175,34 @@ fn left_out(groups: &[&Group]) -> String {
     }
 }
 
+/// `; the pair of run 8 left out of the verdict, disturbed`, for paired groups.
+fn left_out_pairs(a: &Group, b: &Group) -> String {
+    fn sorted(g: &Group) -> Vec<&StoredRun> {
+        let mut v: Vec<&StoredRun> = g.runs.iter().collect();
+        v.sort_by_key(|r| r.row.id);
+        v
+    }
+    let disturbed = |r: &StoredRun| marks(r).contains(&"disturbed");
+    let pairs: Vec<(&StoredRun, &StoredRun)> = sorted(a).into_iter().zip(sorted(b)).collect();
+    let out: Vec<String> = pairs
+        .iter()
+        .filter(|(x, y)| disturbed(x) || disturbed(y))
+        .flat_map(|(x, y)| [x, y])
+        .filter(|r| disturbed(r))
+        .map(|r| r.row.id.to_string())
+        .collect();
+    let n = pairs.iter().filter(|(x, y)| disturbed(x) || disturbed(y)).count();
+    if out.is_empty() || pairs.len() - n < 2 {
+        return String::new();
+    }
+    let (runs, their) = if out.len() == 1 { ("run", "its") } else { ("runs", "their") };
+    let pair = if n == 1 { "pair" } else { "pairs" };
+    format!(
+        "; the {pair} of {runs} {} left out of the verdict, disturbed (see {their} findings)",
+        out.join(", ")
+    )
+}
+
 /// What the noise rule says of B against A.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -131,18 +214,30 @@ pub struct Verdict {
     /// `beyond-noise`, `within-noise` or `too-few-repeats` (ranges apart, but noise alone
     /// would do that more often than [`NOISE_CHANCE_MAX`]).
     pub judgement: &'static str,
-    /// How often noise alone separates the ranges with these numbers of repeats.
+    /// How often noise alone separates the ranges with these numbers of repeats (for pairs,
+    /// the smaller of that and the paired t-test's chance).
     pub noise_chance: f64,
+    /// The number of pairs weighed, when the runs were weighed in pairs (ratio, low and high
+    /// are then the median, smallest and largest of the pairs' ratios).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<usize>,
 }
 
 impl Verdict {
     /// `B is 1.27x A (repeats 1.21-1.33), beyond run-to-run noise`.
     pub fn sentence(&self, a: &str, b: &str, repeats: (usize, usize)) -> String {
+        let over = if self.pairs.is_some() { "pairs" } else { "repeats" };
         let head =
-            format!("{b} is {:.2}x {a} (repeats {:.2}-{:.2})", self.ratio, self.low, self.high);
-        match self.judgement {
-            "beyond-noise" => format!("{head}, beyond run-to-run noise"),
-            "within-noise" => format!("{head}, within noise"),
+            format!("{b} is {:.2}x {a} ({over} {:.2}-{:.2})", self.ratio, self.low, self.high);
+        match (self.judgement, self.pairs) {
+            ("beyond-noise", _) => format!("{head}, beyond run-to-run noise"),
+            ("within-noise", _) => format!("{head}, within noise"),
+            (_, Some(n)) => format!(
+                "{head}: every pair has {b} {}, but with {n} pairs noise alone does that 1 time \
+                 in {:.0}; repeat more times",
+                if self.low > 1.0 { "faster" } else { "slower" },
+                1.0 / self.noise_chance
+            ),
             _ => format!(
                 "{head}: the ranges are apart, but with {} and {} repeats noise alone does that \
                  1 time in {:.0}; repeat 3 or more times",
@@ -178,7 +273,60 @@ pub fn verdict(a: &[f64], b: &[f64]) -> Option<Verdict> {
         (true, true) => "beyond-noise",
         (true, false) => "too-few-repeats",
     };
-    Some(Verdict { ratio: sb.median / sa.median, low, high, judgement, noise_chance })
+    Some(Verdict { ratio: sb.median / sa.median, low, high, judgement, noise_chance, pairs: None })
+}
+
+/// The noise rule on runs paired back to back, each (A's ok responses/s, B's) (see the
+/// module's doc); None when an A run had no ok response.
+pub fn paired_verdict(pairs: &[(f64, f64)]) -> Option<Verdict> {
+    let (a, b): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+    let ranges = verdict(&a, &b)?;
+    let ratios: Vec<f64> = pairs.iter().map(|(x, y)| y / x).collect();
+    let s = Spread::of(&ratios)?;
+    let one_way = s.min > 1.0 || s.max < 1.0;
+    let t_chance = paired_t_chance(&ratios);
+    let noise_chance = match ranges.judgement {
+        "within-noise" => t_chance,
+        _ => t_chance.min(ranges.noise_chance),
+    };
+    let beyond = ranges.judgement == "beyond-noise" || t_chance <= NOISE_CHANCE_MAX;
+    let judgement = match (one_way, beyond) {
+        (false, _) => "within-noise",
+        (true, true) => "beyond-noise",
+        (true, false) => "too-few-repeats",
+    };
+    Some(Verdict {
+        ratio: s.median,
+        low: s.min,
+        high: s.max,
+        judgement,
+        noise_chance,
+        pairs: Some(pairs.len()),
+    })
+}
+
+/// Pairs the t-test needs: two agree in sign half the time, and their spread says little.
+const T_TEST_PAIRS_MIN: usize = 3;
+
+/// A paired t-test on the ratios' logarithms: the two-sided chance that noise alone puts their
+/// mean as far from 1x (1 with fewer than [`T_TEST_PAIRS_MIN`] pairs).
+fn paired_t_chance(ratios: &[f64]) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let n = ratios.len();
+    if n < T_TEST_PAIRS_MIN {
+        return 1.0;
+    }
+    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+    let mean = logs.iter().sum::<f64>() / n as f64;
+    let var = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    if var.is_nan() || var <= 0.0 {
+        return if mean == 0.0 { 1.0 } else { 0.0 };
+    }
+    let t = mean / (var / n as f64).sqrt();
+    match StudentsT::new(0.0, 1.0, (n - 1) as f64) {
+        Ok(dist) => (2.0 * (1.0 - dist.cdf(t.abs()))).clamp(0.0, 1.0),
+        Err(_) => 1.0,
+    }
 }
 
 fn binomial(n: usize, k: usize) -> f64 {
@@ -347,12 +495,12 @@ impl Gate {
 pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
     let (sa, sb) = (summarize(a)?, summarize(b)?);
     let (ra, rb) = (trusted_rps(a), trusted_rps(b));
-    let verdict = verdict(&ra, &rb);
+    let verdict = weigh(a, b);
     let mut sentence = match &verdict {
         Some(v) => format!(
             "ok responses/s: {}{}",
             v.sentence("A", "B", (ra.len(), rb.len())),
-            left_out(&[a, b])
+            left_out(a, b)
         ),
         None => "A had no ok response: no ratio".into(),
     };
@@ -407,8 +555,11 @@ pub struct Row {
 
 /// The sweep's table: one row per group, each against the first.
 pub fn table(groups: &[Group]) -> Vec<Row> {
-    let base = groups.first().map(trusted_rps).unwrap_or_default();
-    let base_median = Spread::of(&base).map(|s| s.median).filter(|m| *m > 0.0);
+    let base_median = groups
+        .first()
+        .and_then(|g| Spread::of(&trusted_rps(g)))
+        .map(|s| s.median)
+        .filter(|m| *m > 0.0);
     groups
         .iter()
         .enumerate()
@@ -416,7 +567,7 @@ pub fn table(groups: &[Group]) -> Vec<Row> {
             let summary = summarize(g)?;
             Some(Row {
                 ratio: base_median.map(|m| summary.ok_rps.median / m),
-                verdict: if i == 0 { None } else { verdict(&base, &trusted_rps(g)) },
+                verdict: if i == 0 { None } else { weigh(&groups[0], g) },
                 summary,
             })
         })
@@ -768,5 +919,74 @@ mod tests {
         b_behind.runs[3] = marked(8, 90.0, Some(("behind-schedule", "warning")));
         let rows = table(&[a, b_behind]);
         assert!(render_table(&rows).contains("within noise, 1 behind schedule"));
+    }
+
+    /// Runs stored in rounds, A then B, at `rates` (A's, B's) with a finding on some.
+    fn rounds(rates: &[(f64, f64)], disturbed: &[i64]) -> (Group, Group) {
+        let contention = Some(("cpu-contention", "warning"));
+        let run = |id: i64, rps: f64| {
+            marked(id, rps, disturbed.contains(&id).then_some(contention).flatten())
+        };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (i, &(x, y)) in rates.iter().enumerate() {
+            let id = 2 * i as i64 + 1;
+            a.push(run(id, x));
+            b.push(run(id + 1, y));
+        }
+        (Group { name: "A".into(), runs: a }, Group { name: "B".into(), runs: b })
+    }
+
+    /// A machine drifting between rounds (each round 20% faster than the last) and B 10%
+    /// faster than A in every round: the ranges overlap, the pairs agree. Weighed in pairs it
+    /// is beyond noise at 1.10x; runs not stored in rounds are weighed by their ranges.
+    #[test]
+    fn runs_in_rounds_are_weighed_in_pairs() {
+        let (a, b) = rounds(&[(100.0, 111.0), (120.0, 131.5), (140.0, 154.5)], &[]);
+        assert!(paired(&a, &b));
+        let c = compare(&a, &b).unwrap();
+        let v = c.verdict.as_ref().unwrap();
+        assert_eq!((v.judgement, v.pairs), ("beyond-noise", Some(3)), "{v:?}");
+        assert!((v.ratio - 1.1).abs() < 0.01 && v.low > 1.09 && v.high < 1.111, "{v:?}");
+        assert!(
+            c.sentence.contains("(pairs 1.09-1.11), beyond run-to-run noise"),
+            "{}",
+            c.sentence
+        );
+        assert_eq!(verdict(&trusted_rps(&a), &trusted_rps(&b)).unwrap().judgement, "within-noise");
+        let rows = table(&[a.clone(), b.clone()]);
+        assert_eq!(rows[1].verdict.as_ref().unwrap().judgement, "beyond-noise");
+
+        // All of A's runs before B's: no pairs.
+        let mut late = b.clone();
+        for (i, r) in late.runs.iter_mut().enumerate() {
+            r.row.id = 10 + i as i64;
+        }
+        assert!(!paired(&a, &late));
+        assert_eq!(compare(&a, &late).unwrap().verdict.unwrap().pairs, None);
+
+        // Pairs that disagree are within noise, however far apart the rest.
+        let (a, b) = rounds(&[(100.0, 150.0), (100.0, 160.0), (100.0, 95.0)], &[]);
+        assert_eq!(compare(&a, &b).unwrap().verdict.unwrap().judgement, "within-noise");
+        // Two pairs that agree are too few to say.
+        let (a, b) = rounds(&[(100.0, 111.0), (120.0, 131.5)], &[]);
+        let v = compare(&a, &b).unwrap().verdict.unwrap();
+        assert_eq!(v.judgement, "too-few-repeats", "{v:?}");
+        assert!(v.sentence("A", "B", (2, 2)).contains("every pair has B faster, but with 2 pairs"));
+    }
+
+    /// The case that made "within noise" of a gain: pairs 1.24-1.49x, a fourth pair whose B
+    /// run a neighbour slowed (the doctor found it disturbed). The pair goes, said.
+    #[test]
+    fn a_pair_with_a_disturbed_run_is_left_out_and_said() {
+        let (a, b) = rounds(&[(100.0, 124.0), (104.0, 155.0), (98.0, 135.0), (101.0, 80.0)], &[8]);
+        let c = compare(&a, &b).unwrap();
+        let v = c.verdict.as_ref().unwrap();
+        assert_eq!((v.judgement, v.pairs), ("beyond-noise", Some(3)), "{v:?}");
+        assert!((v.low - 1.24).abs() < 0.01 && (v.high - 1.49).abs() < 0.01, "{v:?}");
+        assert!(
+            c.sentence.contains("the pair of run 8 left out of the verdict, disturbed"),
+            "{}",
+            c.sentence
+        );
     }
 }

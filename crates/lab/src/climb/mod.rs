@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use qpslab_load::feed::{Event, Feed};
-use qpslab_runs::compare::{verdict, Spread};
+use qpslab_runs::compare::{paired_verdict, Spread, Verdict};
 use qpslab_runs::store::{Store, StoreError};
 use serde::Serialize;
 
@@ -127,9 +127,9 @@ pub struct Step {
     pub verdict: &'static str,
     /// Why, in a sentence.
     pub why: String,
-    /// Runs of the step the doctor found disturbed (other work held them back, or they began
-    /// on a busy target), before and after the change: left out of the decision while two
-    /// remain on each side.
+    /// Pairs of runs of the step left out of the decision because the doctor found a run of
+    /// theirs disturbed (other work held it back, or it began on a busy target), while two
+    /// pairs remain.
     #[serde(skip_serializing_if = "is_zero")]
     pub disturbed: usize,
 }
@@ -138,11 +138,16 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// The ok rates of the runs a decision weighs: all but the disturbed ones while two remain.
-fn trusted(runs: &[BenchReport]) -> Vec<f64> {
-    let runs: Vec<(f64, bool)> =
-        runs.iter().map(|r| (ok_rps(r), r.marks.contains(&"disturbed"))).collect();
-    qpslab_runs::compare::undisturbed(&runs)
+/// The ok rates of the pairs a decision weighs (A's runs and B's, run in turn): all but those
+/// with a disturbed run while two pairs remain.
+fn trusted(a: &[BenchReport], b: &[BenchReport]) -> (Vec<f64>, Vec<f64>) {
+    let disturbed = |r: &BenchReport| r.marks.contains(&"disturbed");
+    let pairs: Vec<(f64, f64, bool)> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (ok_rps(x), ok_rps(y), disturbed(x) || disturbed(y)))
+        .collect();
+    qpslab_runs::compare::undisturbed_pairs(&pairs).into_iter().unzip()
 }
 
 /// A climb as it ended.
@@ -214,11 +219,17 @@ pub fn ok_rps(r: &BenchReport) -> f64 {
     }
 }
 
-/// The decision rule: keep B when the noise rule says B is faster than A beyond run-to-run
-/// noise and by at least `min_gain`. (The re-check pair comes after.)
+/// The decision rule: keep B when the noise rule, weighing the runs in pairs (`a[i]` ran just
+/// before `b[i]`), says B is faster than A beyond run-to-run noise and by at least `min_gain`.
+/// (The re-check pair comes after.)
 pub fn better(a: &[f64], b: &[f64], min_gain: f64) -> bool {
-    verdict(a, b)
+    paired_rule(a, b)
         .is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0 && v.ratio >= 1.0 + min_gain)
+}
+
+fn paired_rule(a: &[f64], b: &[f64]) -> Option<Verdict> {
+    let pairs: Vec<(f64, f64)> = a.iter().copied().zip(b.iter().copied()).collect();
+    paired_verdict(&pairs)
 }
 
 /// The decision rule, whole: [`better`] on the interleaved runs and then, only when it holds,
@@ -707,9 +718,9 @@ fn measure(
     row: &mut Step,
 ) -> Result<Option<(bool, StepRuns)>, ClimbError> {
     let Some((a, b)) = interleaved(w, current, next)? else { return Ok(None) };
-    let (oka, okb) = (trusted(&a), trusted(&b));
-    row.disturbed = (a.len() - oka.len()) + (b.len() - okb.len());
-    let v = verdict(&oka, &okb);
+    let (oka, okb) = trusted(&a, &b);
+    row.disturbed = a.len() - oka.len();
+    let v = paired_rule(&oka, &okb);
     row.before = Rps::of(&a);
     row.after = Rps::of(&b);
     row.ratio = v.as_ref().map(|v| v.ratio);
@@ -723,7 +734,7 @@ fn measure(
     });
     if row.disturbed > 0 {
         verdict_text += &format!(
-            " ({} disturbed run{} left out: see their findings)",
+            " ({} pair{} with a disturbed run left out: see its findings)",
             row.disturbed,
             if row.disturbed == 1 { "" } else { "s" }
         );
