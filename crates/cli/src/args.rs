@@ -149,6 +149,34 @@ pub struct CiArgs {
     pub summary_md: Option<std::path::PathBuf>,
 }
 
+/// What the doctor may find that fails a run (bench, sweep).
+#[derive(Debug, Args)]
+pub struct FailOnArgs {
+    /// Fail a run's checks (exit 1) on what the doctor finds: a severity (`warning`: a finding
+    /// at warning or worse; `critical`; `info`), a mark (`disturbed`: other work or a target
+    /// still busy held the run back; `behind-schedule`: an open loop that did not send what was
+    /// asked) or a finding's name (`qpslab doctor --rules` lists them); comma-separated, any
+    /// one fails the run
+    #[arg(long, value_name = "WHAT[,WHAT]", value_delimiter = ',')]
+    pub fail_on: Vec<qpslab_lab::fail_on::FailOn>,
+
+    /// The same as --fail-on warning: fail a run the doctor does not trust or that met a
+    /// bottleneck CI should stop on
+    #[arg(long)]
+    pub fail_on_warning: bool,
+}
+
+impl FailOnArgs {
+    /// The flags as one list.
+    pub fn list(&self) -> Vec<qpslab_lab::fail_on::FailOn> {
+        let mut v = self.fail_on.clone();
+        if self.fail_on_warning {
+            v.push(qpslab_lab::fail_on::FailOn::AtLeast(qpslab_host::doctor::Severity::Warning));
+        }
+        v
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// The sweep file (TOML: name, repeat, [base], [axes], [[variant]]; see examples/sweeps/)
@@ -182,6 +210,9 @@ pub struct SweepArgs {
 
     #[command(flatten)]
     pub store: StoreArg,
+
+    #[command(flatten)]
+    pub fail_on: FailOnArgs,
 
     #[command(flatten)]
     pub ci: CiArgs,
@@ -542,11 +573,8 @@ pub struct BenchCmdArgs {
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true)]
     pub repeat: usize,
 
-    /// Fail the run's checks (exit 1) when the doctor gives a warning or worse: a run it does
-    /// not trust (disturbed by other work, begun on a busy target, behind its schedule) or one
-    /// that met a bottleneck CI should stop on
-    #[arg(long)]
-    pub fail_on_warning: bool,
+    #[command(flatten)]
+    pub fail_on: FailOnArgs,
 
     #[command(flatten)]
     pub ci: CiArgs,

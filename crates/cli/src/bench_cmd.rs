@@ -42,12 +42,13 @@ pub fn options(a: &BenchArgs) -> anyhow::Result<BenchOptions> {
         load: a.load.clone(),
         serve_exe: std::env::current_exe()?,
         meta: run_meta(),
+        fail_on: Vec::new(),
     })
 }
 
 pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
     let a = &cmd.bench;
-    let opts = options(a)?;
+    let opts = BenchOptions { fail_on: cmd.fail_on.list(), ..options(a)? };
     let ci = crate::ci_out::CiOut::open(&cmd.ci)?;
     // The store is opened (and its problems reported) before the run, and written after it.
     let mut store = if a.no_save {
@@ -82,9 +83,6 @@ pub fn run(cmd: BenchCmdArgs) -> anyhow::Result<Outcome> {
             other => anyhow::Error::new(other),
         })?;
         progress.finish();
-        if cmd.fail_on_warning {
-            qpslab_lab::bench::fail_on_warning(&mut report);
-        }
         if report.load.stopped_early && report.load.duration_s < 0.001 {
             // Stopped before the measured window began: nothing was measured to keep.
             break;

@@ -31,6 +31,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<Outcome> {
         defaults: BenchOptions {
             serve_exe: std::env::current_exe()?,
             meta: run_meta(),
+            fail_on: a.fail_on.list(),
             ..BenchOptions::default()
         },
     };

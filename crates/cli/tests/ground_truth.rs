@@ -288,7 +288,7 @@ fn nginx_with_its_master_unpinned_shares_nothing() {
 
 /// Another process spinning on the server's CPU: the host was busy with it, and it is named.
 /// The run is marked disturbed (compare and the climb leave it out of their verdicts), and
-/// `--fail-on-warning` fails it for CI (a run the doctor did not trust passed before).
+/// `--fail-on disturbed` fails it for CI (a run the doctor did not trust passed before).
 #[test]
 fn a_cpu_hog_is_named() {
     let _one = one_at_a_time();
@@ -317,7 +317,7 @@ fn a_cpu_hog_is_named() {
     }
     let server = server_on("epoll");
     let out = qpslab_command()
-        .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--fail-on-warning"])
+        .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--fail-on", "disturbed"])
         .arg(server.url("/"))
         .output()
         .unwrap();
@@ -325,7 +325,7 @@ fn a_cpu_hog_is_named() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("\ntrust       DISTURBED"), "{text}");
     assert!(
-        text.contains("\nFAILED      the doctor warned (--fail-on-warning): cpu-contention"),
+        text.contains("\nFAILED      the doctor found cpu-contention (--fail-on disturbed)"),
         "{text}"
     );
 }

@@ -80,6 +80,9 @@ pub struct BenchOptions {
     pub serve_exe: PathBuf,
     #[serde(skip)]
     pub meta: RunMeta,
+    /// What the doctor may find that fails the run's checks (`--fail-on`).
+    #[serde(skip)]
+    pub fail_on: Vec<crate::fail_on::FailOn>,
 }
 
 /// How long a bench waits at most for its target to drain (`--drain`).
@@ -154,6 +157,7 @@ impl Default for BenchOptions {
             load: LoadOptions::default(),
             serve_exe: PathBuf::from("qpslab"),
             meta: RunMeta::default(),
+            fail_on: Vec::new(),
         }
     }
 }
@@ -574,7 +578,9 @@ fn run(
         }
     };
     let r = report(placed, examining, load, diagnosis, server_host, here);
-    Ok(with_drains(r, drain_before, drain_after))
+    let mut r = with_drains(r, drain_before, drain_after);
+    crate::fail_on::apply(&mut r, &opts.fail_on);
+    Ok(r)
 }
 
 /// The report with what probing the target found, a start on a busy target as a finding, and
@@ -592,22 +598,6 @@ fn with_drains(
     (r.drain_before, r.drain_after) = (before, after);
     r.marks = marks(&r.doctor.findings);
     r
-}
-
-/// `--fail-on-warning`: the run fails its checks when the doctor gave a warning or worse (it
-/// does not trust the run, or the run met a bottleneck CI should stop on), the first one the
-/// reason.
-pub fn fail_on_warning(r: &mut BenchReport) {
-    let Some(f) =
-        r.doctor.findings.iter().find(|f| f.severity >= qpslab_host::doctor::Severity::Warning)
-    else {
-        return;
-    };
-    let c = &mut r.load.check;
-    let why = format!("the doctor warned (--fail-on-warning): {}: {}", f.name, f.summary);
-    c.passed = false;
-    c.reason.get_or_insert_with(|| why.clone());
-    c.run_failure.get_or_insert(why);
 }
 
 /// A run that began on a target still busy with an earlier load's requests.

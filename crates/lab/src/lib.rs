@@ -12,6 +12,7 @@ pub mod ci;
 pub mod climb;
 pub mod doctor;
 pub mod drain;
+pub mod fail_on;
 pub mod hostset;
 pub mod kinds;
 mod place;

@@ -86,6 +86,7 @@ impl BenchSettings {
             })?;
         o.serve_exe.clone_from(&defaults.serve_exe);
         o.meta.clone_from(&defaults.meta);
+        o.fail_on.clone_from(&defaults.fail_on);
         Ok(o)
     }
 

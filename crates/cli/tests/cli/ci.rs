@@ -285,6 +285,45 @@ fn bench_and_sweep_judge_every_run_and_write_a_suite_for_each() {
     assert_eq!(j["suites"][0]["cases"][0][1], "qpslab.sweep");
 }
 
+/// `--fail-on` on a sweep: each run judged by what the doctor found. Runs of 300 ms are too
+/// short for a verdict (`run-too-short`, info): named, they fail (exit 1, a FAILED line per
+/// run, the finding in the JUnit suite); `critical` lets them pass.
+#[test]
+fn a_sweep_fails_the_runs_whose_findings_it_is_told_to_fail_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let file = dir.path().join("short.toml");
+    std::fs::write(
+        &file,
+        "name = \"short\"\nrepeat = 1\n[base]\nduration = \"300ms\"\nwarmup = \"0s\"\n\
+         connections = 2\n[[variant]]\nname = \"a\"\n[[variant]]\nname = \"b\"\n",
+    )
+    .unwrap();
+    let xml = dir.path().join("sweep.xml");
+    let sweep = |fail_on: &str| {
+        run(
+            &["sweep", file.to_str().unwrap(), "--fail-on", fail_on]
+                .into_iter()
+                .chain(["--junit", xml.to_str().unwrap(), "--store", store.to_str().unwrap()])
+                .collect::<Vec<_>>(),
+            &[],
+        )
+    };
+    let out = sweep("critical,run-too-short");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for v in ["a", "b"] {
+        let line =
+            format!("FAILED {v} #1: the doctor found run-too-short (--fail-on run-too-short)");
+        assert!(text.contains(&line), "{text}");
+    }
+    let j = junit(&xml);
+    assert_eq!(j["failures"].as_u64(), Some(2), "{j}");
+    let out = sweep("critical");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `compare --gate`: against a regression the server is made to have (each answer delayed by
 /// 20 ms, three runs a side) the gate fails, exit 1; the same runs against themselves, or a
 /// minimum above the loss, pass; two runs a side are too few for the noise rule to call it.
