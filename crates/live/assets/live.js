@@ -67,6 +67,13 @@
     $("open").textContent = t.open;
     $("reconnects").textContent = t.reconnects;
     $("lag").textContent = last && last.lag_ms != null ? last.lag_ms.toFixed(2) + " ms" : "-";
+    // Open loop: whether the schedule is kept (more than 2% of the window's due requests
+    // unsent is behind: the rate is then not what was asked).
+    const paced = last && last.due_unsent != null;
+    $("sched-card").className = "card" + (paced ? "" : " hidden") + (paced && last.behind ? " hot" : "");
+    $("sched").textContent = !paced ? "-" : last.behind ? "BEHIND" : "on schedule";
+    $("sched-what").textContent = !paced ? "schedule (open loop)" :
+      (last.asked_ps != null ? "asked " + si(last.asked_ps) + "/s, " : "") + si(last.due_unsent) + " due unsent";
     $("busy").textContent = last && last.busy != null ? pct(last.busy) : "-";
     $("busy-card").className = "card" + (last && last.busy > 0.9 ? " hot" : "");
     row($("pct-second"), "last complete second" + (sec ? " (" + (sec.i + 1) + ")" : ""), sec || null);

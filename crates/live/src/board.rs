@@ -59,6 +59,14 @@ pub struct Tick {
     pub lag_ms: Option<f64>,
     /// The generator's CPU over the interval / (wall x load threads).
     pub busy: Option<f64>,
+    /// Open loop: the schedule's rate over the interval, the requests due and not sent now,
+    /// and whether the load is behind its schedule (more than 2% of what it had due in the
+    /// window unsent: the rate is then not what was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asked_ps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_unsent: Option<u64>,
+    pub behind: bool,
 }
 
 /// One complete second: exact percentiles of its merged histogram, in microseconds.
@@ -142,6 +150,8 @@ struct Current {
     seconds: Vec<Second>,
     /// Every second so far, merged: the whole run's percentiles.
     whole: Histogram<u64>,
+    /// Open loop: what the schedule had due when the window opened.
+    scheduled_at_open: Option<u64>,
 }
 
 impl Current {
@@ -154,6 +164,7 @@ impl Current {
             ticks: Vec::new(),
             seconds: Vec::new(),
             whole: stats::new_histogram(),
+            scheduled_at_open: None,
         }
     }
 }
@@ -255,14 +266,22 @@ impl Board {
     }
 
     fn progress(&mut self, p: &Progress) {
+        let mut p = *p;
+        if p.scheduled == 0 {
+            // The run's final counters do not keep the schedule's count: the last one stands.
+            p.scheduled = self.cur.progress.scheduled;
+        }
+        let p = &p;
         if p.warming_up {
             self.phase = "warming up".into();
         } else {
             self.phase = "running".into();
             let last = &self.cur.progress;
+            let at_open = *self.cur.scheduled_at_open.get_or_insert(last.scheduled);
             let dt = p.elapsed.saturating_sub(last.elapsed).as_secs_f64();
             if dt > 0.0 {
-                self.cur.ticks.push(tick(p, last, dt));
+                let t = tick(p, last, dt, p.scheduled.saturating_sub(at_open));
+                self.cur.ticks.push(t);
             }
         }
         self.cur.progress = *p;
@@ -442,7 +461,13 @@ pub fn failed(p: &Progress) -> u64 {
     p.completed.saturating_sub(p.ok) + p.failed
 }
 
-fn tick(p: &Progress, last: &Progress, dt: f64) -> Tick {
+/// The share of the window's scheduled requests that may be late before the load is behind
+/// its schedule (the report's rule).
+const BEHIND_SHARE: f64 = 1.0 - qpslab_load::report::SCHEDULE_KEPT;
+
+/// `owed`: in open loop, the requests the schedule had due since the window opened.
+fn tick(p: &Progress, last: &Progress, dt: f64, owed: u64) -> Tick {
+    let open_loop = p.scheduled > 0;
     let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
     let lagged = p.lagged.saturating_sub(last.lagged);
     let wall = p.elapsed.saturating_sub(last.elapsed);
@@ -459,6 +484,9 @@ fn tick(p: &Progress, last: &Progress, dt: f64) -> Tick {
         lag_ms: (lagged > 0)
             .then(|| p.lag_us.saturating_sub(last.lag_us) as f64 / lagged as f64 / 1000.0),
         busy,
+        asked_ps: (open_loop && last.scheduled > 0).then(|| d(p.scheduled, last.scheduled)),
+        due_unsent: open_loop.then_some(p.due_unsent),
+        behind: open_loop && p.due_unsent as f64 > (BEHIND_SHARE * owed as f64).max(1.0),
     }
 }
 
@@ -544,5 +572,38 @@ mod tests {
             v["sweep"].as_array().unwrap().iter().map(|r| r["state"].as_str().unwrap()).collect();
         assert_eq!(states, ["stored", "running"]);
         assert_eq!(v["sweep"][0]["id"], 7);
+    }
+
+    /// An open loop asked 1,000 requests a second: on schedule with a few due at a time, then
+    /// falling behind (every connection busy, 300 due and unsent). The run's final counters,
+    /// which do not keep the schedule's count, leave the last one standing.
+    #[test]
+    fn an_open_loop_behind_its_schedule_is_said() {
+        let mut b = Board::new(info());
+        let open = |s: u64, sent: u64, scheduled: u64, due_unsent: u64| Progress {
+            scheduled,
+            due_unsent,
+            ..at(s, sent, sent)
+        };
+        b.event(&Event::Progress(&open(1, 1000, 1000, 3)));
+        b.event(&Event::Progress(&open(2, 2000, 2001, 1)));
+        let (v, _) = b.update(&Seen::default());
+        let t = &v["ticks"][1];
+        assert_eq!((t["asked_ps"].as_f64(), t["due_unsent"].as_u64()), (Some(1001.0), Some(1)));
+        assert_eq!(t["behind"], false, "{t}");
+        b.event(&Event::Progress(&open(3, 2700, 3000, 300)));
+        b.event(&Event::Progress(&Progress { due_unsent: 310, ..at(4, 3690, 3690) }));
+        let (v, _) = b.update(&Seen::default());
+        assert_eq!(v["ticks"][2]["behind"], true, "{}", v["ticks"][2]);
+        let last = &v["ticks"][3];
+        assert_eq!(
+            (last["behind"].as_bool(), last["due_unsent"].as_u64()),
+            (Some(true), Some(310))
+        );
+        // A closed loop says nothing of a schedule.
+        let mut c = Board::new(info());
+        c.event(&Event::Progress(&at(1, 1000, 1000)));
+        let (v, _) = c.update(&Seen::default());
+        assert!(v["ticks"][0].get("asked_ps").is_none() && v["ticks"][0]["behind"] == false);
     }
 }

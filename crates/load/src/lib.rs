@@ -102,6 +102,10 @@ pub struct Progress {
     /// how many writes that is.
     pub lag_us: u64,
     pub lagged: u64,
+    /// Open loop: the requests the schedule had due since the run began (warm-up included),
+    /// and those of them due and not sent now (0 and 0 in closed loop).
+    pub scheduled: u64,
+    pub due_unsent: u64,
     /// CPU time of the generator's process so far (user + system, all its threads), and the
     /// load threads it runs: busy = CPU / (wall x threads).
     pub cpu: Duration,
@@ -125,6 +129,8 @@ impl Progress {
         self.reconnects += o.reconnects;
         self.lag_us += o.lag_us;
         self.lagged += o.lagged;
+        self.scheduled += o.scheduled;
+        self.due_unsent += o.due_unsent;
         self.cpu += o.cpu;
         self.threads += o.threads;
     }
@@ -634,6 +640,9 @@ pub fn final_progress(r: &RunResult, threads: usize) -> Progress {
         reconnects: r.rec.reconnects,
         lag_us: r.rec.lag_total_us,
         lagged: r.rec.send_lag.len(),
+        // The schedule's count is not kept to the end: the last live one stands.
+        scheduled: 0,
+        due_unsent: r.due_unsent,
         cpu: cpu.user + cpu.sys,
         threads: threads as u32,
     }
@@ -661,6 +670,8 @@ fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress 
         p.reconnects += t.reconnects.load(Ordering::Relaxed);
         p.lag_us += t.lag_us.load(Ordering::Relaxed);
         p.lagged += t.lagged.load(Ordering::Relaxed);
+        p.scheduled += t.scheduled.load(Ordering::Relaxed);
+        p.due_unsent += t.due_unsent.load(Ordering::Relaxed);
     }
     p
 }

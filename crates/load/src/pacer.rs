@@ -61,6 +61,18 @@ impl Pacer {
         matches!(self, Pacer::Open { .. })
     }
 
+    /// Open loop: the requests the schedule had due by `now` (granted or not) and those of them
+    /// not yet granted; None in closed loop.
+    pub(crate) fn owed(&self, now: Instant) -> Option<(u64, u64)> {
+        match self {
+            Pacer::Open { next, .. } => {
+                let due = self.due(now);
+                Some((next + due, due))
+            }
+            Pacer::Closed { .. } => None,
+        }
+    }
+
     /// Requests due at `now` and not yet granted (always "unlimited" for closed loop).
     pub(crate) fn due(&self, now: Instant) -> u64 {
         match self {

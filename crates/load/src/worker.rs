@@ -63,6 +63,9 @@ pub struct ThreadProgress {
     pub reconnects: AtomicU64,
     pub lag_us: AtomicU64,
     pub lagged: AtomicU64,
+    /// Open loop: requests the schedule had due so far, and those not yet sent.
+    pub scheduled: AtomicU64,
+    pub due_unsent: AtomicU64,
     pub connected: AtomicBool,
 }
 
@@ -1126,6 +1129,10 @@ impl<'a> Worker<'a> {
         self.progress.reconnects.store(self.rec.reconnects, Ordering::Relaxed);
         self.progress.lag_us.store(self.rec.lag_total_us, Ordering::Relaxed);
         self.progress.lagged.store(self.rec.send_lag.len(), Ordering::Relaxed);
+        if let Some((scheduled, unsent)) = self.pacer.owed(Instant::now()) {
+            self.progress.scheduled.store(scheduled, Ordering::Relaxed);
+            self.progress.due_unsent.store(unsent, Ordering::Relaxed);
+        }
     }
 }
 

@@ -92,7 +92,7 @@ fn number(s: &str) -> u64 {
 fn a_live_page_follows_a_load_and_shows_its_end() {
     let server = ServeChild::start(&[], &["-w", "1"]);
     let url = server.url("/");
-    let run = LiveRun::start(&["load", &url, "-d", "5", "-c", "10", "-R", "4000", "--json"], None);
+    let run = LiveRun::start(&["load", &url, "-d", "5", "-c", "10", "-R", "2000", "--json"], None);
     let mut b = Browser::start(1280, 1000);
     b.open(&run.url);
     b.wait_for("+document.getElementById('ok').textContent > 0", Duration::from_secs(10));
@@ -121,6 +121,11 @@ fn a_live_page_follows_a_load_and_shows_its_end() {
     assert!(ok2 > ok1, "the numbers move: {ok1} then {ok2}");
     let rows = b.eval("document.querySelectorAll('#pct-run td').length");
     assert_eq!(rows, 7, "the run's percentiles so far");
+    // 2,000 a second, kept: the schedule's card says so (the load's own line below agrees).
+    assert_eq!(b.text("sched"), "on schedule");
+    let what = b.text("sched-what");
+    let asked = what.trim_start_matches("asked ").split('/').next().unwrap();
+    assert!((1800..=2200).contains(&number(asked)), "{what}");
     shot(&mut b, "live-load.png");
 
     b.wait_for("document.getElementById('phase').textContent == 'ended'", Duration::from_secs(15));
@@ -135,6 +140,29 @@ fn a_live_page_follows_a_load_and_shows_its_end() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown_ok, v["requests"]["ok"].as_u64().unwrap(), "the page's total is the run's");
     assert!(b.text("summary").starts_with(&format!("{} requests", v["requests"]["completed"])));
+    b.drain();
+    assert!(b.errors.is_empty(), "{:?}", b.errors);
+}
+
+/// An open loop that cannot keep its schedule (200 a second asked of two connections to a
+/// server answering in 50 ms: 40 a second at most): the page says BEHIND, in red, with the
+/// requests due and unsent, while the run goes on.
+#[test]
+fn a_live_page_says_when_an_open_loop_falls_behind() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("/?t=50");
+    let run = LiveRun::start(&["load", &url, "-d", "4", "-c", "2", "-R", "200", "--json"], None);
+    let mut b = Browser::start(1280, 1000);
+    b.open(&run.url);
+    b.wait_for("document.getElementById('sched').textContent == 'BEHIND'", Duration::from_secs(10));
+    assert_eq!(b.eval("document.getElementById('sched-card').className"), "card hot");
+    let what = b.text("sched-what");
+    let unsent = what.rsplit(", ").next().unwrap().trim_end_matches(" due unsent");
+    assert!(what.starts_with("asked ") && number(unsent) > 0, "{what}");
+    let (code, out, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rate"]["kept"], false, "the run's own verdict agrees: {}", v["rate"]);
     b.drain();
     assert!(b.errors.is_empty(), "{:?}", b.errors);
 }
