@@ -879,3 +879,89 @@ fn nginx_costs_run(d: &str, v: &Value) {
         }
     }
 }
+
+/// Retransmissions are counted for the whole network namespace: they are the run's only when
+/// its own connections retransmitted. In namespace a, whose link to b is shaped to 2 Mbit/s
+/// with a short queue: (1) a bulk upload to b, another program's, drops and retransmits while
+/// a bench on a's loopback (two kept-alive connections to a 20 ms server) loses nothing: the
+/// finding says the host's retransmissions are not this run's, as info (it was a warning
+/// blaming the run); (2) the bench itself uploads 64 KiB bodies to a server in b over the
+/// shaped link: the retransmissions are its own, counted on its connections.
+#[test]
+fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
+    let _one = one_at_a_time();
+    let pair = NsPair::create("rt", 42);
+    let dev = format!("qrt{}a", std::process::id() % 100_000);
+    let tc = NsPair::run(
+        &pair.a,
+        &[
+            "tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", "2mbit", "burst", "4kb",
+            "limit", "8kb",
+        ],
+    );
+    assert!(tc.status.success(), "tc: {}", String::from_utf8_lossy(&tc.stderr));
+    let qpslab = env!("CARGO_BIN_EXE_qpslab");
+    let spawn = |ns: &str, args: &[&str]| {
+        Kill(
+            Command::new("ip")
+                .args(["netns", "exec", ns])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // (1) Another program's upload, bounded to 8 s, beside the run.
+    let _sink = spawn(
+        &pair.b,
+        &[
+            "timeout",
+            "20",
+            "python3",
+            "-c",
+            "import socket\ns=socket.create_server(('10.77.42.2', 9000))\n\
+           s.settimeout(15)\nc,_=s.accept()\nc.settimeout(15)\nwhile c.recv(65536): pass",
+        ],
+    );
+    let _slow = spawn(&pair.a, &[qpslab, "serve", "-w", "1", "-l", "127.0.0.1:18090"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let _upload = spawn(
+        &pair.a,
+        &[
+            "timeout",
+            "20",
+            "python3",
+            "-c",
+            "import socket, time\n\
+           s=socket.create_connection(('10.77.42.2', 9000))\nend=time.time()+8\n\
+           while time.time()<end: s.send(b'x'*65536)",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let bench = |args: &[&str]| {
+        let mut all = vec![qpslab, "bench", "-d", "2s", "--warmup", "300ms", "-c", "2"];
+        all.extend_from_slice(&["--no-save", "--json"]);
+        all.extend_from_slice(args);
+        json(&NsPair::run(&pair.a, &all))
+    };
+    let v = bench(&["http://127.0.0.1:18090/?t=20"]);
+    let f = findings(&v);
+    let r = named(&f, "retransmissions").unwrap_or_else(|| panic!("the host's: {f:#?}"));
+    assert_eq!(r["severity"], "info", "{r}");
+    assert!(r["summary"].as_str().unwrap().starts_with("on this host but not in this run"), "{r}");
+    assert!(text_of(r).contains("had no segments retransmitted in the window"), "{r}");
+    no_warnings_but(&f, &[]);
+
+    // (2) The run's own uploads over the shaped link.
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), vec![b'x'; 65536]).unwrap();
+    let _server = spawn(&pair.b, &[qpslab, "serve", "-w", "1", "-l", "10.77.42.2:18091"]);
+    std::thread::sleep(Duration::from_millis(2000));
+    let at = format!("@{}", body.path().display());
+    let v = bench(&["-m", "POST", "--body", &at, "http://10.77.42.2:18091/"]);
+    let f = findings(&v);
+    let r = named(&f, "retransmissions").unwrap_or_else(|| panic!("the run's: {f:#?}"));
+    assert!(!r["summary"].as_str().unwrap().starts_with("on this host"), "{r}");
+    assert!(text_of(r).contains("segments retransmitted on the run's own"), "{r}");
+}

@@ -103,6 +103,11 @@ pub struct Sample {
     /// At the last sample: the processes holding the listeners any sample saw full, by
     /// listener inode (PID, comm).
     pub listen_full_holders: BTreeMap<u64, Vec<(u32, String)>>,
+    /// On a live host, every TCP connection with what it lost so far (sock_diag), for the
+    /// run's own share of the host's losses: at the first sample, as they were; at the last,
+    /// every connection seen at any sample, as last seen (a connection closed before the end
+    /// keeps its last reading).
+    pub connections: Option<Vec<qpslab_sys::netlink::Connection>>,
 }
 
 /// A listener with connections waiting to be accepted, at one instant.
@@ -261,6 +266,7 @@ impl Sample {
             listen_queues: Vec::new(),
             listen_full: full_listeners(root),
             listen_full_holders: BTreeMap::new(),
+            connections: None,
         })
     }
 }
@@ -286,6 +292,13 @@ pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
 }
 
 impl Sample {
+    /// Reads every TCP connection's losses so far ([`Sample::connections`]), on a live host.
+    pub fn take_connections(&mut self, root: &Root) {
+        if crate::tune::is_live(root.dir()) {
+            self.connections = qpslab_sys::netlink::connections().ok();
+        }
+    }
+
     /// Reads the socket tables for [`Sample::dest_ports`] when the sockets of the namespace
     /// could fill half the ephemeral range (reading tens of thousands of rows costs
     /// milliseconds; a quiet host is not read).
@@ -390,6 +403,11 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// Whether the first sample read the connections (a live host with sock_diag).
+fn first_read(samples: &[Sample]) -> bool {
+    samples.first().is_some_and(|f| f.connections.is_some())
+}
+
 /// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
 /// sample; at least two samples are returned. The first is taken at once.
 pub(crate) fn sample_until(
@@ -402,6 +420,9 @@ pub(crate) fn sample_until(
     let start = std::time::Instant::now();
     let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
     first.take_census(root);
+    first.take_connections(root);
+    // Every connection seen so far, as last seen, by cookie.
+    let mut seen: BTreeMap<u64, qpslab_sys::netlink::Connection> = BTreeMap::new();
     let mut samples = vec![first];
     let mut next = interval;
     // Listeners seen full at a poll since the last sample, by inode.
@@ -414,12 +435,19 @@ pub(crate) fn sample_until(
         }
         if stopping || now >= next {
             let mut s = Sample::read(root, nic_irqs, watch, now)?;
+            s.take_connections(root);
+            for c in s.connections.take().into_iter().flatten() {
+                seen.insert(c.cookie, c);
+            }
             for l in std::mem::take(&mut full).into_values() {
                 if !s.listen_full.iter().any(|x| x.inode == l.inode) {
                     s.listen_full.push(l);
                 }
             }
             if stopping {
+                if first_read(&samples) {
+                    s.connections = Some(std::mem::take(&mut seen).into_values().collect());
+                }
                 s.take_census(root);
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
                 s.take_listen_queues(root);

@@ -546,6 +546,7 @@ fn run(
         }
     }
     let mut ctx = doctor_context(&load);
+    ctx.ports = run_ports(&placed);
     if !here {
         ctx.generators = generators(&load, remote);
     }
@@ -568,6 +569,7 @@ fn run(
                 load: ctx.load,
                 addr_not_available: ctx.addr_not_available,
                 generators: ctx.generators,
+                ports: ctx.ports,
             };
             let d = far.diagnose(&call)?;
             if placed.started.is_some() {
@@ -814,6 +816,19 @@ fn one_target(load: &LoadOptions, url: &str) -> Result<(), BenchError> {
             v.addr(i)
         ))),
     }
+}
+
+/// The ports of the run's connections: the target's, and those of the listeners behind it.
+fn run_ports(placed: &place::Placement) -> Vec<u16> {
+    let target = place::resolve(&placed.url).ok().map(|(addr, ..)| addr.port());
+    let behind = placed
+        .path
+        .iter()
+        .filter_map(|u| u.addr.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()));
+    let mut ports: Vec<u16> = target.into_iter().chain(behind).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// What the load tells the doctor.

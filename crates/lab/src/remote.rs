@@ -71,6 +71,9 @@ pub struct DiagnoseCall {
     pub load: Option<LoadFacts>,
     pub addr_not_available: u64,
     pub generators: Vec<Generator>,
+    /// The run's ports ([`Context::ports`]).
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 impl DiagnoseCall {
@@ -79,6 +82,7 @@ impl DiagnoseCall {
             load: self.load,
             addr_not_available: self.addr_not_available,
             generators: self.generators,
+            ports: self.ports,
             ..Context::default()
         }
     }

@@ -8,7 +8,12 @@
 //! listening state only, what `ss -ltn` asks): each one's accept queue and backlog, cheap to
 //! read however many connections are established (the socket tables list them all).
 //!
-//! Owns no policy: which qdisc or listener bounds what is the doctor's.
+//! And the TCP connections (every state but listening and TIME_WAIT), each with what it lost:
+//! the segments it retransmitted (`tcp_info`'s `tcpi_total_retrans`) and the packets dropped
+//! on their way into it (the socket's `sk_drops`: a full receive buffer or backlog). Read at a
+//! run's start and end, they say whether the host's counters of losses were the run's.
+//!
+//! Owns no policy: which qdisc, listener or connection bounds what is the doctor's.
 
 use std::io;
 
@@ -223,6 +228,79 @@ pub fn parse_listeners(b: &[u8], out: &mut Vec<Listener>) -> io::Result<Dump> {
     })
 }
 
+/// A TCP connection's losses at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connection {
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// The kernel's cookie: the same connection in two dumps.
+    pub cookie: u64,
+    /// Segments retransmitted over its life.
+    pub retrans: u32,
+    /// Packets dropped on their way into it over its life.
+    pub drops: u32,
+}
+
+/// States of a connection that holds `tcp_info`: all but TCP_TIME_WAIT (6), TCP_CLOSE (7)
+/// and TCP_LISTEN (10).
+const CONNECTED_STATES: u32 = (1 << 1)
+    | (1 << 2)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 8)
+    | (1 << 9)
+    | (1 << 11)
+    | (1 << 12);
+/// Extensions asked for: INET_DIAG_INFO (2) and INET_DIAG_SKMEMINFO (7), each as 1 << (n - 1).
+const EXT_INFO_MEMINFO: u8 = (1 << 1) | (1 << 6);
+const INET_DIAG_INFO: u16 = 2;
+const INET_DIAG_SKMEMINFO: u16 = 7;
+/// struct tcp_info: tcpi_total_retrans's offset.
+const TCPI_TOTAL_RETRANS: usize = 100;
+/// The sk_meminfo array: SK_MEMINFO_DROPS's index.
+const SK_MEMINFO_DROPS: usize = 8;
+
+/// Every TCP connection of this network namespace, IPv4 and IPv6, with its losses.
+pub fn connections() -> io::Result<Vec<Connection>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let mut req = [0u8; NLMSG_HDRLEN + DIAG_REQ_LEN];
+        header(&mut req, SOCK_DIAG_BY_FAMILY);
+        let r = &mut req[NLMSG_HDRLEN..];
+        r[0] = family as u8;
+        r[1] = libc::IPPROTO_TCP as u8;
+        r[2] = EXT_INFO_MEMINFO;
+        r[4..8].copy_from_slice(&CONNECTED_STATES.to_ne_bytes());
+        dump(libc::NETLINK_SOCK_DIAG, &req, |b| parse_connections(b, &mut out))?;
+    }
+    Ok(out)
+}
+
+/// Parses one datagram of a sock_diag dump of connections into `out`.
+pub fn parse_connections(b: &[u8], out: &mut Vec<Connection>) -> io::Result<Dump> {
+    messages(b, "sock_diag", |kind, m| {
+        if kind != SOCK_DIAG_BY_FAMILY || m.len() < DIAG_MSG_LEN {
+            return;
+        }
+        let mut c = Connection {
+            local_port: u16::from_be_bytes(arr(m, 4)),
+            remote_port: u16::from_be_bytes(arr(m, 6)),
+            cookie: u64::from(u32_at(m, 44)) | (u64::from(u32_at(m, 48)) << 32),
+            retrans: 0,
+            drops: 0,
+        };
+        for (kind, value) in attrs(&m[DIAG_MSG_LEN..]) {
+            match kind {
+                INET_DIAG_INFO => c.retrans = u32_at(value, TCPI_TOTAL_RETRANS),
+                INET_DIAG_SKMEMINFO => c.drops = u32_at(value, SK_MEMINFO_DROPS * 4),
+                _ => {}
+            }
+        }
+        out.push(c);
+    })
+}
+
 /// Whether a dump goes on after this datagram.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Dump {
@@ -373,6 +451,61 @@ mod tests {
         let held: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
         assert_eq!(find().queued, 3);
         drop(held);
+    }
+
+    /// This namespace's connections, as `ss -tni` lists them: both ends of a connection of
+    /// this test's, by their ports, with nothing lost on loopback; the same cookie read twice.
+    #[test]
+    fn a_connection_reads_with_its_losses() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_s, _) = l.accept().unwrap();
+        let mine = |all: Vec<Connection>| -> Vec<Connection> {
+            all.into_iter().filter(|x| x.local_port == port || x.remote_port == port).collect()
+        };
+        let first = mine(connections().unwrap());
+        assert_eq!(first.len(), 2, "{first:?}");
+        let client = c.local_addr().unwrap().port();
+        assert!(first.iter().any(|x| x.local_port == client && x.remote_port == port));
+        assert!(first.iter().all(|x| x.retrans == 0 && x.drops == 0), "{first:?}");
+        let again = mine(connections().unwrap());
+        let cookies = |v: &[Connection]| {
+            let mut k: Vec<u64> = v.iter().map(|x| x.cookie).collect();
+            k.sort_unstable();
+            k
+        };
+        assert_eq!(cookies(&first), cookies(&again));
+        assert!(first[0].cookie != first[1].cookie);
+    }
+
+    /// A connection's message as the kernel lays it out, with 3 segments retransmitted and 5
+    /// packets dropped.
+    #[test]
+    fn a_connections_losses_are_read_where_the_kernel_puts_them() {
+        let mut m = vec![0u8; DIAG_MSG_LEN];
+        m[0] = libc::AF_INET as u8;
+        m[1] = 1;
+        m[4..6].copy_from_slice(&8080u16.to_be_bytes());
+        m[6..8].copy_from_slice(&40000u16.to_be_bytes());
+        m[44..48].copy_from_slice(&7u32.to_ne_bytes());
+        let mut info = vec![0u8; 232];
+        info[TCPI_TOTAL_RETRANS..TCPI_TOTAL_RETRANS + 4].copy_from_slice(&3u32.to_ne_bytes());
+        m.extend(attr(INET_DIAG_INFO, &info));
+        let meminfo: Vec<u8> =
+            (0..9u32).flat_map(|i| if i == 8 { 5u32 } else { 0 }.to_ne_bytes()).collect();
+        m.extend(attr(INET_DIAG_SKMEMINFO, &meminfo));
+        let mut b = Vec::new();
+        b.extend_from_slice(&((NLMSG_HDRLEN + m.len()) as u32).to_ne_bytes());
+        b.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        b.extend_from_slice(&[0u8; 10]);
+        b.extend(m);
+        let mut out = Vec::new();
+        assert_eq!(parse_connections(&b, &mut out).unwrap(), Dump::More);
+        assert_eq!(
+            out,
+            [Connection { local_port: 8080, remote_port: 40000, cookie: 7, retrans: 3, drops: 5 }]
+        );
     }
 
     /// A tbf qdisc at 1.25 MB/s (10 Mbit) on ifindex 7, with its queue counters, the way the

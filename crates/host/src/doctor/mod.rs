@@ -8,6 +8,7 @@
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
 pub mod explain;
+mod losses;
 mod network;
 mod profiled;
 mod rules;
@@ -160,6 +161,11 @@ pub struct Context {
     pub nginx: Option<crate::nginx::NginxConf>,
     /// The profile of the run, when one was taken: evidence for the rules that read it.
     pub profile: Option<qpslab_profile::Profile>,
+    /// The ports the run's server listens on and those of what is behind it: connections to
+    /// or from them are the run's, and the host-wide counters of losses (retransmissions,
+    /// drops) are the run's only when its connections show them. Empty: not known, the
+    /// counters are said as the host's and never as critical.
+    pub ports: Vec<u16>,
 }
 
 /// A load generator on another host, as its report tells it.
@@ -375,25 +381,25 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "syn-queue-full",
         catches: "the SYN queue filled: SYN cookies were sent or SYNs dropped",
-        threshold: "1 SYN cookie/s or more, or any SYN dropped for a full queue (critical)",
+        threshold: "1 SYN cookie/s or more, or any SYN dropped for a full queue (critical); info when the load opened no connection in its window (the counters are host-wide)",
         remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog",
     },
     Rule {
         name: "socket-backlog-drop",
         catches: "packets dropped because a socket's backlog was full while its owner held it",
-        threshold: "any TCPBacklogDrop (each is a dropped packet); critical from 1/s",
+        threshold: "any TCPBacklogDrop (each is a dropped packet); critical from 1/s when the run's own connections dropped packets, info when they (all kept open) dropped none, at most a warning when that is not known",
         remedy: "more workers, or workers pinned away from interrupt CPUs",
     },
     Rule {
         name: "retransmissions",
         catches: "TCP segments were retransmitted: closed-loop load stalls on each",
-        threshold: "1% or more of the segments sent, and 10/s or more",
+        threshold: "1% or more of the segments sent, and 10/s or more; info when the run's own connections (all kept open) retransmitted none, or when a saturated link explains them",
         remedy: "look for drops on the path (softnet, NIC, the peer's queues)",
     },
     Rule {
         name: "softnet-backlog-drops",
         catches: "packets dropped because a CPU's input backlog was full",
-        threshold: "any softnet drop (each is a lost packet); critical from 1/s",
+        threshold: "any softnet drop (each is a lost packet); critical from 1/s when the run's own connections retransmitted, info when they (all kept open) retransmitted none, at most a warning when that is not known",
         remedy: "raise net.core.netdev_max_backlog and spread RPS over more CPUs",
     },
     Rule {
@@ -476,8 +482,9 @@ pub fn diagnose(
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
-    rules::tcp_queues(host, summary, ctx, &explanation, &mut out);
-    rules::softnet(host, summary, &mut out);
+    let losses = losses::run_losses(samples, ctx);
+    rules::tcp_queues(host, summary, ctx, &explanation, losses.as_ref(), &mut out);
+    rules::softnet(host, summary, losses.as_ref(), &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));

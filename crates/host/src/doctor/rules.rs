@@ -3,6 +3,7 @@
 //! is in the catalogue ([`super::RULES`]).
 
 use super::explain::Explanation;
+use super::losses::{attribute, RunLosses};
 use super::summary::{pct, per_s, share, CpuShare, ListenFull, Summary};
 use super::{
     Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
@@ -154,6 +155,7 @@ pub(super) fn tcp_queues(
     s: &Summary,
     ctx: &Context,
     ex: &Explanation,
+    losses: Option<&RunLosses>,
     out: &mut Vec<Finding>,
 ) {
     let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0);
@@ -171,7 +173,7 @@ pub(super) fn tcp_queues(
         out.push(listen_overflows(s, ctx, somaxconn, d("ListenOverflows"), d("ListenDrops")));
     }
     if rate("TCPReqQFullDoCookies") >= COOKIES_PER_S || d("TCPReqQFullDrop") > 0 {
-        out.push(Finding {
+        let f = Finding {
             name: "syn-queue-full",
             severity: if d("TCPReqQFullDrop") > 0 { Severity::Critical } else { Severity::Warning },
             summary: "the SYN queue filled: SYN cookies were sent or SYNs dropped (dmesg: \"Possible SYN flooding\")".into(),
@@ -180,16 +182,18 @@ pub(super) fn tcp_queues(
                 format!("net.ipv4.tcp_max_syn_backlog = {syn_backlog}, net.core.somaxconn = {somaxconn}"),
             ],
             remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog (`qpslab tune plan`)".into(),
-        });
+        };
+        out.push(syn_queue_whose(f, ctx));
     }
     if d("TCPBacklogDrop") > 0 {
-        out.push(Finding {
+        let f = Finding {
             name: "socket-backlog-drop",
             severity: drop_severity(rate("TCPBacklogDrop")),
             summary: "packets were dropped because a socket's backlog was full while its owner held it".into(),
-            evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s)", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
+            evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s), host-wide", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
             remedy: "the receiving process is too slow for its sockets: more workers, or pin them away from interrupt CPUs".into(),
-        });
+        };
+        out.push(attribute(f, losses, |l| l.drops, "packets dropped on their way in"));
     }
     let (retrans, outs) = (d("RetransSegs"), d("OutSegs"));
     if outs > 0
@@ -199,17 +203,31 @@ pub(super) fn tcp_queues(
         // A link at its capacity drops what it cannot send: the retransmissions are the
         // bound's doing, said under it.
         let link = ex.bound_resource().filter(|r| r.kind == "link" || r.kind == "shaper");
-        out.push(Finding {
+        let f = Finding {
             name: "retransmissions",
             severity: if link.is_some() { Severity::Info } else { Severity::Warning },
             summary: match link {
                 Some(r) => format!("{} of TCP segments were retransmitted, dropped where {} is at its capacity (link-saturated)", pct(retrans as f64 / outs as f64), r.name),
                 None => format!("{} of TCP segments were retransmitted", pct(retrans as f64 / outs as f64)),
             },
-            evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s)", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
+            evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s), host-wide", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
-        });
+        };
+        out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
     }
+}
+
+/// The SYN queue's counters are host-wide: a run that opened no connection in its window
+/// (kept-alive connections, no reconnects) sent no SYN to be queued or dropped.
+fn syn_queue_whose(mut f: Finding, ctx: &Context) -> Finding {
+    let connected = ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0);
+    if !connected {
+        f.severity = Severity::Info;
+        f.summary = format!("on this host but not in this run: {}", f.summary);
+        f.evidence.push("the load opened no connection in its window (kept-alive connections, no reconnects): the counters are host-wide".into());
+        f.remedy = "none for this run; look at the host's other listeners (ss -ltn)".into();
+    }
+    f
 }
 
 /// Listen overflows are counted host-wide: they are the run's only when a listener of the
@@ -295,10 +313,15 @@ fn listen_overflows(
     }
 }
 
-pub(super) fn softnet(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
+pub(super) fn softnet(
+    host: &Host,
+    s: &Summary,
+    losses: Option<&RunLosses>,
+    out: &mut Vec<Finding>,
+) {
     if s.softnet_dropped > 0 {
         let rate = per_s(s.softnet_dropped, s.duration_s);
-        out.push(Finding {
+        let f = Finding {
             name: "softnet-backlog-drops",
             severity: if rate >= DROPS_CRITICAL_PER_S { Severity::Critical } else { Severity::Warning },
             summary: "packets were dropped because a CPU's input backlog was full".into(),
@@ -307,7 +330,9 @@ pub(super) fn softnet(host: &Host, s: &Summary, out: &mut Vec<Finding>) {
                 format!("net.core.netdev_max_backlog = {}", host.sysctl("net.core.netdev_max_backlog").unwrap_or("?")),
             ],
             remedy: "raise net.core.netdev_max_backlog (`qpslab tune plan`) and spread RPS over more CPUs".into(),
-        });
+        };
+        // A TCP segment of the run's dropped there is sent again: its retransmissions say.
+        out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
     }
     if per_s(s.softnet_time_squeeze, s.duration_s) >= SQUEEZE_PER_S {
         out.push(Finding {
