@@ -252,9 +252,10 @@ pub struct ClimbArgs {
     pub apply_server: bool,
 
     /// Any server, with --apply-server: TEMPLATE is its configuration with {{workers}} where
-    /// its worker count goes; each state's is written to FILE (the original kept beside it and
-    /// restored at the end) and put in force by --server-reload; -w gives the workers to start
-    /// from [default: 1]
+    /// its worker count goes and {{threads}} where its threads per worker go (gunicorn, puma:
+    /// either or both); each state's is written to FILE (the original kept beside it and
+    /// restored at the end) and put in force by --server-reload; -w and --server-threads give
+    /// the workers and threads to start from [default: 1 and 1]
     #[arg(long, value_name = "TEMPLATE:FILE", requires_all = ["server_reload", "apply_server"])]
     pub server_config: Option<String>,
 
@@ -262,6 +263,11 @@ pub struct ClimbArgs {
     /// e.g. `kill -HUP $(cat /run/app.pid)`; it must exit 0
     #[arg(long, value_name = "CMD", requires = "server_config")]
     pub server_reload: Option<String>,
+
+    /// With --server-config: the threads per worker to start from, where the template has
+    /// {{threads}}
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true, requires = "server_config")]
+    pub server_threads: usize,
 
     /// Let the climb change this host's settings where a finding names one (a sysctl, an
     /// interface's RPS/RFS/XPS), journaled before each write as tune apply does, in force only

@@ -113,6 +113,7 @@ fn server_config(
         file: f.into(),
         reload: reload.clone(),
         workers,
+        threads: a.server_threads,
     }))
 }
 

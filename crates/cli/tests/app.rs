@@ -193,12 +193,18 @@ const FLASK_APP: &str = "import time\nfrom flask import Flask\napp = Flask(__nam
 
 impl AppBehindNginx {
     fn start(workers: u32) -> AppBehindNginx {
+        Self::start_with(&["-w", &workers.to_string()])
+    }
+
+    /// With gunicorn's own arguments (`-c FILE`: its configuration file).
+    fn start_with(args: &[&str]) -> AppBehindNginx {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::write(d.join("app.py"), FLASK_APP).unwrap();
         let (port, app_port) = (free_port(), free_port());
         let gunicorn = Command::new("gunicorn")
-            .args(["-w", &workers.to_string(), "-b", &format!("127.0.0.1:{app_port}")])
+            .args(args)
+            .args(["-b", &format!("127.0.0.1:{app_port}")])
             .arg("--chdir")
             .arg(d)
             .arg("app:app")
@@ -460,4 +466,53 @@ fn a_pool_of_routes_is_summarised_route_by_route() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--urls: ") && err.contains("not to the target bench examines"), "{err}");
     assert!(out.stdout.is_empty());
+}
+
+/// The climb against the commonest application: Flask under one gthread gunicorn worker of
+/// one thread, behind nginx, its pool in the user's gunicorn.conf.py through a template
+/// (`workers = {{workers}}`, `threads = {{threads}}`) and reloaded by SIGHUP. Each /slow answer
+/// waits 15 ms as on a database. 32 connections leave a queue behind each run that the drain
+/// waits out: no run starts on a busy application (the start measured 0 ok req/s at -c 100,
+/// "fix the target first"). The app is the server (never other work, no cpu-contention); the
+/// server waits, so after more connections gain nothing the climb doubles its threads, which
+/// doubles the rate, and keeps it. At the end the user's file is back byte for byte.
+#[test]
+fn the_climb_gives_a_waiting_application_threads_through_its_template() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (template, file) = (dir.path().join("gunicorn.tmpl"), dir.path().join("gunicorn.conf.py"));
+    let pool = "worker_class = 'gthread'\nworkers = {{workers}}\nthreads = {{threads}}\n";
+    std::fs::write(&template, pool).unwrap();
+    let original = "worker_class = 'gthread'\nworkers = 1\nthreads = 1  # mine\n";
+    std::fs::write(&file, original).unwrap();
+    let app = AppBehindNginx::start_with(&["-c", file.to_str().unwrap()]);
+    let reload = format!("kill -HUP {}", app.gunicorn.id());
+    let config = format!("{}:{}", template.display(), file.display());
+    let out = qpslab_command()
+        .args(["climb", "--json", "--no-save", "-d", "1s", "--warmup", "300ms", "-c", "32"])
+        .args(["--steps", "2", "--budget", "120s", "--apply-server", "-w", "1"])
+        .args(["--server-config", &config, "--server-reload", &reload])
+        .arg(app.url("/slow"))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert!(v["start"]["rps"].as_f64().unwrap() > 30.0, "a drained start: {}", v["start"]);
+    let steps = v["steps"].as_array().unwrap();
+    let text = v.to_string();
+    assert!(!text.contains("cpu-contention"), "the application is not other work: {v:#}");
+    let threads = steps
+        .iter()
+        .find(|s| s["knob"]["knob"] == "server-threads")
+        .unwrap_or_else(|| panic!("a step of the server's threads: {v:#}"));
+    assert_eq!(threads["change"], "server threads per worker (its template) 1 -> 2", "{threads}");
+    assert_eq!(threads["verdict"], "kept", "{threads}");
+    let ratio = threads["ratio"].as_f64().unwrap();
+    assert!((1.6..=2.3).contains(&ratio), "a second thread doubles a waiting app: {threads}");
+    assert!(
+        v["plan"].as_array().unwrap().iter().any(|p| p == "server: {{threads}} = 2"),
+        "{}",
+        v["plan"]
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original, "the user's file back");
 }

@@ -62,13 +62,15 @@ pub struct ClimbOptions {
     pub server_config: Option<ServerConfig>,
 }
 
-/// `--server-config TEMPLATE:FILE --server-reload CMD`, and `-w` as the workers to start from.
+/// `--server-config TEMPLATE:FILE --server-reload CMD`, and `-w` and `--server-threads` as
+/// the workers and threads per worker to start from.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub template: std::path::PathBuf,
     pub file: std::path::PathBuf,
     pub reload: String,
     pub workers: usize,
+    pub threads: usize,
 }
 
 /// Why a climb could not start or went wrong.
@@ -183,8 +185,10 @@ struct State {
     name: String,
     opts: BenchOptions,
     server: Option<String>,
-    /// The workers its server's template was filled in with (`--server-config`).
+    /// The workers and threads its server's template was filled in with (`--server-config`;
+    /// each None when the template does not name it).
     template_workers: Option<usize>,
+    template_threads: Option<usize>,
     /// The host changes in force for its runs.
     host: Vec<Change>,
     runs: Vec<BenchReport>,
@@ -197,6 +201,7 @@ impl State {
             opts: o.start.clone(),
             server: None,
             template_workers: None,
+            template_threads: None,
             host: Vec::new(),
             runs: Vec::new(),
         }
@@ -473,8 +478,10 @@ fn take_template(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> 
     let Some(c) = &w.o.server_config else { return Ok(()) };
     let s =
         server::UserServer::template(&c.template, &c.file, &c.reload).map_err(ClimbError::Usage)?;
-    state.server = s.render(c.workers).map_err(ClimbError::Usage)?;
-    state.template_workers = Some(c.workers);
+    state.server = s.render(c.workers, c.threads).map_err(ClimbError::Usage)?;
+    let (workers, threads) = s.names();
+    state.template_workers = workers.then_some(c.workers);
+    state.template_threads = threads.then_some(c.threads);
     w.server = Some(s);
     Ok(())
 }
@@ -489,13 +496,14 @@ fn pick(
 ) -> (Option<(Step, Change)>, Vec<Step>) {
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
     let mut knobs = Knobs::of(r);
-    let nginx = state.template_workers.is_none();
+    let nginx = state.template_workers.is_none() && state.template_threads.is_none();
     knobs.nginx = state
         .server
         .as_deref()
         .filter(|_| nginx)
         .map(|t| remedy::NginxKnobs::of(&qpslab_host::nginx::parse(t)));
     knobs.template_workers = state.template_workers;
+    knobs.template_threads = state.template_threads;
     knobs.apply_host = host.is_some();
     // A setting already changed in this state reads as its new value.
     let sysctl = |name: &str| {
@@ -659,13 +667,21 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
 
 /// The state `change` makes of `current` (step `n`); Err: why it cannot be made here.
 fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Result<State, String> {
-    let mut template_workers = current.template_workers;
+    let (mut template_workers, mut template_threads) =
+        (current.template_workers, current.template_threads);
+    let pool = |w: Option<usize>, t: Option<usize>| (w.unwrap_or(1), t.unwrap_or(1));
     let server = match (change, &current.server, &w.server) {
         (Change::ServerWorkers { to, .. }, _, Some(s)) => {
             template_workers = Some(*to);
-            s.render(*to)?
+            let (w, t) = pool(template_workers, template_threads);
+            s.render(w, t)?
         }
-        (Change::ServerWorkers { .. }, _, None) => {
+        (Change::ServerThreads { to, .. }, _, Some(s)) => {
+            template_threads = Some(*to);
+            let (w, t) = pool(template_workers, template_threads);
+            s.render(w, t)?
+        }
+        (Change::ServerWorkers { .. } | Change::ServerThreads { .. }, _, None) => {
             return Err("the server's template is not in the climb's hands".into());
         }
         (c, Some(text), Some(s)) if c.is_nginx() => {
@@ -690,6 +706,7 @@ fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Resul
         opts: change.apply(&current.opts),
         server,
         template_workers,
+        template_threads,
         host,
         runs: Vec::new(),
     })

@@ -15,6 +15,9 @@ pub const MAX_CONNECTIONS: usize = 10_000;
 /// The most workers the climb gives a user's server through its template when it waits on
 /// something other than CPU (a CPU-bound one gets one per CPU at most).
 pub const MAX_TEMPLATE_WORKERS: usize = 64;
+/// The most threads per worker the climb gives a user's server through its template (each
+/// step doubles them).
+pub const MAX_TEMPLATE_THREADS: usize = 256;
 /// The most connections the climb raises a CPU-bound run to for batching alone (more requests
 /// per wake-up): past a few hundred per thread the queues only add latency.
 pub const MAX_BATCHING: usize = 1024;
@@ -34,6 +37,8 @@ pub enum Change {
     Workers { from: usize, to: usize },
     /// The workers of the user's server, through its configuration template.
     ServerWorkers { from: usize, to: usize },
+    /// The threads in each worker of the user's server, through its configuration template.
+    ServerThreads { from: usize, to: usize },
     /// The user's nginx: `access_log off;` everywhere in its main configuration file.
     NginxAccessLogOff,
     /// The user's nginx: `keepalive_requests`.
@@ -66,6 +71,7 @@ impl Change {
             | Change::NginxAcceptMutexOff
             | Change::NginxReuseport
             | Change::ServerWorkers { .. }
+            | Change::ServerThreads { .. }
             | Change::Sysctl { .. }
             | Change::Steering { .. } => {}
         }
@@ -116,6 +122,9 @@ impl Change {
             Change::ServerWorkers { from, to } => {
                 ("server workers (its template)", *from as u64, *to as u64)
             }
+            Change::ServerThreads { from, to } => {
+                ("server threads per worker (its template)", *from as u64, *to as u64)
+            }
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
             Change::NginxWorkers { from, to, affinity } => {
@@ -138,6 +147,7 @@ impl Change {
             Change::Threads { to, .. } => format!("-t {to}"),
             Change::Workers { to, .. } => format!("-w {to}"),
             Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
+            Change::ServerThreads { to, .. } => format!("server: {{{{threads}}}} = {to}"),
             Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
@@ -192,8 +202,11 @@ pub struct Knobs {
     pub server_mask: u64,
     /// The climb may change this host's settings (`--apply-host`).
     pub apply_host: bool,
-    /// The user's server in the climb's hands through its template: its workers in this state.
+    /// The user's server in the climb's hands through its template: its workers in this state
+    /// (None: not templated, or the template has no `{{workers}}`).
     pub template_workers: Option<usize>,
+    /// Its threads per worker, when the template names `{{threads}}`.
+    pub template_threads: Option<usize>,
     /// The server runs on this host (not on `--server HOST`): its side's settings are here.
     pub server_here: bool,
 }
@@ -219,6 +232,7 @@ impl Knobs {
                 .unwrap_or(0),
             apply_host: false,
             template_workers: None,
+            template_threads: None,
             server_here: r.server_host.is_none(),
         }
     }
@@ -267,8 +281,12 @@ pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>)
     }
     if f.name == "latency-bound" {
         // Requests wait in the server as well as on the path: when more of them in flight
-        // gain nothing, a server that takes fewer at once needs more workers.
+        // gain nothing, a server that takes fewer at once needs more threads (the cheaper
+        // way to wait on a database or a file: gunicorn's gthread, puma), then more workers.
         let mut out = vec![remedy(f, k)];
+        if let Some(t) = k.template_threads.filter(|t| *t < MAX_TEMPLATE_THREADS) {
+            out.push(Remedy::Change(Change::ServerThreads { from: t, to: t * 2 }));
+        }
         if let Some(w) = k.template_workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
             out.push(Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 }));
         }
@@ -510,6 +528,7 @@ mod tests {
         server_mask: 0,
         apply_host: false,
         template_workers: None,
+        template_threads: None,
         server_here: true,
     };
 
@@ -551,6 +570,13 @@ mod tests {
         );
         assert!(matches!(remedy(&finding("server-bound", ""), &tmpl), Remedy::NotApplicable(_)));
         assert_eq!(Change::ServerWorkers { from: 1, to: 2 }.flag(), "server: {{workers}} = 2");
+        // A template with a thread pool (gunicorn's gthread, puma): a server that waits gets
+        // twice the threads before another worker.
+        let pool = Knobs { template_threads: Some(4), ..tmpl };
+        let r = remedies(&finding("latency-bound", ""), &pool, &|_| None);
+        assert_eq!(r[1], Remedy::Change(Change::ServerThreads { from: 4, to: 8 }));
+        assert_eq!(r[2], Remedy::Change(Change::ServerWorkers { from: 1, to: 2 }));
+        assert_eq!(Change::ServerThreads { from: 4, to: 8 }.flag(), "server: {{threads}} = 8");
         // Short of CPU with nothing else to try: batching.
         let both = finding("both-saturated", "");
         assert_eq!(batching(&both, &k), Some(Change::Connections { from: 1, to: 2 }));

@@ -6,7 +6,8 @@
 //! Two kinds: the user's nginx, whose main configuration file is edited one directive at a
 //! time, checked by `nginx -t` and reloaded by SIGHUP to its master (what `nginx -s reload`
 //! sends); and any server (`--server-config TEMPLATE:FILE --server-reload CMD`), whose file is
-//! the template with `{{workers}}` filled in, put in force by the user's command.
+//! the template with `{{workers}}` and `{{threads}}` filled in (gunicorn's, puma's, uvicorn's
+//! pool: processes and threads in each), put in force by the user's command.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,8 +20,10 @@ use super::remedy::Change;
 /// How long a reload may take to have new workers serving.
 const RELOAD_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The variable a template names for the climb to set.
+/// The variables a template names for the climb to set: the server's worker processes and
+/// the threads in each.
 pub const WORKERS: &str = "{{workers}}";
+pub const THREADS: &str = "{{threads}}";
 
 /// How a written configuration is put in force.
 #[derive(Debug)]
@@ -82,15 +85,16 @@ impl UserServer {
         Ok(())
     }
 
-    /// Any server: `template` (with `{{workers}}` where its worker count goes) written to
-    /// `file` and put in force by `reload`.
+    /// Any server: `template` (with `{{workers}}` where its worker count goes, `{{threads}}`
+    /// where its threads per worker go, or both) written to `file` and put in force by
+    /// `reload`.
     pub fn template(template: &Path, file: &Path, reload: &str) -> Result<UserServer, String> {
         let text = std::fs::read_to_string(template).map_err(|e| {
             format!("--server-config {}: cannot read the template: {e}", template.display())
         })?;
-        if !text.contains(WORKERS) {
+        if !text.contains(WORKERS) && !text.contains(THREADS) {
             return Err(format!(
-                "--server-config {}: the template has no {WORKERS}, so there is nothing for the climb to change; put it where the server's worker count goes",
+                "--server-config {}: the template has no {WORKERS} or {THREADS}, so there is nothing for the climb to change; put them where the server's worker count and threads per worker go",
                 template.display()
             ));
         }
@@ -104,7 +108,7 @@ impl UserServer {
             original,
             template: Some(text),
         };
-        server.render(1)?;
+        server.render(1, 1)?;
         server.no_leftover()?;
         Ok(server)
     }
@@ -113,18 +117,25 @@ impl UserServer {
         matches!(self.how, Reload::Nginx(_))
     }
 
-    /// The template with `workers` filled in (None: no template); an error names a
-    /// `{{...}}` the climb does not set.
-    pub fn render(&self, workers: usize) -> Result<Option<String>, String> {
+    /// The template with `workers` and `threads` filled in (None: no template); an error
+    /// names a `{{...}}` the climb does not set.
+    pub fn render(&self, workers: usize, threads: usize) -> Result<Option<String>, String> {
         let Some(t) = &self.template else { return Ok(None) };
-        let text = t.replace(WORKERS, &workers.to_string());
+        let text = t.replace(WORKERS, &workers.to_string()).replace(THREADS, &threads.to_string());
         if let Some(at) = text.find("{{") {
             let name: String = text[at..].chars().take_while(|c| *c != '\n').take(40).collect();
             return Err(format!(
-                "--server-config: the template names {name}, which the climb does not set; it sets {WORKERS} only"
+                "--server-config: the template names {name}, which the climb does not set; it sets {WORKERS} and {THREADS} only"
             ));
         }
         Ok(Some(text))
+    }
+
+    /// Which of the variables the template names: (workers, threads).
+    pub fn names(&self) -> (bool, bool) {
+        self.template
+            .as_deref()
+            .map_or((false, false), |t| (t.contains(WORKERS), t.contains(THREADS)))
     }
 
     /// Where the original is kept while the climb runs.
@@ -426,8 +437,8 @@ mod tests {
         assert!(m.contains("events {\n    accept_mutex off; worker_connections 64; }"), "{m}");
     }
 
-    /// A template fills in {{workers}} and nothing else; one naming another variable, or none,
-    /// is refused with the flag named.
+    /// A template fills in {{workers}} and {{threads}} and nothing else; one naming another
+    /// variable, or neither, is refused with the flag named.
     #[test]
     fn a_template_fills_in_its_workers_and_refuses_what_it_cannot() {
         let dir = tempfile::tempdir().unwrap();
@@ -435,12 +446,20 @@ mod tests {
         std::fs::write(&f, "workers = 3\n").unwrap();
         std::fs::write(&t, "workers = {{workers}}\n").unwrap();
         let s = UserServer::template(&t, &f, "true").unwrap();
-        assert_eq!(s.render(2).unwrap().as_deref(), Some("workers = 2\n"));
+        assert_eq!(s.render(2, 8).unwrap().as_deref(), Some("workers = 2\n"));
         assert_eq!(s.original, "workers = 3\n");
         assert!(!s.is_nginx());
-        std::fs::write(&t, "threads = {{threads}}\n").unwrap();
+        assert_eq!(s.names(), (true, false));
+        std::fs::write(&t, "workers = {{workers}}\nthreads = {{threads}}\n").unwrap();
+        let s = UserServer::template(&t, &f, "true").unwrap();
+        assert_eq!(s.render(2, 8).unwrap().as_deref(), Some("workers = 2\nthreads = 8\n"));
+        assert_eq!(s.names(), (true, true));
+        std::fs::write(&t, "bind = 1\n").unwrap();
         let e = UserServer::template(&t, &f, "true").unwrap_err();
-        assert!(e.starts_with("--server-config") && e.contains("has no {{workers}}"), "{e}");
+        assert!(
+            e.starts_with("--server-config") && e.contains("has no {{workers}} or {{threads}}"),
+            "{e}"
+        );
         std::fs::write(&t, "workers = {{workers}}\nport = {{port}}\n").unwrap();
         let e = UserServer::template(&t, &f, "true").unwrap_err();
         assert!(e.contains("names {{port}}"), "{e}");

@@ -281,7 +281,7 @@ pub fn run(
 fn put_server(server: Option<&mut UserServer>, v: &Variant) -> Result<(), SweepError> {
     let (Some(s), Some(n)) = (server, v.server_workers) else { return Ok(()) };
     let tune = |message: String| SweepError::Tune { variant: v.name.clone(), message };
-    if let Some(text) = s.render(n).map_err(tune)? {
+    if let Some(text) = s.render(n, 1).map_err(tune)? {
         s.put(&text).map_err(tune)?;
     }
     Ok(())
