@@ -639,6 +639,27 @@ pub fn marks_note(s: &Summary) -> String {
     o
 }
 
+/// `A: run 3 behind its schedule   B: runs 7, 8 disturbed`, when a run of either side was
+/// marked: an open loop that did not send what was asked measured less than its rate.
+fn trust_line(a: &Summary, b: &Summary) -> Option<String> {
+    let side = |name: &str, s: &Summary| {
+        let ids = |v: &[i64]| {
+            let list: Vec<String> = v.iter().map(i64::to_string).collect();
+            format!("run{} {}", if v.len() == 1 { "" } else { "s" }, list.join(", "))
+        };
+        let mut parts = Vec::new();
+        if !s.disturbed.is_empty() {
+            parts.push(format!("{} disturbed", ids(&s.disturbed)));
+        }
+        if !s.behind_schedule.is_empty() {
+            parts.push(format!("{} behind its schedule", ids(&s.behind_schedule)));
+        }
+        (!parts.is_empty()).then(|| format!("{name}: {}", parts.join("; ")))
+    };
+    let both: Vec<String> = [side("A", a), side("B", b)].into_iter().flatten().collect();
+    (!both.is_empty()).then(|| both.join("   "))
+}
+
 /// A comparison as text.
 pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
     use std::fmt::Write as _;
@@ -656,6 +677,9 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
     };
     let _ = writeln!(o, "ok             A {}   B {}", ok(&c.a), ok(&c.b));
     let _ = writeln!(o, "               {}", c.sentence);
+    if let Some(line) = trust_line(&c.a, &c.b) {
+        let _ = writeln!(o, "trust          {line}");
+    }
     let _ = writeln!(
         o,
         "latency        {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -917,6 +941,8 @@ mod tests {
         // An open loop behind its schedule is marked, not left out.
         let mut b_behind = b.clone();
         b_behind.runs[3] = marked(8, 90.0, Some(("behind-schedule", "warning")));
+        let text = render_comparison(&compare(&a, &b_behind).unwrap(), "a", "b");
+        assert!(text.contains("\ntrust          B: run 8 behind its schedule\n"), "{text}");
         let rows = table(&[a, b_behind]);
         assert!(render_table(&rows).contains("within noise, 1 behind schedule"));
     }
