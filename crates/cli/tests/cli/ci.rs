@@ -70,7 +70,9 @@ fn thresholds_judge_a_delay_the_server_makes_and_ci_reads_them() {
         [("p99<10ms", false), ("p50>15ms", true), ("errors<1%", true), ("rps>1", true)]
     );
     let p99 = th[0]["value"].as_f64().unwrap();
-    assert!((20_000.0..40_000.0).contains(&p99), "{}", th[0]);
+    // At least the delay; the upper bound catches a wrong unit (a 20 ms sleep took 49 ms once
+    // in a hundred on this 2-core machine with three other tests and a browser beside it).
+    assert!((20_000.0..200_000.0).contains(&p99), "{}", th[0]);
     assert_eq!(th[0]["unit"], "us");
     assert_eq!(v["check"]["passed"], false);
     assert!(v["check"]["reason"].as_str().unwrap().starts_with("threshold p99<10ms failed (p99 "));

@@ -91,7 +91,10 @@ fn a_sweep_interleaves_its_variants_stores_every_run_and_its_report_opens_in_chr
     let out = lab(&store, &["compare", &format!("{sweep}/1"), &format!("{sweep}/3")]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("B is ") && text.contains("x A (repeats "), "{text}");
+    assert!(
+        text.contains("B is ") && text.contains("x A (pairs "),
+        "sweep rounds, weighed in pairs: {text}"
+    );
 
     // The report, as a user opens it.
     let html = dir.path().join("report.html");
