@@ -49,6 +49,9 @@ pub struct ThreadSample {
     pub ticks: u64,
     /// The CPUs it may run on (a pinned worker's differ from its process's).
     pub cpus: Option<CpuSet>,
+    /// Time it spent runnable and waiting for a CPU, in nanoseconds
+    /// (/proc/PID/task/TID/schedstat's second field); None without schedstats.
+    pub run_delay_ns: Option<u64>,
 }
 
 /// TcpExt counters (from /proc/net/netstat) the doctor reads.
@@ -382,6 +385,9 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
                 tid: tid.parse().ok()?,
                 ticks: stat.ticks,
                 cpus: status.and_then(|t| parse::cpus_allowed(&t)),
+                run_delay_ns: root
+                    .read_opt(&format!("{base}/task/{tid}/schedstat"))
+                    .and_then(|t| t.split_ascii_whitespace().nth(1)?.parse().ok()),
             })
         })
         .collect();

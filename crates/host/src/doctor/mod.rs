@@ -273,13 +273,13 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "cpu-saturated",
         catches: "a CPU that can run the server was saturated while neither side's processes were: the CPU went to other work",
-        threshold: "a CPU the server may use (any CPU when the server is not known) at 85% busy or more, neither side saturated; a warning when tasks waited for a CPU 10% of the window or more (PSI), else info",
+        threshold: "a CPU the server may use (any CPU when the server is not known) at 85% busy or more, neither side saturated; a warning when tasks waited for a CPU 10% of the window or more (PSI) and the run's own threads' waits count (as for cpu-contention), else info",
         remedy: "find the other work on that CPU; pin the server, the generator and interrupt work apart; name the server (--server-pid, doctor --pid)",
     },
     Rule {
         name: "cpu-contention",
         catches: "other processes used the CPUs during the run (the busiest are named); a warning when it explains the rate, else info",
-        threshold: "other processes' CPU time (counted per process, or what the watched processes and interrupt work leave) of 0.3 CPU or more and at least a fifth of all busy time; a warning when a side was held by CPUs full of it, or no side was saturated and tasks waited for a CPU 10% of the window or more (PSI)",
+        threshold: "other processes' CPU time (counted per process, or what the watched processes and interrupt work leave) of 0.3 CPU or more and at least a fifth of all busy time; a warning when a side was held by CPUs full of it, or no side was saturated and tasks waited for a CPU 10% of the window or more (PSI) while the run's own threads' waits (schedstat), counted against every request in flight, come to 10% of the response time or more",
         remedy: "stop the other work or pin it away from the benchmark's CPUs",
     },
     Rule {

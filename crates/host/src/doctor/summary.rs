@@ -52,6 +52,10 @@ pub struct ProcSummary {
     /// A cgroup CPU quota over it, and how often it held the process back in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttling: Option<qpslab_sys::cgroup::Throttling>,
+    /// Seconds its threads together spent runnable and waiting for a CPU over the window
+    /// (schedstat's run delay); None when the kernel keeps no schedstats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_wait_s: Option<f64>,
 }
 
 impl ProcSummary {
@@ -436,6 +440,8 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
     let cpus_of = |ticks: u64| ticks as f64 / hz / secs;
     // Per thread: ticks at its first and last sight, and its affinity.
     let mut threads: BTreeMap<u32, (u64, u64, Option<CpuSet>)> = BTreeMap::new();
+    // Per thread: run delay at its first and last sight.
+    let mut delays: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for (_, p) in &seen {
         for t in &p.threads {
             let e = threads.entry(t.tid).or_insert((t.ticks, t.ticks, None));
@@ -443,8 +449,21 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
             if t.cpus.is_some() {
                 e.2.clone_from(&t.cpus);
             }
+            if let Some(d) = t.run_delay_ns {
+                delays.entry(t.tid).or_insert((d, d)).1 = d;
+            }
         }
     }
+    let run_wait_s = (!delays.is_empty()).then(|| {
+        let ns: u64 = delays
+            .iter()
+            .map(|(tid, (a, b))| {
+                let start = if first.threads.iter().any(|x| x.tid == *tid) { *a } else { 0 };
+                b.saturating_sub(start)
+            })
+            .sum();
+        ns as f64 / 1e9
+    });
     // A thread first seen after the first sample started from zero.
     let used: Vec<(f64, Option<&CpuSet>)> = threads
         .iter()
@@ -482,6 +501,7 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
         nofile_soft: last.nofile_soft,
         throttling,
+        run_wait_s,
     })
 }
 

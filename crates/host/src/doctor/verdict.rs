@@ -4,7 +4,8 @@
 //! Little's law ([`super::explain`]): a closed loop is latency-bound, an open loop paced by its
 //! schedule. Other work on the CPUs, or a CPU full of it, is the headline only when it explains
 //! the rate: a side held back by CPUs full of other work, or tasks waiting for a CPU (PSI) for
-//! [`CPU_WAITS`] of the window or more; otherwise it is said as `info`. A run with no response,
+//! [`CPU_WAITS`] of the window or more, unless the run's own threads' waits (schedstat) are too
+//! short to have made the rate; otherwise it is said as `info`. A run with no response,
 //! too short, or failed gets no bound at all.
 
 use super::explain::{fmt_ms, Explanation, IN_SERVICE_LOW};
@@ -25,7 +26,7 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     // A quota that held a side back heads that side's verdict: it is the cause.
     out.extend(throttled(s));
     let sides = Sides::new(s, ctx);
-    let waits = cpu_waits(s, &sides);
+    let waits = cpu_waits(s, &sides) && !waits_too_short(&sides, ctx);
     let explains = sides.contended && (sides.held_by_cpus(s) || (!sides.any_sat() && waits));
     if explains {
         out.extend(contention(s, &sides, Severity::Warning));
@@ -88,6 +89,25 @@ fn behind_schedule(ctx: &Context, ex: &Explanation) -> Option<Finding> {
         evidence,
         remedy: remedy.into(),
     })
+}
+
+/// Whether the run's own processes waited too little for a CPU to explain its rate: PSI counts
+/// any task's waits (a CPU hog's own among them), schedstat each thread's. Each second a thread
+/// of the server or the generator waited delays at most every request in flight by that much:
+/// when even that bound, per response, is under [`CPU_WAITS`] of the response time, the waits
+/// did not make the rate (a 20 ms server beside a hog on its CPU: 0.1 ms of 20 ms). False
+/// when the waits or the load's figures are not known.
+fn waits_too_short(sides: &Sides, ctx: &Context) -> bool {
+    let Some(load) = ctx.load.as_ref().filter(|l| l.responses > 0 && l.mean_latency_s > 0.0) else {
+        return false;
+    };
+    let watched: Vec<&&ProcSummary> = sides.servers.iter().chain(&sides.clients).collect();
+    let waits: Option<f64> = watched.iter().map(|p| p.run_wait_s).sum();
+    !watched.is_empty()
+        && waits.is_some_and(|w| {
+            let per_response = w * load.concurrency.max(1) as f64 / load.responses as f64;
+            per_response < CPU_WAITS * load.mean_latency_s
+        })
 }
 
 /// Whether tasks waited for a CPU: PSI's share at [`CPU_WAITS`] or more; without PSI, a
