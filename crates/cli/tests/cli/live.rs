@@ -156,6 +156,11 @@ fn a_live_page_says_when_an_open_loop_falls_behind() {
     b.open(&run.url);
     b.wait_for("document.getElementById('sched').textContent == 'BEHIND'", Duration::from_secs(10));
     assert_eq!(b.eval("document.getElementById('sched-card').className"), "card hot");
+    // The rate asked is known from the second second on (a rate needs two readings).
+    b.wait_for(
+        "document.getElementById('sched-what').textContent.startsWith('asked ')",
+        Duration::from_secs(5),
+    );
     let what = b.text("sched-what");
     let unsent = what.rsplit(", ").next().unwrap().trim_end_matches(" due unsent");
     assert!(what.starts_with("asked ") && number(unsent) > 0, "{what}");
