@@ -34,12 +34,15 @@ pub struct Variant {
     pub name: String,
     pub settings: BenchSettings,
     pub tune: Option<TuneSpec>,
-    /// The workers `[server-config]`'s template is filled in with for its runs.
+    /// The workers and threads per worker `[server-config]`'s template is filled in with for
+    /// its runs (`server-workers`, `server-threads`; one each when not given).
     pub server_workers: Option<usize>,
+    pub server_threads: Option<usize>,
 }
 
 /// `[server-config]`: the user's server, through a template of its configuration with
-/// `{{workers}}` in it, written to `file` and put in force by `reload` before each run.
+/// `{{workers}}` and `{{threads}}` in it, written to `file` and put in force by `reload` before
+/// each run.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfigSpec {
@@ -129,17 +132,18 @@ pub fn parse(file: &str, text: &str) -> Result<Sweep, FileError> {
             dup.name
         )));
     }
-    let workers = variants.iter().filter(|v| v.server_workers.is_some()).count();
+    let pooled = |v: &Variant| v.server_workers.is_some() || v.server_threads.is_some();
+    let workers = variants.iter().filter(|v| pooled(v)).count();
     match (&raw.server_config, workers) {
         (None, n) if n > 0 => {
             return Err(FileError(format!(
-                "{file}: server-workers fills in a server's template: add a [server-config] table with template, file and reload"
+                "{file}: server-workers and server-threads fill in a server's template: add a [server-config] table with template, file and reload"
             )))
         }
         (Some(_), n) if n < variants.len() => {
-            let v = variants.iter().find(|v| v.server_workers.is_none()).map(|v| v.name.clone());
+            let v = variants.iter().find(|v| !pooled(v)).map(|v| v.name.clone());
             return Err(FileError(format!(
-                "{file}: variant {:?} has no server-workers; with [server-config] every variant says how many workers its server runs (an axis server-workers = [1, 2], or a key per variant)",
+                "{file}: variant {:?} has no server-workers or server-threads; with [server-config] every variant says what its server runs (an axis server-workers = [1, 2] or server-threads = [1, 8], or a key per variant)",
                 v.unwrap_or_default()
             )));
         }
@@ -166,22 +170,26 @@ fn variant_of(table: &toml::Table) -> Result<Variant, String> {
         .remove("tune")
         .map(|t| tune_of(t).map_err(|m| format!("variant {name:?}: {m}")))
         .transpose()?;
-    let server_workers = rest
-        .remove(SERVER_WORKERS)
-        .map(|v| workers_of(&v).map_err(|m| format!("variant {name:?}: {m}")))
-        .transpose()?;
+    let mut count = |key: &str| {
+        rest.remove(key)
+            .map(|v| count_of(key, &v).map_err(|m| format!("variant {name:?}: {m}")))
+            .transpose()
+    };
+    let server_workers = count(SERVER_WORKERS)?;
+    let server_threads = count(SERVER_THREADS)?;
     let settings = settings_of(rest).map_err(|m| format!("variant {name:?}: {m}"))?;
-    Ok(Variant { name, settings, tune, server_workers })
+    Ok(Variant { name, settings, tune, server_workers, server_threads })
 }
 
-/// The key that fills in `[server-config]`'s `{{workers}}`.
+/// The keys that fill in `[server-config]`'s `{{workers}}` and `{{threads}}`.
 const SERVER_WORKERS: &str = "server-workers";
+const SERVER_THREADS: &str = "server-threads";
 
-fn workers_of(v: &toml::Value) -> Result<usize, String> {
+fn count_of(key: &str, v: &toml::Value) -> Result<usize, String> {
     v.as_integer()
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| *n >= 1)
-        .ok_or_else(|| format!("{SERVER_WORKERS} = {v}: give a whole number of at least 1"))
+        .ok_or_else(|| format!("{key} = {v}: give a whole number of at least 1"))
 }
 
 fn settings_of(table: toml::Table) -> Result<BenchSettings, String> {
@@ -220,6 +228,7 @@ enum Step {
     Bench(Box<BenchSettings>),
     Tune(TuneSpec),
     ServerWorkers(usize),
+    ServerThreads(usize),
 }
 
 /// An axis: each value's label and what it sets.
@@ -236,9 +245,10 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
         if values.is_empty() {
             return Err(err("the list is empty; give at least one value".into()));
         }
-        if key != "tune" && key != SERVER_WORKERS && !crate::settings::keys().contains(key) {
+        let own = [SERVER_WORKERS, SERVER_THREADS].contains(&key.as_str());
+        if key != "tune" && !own && !crate::settings::keys().contains(key) {
             return Err(err(format!(
-                "not an option of a sweep; the options are {}, tune, server-workers",
+                "not an option of a sweep; the options are {}, tune, server-workers, server-threads",
                 crate::settings::keys().join(", ")
             )));
         }
@@ -248,7 +258,9 @@ fn axes(table: &toml::Table) -> Result<Vec<Axis>, (String, String)> {
             let step = if key == "tune" {
                 Step::Tune(tune_of(v.clone()).map_err(err)?)
             } else if key == SERVER_WORKERS {
-                Step::ServerWorkers(workers_of(v).map_err(err)?)
+                Step::ServerWorkers(count_of(key, v).map_err(err)?)
+            } else if key == SERVER_THREADS {
+                Step::ServerThreads(count_of(key, v).map_err(err)?)
             } else {
                 let mut one = toml::Table::new();
                 one.insert(key.clone(), v.clone());
@@ -274,6 +286,7 @@ fn expand(
             settings: BenchSettings::default(),
             tune: None,
             server_workers: None,
+            server_threads: None,
         }]
     } else {
         explicit
@@ -290,12 +303,13 @@ fn expand(
         for combo in &combos {
             let mut settings = base.layered(&v.settings);
             let mut tune = v.tune.clone();
-            let mut server_workers = v.server_workers;
+            let (mut server_workers, mut server_threads) = (v.server_workers, v.server_threads);
             for (_, step) in combo {
                 match step {
                     Step::Bench(s) => settings = settings.layered(s),
                     Step::Tune(t) => tune = Some(t.clone()),
                     Step::ServerWorkers(n) => server_workers = Some(*n),
+                    Step::ServerThreads(n) => server_threads = Some(*n),
                 }
             }
             let labels: Vec<&str> = combo.iter().map(|(l, _)| l.as_str()).collect();
@@ -305,7 +319,7 @@ fn expand(
                 (false, true) => v.name.clone(),
                 (false, false) => format!("{} {}", v.name, labels.join(" ")),
             };
-            out.push(Variant { name, settings, tune, server_workers });
+            out.push(Variant { name, settings, tune, server_workers, server_threads });
         }
     }
     out
@@ -392,6 +406,43 @@ tune = { rps = { "eth0/rx-0" = "1-3" } }
         assert_eq!(steps.variants.len(), 2);
         assert_eq!(steps.variants[1].tune.as_ref().unwrap().rps["eth0/rx-0"], "1-3");
         assert_eq!(steps.variants[1].settings.get("target").unwrap().as_str(), Some("nginx"));
+    }
+
+    /// A server's pool through its template: workers and threads as axes multiply; a variant
+    /// may give threads alone (its workers are then one); with the table, a variant giving
+    /// neither is refused.
+    #[test]
+    fn a_servers_workers_and_threads_are_axes() {
+        let conf = "[server-config]\ntemplate = \"t\"\nfile = \"f\"\nreload = \"true\"\n";
+        let s = parse(
+            "p.toml",
+            &format!(
+                "name = \"p\"\n{conf}[axes]\nserver-workers = [1, 2]\nserver-threads = [1, 8]\n"
+            ),
+        )
+        .unwrap();
+        let pools: Vec<(Option<usize>, Option<usize>)> =
+            s.variants.iter().map(|v| (v.server_workers, v.server_threads)).collect();
+        assert_eq!(
+            pools,
+            [(Some(1), Some(1)), (Some(1), Some(8)), (Some(2), Some(1)), (Some(2), Some(8))]
+        );
+        assert_eq!(s.variants[1].name, "server-workers=1 server-threads=8");
+        let s = parse(
+            "p.toml",
+            &format!("name = \"p\"\n{conf}[[variant]]\nname = \"eight\"\nserver-threads = 8\n"),
+        )
+        .unwrap();
+        assert_eq!((s.variants[0].server_workers, s.variants[0].server_threads), (None, Some(8)));
+        let e = parse(
+            "p.toml",
+            &format!("name = \"p\"\n{conf}[[variant]]\nname = \"a\"\nserver-threads = 8\n[[variant]]\nname = \"b\"\n"),
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.contains("variant \"b\" has no server-workers or server-threads"), "{e}");
+        let e = parse("p.toml", "name = \"p\"\n[axes]\nserver-threads = [0]\n").unwrap_err().0;
+        assert!(e.contains("server-threads = 0: give a whole number of at least 1"), "{e}");
     }
 
     #[test]

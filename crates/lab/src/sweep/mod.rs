@@ -279,9 +279,13 @@ pub fn run(
 
 /// The variant's text of `[server-config]`'s template in force before its run.
 fn put_server(server: Option<&mut UserServer>, v: &Variant) -> Result<(), SweepError> {
-    let (Some(s), Some(n)) = (server, v.server_workers) else { return Ok(()) };
+    let Some(s) = server.filter(|_| v.server_workers.is_some() || v.server_threads.is_some())
+    else {
+        return Ok(());
+    };
     let tune = |message: String| SweepError::Tune { variant: v.name.clone(), message };
-    if let Some(text) = s.render(n, 1).map_err(tune)? {
+    let (w, t) = (v.server_workers.unwrap_or(1), v.server_threads.unwrap_or(1));
+    if let Some(text) = s.render(w, t).map_err(tune)? {
         s.put(&text).map_err(tune)?;
     }
     Ok(())
