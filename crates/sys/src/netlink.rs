@@ -194,16 +194,28 @@ const DIAG_MSG_LEN: usize = 72;
 /// Every TCP listener of this network namespace, IPv4 and IPv6.
 pub fn listeners() -> io::Result<Vec<Listener>> {
     let mut out = Vec::new();
+    tcp_dump(1 << TCP_LISTEN, 0, |b| parse_listeners(b, &mut out))?;
+    Ok(out)
+}
+
+/// A sock_diag dump of the TCP sockets in `states` (a bit per state), IPv4 then IPv6, with the
+/// extensions `ext` asks for; `parse` reads each datagram.
+fn tcp_dump(
+    states: u32,
+    ext: u8,
+    mut parse: impl FnMut(&[u8]) -> io::Result<Dump>,
+) -> io::Result<()> {
     for family in [libc::AF_INET, libc::AF_INET6] {
         let mut req = [0u8; NLMSG_HDRLEN + DIAG_REQ_LEN];
         header(&mut req, SOCK_DIAG_BY_FAMILY);
         let r = &mut req[NLMSG_HDRLEN..];
         r[0] = family as u8;
         r[1] = libc::IPPROTO_TCP as u8;
-        r[4..8].copy_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
-        dump(libc::NETLINK_SOCK_DIAG, &req, |b| parse_listeners(b, &mut out))?;
+        r[2] = ext;
+        r[4..8].copy_from_slice(&states.to_ne_bytes());
+        dump(libc::NETLINK_SOCK_DIAG, &req, &mut parse)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Parses one datagram of a sock_diag dump of listeners into `out`.
@@ -264,16 +276,7 @@ const SK_MEMINFO_DROPS: usize = 8;
 /// Every TCP connection of this network namespace, IPv4 and IPv6, with its losses.
 pub fn connections() -> io::Result<Vec<Connection>> {
     let mut out = Vec::new();
-    for family in [libc::AF_INET, libc::AF_INET6] {
-        let mut req = [0u8; NLMSG_HDRLEN + DIAG_REQ_LEN];
-        header(&mut req, SOCK_DIAG_BY_FAMILY);
-        let r = &mut req[NLMSG_HDRLEN..];
-        r[0] = family as u8;
-        r[1] = libc::IPPROTO_TCP as u8;
-        r[2] = EXT_INFO_MEMINFO;
-        r[4..8].copy_from_slice(&CONNECTED_STATES.to_ne_bytes());
-        dump(libc::NETLINK_SOCK_DIAG, &req, |b| parse_connections(b, &mut out))?;
-    }
+    tcp_dump(CONNECTED_STATES, EXT_INFO_MEMINFO, |b| parse_connections(b, &mut out))?;
     Ok(out)
 }
 
