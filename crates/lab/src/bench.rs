@@ -545,23 +545,7 @@ fn run(
             return Err(BenchError::Target(format!("the {} target exited during the run", r.kind)));
         }
     }
-    let mut ctx = doctor_context(&load);
-    ctx.ports = run_ports(&placed);
-    if !here {
-        ctx.generators = generators(&load, remote);
-    }
-    if matches!(doctor, Doctor::Here(_)) {
-        // The doctor judges the interfaces on the way to the target, not every busy one.
-        // Over a unix socket no interface is on the way.
-        ctx.path = place::resolve(&placed.url).ok().and_then(|(addr, ..)| {
-            if opts.load.unix_socket.is_some() {
-                return Some(Vec::new());
-            }
-            let ip = addr.ip();
-            let local = qpslab_sys::sockets::is_local(ip);
-            Some(vec![qpslab_host::route::interface_for(&root, ip, local)?])
-        });
-    }
+    let ctx = run_context(opts, &placed, &load, remote, here, matches!(doctor, Doctor::Here(_)));
     let (diagnosis, server_host) = match &mut doctor {
         Doctor::Here(exam) => (exam.diagnose(&samples, ctx), None),
         Doctor::There(far) => {
@@ -816,6 +800,37 @@ fn one_target(load: &LoadOptions, url: &str) -> Result<(), BenchError> {
             v.addr(i)
         ))),
     }
+}
+
+/// What the doctor is told of the run: the load's figures, the ports of its connections, the
+/// generators elsewhere (`here`: none), and, when the doctor runs on this host, the interfaces
+/// on the way to the target.
+fn run_context(
+    opts: &BenchOptions,
+    placed: &place::Placement,
+    load: &Report,
+    remote: &Remote,
+    here: bool,
+    doctor_here: bool,
+) -> Context {
+    let mut ctx = doctor_context(load);
+    ctx.ports = run_ports(placed);
+    if !here {
+        ctx.generators = generators(load, remote);
+    }
+    if doctor_here {
+        // The doctor judges the interfaces on the way to the target, not every busy one.
+        // Over a unix socket no interface is on the way.
+        ctx.path = place::resolve(&placed.url).ok().and_then(|(addr, ..)| {
+            if opts.load.unix_socket.is_some() {
+                return Some(Vec::new());
+            }
+            let ip = addr.ip();
+            let local = qpslab_sys::sockets::is_local(ip);
+            Some(vec![qpslab_host::route::interface_for(&Root::live(), ip, local)?])
+        });
+    }
+    ctx
 }
 
 /// The ports of the run's connections: the target's, and those of the listeners behind it.

@@ -11,23 +11,8 @@ pub fn render_text(r: &BenchReport) -> String {
     let mut o = String::new();
     let l = &r.load;
     let ms = qpslab_runs::compare::fmt_us;
-    let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     let _ = writeln!(o, "target      {}", target_line(r));
-    for u in &r.target.path {
-        let pids: Vec<String> = u.pids.iter().map(ToString::to_string).collect();
-        let _ = writeln!(
-            o,
-            "behind it   {} {} on {} ({}): on the request path, counted as the server",
-            u.comm,
-            pids.join(", "),
-            u.addr,
-            if u.found_by == "connections" {
-                "the server held connections to it".to_string()
-            } else {
-                format!("from {}", u.found_by)
-            }
-        );
-    }
+    o.push_str(&path_lines(r));
     if let Some(h) = &r.server_host {
         let _ = writeln!(
             o,
@@ -47,6 +32,69 @@ pub fn render_text(r: &BenchReport) -> String {
         );
         o.push_str(&route_lines(p));
     }
+    o.push_str(&generator_lines(r));
+    let _ = writeln!(
+        o,
+        "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status){}",
+        l.throughput_rps,
+        l.requests.ok,
+        l.requests.failed,
+        l.requests.bad_status,
+        schedule_note(l)
+    );
+    let lat = &l.latency_us;
+    let _ = writeln!(
+        o,
+        "latency     p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        ms(lat.p50),
+        ms(lat.p90),
+        ms(lat.p99),
+        ms(lat.p999),
+        ms(lat.max)
+    );
+    o.push_str(&connection_lines(l));
+    let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
+    let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
+    if let Some(per) = r.requests_per_server_cpu_s {
+        let _ = writeln!(o, "efficiency  {per:.0} requests per server CPU-second");
+    }
+    for note in &r.notes {
+        let _ = writeln!(o, "note        {note}");
+    }
+    o.push_str(&trust_lines(r));
+    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
+    o.push_str(&checks_text(l));
+    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
+    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o
+}
+
+/// `behind it` lines: what the server passes requests to, followed as the server.
+fn path_lines(r: &BenchReport) -> String {
+    let mut o = String::new();
+    for u in &r.target.path {
+        let pids: Vec<String> = u.pids.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            o,
+            "behind it   {} {} on {} ({}): on the request path, counted as the server",
+            u.comm,
+            pids.join(", "),
+            u.addr,
+            if u.found_by == "connections" {
+                "the server held connections to it".to_string()
+            } else {
+                format!("from {}", u.found_by)
+            }
+        );
+    }
+    o
+}
+
+/// The generator's line, and one per agent of a load over agents.
+fn generator_lines(r: &BenchReport) -> String {
+    let mut o = String::new();
+    let l = &r.load;
+    let list = |v: &[usize]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     match &l.agents {
         None => {
             let _ = writeln!(
@@ -90,39 +138,6 @@ pub fn render_text(r: &BenchReport) -> String {
             }
         }
     }
-    let _ = writeln!(
-        o,
-        "throughput  {:.0} requests/s ({} ok, {} failed, {} bad status){}",
-        l.throughput_rps,
-        l.requests.ok,
-        l.requests.failed,
-        l.requests.bad_status,
-        schedule_note(l)
-    );
-    let lat = &l.latency_us;
-    let _ = writeln!(
-        o,
-        "latency     p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
-        ms(lat.p50),
-        ms(lat.p90),
-        ms(lat.p99),
-        ms(lat.p999),
-        ms(lat.max)
-    );
-    o.push_str(&connection_lines(l));
-    let server = r.server_cpu.map_or("not followed".to_string(), |c| format!("{c:.2} CPUs"));
-    let _ = writeln!(o, "cpu         server {server}, generator {:.2} CPUs", r.generator_cpu);
-    if let Some(per) = r.requests_per_server_cpu_s {
-        let _ = writeln!(o, "efficiency  {per:.0} requests per server CPU-second");
-    }
-    for note in &r.notes {
-        let _ = writeln!(o, "note        {note}");
-    }
-    o.push_str(&trust_lines(r));
-    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
-    o.push_str(&checks_text(l));
-    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
-    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
     o
 }
 
