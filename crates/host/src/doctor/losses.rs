@@ -69,14 +69,11 @@ pub(super) fn attribute(
             ));
         }
         Some(l) if l.complete => {
-            f.severity = Severity::Info;
-            f.summary = format!("on this host but not in this run: {}", f.summary);
-            f.evidence.push(format!(
+            let why = format!(
                 "the run's {} connection(s), open throughout, had no {what} in the window (sock_diag): the counters are host-wide",
                 l.connections
-            ));
-            f.remedy =
-                "none for this run; the host's other traffic lost them (ss -ti shows whose)".into();
+            );
+            f = not_this_runs(f, why, "the host's other traffic lost them (ss -ti shows whose)");
         }
         _ => {
             f.severity = f.severity.min(Severity::Warning);
@@ -85,5 +82,15 @@ pub(super) fn attribute(
             );
         }
     }
+    f
+}
+
+/// A finding of host-wide counters said as the host's, not the run's: info, `why` as its
+/// evidence, and no remedy for this run but where to look.
+pub(super) fn not_this_runs(mut f: Finding, why: String, look: &str) -> Finding {
+    f.severity = Severity::Info;
+    f.summary = format!("on this host but not in this run: {}", f.summary);
+    f.evidence.push(why);
+    f.remedy = format!("none for this run; {look}");
     f
 }

@@ -3,7 +3,7 @@
 //! is in the catalogue ([`super::RULES`]).
 
 use super::explain::Explanation;
-use super::losses::{attribute, RunLosses};
+use super::losses::{attribute, not_this_runs, RunLosses};
 use super::summary::{pct, per_s, share, CpuShare, ListenFull, Summary};
 use super::{
     Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
@@ -219,15 +219,13 @@ pub(super) fn tcp_queues(
 
 /// The SYN queue's counters are host-wide: a run that opened no connection in its window
 /// (kept-alive connections, no reconnects) sent no SYN to be queued or dropped.
-fn syn_queue_whose(mut f: Finding, ctx: &Context) -> Finding {
+fn syn_queue_whose(f: Finding, ctx: &Context) -> Finding {
     let connected = ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0);
-    if !connected {
-        f.severity = Severity::Info;
-        f.summary = format!("on this host but not in this run: {}", f.summary);
-        f.evidence.push("the load opened no connection in its window (kept-alive connections, no reconnects): the counters are host-wide".into());
-        f.remedy = "none for this run; look at the host's other listeners (ss -ltn)".into();
+    if connected {
+        return f;
     }
-    f
+    let why = "the load opened no connection in its window (kept-alive connections, no reconnects): the counters are host-wide";
+    not_this_runs(f, why.into(), "look at the host's other listeners (ss -ltn)")
 }
 
 /// Listen overflows are counted host-wide: they are the run's only when a listener of the
