@@ -217,10 +217,17 @@ pub(super) fn tcp_queues(
     }
 }
 
+/// Whether the load opened connections in its window (not only kept-alive ones, with no
+/// reconnects): only then can a listen or SYN queue have dropped one of the run's. True when
+/// the load is not known.
+fn opened_connections(ctx: &Context) -> bool {
+    ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0)
+}
+
 /// The SYN queue's counters are host-wide: a run that opened no connection in its window
 /// (kept-alive connections, no reconnects) sent no SYN to be queued or dropped.
 fn syn_queue_whose(f: Finding, ctx: &Context) -> Finding {
-    let connected = ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0);
+    let connected = opened_connections(ctx);
     if connected {
         return f;
     }
@@ -255,7 +262,7 @@ fn listen_overflows(
         .iter()
         .filter(|l| servers.is_empty() || l.holders.iter().any(|(pid, _)| servers.contains(pid)))
         .collect();
-    let connected = ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0);
+    let connected = opened_connections(ctx);
     let seen = |l: &ListenFull| {
         let who: Vec<String> = l.holders.iter().map(|(p, c)| format!("{c} {p}")).collect();
         format!(
