@@ -171,7 +171,7 @@ impl FailOnArgs {
     pub fn list(&self) -> Vec<qpslab_lab::fail_on::FailOn> {
         let mut v = self.fail_on.clone();
         if self.fail_on_warning {
-            v.push(qpslab_lab::fail_on::FailOn::AtLeast(qpslab_host::doctor::Severity::Warning));
+            v.push(qpslab_lab::fail_on::FailOn::AtLeast(qpslab_doctor::Severity::Warning));
         }
         v
     }

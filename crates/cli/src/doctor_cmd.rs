@@ -1,7 +1,7 @@
 //! `qpslab doctor`: sample while a duration passes or a command runs, then print findings.
 
-use qpslab_host::doctor::{rule, RULES};
-use qpslab_host::render::doctor_text;
+use qpslab_doctor::render::doctor_text;
+use qpslab_doctor::{rule, RULES};
 use qpslab_lab::doctor::{doctor, DoctorError, DoctorOptions};
 
 use crate::args::DoctorArgs;

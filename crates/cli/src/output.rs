@@ -27,7 +27,7 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 /// `--profile-out FILE`: writes the diagnosis's folded stacks there and drops them from the
 /// report (they are for flame graph tools, not for the JSON).
 pub fn folded_out(
-    d: &mut qpslab_host::Diagnosis,
+    d: &mut qpslab_doctor::Diagnosis,
     path: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let Some(path) = path else { return Ok(()) };

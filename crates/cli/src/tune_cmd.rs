@@ -3,8 +3,8 @@
 use std::io::BufRead as _;
 
 use qpslab_host::sample::Role;
-use qpslab_host::tune::{self, text, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError};
 use qpslab_host::{CpuSet, Host, Root};
+use qpslab_tune::{self as tune, text, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError};
 
 use qpslab_lab::hostset;
 

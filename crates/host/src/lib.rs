@@ -1,11 +1,10 @@
-//! qpslab's view of the host: pure parsers of /proc and /sys text ([`parse`], [`cpuset`]), the
-//! host model read from an injectable root ([`host`], [`nic`]), counter samples ([`sample`]) and
-//! the doctor's rules ([`doctor`]), with text rendering ([`render`]), and the tune planner with
-//! its journaled apply/revert ([`tune`]), the only module that writes to the host.
+//! qpslab's view of the host, the evidence every verdict is made from: pure parsers of /proc and
+//! /sys text ([`parse`], [`cpuset`]), the host model read from an injectable root ([`host`],
+//! [`nic`], [`links`], [`route`]), counter samples ([`sample`]), the processes on the request
+//! path ([`procs`], [`upstream`], [`nginx`]) and the host's text ([`render`]). It reads and never
+//! judges: the doctor (`qpslab-doctor`) draws the verdicts, `qpslab-tune` makes the changes.
 
 pub mod cpuset;
-pub mod doctor;
-pub mod exam;
 pub mod facts;
 pub mod host;
 pub mod links;
@@ -16,10 +15,17 @@ pub mod procs;
 pub mod render;
 pub mod route;
 pub mod sample;
-pub mod tune;
 pub mod upstream;
 
+use std::path::Path;
+
 pub use cpuset::CpuSet;
-pub use exam::{Diagnosis, Examination};
 pub use host::Host;
 pub use qpslab_sys::root::{ReadError, Root};
+
+/// Whether `dir` is this host's own root: writes there change the running kernel, so they need
+/// root and, on apply, the user's confirmation; and what the kernel holds outside /proc and /sys
+/// (qdiscs over rtnetlink, driver statistics, `nginx -T`) is asked of it only there.
+pub fn is_live(dir: &Path) -> bool {
+    dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
+}

@@ -48,7 +48,7 @@ pub fn is_allowance_counter(name: &str) -> bool {
 
 /// Reads the interfaces' qdiscs and driver counters under `root`.
 pub fn read(root: &Root) -> Links {
-    let live = crate::tune::is_live(root.dir());
+    let live = crate::is_live(root.dir());
     let names = root.list("sys/class/net");
     let qdiscs = if live {
         let index: BTreeMap<i32, &String> = names

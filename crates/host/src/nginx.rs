@@ -133,7 +133,7 @@ fn statements(text: &str) -> Vec<String> {
 /// effective configuration (`nginx -T`, with the `-c` and `-p` it was started with). None when
 /// `pid` is not nginx, the root is not the live one, or nginx refuses.
 pub fn read(root: &Root, pid: u32) -> Option<NginxConf> {
-    if !crate::tune::is_live(root.dir()) {
+    if !crate::is_live(root.dir()) {
         return root.read_opt("qpslab/nginx-T.txt").map(|t| parse(&t));
     }
     master(root, pid)?.dump().map(|t| parse(&t))

@@ -277,7 +277,7 @@ impl Sample {
 /// The listeners whose accept queue is at its backlog now: from sock_diag on a live host
 /// (cheap however many connections are open), from the socket tables of a fixture tree.
 pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
-    let all = if crate::tune::is_live(root.dir()) {
+    let all = if crate::is_live(root.dir()) {
         qpslab_sys::netlink::listeners().unwrap_or_default()
     } else {
         qpslab_sys::sockets::tcp_sockets(root)
@@ -297,7 +297,7 @@ pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
 impl Sample {
     /// Reads every TCP connection's losses so far ([`Sample::connections`]), on a live host.
     pub fn take_connections(&mut self, root: &Root) {
-        if crate::tune::is_live(root.dir()) {
+        if crate::is_live(root.dir()) {
             self.connections = qpslab_sys::netlink::connections().ok();
         }
     }
@@ -420,7 +420,7 @@ fn first_read(samples: &[Sample]) -> bool {
 
 /// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
 /// sample; at least two samples are returned. The first is taken at once.
-pub(crate) fn sample_until(
+pub fn sample_until(
     root: &Root,
     nic_irqs: &BTreeSet<u32>,
     watch: &[Watch],

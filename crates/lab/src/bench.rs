@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use qpslab_doctor::{Context, Generator, LoadFacts};
+use qpslab_doctor::{Diagnosis, Examination};
 use qpslab_fleet::coordinator::{self, FleetError};
 use qpslab_fleet::session::FleetOptions;
 use qpslab_fleet::transport::{self, AgentHost, Place};
-use qpslab_host::doctor::{Context, Generator, LoadFacts};
 use qpslab_host::sample::Role;
-use qpslab_host::{Diagnosis, Examination, Root};
+use qpslab_host::Root;
 use qpslab_load::feed::{Event, Feed};
 use qpslab_load::report::RunMeta;
 use qpslab_load::{LoadConfig, LoadOptions, Report};
@@ -587,10 +588,10 @@ fn with_drains(
 }
 
 /// A run that began on a target still busy with an earlier load's requests.
-fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_host::doctor::Finding> {
-    (!d.drained).then(|| qpslab_host::doctor::Finding {
+fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_doctor::Finding> {
+    (!d.drained).then(|| qpslab_doctor::Finding {
         name: "undrained-start",
-        severity: qpslab_host::doctor::Severity::Warning,
+        severity: qpslab_doctor::Severity::Warning,
         summary: "the target was still busy with an earlier load's requests when the run began: the run measured that backlog too".into(),
         evidence: vec![format!(
             "{} probe(s) before the run: the first answered in {:.0} ms, the last in {:.0} ms{}",
@@ -603,10 +604,10 @@ fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_host::doctor::Findi
     })
 }
 
-/// What the findings say of the run as a measurement ([`qpslab_host::doctor::run_mark`]),
+/// What the findings say of the run as a measurement ([`qpslab_doctor::run_mark`]),
 /// each once: `disturbed`, `behind-schedule`.
-pub fn marks(findings: &[qpslab_host::doctor::Finding]) -> Vec<&'static str> {
-    qpslab_host::doctor::run_marks(findings.iter().map(|f| (f.name, f.severity.name())))
+pub fn marks(findings: &[qpslab_doctor::Finding]) -> Vec<&'static str> {
+    qpslab_doctor::run_marks(findings.iter().map(|f| (f.name, f.severity.name())))
 }
 
 /// The generators of a run the doctor did not follow: each agent, or this host's load.
@@ -864,7 +865,7 @@ fn doctor_context(load: &Report) -> Context {
 /// The load's figures the doctor explains the rate by.
 fn load_facts(load: &Report) -> LoadFacts {
     let r = &load.requests;
-    let schedule = load.rate.as_ref().map(|s| qpslab_host::doctor::Schedule {
+    let schedule = load.rate.as_ref().map(|s| qpslab_doctor::Schedule {
         target_rps: s.target_rps,
         achieved_rps: s.achieved_rps,
         kept: s.kept,

@@ -9,9 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use qpslab_host::doctor::Context;
+use qpslab_doctor::Context;
+use qpslab_doctor::{Diagnosis, Examination};
 use qpslab_host::sample::Role;
-use qpslab_host::{Diagnosis, Examination, ReadError, Root};
+use qpslab_host::{ReadError, Root};
 
 /// What to examine, as the user gave it.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use qpslab_host::doctor::{run_mark, Finding, Severity, RULES};
+use qpslab_doctor::{run_mark, Finding, Severity, RULES};
 
 use crate::BenchReport;
 

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use qpslab_host::sample::Role;
-use qpslab_host::tune::{self, ApplyOptions, Explicit, Plan, PlanOptions, RootFiles, TuneError};
 use qpslab_host::{CpuSet, Host, Root};
+use qpslab_tune::{self as tune, ApplyOptions, Explicit, Plan, PlanOptions, RootFiles, TuneError};
 
 use crate::kinds::TuneSpec;
 

@@ -2,10 +2,10 @@
 //! taken from a bench or a load report, and the run's provenance (version, command, kernel, CPU
 //! model, the host's topology, NIC queues and sysctls, and the tune state in force).
 
-use qpslab_host::doctor::Severity;
-use qpslab_host::tune::{self, RootFiles};
+use qpslab_doctor::Severity;
 use qpslab_host::{Host, Root};
 use qpslab_load::Report;
+use qpslab_tune::{self as tune, RootFiles};
 use serde::Serialize;
 
 use crate::bench::{BenchOptions, BenchReport};

@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use qpslab_doctor::{Context, Generator, LoadFacts};
+use qpslab_doctor::{Diagnosis, Examination};
 use qpslab_fleet::agent::HostSide;
 use qpslab_fleet::session::{FleetOptions, Session};
-use qpslab_host::doctor::{Context, Generator, LoadFacts};
 use qpslab_host::sample::{Role, Sample};
-use qpslab_host::{Diagnosis, Examination, Root};
+use qpslab_host::Root;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -297,7 +298,7 @@ impl HostAgent {
     fn tune(&mut self, c: TuneCall, apply: bool) -> Result<(), String> {
         let root = Root::live();
         let change = hostset::host_change(&c.tune)?;
-        let journal = qpslab_host::tune::journal_path(&root, c.journal.as_deref());
+        let journal = qpslab_tune::journal_path(&root, c.journal.as_deref());
         if !apply {
             return hostset::check(&root, &change, &journal);
         }

@@ -182,7 +182,7 @@ pub fn nginx_config(
          \x20 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
          \x20 server {{\n    listen {addr}{reuseport}{ssl}{http2} backlog=4096;\n{unix_listen}{ssl_conf}\
          \x20   location / {{ default_type text/plain; return 200 \"ok\\n\"; }}\n  }}\n}}\n",
-        affinity = qpslab_host::tune::emit::nginx_affinity(&pinned),
+        affinity = qpslab_tune::emit::nginx_affinity(&pinned),
         ssl = if tls { " ssl" } else { "" },
         http2 = if h2 { " http2" } else { "" },
         // A unix socket has no SO_REUSEPORT: one socket, whatever the accept mode.

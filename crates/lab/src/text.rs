@@ -62,10 +62,10 @@ pub fn render_text(r: &BenchReport) -> String {
         let _ = writeln!(o, "note        {note}");
     }
     o.push_str(&trust_lines(r));
-    o.push_str(&qpslab_host::render::explanation_text(&r.doctor));
+    o.push_str(&qpslab_doctor::render::explanation_text(&r.doctor));
     o.push_str(&checks_text(l));
-    o.push_str(&qpslab_host::render::profile_text(&r.doctor));
-    o.push_str(&qpslab_host::render::findings_text(&r.doctor.findings));
+    o.push_str(&qpslab_doctor::render::profile_text(&r.doctor));
+    o.push_str(&qpslab_doctor::render::findings_text(&r.doctor.findings));
     o
 }
 

@@ -84,9 +84,9 @@ pub struct Summary {
 }
 
 /// What a stored run's findings say of it as a measurement, each once: `disturbed`,
-/// `behind-schedule` ([`qpslab_host::doctor::run_mark`]).
+/// `behind-schedule` ([`qpslab_doctor::run_mark`]).
 pub fn marks(r: &StoredRun) -> Vec<&'static str> {
-    qpslab_host::doctor::run_marks(
+    qpslab_doctor::run_marks(
         r.facts.findings.iter().map(|f| (f.name.as_str(), f.severity.as_str())),
     )
 }
@@ -525,7 +525,7 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
     };
     // A profile's findings cannot be in a run without one: not "gone" or "new" for that.
     let compared = |n: &&String| {
-        profiled_only.is_none() || !qpslab_host::doctor::PROFILE_FINDINGS.contains(&n.as_str())
+        profiled_only.is_none() || !qpslab_doctor::PROFILE_FINDINGS.contains(&n.as_str())
     };
     let names = |s: &Summary| s.findings.iter().filter(compared).cloned().collect::<BTreeSet<_>>();
     let (fa, fb) = (names(&sa), names(&sb));

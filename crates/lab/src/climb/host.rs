@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use qpslab_host::tune::{self, explicit::Explicit, Plan};
 use qpslab_host::{Host, Root};
+use qpslab_tune::{self as tune, explicit::Explicit, Plan};
 
 use super::remedy::Change;
 use crate::hostset::{self, Applied};

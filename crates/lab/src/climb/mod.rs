@@ -516,7 +516,7 @@ fn pick(
     let mut first_na = None;
     // What the doctor saw: the finding, and the rate explained in this state.
     let rate = r.doctor.explanation.as_ref().and_then(|e| e.chain.last().cloned());
-    let row = |f: &qpslab_host::doctor::Finding, verdict: &'static str, why: String| Step {
+    let row = |f: &qpslab_doctor::Finding, verdict: &'static str, why: String| Step {
         finding: f.name.to_string(),
         evidence: std::iter::once(f.summary.clone()).chain(rate.clone()).collect(),
         change: None,
@@ -529,7 +529,7 @@ fn pick(
         why,
         disturbed: 0,
     };
-    let chosen = |f: &qpslab_host::doctor::Finding, c: Change| {
+    let chosen = |f: &qpslab_doctor::Finding, c: Change| {
         let mut s = row(f, "kept", String::new());
         s.change = Some(c.describe());
         s.knob = Some(c.clone());

@@ -5,7 +5,7 @@
 //! user's own nginx, and with `--apply-host` a setting of the host the climb runs on (a
 //! sysctl, an interface's receive steering), planned and journaled as `qpslab tune` does.
 
-use qpslab_host::doctor::Finding;
+use qpslab_doctor::Finding;
 use serde::Serialize;
 
 use crate::bench::{BenchOptions, BenchReport};
@@ -506,7 +506,7 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
-    use qpslab_host::doctor::Severity;
+    use qpslab_doctor::Severity;
 
     fn finding(name: &'static str, summary: &str) -> Finding {
         Finding {

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use qpslab_host::tune;
 use qpslab_host::{Host, Root};
 use qpslab_load::feed::{Event, Feed};
+use qpslab_tune as tune;
 
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 

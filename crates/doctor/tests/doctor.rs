@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use qpslab_host::doctor::{diagnose, summarize, Context, Finding, Generator, LoadFacts, Severity};
+use qpslab_doctor::{diagnose, summarize, Context, Finding, Generator, LoadFacts, Severity};
 use qpslab_host::sample::{Role, Sample, Watch};
 use qpslab_host::{Host, Root};
 use qpslab_testkit::{write_process, Counters, Shape};
@@ -57,12 +57,12 @@ impl Run {
         self.sample();
     }
 
-    fn diagnose(&self, ctx: &Context) -> (Vec<Finding>, qpslab_host::doctor::Explanation) {
+    fn diagnose(&self, ctx: &Context) -> (Vec<Finding>, qpslab_doctor::Explanation) {
         let roles: BTreeMap<u32, Role> = self.watch.iter().map(|w| (w.pid, w.role)).collect();
         let summary = summarize(&self.samples, &roles, 100.0);
         let (findings, explanation) = diagnose(&self.host(), &self.samples, &summary, ctx);
         for f in &findings {
-            assert!(qpslab_host::doctor::rule(f.name).is_some(), "{} is not in RULES", f.name);
+            assert!(qpslab_doctor::rule(f.name).is_some(), "{} is not in RULES", f.name);
         }
         (findings, explanation)
     }
@@ -483,13 +483,17 @@ fn a_diagnosis_travels_as_json_and_back() {
     let summary = summarize(&run.samples, &roles, 100.0);
     let (findings, explanation) =
         diagnose(&run.host(), &run.samples, &summary, &Context::default());
-    let d =
-        qpslab_host::Diagnosis { summary, findings, explanation: Some(explanation), profile: None };
+    let d = qpslab_doctor::Diagnosis {
+        summary,
+        findings,
+        explanation: Some(explanation),
+        profile: None,
+    };
     let text = serde_json::to_string(&d).unwrap();
-    let back: qpslab_host::Diagnosis = serde_json::from_str(&text).unwrap();
+    let back: qpslab_doctor::Diagnosis = serde_json::from_str(&text).unwrap();
     assert_eq!(serde_json::to_string(&back).unwrap(), text);
     let strange = text.replace("client-bound", "no-such-rule");
-    let e = serde_json::from_str::<qpslab_host::Diagnosis>(&strange).unwrap_err();
+    let e = serde_json::from_str::<qpslab_doctor::Diagnosis>(&strange).unwrap_err();
     assert!(e.to_string().contains("unknown finding \"no-such-rule\""), "{e}");
 }
 
@@ -953,7 +957,7 @@ fn no_headline_contradicts_its_evidence() {
             })
             .collect()
     }
-    let sat = qpslab_host::doctor::SATURATED;
+    let sat = qpslab_doctor::SATURATED;
     let throttled = qpslab_sys::cgroup::THROTTLED_SHARE;
     let mut judged = std::collections::BTreeMap::new();
     for server in [20u64, 32, 60, 95] {
@@ -1242,7 +1246,7 @@ fn an_open_loop_with_nothing_saturated_is_paced() {
 fn an_open_loop_behind_its_schedule_is_not_paced() {
     let run = two_sides(30, 30, 4, |_| 10_000);
     for free in [false, true] {
-        let schedule = qpslab_host::doctor::Schedule {
+        let schedule = qpslab_doctor::Schedule {
             target_rps: 4000.0,
             achieved_rps: 2823.0,
             kept: false,

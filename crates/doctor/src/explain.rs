@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::summary::{pct, Summary};
 use super::{CPU_WAITS, SATURATED};
-use crate::host::Host;
-use crate::sample::Role;
+use qpslab_host::host::Host;
+use qpslab_host::sample::Role;
 
 /// What the load tells the doctor about the run it measured (`bench` knows it; `doctor --
 /// COMMAND` does not, and explains by the counters alone).

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpuset::CpuSet;
-use crate::sample::{ProcSample, Role, Sample};
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::sample::{ProcSample, Role, Sample};
 
 /// One CPU's time split over the window, as shares of 1.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -160,7 +160,7 @@ pub struct Summary {
     /// At the end of the window, the destinations holding most ephemeral ports (read only
     /// when the sockets could fill half the range).
     #[serde(default)]
-    pub dest_ports: Vec<crate::sample::DestPorts>,
+    pub dest_ports: Vec<qpslab_host::sample::DestPorts>,
     /// Share of the window in which at least one runnable task waited for a CPU (PSI's
     /// `some`, host-wide): the CPUs' saturation, whoever was waiting. None without PSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,7 +173,7 @@ pub struct Summary {
     pub nic_counters: Vec<NicCounter>,
     /// At the window's end, listeners with connections waiting to be accepted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub listen_queues: Vec<crate::sample::ListenQueue>,
+    pub listen_queues: Vec<qpslab_host::sample::ListenQueue>,
     /// Listeners seen with their accept queue at its backlog in the window's samples.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen_full: Vec<ListenFull>,
@@ -288,7 +288,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
             }
         })
         .collect();
-    let softnet_delta = |f: fn(&crate::parse::SoftnetRow) -> u64| -> BTreeMap<usize, u64> {
+    let softnet_delta = |f: fn(&qpslab_host::parse::SoftnetRow) -> u64| -> BTreeMap<usize, u64> {
         last.softnet
             .iter()
             .map(|r| {
@@ -343,7 +343,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
 /// packets in the window.
 fn qdisc_rates(samples: &[Sample], secs: f64) -> Vec<QdiscRate> {
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return Vec::new() };
-    let key = |q: &crate::links::IfQdisc| (q.iface.clone(), q.qdisc.handle, q.qdisc.parent);
+    let key = |q: &qpslab_host::links::IfQdisc| (q.iface.clone(), q.qdisc.handle, q.qdisc.parent);
     last.links
         .qdiscs
         .iter()

@@ -1,7 +1,7 @@
 //! Server configuration matching a plan: the nginx snippet of `tune plan --emit nginx`, and the
 //! `worker_cpu_affinity` masks that `bench --target nginx` also uses.
 
-use crate::cpuset::CpuSet;
+use qpslab_host::cpuset::CpuSet;
 
 /// nginx `worker_cpu_affinity` masks: one binary mask per worker, worker i on the i-th CPU.
 pub fn nginx_affinity(cpus: &[usize]) -> String {

@@ -3,8 +3,9 @@
 //!
 //! [`plan`] computes the target state from the host model ([`place`] holds the CPU-placement
 //! rules), [`apply`] writes it through a journal ([`journal`]) and reverts it, [`text`] renders
-//! it, [`emit`] turns it into server configuration. This is the only module that writes to
-//! /proc and /sys, and only through [`apply::Files`].
+//! it, [`emit`] turns it into server configuration. This is the only crate that writes to
+//! /proc and /sys, and only through [`apply::Files`]. It reads the host through `qpslab-host`
+//! and knows nothing of the doctor's verdicts.
 
 pub mod apply;
 pub mod emit;
@@ -22,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use qpslab_sys::root::Root;
 
-use crate::doctor::JOURNAL;
+/// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
+pub const JOURNAL: &str = "var/lib/qpslab/journal.json";
 
 /// The journal to use: `flag` when given, else `ROOT/var/lib/qpslab/journal.json`; inside a
 /// network namespace the namespace's own (`journal-net-ID.json`), since the filesystem is shared
@@ -32,7 +34,7 @@ pub fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
         return path.to_path_buf();
     }
     let default = root.path(JOURNAL);
-    match crate::host::net_namespace(root) {
+    match qpslab_host::host::net_namespace(root) {
         Some(ns) => {
             let id: String = ns.chars().filter(char::is_ascii_digit).collect();
             default.with_file_name(format!("journal-net-{id}.json"))
@@ -41,12 +43,7 @@ pub fn journal_path(root: &Root, flag: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Whether `dir` is this host's own root: writes there change the running kernel, so they need
-/// root and, on apply, the user's confirmation; and what the kernel holds outside /proc and /sys
-/// (qdiscs over rtnetlink, driver statistics, `nginx -T`) is asked of it only there.
-pub fn is_live(dir: &Path) -> bool {
-    dir.canonicalize().is_ok_and(|d| d == Path::new("/"))
-}
+pub use qpslab_host::is_live;
 
 #[cfg(test)]
 mod tests {

@@ -11,10 +11,11 @@ use qpslab_profile::{Profile, ProfileError, ProfileOptions, RawProfile, Sampler,
 
 use serde::{Deserialize, Serialize};
 
-use crate::doctor::{diagnose, summarize, Context, Explanation, Finding, Summary, JOURNAL};
-use crate::host::Host;
-use crate::sample::{sample_until, Role, Sample, Watch};
+use crate::{diagnose, summarize, Context, Explanation, Finding, Summary};
+use qpslab_host::host::Host;
+use qpslab_host::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
+use qpslab_tune::JOURNAL;
 
 /// What the doctor says about a run: the summary and the findings, worst first, and the
 /// profile when one was asked for (`available: false` with the reason when it could not be
@@ -101,7 +102,7 @@ impl Examination {
                 .watch
                 .iter()
                 .filter(|w| w.role == Role::Server)
-                .find_map(|w| crate::nginx::read(&self.root, w.pid));
+                .find_map(|w| qpslab_host::nginx::read(&self.root, w.pid));
         }
         ctx.profile = self.profiled.as_ref().map(|r| self.build_profile(r));
         let (findings, explanation) = diagnose(&self.host, samples, &summary, &ctx);

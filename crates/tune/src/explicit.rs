@@ -10,9 +10,9 @@ use qpslab_sys::root::Root;
 use serde::Serialize;
 
 use super::plan::{list_or_off, mask_text, Change, Kind, Plan, PlanError, PlanOptions};
-use crate::cpuset::CpuSet;
-use crate::host::{read_sysctl, Host};
-use crate::sample::Role;
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::host::{read_sysctl, Host};
+use qpslab_host::sample::Role;
 
 /// The settings, as given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

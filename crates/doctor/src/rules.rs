@@ -9,8 +9,8 @@ use super::{
     Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
     HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT, SQUEEZE_PER_S, TW_PRESSURE,
 };
-use crate::host::Host;
-use crate::sample::Sample;
+use qpslab_host::host::Host;
+use qpslab_host::sample::Sample;
 
 pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     let Some(hot) = s
@@ -28,7 +28,7 @@ pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Fin
     }
     let rx_total: f64 = s.net_rx_per_s.values().sum();
     let rx_hot = s.net_rx_per_s.get(&hot.cpu).copied().unwrap_or(0.0);
-    let idle_list: crate::CpuSet = idle.iter().map(|c| c.cpu).collect();
+    let idle_list: qpslab_host::CpuSet = idle.iter().map(|c| c.cpu).collect();
     let mean_idle = idle.iter().map(|c| c.idle).sum::<f64>() / idle.len() as f64;
     let mut evidence = vec![
         format!("CPU {} softirq {} idle {}", hot.cpu, pct(hot.softirq), pct(hot.idle)),
@@ -52,7 +52,7 @@ pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Fin
 }
 
 pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
-    let judged = |n: &&crate::nic::Nic| {
+    let judged = |n: &&qpslab_host::nic::Nic| {
         n.name != "lo" && n.state == "up" && !n.rx.is_empty() && ctx.on_path(&n.name)
     };
     for nic in host.nics.iter().filter(judged) {
@@ -66,7 +66,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
         // land on (where they were routed, when none landed) was saturated in this window.
         let irq_cpus = {
             let numbers = nic.irq_numbers();
-            let mut landed = crate::CpuSet::new();
+            let mut landed = qpslab_host::CpuSet::new();
             for r in s.irqs.iter().filter(|r| numbers.contains(&r.irq)) {
                 r.per_cpu_per_s.iter().filter(|(_, &v)| v > 0.0).for_each(|(c, _)| {
                     landed.insert(*c);
@@ -102,7 +102,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
         }
         // Where the queue interrupts landed during the window, else where they are routed.
         let irq_numbers = nic.irq_numbers();
-        let mut landed = crate::CpuSet::new();
+        let mut landed = qpslab_host::CpuSet::new();
         for r in s.irqs.iter().filter(|r| irq_numbers.contains(&r.irq)) {
             r.per_cpu_per_s.iter().filter(|(_, &v)| v > 0.0).for_each(|(c, _)| {
                 landed.insert(*c);
@@ -253,7 +253,7 @@ fn listen_overflows(
     let servers: Vec<u32> = s
         .processes
         .iter()
-        .filter(|p| p.role == crate::sample::Role::Server)
+        .filter(|p| p.role == qpslab_host::sample::Role::Server)
         .map(|p| p.pid)
         .collect();
     // With the server unknown, any listener seen full may be its (the evidence names it).
@@ -395,8 +395,9 @@ pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
     // 1: TIME_WAIT ports over 1 s old are reused for new connects; 2 (the default): only to
     // loopback destinations.
     let reuse = host.sysctl("net.ipv4.tcp_tw_reuse").unwrap_or("0").to_string();
-    let reused =
-        |d: &crate::sample::DestPorts| reuse == "1" || (reuse == "2" && d.dest.ip().is_loopback());
+    let reused = |d: &qpslab_host::sample::DestPorts| {
+        reuse == "1" || (reuse == "2" && d.dest.ip().is_loopback())
+    };
     // Ports a new connect to the destination cannot take, and whether someone connects to it
     // now: connections to it closed during the window, or connects failing for want of a port
     // (once the range is used up, nothing new closes until TIME_WAIT ends).

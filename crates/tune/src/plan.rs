@@ -3,10 +3,10 @@
 //! nothing; [`super::apply`] owns writes.
 
 use super::place::Topology;
-use crate::cpuset::CpuSet;
-use crate::host::Host;
-use crate::nic::Nic;
-use crate::sample::Role;
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::host::Host;
+use qpslab_host::nic::Nic;
+use qpslab_host::sample::Role;
 use serde::Serialize;
 
 // Sources, named briefly by title in the output; docs/tune.md lists them in full: the public

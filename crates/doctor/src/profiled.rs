@@ -9,7 +9,7 @@ use super::summary::{pct, CpuShare, Summary};
 use super::{
     Context, Finding, Severity, CLOCK_SHARE, COPY_SHARE, LOCK_SHARE, PROFILE_BUSY, SYSCALL_SHARE,
 };
-use crate::host::Host;
+use qpslab_host::host::Host;
 
 /// Profile samples a process needs before its shares are judged.
 const MIN_SAMPLES: u64 = 50;
@@ -111,7 +111,7 @@ fn lock_remedy(host: &Host, s: &Summary, ctx: &Context) -> String {
     let workers = s
         .processes
         .iter()
-        .filter(|p| p.role == crate::sample::Role::Server)
+        .filter(|p| p.role == qpslab_host::sample::Role::Server)
         .map(|p| p.busy_threads)
         .sum::<usize>();
     if workers > 1 && !ctx.nginx.as_ref().is_some_and(|n| n.reuseport) {

@@ -22,8 +22,8 @@ fn arrow(from: &str, to: &str) -> String {
 pub fn plan_text(plan: &Plan) -> String {
     let mut s = String::new();
     let role = match plan.role {
-        crate::sample::Role::Server => "server",
-        crate::sample::Role::Client => "client",
+        qpslab_host::sample::Role::Server => "server",
+        qpslab_host::sample::Role::Client => "client",
     };
     let scope = plan
         .net_namespace
@@ -71,7 +71,7 @@ pub fn plan_text(plan: &Plan) -> String {
         return s;
     }
     let _ = writeln!(s, "\nRun the workers with:\n  {}", plan.command);
-    if plan.role == crate::sample::Role::Server {
+    if plan.role == qpslab_host::sample::Role::Server {
         s.push_str(
             "  (nginx: `qpslab tune plan --emit nginx` prints the matching configuration)\n",
         );
@@ -81,7 +81,7 @@ pub fn plan_text(plan: &Plan) -> String {
 
 /// A file's content as people read it: CPU masks as lists ("off" when empty), others trimmed.
 fn value(path: &str, text: &str) -> String {
-    match crate::cpuset::CpuSet::parse_mask(text) {
+    match qpslab_host::cpuset::CpuSet::parse_mask(text) {
         Ok(set) if super::apply::is_mask_file(path) => super::plan::list_or_off(&set),
         _ => text.split_ascii_whitespace().collect::<Vec<_>>().join(" "),
     }

@@ -14,8 +14,8 @@ use super::{
     Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS, FLAT_CV,
     HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
 };
-use crate::cpuset::CpuSet;
-use crate::sample::Role;
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::sample::Role;
 
 /// Adds the verdict findings: the bound first, then what did not explain the rate.
 pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<Finding>) {
@@ -230,7 +230,7 @@ fn out_of_service(
             q.backlog
         ));
     }
-    for p in s.processes.iter().filter(|p| p.role == crate::sample::Role::Server) {
+    for p in s.processes.iter().filter(|p| p.role == qpslab_host::sample::Role::Server) {
         if let (Some(open), Some(limit)) = (p.open_fds, p.nofile_soft) {
             evidence.push(format!(
                 "server {} (pid {}): {open} descriptors open of its limit of {limit} (ulimit -n)",

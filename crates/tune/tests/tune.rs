@@ -6,11 +6,11 @@
 
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::sample::Role;
-use qpslab_host::tune::{
-    self, apply::Files, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError,
-};
 use qpslab_host::{Host, Root};
 use qpslab_testkit::Shape;
+use qpslab_tune::{
+    self as tune, apply::Files, ApplyOptions, Plan, PlanOptions, RootFiles, TuneError,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

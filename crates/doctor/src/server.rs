@@ -8,7 +8,7 @@
 use super::explain::Explanation;
 use super::summary::{pct, Summary};
 use super::{Context, Finding, Severity, HEADROOM_IDLE, SATURATED};
-use crate::sample::Role;
+use qpslab_host::sample::Role;
 
 /// Reconnects per second, as a share of the rate, from which closing connections is a cost.
 const RECONNECT_SHARE: f64 = 0.001;

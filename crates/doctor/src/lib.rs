@@ -7,10 +7,12 @@
 //! --rules RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
+pub mod exam;
 pub mod explain;
 mod losses;
 mod network;
 mod profiled;
+pub mod render;
 mod rules;
 mod server;
 pub mod summary;
@@ -18,13 +20,11 @@ mod verdict;
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::Host;
-use crate::sample::Sample;
+pub use exam::{Diagnosis, Examination};
 pub use explain::{Explanation, LoadFacts, Resource, Schedule};
+use qpslab_host::host::Host;
+use qpslab_host::sample::Sample;
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
-
-/// Where a qpslab tune journal lives under the root; its presence means IRQs were pinned by hand.
-pub const JOURNAL: &str = "var/lib/qpslab/journal.json";
 
 /// Softirq share of one CPU above which receive processing is called concentrated (one
 /// ksoftirqd at 95% while the server's workers idle is the classic picture).
@@ -158,7 +158,7 @@ pub struct Context {
     /// is known: only they are judged. None: every interface that carried traffic is.
     pub path: Option<Vec<String>>,
     /// The server's configuration, when it is nginx and could be read (`nginx -T`).
-    pub nginx: Option<crate::nginx::NginxConf>,
+    pub nginx: Option<qpslab_host::nginx::NginxConf>,
     /// The profile of the run, when one was taken: evidence for the rules that read it.
     pub profile: Option<qpslab_profile::Profile>,
     /// The ports the run's server listens on and those of what is behind it: connections to
@@ -519,7 +519,7 @@ mod tests {
     /// The user documentation lists every rule as the code has it.
     #[test]
     fn the_docs_list_every_rule_with_its_threshold() {
-        let doc = include_str!("../../../../docs/doctor.md");
+        let doc = include_str!("../../../docs/doctor.md");
         for r in RULES {
             let row = format!("| `{}` | {} | {} | {} |", r.name, r.catches, r.threshold, r.remedy);
             assert!(doc.contains(&row), "docs/doctor.md lacks or differs on: {row}");

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use qpslab_sys::netlink::Connection;
 
 use super::{Context, Finding, Severity};
-use crate::sample::Sample;
+use qpslab_host::sample::Sample;
 
 /// What the run's connections lost over the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 use super::explain::{fmt_bits, Explanation};
 use super::summary::{pct, per_s, Summary};
 use super::{Context, Finding, Severity, BUSY_NIC_PPS, DROPS_CRITICAL_PER_S};
-use crate::links::is_allowance_counter;
+use qpslab_host::links::is_allowance_counter;
 
 /// The interface that bounds the rate, when the explanation's bound is a link or a shaper.
 pub(super) fn link_saturated(s: &Summary, ctx: &Context, ex: &Explanation) -> Option<Finding> {

@@ -8,8 +8,8 @@
 //! whole cores, workers on the nodes without NICs first (seed 001: IRQs on both threads of four
 //! cores of package 0, workers on the rest, 219k vs 153k hits/s with threads of one core split).
 
-use crate::cpuset::CpuSet;
-use crate::host::{Cpu, Host};
+use qpslab_host::cpuset::CpuSet;
+use qpslab_host::host::{Cpu, Host};
 use std::collections::BTreeMap;
 
 /// The topology facts placement needs, per online CPU.

@@ -4,7 +4,7 @@
 
 use super::journal::{Entry, Journal, JournalError};
 use super::plan::Plan;
-use crate::cpuset::CpuSet;
+use qpslab_host::cpuset::CpuSet;
 use qpslab_sys::root::Root;
 use serde::Serialize;
 use std::io::{self, Write as _};
