@@ -82,6 +82,27 @@ fn h2c_against_nginx_counts_exactly_with_1_10_and_100_streams_on_both_loops() {
     }
 }
 
+/// A server that allows one stream at a time, asked for 64: the load opens no more than the
+/// server's SETTINGS allow (none before they arrive, then what the last ones said on each new
+/// connection), so nothing is refused and nothing fails (it used to open 64 on every new
+/// connection: refused streams by the million and 86% of requests failed).
+#[test]
+fn the_load_honours_the_servers_stream_limit() {
+    for io in LOOPS {
+        let nginx = Nginx::start_h2_conf("http2_max_concurrent_streams 1; keepalive_requests 100;");
+        let report = run(&h2_opts(io, &nginx.url("/"), 2, 64, 2000));
+        let what = format!("{io:?}");
+        assert_eq!(report.requests.ok, 2000, "{what}: {:?}", report.error_examples);
+        assert_eq!(report.requests.failed, 0, "{what}");
+        assert_eq!(nginx.access_log(2000).len(), 2000, "{what}");
+        let h2 = report.h2.as_ref().unwrap();
+        assert_eq!(h2.server_max_concurrent_streams, Some(1), "{what}");
+        assert_eq!(h2.refused_streams, 0, "{what}: {h2:?}");
+        // keepalive_requests 100: about 20 connections, each limited from its first stream.
+        assert!(h2.goaways >= 10, "{what}: {h2:?}");
+    }
+}
+
 /// h2o, h2c and h2 over TLS: every request once on its access log, as HTTP/2.
 #[test]
 fn h2o_counts_exactly_in_h2c_and_over_tls_with_1_10_and_100_streams_on_both_loops() {
@@ -195,16 +216,35 @@ fn a_server_of_the_other_http_ends_the_run_at_once() {
     }
 }
 
-/// On every connection: a server's SETTINGS frame, then the script's frames; the connection
-/// stays open after.
+/// On every connection: a server's SETTINGS frame, then, once the client opened stream 1
+/// (it waits for the server's SETTINGS), the script's frames; the connection stays open after.
 fn frames_after_settings(frames: Vec<u8>) -> Scripted {
     // Called once per connection (its first head is the preface's "PRI * HTTP/2.0").
     Scripted::start(move |_, s: &mut TcpStream| {
-        let mut out = vec![0, 0, 0, 4, 0, 0, 0, 0, 0];
-        out.extend_from_slice(&frames);
-        let _ = s.write_all(&out);
+        let _ = s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        await_stream_1(s);
+        let _ = s.write_all(&frames);
         After::Stall
     })
+}
+
+/// Reads until the client's HEADERS frame on stream 1 (END_HEADERS, with or without
+/// END_STREAM) went by, or 300 ms passed (a client that knew the server's limit from an
+/// earlier connection sent it with the preface, which the scripted server has read).
+fn await_stream_1(s: &mut TcpStream) {
+    use std::io::Read;
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let opened =
+        |b: &[u8]| b.windows(6).any(|w| w[0] == 1 && (w[1] & !1) == 4 && w[2..] == [0, 0, 0, 1]);
+    while !opened(&seen) && started.elapsed() < Duration::from_millis(300) {
+        match s.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => seen.extend_from_slice(&chunk[..n]),
+            Err(_) => {}
+        }
+    }
 }
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

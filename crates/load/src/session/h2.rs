@@ -98,13 +98,24 @@ pub(crate) struct Http2 {
     carry: Vec<u8>,
     /// Streams open, in the order they were opened.
     streams: Vec<Stream>,
+    /// Requests taken but not on a stream: refused by the server, or carried to a new
+    /// connection past its stream limit. They open as streams end (position, request).
+    held: Vec<(u32, Req)>,
     next_id: u32,
     dec: Decoder,
     /// A header block being assembled from CONTINUATION frames, and its stream (0: none).
     block: Vec<u8>,
     block_stream: u32,
     block_ends_stream: bool,
+    /// The streams the server allows at once on this connection: its SETTINGS' limit, or
+    /// before they arrive the limit it last advertised ([`Http2::known_max_streams`]), or 0.
     peer_max_streams: u32,
+    /// The server's limit as its last SETTINGS said (`u32::MAX`: none), kept across
+    /// connections: a new connection opens no more streams than that before its own SETTINGS,
+    /// and none at all before the first (RFC 9113 5.1.2).
+    known_max_streams: Option<u32>,
+    /// This connection's server SETTINGS arrived.
+    settings_seen: bool,
     peer_max_frame: usize,
     /// Connection-level DATA bytes received since the window was last returned.
     conn_unacked: u32,
@@ -136,12 +147,15 @@ impl Http2 {
             out_pos: 0,
             carry: Vec::new(),
             streams: Vec::with_capacity(cfg.streams as usize),
+            held: Vec::new(),
             next_id: 1,
             dec: Decoder::new(4096, MAX_LIST),
             block: Vec::new(),
             block_stream: 0,
             block_ends_stream: false,
-            peer_max_streams: u32::MAX,
+            peer_max_streams: 0,
+            known_max_streams: None,
+            settings_seen: false,
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             conn_unacked: 0,
             send_window: i64::from(frame::DEFAULT_WINDOW),
@@ -186,7 +200,8 @@ impl Http2 {
         self.block_stream = 0;
         self.last_changes = None;
         self.next_id = 1;
-        self.peer_max_streams = u32::MAX;
+        self.peer_max_streams = self.known_max_streams.unwrap_or(0);
+        self.settings_seen = false;
         self.peer_max_frame = frame::DEFAULT_MAX_FRAME;
         self.conn_unacked = 0;
         self.send_window = i64::from(frame::DEFAULT_WINDOW);
@@ -194,20 +209,22 @@ impl Http2 {
         self.goaway = None;
     }
 
+    /// Requests taken and not answered: on streams, or held for one.
     pub fn in_flight(&self) -> usize {
-        self.streams.len()
+        self.streams.len() + self.held.len()
     }
 
     pub fn requests(&self) -> impl Iterator<Item = &Req> {
-        self.streams.iter().map(|s| &s.req)
+        self.streams.iter().map(|s| &s.req).chain(self.held.iter().map(|(_, r)| r))
     }
 
     pub fn requests_mut(&mut self) -> impl Iterator<Item = &mut Req> {
-        self.streams.iter_mut().map(|s| &mut s.req)
+        let held = self.held.iter_mut().map(|(_, r)| r);
+        self.streams.iter_mut().map(|s| &mut s.req).chain(held)
     }
 
     pub fn oldest_sent(&self) -> Option<Instant> {
-        self.streams.iter().map(|s| s.req.sent_at).min()
+        self.requests().map(|r| r.sent_at).min()
     }
 
     /// Streams this connection may have open: the client's depth within the server's limit,
@@ -365,15 +382,29 @@ impl Http2 {
         let old = std::mem::take(&mut self.streams);
         for mut s in old {
             s.req.sent_at = now;
-            let at = self.open(group, s.pos, s.req);
-            self.write_ids(group, s.pos, s.req.id, None, at);
+            self.held.push((s.pos, s.req));
+        }
+        self.release(group);
+    }
+
+    /// Held requests go on streams while the server's limit has room.
+    fn release(&mut self, group: &Group) {
+        if self.held.is_empty() {
+            return;
+        }
+        let room = self.capacity(usize::MAX).saturating_sub(self.streams.len());
+        let n = room.min(self.held.len());
+        let go: Vec<(u32, Req)> = self.held.drain(..n).collect();
+        for (pos, req) in go {
+            let at = self.open(group, pos, req);
+            self.write_ids(group, pos, req.id, None, at);
         }
         self.send_bodies(group);
     }
 
-    /// The connection closes with streams unanswered that go again on the next one.
+    /// The connection closes with requests unanswered that go again on the next one.
     pub fn unanswered(&self) -> usize {
-        self.streams.len()
+        self.in_flight()
     }
 
     /// The connection is gone: its state goes; the streams stay for `resend` or `forget`.
@@ -384,6 +415,7 @@ impl Http2 {
 
     pub fn forget(&mut self) {
         self.streams.clear();
+        self.held.clear();
     }
 
     /// A request body waits for the server's flow-control window (the connection's or its
@@ -402,6 +434,10 @@ impl Http2 {
     /// The connection closed before any byte of a response on a reused connection, with every
     /// request idempotent and never sent again: they may go again, once.
     pub fn retry_after_race(&mut self, idempotent: &[bool]) -> bool {
+        if self.streams.is_empty() && !self.held.is_empty() {
+            // Held requests never went out: they go on the next connection whatever they are.
+            return true;
+        }
         let race = self.reused
             && self.carry.is_empty()
             && !self.streams.is_empty()
@@ -419,7 +455,7 @@ impl Http2 {
 
     /// The server's input ended (HTTP/2 has no close-delimited response).
     pub fn eof(&mut self) -> Ended {
-        if self.streams.is_empty() {
+        if self.in_flight() == 0 {
             Ended::Idle
         } else {
             Ended::Unanswered
@@ -471,7 +507,8 @@ impl Http2 {
                 MAX_OWED / 1024
             ));
         }
-        let idle = self.streams.is_empty();
+        self.release(group);
+        let idle = self.streams.is_empty() && self.held.is_empty();
         let drained = self.goaway.is_some_and(|last| self.streams.iter().all(|s| s.id > last));
         if drained {
             // Streams above the GOAWAY's last id were not processed: sent again once on the
@@ -520,11 +557,10 @@ impl Http2 {
                 if let Some(i) = self.find(h.stream) {
                     let s = self.streams.remove(i);
                     if why == code::REFUSED_STREAM {
-                        // Not processed (RFC 9113 8.7): safe to send again, here.
+                        // Not processed (RFC 9113 8.7): safe to send again, once a stream
+                        // ends (at once, it would be refused again).
                         self.counts.refused += 1;
-                        let at = self.open(group, s.pos, s.req);
-                        self.write_ids(group, s.pos, s.req.id, None, at);
-                        self.send_bodies(group);
+                        self.held.push((s.pos, s.req));
                     } else {
                         let msg = format!("the server reset the stream ({})", code::name(why));
                         self.reset.push((s.req, msg));
@@ -609,6 +645,11 @@ impl Http2 {
 
     /// The server's SETTINGS: its stream limit, windows and frame size taken, acknowledged.
     fn settings(&mut self, values: &[(u16, u32)], group: &Group) {
+        if !self.settings_seen {
+            // The connection's first SETTINGS: a limit it does not name is none.
+            self.settings_seen = true;
+            self.peer_max_streams = u32::MAX;
+        }
         for &(id, v) in values {
             match id {
                 setting::MAX_CONCURRENT_STREAMS => {
@@ -624,6 +665,7 @@ impl Http2 {
                 _ => {}
             }
         }
+        self.known_max_streams = Some(self.peer_max_streams);
         frame::put_settings_ack(&mut self.out);
         self.send_bodies(group);
     }

@@ -51,14 +51,24 @@ impl Nginx {
     /// `NONE`, `FAILED:...`). nginx answers a client without one with 400, not in the
     /// handshake.
     pub fn start_mtls(cert_pem: &str, key_pem: &str, client_ca_pem: &str) -> Self {
-        Self::start_full(Some((cert_pem, key_pem)), false, Some(client_ca_pem))
+        Self::start_full(Some((cert_pem, key_pem)), false, Some(client_ca_pem), "")
     }
 
     fn start_with(tls: Option<(&str, &str)>, h2: bool) -> Self {
-        Self::start_full(tls, h2, None)
+        Self::start_full(tls, h2, None, "")
     }
 
-    fn start_full(tls: Option<(&str, &str)>, h2: bool, client_ca: Option<&str>) -> Self {
+    /// HTTP/2 in clear text, with `server_conf` added to the server block.
+    pub fn start_h2_conf(server_conf: &str) -> Self {
+        Self::start_full(None, true, None, server_conf)
+    }
+
+    fn start_full(
+        tls: Option<(&str, &str)>,
+        h2: bool,
+        client_ca: Option<&str>,
+        server_conf: &str,
+    ) -> Self {
         let (http2, protocol) = if h2 { (" http2", " $server_protocol") } else { ("", "") };
         let dir = tempfile::tempdir().unwrap();
         let (ssl, ssl_conf, reused) = match tls {
@@ -111,6 +121,7 @@ server {{
     listen 127.0.0.1:{port}{ssl}{http2};
     listen unix:{d}/nginx.sock{ssl}{http2};
     {ssl_conf}
+    {server_conf}
     location = / {{ return 200; }}
     location = /1k {{ return 200 "{body}"; }}
     location = /404 {{ return 404; }}
