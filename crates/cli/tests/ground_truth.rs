@@ -965,3 +965,77 @@ fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
     assert!(!r["summary"].as_str().unwrap().starts_with("on this host"), "{r}");
     assert!(text_of(r).contains("segments retransmitted on the run's own"), "{r}");
 }
+
+/// A Python server (http.server, threads) that writes each response's head and body in two
+/// calls, Nagle on or off, sleeping `sleep_ms` first; it prints its port when ready.
+fn python_server(nagle: bool, sleep_ms: u32) -> (Kill, String) {
+    let script = format!(
+        r#"
+import sys, time
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = {nodelay}
+    def do_GET(self):
+        time.sleep({sleep})
+        body = b"hello world\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#,
+        nodelay = if nagle { "False" } else { "True" },
+        sleep = f64::from(sleep_ms) / 1e3
+    );
+    let mut child =
+        Kill(Command::new("python3").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    (child, format!("http://127.0.0.1:{}/", port.trim()))
+}
+
+/// The latency at a kernel timer: a server that writes a response in two pieces with Nagle on
+/// makes every response wait for the client's delayed ACK (~40 ms) with both CPUs idle. The
+/// headline names the timer, the server's side and TCP_NODELAY, from TCP's own account of its
+/// connections (it was "43.2 ms in the server and its queues"). The look-alikes: the same
+/// server with TCP_NODELAY (fast, nothing said), and one that sleeps 40 ms and writes with
+/// TCP_NODELAY (the same latency, latency-bound, no delayed-ack).
+#[test]
+fn a_server_writing_in_pieces_with_nagle_waits_for_the_delayed_ack() {
+    let _one = one_at_a_time();
+    let (nagle, url) = python_server(true, 0);
+    let pid = nagle.0.id().to_string();
+    for i in 0..RUNS {
+        let v = short_bench(&url, loops(i).1, &["-c", "4", "--server-pid", &pid]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "delayed-ack", "the headline: {f:#?}");
+        assert_eq!(f[0]["severity"], "warning");
+        assert_eq!(f[0]["cause"]["kind"], "delayed-ack", "{}", f[0]);
+        assert_eq!(f[0]["cause"]["side"], "server", "{}", f[0]);
+        let timer = f[0]["cause"]["timer_ms"].as_f64().unwrap();
+        assert!((35.0..=45.0).contains(&timer), "{}", f[0]);
+        assert!(f[0]["remedy"].as_str().unwrap().contains("TCP_NODELAY"), "{}", f[0]);
+        no_warnings_but(&f, &["delayed-ack"]);
+    }
+    drop(nagle);
+    for (nagle, sleep_ms) in [(false, 0), (false, 40)] {
+        let (server, url) = python_server(nagle, sleep_ms);
+        let pid = server.0.id().to_string();
+        let v = short_bench(&url, "epoll", &["-c", "4", "--server-pid", &pid]);
+        let f = findings(&v);
+        none_of(&f, &["delayed-ack"]);
+        no_warnings_but(&f, &[]);
+        if sleep_ms > 0 {
+            assert_eq!(f[0]["name"], "latency-bound", "{f:#?}");
+        }
+    }
+}

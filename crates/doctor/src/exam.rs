@@ -38,6 +38,8 @@ pub struct Examination {
     host: Host,
     irqs: BTreeSet<u32>,
     watch: Vec<Watch>,
+    /// The run's ports (its server's and those behind it), whose connections are tallied.
+    ports: Vec<u16>,
     interval: Duration,
     profile: Option<ProfileOptions>,
     profiled: Option<Result<RawProfile, ProfileError>>,
@@ -53,6 +55,7 @@ impl Examination {
             host,
             irqs,
             watch: Vec::new(),
+            ports: Vec::new(),
             interval,
             profile: None,
             profiled: None,
@@ -71,6 +74,11 @@ impl Examination {
         }
     }
 
+    /// The run's ports: TCP's account of their connections is read at each sample.
+    pub fn watch_ports(&mut self, ports: &[u16]) {
+        self.ports = ports.to_vec();
+    }
+
     /// The processes followed, by PID.
     pub fn followed(&self) -> BTreeMap<u32, Role> {
         self.watch.iter().map(|w| (w.pid, w.role)).collect()
@@ -87,7 +95,8 @@ impl Examination {
     pub fn record(&mut self, stop: impl FnMut() -> bool) -> Result<Vec<Sample>, ReadError> {
         let cpus: Vec<usize> = self.host.online.iter().collect();
         let sampler = self.profile.as_ref().map(|o| Sampler::start(&self.root, &cpus, o));
-        let samples = sample_until(&self.root, &self.irqs, &self.watch, self.interval, stop);
+        let samples =
+            sample_until(&self.root, &self.irqs, &self.watch, &self.ports, self.interval, stop);
         self.profiled = sampler.map(|s| s.map(Sampler::stop));
         samples
     }

@@ -7,6 +7,7 @@
 //! --rules RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
+pub mod cause;
 pub mod exam;
 pub mod explain;
 mod losses;
@@ -16,10 +17,12 @@ pub mod render;
 mod rules;
 mod server;
 pub mod summary;
+mod tcp;
 mod verdict;
 
 use serde::{Deserialize, Serialize};
 
+pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
 pub use explain::{Explanation, LoadFacts, Resource, Schedule};
 use qpslab_host::host::Host;
@@ -110,6 +113,9 @@ pub struct Finding {
     pub evidence: Vec<String>,
     /// What to change: a `qpslab tune` step or an option.
     pub remedy: String,
+    /// What it found, typed, where a consumer acts on it (the climb, compare).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 /// A finding read back (a diagnosis made on another host), before its name is matched to the
@@ -121,6 +127,8 @@ struct FindingText {
     summary: String,
     evidence: Vec<String>,
     remedy: String,
+    #[serde(default)]
+    cause: Option<Cause>,
 }
 
 // By hand: a derived impl would borrow the `&'static str` name from the input.
@@ -136,6 +144,7 @@ impl<'de> Deserialize<'de> for Finding {
             summary: f.summary,
             evidence: f.evidence,
             remedy: f.remedy,
+            cause: f.cause,
         })
     }
 }
@@ -439,6 +448,18 @@ pub const RULES: &[Rule] = &[
         remedy: "switch the clocksource to tsc where it is stable (`qpslab tune plan` proposes it when tsc is available)",
     },
     Rule {
+        name: "delayed-ack",
+        catches: "a side writes each response (or request) in pieces with Nagle on: the second piece waits for the peer's delayed ACK, so every exchange takes about the delayed-ACK timer (40 ms on Linux) while nothing is busy",
+        threshold: "20% or more of a side's connection readings (sock_diag tcp_info at each sample) hold written bytes unsent with a segment unacknowledged and both windows open, and the mean latency at least half the peer's delayed-ACK timeout",
+        remedy: "TCP_NODELAY on that side's sockets, or each message written in one call (writev)",
+    },
+    Rule {
+        name: "tcp-waits",
+        catches: "TCP's account of the run's connections: a side behind reading its input, writes held for the peer's receive window or for the congestion window",
+        threshold: "20% or more of a side's connection readings (sock_diag at each sample, at least 8) in that state; info",
+        remedy: "by state: the late reader's CPU or blocking; the peer's reading and its receive buffer; loss or the path for the congestion window",
+    },
+    Rule {
         name: "syscall-bound",
         catches: "a side spends its CPU entering and leaving the kernel: many small reads and writes per request",
         threshold: "with --profile: 25% or more of a followed process's samples in system call entry and exit",
@@ -481,6 +502,8 @@ pub fn diagnose(
     rules::nic_layout(host, summary, ctx, &mut out);
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
+    tcp::delayed_ack(samples, ctx, &mut out);
+    tcp::waits(samples, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
     let losses = losses::run_losses(samples, ctx);
     rules::tcp_queues(host, summary, ctx, &explanation, losses.as_ref(), &mut out);

@@ -84,6 +84,7 @@ fn lock_contention(host: &Host, s: &Summary, ctx: &Context, p: &Profile, out: &m
         ),
         evidence,
         remedy: lock_remedy(host, s, ctx),
+        cause: None,
     });
 }
 
@@ -156,6 +157,7 @@ fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding
         } else {
             "tsc is not offered here; a newer hypervisor or instance type may offer it (or kvm-clock/hyperv with the vDSO)".into()
         },
+        cause: None,
     });
 }
 
@@ -218,6 +220,7 @@ fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
                 format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
             ],
             remedy: side_remedy(name, x).into(),
+            cause: None,
         });
     }
 }

@@ -48,6 +48,7 @@ pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Fin
         summary: format!("receive processing is concentrated on CPU {}: its softirq share is {} while CPUs {} have headroom", hot.cpu, pct(hot.softirq), idle_list),
         evidence,
         remedy: "spread receive work: one IRQ per queue on its own CPU and RPS over the other CPUs of the node (`qpslab tune plan`, then `qpslab tune apply`)".into(),
+        cause: None,
     });
 }
 
@@ -97,6 +98,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
                 summary: format!("{} has a single rx queue and RPS is off: one CPU does all its receive work", nic.name),
                 evidence: vec![format!("{}: 1 rx queue, rps_cpus empty", nic.name), traffic],
                 remedy: "enable RPS on the CPUs of the NIC's node other than the IRQ CPU (`qpslab tune plan`), or more queues (`ethtool -L`)".into(),
+                cause: None,
             });
             continue;
         }
@@ -116,6 +118,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
                 summary: format!("all {} rx queue IRQs of {} go to CPU {} and RPS is off", nic.rx.len(), nic.name, cpus),
                 evidence: vec![format!("{}: {} rx queues, IRQs {:?} delivered to CPU {}", nic.name, nic.rx.len(), irq_numbers, cpus), traffic],
                 remedy: "pin each queue's IRQ to its own CPU (`qpslab tune plan`, then `qpslab tune apply`)".into(),
+                cause: None,
             });
         }
     }
@@ -147,6 +150,7 @@ pub(super) fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &m
         summary: "irqbalance is running and rewrites IRQ affinities that were set by hand".into(),
         evidence,
         remedy: "stop irqbalance while pinning IRQs (`qpslab tune apply --stop-irqbalance`), or ban the NIC IRQs in its config".into(),
+        cause: None,
     });
 }
 
@@ -182,6 +186,7 @@ pub(super) fn tcp_queues(
                 format!("net.ipv4.tcp_max_syn_backlog = {syn_backlog}, net.core.somaxconn = {somaxconn}"),
             ],
             remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog (`qpslab tune plan`)".into(),
+            cause: None,
         };
         out.push(syn_queue_whose(f, ctx));
     }
@@ -192,6 +197,7 @@ pub(super) fn tcp_queues(
             summary: "packets were dropped because a socket's backlog was full while its owner held it".into(),
             evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s), host-wide", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
             remedy: "the receiving process is too slow for its sockets: more workers, or pin them away from interrupt CPUs".into(),
+            cause: None,
         };
         out.push(attribute(f, losses, |l| l.drops, "packets dropped on their way in"));
     }
@@ -212,6 +218,7 @@ pub(super) fn tcp_queues(
             },
             evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s), host-wide", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
+            cause: None,
         };
         out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
     }
@@ -290,6 +297,7 @@ fn listen_overflows(
             summary: "listen queues on this host overflowed during the run, but none of this run's: the counters are host-wide".into(),
             evidence,
             remedy: "none for this run; name the server (--server-pid) if it was not followed, or look at the host's other listeners (ss -ltn)".into(),
+            cause: None,
         };
     }
     let mut evidence = vec![counters];
@@ -315,6 +323,7 @@ fn listen_overflows(
                 .into(),
         evidence,
         remedy,
+        cause: None,
     }
 }
 
@@ -335,6 +344,7 @@ pub(super) fn softnet(
                 format!("net.core.netdev_max_backlog = {}", host.sysctl("net.core.netdev_max_backlog").unwrap_or("?")),
             ],
             remedy: "raise net.core.netdev_max_backlog (`qpslab tune plan`) and spread RPS over more CPUs".into(),
+            cause: None,
         };
         // A TCP segment of the run's dropped there is sent again: its retransmissions say.
         out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
@@ -353,6 +363,7 @@ pub(super) fn softnet(
                 ),
             ],
             remedy: "raise net.core.netdev_budget (`qpslab tune plan`), or spread the receive work over more CPUs".into(),
+            cause: None,
         });
     }
 }
@@ -370,6 +381,7 @@ pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding
                 summary: format!("{} (pid {}) uses {} of its descriptor limit (\"Too many open files\" next)", p.comm, p.pid, pct(used)),
                 evidence: vec![format!("pid {}: {} descriptors open at peak, soft RLIMIT_NOFILE {}", p.pid, open, limit)],
                 remedy: "raise RLIMIT_NOFILE (`ulimit -n`, systemd LimitNOFILE=, nginx worker_rlimit_nofile; qpslab raises its own) and fs.nr_open if needed".into(),
+                cause: None,
             });
         }
     }
@@ -381,6 +393,7 @@ pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding
                 summary: "the system-wide file handle limit is close".into(),
                 evidence: vec![format!("fs.file-nr: {allocated} allocated of {max}")],
                 remedy: "raise fs.file-max (`qpslab tune plan`)".into(),
+                cause: None,
             });
         }
     }
@@ -441,5 +454,6 @@ pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
         summary: format!("the client is running out of ephemeral ports{to}: each connection to one destination needs its own source port, held 60 s in TIME_WAIT after the close"),
         evidence,
         remedy: "keep connections alive; add source addresses (`qpslab load --source`, each adds a port range); widen the port range and reuse TIME_WAIT ports (`qpslab tune plan --role client`: ip_local_port_range, tcp_tw_reuse = 1)".into(),
+        cause: None,
     });
 }

@@ -79,5 +79,6 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
         },
         evidence,
         remedy: format!("in nginx's configuration: {} (then `nginx -s reload`)", changes.join("; ")),
+        cause: None,
     });
 }

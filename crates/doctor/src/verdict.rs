@@ -88,6 +88,7 @@ fn behind_schedule(ctx: &Context, ex: &Explanation) -> Option<Finding> {
         ),
         evidence,
         remedy: remedy.into(),
+        cause: None,
     })
 }
 
@@ -128,6 +129,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
             summary: "no responses: the load got no response in the window, so there is no rate to explain".into(),
             evidence: vec![format!("0 responses in a {:.1} s window", s.duration_s)],
             remedy: "check the target (URL, port, the server's log) and the load's errors; then run again".into(),
+            cause: None,
         });
     }
     let intervals = s.samples.saturating_sub(1);
@@ -140,6 +142,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
             s.duration_s
         )],
         remedy: "run for longer (-d), or sample more often (--interval)".into(),
+        cause: None,
     })
 }
 
@@ -175,6 +178,7 @@ fn failed_run(ctx: &Context) -> Option<Finding> {
         ),
         evidence,
         remedy: "fix the target or the URL first (the load's errors and statuses say what went wrong); if these statuses are what the server should answer, name them with --accept-status".into(),
+        cause: None,
     })
 }
 
@@ -247,6 +251,7 @@ fn out_of_service(
         ),
         evidence,
         remedy: "check what the server can hold: its connection and descriptor limits (ulimit -n, nginx worker_connections), its accept queue, and whether it closes connections (nginx keepalive_requests); the load's errors say which".into(),
+        cause: None,
     })
 }
 
@@ -419,6 +424,7 @@ fn throttled(s: &Summary) -> Vec<Finding> {
                 ),
                 evidence: vec![t.describe(), describe(p)],
                 remedy: "lift or raise the CPU limit for the benchmark (Kubernetes resources.limits.cpu, docker --cpus, systemd CPUQuota=, the cgroup's cpu.max or cpu.cfs_quota_us), or take the rate as what that limit allows".into(),
+                cause: None,
             })
         })
         .collect()
@@ -502,6 +508,7 @@ fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding>
         summary,
         evidence,
         remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
+        cause: None,
     })
 }
 
@@ -531,6 +538,7 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
         summary: format!("the server and the load generator ran on the same CPUs ({both}), saturated: each side took CPU from the other, so the rate measures both together"),
         evidence,
         remedy: "pin the two sides to separate CPUs (qpslab bench does when it can; qpslab load --cpus, qpslab serve --cpus, taskset), or put the generator on another machine".into(),
+        cause: None,
     })
 }
 
@@ -580,6 +588,7 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
         summary: summary.into(),
         evidence,
         remedy,
+        cause: None,
     })
 }
 
@@ -679,6 +688,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Findin
         summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed{tail}", list.named(), if list.len() == 1 { "was" } else { "were" }),
         evidence,
         remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
+        cause: None,
     }
 }
 
@@ -710,6 +720,7 @@ fn neither_saturated(
                 summary: format!("the load's schedule set the rate ({:.0} requests/s, open loop) and no resource was saturated: the target kept up", ex.rate),
                 evidence,
                 remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop for its maximum".into(),
+                cause: None,
             });
         }
         return Some(Finding {
@@ -722,6 +733,7 @@ fn neither_saturated(
             ),
             evidence,
             remedy: latency_remedy(ex),
+            cause: None,
         });
     }
     let rates: Vec<f64> = s.intervals.iter().map(|i| i.pps).collect();
@@ -740,6 +752,7 @@ fn neither_saturated(
             summary: "neither side is saturated and the rate is flat: the load is limited by round trips, not CPU".into(),
             evidence,
             remedy: "add connections (`qpslab load -c`) or pipeline; each connection carries one request per round trip".into(),
+            cause: None,
         })
     } else {
         evidence.push(format!(
@@ -753,6 +766,7 @@ fn neither_saturated(
             summary: "neither side is saturated and the rate was not steady: no single bottleneck stands out".into(),
             evidence,
             remedy: "run longer, or look at the per-interval rows for stalls (timeouts, retransmits, other load)".into(),
+            cause: None,
         })
     }
 }

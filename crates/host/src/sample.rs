@@ -111,6 +111,79 @@ pub struct Sample {
     /// every connection seen at any sample, as last seen (a connection closed before the end
     /// keeps its last reading).
     pub connections: Option<Vec<qpslab_sys::netlink::Connection>>,
+    /// At each sample that read the connections, TCP's account of the run's own (those of
+    /// the ports [`sample_until`] was given): the server's side and the generator's.
+    pub tcp: Option<TcpSides>,
+}
+
+/// The run's connections at one instant, by side: the server's (local port one of the run's)
+/// and the generator's (remote port one of the run's). On loopback a connection has both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpSides {
+    pub server: TcpTally,
+    pub client: TcpTally,
+}
+
+/// How many connections of one side were in each state TCP can wait in, at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpTally {
+    pub connections: u64,
+    /// Bytes received that the process has not read (it is behind its input).
+    pub unread: u64,
+    /// Bytes written and not sent while the congestion window and the peer's window had
+    /// room, with a segment unacknowledged: Nagle holds a small write for an ACK.
+    pub nagle_held: u64,
+    /// Bytes written and not sent with the congestion window full.
+    pub cwnd_full: u64,
+    /// Bytes written and not sent with the peer's receive window smaller than them.
+    pub rwnd_full: u64,
+    /// Sums over the connections, in microseconds, of the smoothed round trip, its variation
+    /// and the delayed-ACK timeout.
+    pub rtt_us: u64,
+    pub rttvar_us: u64,
+    pub ato_us: u64,
+}
+
+impl TcpTally {
+    fn add(&mut self, c: &qpslab_sys::netlink::Connection) {
+        self.connections += 1;
+        self.unread += u64::from(c.rqueue > 0);
+        let held = c.notsent > 0;
+        let cwnd_full = held && c.unacked >= c.cwnd.max(1);
+        let rwnd_full = held && !cwnd_full && c.snd_wnd < c.notsent;
+        self.cwnd_full += u64::from(cwnd_full);
+        self.rwnd_full += u64::from(rwnd_full);
+        self.nagle_held += u64::from(held && !cwnd_full && !rwnd_full && c.unacked > 0);
+        self.rtt_us += u64::from(c.rtt_us);
+        self.rttvar_us += u64::from(c.rttvar_us);
+        self.ato_us += u64::from(c.ato_us);
+    }
+
+    /// Adds another instant's tally (the doctor sums them over the window).
+    pub fn absorb(&mut self, o: &TcpTally) {
+        self.connections += o.connections;
+        self.unread += o.unread;
+        self.nagle_held += o.nagle_held;
+        self.cwnd_full += o.cwnd_full;
+        self.rwnd_full += o.rwnd_full;
+        self.rtt_us += o.rtt_us;
+        self.rttvar_us += o.rttvar_us;
+        self.ato_us += o.ato_us;
+    }
+}
+
+/// The tally of the connections of `ports` among `all`.
+pub fn tcp_sides(all: &[qpslab_sys::netlink::Connection], ports: &[u16]) -> TcpSides {
+    let mut t = TcpSides::default();
+    for c in all {
+        if ports.contains(&c.local_port) {
+            t.server.add(c);
+        }
+        if ports.contains(&c.remote_port) {
+            t.client.add(c);
+        }
+    }
+    t
 }
 
 /// A listener with connections waiting to be accepted, at one instant.
@@ -270,6 +343,7 @@ impl Sample {
             listen_full: full_listeners(root),
             listen_full_holders: BTreeMap::new(),
             connections: None,
+            tcp: None,
         })
     }
 }
@@ -420,10 +494,13 @@ fn first_read(samples: &[Sample]) -> bool {
 
 /// Samples every `interval` until `stop()` says so (checked every 20 ms), then takes a last
 /// sample; at least two samples are returned. The first is taken at once.
+/// `ports`: the run's (its server's and those behind it), whose connections each sample
+/// tallies ([`Sample::tcp`]).
 pub fn sample_until(
     root: &Root,
     nic_irqs: &BTreeSet<u32>,
     watch: &[Watch],
+    ports: &[u16],
     interval: Duration,
     mut stop: impl FnMut() -> bool,
 ) -> Result<Vec<Sample>, ReadError> {
@@ -431,6 +508,12 @@ pub fn sample_until(
     let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
     first.take_census(root);
     first.take_connections(root);
+    let tally = |s: &mut Sample| {
+        if let Some(all) = s.connections.as_ref().filter(|_| !ports.is_empty()) {
+            s.tcp = Some(tcp_sides(all, ports));
+        }
+    };
+    tally(&mut first);
     // Every connection seen so far, as last seen, by cookie.
     let mut seen: BTreeMap<u64, qpslab_sys::netlink::Connection> = BTreeMap::new();
     let mut samples = vec![first];
@@ -450,6 +533,7 @@ pub fn sample_until(
             if stopping || s.sockstat.tcp_inuse <= CONNECTIONS_READ_EACH_SAMPLE {
                 s.take_connections(root);
             }
+            tally(&mut s);
             for c in s.connections.take().into_iter().flatten() {
                 seen.insert(c.cookie, c);
             }

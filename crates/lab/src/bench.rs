@@ -527,6 +527,7 @@ fn run(
         if here {
             exam.follow(std::process::id(), Role::Client);
         }
+        exam.watch_ports(&run_ports(&placed));
     }
     // The load runs here: probe the target from here, before and after, for queued work.
     let drains = remote.agents.is_none() && !opts.drain.is_zero();
@@ -601,6 +602,7 @@ fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_doctor::Finding> {
             d.note.as_ref().map_or(String::new(), |n| format!("; {n}"))
         )],
         remedy: "wait for the target to drain (a longer --drain), or find what keeps it busy".into(),
+        cause: None,
     })
 }
 

@@ -100,6 +100,7 @@ mod tests {
             summary: format!("{name} here"),
             evidence: Vec::new(),
             remedy: String::new(),
+            cause: None,
         }
     }
 

@@ -11,7 +11,9 @@
 //! And the TCP connections (every state but listening and TIME_WAIT), each with what it lost:
 //! the segments it retransmitted (`tcp_info`'s `tcpi_total_retrans`) and the packets dropped
 //! on their way into it (the socket's `sk_drops`: a full receive buffer or backlog). Read at a
-//! run's start and end, they say whether the host's counters of losses were the run's.
+//! run's start and end, they say whether the host's counters of losses were the run's. With
+//! them, TCP's account of each: its queues, bytes held unsent, windows, round trip, delayed-ACK
+//! timeout and the time it spent limited by the peer's window or its own send buffer.
 //!
 //! Owns no policy: which qdisc, listener or connection bounds what is the doctor's.
 
@@ -240,8 +242,10 @@ pub fn parse_listeners(b: &[u8], out: &mut Vec<Listener>) -> io::Result<Dump> {
     })
 }
 
-/// A TCP connection's losses at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A TCP connection at one instant: its losses, and TCP's own account of who waits for whom
+/// (`tcp_info`, what `ss -ti` prints).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Connection {
     pub local_port: u16,
     pub remote_port: u16,
@@ -251,6 +255,27 @@ pub struct Connection {
     pub retrans: u32,
     /// Packets dropped on their way into it over its life.
     pub drops: u32,
+    /// Bytes received and not read by its process (`Recv-Q`), and bytes in its send queue,
+    /// sent and not acknowledged or not sent yet (`Send-Q`).
+    pub rqueue: u32,
+    pub wqueue: u32,
+    /// Segments sent and not acknowledged.
+    pub unacked: u32,
+    /// Bytes its process wrote that TCP has not sent yet (held by Nagle, the congestion
+    /// window or the peer's window).
+    pub notsent: u32,
+    /// The congestion window, in segments, and the peer's receive window, in bytes.
+    pub cwnd: u32,
+    pub snd_wnd: u32,
+    /// Smoothed round trip and its variation, and the delayed-ACK timeout, in microseconds.
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub ato_us: u32,
+    /// Over its life, in microseconds: time with data in flight, and of that, time limited by
+    /// the peer's receive window and by its own send buffer (the kernel's chrono stats).
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
 }
 
 /// States of a connection that holds `tcp_info`: all but TCP_TIME_WAIT (6), TCP_CLOSE (7)
@@ -268,8 +293,18 @@ const CONNECTED_STATES: u32 = (1 << 1)
 const EXT_INFO_MEMINFO: u8 = (1 << 1) | (1 << 6);
 const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_SKMEMINFO: u16 = 7;
-/// struct tcp_info: tcpi_total_retrans's offset.
+/// struct tcp_info (include/uapi/linux/tcp.h): the offsets of the fields read.
+const TCPI_ATO: usize = 12;
+const TCPI_UNACKED: usize = 24;
+const TCPI_RTT: usize = 68;
+const TCPI_RTTVAR: usize = 72;
+const TCPI_SND_CWND: usize = 80;
 const TCPI_TOTAL_RETRANS: usize = 100;
+const TCPI_NOTSENT_BYTES: usize = 144;
+const TCPI_BUSY_TIME: usize = 168;
+const TCPI_RWND_LIMITED: usize = 176;
+const TCPI_SNDBUF_LIMITED: usize = 184;
+const TCPI_SND_WND: usize = 228;
 /// The sk_meminfo array: SK_MEMINFO_DROPS's index.
 const SK_MEMINFO_DROPS: usize = 8;
 
@@ -290,12 +325,26 @@ pub fn parse_connections(b: &[u8], out: &mut Vec<Connection>) -> io::Result<Dump
             local_port: u16::from_be_bytes(arr(m, 4)),
             remote_port: u16::from_be_bytes(arr(m, 6)),
             cookie: u64::from(u32_at(m, 44)) | (u64::from(u32_at(m, 48)) << 32),
-            retrans: 0,
-            drops: 0,
+            rqueue: u32_at(m, 56),
+            wqueue: u32_at(m, 60),
+            ..Connection::default()
         };
         for (kind, value) in attrs(&m[DIAG_MSG_LEN..]) {
             match kind {
-                INET_DIAG_INFO => c.retrans = u32_at(value, TCPI_TOTAL_RETRANS),
+                // A field past what this kernel's tcp_info holds reads as 0.
+                INET_DIAG_INFO => {
+                    c.retrans = u32_at(value, TCPI_TOTAL_RETRANS);
+                    c.ato_us = u32_at(value, TCPI_ATO);
+                    c.unacked = u32_at(value, TCPI_UNACKED);
+                    c.rtt_us = u32_at(value, TCPI_RTT);
+                    c.rttvar_us = u32_at(value, TCPI_RTTVAR);
+                    c.cwnd = u32_at(value, TCPI_SND_CWND);
+                    c.notsent = u32_at(value, TCPI_NOTSENT_BYTES);
+                    c.busy_us = u64_at(value, TCPI_BUSY_TIME);
+                    c.rwnd_limited_us = u64_at(value, TCPI_RWND_LIMITED);
+                    c.sndbuf_limited_us = u64_at(value, TCPI_SNDBUF_LIMITED);
+                    c.snd_wnd = u32_at(value, TCPI_SND_WND);
+                }
                 INET_DIAG_SKMEMINFO => c.drops = u32_at(value, SK_MEMINFO_DROPS * 4),
                 _ => {}
             }
@@ -422,6 +471,10 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(arr(b, at))
 }
 
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(arr(b, at))
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes(arr(b, at))
 }
@@ -482,6 +535,33 @@ mod tests {
         assert!(first[0].cookie != first[1].cookie);
     }
 
+    /// TCP's account, as `ss -ti` shows it: bytes the server wrote and the client has not
+    /// read wait in the client's receive queue; the round trip, the congestion window and the
+    /// delayed-ACK timeout are the kernel's own.
+    #[test]
+    fn a_connection_reads_with_tcps_account() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(&[7u8; 1000]).unwrap();
+        let client = c.local_addr().unwrap().port();
+        let started = std::time::Instant::now();
+        let read = loop {
+            let all = connections().unwrap();
+            let mine = all.into_iter().find(|x| x.local_port == client && x.remote_port == port);
+            match mine {
+                Some(x) if x.rqueue == 1000 => break x,
+                _ if started.elapsed() > std::time::Duration::from_secs(2) => panic!("{mine:?}"),
+                _ => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        };
+        assert!(read.rtt_us > 0 && read.cwnd >= 10 && read.ato_us > 0, "{read:?}");
+        assert_eq!((read.wqueue, read.notsent, read.unacked), (0, 0, 0), "{read:?}");
+        drop(c);
+    }
+
     /// A connection's message as the kernel lays it out, with 3 segments retransmitted and 5
     /// packets dropped.
     #[test]
@@ -507,7 +587,14 @@ mod tests {
         assert_eq!(parse_connections(&b, &mut out).unwrap(), Dump::More);
         assert_eq!(
             out,
-            [Connection { local_port: 8080, remote_port: 40000, cookie: 7, retrans: 3, drops: 5 }]
+            [Connection {
+                local_port: 8080,
+                remote_port: 40000,
+                cookie: 7,
+                retrans: 3,
+                drops: 5,
+                ..Connection::default()
+            }]
         );
     }
 

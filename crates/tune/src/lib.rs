@@ -13,6 +13,7 @@ pub mod explicit;
 pub mod journal;
 pub mod place;
 pub mod plan;
+pub mod remedy;
 pub mod text;
 
 pub use apply::{apply, revert, status, ApplyOptions, Files, RootFiles, TuneError};

@@ -3,6 +3,7 @@
 //! nothing; [`super::apply`] owns writes.
 
 use super::place::Topology;
+use super::remedy::{floor, NR_OPEN, PORT_RANGE};
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::host::Host;
 use qpslab_host::nic::Nic;
@@ -564,14 +565,13 @@ fn sysctl_change(
     }
 }
 
-const SOMAXCONN: u64 = 65535;
-
 /// The accept backlog the plan leaves: somaxconn after the plan.
 fn backlog_target(host: &Host) -> u64 {
-    host.sysctl("net.core.somaxconn").and_then(|v| v.parse().ok()).unwrap_or(0).max(SOMAXCONN)
+    host.sysctl("net.core.somaxconn")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .max(floor("net.core.somaxconn"))
 }
-
-const NR_OPEN: u64 = 1_048_576;
 
 /// The per-process descriptor ceiling after the plan.
 fn nofile_target(host: &Host) -> u64 {
@@ -582,41 +582,41 @@ fn plan_sysctls(host: &Host, role: Role, out: &mut Vec<Change>, kept: &mut Vec<K
     let list: [(&str, u64, &str, String); 6] = [
         (
             "net.core.somaxconn",
-            SOMAXCONN,
+            floor("net.core.somaxconn"),
             "caps every listen backlog: a burst of connects beyond it overflows the accept queue \
              (ListenOverflows) and clients wait a SYN retry",
             format!("{NGINX_10GBPS}; {NET_SYSCTL}"),
         ),
         (
             "net.ipv4.tcp_max_syn_backlog",
-            65535,
+            floor("net.ipv4.tcp_max_syn_backlog"),
             "half-open connections beyond it are dropped or answered with syncookies (\"Possible \
              SYN flooding\" in the 10 Gbps nginx tuning)",
             format!("{NGINX_10GBPS}; {IP_SYSCTL}"),
         ),
         (
             "net.core.netdev_max_backlog",
-            65536,
+            floor("net.core.netdev_max_backlog"),
             "the per-CPU input queue RPS fills; when full, packets drop (softnet_stat column 2)",
             format!("{NGINX_10GBPS}; {NET_SYSCTL}"),
         ),
         (
             "net.core.netdev_budget",
-            600,
+            floor("net.core.netdev_budget"),
             "packets one softirq round may take before yielding; a larger budget cuts \
              time_squeeze (softnet_stat column 3) at high packet rates",
             NET_SYSCTL.to_string(),
         ),
         (
             "fs.nr_open",
-            NR_OPEN,
+            floor("fs.nr_open"),
             "the ceiling for RLIMIT_NOFILE: a server with a million connections needs a million \
              descriptors (accept4() failing with EMFILE in the 10 Gbps nginx tuning)",
             format!("{NGINX_10GBPS}; {FS_SYSCTL}"),
         ),
         (
             "fs.file-max",
-            2 * NR_OPEN,
+            floor("fs.file-max"),
             "system-wide open files: room for two processes at the per-process ceiling",
             FS_SYSCTL.to_string(),
         ),
@@ -661,7 +661,7 @@ fn plan_port_range(host: &Host, out: &mut Vec<Change>) {
     let Some(current) = host.sysctl(name) else { return };
     let mut it = current.split_ascii_whitespace().filter_map(|v| v.parse::<u32>().ok());
     let (Some(lo), Some(hi)) = (it.next(), it.next()) else { return };
-    let (new_lo, new_hi) = (lo.min(1024), hi.max(65535));
+    let (new_lo, new_hi) = (lo.min(PORT_RANGE.0), hi.max(PORT_RANGE.1));
     if (new_lo, new_hi) == (lo, hi) {
         return;
     }

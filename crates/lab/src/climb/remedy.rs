@@ -333,11 +333,6 @@ fn nginx_workers(n: &NginxKnobs, k: &Knobs) -> Option<Change> {
     Some(Change::NginxWorkers { from: w, to: w + 1, affinity: k.affinity() })
 }
 
-/// The listen and SYN queues as `qpslab tune plan` raises them.
-pub const QUEUE_LIMIT: u64 = 65535;
-/// The port range a load generator gets from `qpslab tune plan --role client`.
-pub const PORT_RANGE: (u64, u64) = (1024, 65535);
-
 /// The host changes a host finding asks for (None: not a host finding). Each is one setting,
 /// raised only where it is below what tune plans; a setting already there is not a change.
 fn host_remedies(
@@ -346,21 +341,18 @@ fn host_remedies(
     sysctl: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Vec<Remedy>> {
     let client_side = f.name == "ephemeral-ports";
-    let wanted: Vec<(&str, String)> = match f.name {
-        "accept-queue-overflow" => vec![("net.core.somaxconn", QUEUE_LIMIT.to_string())],
-        "syn-queue-full" => vec![
-            ("net.ipv4.tcp_max_syn_backlog", QUEUE_LIMIT.to_string()),
-            ("net.core.somaxconn", QUEUE_LIMIT.to_string()),
-        ],
-        "ephemeral-ports" => vec![
-            ("net.ipv4.tcp_tw_reuse", "1".into()),
-            ("net.ipv4.ip_local_port_range", format!("{} {}", PORT_RANGE.0, PORT_RANGE.1)),
-        ],
-        "softnet-backlog-drops" => vec![("net.core.netdev_max_backlog", "16384".into())],
-        "softnet-time-squeeze" => vec![("net.core.netdev_budget", "600".into())],
-        "single-rx-queue" | "irqs-on-one-cpu" | "softirq-concentrated" => Vec::new(),
+    // The settings each finding asks for, at the values `tune plan` sets (one table).
+    let names: &[&str] = match f.name {
+        "accept-queue-overflow" => &["net.core.somaxconn"],
+        "syn-queue-full" => &["net.ipv4.tcp_max_syn_backlog", "net.core.somaxconn"],
+        "ephemeral-ports" => &["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"],
+        "softnet-backlog-drops" => &["net.core.netdev_max_backlog"],
+        "softnet-time-squeeze" => &["net.core.netdev_budget"],
+        "single-rx-queue" | "irqs-on-one-cpu" | "softirq-concentrated" => &[],
         _ => return None,
     };
+    let wanted: Vec<(&str, String)> =
+        names.iter().filter_map(|n| Some((*n, qpslab_tune::remedy::sysctl(n)?))).collect();
     let na = |why: String| Some(vec![Remedy::NotApplicable(why)]);
     if !k.apply_host {
         return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)".into());
@@ -515,6 +507,7 @@ mod tests {
             summary: summary.into(),
             evidence: Vec::new(),
             remedy: String::new(),
+            cause: None,
         }
     }
 
