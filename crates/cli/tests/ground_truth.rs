@@ -1039,3 +1039,68 @@ fn a_server_writing_in_pieces_with_nagle_waits_for_the_delayed_ack() {
         }
     }
 }
+
+/// The seeds' "worker_connections are not enough": nginx with 256 worker connections under
+/// 1,000 connections. The headline is nginx's connection limit (or, when most requests
+/// failed, the failed run naming it), from its configuration and, when it logs it, its error
+/// log; the remedy raises worker_connections (it blamed the listen queue and advised
+/// net.core.somaxconn, already 4096); the overflowing accept queue and the connections out of
+/// service are said as the consequences they are.
+#[test]
+fn nginx_out_of_worker_connections_is_named_with_its_limit() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(0, "worker_connections 256;", "", "");
+    for _ in 0..RUNS {
+        let v = bench_for("2s", "300ms", &nginx.url, &["-c", "1000", "-t", "2"]);
+        let f = findings(&v);
+        assert!(
+            ["server-connection-limit", "run-failed", "no-responses"]
+                .contains(&f[0]["name"].as_str().unwrap()),
+            "the headline: {f:#?}"
+        );
+        assert_eq!(f[0]["cause"]["kind"], "worker-connections", "{}", f[0]);
+        assert_eq!(
+            (f[0]["cause"]["limit"].as_u64(), f[0]["cause"]["wanted"].as_u64()),
+            (Some(256), Some(1000)),
+            "{}",
+            f[0]
+        );
+        let remedy = f[0]["remedy"].as_str().unwrap();
+        assert!(remedy.contains("worker_connections 2048"), "{remedy}");
+        assert!(!remedy.contains("somaxconn"), "{remedy}");
+        for x in &f[1..] {
+            let consequence =
+                ["accept-queue-overflow", "syn-queue-full", "connections-out-of-service"];
+            if consequence.contains(&x["name"].as_str().unwrap()) {
+                assert_eq!(x["severity"], "info", "{x}");
+            }
+        }
+        no_warnings_but(&f[1..], &["server-log", "client-bound"]);
+    }
+}
+
+/// A rate limit (nginx limit_req, 200 r/s, no burst): a flat 200 ok/s and the rest 503 at
+/// once. The headline is the limit with its configured rate, not a failed run and not a bound
+/// ("fix the target or the URL first" was wrong: the target works as configured).
+#[test]
+fn a_rate_limit_is_a_limit_not_a_failed_run() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(
+        0,
+        "worker_connections 1024;",
+        "limit_req_zone $binary_remote_addr zone=one:1m rate=200r/s;",
+        // A file, not `return` (which answers before limit_req's phase).
+        "limit_req zone=one; root {dir};",
+    );
+    for _ in 0..RUNS {
+        let v = bench_for("2s", "300ms", &nginx.url, &["-c", "8"]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "rate-limited", "the headline: {f:#?}");
+        let c = &f[0]["cause"];
+        assert_eq!((c["kind"].as_str(), c["status"].as_u64()), (Some("rate-limit"), Some(503)));
+        let ok = c["ok_per_s"].as_f64().unwrap();
+        assert!((150.0..=260.0).contains(&ok), "{ok}");
+        assert!(c["configured"].as_str().unwrap().contains("rate=200r/s"), "{c}");
+        none_of(&f, &["run-failed", "latency-bound", "server-bound", "client-bound"]);
+    }
+}

@@ -13,8 +13,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::{diagnose, summarize, Context, Explanation, Finding, Summary};
 use qpslab_host::host::Host;
+use qpslab_host::logs::{group, LogWindow, Tail};
 use qpslab_host::sample::{sample_until, Role, Sample, Watch};
 use qpslab_sys::root::{ReadError, Root};
+
+/// What a log gained over the window, as messages (nginx's error log lines).
+fn read_window(t: &Tail) -> Option<LogWindow> {
+    let (text, bytes) = t.appended()?;
+    let messages = group(&text, qpslab_host::nginx::error_line);
+    Some(LogWindow { path: t.path().display().to_string(), bytes, messages })
+}
 use qpslab_tune::JOURNAL;
 
 /// What the doctor says about a run: the summary and the findings, worst first, and the
@@ -43,6 +51,10 @@ pub struct Examination {
     interval: Duration,
     profile: Option<ProfileOptions>,
     profiled: Option<Result<RawProfile, ProfileError>>,
+    /// The followed nginx's configuration, read when recording starts.
+    nginx: Option<qpslab_host::nginx::NginxConf>,
+    /// What its error logs gained over the recording.
+    logs: Vec<qpslab_host::logs::LogWindow>,
 }
 
 impl Examination {
@@ -59,6 +71,8 @@ impl Examination {
             interval,
             profile: None,
             profiled: None,
+            nginx: None,
+            logs: Vec::new(),
         })
     }
 
@@ -94,11 +108,33 @@ impl Examination {
     /// error: the diagnosis says why there is none).
     pub fn record(&mut self, stop: impl FnMut() -> bool) -> Result<Vec<Sample>, ReadError> {
         let cpus: Vec<usize> = self.host.online.iter().collect();
+        let tails = self.server_log_tails();
         let sampler = self.profile.as_ref().map(|o| Sampler::start(&self.root, &cpus, o));
         let samples =
             sample_until(&self.root, &self.irqs, &self.watch, &self.ports, self.interval, stop);
         self.profiled = sampler.map(|s| s.map(Sampler::stop));
+        self.logs = tails.iter().filter_map(read_window).collect();
         samples
+    }
+
+    /// The followed server's error logs, noted where they end (nginx's, from its
+    /// configuration, on a live host); its configuration is kept for the diagnosis.
+    fn server_log_tails(&mut self) -> Vec<Tail> {
+        let servers = self.watch.iter().filter(|w| w.role == Role::Server);
+        let live = qpslab_host::is_live(self.root.dir());
+        let Some(master) =
+            servers.filter(|_| live).find_map(|w| qpslab_host::nginx::master(&self.root, w.pid))
+        else {
+            return Vec::new();
+        };
+        let Some(conf) = master.dump().map(|t| qpslab_host::nginx::parse(&t)) else {
+            return Vec::new();
+        };
+        let mut paths = master.error_log_paths(&conf);
+        paths.sort();
+        paths.dedup();
+        self.nginx = Some(conf);
+        paths.iter().filter_map(|p| Tail::start(p)).collect()
     }
 
     /// Summarises the samples and applies every rule; whether a tune journal is active is
@@ -106,6 +142,12 @@ impl Examination {
     pub fn diagnose(&self, samples: &[Sample], mut ctx: Context) -> Diagnosis {
         let summary = summarize(samples, &self.followed(), qpslab_sys::system::clock_ticks());
         ctx.journal_active = self.root.exists(JOURNAL);
+        if ctx.server_logs.is_empty() {
+            ctx.server_logs = self.logs.clone();
+        }
+        if ctx.nginx.is_none() {
+            ctx.nginx = self.nginx.clone();
+        }
         if ctx.nginx.is_none() {
             ctx.nginx = self
                 .watch

@@ -16,6 +16,7 @@ mod profiled;
 pub mod render;
 mod rules;
 mod server;
+mod server_log;
 pub mod summary;
 mod tcp;
 mod verdict;
@@ -168,6 +169,9 @@ pub struct Context {
     pub path: Option<Vec<String>>,
     /// The server's configuration, when it is nginx and could be read (`nginx -T`).
     pub nginx: Option<qpslab_host::nginx::NginxConf>,
+    /// What the server's error logs gained over the window (nginx's, found from its
+    /// configuration), each with its messages.
+    pub server_logs: Vec<qpslab_host::logs::LogWindow>,
     /// The profile of the run, when one was taken: evidence for the rules that read it.
     pub profile: Option<qpslab_profile::Profile>,
     /// The ports the run's server listens on and those of what is behind it: connections to
@@ -448,6 +452,24 @@ pub const RULES: &[Rule] = &[
         remedy: "switch the clocksource to tsc where it is stable (`qpslab tune plan` proposes it when tsc is available)",
     },
     Rule {
+        name: "rate-limited",
+        catches: "a limit set the ok rate: the requests over it were answered with a limit status (503, 429) at once; not a failed run, and the ok rate is the limit's, not the server's capacity",
+        threshold: "some responses ok, 10% or more of the answers 503 or 429, under 10% failed outright (transport, timeout); named with nginx's limit_req_zone and its log lines when it is nginx; when most answers were the limit's, no bound is given",
+        remedy: "lift the limit for the benchmark, or measure below it (an open loop at 90% of the ok rate); --accept-status counts the limit's answers as served",
+    },
+    Rule {
+        name: "server-connection-limit",
+        catches: "the server holds fewer connections than the run needed (nginx's worker_connections x its workers): the others wait in the listen queue or are closed",
+        threshold: "the load's connections (twice them when nginx proxies) over nginx's worker_connections x worker_processes, or its error log saying worker_connections are not enough; a failed run names it in its headline instead; critical: the run measures the limit",
+        remedy: "raise nginx's worker_connections (and worker_rlimit_nofile to twice it), or fewer connections",
+    },
+    Rule {
+        name: "server-log",
+        catches: "the server's own error log said something at warn or worse in the window: its most frequent messages with their counts, and what a known one means (out of worker connections, out of descriptors, a rate or connection limit, an upstream that failed)",
+        threshold: "lines at warn or worse appended to nginx's error logs (found from its configuration) during the window; a warning at error or worse, info when only warnings or when the headline already names it",
+        remedy: "by message: the known ones have a concrete remedy; the others are the server's own words on what went wrong",
+    },
+    Rule {
         name: "delayed-ack",
         catches: "a side writes each response (or request) in pieces with Nagle on: the second piece waits for the peer's delayed ACK, so every exchange takes about the delayed-ACK timer (40 ms on Linux) while nothing is busy",
         threshold: "20% or more of a side's connection readings (sock_diag tcp_info at each sample) hold written bytes unsent with a segment unacknowledged and both windows open, and the mean latency at least half the peer's delayed-ACK timeout",
@@ -502,6 +524,7 @@ pub fn diagnose(
     rules::nic_layout(host, summary, ctx, &mut out);
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
+    server_log::finding(ctx, summary.cpus.len(), &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
     tcp::waits(samples, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
@@ -510,8 +533,27 @@ pub fn diagnose(
     rules::softnet(host, summary, losses.as_ref(), &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);
+    consequences(&mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (out, explanation)
+}
+
+/// A connection limit of the server's makes the queue findings its consequence: nginx out of
+/// worker connections leaves the rest in its accept queue (which overflows, and SYNs wait) or
+/// closes idle ones, so connections are out of service; raising somaxconn would not help.
+fn consequences(out: &mut [Finding]) {
+    if !out.iter().any(|f| matches!(f.cause, Some(Cause::WorkerConnections { .. }))) {
+        return;
+    }
+    let queues = |f: &&mut Finding| {
+        matches!(f.name, "accept-queue-overflow" | "syn-queue-full" | "connections-out-of-service")
+    };
+    for f in out.iter_mut().filter(queues) {
+        f.severity = Severity::Info;
+        f.summary = format!("a consequence, not a cause: {}", f.summary);
+        f.evidence.push("nginx had no worker connection left for the others: they waited in its listen queue, or it closed idle ones to make room".into());
+        f.remedy = "none of its own: nginx's worker_connections (the headline)".into();
+    }
 }
 
 #[cfg(test)]

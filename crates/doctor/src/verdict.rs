@@ -11,15 +11,26 @@
 use super::explain::{fmt_ms, Explanation, IN_SERVICE_LOW};
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
-    Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS, FLAT_CV,
-    HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
+    Cause, Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS,
+    FLAT_CV, HEADROOM_IDLE, MIN_INTERVALS, MIN_WINDOW_S, SATURATED,
 };
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::sample::Role;
 
 /// Adds the verdict findings: the bound first, then what did not explain the rate.
 pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<Finding>) {
-    if let Some(f) = unjudgeable(s, ctx).or_else(|| failed_run(ctx)) {
+    if let Some(f) = unjudgeable(s, ctx) {
+        out.push(f);
+        return;
+    }
+    // A limit that answered the rest is the headline: not a failure, and when most answers
+    // were its, no bound either (the rate of its fast answers measures nothing).
+    if let Some(f) = rate_limited(ctx) {
+        out.push(f);
+        if ctx.load.as_ref().is_some_and(|l| l.failed_run()) {
+            return;
+        }
+    } else if let Some(f) = failed_run(s, ctx) {
         out.push(f);
         return;
     }
@@ -123,14 +134,22 @@ fn cpu_waits(s: &Summary, sides: &Sides) -> bool {
 /// No responses, or a window too short: one finding instead of a verdict.
 fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
     if ctx.load.as_ref().is_some_and(|l| l.responses == 0) {
-        return Some(Finding {
+        let mut f = Finding {
             name: "no-responses",
             severity: Severity::Critical,
             summary: "no responses: the load got no response in the window, so there is no rate to explain".into(),
             evidence: vec![format!("0 responses in a {:.1} s window", s.duration_s)],
             remedy: "check the target (URL, port, the server's log) and the load's errors; then run again".into(),
             cause: None,
-        });
+        };
+        // The server's log or its configured limits may say why.
+        if let Some(k) = super::server_log::known(ctx, s.cpus.len()) {
+            f.summary = format!("no responses in the window: {}", k.what);
+            f.evidence.push(k.evidence);
+            f.remedy = k.remedy;
+            f.cause = Some(k.cause);
+        }
+        return Some(f);
     }
     let intervals = s.samples.saturating_sub(1);
     (s.duration_s < MIN_WINDOW_S || intervals < MIN_INTERVALS).then(|| Finding {
@@ -148,7 +167,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
 
 /// Most responses were errors or bad statuses: the run failed, and its rate measures the
 /// failure, not the server.
-fn failed_run(ctx: &Context) -> Option<Finding> {
+fn failed_run(s: &Summary, ctx: &Context) -> Option<Finding> {
     let l = ctx.load.as_ref().filter(|l| l.failed_run())?;
     let total = l.ok + l.failed + l.bad_status;
     let mut codes: Vec<(&String, &u64)> =
@@ -169,16 +188,95 @@ fn failed_run(ctx: &Context) -> Option<Finding> {
             l.ok as f64 / l.duration_s.max(1e-9)
         ));
     }
+    let failed = pct((l.failed + l.bad_status) as f64 / total.max(1) as f64);
+    // The server's own log may say why: then the headline names it, with its remedy.
+    if let Some(k) = super::server_log::known(ctx, s.cpus.len()) {
+        evidence.push(k.evidence);
+        return Some(Finding {
+            name: "run-failed",
+            severity: Severity::Critical,
+            summary: format!(
+                "the run failed: {failed} of its requests got an error or a bad status; {}",
+                k.what
+            ),
+            evidence,
+            remedy: k.remedy,
+            cause: Some(k.cause),
+        });
+    }
     Some(Finding {
         name: "run-failed",
         severity: Severity::Critical,
         summary: format!(
-            "the run failed: {} of its requests got an error or a bad status, so its rate measures the failure, not what the server can do",
-            pct((l.failed + l.bad_status) as f64 / total.max(1) as f64)
+            "the run failed: {failed} of its requests got an error or a bad status, so its rate measures the failure, not what the server can do"
         ),
         evidence,
         remedy: "fix the target or the URL first (the load's errors and statuses say what went wrong); if these statuses are what the server should answer, name them with --accept-status".into(),
         cause: None,
+    })
+}
+
+/// Statuses a server answers when it turns a request away on purpose (a rate or connection
+/// limit, load shedding).
+const LIMIT_STATUSES: [&str; 2] = ["429", "503"];
+/// Share of the answers a limit status must reach to be called a limit.
+const LIMITED_SHARE: f64 = 0.10;
+
+/// A limit set the ok rate: some requests were answered ok and a share of them with a limit
+/// status (429, 503), few failed outright. Not a broken target: the ok rate is the limit's.
+fn rate_limited(ctx: &Context) -> Option<Finding> {
+    let l = ctx.load.as_ref().filter(|l| l.ok > 0 && l.duration_s > 0.0)?;
+    let (code, limited) = LIMIT_STATUSES
+        .iter()
+        .map(|c| (*c, l.statuses.get(*c).copied().unwrap_or(0)))
+        .max_by_key(|(_, n)| *n)?;
+    let answered = l.ok + l.bad_status;
+    let all = answered + l.failed;
+    if (limited as f64) < LIMITED_SHARE * answered as f64
+        || l.failed as f64 > LIMITED_SHARE * all as f64
+    {
+        return None;
+    }
+    let ok_per_s = l.ok as f64 / l.duration_s;
+    let zones = ctx.nginx.as_ref().filter(|n| n.limit_req).map(|n| n.limit_req_zones.join("; "));
+    let configured = zones.filter(|z| !z.is_empty());
+    let mut evidence = vec![format!(
+        "{} ok ({ok_per_s:.0}/s), {limited} answered {code} ({}), {} other bad status, {} failed, over {:.1} s",
+        l.ok,
+        pct(limited as f64 / answered.max(1) as f64),
+        l.bad_status - limited.min(l.bad_status),
+        l.failed,
+        l.duration_s
+    )];
+    if let Some(z) = &configured {
+        evidence.push(format!("nginx's configuration: limit_req_zone {z}"));
+    }
+    evidence.extend(
+        super::server_log::said(ctx)
+            .iter()
+            .filter(|(_, m)| m.example.starts_with("limiting "))
+            .map(|(w, m)| {
+                format!(
+                    "{}: \"{}\" {} time(s) in the window ({})",
+                    m.level, m.example, m.count, w.path
+                )
+            }),
+    );
+    Some(Finding {
+        name: "rate-limited",
+        severity: Severity::Warning,
+        summary: format!(
+            "a limit set the rate: {ok_per_s:.0} ok responses/s, and the requests over it answered {code} ({} of the answers): the ok rate is the limit's, not what the server can do{}",
+            pct(limited as f64 / answered.max(1) as f64),
+            configured.as_ref().map(|z| format!(" (limit_req_zone {z})")).unwrap_or_default()
+        ),
+        evidence,
+        remedy: format!(
+            "lift the limit for the benchmark{}, or measure below it (an open loop: -R {:.0}); --accept-status {code} counts the limit's answers as served",
+            if configured.is_some() { " (nginx's limit_req)" } else { "" },
+            (ok_per_s * 0.9).floor()
+        ),
+        cause: Some(Cause::RateLimit { status: code.parse().unwrap_or(0), ok_per_s, configured }),
     })
 }
 

@@ -1,13 +1,15 @@
 //! qpslab's view of the host, the evidence every verdict is made from: pure parsers of /proc and
 //! /sys text ([`parse`], [`cpuset`]), the host model read from an injectable root ([`host`],
 //! [`nic`], [`links`], [`route`]), counter samples ([`sample`]), the processes on the request
-//! path ([`procs`], [`upstream`], [`nginx`]) and the host's text ([`render`]). It reads and never
+//! path ([`procs`], [`upstream`], [`nginx`]), what the server's own logs gained ([`logs`]) and the
+//! host's text ([`render`]). It reads and never
 //! judges: the doctor (`qpslab-doctor`) draws the verdicts, `qpslab-tune` makes the changes.
 
 pub mod cpuset;
 pub mod facts;
 pub mod host;
 pub mod links;
+pub mod logs;
 pub mod nginx;
 pub mod nic;
 pub mod parse;

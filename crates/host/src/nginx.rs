@@ -35,7 +35,28 @@ pub struct NginxConf {
     /// Where it passes requests on (`proxy_pass`, `fastcgi_pass`, `uwsgi_pass`, `scgi_pass`,
     /// `grpc_pass`, and the `server`s of `upstream` blocks): (directive, address as written).
     pub upstreams: Vec<(String, String)>,
+    /// `error_log` files as written (relative ones are the prefix's), `stderr`, `syslog:` and
+    /// `memory:` left out; empty: nginx's compiled-in default.
+    #[serde(default)]
+    pub error_logs: Vec<String>,
+    /// `worker_connections` (None: nginx's default, 512) and `worker_rlimit_nofile`.
+    #[serde(default)]
+    pub worker_connections: Option<u64>,
+    #[serde(default)]
+    pub worker_rlimit_nofile: Option<u64>,
+    /// `limit_req_zone`s as written after the key: `zone=one:10m rate=200r/s`; and whether any
+    /// `limit_req` applies one.
+    #[serde(default)]
+    pub limit_req_zones: Vec<String>,
+    #[serde(default)]
+    pub limit_req: bool,
+    /// `http2_max_concurrent_streams` (None: nginx's default, 128).
+    #[serde(default)]
+    pub http2_max_concurrent_streams: Option<u64>,
 }
+
+/// nginx's default `worker_connections`.
+pub const DEFAULT_WORKER_CONNECTIONS: u64 = 512;
 
 /// nginx's default `keepalive_requests` since 1.19.10.
 pub const DEFAULT_KEEPALIVE_REQUESTS: u64 = 1000;
@@ -80,6 +101,27 @@ pub fn parse(text: &str) -> NginxConf {
                 }
             }
             "return" => returns = true,
+            "error_log" => {
+                let to = args.first().copied().unwrap_or_default();
+                let elsewhere = ["stderr", "syslog:", "memory:", "/dev/null"];
+                if !to.is_empty() && !elsewhere.iter().any(|e| to.starts_with(e)) {
+                    c.error_logs.push(to.to_string());
+                }
+            }
+            "worker_connections" => {
+                c.worker_connections = args.first().and_then(|n| n.parse().ok())
+            }
+            "worker_rlimit_nofile" => {
+                c.worker_rlimit_nofile = args.first().and_then(|n| n.parse().ok());
+            }
+            "limit_req_zone" => {
+                let zone: Vec<&str> = args.iter().skip(1).copied().collect();
+                c.limit_req_zones.push(zone.join(" "));
+            }
+            "limit_req" => c.limit_req = true,
+            "http2_max_concurrent_streams" => {
+                c.http2_max_concurrent_streams = args.first().and_then(|n| n.parse().ok());
+            }
             _ => {}
         }
     }
@@ -156,6 +198,40 @@ impl Master {
         c
     }
 
+    /// The files its `error_log`s write to: relative paths joined to its prefix (`-p`, else
+    /// the compiled one), nginx's compiled default when the configuration names none.
+    pub fn error_log_paths(&self, conf: &NginxConf) -> Vec<std::path::PathBuf> {
+        let built = self.build_options();
+        let flag_prefix =
+            self.flags.iter().position(|f| f == "-p").and_then(|i| self.flags.get(i + 1));
+        let prefix =
+            flag_prefix.cloned().or_else(|| built.get("--prefix").cloned()).unwrap_or_default();
+        let names: Vec<String> = if conf.error_logs.is_empty() {
+            built.get("--error-log-path").cloned().into_iter().collect()
+        } else {
+            conf.error_logs.clone()
+        };
+        names
+            .iter()
+            .map(|n| {
+                let p = std::path::Path::new(n);
+                if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    std::path::Path::new(&prefix).join(p)
+                }
+            })
+            .collect()
+    }
+
+    /// `nginx -V`'s configure options (`--prefix=/usr/share/nginx` ...), by name.
+    fn build_options(&self) -> std::collections::BTreeMap<String, String> {
+        let Ok(out) = std::process::Command::new(&self.exe).arg("-V").output() else {
+            return Default::default();
+        };
+        configure_options(&String::from_utf8_lossy(&out.stderr))
+    }
+
     /// `nginx -T`: its effective configuration, every file in turn. None when it refuses.
     pub fn dump(&self) -> Option<String> {
         let out =
@@ -202,6 +278,33 @@ pub fn main_file(dump: &str) -> Option<&str> {
     dump.lines().find_map(|l| l.strip_prefix("# configuration file ")?.strip_suffix(':'))
 }
 
+/// An error log line's level and message: `2026/11/27 10:00:00 [alert] 7#7: *99 MESSAGE`
+/// gives `alert` and `MESSAGE` (the connection number `*99` dropped).
+pub fn error_line(line: &str) -> Option<(&str, &str)> {
+    let open = line.find(" [")?;
+    let rest = &line[open + 2..];
+    let close = rest.find("] ")?;
+    let level = &rest[..close];
+    // "PID#TID: " then, for a connection's message, "*N ".
+    let after = &rest[close + 2..];
+    let msg = after.split_once(": ").map_or(after, |(_, m)| m);
+    let msg = match msg.strip_prefix('*') {
+        Some(m) => m.split_once(' ').map_or(m, |(_, m)| m),
+        None => msg,
+    };
+    Some((level, msg))
+}
+
+/// The `--name=value` options of `nginx -V`'s "configure arguments:" line.
+pub fn configure_options(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("configure arguments:"))
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn cmdline(root: &Root, pid: u32) -> Vec<String> {
     root.read_opt(&format!("proc/{pid}/cmdline"))
         .map(|t| t.split('\0').filter(|s| !s.is_empty()).map(String::from).collect())
@@ -222,6 +325,22 @@ mod tests {
         assert_eq!(c.keepalive_requests, 100);
         assert_eq!(c.worker_processes.as_deref(), Some("auto"));
         assert!(c.accept_mutex && c.reuseport);
+    }
+
+    /// The limits a load can run into, and where nginx says so.
+    #[test]
+    fn the_limits_and_the_error_logs_are_read() {
+        let c = parse(
+            "error_log /var/log/nginx/error.log warn; error_log stderr;\nevents { worker_connections 256; }\nworker_rlimit_nofile 4096;\nhttp { limit_req_zone $binary_remote_addr zone=one:10m rate=200r/s; http2_max_concurrent_streams 1; server { error_log logs/site.log; location / { limit_req zone=one; } } }",
+        );
+        assert_eq!(c.error_logs, vec!["/var/log/nginx/error.log", "logs/site.log"]);
+        assert_eq!((c.worker_connections, c.worker_rlimit_nofile), (Some(256), Some(4096)));
+        assert_eq!(c.limit_req_zones, vec!["zone=one:10m rate=200r/s"]);
+        assert!(c.limit_req);
+        assert_eq!(c.http2_max_concurrent_streams, Some(1));
+        let v = configure_options("nginx version: nginx/1.22.1\nconfigure arguments: --with-cc-opt='-g' --prefix=/usr/share/nginx --error-log-path=/var/log/nginx/error.log\n");
+        assert_eq!(v.get("--prefix").map(String::as_str), Some("/usr/share/nginx"));
+        assert_eq!(v.get("--error-log-path").map(String::as_str), Some("/var/log/nginx/error.log"));
     }
 
     #[test]

@@ -282,16 +282,30 @@ pub struct NginxWithCosts {
 
 impl NginxWithCosts {
     pub fn start(logs: usize) -> Self {
+        Self::start_with(logs, "worker_connections 1024;", "keepalive_requests 100;", "")
+    }
+
+    /// With `events` in the events block, `http` in the http block and `location` as its one
+    /// location's body (`{dir}` in it: its directory, which holds an index.html), or `return
+    /// 200 "ok"` when empty.
+    pub fn start_with(logs: usize, events: &str, http: &str, location: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let d = dir.path().display();
         let access: String =
             (0..logs).map(|i| format!("  access_log {d}/access{i}.log;\n")).collect();
+        let access = if logs == 0 { "  access_log off;\n".to_string() } else { access };
+        let location = if location.is_empty() {
+            "return 200 \"ok\";".to_string()
+        } else {
+            location.replace("{dir}", &d.to_string())
+        };
+        std::fs::write(dir.path().join("index.html"), "ok").unwrap();
         let original = format!(
             "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 1024; }}\n\
-             http {{\n{access}  keepalive_requests 100;\n\
-             server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\"; }} }}\n}}\n"
+             events {{ {events} }}\n\
+             http {{\n{access}  {http}\n\
+             server {{ listen 127.0.0.1:{port}; location / {{ {location} }} }}\n}}\n"
         );
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, &original).unwrap();
