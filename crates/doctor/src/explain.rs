@@ -67,6 +67,18 @@ pub struct LoadFacts {
     /// Open loop: the schedule against what went out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// HTTP/2: the server's SETTINGS_MAX_CONCURRENT_STREAMS when it was below the streams
+    /// asked per connection; `concurrency` is then connections x the server's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_limit: Option<StreamLimit>,
+}
+
+/// A server's HTTP/2 stream limit below the streams the load asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamLimit {
+    /// Streams per connection the server allowed, and those asked.
+    pub server: u64,
+    pub asked: u64,
 }
 
 /// An open loop's schedule over the window: what was asked, what went out, and, when it fell
@@ -408,9 +420,10 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     let in_service = closed.map(|l| rate * (l.mean_latency_s + l.mean_connect_s));
     match (closed, in_service, latency_ms) {
         (Some(l), Some(n), Some(ms)) => chain.push(format!(
-            "{rate:.0} {what} = {n:.1} requests in service / {} (Little's law); the load kept {} in flight{}",
+            "{rate:.0} {what} = {n:.1} requests in service / {} (Little's law); the load kept {} in flight{}{}",
             fmt_ms(ms),
             l.concurrency,
+            l.stream_limit.map(|k| format!(" (the server's HTTP/2 limit: {} stream(s) per connection of the {} asked)", k.server, k.asked)).unwrap_or_default(),
             if l.concurrency > 0 { format!(", {} of them in service", pct(n / l.concurrency as f64)) } else { String::new() }
         )),
         _ => match load {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
-pub use explain::{Explanation, LoadFacts, Resource, Schedule};
+pub use explain::{Explanation, LoadFacts, Resource, Schedule, StreamLimit};
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};

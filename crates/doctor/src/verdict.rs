@@ -821,6 +821,26 @@ fn neither_saturated(
                 cause: None,
             });
         }
+        if let Some(k) = l.stream_limit {
+            return Some(Finding {
+                name: "latency-bound",
+                severity: Severity::Info,
+                summary: format!(
+                    "no resource is saturated: the server's HTTP/2 stream limit set the concurrency: {} request(s) in flight ({} connection(s) x {} stream(s) it allows, of the {} asked) over {} each (Little's law)",
+                    l.concurrency,
+                    l.connections,
+                    k.server,
+                    k.asked,
+                    ex.latency_ms.map_or("-".into(), fmt_ms)
+                ),
+                evidence,
+                remedy: format!(
+                    "more connections (-c): the server allows {} concurrent stream(s) per connection (SETTINGS_MAX_CONCURRENT_STREAMS), so streams past it add nothing; or raise its limit (nginx: http2_max_concurrent_streams)",
+                    k.server
+                ),
+                cause: Some(Cause::StreamLimit { server: k.server, asked: k.asked }),
+            });
+        }
         return Some(Finding {
             name: "latency-bound",
             severity: Severity::Info,

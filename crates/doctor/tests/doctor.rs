@@ -1469,3 +1469,29 @@ fn only_the_interfaces_on_the_runs_path_are_judged() {
     let f = run.findings_with(&path("lo"));
     assert!(named(&f, "single-rx-queue").is_none(), "{f:?}");
 }
+
+/// HTTP/2 against a server that allows one stream per connection, 64 asked: the concurrency in
+/// Little's law is the server's limit, and the remedy is more connections, not more streams.
+#[test]
+fn a_servers_stream_limit_is_the_concurrency() {
+    let load = LoadFacts {
+        connections: 2,
+        stream_limit: Some(qpslab_doctor::StreamLimit { server: 1, asked: 64 }),
+        ..closed_loop(2, 0.001, 4.0)
+    };
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let (f, e) = run.diagnose(&with_load(load));
+    assert_eq!(f[0].name, "latency-bound", "{f:?}");
+    assert!(
+        f[0].summary.contains("the server's HTTP/2 stream limit set the concurrency"),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].remedy.starts_with("more connections (-c)"), "{}", f[0].remedy);
+    assert_eq!(f[0].cause, Some(qpslab_doctor::Cause::StreamLimit { server: 1, asked: 64 }));
+    assert!(
+        e.chain.iter().any(|c| c.contains("1 stream(s) per connection of the 64 asked")),
+        "{:?}",
+        e.chain
+    );
+}

@@ -864,6 +864,16 @@ fn doctor_context(load: &Report) -> Context {
     }
 }
 
+/// Requests a connection kept in flight at most: the pipeline depth or streams asked, within
+/// the server's HTTP/2 stream limit.
+fn in_flight_per_connection(load: &Report) -> usize {
+    let asked = load.config.pipeline.max(1);
+    match load.h2.as_ref().and_then(|h| h.server_max_concurrent_streams) {
+        Some(k) => asked.min((k as usize).max(1)),
+        None => asked,
+    }
+}
+
 /// The load's figures the doctor explains the rate by.
 fn load_facts(load: &Report) -> LoadFacts {
     let r = &load.requests;
@@ -877,7 +887,17 @@ fn load_facts(load: &Report) -> LoadFacts {
     });
     LoadFacts {
         mode: load.config.mode.to_string(),
-        concurrency: (load.config.connections * load.config.pipeline.max(1)) as u64,
+        concurrency: (load.config.connections * in_flight_per_connection(load)) as u64,
+        stream_limit: load
+            .h2
+            .as_ref()
+            .and_then(|h| h.server_max_concurrent_streams)
+            .map(u64::from)
+            .filter(|&k| k < load.config.pipeline as u64)
+            .map(|server| qpslab_doctor::StreamLimit {
+                server,
+                asked: load.config.pipeline as u64,
+            }),
         responses: r.completed,
         ok: r.ok,
         failed: r.failed,
