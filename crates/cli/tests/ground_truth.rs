@@ -969,9 +969,15 @@ fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
 /// A Python server (http.server, threads) that writes each response's head and body in two
 /// calls, Nagle on or off, sleeping `sleep_ms` first; it prints its port when ready.
 fn python_server(nagle: bool, sleep_ms: u32) -> (Kill, String) {
+    python_server_after("", nagle, sleep_ms)
+}
+
+/// [`python_server`], running `prelude` (Python) first.
+fn python_server_after(prelude: &str, nagle: bool, sleep_ms: u32) -> (Kill, String) {
     let script = format!(
         r#"
 import sys, time
+{prelude}
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -1102,5 +1108,212 @@ fn a_rate_limit_is_a_limit_not_a_failed_run() {
         assert!((150.0..=260.0).contains(&ok), "{ok}");
         assert!(c["configured"].as_str().unwrap().contains("rate=200r/s"), "{c}");
         none_of(&f, &["run-failed", "latency-bound", "server-bound", "client-bound"]);
+    }
+}
+
+/// A Python server that appends 4 KiB to a file per request and, with `fsync`, syncs it before
+/// answering; it prints its port when ready. The file is in `dir` (ext4 on the disk here).
+fn syncing_server(dir: &std::path::Path, fsync: bool) -> (Kill, String) {
+    let script = format!(
+        r#"
+import os, sys
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+f = os.open("{dir}/journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        os.write(f, b"x" * 4096)
+        if {fsync}:
+            os.fsync(f)
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+    def log_message(self, *a):
+        pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#,
+        dir = dir.display(),
+        fsync = if fsync { "True" } else { "False" }
+    );
+    let mut child =
+        Kill(Command::new("python3").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    (child, format!("http://127.0.0.1:{}/", port.trim()))
+}
+
+/// The disk on the request path: a server that fsyncs a file before each answer waits on the
+/// disk with its CPU idle. The headline names the disk, with the server's threads in
+/// uninterruptible sleep and its writes as evidence (it was "2.84 ms in the server and its
+/// queues"). The look-alike: the same server writing without fsync (the page cache takes the
+/// writes) is not said to wait on the disk.
+#[test]
+fn a_server_that_fsyncs_each_request_waits_on_the_disk() {
+    let _one = one_at_a_time();
+    // On the disk, not a tmpfs: the target directory is on the checkout's filesystem.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (server, url) = syncing_server(dir.path(), true);
+    let pid = server.0.id().to_string();
+    for i in 0..RUNS {
+        let v = short_bench(&url, loops(i).1, &["-c", "4", "--server-pid", &pid]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "disk-wait", "the headline: {f:#?}");
+        assert_eq!(f[0]["cause"]["kind"], "disk-wait", "{}", f[0]);
+        assert!(text_of(&f[0]).contains("to and from storage in the window"), "{}", f[0]);
+        assert!(f[0]["remedy"].as_str().unwrap().contains("fsync"), "{}", f[0]);
+        no_warnings_but(&f, &["disk-wait"]);
+    }
+    drop(server);
+    let (server, url) = syncing_server(dir.path(), false);
+    let pid = server.0.id().to_string();
+    let v = short_bench(&url, "epoll", &["-c", "4", "--server-pid", &pid]);
+    none_of(&findings(&v), &["disk-wait"]);
+}
+
+/// HTTP/2 against nginx allowing one stream per connection, 64 asked on each of 2: the load
+/// honours the limit (no request fails, no stream is refused), and the doctor says the
+/// server's limit, not the 64 asked, is the concurrency: 2 in flight, more connections as the
+/// remedy.
+#[test]
+fn a_servers_http2_stream_limit_is_the_concurrency() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(
+        0,
+        "worker_connections 1024;",
+        "http2_max_concurrent_streams 1;",
+        "",
+    );
+    for i in 0..RUNS {
+        let v = short_bench(&nginx.url, loops(i).1, &["--h2", "--streams", "64", "-c", "2"]);
+        let load = &v["load"];
+        assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
+        assert_eq!(load["h2"]["refused_streams"], 0, "{}", load["h2"]);
+        assert_eq!(load["h2"]["server_max_concurrent_streams"], 1, "{}", load["h2"]);
+        let f = findings(&v);
+        let e = &v["doctor"]["explanation"];
+        assert_eq!(e["concurrency"], 2, "{e}");
+        let limit = "the server's HTTP/2 limit: 1 stream(s) per connection of the 64 asked";
+        assert!(e["chain"].to_string().contains(limit), "{e}");
+        // nginx answers `return 200` faster than a debug build's one thread asks: the
+        // generator may be the bound; when it is not, the headline says the server's limit.
+        if let Some(lb) = named(&f, "latency-bound") {
+            let cause = serde_json::json!({"kind": "stream-limit", "server": 1, "asked": 64});
+            assert_eq!(lb["cause"], cause, "{lb}");
+            assert!(lb["remedy"].as_str().unwrap().starts_with("more connections"), "{lb}");
+        }
+        no_warnings_but(&f, &["client-bound"]);
+    }
+}
+
+/// A server's descriptor table nearly full: a Python server whose RLIMIT_NOFILE is 100 holds
+/// 85 connections (with its own few descriptors, over 80% of the limit): fd-limit-close names
+/// it with its count and limit, and the rest of the verdict stands.
+#[test]
+fn a_server_near_its_descriptor_limit_is_named() {
+    let _one = one_at_a_time();
+    // A listen backlog for all 85 (http.server's is 5: the rest would wait unaccepted).
+    let prelude = "import resource, http.server\n\
+                   resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))\n\
+                   http.server.ThreadingHTTPServer.request_queue_size = 128";
+    let (server, url) = python_server_after(prelude, false, 20);
+    let pid = server.0.id().to_string();
+    for i in 0..RUNS {
+        let v = short_bench(&url, loops(i).1, &["-c", "85", "--server-pid", &pid]);
+        let f = findings(&v);
+        let fd = named(&f, "fd-limit-close").unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(text_of(fd).contains(&format!("pid {pid}:")), "{fd}");
+        assert!(text_of(fd).contains("soft RLIMIT_NOFILE 100"), "{fd}");
+        no_warnings_but(&f, &["fd-limit-close", "client-bound", "connections-out-of-service"]);
+    }
+}
+
+/// A server in a container: its own network namespace on a veth, its side shaped to 40 Mbit/s
+/// by tbf, 64 KiB answers, the generator on the host, the server named by --server-pid. The
+/// headline is the shaper in the server's namespace at its rate (it was "267 ms in the server
+/// and its queues": the doctor never looked into the server's namespace).
+#[test]
+fn a_server_in_its_own_namespace_behind_a_shaper_is_bound_by_it() {
+    let _one = one_at_a_time();
+    let ns = Netns::create("ctr");
+    ns.address("10.79.1.1", "10.79.1.2");
+    let tc = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "tc", "qdisc", "add", "dev", &ns.ns_end, "root", "tbf"])
+        .args(["rate", "40mbit", "burst", "64kbit", "latency", "100ms"])
+        .output()
+        .unwrap();
+    assert!(tc.status.success(), "tc: {}", String::from_utf8_lossy(&tc.stderr));
+    let qpslab = env!("CARGO_BIN_EXE_qpslab");
+    let server = Kill(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, qpslab, "serve", "-w", "1", "-l", "10.79.1.2:18080"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // `ip netns exec` execs the command: the child's PID is the server's.
+    let pid = server.0.id().to_string();
+    for i in 0..RUNS {
+        let url = "http://10.79.1.2:18080/?s=65536";
+        let v = short_bench(url, loops(i).1, &["-c", "10", "--server-pid", &pid]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "link-saturated", "the headline: {f:#?}");
+        let s = f[0]["summary"].as_str().unwrap();
+        let shaped =
+            format!("{} (the server's namespace) egress, shaped by tbf to 40.0 Mbit/s", ns.ns_end);
+        assert!(s.contains(&shaped), "{s}");
+        no_warnings_but(&f, &["link-saturated"]);
+        none_of(&f, &["latency-bound"]);
+    }
+}
+
+/// A proxy whose upstream is down (nginx proxy_pass to a closed port): every answer a 502.
+/// The failed run names the proxy's upstream from nginx's own log ("connect() failed ...
+/// while connecting to upstream"), not the URL.
+#[test]
+fn a_proxy_whose_upstream_is_down_says_so_in_its_log() {
+    let _one = one_at_a_time();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let location = format!("proxy_pass http://127.0.0.1:{closed};");
+    let nginx = common::NginxWithCosts::start_with(0, "worker_connections 1024;", "", &location);
+    for i in 0..RUNS {
+        let v = short_bench(&nginx.url, loops(i).1, &["-c", "4"]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "run-failed", "the headline: {f:#?}");
+        assert!(text_of(&f[0]).contains("(502: "), "{}", f[0]);
+        assert!(f[0]["summary"].as_str().unwrap().contains("upstream failed"), "{}", f[0]);
+        assert_eq!(f[0]["cause"]["kind"], "server-log", "{}", f[0]);
+        assert!(text_of(&f[0]).contains("while connecting to upstream"), "{}", f[0]);
+    }
+}
+
+/// nginx out of descriptors (worker_rlimit_nofile 40, 100 connections): its worker's table
+/// is full and its log says accept4() failed with "Too many open files"; both are named.
+#[test]
+fn nginx_out_of_descriptors_is_named_by_its_table_and_its_log() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_main(
+        "worker_rlimit_nofile 40;",
+        "worker_connections 1024;",
+        "",
+        "",
+    );
+    for i in 0..RUNS {
+        let v = short_bench(&nginx.url, loops(i).1, &["-c", "100"]);
+        let f = findings(&v);
+        let fd = named(&f, "fd-limit-close").unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(fd["severity"], "critical", "{fd}");
+        assert!(text_of(fd).contains("soft RLIMIT_NOFILE 40"), "{fd}");
+        let log = named(&f, "server-log").unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(log["summary"].as_str().unwrap().contains("ran out of file descriptors"), "{log}");
     }
 }

@@ -37,6 +37,9 @@ pub enum Cause {
     /// The server's HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS set the concurrency below the
     /// streams the load asked for.
     StreamLimit { server: u64, asked: u64 },
+    /// The server's requests spent this share of their time at a block device (its queue
+    /// over the requests in service, or its threads' uninterruptible sleep); the device.
+    DiskWait { share: f64, device: Option<String> },
     /// The server's own log named what went wrong, this many times in the window.
     ServerLog { message: String, count: u64 },
     /// Host settings below what tune sets (name and the value from tune's table).

@@ -8,6 +8,7 @@
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
 pub mod cause;
+mod disk;
 pub mod exam;
 pub mod explain;
 mod losses;
@@ -470,9 +471,15 @@ pub const RULES: &[Rule] = &[
         remedy: "by message: the known ones have a concrete remedy; the others are the server's own words on what went wrong",
     },
     Rule {
+        name: "disk-wait",
+        catches: "the server waits on the disk: its requests spend a share of their time at a block device (an fsync or a synchronous write per request) while its CPU idles",
+        threshold: "the server moved bytes to or from storage (/proc/PID/io), at least 20% of a device's, and that device's mean queue (/proc/diskstats) is 20% or more of the requests in service (Little's law: the share of each response's time at the disk); or 20% of 12 or more of the server's thread readings in D; flushes against responses and PSI io as evidence",
+        remedy: "no fsync per request (group commit, an asynchronous or buffered log), scratch files on tmpfs, or a faster disk",
+    },
+    Rule {
         name: "delayed-ack",
         catches: "a side writes each response (or request) in pieces with Nagle on: the second piece waits for the peer's delayed ACK, so every exchange takes about the delayed-ACK timer (40 ms on Linux) while nothing is busy",
-        threshold: "20% or more of a side's connection readings (sock_diag tcp_info at each sample) hold written bytes unsent with a segment unacknowledged and both windows open, and the mean latency at least half the peer's delayed-ACK timeout",
+        threshold: "20% or more of a side's connection readings (sock_diag tcp_info at each sample) hold less than a segment written and unsent with a segment unacknowledged and both windows open, and the mean latency at least half the peer's delayed-ACK timeout",
         remedy: "TCP_NODELAY on that side's sockets, or each message written in one call (writev)",
     },
     Rule {
@@ -496,9 +503,11 @@ pub const RULES: &[Rule] = &[
 ];
 
 impl Context {
-    /// Whether interface `name` is on the run's path (every interface is, when it is not known).
+    /// Whether interface `name` is on the run's path (every interface is, when it is not
+    /// known; the followed server's namespace's are, its side of the path).
     pub fn on_path(&self, name: &str) -> bool {
-        self.path.as_ref().is_none_or(|p| p.iter().any(|i| i == name))
+        name.ends_with(qpslab_host::links::SERVER_NS)
+            || self.path.as_ref().is_none_or(|p| p.iter().any(|i| i == name))
     }
 }
 
@@ -525,6 +534,7 @@ pub fn diagnose(
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
     server_log::finding(ctx, summary.cpus.len(), &mut out);
+    disk::disk_wait(summary, ctx, &explanation, &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
     tcp::waits(samples, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);

@@ -56,6 +56,37 @@ pub struct ProcSummary {
     /// (schedstat's run delay); None when the kernel keeps no schedstats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_wait_s: Option<f64>,
+    /// Of its threads' readings at the samples, the share in uninterruptible sleep (`D`:
+    /// waiting on the disk, mostly), and how many readings that is.
+    #[serde(default)]
+    pub blocked_share: f64,
+    #[serde(default)]
+    pub thread_readings: usize,
+    /// Bytes it caused to be written to and read from storage in the window (/proc/PID/io).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_written: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_read: Option<u64>,
+}
+
+/// One block device over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiskRate {
+    pub name: String,
+    /// Share of the window it had I/O in flight (iostat's %util).
+    pub busy: f64,
+    /// Mean I/Os in flight (iostat's aqu-sz).
+    pub queue: f64,
+    pub writes_per_s: f64,
+    pub reads_per_s: f64,
+    /// Bytes a second written and read.
+    pub written_per_s: f64,
+    pub read_per_s: f64,
+    /// Cache flushes a second (fsync reaching it), and their mean time in ms.
+    pub flushes_per_s: f64,
+    pub flush_ms: f64,
+    /// Mean time of a write in ms (iostat's w_await).
+    pub write_ms: f64,
 }
 
 impl ProcSummary {
@@ -165,6 +196,13 @@ pub struct Summary {
     /// `some`, host-wide): the CPUs' saturation, whoever was waiting. None without PSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_pressure: Option<f64>,
+    /// Share of the window in which at least one task waited for I/O (PSI io `some`,
+    /// host-wide). None without PSI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_pressure: Option<f64>,
+    /// Block devices that did I/O in the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskRate>,
     /// Qdiscs that shape, queued, dropped or held packets back in the window.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub qdiscs: Vec<QdiscRate>,
@@ -325,18 +363,50 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
         others: others(first, last, roles, tick_hz),
         dest_ports: last.dest_ports.clone(),
-        cpu_pressure: match (first.cpu_pressure_us, last.cpu_pressure_us) {
-            (Some(a), Some(b)) if secs > 0.0 => {
-                Some((b.saturating_sub(a) as f64 / 1e6 / secs).min(1.0))
-            }
-            _ => None,
-        },
+        cpu_pressure: pressure(first.cpu_pressure_us, last.cpu_pressure_us, secs),
+        io_pressure: pressure(first.io_pressure_us, last.io_pressure_us, secs),
+        disks: disk_rates(first, last, secs),
         qdiscs: qdisc_rates(samples, secs),
         nic_counters: nic_counters(first, last),
         listen_queues: last.listen_queues.clone(),
         listen_full: listen_full(samples),
         intervals: samples.windows(2).map(|w| interval_row(&w[0], &w[1], roles, tick_hz)).collect(),
     }
+}
+
+/// A PSI `some` total's share of the window.
+fn pressure(first: Option<u64>, last: Option<u64>, secs: f64) -> Option<f64> {
+    match (first, last) {
+        (Some(a), Some(b)) if secs > 0.0 => {
+            Some((b.saturating_sub(a) as f64 / 1e6 / secs).min(1.0))
+        }
+        _ => None,
+    }
+}
+
+/// The block devices that did I/O between the first and last sample.
+fn disk_rates(first: &Sample, last: &Sample, secs: f64) -> Vec<DiskRate> {
+    let secs = secs.max(1e-9);
+    last.disks
+        .iter()
+        .filter_map(|b| {
+            let a = first.disks.iter().find(|a| a.name == b.name)?;
+            let d = |f: fn(&qpslab_host::parse::DiskStat) -> u64| f(b).saturating_sub(f(a));
+            let (writes, flushes) = (d(|x| x.writes), d(|x| x.flushes));
+            (d(|x| x.reads) + writes + flushes > 0).then(|| DiskRate {
+                name: b.name.clone(),
+                busy: (d(|x| x.io_ticks_ms) as f64 / 1e3 / secs).min(1.0),
+                queue: d(|x| x.weighted_ms) as f64 / 1e3 / secs,
+                writes_per_s: writes as f64 / secs,
+                reads_per_s: d(|x| x.reads) as f64 / secs,
+                written_per_s: d(|x| x.sectors_written) as f64 * 512.0 / secs,
+                read_per_s: d(|x| x.sectors_read) as f64 * 512.0 / secs,
+                flushes_per_s: flushes as f64 / secs,
+                flush_ms: d(|x| x.flush_ms) as f64 / flushes.max(1) as f64,
+                write_ms: d(|x| x.write_ms) as f64 / writes.max(1) as f64,
+            })
+        })
+        .collect()
 }
 
 /// Each qdisc in both the first and last sample that shapes, or queued, dropped or held back
@@ -476,6 +546,12 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         used.iter().filter(|(c, _)| *c >= BUSY_THREAD).collect();
     let cpus = thread_cpus(if busy.is_empty() { used.iter().collect() } else { busy.clone() });
     let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
+    let readings: Vec<char> =
+        seen.iter().flat_map(|(_, p)| p.threads.iter().map(|t| t.state)).collect();
+    let blocked = readings.iter().filter(|&&c| c == 'D').count();
+    let io = |f: fn(&qpslab_host::parse::ProcIo) -> u64| {
+        Some(f(last.io.as_ref()?).saturating_sub(f(first.io.as_ref()?)))
+    };
     let reach = cpus.as_ref().map(CpuSet::len).or(last.allowed.as_ref().map(CpuSet::len));
     let throttling = qpslab_sys::cgroup::throttling(&first.cpu_limits, &last.cpu_limits);
     // A quota caps what the process can use as surely as its affinity: a process held to
@@ -502,6 +578,10 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         nofile_soft: last.nofile_soft,
         throttling,
         run_wait_s,
+        blocked_share: blocked as f64 / readings.len().max(1) as f64,
+        thread_readings: readings.len(),
+        storage_written: io(|x| x.write_bytes),
+        storage_read: io(|x| x.read_bytes),
     })
 }
 

@@ -83,6 +83,31 @@ pub fn read(root: &Root) -> Links {
     Links { qdiscs, nic_counters }
 }
 
+/// What names an interface of the followed server's network namespace (a container's) when
+/// it is not this process's: its name, then this.
+pub const SERVER_NS: &str = " (the server's namespace)";
+
+/// The qdiscs of `pid`'s network namespace when it is not ours (a server in a container):
+/// dumped from a thread that joined it, each interface named with [`SERVER_NS`]. Empty when
+/// it is ours or cannot be joined.
+pub fn server_namespace_qdiscs(pid: u32) -> Vec<IfQdisc> {
+    let ours = qpslab_sys::netns::of(std::process::id());
+    if ours.is_none() || qpslab_sys::netns::of(pid) == ours {
+        return Vec::new();
+    }
+    let dumped = qpslab_sys::netns::run_in(pid, || {
+        let qdiscs = qpslab_sys::netlink::qdiscs().unwrap_or_default();
+        qdiscs
+            .into_iter()
+            .filter_map(|q| {
+                let name = qpslab_sys::netns::if_name(q.ifindex)?;
+                Some(IfQdisc { iface: format!("{name}{SERVER_NS}"), qdisc: q })
+            })
+            .collect::<Vec<_>>()
+    });
+    dumped.unwrap_or_default()
+}
+
 /// The qdiscs in the JSON of `tc -s -j qdisc show` (iproute2): `dev`, `kind`, `handle`
 /// (`8001:`), `root`, `options.rate` (bytes/s, tbf), and the counters.
 pub fn parse_tc_json(text: &str) -> Vec<IfQdisc> {

@@ -39,6 +39,8 @@ pub struct ProcSample {
     pub allowed: Option<CpuSet>,
     /// The CPU quotas of its cgroup and their ancestors, with their throttling counters.
     pub cpu_limits: Vec<qpslab_sys::cgroup::CpuLimit>,
+    /// What it caused to be read from and written to storage so far (/proc/PID/io).
+    pub io: Option<parse::ProcIo>,
 }
 
 /// One thread of a watched process.
@@ -52,6 +54,8 @@ pub struct ThreadSample {
     /// Time it spent runnable and waiting for a CPU, in nanoseconds
     /// (/proc/PID/task/TID/schedstat's second field); None without schedstats.
     pub run_delay_ns: Option<u64>,
+    /// Its state at this instant (`R`, `S`, `D`: uninterruptible, waiting on I/O, ...).
+    pub state: char,
 }
 
 /// TcpExt counters (from /proc/net/netstat) the doctor reads.
@@ -95,6 +99,11 @@ pub struct Sample {
     /// /proc/pressure/cpu `some total=`: microseconds in which at least one runnable task
     /// waited for a CPU (the CPUs' saturation); None without PSI.
     pub cpu_pressure_us: Option<u64>,
+    /// /proc/pressure/io `some total=`: microseconds in which at least one task waited for
+    /// I/O; None without PSI.
+    pub io_pressure_us: Option<u64>,
+    /// Block devices that did any I/O (/proc/diskstats).
+    pub disks: Vec<parse::DiskStat>,
     /// The interfaces' qdiscs and driver limit counters.
     pub links: crate::links::Links,
     /// At the last sample: the listeners with connections waiting in their accept queue.
@@ -130,8 +139,8 @@ pub struct TcpTally {
     pub connections: u64,
     /// Bytes received that the process has not read (it is behind its input).
     pub unread: u64,
-    /// Bytes written and not sent while the congestion window and the peer's window had
-    /// room, with a segment unacknowledged: Nagle holds a small write for an ACK.
+    /// Less than a segment written and not sent while the congestion window and the peer's
+    /// window had room, with a segment unacknowledged: Nagle holds a small write for an ACK.
     pub nagle_held: u64,
     /// Bytes written and not sent with the congestion window full.
     pub cwnd_full: u64,
@@ -153,7 +162,8 @@ impl TcpTally {
         let rwnd_full = held && !cwnd_full && c.snd_wnd < c.notsent;
         self.cwnd_full += u64::from(cwnd_full);
         self.rwnd_full += u64::from(rwnd_full);
-        self.nagle_held += u64::from(held && !cwnd_full && !rwnd_full && c.unacked > 0);
+        let small = c.notsent < c.mss.max(1);
+        self.nagle_held += u64::from(held && small && !cwnd_full && !rwnd_full && c.unacked > 0);
         self.rtt_us += u64::from(c.rtt_us);
         self.rttvar_us += u64::from(c.rttvar_us);
         self.ato_us += u64::from(c.ato_us);
@@ -338,7 +348,14 @@ impl Sample {
             cpu_pressure_us: root
                 .read_opt("proc/pressure/cpu")
                 .and_then(|t| parse::pressure_some(&t)),
-            links: crate::links::read(root),
+            io_pressure_us: root
+                .read_opt("proc/pressure/io")
+                .and_then(|t| parse::pressure_some(&t)),
+            disks: root
+                .read_opt("proc/diskstats")
+                .map(|t| parse::diskstats(&t))
+                .unwrap_or_default(),
+            links: links(root, watch),
             listen_queues: Vec::new(),
             listen_full: full_listeners(root),
             listen_full_holders: BTreeMap::new(),
@@ -445,6 +462,18 @@ impl Sample {
     }
 }
 
+/// The interfaces' qdiscs and counters, with those of the followed server's network
+/// namespace when it lives in another (a container's, on a live host).
+fn links(root: &Root, watch: &[Watch]) -> crate::links::Links {
+    let mut l = crate::links::read(root);
+    if crate::is_live(root.dir()) {
+        if let Some(w) = watch.iter().find(|w| w.role == Role::Server) {
+            l.qdiscs.extend(crate::links::server_namespace_qdiscs(w.pid));
+        }
+    }
+    l
+}
+
 /// A process's threads and descriptors; None when it is gone.
 fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
     let base = format!("proc/{pid}");
@@ -462,6 +491,7 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
                 run_delay_ns: root
                     .read_opt(&format!("{base}/task/{tid}/schedstat"))
                     .and_then(|t| t.split_ascii_whitespace().nth(1)?.parse().ok()),
+                state: stat.state,
             })
         })
         .collect();
@@ -480,6 +510,7 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
             .and_then(|t| parse::max_open_files(&t)),
         allowed: root.read_opt(&format!("{base}/status")).and_then(|t| parse::cpus_allowed(&t)),
         cpu_limits: qpslab_sys::cgroup::cpu_limits(root, pid),
+        io: root.read_opt(&format!("{base}/io")).and_then(|t| parse::proc_io(&t)),
     })
 }
 

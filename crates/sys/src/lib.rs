@@ -14,6 +14,7 @@ pub mod ethtool;
 pub mod fd;
 pub mod net;
 pub mod netlink;
+pub mod netns;
 pub mod nofile;
 pub mod process;
 pub mod root;

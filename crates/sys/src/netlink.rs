@@ -264,6 +264,8 @@ pub struct Connection {
     /// Bytes its process wrote that TCP has not sent yet (held by Nagle, the congestion
     /// window or the peer's window).
     pub notsent: u32,
+    /// The largest segment it sends, in bytes.
+    pub mss: u32,
     /// The congestion window, in segments, and the peer's receive window, in bytes.
     pub cwnd: u32,
     pub snd_wnd: u32,
@@ -295,6 +297,7 @@ const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_SKMEMINFO: u16 = 7;
 /// struct tcp_info (include/uapi/linux/tcp.h): the offsets of the fields read.
 const TCPI_ATO: usize = 12;
+const TCPI_SND_MSS: usize = 16;
 const TCPI_UNACKED: usize = 24;
 const TCPI_RTT: usize = 68;
 const TCPI_RTTVAR: usize = 72;
@@ -336,6 +339,7 @@ pub fn parse_connections(b: &[u8], out: &mut Vec<Connection>) -> io::Result<Dump
                     c.retrans = u32_at(value, TCPI_TOTAL_RETRANS);
                     c.ato_us = u32_at(value, TCPI_ATO);
                     c.unacked = u32_at(value, TCPI_UNACKED);
+                    c.mss = u32_at(value, TCPI_SND_MSS);
                     c.rtt_us = u32_at(value, TCPI_RTT);
                     c.rttvar_us = u32_at(value, TCPI_RTTVAR);
                     c.cwnd = u32_at(value, TCPI_SND_CWND);
@@ -558,6 +562,7 @@ mod tests {
             }
         };
         assert!(read.rtt_us > 0 && read.cwnd >= 10 && read.ato_us > 0, "{read:?}");
+        assert!(read.mss >= 536, "{read:?}");
         assert_eq!((read.wqueue, read.notsent, read.unacked), (0, 0, 0), "{read:?}");
         drop(c);
     }

@@ -285,10 +285,20 @@ impl NginxWithCosts {
         Self::start_with(logs, "worker_connections 1024;", "keepalive_requests 100;", "")
     }
 
-    /// With `events` in the events block, `http` in the http block and `location` as its one
+    /// [`NginxWithCosts::start_with`], with `main` in the main context.
+    pub fn start_main(main: &str, events: &str, http: &str, location: &str) -> Self {
+        Self::start_full(main, 0, events, http, location)
+    }
+
+    /// With `events` in the events block, `http` in the http block (naming an `http2_`
+    /// directive there makes the listener HTTP/2 in clear text) and `location` as its one
     /// location's body (`{dir}` in it: its directory, which holds an index.html), or `return
     /// 200 "ok"` when empty.
     pub fn start_with(logs: usize, events: &str, http: &str, location: &str) -> Self {
+        Self::start_full("", logs, events, http, location)
+    }
+
+    fn start_full(main: &str, logs: usize, events: &str, http: &str, location: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let d = dir.path().display();
@@ -301,11 +311,12 @@ impl NginxWithCosts {
             location.replace("{dir}", &d.to_string())
         };
         std::fs::write(dir.path().join("index.html"), "ok").unwrap();
+        let h2 = if http.contains("http2_") { " http2" } else { "" };
         let original = format!(
-            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n{main}\n\
              events {{ {events} }}\n\
              http {{\n{access}  {http}\n\
-             server {{ listen 127.0.0.1:{port}; location / {{ {location} }} }}\n}}\n"
+             server {{ listen 127.0.0.1:{port}{h2}; location / {{ {location} }} }}\n}}\n"
         );
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, &original).unwrap();
