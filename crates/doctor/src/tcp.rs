@@ -11,7 +11,7 @@ use super::{Cause, Context, Finding, Severity};
 use qpslab_host::sample::{Sample, TcpTally};
 
 /// Readings (connections x samples) of a side below which its account says nothing.
-const MIN_READINGS: u64 = 8;
+const MIN_READINGS: u64 = 4;
 /// Share of a side's readings with a small write held for an ACK from which Nagle is named.
 const NAGLE_HELD: f64 = 0.2;
 /// Share of readings in a waiting state from which it is said.
@@ -20,7 +20,8 @@ const WAITING: f64 = 0.2;
 const DEFAULT_ATO_MS: f64 = 40.0;
 
 /// The sides' tallies summed over the samples after the first (the first is the window's
-/// start, before the load's requests are in flight).
+/// start, before the load's requests are in flight) and before the stop (the sampler tallies
+/// none there: the load has ended).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Account {
     pub server: TcpTally,

@@ -120,8 +120,9 @@ pub struct Sample {
     /// every connection seen at any sample, as last seen (a connection closed before the end
     /// keeps its last reading).
     pub connections: Option<Vec<qpslab_sys::netlink::Connection>>,
-    /// At each sample that read the connections, TCP's account of the run's own (those of
-    /// the ports [`sample_until`] was given): the server's side and the generator's.
+    /// At each sample that read the connections during the window (not at its stop), TCP's
+    /// account of the run's own (those of the ports [`sample_until`] was given): the
+    /// server's side and the generator's.
     pub tcp: Option<TcpSides>,
 }
 
@@ -564,7 +565,11 @@ pub fn sample_until(
             if stopping || s.sockstat.tcp_inuse <= CONNECTIONS_READ_EACH_SAMPLE {
                 s.take_connections(root);
             }
-            tally(&mut s);
+            // At the stop the load has ended: its connections hold what they were sent last,
+            // unread, which says nothing of the run.
+            if !stopping {
+                tally(&mut s);
+            }
             for c in s.connections.take().into_iter().flatten() {
                 seen.insert(c.cookie, c);
             }
