@@ -109,8 +109,8 @@ pub struct Sample {
     /// At the last sample: the listeners with connections waiting in their accept queue.
     pub listen_queues: Vec<ListenQueue>,
     /// Listeners whose accept queue was at its backlog at this instant or, when sampled over
-    /// a window, at any of the sampler's polls since the previous sample (every 20 ms; the
-    /// listeners from sock_diag cost microseconds): where a listen overflow can have happened.
+    /// a window, at any of the sampler's polls since the previous sample (every 100 ms):
+    /// where a listen overflow can have happened.
     pub listen_full: Vec<qpslab_sys::netlink::Listener>,
     /// At the last sample: the processes holding the listeners any sample saw full, by
     /// listener inode (PID, comm).
@@ -519,6 +519,10 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
 /// of a CPU a sample at this count); past it only the first and the last sample do.
 const CONNECTIONS_READ_EACH_SAMPLE: u64 = 4000;
 
+/// How often the listeners are polled for a full accept queue between samples. A dump of
+/// them walks the kernel's socket tables: every 20 ms it was a third of the doctor's own CPU.
+const LISTEN_POLL: Duration = Duration::from_millis(100);
+
 /// Whether the first sample read the connections (a live host with sock_diag).
 fn first_read(samples: &[Sample]) -> bool {
     samples.first().is_some_and(|f| f.connections.is_some())
@@ -552,11 +556,15 @@ pub fn sample_until(
     let mut next = interval;
     // Listeners seen full at a poll since the last sample, by inode.
     let mut full: BTreeMap<u64, qpslab_sys::netlink::Listener> = BTreeMap::new();
+    let mut next_poll = Duration::ZERO;
     loop {
         let stopping = stop();
         let now = start.elapsed();
-        for l in full_listeners(root) {
-            full.insert(l.inode, l);
+        if now >= next_poll {
+            for l in full_listeners(root) {
+                full.insert(l.inode, l);
+            }
+            next_poll = now + LISTEN_POLL;
         }
         if stopping || now >= next {
             let mut s = Sample::read(root, nic_irqs, watch, now)?;

@@ -78,6 +78,20 @@ impl DoctorOptions {
     }
 }
 
+/// The TCP ports the processes `pids` listen on: the run's connections are those to them.
+fn listening_ports(root: &Root, pids: &[u32]) -> Vec<u16> {
+    use qpslab_sys::sockets::{holders_among, tcp_sockets, LISTEN};
+    let listeners: Vec<_> = tcp_sockets(root).into_iter().filter(|s| s.state == LISTEN).collect();
+    let inodes = listeners.iter().map(|s| s.inode).collect();
+    let held: std::collections::BTreeSet<u64> =
+        holders_among(root, pids, &inodes).into_iter().map(|(_, i)| i).collect();
+    let mut ports: Vec<u16> =
+        listeners.iter().filter(|s| held.contains(&s.inode)).map(|s| s.local.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
 /// Samples until the duration passes, the command exits or `stop` is set (then the command, a
 /// child of this process, is asked to stop with SIGTERM), and diagnoses.
 pub fn doctor(opts: &DoctorOptions, stop: &AtomicBool) -> Result<DoctorRun, DoctorError> {
@@ -87,9 +101,11 @@ pub fn doctor(opts: &DoctorOptions, stop: &AtomicBool) -> Result<DoctorRun, Doct
     if let Some(o) = &opts.profile {
         exam.profile(o.clone());
     }
-    for pid in qpslab_host::procs::with_descendants(&root, &opts.pids) {
+    let servers = qpslab_host::procs::with_descendants(&root, &opts.pids);
+    for &pid in &servers {
         exam.follow(pid, Role::Server);
     }
+    exam.watch_ports(&listening_ports(&root, &servers));
     let mut child = match opts.command.split_first() {
         Some((prog, args)) => {
             let mut cmd = Command::new(prog);
