@@ -42,6 +42,32 @@ pub enum Cause {
     DiskWait { share: f64, device: Option<String> },
     /// The server's own log named what went wrong, this many times in the window.
     ServerLog { message: String, count: u64 },
-    /// Host settings below what tune sets (name and the value from tune's table).
-    Sysctls { settings: Vec<(String, String)> },
+    /// Host settings below what tune sets: each sysctl and the value from tune's table; on
+    /// the generator's side (`client_side`) or the server's.
+    HostSettings { settings: Vec<(String, String)>, client_side: bool },
+    /// An interface's receive work on one CPU (one queue without RPS, every queue's IRQ on one
+    /// CPU, softirq concentrated): its steering (RPS/RFS/XPS) spreads it; the interface when
+    /// the finding names one.
+    Steering { iface: Option<String> },
+    /// A side at the CPU it may have: `side` is `server`, `generator` or `both`; `held` is
+    /// `own` (its threads on all their CPUs), `quota` (a cgroup's) or `cpus` (CPUs full of
+    /// other work).
+    Saturated { side: String, held: String },
+    /// No resource saturated: the rate is the requests in flight over their latency.
+    RoundTrips,
+    /// An open loop kept its schedule: the schedule set the rate.
+    Paced,
+    /// A cgroup CPU quota held a side back.
+    Throttled,
+    /// Other work shared the benchmark's CPUs.
+    Contention,
+    /// The run failed or got no answers: its rate measures the failure.
+    Failed,
+    /// The network (a link, a shaper, a NIC's own limits) bounds the rate.
+    Network,
+    /// Counters of the host's that this run's own connections did not show: another
+    /// program's, nothing for this run to change.
+    NotTheRuns,
+    /// nginx's per-request costs this run shows, each one that applies.
+    NginxCosts { access_log: bool, keepalive_requests: bool, workers: bool, accept_mutex: bool },
 }

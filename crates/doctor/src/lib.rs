@@ -543,18 +543,58 @@ pub fn diagnose(
     rules::softnet(host, summary, losses.as_ref(), &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);
+    typed_causes(&mut out);
     consequences(&mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (out, explanation)
+}
+
+/// The cause of every finding that did not set its own, from what the finding is: what the
+/// climb and compare act on (they never read a finding's name or prose).
+fn typed_causes(out: &mut [Finding]) {
+    for f in out.iter_mut().filter(|f| f.cause.is_none()) {
+        f.cause = match f.name {
+            "latency-bound" => Some(Cause::RoundTrips),
+            "paced" => Some(Cause::Paced),
+            "cpu-throttled" => Some(Cause::Throttled),
+            "cpu-contention" | "shared-cpus" | "cpu-saturated" => Some(Cause::Contention),
+            "run-failed" | "no-responses" | "connections-out-of-service" => Some(Cause::Failed),
+            "link-saturated" | "nic-limit" | "interface-drops" => Some(Cause::Network),
+            "softirq-concentrated" => Some(Cause::Steering { iface: None }),
+            name => host_settings(name),
+        };
+    }
+}
+
+/// The host settings a finding of the kernel's queues and ports asks for, at the values of
+/// tune's one table.
+fn host_settings(name: &str) -> Option<Cause> {
+    let (names, client_side): (&[&str], bool) = match name {
+        "accept-queue-overflow" => (&["net.core.somaxconn"], false),
+        "syn-queue-full" => (&["net.ipv4.tcp_max_syn_backlog", "net.core.somaxconn"], false),
+        "ephemeral-ports" => (&["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"], true),
+        "softnet-backlog-drops" => (&["net.core.netdev_max_backlog"], false),
+        "softnet-time-squeeze" => (&["net.core.netdev_budget"], false),
+        _ => return None,
+    };
+    let settings = names
+        .iter()
+        .filter_map(|n| Some((n.to_string(), qpslab_tune::remedy::sysctl(n)?)))
+        .collect();
+    Some(Cause::HostSettings { settings, client_side })
 }
 
 /// A connection limit of the server's makes the queue findings its consequence: nginx out of
 /// worker connections leaves the rest in its accept queue (which overflows, and SYNs wait) or
 /// closes idle ones, so connections are out of service; raising somaxconn would not help.
 fn consequences(out: &mut [Finding]) {
-    if !out.iter().any(|f| matches!(f.cause, Some(Cause::WorkerConnections { .. }))) {
+    let Some(limit) = out
+        .iter()
+        .find(|f| matches!(f.cause, Some(Cause::WorkerConnections { .. })))
+        .and_then(|f| f.cause.clone())
+    else {
         return;
-    }
+    };
     let queues = |f: &&mut Finding| {
         matches!(f.name, "accept-queue-overflow" | "syn-queue-full" | "connections-out-of-service")
     };
@@ -563,6 +603,7 @@ fn consequences(out: &mut [Finding]) {
         f.summary = format!("a consequence, not a cause: {}", f.summary);
         f.evidence.push("nginx had no worker connection left for the others: they waited in its listen queue, or it closed idle ones to make room".into());
         f.remedy = "none of its own: nginx's worker_connections (the headline)".into();
+        f.cause = Some(limit.clone());
     }
 }
 

@@ -89,6 +89,7 @@ pub(super) fn attribute(
 /// evidence, and no remedy for this run but where to look.
 pub(super) fn not_this_runs(mut f: Finding, why: String, look: &str) -> Finding {
     f.severity = Severity::Info;
+    f.cause = Some(super::Cause::NotTheRuns);
     f.summary = format!("on this host but not in this run: {}", f.summary);
     f.evidence.push(why);
     f.remedy = format!("none for this run; {look}");

@@ -6,7 +6,7 @@ use super::explain::Explanation;
 use super::losses::{attribute, not_this_runs, RunLosses};
 use super::summary::{pct, per_s, share, CpuShare, ListenFull, Summary};
 use super::{
-    Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
+    Cause, Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
     HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT, SQUEEZE_PER_S, TW_PRESSURE,
 };
 use qpslab_host::host::Host;
@@ -98,7 +98,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
                 summary: format!("{} has a single rx queue and RPS is off: one CPU does all its receive work", nic.name),
                 evidence: vec![format!("{}: 1 rx queue, rps_cpus empty", nic.name), traffic],
                 remedy: "enable RPS on the CPUs of the NIC's node other than the IRQ CPU (`qpslab tune plan`), or more queues (`ethtool -L`)".into(),
-                cause: None,
+                cause: Some(Cause::Steering { iface: Some(nic.name.clone()) }),
             });
             continue;
         }
@@ -118,7 +118,7 @@ pub(super) fn nic_layout(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<
                 summary: format!("all {} rx queue IRQs of {} go to CPU {} and RPS is off", nic.rx.len(), nic.name, cpus),
                 evidence: vec![format!("{}: {} rx queues, IRQs {:?} delivered to CPU {}", nic.name, nic.rx.len(), irq_numbers, cpus), traffic],
                 remedy: "pin each queue's IRQ to its own CPU (`qpslab tune plan`, then `qpslab tune apply`)".into(),
-                cause: None,
+                cause: Some(Cause::Steering { iface: Some(nic.name.clone()) }),
             });
         }
     }

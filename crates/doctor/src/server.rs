@@ -7,7 +7,7 @@
 
 use super::explain::Explanation;
 use super::summary::{pct, Summary};
-use super::{Context, Finding, Severity, HEADROOM_IDLE, SATURATED};
+use super::{Cause, Context, Finding, Severity, HEADROOM_IDLE, SATURATED};
 use qpslab_host::sample::Role;
 
 /// Reconnects per second, as a share of the rate, from which closing connections is a cost.
@@ -17,7 +17,9 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     let Some(conf) = &ctx.nginx else { return };
     let mut evidence = Vec::new();
     let mut changes = Vec::new();
+    let mut costs = (false, false, false, false);
     if conf.access_log_unbuffered {
+        costs.0 = true;
         evidence.push(format!(
             "access_log {}: a log line written per request, unbuffered",
             conf.access_logs.join("; ")
@@ -39,6 +41,7 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
                 rate / reconnects.max(1e-9)
             ));
             changes.push("a higher `keepalive_requests` (100000)");
+            costs.1 = true;
         }
     }
     let workers =
@@ -54,10 +57,12 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
             pct(HEADROOM_IDLE)
         ));
         changes.push("more workers on the idle CPUs (`worker_processes`, `worker_cpu_affinity`)");
+        costs.2 = true;
     }
     if conf.accept_mutex && workers > 1 {
         evidence.push("accept_mutex on: the workers take turns to accept".into());
         changes.push("`accept_mutex off;` (the default), or `listen ... reuseport`");
+        costs.3 = true;
     }
     if conf.serves_files && !conf.open_file_cache {
         evidence.push("open_file_cache off, and the configuration serves files (a root or alias, no return): each request opens, stats and closes its file (a guess: which location the run's URL took is not known)".into());
@@ -79,6 +84,11 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
         },
         evidence,
         remedy: format!("in nginx's configuration: {} (then `nginx -s reload`)", changes.join("; ")),
-        cause: None,
+        cause: Some(Cause::NginxCosts {
+            access_log: costs.0,
+            keepalive_requests: costs.1,
+            workers: costs.2,
+            accept_mutex: costs.3,
+        }),
     });
 }

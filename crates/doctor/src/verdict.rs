@@ -680,13 +680,23 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
     if sides.server_sat {
         evidence.extend(super::profiled::where_it_went(ctx, "server"));
     }
+    let (side, held) = match (server, client) {
+        (Some(_), Some(_)) => ("both", None),
+        (Some(h), None) => ("server", Some(h)),
+        _ => ("generator", client),
+    };
+    let held = match held {
+        Some(Held::Quota) => "quota",
+        Some(Held::Cpus) => "cpus",
+        _ => "own",
+    };
     Some(Finding {
         name,
         severity: if name == "client-bound" { Severity::Warning } else { Severity::Info },
         summary: summary.into(),
         evidence,
         remedy,
-        cause: None,
+        cause: Some(Cause::Saturated { side: side.into(), held: held.into() }),
     })
 }
 

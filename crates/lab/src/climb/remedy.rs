@@ -5,7 +5,7 @@
 //! user's own nginx, and with `--apply-host` a setting of the host the climb runs on (a
 //! sysctl, an interface's receive steering), planned and journaled as `qpslab tune` does.
 
-use qpslab_doctor::Finding;
+use qpslab_doctor::{Cause, Finding};
 use serde::Serialize;
 
 use crate::bench::{BenchOptions, BenchReport};
@@ -274,49 +274,59 @@ impl NginxKnobs {
 
 /// The changes `f` asks for in state `k`, most telling first: one remedy for most findings,
 /// one per cost named for nginx's configuration or per setting of a host finding. `sysctl`
-/// reads this host's current value of a setting.
+/// reads this host's current value of a setting. Read from the finding's typed cause alone.
 pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>) -> Vec<Remedy> {
-    if let Some(host) = host_remedies(f, k, sysctl) {
-        return host;
-    }
-    if f.name == "latency-bound" {
-        // Requests wait in the server as well as on the path: when more of them in flight
-        // gain nothing, a server that takes fewer at once needs more threads (the cheaper
-        // way to wait on a database or a file: gunicorn's gthread, puma), then more workers.
-        let mut out = vec![remedy(f, k)];
-        if let Some(t) = k.template_threads.filter(|t| *t < MAX_TEMPLATE_THREADS) {
-            out.push(Remedy::Change(Change::ServerThreads { from: t, to: t * 2 }));
+    match &f.cause {
+        Some(Cause::HostSettings { settings, client_side }) => {
+            host_remedies(settings, *client_side, k, sysctl)
         }
-        if let Some(w) = k.template_workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
-            out.push(Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 }));
+        Some(Cause::Steering { iface }) => steering(iface.as_deref(), k),
+        Some(Cause::NginxCosts { access_log, keepalive_requests, workers, accept_mutex }) => {
+            nginx_remedies([*access_log, *keepalive_requests, *workers, *accept_mutex], k)
         }
-        return out;
+        Some(Cause::RoundTrips | Cause::StreamLimit { .. }) => {
+            // Requests wait in the server as well as on the path: when more of them in
+            // flight gain nothing, a server that takes fewer at once needs more threads (the
+            // cheaper way to wait on a database or a file: gunicorn's gthread, puma), then
+            // more workers.
+            let mut out = vec![remedy(f, k)];
+            if let Some(t) = k.template_threads.filter(|t| *t < MAX_TEMPLATE_THREADS) {
+                out.push(Remedy::Change(Change::ServerThreads { from: t, to: t * 2 }));
+            }
+            if let Some(w) = k.template_workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
+                out.push(Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 }));
+            }
+            out
+        }
+        _ => vec![remedy(f, k)],
     }
-    if f.name != "nginx-config" {
-        return vec![remedy(f, k)];
-    }
+}
+
+/// nginx's costs (an unbuffered access log, keepalive_requests behind the reconnects, workers
+/// short of the idle CPUs, accept_mutex), each a change with the server in the climb's hands.
+fn nginx_remedies([access_log, keepalive, workers, mutex]: [bool; 4], k: &Knobs) -> Vec<Remedy> {
     let Some(n) = k.nginx else {
         return vec![Remedy::NotApplicable(
             "a change to the user's nginx: pass --apply-server to let the climb edit its configuration (the original is kept and restored)".into(),
         )];
     };
+    let c = |c: Change| Remedy::Change(c);
     let mut out = Vec::new();
-    for e in &f.evidence {
-        let c = |c: Change| Remedy::Change(c);
-        if e.starts_with("access_log ") {
-            out.push(c(Change::NginxAccessLogOff));
-        } else if e.starts_with("keepalive_requests ") && n.keepalive_requests < KEEPALIVE_REQUESTS
-        {
-            out.push(c(Change::NginxKeepaliveRequests {
-                from: n.keepalive_requests,
-                to: KEEPALIVE_REQUESTS,
-            }));
-        } else if e.starts_with("worker_processes ") {
-            out.extend(nginx_workers(&n, k).map(c));
-        } else if e.starts_with("accept_mutex on") {
-            out.extend(n.accept_mutex.then_some(Change::NginxAcceptMutexOff).map(c));
-            out.extend((!n.reuseport).then_some(Change::NginxReuseport).map(c));
-        }
+    if access_log {
+        out.push(c(Change::NginxAccessLogOff));
+    }
+    if keepalive && n.keepalive_requests < KEEPALIVE_REQUESTS {
+        out.push(c(Change::NginxKeepaliveRequests {
+            from: n.keepalive_requests,
+            to: KEEPALIVE_REQUESTS,
+        }));
+    }
+    if workers {
+        out.extend(nginx_workers(&n, k).map(c));
+    }
+    if mutex {
+        out.extend(n.accept_mutex.then_some(Change::NginxAcceptMutexOff).map(c));
+        out.extend((!n.reuseport).then_some(Change::NginxReuseport).map(c));
     }
     if out.is_empty() {
         out.push(Remedy::NotApplicable(
@@ -333,73 +343,59 @@ fn nginx_workers(n: &NginxKnobs, k: &Knobs) -> Option<Change> {
     Some(Change::NginxWorkers { from: w, to: w + 1, affinity: k.affinity() })
 }
 
-/// The host changes a host finding asks for (None: not a host finding). Each is one setting,
-/// raised only where it is below what tune plans; a setting already there is not a change.
+fn na(why: &str) -> Vec<Remedy> {
+    vec![Remedy::NotApplicable(why.to_string())]
+}
+
+/// An interface's receive steering, with --apply-host, on the host the climb runs on.
+fn steering(iface: Option<&str>, k: &Knobs) -> Vec<Remedy> {
+    if !k.apply_host {
+        return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)");
+    }
+    if !k.server_here {
+        return na(
+            "a setting of the server host (--server): the climb changes only the host it runs on",
+        );
+    }
+    match iface {
+        Some(i) => vec![Remedy::Change(Change::Steering { iface: i.to_string() })],
+        None => na("names no interface: its receive steering is planned where single-rx-queue or irqs-on-one-cpu names one (or `qpslab tune plan`)"),
+    }
+}
+
+/// The host settings a finding asks for (each at the value of tune's table), raised only where
+/// they are below it; a setting already there is not a change.
 fn host_remedies(
-    f: &Finding,
+    settings: &[(String, String)],
+    client_side: bool,
     k: &Knobs,
     sysctl: &dyn Fn(&str) -> Option<String>,
-) -> Option<Vec<Remedy>> {
-    let client_side = f.name == "ephemeral-ports";
-    // The settings each finding asks for, at the values `tune plan` sets (one table).
-    let names: &[&str] = match f.name {
-        "accept-queue-overflow" => &["net.core.somaxconn"],
-        "syn-queue-full" => &["net.ipv4.tcp_max_syn_backlog", "net.core.somaxconn"],
-        "ephemeral-ports" => &["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"],
-        "softnet-backlog-drops" => &["net.core.netdev_max_backlog"],
-        "softnet-time-squeeze" => &["net.core.netdev_budget"],
-        "single-rx-queue" | "irqs-on-one-cpu" | "softirq-concentrated" => &[],
-        _ => return None,
-    };
-    let wanted: Vec<(&str, String)> =
-        names.iter().filter_map(|n| Some((*n, qpslab_tune::remedy::sysctl(n)?))).collect();
-    let na = |why: String| Some(vec![Remedy::NotApplicable(why)]);
+) -> Vec<Remedy> {
     if !k.apply_host {
-        return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)".into());
+        return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)");
     }
     if !client_side && !k.server_here {
         return na(
-            "a setting of the server host (--server): the climb changes only the host it runs on"
-                .into(),
-        );
-    }
-    if wanted.is_empty() {
-        // The interface is named where its layout is the finding.
-        let ifaces: Vec<&str> = f
-            .evidence
-            .iter()
-            .filter(|_| f.name != "softirq-concentrated")
-            .filter_map(|e| e.split_once(": ").map(|(i, _)| i))
-            .filter(|i| !i.contains(' '))
-            .take(1)
-            .collect();
-        if ifaces.is_empty() {
-            return na("names no interface: its receive steering is planned where single-rx-queue or irqs-on-one-cpu names one (or `qpslab tune plan`)".into());
-        }
-        return Some(
-            ifaces
-                .iter()
-                .map(|i| Remedy::Change(Change::Steering { iface: i.to_string() }))
-                .collect(),
+            "a setting of the server host (--server): the climb changes only the host it runs on",
         );
     }
     let mut out = Vec::new();
-    for (name, to) in wanted {
+    for (name, to) in settings {
         match sysctl(name) {
             None => out.push(Remedy::NotApplicable(format!(
                 "{name} is not this host's to set here (inside a network namespace only its own settings are)"
             ))),
-            Some(from) if !below(&from, &to) => {}
+            Some(from) if !below(&from, to) => {}
             Some(from) => {
                 let from = from.split_whitespace().collect::<Vec<_>>().join(" ");
-                out.push(Remedy::Change(Change::Sysctl { name: name.into(), from, to }));
+                out.push(Remedy::Change(Change::Sysctl { name: name.clone(), from, to: to.clone() }));
             }
         }
     }
     if out.is_empty() {
-        return na("its settings are already at what tune plans".into());
+        return na("its settings are already at what tune plans");
     }
-    Some(out)
+    out
 }
 
 /// Whether a sysctl's value `from` is short of `to`: numbers compared field by field (a port
@@ -420,36 +416,85 @@ fn below(from: &str, to: &str) -> bool {
     }
 }
 
-/// When no finding names a change left to try and the headline says a side is short of CPU:
-/// more connections, for batching alone (a side short of CPU spends less of it per request
-/// with more requests per wake-up and system call).
+/// When no finding names a change left to try and the headline says a side is short of CPU
+/// (its own, not a quota's): more connections, for batching alone (a side short of CPU
+/// spends less of it per request with more requests per wake-up and system call).
 pub fn batching(headline: &Finding, k: &Knobs) -> Option<Change> {
-    let cpu_bound = matches!(headline.name, "client-bound" | "server-bound" | "both-saturated");
-    (cpu_bound && !headline.summary.contains("quota") && k.connections < MAX_BATCHING).then(|| {
-        Change::Connections { from: k.connections, to: (k.connections * 2).min(MAX_BATCHING) }
+    let cpu_bound =
+        matches!(&headline.cause, Some(Cause::Saturated { held, .. }) if held != "quota");
+    (cpu_bound && k.connections < MAX_BATCHING).then(|| Change::Connections {
+        from: k.connections,
+        to: (k.connections * 2).min(MAX_BATCHING),
     })
 }
 
-/// The change `f` asks for in state `k`. Only a headline that bounds the rate, or a condition
+/// The change `f` asks for in state `k`. Only a cause that bounds the rate, or a condition
 /// that explains it, names a change; the rest are not applicable, with why.
 fn remedy(f: &Finding, k: &Knobs) -> Remedy {
     let na = |why: &str| Remedy::NotApplicable(why.to_string());
-    match f.name {
-        "latency-bound" if k.connections < MAX_CONNECTIONS => Remedy::Change(Change::Connections {
-            from: k.connections,
-            to: (k.connections * 2).min(MAX_CONNECTIONS),
-        }),
-        "latency-bound" => na("the load keeps the most connections the climb opens"),
-        "client-bound" if k.threads < k.generator_cpus => {
+    let Some(cause) = &f.cause else {
+        return na("no change of the climb's answers it: see the finding's remedy");
+    };
+    match cause {
+        Cause::RoundTrips | Cause::StreamLimit { .. } if k.connections < MAX_CONNECTIONS => {
+            Remedy::Change(Change::Connections {
+                from: k.connections,
+                to: (k.connections * 2).min(MAX_CONNECTIONS),
+            })
+        }
+        Cause::RoundTrips | Cause::StreamLimit { .. } => {
+            na("the load keeps the most connections the climb opens")
+        }
+        Cause::Saturated { side, held } => saturated(side, held, k),
+        Cause::Throttled => {
+            na("a cgroup CPU quota holds a side: raise it; qpslab does not change cgroups")
+        }
+        Cause::Contention => na(
+            "other work shares the benchmark's CPUs: stop or move it; not a change to measure",
+        ),
+        Cause::Failed | Cause::ServerLog { .. } => {
+            Remedy::Stop(format!("the run fails ({}): fix the target first", f.summary))
+        }
+        Cause::WorkerConnections { limit, wanted } => Remedy::Stop(format!(
+            "nginx holds {limit} connections per worker and the run needs {wanted}: raise worker_connections first (the climb does not edit it yet)"
+        )),
+        Cause::RateLimit { .. } => Remedy::Stop(format!(
+            "a limit sets the rate ({}): lift it for the benchmark first",
+            f.summary
+        )),
+        Cause::Network => na(
+            "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
+        ),
+        Cause::Paced => na("an open loop: the schedule (-R) sets the rate, not a knob"),
+        Cause::DelayedAck { .. } => {
+            na("TCP_NODELAY or one write per response, in the server's code: not a knob")
+        }
+        Cause::DiskWait { .. } => na("the disk on the request path: the server's code or its disk"),
+        Cause::NotTheRuns => na("the host's, not this run's"),
+        Cause::HostSettings { .. } | Cause::Steering { .. } | Cause::NginxCosts { .. } => {
+            na("see the finding's settings")
+        }
+    }
+}
+
+/// A side at its CPU: more generator threads, server workers (the bench's server, a
+/// template's, nginx's), or why not.
+fn saturated(side: &str, held: &str, k: &Knobs) -> Remedy {
+    let na = |why: &str| Remedy::NotApplicable(why.to_string());
+    match (side, held) {
+        (_, "quota") => {
+            na("a cgroup CPU quota holds the side: raise it; qpslab does not change cgroups")
+        }
+        ("generator", _) if k.threads < k.generator_cpus => {
             Remedy::Change(Change::Threads { from: k.threads, to: k.threads + 1 })
         }
-        "client-bound" => na(
+        ("generator", _) => na(
             "the generator runs a thread on each CPU it has: more load machines (--agents) or more CPUs for it",
         ),
-        "server-bound" if f.summary.contains("quota") => {
-            na("a cgroup CPU quota holds the server: raise it; qpslab does not change cgroups")
-        }
-        "server-bound" => match k.workers {
+        ("both", _) => na(
+            "both sides use all the CPU they have on this host: more CPUs, or the generator on another machine (--agents)",
+        ),
+        _ => match k.workers {
             Some(w) if w < k.server_cpus => {
                 Remedy::Change(Change::Workers { from: w, to: w + 1 })
             }
@@ -474,23 +519,6 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
                 ),
             },
         },
-        "both-saturated" => na(
-            "both sides use all the CPU they have on this host: more CPUs, or the generator on another machine (--agents)",
-        ),
-        "cpu-throttled" => {
-            na("a cgroup CPU quota holds a side: raise it; qpslab does not change cgroups")
-        }
-        "cpu-contention" | "shared-cpus" | "cpu-saturated" => na(
-            "other work shares the benchmark's CPUs: stop or move it; not a change to measure",
-        ),
-        "run-failed" | "no-responses" | "connections-out-of-service" => {
-            Remedy::Stop(format!("the run fails ({}): fix the target first", f.summary))
-        }
-        "link-saturated" | "nic-limit" | "interface-drops" => na(
-            "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
-        ),
-        "paced" => na("an open loop: the schedule (-R) sets the rate, not a knob"),
-        _ => na("no change of the climb's answers it: see the finding's remedy"),
     }
 }
 
@@ -500,15 +528,25 @@ mod tests {
     use super::*;
     use qpslab_doctor::Severity;
 
-    fn finding(name: &'static str, summary: &str) -> Finding {
+    /// A finding as the doctor makes it, with its typed cause (what the climb reads).
+    fn finding(name: &'static str, cause: Cause) -> Finding {
         Finding {
             name,
             severity: Severity::Info,
-            summary: summary.into(),
+            summary: String::new(),
             evidence: Vec::new(),
             remedy: String::new(),
-            cause: None,
+            cause: Some(cause),
         }
+    }
+
+    fn saturated(side: &str, held: &str) -> Cause {
+        Cause::Saturated { side: side.into(), held: held.into() }
+    }
+
+    fn settings(names: &[(&str, &str)], client_side: bool) -> Cause {
+        let settings = names.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        Cause::HostSettings { settings, client_side }
     }
 
     const ONE_EACH: Knobs = Knobs {
@@ -529,66 +567,83 @@ mod tests {
     fn each_bound_names_its_knob_or_why_not() {
         let k = ONE_EACH;
         assert_eq!(
-            remedy(&finding("latency-bound", ""), &k),
+            remedy(&finding("latency-bound", Cause::RoundTrips), &k),
             Remedy::Change(Change::Connections { from: 1, to: 2 })
         );
         // One CPU each: neither side can get another thread.
-        assert!(matches!(remedy(&finding("client-bound", ""), &k), Remedy::NotApplicable(_)));
-        assert!(matches!(remedy(&finding("server-bound", ""), &k), Remedy::NotApplicable(_)));
+        assert!(matches!(
+            remedy(&finding("client-bound", saturated("generator", "own")), &k),
+            Remedy::NotApplicable(_)
+        ));
+        assert!(matches!(
+            remedy(&finding("server-bound", saturated("server", "own")), &k),
+            Remedy::NotApplicable(_)
+        ));
         let roomy = Knobs { generator_cpus: 2, server_cpus: 4, ..k };
         assert_eq!(
-            remedy(&finding("client-bound", ""), &roomy),
+            remedy(&finding("client-bound", saturated("generator", "own")), &roomy),
             Remedy::Change(Change::Threads { from: 1, to: 2 })
         );
         assert_eq!(
-            remedy(&finding("server-bound", ""), &roomy),
+            remedy(&finding("server-bound", saturated("server", "own")), &roomy),
             Remedy::Change(Change::Workers { from: 1, to: 2 })
         );
         // A quota is not a worker count; a user's server is not ours to change.
-        let quota = finding("server-bound", "the server is held by its CPU quota");
+        let quota = finding("server-bound", saturated("server", "quota"));
         assert!(matches!(remedy(&quota, &roomy), Remedy::NotApplicable(_)));
         let theirs = Knobs { workers: None, ..roomy };
-        assert!(matches!(remedy(&finding("server-bound", ""), &theirs), Remedy::NotApplicable(_)));
-        assert!(matches!(remedy(&finding("run-failed", "404s"), &k), Remedy::Stop(_)));
+        assert!(matches!(
+            remedy(&finding("server-bound", saturated("server", "own")), &theirs),
+            Remedy::NotApplicable(_)
+        ));
+        assert!(matches!(remedy(&finding("run-failed", Cause::Failed), &k), Remedy::Stop(_)));
         // A user's server in hand through its template: more connections first, then workers.
         let tmpl = Knobs { template_workers: Some(1), workers: None, ..k };
         assert_eq!(
-            remedies(&finding("latency-bound", ""), &tmpl, &|_| None)[1],
+            remedies(&finding("latency-bound", Cause::RoundTrips), &tmpl, &|_| None)[1],
             Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
         );
         let roomy_tmpl = Knobs { server_cpus: 2, ..tmpl };
         assert_eq!(
-            remedy(&finding("server-bound", ""), &roomy_tmpl),
+            remedy(&finding("server-bound", saturated("server", "own")), &roomy_tmpl),
             Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
         );
-        assert!(matches!(remedy(&finding("server-bound", ""), &tmpl), Remedy::NotApplicable(_)));
+        assert!(matches!(
+            remedy(&finding("server-bound", saturated("server", "own")), &tmpl),
+            Remedy::NotApplicable(_)
+        ));
         assert_eq!(Change::ServerWorkers { from: 1, to: 2 }.flag(), "server: {{workers}} = 2");
         // A template with a thread pool (gunicorn's gthread, puma): a server that waits gets
         // twice the threads before another worker.
         let pool = Knobs { template_threads: Some(4), ..tmpl };
-        let r = remedies(&finding("latency-bound", ""), &pool, &|_| None);
+        let r = remedies(&finding("latency-bound", Cause::RoundTrips), &pool, &|_| None);
         assert_eq!(r[1], Remedy::Change(Change::ServerThreads { from: 4, to: 8 }));
         assert_eq!(r[2], Remedy::Change(Change::ServerWorkers { from: 1, to: 2 }));
         assert_eq!(Change::ServerThreads { from: 4, to: 8 }.flag(), "server: {{threads}} = 8");
         // Short of CPU with nothing else to try: batching.
-        let both = finding("both-saturated", "");
+        let both = finding("both-saturated", saturated("both", "own"));
         assert_eq!(batching(&both, &k), Some(Change::Connections { from: 1, to: 2 }));
         let batched = Knobs { connections: MAX_BATCHING, ..k };
         assert_eq!(batching(&both, &batched), None);
-        assert_eq!(batching(&finding("server-bound", "held by its CPU quota"), &k), None);
-        assert_eq!(batching(&finding("latency-bound", ""), &k), None);
+        assert_eq!(batching(&finding("server-bound", saturated("server", "quota")), &k), None);
+        assert_eq!(batching(&finding("latency-bound", Cause::RoundTrips), &k), None);
         let most = Knobs { connections: MAX_CONNECTIONS, ..k };
-        assert!(matches!(remedy(&finding("latency-bound", ""), &most), Remedy::NotApplicable(_)));
+        assert!(matches!(
+            remedy(&finding("latency-bound", Cause::RoundTrips), &most),
+            Remedy::NotApplicable(_)
+        ));
     }
 
     /// nginx's costs become one change each, only with the server in the climb's hands.
     #[test]
     fn nginx_costs_are_changes_only_with_apply_server() {
-        let mut f = finding("nginx-config", "");
-        f.evidence = vec![
-            "access_log /l: a log line written per request, unbuffered".into(),
-            "keepalive_requests 100: nginx closes a connection after that many requests".into(),
-        ];
+        let costs = |access_log, keepalive_requests, workers, accept_mutex| Cause::NginxCosts {
+            access_log,
+            keepalive_requests,
+            workers,
+            accept_mutex,
+        };
+        let mut f = finding("nginx-config", costs(true, true, false, false));
         let theirs = Knobs { workers: None, ..ONE_EACH };
         assert!(matches!(remedies(&f, &theirs, &|_| None)[..], [Remedy::NotApplicable(_)]));
         let nginx = NginxKnobs {
@@ -611,10 +666,7 @@ mod tests {
         assert_eq!(Change::NginxAccessLogOff.directives(), [("access_log", "off".into(), "http")]);
         // Idle CPUs and one worker: a worker more, bound to the server's CPUs; workers taking
         // turns to accept: accept_mutex off, then a listen queue each.
-        f.evidence = vec![
-            "worker_processes 1 (default): 1 busy worker(s) on 4 CPUs, CPU(s) 2,3 at least 25% idle".into(),
-            "accept_mutex on: the workers take turns to accept".into(),
-        ];
+        f.cause = Some(costs(false, false, true, true));
         let four = Knobs { server_cpus: 4, server_mask: 0b1111, ..ours };
         let mutex = Knobs { nginx: Some(NginxKnobs { accept_mutex: true, ..nginx }), ..four };
         let workers = Change::NginxWorkers { from: 1, to: 2, affinity: four.affinity() };
@@ -626,12 +678,21 @@ mod tests {
                 Remedy::Change(Change::NginxReuseport)
             ]
         );
-        assert_eq!(remedy(&finding("server-bound", ""), &four), Remedy::Change(workers));
+        assert_eq!(
+            remedy(&finding("server-bound", saturated("server", "own")), &four),
+            Remedy::Change(workers)
+        );
         // At one worker per CPU, or `auto`: none more.
         let full = Knobs { server_cpus: 1, ..ours };
-        assert!(matches!(remedy(&finding("server-bound", ""), &full), Remedy::NotApplicable(_)));
+        assert!(matches!(
+            remedy(&finding("server-bound", saturated("server", "own")), &full),
+            Remedy::NotApplicable(_)
+        ));
         let auto = Knobs { nginx: Some(NginxKnobs { workers: None, ..nginx }), ..four };
-        assert!(matches!(remedy(&finding("server-bound", ""), &auto), Remedy::NotApplicable(_)));
+        assert!(matches!(
+            remedy(&finding("server-bound", saturated("server", "own")), &auto),
+            Remedy::NotApplicable(_)
+        ));
         let two_of_four = Knobs { server_mask: 0b0110, ..four };
         if std::thread::available_parallelism().map_or(1, std::num::NonZero::get) > 2 {
             assert_eq!(two_of_four.affinity(), "auto 110");
@@ -663,7 +724,13 @@ mod tests {
             "net.core.somaxconn" => Some("65535".to_string()),
             _ => None,
         };
-        let ports = finding("ephemeral-ports", "");
+        let ports = finding(
+            "ephemeral-ports",
+            settings(
+                &[("net.ipv4.tcp_tw_reuse", "1"), ("net.ipv4.ip_local_port_range", "1024 65535")],
+                true,
+            ),
+        );
         assert!(matches!(remedies(&ports, &ONE_EACH, &read)[..], [Remedy::NotApplicable(_)]));
         let host = Knobs { apply_host: true, ..ONE_EACH };
         let sysctl = |name: &str, from: &str, to: &str| {
@@ -677,7 +744,8 @@ mod tests {
             ]
         );
         // Already at what tune plans: nothing to measure.
-        let overflow = finding("accept-queue-overflow", "");
+        let overflow =
+            finding("accept-queue-overflow", settings(&[("net.core.somaxconn", "65535")], false));
         assert!(matches!(remedies(&overflow, &host, &read)[..], [Remedy::NotApplicable(_)]));
         // The server's side on --server HOST is not this host's.
         let far = Knobs { server_here: false, ..host };
@@ -688,11 +756,12 @@ mod tests {
             [sysctl("net.core.somaxconn", "128", "65535")]
         );
         // A namespace hides the host-wide ones.
-        let drops = finding("softnet-backlog-drops", "");
+        let drops = finding(
+            "softnet-backlog-drops",
+            settings(&[("net.core.netdev_max_backlog", "65536")], false),
+        );
         assert!(matches!(remedies(&drops, &host, &|_| None)[..], [Remedy::NotApplicable(_)]));
-        let mut queue = finding("single-rx-queue", "");
-        queue.evidence =
-            vec!["qvb: 1 rx queue, rps_cpus empty".into(), "qvb carried 5 packets/s".into()];
+        let queue = finding("single-rx-queue", Cause::Steering { iface: Some("qvb".into()) });
         assert_eq!(
             remedies(&queue, &host, &read),
             [Remedy::Change(Change::Steering { iface: "qvb".into() })]
