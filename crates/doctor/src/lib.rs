@@ -484,9 +484,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "tcp-waits",
-        catches: "TCP's account of the run's connections: a side behind reading its input, writes held for the peer's receive window or for the congestion window",
+        catches: "TCP's account of the run's connections: writes held for the peer's receive window or for the congestion window",
         threshold: "20% or more of a side's connection readings (sock_diag at each sample of the window but its start and stop, at least 4) in that state; info",
-        remedy: "by state: the late reader's CPU or blocking; the peer's reading and its receive buffer; loss or the path for the congestion window",
+        remedy: "by state: the peer's reading and its receive buffer; loss or the path for the congestion window",
     },
     Rule {
         name: "syscall-bound",
