@@ -966,6 +966,20 @@ fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
     assert!(text_of(r).contains("segments retransmitted on the run's own"), "{r}");
 }
 
+/// Runs `python3 -c SCRIPT`, which prints the port it listens on when ready: the child and its
+/// URL on loopback.
+fn python_on_a_port(script: &str) -> (Kill, String) {
+    let mut child =
+        Kill(Command::new("python3").args(["-c", script]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    (child, format!("http://127.0.0.1:{}/", port.trim()))
+}
+
 /// A Python server (http.server, threads) that writes each response's head and body in two
 /// calls, Nagle on or off, sleeping `sleep_ms` first; it prints its port when ready.
 fn python_server(nagle: bool, sleep_ms: u32) -> (Kill, String) {
@@ -998,15 +1012,7 @@ s.serve_forever()
         nodelay = if nagle { "False" } else { "True" },
         sleep = f64::from(sleep_ms) / 1e3
     );
-    let mut child =
-        Kill(Command::new("python3").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap());
-    let mut port = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
-        &mut port,
-    )
-    .unwrap();
-    (child, format!("http://127.0.0.1:{}/", port.trim()))
+    python_on_a_port(&script)
 }
 
 /// The latency at a kernel timer: a server that writes a response in two pieces with Nagle on
@@ -1139,15 +1145,7 @@ s.serve_forever()
         dir = dir.display(),
         fsync = if fsync { "True" } else { "False" }
     );
-    let mut child =
-        Kill(Command::new("python3").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap());
-    let mut port = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
-        &mut port,
-    )
-    .unwrap();
-    (child, format!("http://127.0.0.1:{}/", port.trim()))
+    python_on_a_port(&script)
 }
 
 /// The disk on the request path: a server that fsyncs a file before each answer waits on the
