@@ -501,10 +501,14 @@ fn the_climb_gives_a_waiting_application_threads_through_its_template() {
     let steps = v["steps"].as_array().unwrap();
     let text = v.to_string();
     assert!(!text.contains("cpu-contention"), "the application is not other work: {v:#}");
-    let threads = steps
-        .iter()
-        .find(|s| s["knob"]["knob"] == "server-threads")
-        .unwrap_or_else(|| panic!("a step of the server's threads: {v:#}"));
+    let threads =
+        steps.iter().find(|s| s["knob"]["knob"] == "server-threads").unwrap_or_else(|| {
+            let rows: Vec<String> = steps
+                .iter()
+                .map(|s| format!("{} {} {}", s["finding"], s["verdict"], s["why"]))
+                .collect();
+            panic!("a step of the server's threads; ended {}, steps {rows:#?}: {v:#}", v["ended"])
+        });
     assert_eq!(threads["change"], "server threads per worker (its template) 1 -> 2", "{threads}");
     assert_eq!(threads["verdict"], "kept", "{threads}");
     let ratio = threads["ratio"].as_f64().unwrap();

@@ -544,14 +544,19 @@ fn a_host_change_that_pays_is_kept_and_its_state_file_applies_elsewhere() {
             "--warmup",
             "200ms",
         ])
-        .args(["--budget", "90s", "--state-file"])
+        // Five pairs: a SYN waiting out its 1 s timer makes runs of this setting uneven (pairs
+        // from 1.04x to 1.75x), and three all-faster pairs can be noise (1 in 8).
+        .args(["--repeats", "5", "--budget", "120s", "--state-file"])
         .arg(&file)
         .output()
         .unwrap();
     let v = json(&out);
     assert_eq!(out.status.code(), Some(0), "{v:#}");
     let step = &v["steps"][0];
-    assert_eq!(step["finding"], "accept-queue-overflow", "{v:#}");
+    // Both queues overflow (the SYN queue too, when cookies pass its rate): either names
+    // somaxconn first, which caps both.
+    let finding = step["finding"].as_str().unwrap();
+    assert!(["accept-queue-overflow", "syn-queue-full"].contains(&finding), "{v:#}");
     assert_eq!(
         step["knob"],
         serde_json::json!({"knob": "sysctl", "name": "net.core.somaxconn", "from": "2", "to": "65535"})

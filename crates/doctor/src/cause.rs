@@ -68,6 +68,16 @@ pub enum Cause {
     /// Counters of the host's that this run's own connections did not show: another
     /// program's, nothing for this run to change.
     NotTheRuns,
+    /// A share of the responses (or connects) waited for one of TCP's timers: `timer` names
+    /// it (`retransmission timeout`, `SYN retransmission`), `ms` its value.
+    KernelTimer { timer: String, ms: f64, share: f64 },
+    /// The hypervisor gave this share of the run's CPUs' time to other guests.
+    Steal { share: f64 },
+    /// Tasks waited for memory (reclaim, faults from storage) this share of the window.
+    MemoryPressure { share: f64 },
+    /// TCP's socket buffers reached net.ipv4.tcp_mem's pressure mark (pages), or past it:
+    /// the kernel shrank buffers or dropped connections.
+    TcpMemory { pages: u64, pressure: u64 },
     /// nginx's per-request costs this run shows, each one that applies.
     NginxCosts { access_log: bool, keepalive_requests: bool, workers: bool, accept_mutex: bool },
 }

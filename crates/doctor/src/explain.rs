@@ -71,6 +71,13 @@ pub struct LoadFacts {
     /// asked per connection; `concurrency` is then connections x the server's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_limit: Option<StreamLimit>,
+    /// The responses' latency at its quantiles (0.5, 0.9, 0.99, 0.999, 0.9999, 1 for the
+    /// maximum), in seconds: where a tail stands at a kernel timer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_tail: Vec<(f64, f64)>,
+    /// The same of the connects made in the window (a handshake's SYN retransmitted waits 1 s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connect_tail: Vec<(f64, f64)>,
 }
 
 /// A server's HTTP/2 stream limit below the streams the load asked for.

@@ -11,6 +11,7 @@ pub mod cause;
 mod disk;
 pub mod exam;
 pub mod explain;
+mod kernel;
 mod losses;
 mod network;
 mod profiled;
@@ -20,6 +21,7 @@ mod server;
 mod server_log;
 pub mod summary;
 mod tcp;
+mod timers;
 mod verdict;
 
 use serde::{Deserialize, Serialize};
@@ -489,6 +491,42 @@ pub const RULES: &[Rule] = &[
         remedy: "by state: the peer's reading and its receive buffer; loss or the path for the congestion window",
     },
     Rule {
+        name: "kernel-timer",
+        catches: "a share of the responses (or connects) waited for one of TCP's timers: the minimum retransmission timeout (200 ms, a lost segment only the timer recovered) or the SYN retransmission timeout (1 s, a dropped connection attempt)",
+        threshold: "a quantile from p99.9 down at 0.9-1.6 times the timer with the median under a quarter of it, and the mechanism in the window's counters (retransmissions or timeouts; for connects, the listen and SYN queue counters are shown); a warning when the timer is 10% or more of the mean time",
+        remedy: "find the loss or the dropped SYNs (the retransmissions, drops and queue findings); a lower rto_min on the server's routes where loss cannot be helped",
+    },
+    Rule {
+        name: "cpu-steal",
+        catches: "the hypervisor gave this host's CPUs to other guests while its tasks were runnable: the run had less CPU than it saw",
+        threshold: "/proc/stat steal at 2% of the CPUs' time over the window (info), a warning from 20%",
+        remedy: "a host or instance whose CPUs are not shared, or measure when the neighbours are quiet",
+    },
+    Rule {
+        name: "memory-pressure",
+        catches: "the host is short of memory: tasks waited for reclaim or for pages read back from storage",
+        threshold: "PSI memory some at 1% of the window (info), a warning from 10%; without PSI, allocation stalls with 100 major faults/s or more",
+        remedy: "less memory in use on the host, or more memory",
+    },
+    Rule {
+        name: "time-wait-overflow",
+        catches: "the TIME_WAIT table was full: closed connections skipped TIME_WAIT, so a late segment can reach a new connection on the same ports",
+        threshold: "any TcpExt TCPTimeWaitOverflow in the window; a warning when the run opened connections in it, else info",
+        remedy: "keep connections alive, or raise net.ipv4.tcp_max_tw_buckets",
+    },
+    Rule {
+        name: "tcp-memory-pressure",
+        catches: "TCP's socket buffers reached net.ipv4.tcp_mem's pressure mark: the kernel shrank every socket's buffers, or dropped connections",
+        threshold: "TcpExt TCPMemoryPressures or TCPAbortOnMemory moved, or sockstat's mem at tcp_mem's pressure mark; critical when connections were dropped",
+        remedy: "smaller buffers per connection, fewer connections, or a larger net.ipv4.tcp_mem",
+    },
+    Rule {
+        name: "conntrack-full",
+        catches: "netfilter's connection tracking table refused new entries (their packets dropped, SYNs retried after 1 s) or stood near its size",
+        threshold: "drop, early_drop or insert_failed moved in /proc/net/stat/nf_conntrack (critical), or the entries at 90% of nf_conntrack_max",
+        remedy: "raise net.netfilter.nf_conntrack_max, or take the benchmark's port out of tracking",
+    },
+    Rule {
         name: "syscall-bound",
         catches: "a side spends its CPU entering and leaving the kernel: many small reads and writes per request",
         threshold: "with --profile: 25% or more of a followed process's samples in system call entry and exit",
@@ -543,6 +581,8 @@ pub fn diagnose(
     rules::softnet(host, summary, losses.as_ref(), &mut out);
     rules::descriptors(samples, summary, &mut out);
     rules::ports(host, summary, ctx, &mut out);
+    kernel::limits(host, summary, ctx, &mut out);
+    timers::kernel_timers(summary, ctx, &explanation, &mut out);
     typed_causes(&mut out);
     consequences(&mut out);
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
@@ -571,10 +611,13 @@ fn typed_causes(out: &mut [Finding]) {
 fn host_settings(name: &str) -> Option<Cause> {
     let (names, client_side): (&[&str], bool) = match name {
         "accept-queue-overflow" => (&["net.core.somaxconn"], false),
-        "syn-queue-full" => (&["net.ipv4.tcp_max_syn_backlog", "net.core.somaxconn"], false),
+        // somaxconn caps the listen backlog, and the SYN queue with it: the first to raise.
+        "syn-queue-full" => (&["net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog"], false),
         "ephemeral-ports" => (&["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"], true),
         "softnet-backlog-drops" => (&["net.core.netdev_max_backlog"], false),
         "softnet-time-squeeze" => (&["net.core.netdev_budget"], false),
+        "time-wait-overflow" => (&["net.ipv4.tcp_max_tw_buckets"], false),
+        "conntrack-full" => (&["net.netfilter.nf_conntrack_max"], false),
         _ => return None,
     };
     let settings = names

@@ -227,7 +227,7 @@ pub(super) fn tcp_queues(
 /// Whether the load opened connections in its window (not only kept-alive ones, with no
 /// reconnects): only then can a listen or SYN queue have dropped one of the run's. True when
 /// the load is not known.
-fn opened_connections(ctx: &Context) -> bool {
+pub(super) fn opened_connections(ctx: &Context) -> bool {
     ctx.load.as_ref().is_none_or(|l| l.mode != "closed" || l.reconnects > 0)
 }
 

@@ -18,6 +18,10 @@ pub struct CpuShare {
     pub softirq: f64,
     pub irq: f64,
     pub idle: f64,
+    /// Share the hypervisor gave another guest while this CPU had work (`steal`): counted
+    /// busy, since none of this host's tasks could run.
+    #[serde(default)]
+    pub steal: f64,
 }
 
 impl CpuShare {
@@ -182,6 +186,9 @@ pub struct Summary {
     pub tcp_inuse: u64,
     pub tcp_tw_max: u64,
     pub tcp_orphan_max: u64,
+    /// The most pages TCP's buffers held at a sample (sockstat `mem`; net.ipv4.tcp_mem's unit).
+    #[serde(default)]
+    pub tcp_mem_max: u64,
     pub interfaces: Vec<IfRate>,
     pub processes: Vec<ProcSummary>,
     /// The busiest processes not followed (at least [`OTHER_CPU`] CPUs over the window), most
@@ -200,6 +207,16 @@ pub struct Summary {
     /// host-wide). None without PSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_pressure: Option<f64>,
+    /// Share of the window in which at least one task waited for memory (PSI memory
+    /// `some`, host-wide). None without PSI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_pressure: Option<f64>,
+    /// Memory short of demand over the window (/proc/vmstat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmRate>,
+    /// The conntrack table over the window, where netfilter's conntrack is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackUse>,
     /// Block devices that did I/O in the window.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<DiskRate>,
@@ -216,6 +233,25 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen_full: Vec<ListenFull>,
     pub intervals: Vec<IntervalRow>,
+}
+
+/// Faults, reclaim and stalls a second over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmRate {
+    /// Page faults that had to read from storage.
+    pub major_faults_per_s: f64,
+    /// Pages scanned by allocating tasks themselves (direct reclaim: the task waits).
+    pub direct_scans_per_s: f64,
+    /// Allocations that stalled for reclaim, in the window.
+    pub alloc_stalls: u64,
+}
+
+/// The conntrack table: its most entries at a sample, its size, and the packets it refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackUse {
+    pub peak: u64,
+    pub max: u64,
+    pub dropped: u64,
 }
 
 /// A listener whose accept queue was seen at its backlog.
@@ -359,12 +395,35 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         tcp_inuse: last.sockstat.tcp_inuse,
         tcp_tw_max: samples.iter().map(|s| s.sockstat.tcp_tw).max().unwrap_or(0),
         tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
+        tcp_mem_max: samples.iter().map(|s| s.sockstat.tcp_mem).max().unwrap_or(0),
         interfaces: if_rates(first, last, secs),
         processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
         others: others(first, last, roles, tick_hz),
         dest_ports: last.dest_ports.clone(),
         cpu_pressure: pressure(first.cpu_pressure_us, last.cpu_pressure_us, secs),
         io_pressure: pressure(first.io_pressure_us, last.io_pressure_us, secs),
+        memory_pressure: pressure(first.memory_pressure_us, last.memory_pressure_us, secs),
+        vm: match (first.vm, last.vm) {
+            (Some(a), Some(b)) => Some(VmRate {
+                major_faults_per_s: per_s(b.major_faults.saturating_sub(a.major_faults), secs),
+                direct_scans_per_s: per_s(b.direct_scans.saturating_sub(a.direct_scans), secs),
+                alloc_stalls: b.alloc_stalls.saturating_sub(a.alloc_stalls),
+            }),
+            _ => None,
+        },
+        conntrack: match (first.conntrack, last.conntrack) {
+            (Some(a), Some(b)) => Some(ConntrackUse {
+                peak: samples
+                    .iter()
+                    .filter_map(|s| s.conntrack)
+                    .map(|c| c.entries)
+                    .max()
+                    .unwrap_or(0),
+                max: b.max,
+                dropped: b.dropped.saturating_sub(a.dropped),
+            }),
+            _ => None,
+        },
         disks: disk_rates(first, last, secs),
         qdiscs: qdisc_rates(samples, secs),
         nic_counters: nic_counters(first, last),
@@ -474,6 +533,7 @@ pub(crate) fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
                 softirq: share(d.softirq, total),
                 irq: share(d.irq, total),
                 idle: share(d.idle_all(), total),
+                steal: share(d.steal, total),
             })
         })
         .collect()
@@ -535,17 +595,32 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         ns as f64 / 1e9
     });
     // A thread first seen after the first sample started from zero.
-    let used: Vec<(f64, Option<&CpuSet>)> = threads
+    let mut used: Vec<(f64, Option<&CpuSet>)> = threads
         .iter()
         .map(|(tid, (a, b, cpus))| {
             let start = if first.threads.iter().any(|x| x.tid == *tid) { *a } else { 0 };
             (cpus_of(b.saturating_sub(start)), cpus.as_ref())
         })
         .collect();
+    let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
+    // Threads gone before the last sample (a load's workers, joined at its stop) took their
+    // time since their last sight with them; the process's own count still has it: what no
+    // surviving thread accounts for was theirs, shared evenly.
+    let gone: Vec<usize> = threads
+        .keys()
+        .enumerate()
+        .filter(|(_, tid)| !last.threads.iter().any(|x| x.tid == **tid))
+        .map(|(i, _)| i)
+        .collect();
+    let unaccounted = cpu - used.iter().map(|u| u.0).sum::<f64>();
+    if !gone.is_empty() && unaccounted > 0.0 {
+        for i in &gone {
+            used[*i].0 += unaccounted / gone.len() as f64;
+        }
+    }
     let busy: Vec<&(f64, Option<&CpuSet>)> =
         used.iter().filter(|(c, _)| *c >= BUSY_THREAD).collect();
     let cpus = thread_cpus(if busy.is_empty() { used.iter().collect() } else { busy.clone() });
-    let cpu = cpus_of(last.ticks.saturating_sub(first.ticks));
     let readings: Vec<char> =
         seen.iter().flat_map(|(_, p)| p.threads.iter().map(|t| t.state)).collect();
     let blocked = readings.iter().filter(|&&c| c == 'D').count();

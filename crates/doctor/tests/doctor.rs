@@ -57,6 +57,14 @@ impl Run {
         self.sample();
     }
 
+    /// Writes the counters as they are and starts the window there (files the shape does not
+    /// write, such as PSI memory or conntrack's, are in its first sample).
+    fn restart(&mut self) {
+        self.counters.write(&self.shape, self.dir.path()).unwrap();
+        self.samples.clear();
+        self.sample();
+    }
+
     fn diagnose(&self, ctx: &Context) -> (Vec<Finding>, qpslab_doctor::Explanation) {
         let roles: BTreeMap<u32, Role> = self.watch.iter().map(|w| (w.pid, w.role)).collect();
         let summary = summarize(&self.samples, &roles, 100.0);
@@ -1494,4 +1502,233 @@ fn a_servers_stream_limit_is_the_concurrency() {
         "{:?}",
         e.chain
     );
+}
+
+/// A VM whose hypervisor runs other guests on its CPUs: steal is named with its share, a
+/// warning from 20%, info at 9%, and says nothing at 0.5%.
+#[test]
+fn the_hypervisors_steal_is_named() {
+    let stolen = |per_cpu: u64| {
+        let mut run = Run::new(four_cpus());
+        run.restart();
+        for _ in 0..3 {
+            run.step(|c, _| {
+                c.advance_cpus(1000, |_| (40, 10, 0, 50));
+                for t in &mut c.cpu {
+                    t.steal += per_cpu;
+                }
+            });
+        }
+        run.findings()
+    };
+    let f = stolen(300);
+    let s = named(&f, "cpu-steal").expect("cpu-steal");
+    assert_eq!(s.severity, Severity::Warning, "{s:?}");
+    assert!(s.summary.contains("gave 23% of this host's CPU time"), "{}", s.summary);
+    assert!(s.evidence[0].contains("cpu0 23%"), "{:?}", s.evidence);
+    assert_eq!(s.cause, Some(qpslab_doctor::Cause::Steal { share: 300.0 / 1300.0 }));
+    // What this VM shows under load is said, not an alarm.
+    assert_eq!(named(&stolen(100), "cpu-steal").map(|s| s.severity), Some(Severity::Info));
+    assert!(named(&stolen(5), "cpu-steal").is_none());
+}
+
+/// Memory short of demand: PSI memory at 30% of the window is a warning with the faults and
+/// reclaim; 0.5% is nothing; a kernel without PSI is judged by stalls and major faults.
+#[test]
+fn memory_pressure_is_named_by_psi_or_by_stalls_and_faults() {
+    let pressed = |psi_us: u64, stalls: u64, faults: u64| {
+        let mut run = Run::new(four_cpus());
+        run.counters.memory_pressure_us = u64::from(psi_us > 0);
+        run.restart();
+        for _ in 0..2 {
+            run.step(|c, _| {
+                c.memory_pressure_us += psi_us;
+                c.vm.alloc_stalls += stalls;
+                c.vm.major_faults += faults;
+                c.vm.direct_scans += 10 * faults;
+            });
+        }
+        run.findings()
+    };
+    let f = pressed(300_000, 40, 5000);
+    let m = named(&f, "memory-pressure").expect("memory-pressure");
+    assert_eq!(m.severity, Severity::Warning);
+    assert!(m.summary.contains("tasks waited for it 30% of the window"), "{}", m.summary);
+    assert!(m.evidence[1].starts_with("5000 major faults/s"), "{:?}", m.evidence);
+    assert!(named(&pressed(5_000, 0, 0), "memory-pressure").is_none());
+    let no_psi = pressed(0, 40, 5000);
+    assert_eq!(named(&no_psi, "memory-pressure").map(|m| m.severity), Some(Severity::Warning));
+    assert!(named(&pressed(0, 0, 5000), "memory-pressure").is_none(), "faults alone: a cold cache");
+}
+
+/// The TIME_WAIT table overflowing (its counter moved) is named with the table's size and a
+/// cause that raises it from tune's table.
+#[test]
+fn a_full_time_wait_table_is_named() {
+    let mut run = Run::new(four_cpus());
+    run.restart();
+    run.step(|c, _| {
+        *c.tcpext.get_mut("TCPTimeWaitOverflow").unwrap() += 900;
+        c.sockstat.tcp_tw = 131_072;
+    });
+    let f = run.findings();
+    let t = named(&f, "time-wait-overflow").expect("time-wait-overflow");
+    assert_eq!(t.severity, Severity::Warning, "the load is not known: it may have opened them");
+    assert!(t.summary.contains("900 closed connection(s) skipped TIME_WAIT"), "{}", t.summary);
+    assert!(t.evidence[1].contains("net.ipv4.tcp_max_tw_buckets = 131072"), "{:?}", t.evidence);
+    let settings = vec![("net.ipv4.tcp_max_tw_buckets".to_string(), "1048576".to_string())];
+    assert_eq!(t.cause, Some(qpslab_doctor::Cause::HostSettings { settings, client_side: false }));
+}
+
+/// TCP's buffers at the pressure mark are a warning; connections dropped for memory are
+/// critical.
+#[test]
+fn tcp_memory_pressure_is_named_and_dropped_connections_are_critical() {
+    let mut run = Run::new(four_cpus());
+    run.restart();
+    run.step(|c, _| c.sockstat.tcp_mem = 390_000);
+    let f = run.findings();
+    let m = named(&f, "tcp-memory-pressure").expect("at the pressure mark");
+    assert_eq!(m.severity, Severity::Warning);
+    assert!(
+        m.evidence[1].contains(
+            "390000 pages (sockstat mem) against net.ipv4.tcp_mem = 287901 383869 575802"
+        ),
+        "{:?}",
+        m.evidence
+    );
+    let mut run = Run::new(four_cpus());
+    run.restart();
+    run.step(|c, _| *c.tcpext.get_mut("TCPAbortOnMemory").unwrap() += 3);
+    let f = run.findings();
+    let m = named(&f, "tcp-memory-pressure").expect("aborts");
+    assert_eq!(m.severity, Severity::Critical);
+    assert!(m.summary.contains("3 connection(s) were dropped"), "{}", m.summary);
+}
+
+/// A conntrack table that dropped packets is critical; one at 95% of its size a warning; a
+/// host without conntrack, or with a table at half, has nothing to say.
+#[test]
+fn a_full_conntrack_table_is_named() {
+    let tracked = |peak: u64, dropped: u64| {
+        let mut run = Run::new(four_cpus());
+        run.counters.conntrack =
+            Some(qpslab_host::parse::Conntrack { entries: 10, max: 1000, dropped: 0 });
+        run.restart();
+        run.step(|c, _| {
+            c.conntrack = Some(qpslab_host::parse::Conntrack { entries: peak, max: 1000, dropped });
+        });
+        run.findings()
+    };
+    let f = tracked(1000, 77);
+    let c = named(&f, "conntrack-full").expect("drops");
+    assert_eq!(c.severity, Severity::Critical);
+    assert!(c.summary.contains("77 packet(s)"), "{}", c.summary);
+    assert!(c.evidence[0].contains("1000 entries at most of net.netfilter.nf_conntrack_max = 1000"));
+    assert_eq!(
+        named(&tracked(950, 0), "conntrack-full").map(|c| c.severity),
+        Some(Severity::Warning)
+    );
+    assert!(named(&tracked(500, 0), "conntrack-full").is_none());
+    assert!(named(&Run::new(four_cpus()).findings(), "conntrack-full").is_none());
+}
+
+/// Regression: a load's worker thread joined before the stop sample took its CPU time with it;
+/// the generator (0.96 CPUs in all) was left with an idle main thread free to run on both
+/// CPUs, so nginx's CPU looked shared with it and `shared-cpus` was said of sides pinned
+/// apart. The process's own count keeps a gone thread's time: it is that thread's.
+#[test]
+fn a_thread_gone_before_the_last_sample_keeps_its_cpu() {
+    let mut run = Run::new(Shape::small_virtio());
+    run.watch =
+        vec![Watch { pid: 600, role: Role::Server }, Watch { pid: 700, role: Role::Client }];
+    let write = |dir: &std::path::Path, k: u64, worker: bool| {
+        write_process(dir, 600, "nginx", &[(600, 85 * k)], 20, 20000).unwrap();
+        write_affinity(dir, 600, &[(600, "0")]);
+        let threads: &[(u32, u64)] = if worker { &[(700, k), (702, 95 * k)] } else { &[(700, k)] };
+        write_process(dir, 700, "qpslab", threads, 20, 20000).unwrap();
+        let affinity: &[(u32, &str)] =
+            if worker { &[(700, "0-1"), (702, "1")] } else { &[(700, "0-1")] };
+        write_affinity(dir, 700, affinity);
+    };
+    write(run.dir.path(), 0, true);
+    run.samples.clear();
+    run.sample();
+    for k in 1..=3u64 {
+        let gone = k == 3;
+        write(run.dir.path(), k, !gone);
+        if gone {
+            std::fs::remove_dir_all(run.dir.path().join("proc/700/task/702")).unwrap();
+            let total = k + 95 * k;
+            std::fs::write(
+                run.dir.path().join("proc/700/stat"),
+                format!("700 (qpslab) S 1 1 1 0 -1 0 0 0 0 0 {total} 0 0 0 20 0 1 0 1 0 0\n"),
+            )
+            .unwrap();
+        }
+        run.step(|c, _| {
+            c.advance_cpus(100, |cpu| if cpu == 0 { (86, 0, 0, 14) } else { (97, 0, 0, 3) })
+        });
+    }
+    let roles: BTreeMap<u32, Role> = run.watch.iter().map(|w| (w.pid, w.role)).collect();
+    let summary = summarize(&run.samples, &roles, 100.0);
+    let generator = summary.processes.iter().find(|p| p.pid == 700).unwrap();
+    assert_eq!(generator.busy_threads, 1, "{generator:?}");
+    assert_eq!(generator.cpus.as_ref().map(|c| c.named()), Some("CPU 1".into()), "{generator:?}");
+    assert!(generator.busiest_thread > 0.9, "{generator:?}");
+    let f = run.findings();
+    assert!(named(&f, "shared-cpus").is_none(), "{f:?}");
+}
+
+/// A tail at 200 ms with a median of 0.3 ms is TCP's retransmission timer when segments were
+/// retransmitted in the window; the same tail without any is a server as slow for those
+/// requests, not the timer. Connects at 1 s are the SYN's timer, with the queues' counters.
+#[test]
+fn a_tail_at_a_kernel_timer_is_named_with_its_mechanism() {
+    let tail = |v: [f64; 6]| -> Vec<(f64, f64)> {
+        [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0].into_iter().zip(v).collect()
+    };
+    let lossy = |retrans: i64| {
+        let mut run = Run::new(four_cpus());
+        run.restart();
+        run.step(|c, _| {
+            c.retrans_segs += retrans;
+            c.out_segs += 10_000;
+        });
+        let load = LoadFacts {
+            latency_tail: tail([0.0003, 0.0009, 0.205, 0.21, 0.41, 0.42]),
+            ..closed_loop(4, 0.006, 1.0)
+        };
+        run.findings_with(&with_load(load))
+    };
+    let f = lossy(150);
+    let t = named(&f, "kernel-timer").expect("the retransmission timer");
+    assert_eq!(t.severity, Severity::Warning, "1% x 200 ms of a 6 ms mean: a third of it");
+    assert!(
+        t.summary.starts_with("1% or more of the responses waited for the retransmission timeout (200 ms): p99 at 205.0 ms against a median of 0.30 ms"),
+        "{}",
+        t.summary
+    );
+    assert!(t.evidence[1].contains("RetransSegs +150"), "{:?}", t.evidence);
+    assert!(named(&lossy(0), "kernel-timer").is_none(), "no retransmission: not the timer");
+
+    let mut run = Run::new(four_cpus());
+    run.restart();
+    run.step(|c, _| *c.tcpext.get_mut("ListenOverflows").unwrap() += 40);
+    let load = LoadFacts {
+        mode: "conn-per-request".into(),
+        mean_connect_s: 0.02,
+        connect_tail: tail([0.0001, 0.0002, 1.003, 1.01, 3.0, 3.0]),
+        ..closed_loop(4, 0.001, 1.0)
+    };
+    let f = run.findings_with(&with_load(load));
+    let t = named(&f, "kernel-timer").expect("the SYN's timer");
+    assert!(
+        t.summary.starts_with(
+            "1% or more of the connects waited for the SYN retransmission (1 s): p99 at 1003.0 ms"
+        ),
+        "{}",
+        t.summary
+    );
+    assert!(t.evidence[1].contains("ListenOverflows +40"), "{:?}", t.evidence);
 }

@@ -21,6 +21,8 @@ pub const SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_tw_reuse",
     "net.ipv4.tcp_fin_timeout",
     "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_max_tw_buckets",
+    "net.ipv4.tcp_mem",
     "net.ipv4.ip_local_port_range",
     "fs.file-max",
     "fs.nr_open",

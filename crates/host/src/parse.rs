@@ -227,6 +227,8 @@ pub struct SockStat {
     pub tcp_orphan: u64,
     pub tcp_tw: u64,
     pub tcp_alloc: u64,
+    /// Pages TCP's socket buffers hold (held against net.ipv4.tcp_mem).
+    pub tcp_mem: u64,
 }
 
 /// /proc/net/sockstat (its `TCP:` line).
@@ -243,6 +245,7 @@ pub fn sockstat(text: &str) -> SockStat {
                 "orphan" => s.tcp_orphan = v,
                 "tw" => s.tcp_tw = v,
                 "alloc" => s.tcp_alloc = v,
+                "mem" => s.tcp_mem = v,
                 _ => {}
             }
         }
@@ -394,9 +397,80 @@ pub fn pressure_some(text: &str) -> Option<u64> {
     line.split_ascii_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
 }
 
+/// /proc/vmstat's counters of memory short of demand: faults that read from storage, pages
+/// scanned by allocating tasks themselves (direct reclaim), and allocations that stalled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VmStat {
+    pub major_faults: u64,
+    pub direct_scans: u64,
+    pub alloc_stalls: u64,
+}
+
+pub fn vmstat(text: &str) -> VmStat {
+    let mut v = VmStat::default();
+    for line in text.lines() {
+        let Some((k, n)) = line.split_once(' ') else { continue };
+        let n: u64 = n.trim().parse().unwrap_or(0);
+        match k {
+            "pgmajfault" => v.major_faults = n,
+            "pgscan_direct" => v.direct_scans = n,
+            k if k.starts_with("allocstall") => v.alloc_stalls += n,
+            _ => {}
+        }
+    }
+    v
+}
+
+/// The connection tracking table (netfilter's conntrack), where the module is loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Conntrack {
+    pub entries: u64,
+    pub max: u64,
+    /// Packets dropped for want of an entry: `drop`, `early_drop` and `insert_failed`
+    /// summed over the CPUs (/proc/net/stat/nf_conntrack, hexadecimal).
+    pub dropped: u64,
+}
+
+/// The sum of the columns that count refused entries in /proc/net/stat/nf_conntrack.
+pub fn conntrack_dropped(text: &str) -> u64 {
+    let mut lines = text.lines();
+    let Some(head) = lines.next() else { return 0 };
+    let cols: Vec<usize> = head
+        .split_ascii_whitespace()
+        .enumerate()
+        .filter(|(_, n)| matches!(*n, "drop" | "early_drop" | "insert_failed"))
+        .map(|(i, _)| i)
+        .collect();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_ascii_whitespace().collect();
+            cols.iter().filter_map(|i| u64::from_str_radix(f.get(*i)?, 16).ok()).sum::<u64>()
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Linux 6.18, this VM's /proc/net/stat/nf_conntrack (two CPUs), with drops moved.
+    #[test]
+    fn conntrack_drops_are_summed_over_the_cpus() {
+        let text = "entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart\n\
+            00000010  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 0000000a 00000000 00000000  00000000 00000000 00000000 00000000\n\
+            00000010  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000010 00000002 00000000  00000000 00000000 00000000 00000000\n";
+        assert_eq!(conntrack_dropped(text), 1 + 10 + 16 + 2);
+        assert_eq!(conntrack_dropped(""), 0);
+    }
+
+    #[test]
+    fn vmstat_sums_the_allocation_stalls_of_every_zone() {
+        let text = "allocstall_dma 0\nallocstall_normal 22\nallocstall_movable 1140\npgmajfault 142967\npgscan_direct 862569\npgscan_kswapd 5\n";
+        assert_eq!(
+            vmstat(text),
+            VmStat { major_faults: 142_967, direct_scans: 862_569, alloc_stalls: 1162 }
+        );
+    }
 
     /// Linux 6.18, this VM's /proc/pressure/cpu.
     #[test]

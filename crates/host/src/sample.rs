@@ -66,6 +66,10 @@ pub const TCPEXT: &[&str] = &[
     "TCPReqQFullDrop",
     "TCPBacklogDrop",
     "TCPTimeouts",
+    "TCPTimeWaitOverflow",
+    "TCPMemoryPressures",
+    "TCPMemoryPressuresChrono",
+    "TCPAbortOnMemory",
 ];
 
 /// Everything read at one instant.
@@ -102,6 +106,13 @@ pub struct Sample {
     /// /proc/pressure/io `some total=`: microseconds in which at least one task waited for
     /// I/O; None without PSI.
     pub io_pressure_us: Option<u64>,
+    /// /proc/pressure/memory `some total=`: microseconds in which at least one task waited
+    /// for memory (reclaim, a fault from storage); None without PSI.
+    pub memory_pressure_us: Option<u64>,
+    /// /proc/vmstat's faults, direct reclaim and allocation stalls.
+    pub vm: Option<parse::VmStat>,
+    /// The conntrack table, where netfilter's conntrack is loaded.
+    pub conntrack: Option<parse::Conntrack>,
     /// Block devices that did any I/O (/proc/diskstats).
     pub disks: Vec<parse::DiskStat>,
     /// The interfaces' qdiscs and driver limit counters.
@@ -352,6 +363,11 @@ impl Sample {
             io_pressure_us: root
                 .read_opt("proc/pressure/io")
                 .and_then(|t| parse::pressure_some(&t)),
+            memory_pressure_us: root
+                .read_opt("proc/pressure/memory")
+                .and_then(|t| parse::pressure_some(&t)),
+            vm: root.read_opt("proc/vmstat").map(|t| parse::vmstat(&t)),
+            conntrack: conntrack(root),
             disks: root
                 .read_opt("proc/diskstats")
                 .map(|t| parse::diskstats(&t))
@@ -364,6 +380,19 @@ impl Sample {
             tcp: None,
         })
     }
+}
+
+/// The conntrack table's size, use and refusals; None where netfilter's conntrack is not
+/// loaded.
+fn conntrack(root: &Root) -> Option<parse::Conntrack> {
+    let n = |f: &str| root.read_opt(&format!("proc/sys/net/netfilter/{f}"))?.trim().parse().ok();
+    Some(parse::Conntrack {
+        entries: n("nf_conntrack_count")?,
+        max: n("nf_conntrack_max")?,
+        dropped: root
+            .read_opt("proc/net/stat/nf_conntrack")
+            .map_or(0, |t| parse::conntrack_dropped(&t)),
+    })
 }
 
 /// The listeners whose accept queue is at its backlog now: from sock_diag on a live host
@@ -410,10 +439,10 @@ impl Sample {
     /// Notes the listeners whose accept queue holds connections ([`Sample::listen_queues`]):
     /// connections the kernel completed that no process took.
     pub fn take_listen_queues(&mut self, root: &Root) {
-        use qpslab_sys::sockets::{holders, tcp_sockets, LISTEN};
-        self.listen_queues = tcp_sockets(root)
+        use qpslab_sys::sockets::{holders, LISTEN};
+        self.listen_queues = crate::tcp_sockets_in(root, 1 << LISTEN)
             .into_iter()
-            .filter(|s| s.state == LISTEN && s.rx_queue > 0)
+            .filter(|s| s.rx_queue > 0)
             .take(8)
             .map(|s| ListenQueue {
                 local: s.local,

@@ -91,7 +91,7 @@ fn connected(root: &Root, pids: &[u32]) -> Vec<Upstream> {
     if mine.is_empty() {
         return Vec::new();
     }
-    let table = sockets::tcp_sockets(root);
+    let table = crate::tcp_sockets_in(root, 1 << ESTABLISHED | 1 << LISTEN);
     let listeners: Vec<&sockets::TcpSocket> = table.iter().filter(|s| s.state == LISTEN).collect();
     // A connection the server accepted has one of its own listening ports on its side; one it
     // made (to what is behind it) has an ephemeral port there, and a listener at the far end.

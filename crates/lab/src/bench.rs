@@ -921,7 +921,21 @@ fn load_facts(load: &Report) -> LoadFacts {
         path_rtt_s: load.connections.path_rtt_us.map(|r| f64::from(r.median) / 1e6),
         duration_s: load.duration_s,
         schedule,
+        latency_tail: tail(&load.latency_us),
+        connect_tail: if load.connections.connects > 0 {
+            tail(&load.connections.connect_us)
+        } else {
+            Vec::new()
+        },
     }
+}
+
+/// A latency's quantiles in seconds, for the doctor's kernel timers.
+fn tail(l: &qpslab_load::report::Latency) -> Vec<(f64, f64)> {
+    [(0.5, l.p50), (0.9, l.p90), (0.99, l.p99), (0.999, l.p999), (0.9999, l.p9999), (1.0, l.max)]
+        .iter()
+        .map(|(q, us)| (*q, *us as f64 / 1e6))
+        .collect()
 }
 
 /// The report; `followed`: the doctor followed the generator's process (else its CPU comes

@@ -80,8 +80,8 @@ impl DoctorOptions {
 
 /// The TCP ports the processes `pids` listen on: the run's connections are those to them.
 fn listening_ports(root: &Root, pids: &[u32]) -> Vec<u16> {
-    use qpslab_sys::sockets::{holders_among, tcp_sockets, LISTEN};
-    let listeners: Vec<_> = tcp_sockets(root).into_iter().filter(|s| s.state == LISTEN).collect();
+    use qpslab_sys::sockets::{holders_among, LISTEN};
+    let listeners = qpslab_host::tcp_sockets_in(root, 1 << LISTEN);
     let inodes = listeners.iter().map(|s| s.inode).collect();
     let held: std::collections::BTreeSet<u64> =
         holders_among(root, pids, &inodes).into_iter().map(|(_, i)| i).collect();

@@ -220,6 +220,8 @@ impl Shape {
             ("net/ipv4/tcp_tw_reuse", "2"),
             ("net/ipv4/tcp_fin_timeout", "60"),
             ("net/ipv4/tcp_timestamps", "1"),
+            ("net/ipv4/tcp_max_tw_buckets", "131072"),
+            ("net/ipv4/tcp_mem", "287901\t383869\t575802"),
             ("net/ipv4/ip_local_port_range", "32768\t60999"),
             ("fs/file-max", "9223372036854775807"),
             ("fs/nr_open", "1048576"),
@@ -280,6 +282,12 @@ pub struct Counters {
     pub sockstat: SockStat,
     /// Per interface: (rx_bytes, rx_packets, tx_bytes, tx_packets).
     pub dev: BTreeMap<String, (u64, u64, u64, u64)>,
+    /// /proc/pressure/memory's `some total=` (written only when not zero: a kernel without
+    /// PSI has no such file).
+    pub memory_pressure_us: u64,
+    pub vm: qpslab_host::parse::VmStat,
+    /// The conntrack table (not written when None: the module is not loaded).
+    pub conntrack: Option<qpslab_host::parse::Conntrack>,
 }
 
 use qpslab_host::sample::TCPEXT;
@@ -302,6 +310,9 @@ impl Counters {
             out_segs: 0,
             sockstat: SockStat::default(),
             dev,
+            memory_pressure_us: 0,
+            vm: qpslab_host::parse::VmStat::default(),
+            conntrack: None,
         }
     }
 
@@ -382,10 +393,45 @@ impl Counters {
             dir,
             "proc/net/sockstat",
             &format!(
-                "sockets: used 10\nTCP: inuse {} orphan {} tw {} alloc {} mem 1\n",
-                s.tcp_inuse, s.tcp_orphan, s.tcp_tw, s.tcp_alloc
+                "sockets: used 10\nTCP: inuse {} orphan {} tw {} alloc {} mem {}\n",
+                s.tcp_inuse,
+                s.tcp_orphan,
+                s.tcp_tw,
+                s.tcp_alloc,
+                s.tcp_mem.max(1)
             ),
         )?;
+        if self.memory_pressure_us > 0 {
+            write(
+                dir,
+                "proc/pressure/memory",
+                &format!(
+                    "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                    self.memory_pressure_us
+                ),
+            )?;
+        }
+        let v = &self.vm;
+        write(
+            dir,
+            "proc/vmstat",
+            &format!(
+                "allocstall_normal {}\npgmajfault {}\npgscan_direct {}\n",
+                v.alloc_stalls, v.major_faults, v.direct_scans
+            ),
+        )?;
+        if let Some(c) = &self.conntrack {
+            write(dir, "proc/sys/net/netfilter/nf_conntrack_count", &format!("{}\n", c.entries))?;
+            write(dir, "proc/sys/net/netfilter/nf_conntrack_max", &format!("{}\n", c.max))?;
+            write(
+                dir,
+                "proc/net/stat/nf_conntrack",
+                &format!(
+                    "entries insert_failed drop early_drop\n{:08x} 00000000 {:08x} 00000000\n",
+                    c.entries, c.dropped
+                ),
+            )?;
+        }
         let mut dev = String::from("Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n");
         for (name, (rb, rp, tb, tp)) in &self.dev {
             dev += &format!("{name:>6}: {rb} {rp} 0 0 0 0 0 0 {tb} {tp} 0 0 0 0 0 0\n");

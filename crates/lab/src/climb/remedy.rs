@@ -25,6 +25,10 @@ pub const MAX_BATCHING: usize = 1024;
 /// requests costs one handshake per 100,000.
 pub const KEEPALIVE_REQUESTS: u64 = 100_000;
 
+/// The share of a run's requests failed past which the run fails, when the server's log says
+/// why (a stray line in a run that answered is not a failed start).
+pub const FAILING_SHARE: f64 = 0.01;
+
 /// One change of the run's own knobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "knob", rename_all = "kebab-case")]
@@ -209,6 +213,8 @@ pub struct Knobs {
     pub template_threads: Option<usize>,
     /// The server runs on this host (not on `--server HOST`): its side's settings are here.
     pub server_here: bool,
+    /// More than [`FAILING_SHARE`] of the run's requests failed.
+    pub failing: bool,
 }
 
 impl Knobs {
@@ -234,6 +240,10 @@ impl Knobs {
             template_workers: None,
             template_threads: None,
             server_here: r.server_host.is_none(),
+            failing: {
+                let q = &r.load.requests;
+                q.failed as f64 > FAILING_SHARE * (q.ok + q.failed) as f64
+            },
         }
     }
 
@@ -452,9 +462,18 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::Contention => na(
             "other work shares the benchmark's CPUs: stop or move it; not a change to measure",
         ),
-        Cause::Failed | Cause::ServerLog { .. } => {
+        Cause::Failed => {
             Remedy::Stop(format!("the run fails ({}): fix the target first", f.summary))
         }
+        // The server's log names what went wrong: the climb stops only when the run failed
+        // by it (a line or two of an upstream's hiccup in a run that answered is not a start
+        // to fix first).
+        Cause::ServerLog { .. } if k.failing => {
+            Remedy::Stop(format!("the run fails ({}): fix the target first", f.summary))
+        }
+        Cause::ServerLog { .. } => na(
+            "the server's log named errors, but the run answered: read them; not a change to measure",
+        ),
         Cause::WorkerConnections { limit, wanted } => Remedy::Stop(format!(
             "nginx holds {limit} connections per worker and the run needs {wanted}: raise worker_connections first (the climb does not edit it yet)"
         )),
@@ -471,6 +490,18 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         }
         Cause::DiskWait { .. } => na("the disk on the request path: the server's code or its disk"),
         Cause::NotTheRuns => na("the host's, not this run's"),
+        Cause::KernelTimer { .. } => na(
+            "a TCP timer: find the loss or the dropped connection attempts it waits out; not a knob",
+        ),
+        Cause::Steal { .. } => na(
+            "the hypervisor gives the CPUs to other guests: a dedicated host or instance; no setting here lifts it",
+        ),
+        Cause::MemoryPressure { .. } => {
+            na("the host is short of memory: less of it in use, or more of it; not a knob")
+        }
+        Cause::TcpMemory { .. } => na(
+            "TCP's buffers are at net.ipv4.tcp_mem: smaller buffers per connection, fewer connections, or a larger tcp_mem for the host's memory",
+        ),
         Cause::HostSettings { .. } | Cause::Steering { .. } | Cause::NginxCosts { .. } => {
             na("see the finding's settings")
         }
@@ -561,6 +592,7 @@ mod tests {
         template_workers: None,
         template_threads: None,
         server_here: true,
+        failing: false,
     };
 
     #[test]
@@ -597,6 +629,13 @@ mod tests {
             Remedy::NotApplicable(_)
         ));
         assert!(matches!(remedy(&finding("run-failed", Cause::Failed), &k), Remedy::Stop(_)));
+        // The server's log stops the climb when the run failed by it, not for a line or two.
+        let log = finding(
+            "server-log",
+            Cause::ServerLog { message: "upstream timed out".into(), count: 2 },
+        );
+        assert!(matches!(remedy(&log, &k), Remedy::NotApplicable(_)));
+        assert!(matches!(remedy(&log, &Knobs { failing: true, ..k }), Remedy::Stop(_)));
         // A user's server in hand through its template: more connections first, then workers.
         let tmpl = Knobs { template_workers: Some(1), workers: None, ..k };
         assert_eq!(
