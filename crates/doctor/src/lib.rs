@@ -493,7 +493,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "kernel-timer",
         catches: "a share of the responses (or connects) waited for one of TCP's timers: the minimum retransmission timeout (200 ms, a lost segment only the timer recovered) or the SYN retransmission timeout (1 s, a dropped connection attempt)",
-        threshold: "a quantile from p99.9 down at 0.9-1.6 times the timer with the median under a quarter of it, and the mechanism in the window's counters (retransmissions or timeouts; for connects, the listen and SYN queue counters are shown); a warning when the timer is 10% or more of the mean time",
+        threshold: "a quantile from p99.9 down at 0.9-1.6 times the timer with the median under a quarter of it, and the mechanism in the window's counters (retransmissions or timeouts; for connects, SYNs sent again or attempts a listener dropped); a warning when the timer is 10% or more of the mean time",
         remedy: "find the loss or the dropped SYNs (the retransmissions, drops and queue findings); a lower rto_min on the server's routes where loss cannot be helped",
     },
     Rule {

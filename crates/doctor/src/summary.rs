@@ -246,7 +246,8 @@ pub struct VmRate {
     pub alloc_stalls: u64,
 }
 
-/// The conntrack table: its most entries at a sample, its size, and the packets it refused.
+/// The conntrack table: its entries at the window's start or end, whichever is more, its size,
+/// and the packets it refused.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConntrackUse {
     pub peak: u64,
@@ -413,12 +414,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         },
         conntrack: match (first.conntrack, last.conntrack) {
             (Some(a), Some(b)) => Some(ConntrackUse {
-                peak: samples
-                    .iter()
-                    .filter_map(|s| s.conntrack)
-                    .map(|c| c.entries)
-                    .max()
-                    .unwrap_or(0),
+                peak: a.entries.max(b.entries),
                 max: b.max,
                 dropped: b.dropped.saturating_sub(a.dropped),
             }),

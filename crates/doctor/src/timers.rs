@@ -58,6 +58,15 @@ fn at_timer(tail: &[(f64, f64)], t: f64) -> Option<(f64, f64, f64)> {
     (q <= 0.999 && v <= 1.6 * t).then_some((q, v, below))
 }
 
+/// A share of the responses: 1% and up as the doctor says shares, under it to a tenth.
+fn share_text(share: f64) -> String {
+    if share >= 0.01 {
+        pct(share)
+    } else {
+        format!("{:.1}%", share * 100.0)
+    }
+}
+
 /// Seconds as the doctor says milliseconds.
 fn ms(s: f64) -> String {
     fmt_ms(s * 1e3)
@@ -81,12 +90,12 @@ pub(super) fn kernel_timers(s: &Summary, ctx: &Context, ex: &Explanation, out: &
         // The mechanism, in the counters: without it, a server that takes as long (a sleep,
         // a lock) is not the timer.
         let mechanism = if t.connects {
-            let dropped = ["ListenOverflows", "ListenDrops", "TCPReqQFullDrop"]
-                .iter()
-                .map(|k| format!("{k} +{}", d(k)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            Some(format!("TcpExt {dropped} in the window"))
+            // This host sent SYNs again (its connects), or dropped attempts (its listeners).
+            let keys = ["TCPSynRetrans", "ListenOverflows", "ListenDrops", "TCPReqQFullDrop"];
+            keys.iter().any(|k| d(k) > 0).then(|| {
+                let counts: Vec<String> = keys.iter().map(|k| format!("{k} +{}", d(k))).collect();
+                format!("TcpExt {} in the window", counts.join(", "))
+            })
         } else {
             (d("RetransSegs") > 0 || d("TCPTimeouts") > 0).then(|| {
                 format!(
@@ -98,7 +107,13 @@ pub(super) fn kernel_timers(s: &Summary, ctx: &Context, ex: &Explanation, out: &
         };
         let Some(mechanism) = mechanism else { continue };
         let share = 1.0 - q;
-        let mean = if t.connects { load.mean_connect_s } else { load.mean_latency_s };
+        // A connect's wait counts against a response's time when each response pays one
+        // (a connection per request); else against the responses' mean.
+        let mean = if t.connects && load.mean_connect_s > 0.0 {
+            load.mean_connect_s
+        } else {
+            load.mean_latency_s
+        };
         let of_time = share * t.at_s / mean.max(1e-9);
         let whose = if t.connects { "connects" } else { "responses" };
         out.push(Finding {
@@ -110,7 +125,7 @@ pub(super) fn kernel_timers(s: &Summary, ctx: &Context, ex: &Explanation, out: &
             },
             summary: format!(
                 "{} or more of the {whose} waited for the {} ({}): {} at {} against a median of {}",
-                pct(share),
+                share_text(share),
                 t.name,
                 t.label,
                 quantile_name(q),

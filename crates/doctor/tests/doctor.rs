@@ -1731,4 +1731,22 @@ fn a_tail_at_a_kernel_timer_is_named_with_its_mechanism() {
         t.summary
     );
     assert!(t.evidence[1].contains("ListenOverflows +40"), "{:?}", t.evidence);
+
+    // Regression: connects at 1 s with no SYN sent again and nothing dropped were named the
+    // SYN's timer, a warning against a mean connect time of 0 (kept-alive connections).
+    let syn = |retrans: i64| {
+        let mut run = Run::new(four_cpus());
+        run.restart();
+        run.step(|c, _| *c.tcpext.get_mut("TCPSynRetrans").unwrap() += retrans);
+        let load = LoadFacts {
+            connect_tail: tail([0.05, 0.06, 0.063, 1.08, 1.09, 1.1]),
+            ..closed_loop(1000, 0.1, 1.0)
+        };
+        run.findings_with(&with_load(load))
+    };
+    assert!(named(&syn(0), "kernel-timer").is_none());
+    let f = syn(3);
+    let t = named(&f, "kernel-timer").expect("SYNs sent again");
+    assert_eq!(t.severity, Severity::Info, "0.1% x 1 s of a 100 ms mean");
+    assert!(t.summary.starts_with("0.1% or more of the connects"), "{}", t.summary);
 }

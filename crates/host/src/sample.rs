@@ -70,6 +70,7 @@ pub const TCPEXT: &[&str] = &[
     "TCPMemoryPressures",
     "TCPMemoryPressuresChrono",
     "TCPAbortOnMemory",
+    "TCPSynRetrans",
 ];
 
 /// Everything read at one instant.
@@ -106,12 +107,15 @@ pub struct Sample {
     /// /proc/pressure/io `some total=`: microseconds in which at least one task waited for
     /// I/O; None without PSI.
     pub io_pressure_us: Option<u64>,
-    /// /proc/pressure/memory `some total=`: microseconds in which at least one task waited
-    /// for memory (reclaim, a fault from storage); None without PSI.
+    /// At the first and the last sample: /proc/pressure/memory `some total=`, microseconds in
+    /// which at least one task waited for memory (reclaim, a fault from storage); None
+    /// without PSI.
     pub memory_pressure_us: Option<u64>,
-    /// /proc/vmstat's faults, direct reclaim and allocation stalls.
+    /// At the first and the last sample: /proc/vmstat's faults, direct reclaim and allocation
+    /// stalls.
     pub vm: Option<parse::VmStat>,
-    /// The conntrack table, where netfilter's conntrack is loaded.
+    /// At the first and the last sample: the conntrack table, where netfilter's conntrack is
+    /// loaded.
     pub conntrack: Option<parse::Conntrack>,
     /// Block devices that did any I/O (/proc/diskstats).
     pub disks: Vec<parse::DiskStat>,
@@ -363,11 +367,9 @@ impl Sample {
             io_pressure_us: root
                 .read_opt("proc/pressure/io")
                 .and_then(|t| parse::pressure_some(&t)),
-            memory_pressure_us: root
-                .read_opt("proc/pressure/memory")
-                .and_then(|t| parse::pressure_some(&t)),
-            vm: root.read_opt("proc/vmstat").map(|t| parse::vmstat(&t)),
-            conntrack: conntrack(root),
+            memory_pressure_us: None,
+            vm: None,
+            conntrack: None,
             disks: root
                 .read_opt("proc/diskstats")
                 .map(|t| parse::diskstats(&t))
@@ -481,6 +483,7 @@ impl Sample {
 
     /// Notes every process's name and CPU ticks ([`Sample::census`]).
     pub fn take_census(&mut self, root: &Root) {
+        self.take_host_limits(root);
         self.census = root
             .pids()
             .into_iter()
@@ -489,6 +492,17 @@ impl Sample {
                 Some((pid, (st.comm, st.ticks)))
             })
             .collect();
+    }
+}
+
+impl Sample {
+    /// Reads the counters only the window's ends need (their deltas and last values): memory
+    /// pressure, /proc/vmstat, the conntrack table. [`Sample::take_census`] takes them.
+    fn take_host_limits(&mut self, root: &Root) {
+        self.memory_pressure_us =
+            root.read_opt("proc/pressure/memory").and_then(|t| parse::pressure_some(&t));
+        self.vm = root.read_opt("proc/vmstat").map(|t| parse::vmstat(&t));
+        self.conntrack = conntrack(root);
     }
 }
 
