@@ -86,9 +86,12 @@ impl Drop for Cgroup {
 
 use common::json_of as json;
 
+/// The findings of a run, but the hypervisor's steal: this VM's neighbours take up to a fifth
+/// of its CPUs at times (22% in one CI run), which no scenario controls; `cpu-steal` has its
+/// own fixture test.
 fn findings(v: &Value) -> Vec<Value> {
     let f = if v["doctor"].is_object() { &v["doctor"]["findings"] } else { &v["findings"] };
-    f.as_array().unwrap().clone()
+    f.as_array().unwrap().iter().filter(|x| x["name"] != "cpu-steal").cloned().collect()
 }
 
 fn names(f: &[Value]) -> Vec<String> {

@@ -9,7 +9,7 @@ use super::summary::{pct, per_s, Summary};
 use super::{Cause, Context, Finding, Severity};
 
 /// Steal from which the hypervisor is named, as a share of the CPUs' time: a warning from
-/// [`STEAL_WARN`], info from [`STEAL_INFO`]. This VM shows 2-9% under load on both CPUs and
+/// [`STEAL_WARN`] when a side was short of CPU, else info from [`STEAL_INFO`]. This VM shows 2-9% under load on both CPUs and
 /// none idle: a neighbour's share that runs here pay, said, not an alarm.
 const STEAL_WARN: f64 = 0.20;
 const STEAL_INFO: f64 = 0.02;
@@ -23,7 +23,14 @@ const MAJOR_FAULTS_PER_S: f64 = 100.0;
 const CONNTRACK_FULL: f64 = 0.9;
 
 pub(super) fn limits(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
-    steal(s, out);
+    // Steal takes CPU from a side only when the side wanted all of it.
+    let cpu_bound = out.iter().any(|f| {
+        matches!(
+            f.name,
+            "server-bound" | "client-bound" | "both-saturated" | "shared-cpus" | "cpu-saturated"
+        )
+    });
+    steal(s, cpu_bound, out);
     memory(s, out);
     time_wait(host, s, ctx, out);
     tcp_memory(host, s, out);
@@ -31,7 +38,7 @@ pub(super) fn limits(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Find
 }
 
 /// The hypervisor ran other guests while this one's CPUs had work.
-fn steal(s: &Summary, out: &mut Vec<Finding>) {
+fn steal(s: &Summary, cpu_bound: bool, out: &mut Vec<Finding>) {
     if s.cpus.is_empty() {
         return;
     }
@@ -44,7 +51,7 @@ fn steal(s: &Summary, out: &mut Vec<Finding>) {
         s.cpus.iter().map(|c| format!("cpu{} {}", c.cpu, pct(c.steal))).collect();
     out.push(Finding {
         name: "cpu-steal",
-        severity: if mean >= STEAL_WARN { Severity::Warning } else { Severity::Info },
+        severity: if mean >= STEAL_WARN && cpu_bound { Severity::Warning } else { Severity::Info },
         summary: format!(
             "the hypervisor gave {} of this host's CPU time to other guests while its tasks were runnable (most on CPU {worst}): the run had less CPU than it saw",
             pct(mean)

@@ -499,7 +499,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "cpu-steal",
         catches: "the hypervisor gave this host's CPUs to other guests while its tasks were runnable: the run had less CPU than it saw",
-        threshold: "/proc/stat steal at 2% of the CPUs' time over the window (info), a warning from 20%",
+        threshold: "/proc/stat steal at 2% of the CPUs' time over the window (info), a warning from 20% when a side was short of CPU",
         remedy: "a host or instance whose CPUs are not shared, or measure when the neighbours are quiet",
     },
     Rule {

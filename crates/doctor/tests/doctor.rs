@@ -1505,15 +1505,32 @@ fn a_servers_stream_limit_is_the_concurrency() {
 }
 
 /// A VM whose hypervisor runs other guests on its CPUs: steal is named with its share, a
-/// warning from 20%, info at 9%, and says nothing at 0.5%.
+/// warning from 20% when a side was short of CPU (a server pinned to CPU 0 at 95% of it), info
+/// at 23% when none was, and at 9%, and nothing at 0.5%.
 #[test]
 fn the_hypervisors_steal_is_named() {
-    let stolen = |per_cpu: u64| {
+    let stolen = |per_cpu: u64, busy: bool| {
         let mut run = Run::new(four_cpus());
+        if busy {
+            run.watch = vec![Watch { pid: 600, role: Role::Server }];
+            write_process(run.dir.path(), 600, "srv", &[(600, 0)], 20, 20000).unwrap();
+            write_affinity(run.dir.path(), 600, &[(600, "0")]);
+        }
         run.restart();
-        for _ in 0..3 {
+        for k in 1..=3u64 {
+            if busy {
+                write_process(run.dir.path(), 600, "srv", &[(600, 95 * k)], 20, 20000).unwrap();
+                write_affinity(run.dir.path(), 600, &[(600, "0")]);
+            }
             run.step(|c, _| {
-                c.advance_cpus(1000, |_| (40, 10, 0, 50));
+                if busy {
+                    c.advance_cpus(
+                        1000,
+                        |cpu| if cpu == 0 { (95, 0, 0, 5) } else { (40, 10, 0, 50) },
+                    );
+                } else {
+                    c.advance_cpus(1000, |_| (40, 10, 0, 50));
+                }
                 for t in &mut c.cpu {
                     t.steal += per_cpu;
                 }
@@ -1521,15 +1538,17 @@ fn the_hypervisors_steal_is_named() {
         }
         run.findings()
     };
-    let f = stolen(300);
+    let f = stolen(300, true);
     let s = named(&f, "cpu-steal").expect("cpu-steal");
-    assert_eq!(s.severity, Severity::Warning, "{s:?}");
+    assert_eq!(s.severity, Severity::Warning, "{f:?}");
     assert!(s.summary.contains("gave 23% of this host's CPU time"), "{}", s.summary);
     assert!(s.evidence[0].contains("cpu0 23%"), "{:?}", s.evidence);
     assert_eq!(s.cause, Some(qpslab_doctor::Cause::Steal { share: 300.0 / 1300.0 }));
+    // No side short of CPU: the steal took nothing the run wanted.
+    assert_eq!(named(&stolen(300, false), "cpu-steal").map(|s| s.severity), Some(Severity::Info));
     // What this VM shows under load is said, not an alarm.
-    assert_eq!(named(&stolen(100), "cpu-steal").map(|s| s.severity), Some(Severity::Info));
-    assert!(named(&stolen(5), "cpu-steal").is_none());
+    assert_eq!(named(&stolen(100, true), "cpu-steal").map(|s| s.severity), Some(Severity::Info));
+    assert!(named(&stolen(5, true), "cpu-steal").is_none());
 }
 
 /// Memory short of demand: PSI memory at 30% of the window is a warning with the faults and

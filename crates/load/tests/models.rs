@@ -224,8 +224,9 @@ fn stage_file_sets_the_rate_second_by_second(io: IoChoice) {
     o.connections = Some(20);
     let report = run(&o);
     let rate = report.rate.as_ref().unwrap();
-    // 3000 in the stages, and 1500/s after them for the moment the run overshoots 3 s.
-    assert!((3000..=3003).contains(&rate.scheduled), "{rate:?}");
+    // 3000 in the stages, and 1500/s after them for the moment the run overshoots 3 s (up
+    // to 10 ms on a busy VM: 3004 in a CI run while the hypervisor took a fifth of the CPUs).
+    assert!((3000..=3015).contains(&rate.scheduled), "{rate:?}");
     assert!(rate.kept, "{rate:?}");
     let sent = report.requests.sent as f64;
     assert!((sent - 3000.0).abs() <= 60.0, "sent {sent} of 3000 scheduled");
