@@ -167,8 +167,10 @@ fn the_rate_after_a_warmup_is_the_servers_own_count() {
                 assert_eq!(n("from_warmup"), 0, "{what}");
             } else {
                 // Connections had a request out when the window opened (one each at most:
-                // a connection between a response and its next request had none).
-                assert!((1..=u64::from(c)).contains(&n("from_warmup")), "{what}");
+                // a connection between a response and its next request had none, which a
+                // lone connection can be: 0 of 1 in a CI run).
+                let least = u64::from(c > 1);
+                assert!((least..=u64::from(c)).contains(&n("from_warmup")), "{what}");
             }
             assert!(started.elapsed().unwrap() < Duration::from_secs(10), "{what}");
         }
