@@ -328,6 +328,42 @@ impl Counters {
         }
     }
 
+    /// Writes memory pressure, /proc/vmstat and the conntrack table's files.
+    fn write_host_limits(&self, dir: &Path) -> io::Result<()> {
+        if self.memory_pressure_us > 0 {
+            write(
+                dir,
+                "proc/pressure/memory",
+                &format!(
+                    "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                    self.memory_pressure_us
+                ),
+            )?;
+        }
+        let v = &self.vm;
+        write(
+            dir,
+            "proc/vmstat",
+            &format!(
+                "allocstall_normal {}\npgmajfault {}\npgscan_direct {}\n",
+                v.alloc_stalls, v.major_faults, v.direct_scans
+            ),
+        )?;
+        if let Some(c) = &self.conntrack {
+            write(dir, "proc/sys/net/netfilter/nf_conntrack_count", &format!("{}\n", c.entries))?;
+            write(dir, "proc/sys/net/netfilter/nf_conntrack_max", &format!("{}\n", c.max))?;
+            write(
+                dir,
+                "proc/net/stat/nf_conntrack",
+                &format!(
+                    "entries insert_failed drop early_drop\n{:08x} 00000000 {:08x} 00000000\n",
+                    c.entries, c.dropped
+                ),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Writes the counter files.
     pub fn write(&self, shape: &Shape, dir: &Path) -> io::Result<()> {
         let n = shape.cpus();
@@ -401,37 +437,7 @@ impl Counters {
                 s.tcp_mem.max(1)
             ),
         )?;
-        if self.memory_pressure_us > 0 {
-            write(
-                dir,
-                "proc/pressure/memory",
-                &format!(
-                    "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
-                    self.memory_pressure_us
-                ),
-            )?;
-        }
-        let v = &self.vm;
-        write(
-            dir,
-            "proc/vmstat",
-            &format!(
-                "allocstall_normal {}\npgmajfault {}\npgscan_direct {}\n",
-                v.alloc_stalls, v.major_faults, v.direct_scans
-            ),
-        )?;
-        if let Some(c) = &self.conntrack {
-            write(dir, "proc/sys/net/netfilter/nf_conntrack_count", &format!("{}\n", c.entries))?;
-            write(dir, "proc/sys/net/netfilter/nf_conntrack_max", &format!("{}\n", c.max))?;
-            write(
-                dir,
-                "proc/net/stat/nf_conntrack",
-                &format!(
-                    "entries insert_failed drop early_drop\n{:08x} 00000000 {:08x} 00000000\n",
-                    c.entries, c.dropped
-                ),
-            )?;
-        }
+        self.write_host_limits(dir)?;
         let mut dev = String::from("Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n");
         for (name, (rb, rp, tb, tp)) in &self.dev {
             dev += &format!("{name:>6}: {rb} {rp} 0 0 0 0 0 0 {tb} {tp} 0 0 0 0 0 0\n");
