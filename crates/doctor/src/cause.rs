@@ -80,4 +80,31 @@ pub enum Cause {
     TcpMemory { pages: u64, pressure: u64 },
     /// nginx's per-request costs this run shows, each one that applies.
     NginxCosts { access_log: bool, keepalive_requests: bool, workers: bool, accept_mutex: bool },
+    /// An open loop fell behind its schedule; `connections_free` when connections were idle
+    /// (the generator set the pace) rather than all busy on the target.
+    BehindSchedule { asked_rps: f64, achieved_rps: f64, connections_free: bool },
+    /// The window was too short, or had too few samples, for a verdict.
+    TooShort { window_s: f64 },
+    /// The target was still busy with an earlier load's requests when the run began.
+    Undrained,
+    /// Neither side saturated and the round trips do not explain the rate.
+    Unexplained,
+    /// A process (`pid`) near its descriptor limit, or the host (no pid) near fs.file-max.
+    Descriptors { pid: Option<u32>, open: u64, limit: u64 },
+    /// Segments lost and sent again: their share of the segments sent, and the
+    /// retransmission timeouts among them.
+    Loss { share: f64, timeouts: u64 },
+    /// A socket's backlog dropped packets while its owner held the socket (the receiving
+    /// process behind its sockets), per second.
+    SocketBacklog { per_s: f64 },
+    /// irqbalance (`pid`) rewrote IRQ affinities that were set by hand.
+    IrqBalance { pid: u32 },
+    /// A side's written bytes waited for a window: `window` is `receive` (the peer's) or
+    /// `congestion`; `share` of the side's readings.
+    WindowWait { side: String, window: String, share: f64 },
+    /// A side's CPU went to one kind of work the profile names: `work` is `syscall`, `copy`
+    /// or `lock` (spinning under socket wake-ups); `share` of its samples.
+    CpuWork { side: String, work: String, share: f64 },
+    /// The clocksource (`current`) makes clock reads expensive; `tsc` when it is offered.
+    Clocksource { current: String, tsc: bool },
 }

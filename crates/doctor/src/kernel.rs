@@ -6,7 +6,7 @@
 use qpslab_host::Host;
 
 use super::summary::{pct, per_s, Summary};
-use super::{Cause, Context, Finding, Severity};
+use super::{host_settings, Cause, Context, Finding, Severity};
 
 /// Steal from which the hypervisor is named, as a share of the CPUs' time: a warning from
 /// [`STEAL_WARN`] when a side was short of CPU, else info from [`STEAL_INFO`]. This VM shows 2-9% under load on both CPUs and
@@ -24,12 +24,8 @@ const CONNTRACK_FULL: f64 = 0.9;
 
 pub(super) fn limits(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     // Steal takes CPU from a side only when the side wanted all of it.
-    let cpu_bound = out.iter().any(|f| {
-        matches!(
-            f.name,
-            "server-bound" | "client-bound" | "both-saturated" | "shared-cpus" | "cpu-saturated"
-        )
-    });
+    let cpu_bound =
+        out.iter().any(|f| matches!(f.cause, Some(Cause::Saturated { .. } | Cause::Contention)));
     steal(s, cpu_bound, out);
     memory(s, out);
     time_wait(host, s, ctx, out);
@@ -121,7 +117,7 @@ fn time_wait(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
             "keep connections alive (each close leaves a socket in TIME_WAIT for 60 s), or raise net.ipv4.tcp_max_tw_buckets (to {}): without TIME_WAIT a late segment of an old connection can corrupt a new one on the same ports",
             qpslab_tune::remedy::sysctl("net.ipv4.tcp_max_tw_buckets").unwrap_or_default()
         ),
-        cause: None,
+        cause: host_settings("time-wait-overflow"),
     });
 }
 
@@ -183,6 +179,6 @@ fn conntrack(s: &Summary, out: &mut Vec<Finding>) {
             "raise net.netfilter.nf_conntrack_max (to {}) with nf_conntrack_buckets, or take the benchmark's port out of tracking (a `notrack` rule in the raw table)",
             qpslab_tune::remedy::sysctl("net.netfilter.nf_conntrack_max").unwrap_or_default()
         ),
-        cause: None,
+        cause: host_settings("conntrack-full"),
     });
 }

@@ -583,32 +583,19 @@ pub fn diagnose(
     rules::ports(host, summary, ctx, &mut out);
     kernel::limits(host, summary, ctx, &mut out);
     timers::kernel_timers(summary, ctx, &explanation, &mut out);
-    typed_causes(&mut out);
     consequences(&mut out);
+    debug_assert!(
+        out.iter().all(|f| f.cause.is_some()),
+        "a finding without a typed cause: {:?}",
+        out.iter().filter(|f| f.cause.is_none()).map(|f| f.name).collect::<Vec<_>>()
+    );
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (out, explanation)
 }
 
-/// The cause of every finding that did not set its own, from what the finding is: what the
-/// climb and compare act on (they never read a finding's name or prose).
-fn typed_causes(out: &mut [Finding]) {
-    for f in out.iter_mut().filter(|f| f.cause.is_none()) {
-        f.cause = match f.name {
-            "latency-bound" => Some(Cause::RoundTrips),
-            "paced" => Some(Cause::Paced),
-            "cpu-throttled" => Some(Cause::Throttled),
-            "cpu-contention" | "shared-cpus" | "cpu-saturated" => Some(Cause::Contention),
-            "run-failed" | "no-responses" | "connections-out-of-service" => Some(Cause::Failed),
-            "link-saturated" | "nic-limit" | "interface-drops" => Some(Cause::Network),
-            "softirq-concentrated" => Some(Cause::Steering { iface: None }),
-            name => host_settings(name),
-        };
-    }
-}
-
 /// The host settings a finding of the kernel's queues and ports asks for, at the values of
 /// tune's one table.
-fn host_settings(name: &str) -> Option<Cause> {
+pub(crate) fn host_settings(name: &str) -> Option<Cause> {
     let (names, client_side): (&[&str], bool) = match name {
         "accept-queue-overflow" => (&["net.core.somaxconn"], false),
         // somaxconn caps the listen backlog, and the SYN queue with it: the first to raise.

@@ -5,7 +5,7 @@
 
 use super::explain::{fmt_bits, Explanation};
 use super::summary::{pct, per_s, Summary};
-use super::{Context, Finding, Severity, BUSY_NIC_PPS, DROPS_CRITICAL_PER_S};
+use super::{Cause, Context, Finding, Severity, BUSY_NIC_PPS, DROPS_CRITICAL_PER_S};
 use qpslab_host::links::is_allowance_counter;
 
 /// The interface that bounds the rate, when the explanation's bound is a link or a shaper.
@@ -59,7 +59,7 @@ pub(super) fn link_saturated(s: &Summary, ctx: &Context, ex: &Explanation) -> Op
             "a faster link or more of them (bonding, more NICs or ENIs, load machines on other links), smaller responses (compression), or{} a higher shaping rate",
             if r.kind == "shaper" { format!(" on {iface}'s {} qdisc,", s.qdiscs.iter().find(|q| q.iface == iface && q.rate_bytes_per_s.is_some()).map_or("shaping", |q| q.kind.as_str())) } else { String::new() }
         ),
-        cause: None,
+        cause: Some(Cause::Network),
     })
 }
 
@@ -109,7 +109,7 @@ pub(super) fn drops(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
             summary: format!("interfaces that carried the run dropped packets ({lost} in the window, {rate:.1}/s): each is a retransmission and a stalled request"),
             evidence,
             remedy: "find where: a shaper's queue (its limit or rate), the interface's ring (ethtool -G), the driver's buffers; a link at its capacity drops by design (see link-saturated)".into(),
-            cause: None,
+            cause: Some(Cause::Network),
         });
     }
     if !allowance.is_empty() {
@@ -119,7 +119,7 @@ pub(super) fn drops(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
             summary: format!("the NIC's own limits were hit ({}): the cloud instance's allowance, not this host's settings, held packets back", allowance.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")),
             evidence: allowance.iter().map(|c| format!("{} {} +{} ({:.1}/s)", c.iface, c.name, c.delta, per_s(c.delta, s.duration_s))).collect(),
             remedy: "a larger instance type or more network interfaces (ENIs) with the load spread over them; fewer packets per request (keep-alive, larger responses per packet); no host setting lifts this limit".into(),
-            cause: None,
+            cause: Some(Cause::Network),
         });
     }
 }

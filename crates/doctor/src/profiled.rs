@@ -7,7 +7,8 @@ use qpslab_profile::{Category, CpuProfile, ProcessProfile, Profile, Share};
 
 use super::summary::{pct, CpuShare, Summary};
 use super::{
-    Context, Finding, Severity, CLOCK_SHARE, COPY_SHARE, LOCK_SHARE, PROFILE_BUSY, SYSCALL_SHARE,
+    Cause, Context, Finding, Severity, CLOCK_SHARE, COPY_SHARE, LOCK_SHARE, PROFILE_BUSY,
+    SYSCALL_SHARE,
 };
 use qpslab_host::host::Host;
 
@@ -84,7 +85,11 @@ fn lock_contention(host: &Host, s: &Summary, ctx: &Context, p: &Profile, out: &m
         ),
         evidence,
         remedy: lock_remedy(host, s, ctx),
-        cause: None,
+        cause: Some(Cause::CpuWork {
+            side: "cpus".into(),
+            work: "lock".into(),
+            share: hot.iter().map(|(_, x)| x.wakeup_lock_share).fold(0.0, f64::max),
+        }),
     });
 }
 
@@ -157,7 +162,7 @@ fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding
         } else {
             "tsc is not offered here; a newer hypervisor or instance type may offer it (or kvm-clock/hyperv with the vDSO)".into()
         },
-        cause: None,
+        cause: Some(Cause::Clocksource { current: cs.to_string(), tsc }),
     });
 }
 
@@ -220,7 +225,11 @@ fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
                 format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
             ],
             remedy: side_remedy(name, x).into(),
-            cause: None,
+            cause: Some(Cause::CpuWork {
+                side: x.role.clone(),
+                work: if cat == Category::Copy { "copy" } else { "syscall" }.into(),
+                share,
+            }),
         });
     }
 }

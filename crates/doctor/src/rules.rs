@@ -6,8 +6,9 @@ use super::explain::Explanation;
 use super::losses::{attribute, not_this_runs, RunLosses};
 use super::summary::{pct, per_s, share, CpuShare, ListenFull, Summary};
 use super::{
-    Cause, Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S, DROPS_CRITICAL_PER_S, FD_CLOSE,
-    HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT, SQUEEZE_PER_S, TW_PRESSURE,
+    host_settings, Cause, Context, Finding, Severity, BUSY_NIC_PPS, COOKIES_PER_S,
+    DROPS_CRITICAL_PER_S, FD_CLOSE, HEADROOM_IDLE, RETRANS_PER_S, RETRANS_SHARE, SOFTIRQ_HOT,
+    SQUEEZE_PER_S, TW_PRESSURE,
 };
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
@@ -48,7 +49,7 @@ pub(super) fn softirq_concentrated(s: &Summary, ctx: &Context, out: &mut Vec<Fin
         summary: format!("receive processing is concentrated on CPU {}: its softirq share is {} while CPUs {} have headroom", hot.cpu, pct(hot.softirq), idle_list),
         evidence,
         remedy: "spread receive work: one IRQ per queue on its own CPU and RPS over the other CPUs of the node (`qpslab tune plan`, then `qpslab tune apply`)".into(),
-        cause: None,
+        cause: Some(Cause::Steering { iface: None }),
     });
 }
 
@@ -150,7 +151,7 @@ pub(super) fn irqbalance(host: &Host, samples: &[Sample], ctx: &Context, out: &m
         summary: "irqbalance is running and rewrites IRQ affinities that were set by hand".into(),
         evidence,
         remedy: "stop irqbalance while pinning IRQs (`qpslab tune apply --stop-irqbalance`), or ban the NIC IRQs in its config".into(),
-        cause: None,
+        cause: Some(Cause::IrqBalance { pid }),
     });
 }
 
@@ -186,7 +187,7 @@ pub(super) fn tcp_queues(
                 format!("net.ipv4.tcp_max_syn_backlog = {syn_backlog}, net.core.somaxconn = {somaxconn}"),
             ],
             remedy: "raise net.ipv4.tcp_max_syn_backlog and net.core.somaxconn with the listen backlog (`qpslab tune plan`)".into(),
-            cause: None,
+            cause: host_settings("syn-queue-full"),
         };
         out.push(syn_queue_whose(f, ctx));
     }
@@ -197,7 +198,7 @@ pub(super) fn tcp_queues(
             summary: "packets were dropped because a socket's backlog was full while its owner held it".into(),
             evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s), host-wide", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
             remedy: "the receiving process is too slow for its sockets: more workers, or pin them away from interrupt CPUs".into(),
-            cause: None,
+            cause: Some(Cause::SocketBacklog { per_s: rate("TCPBacklogDrop") }),
         };
         out.push(attribute(f, losses, |l| l.drops, "packets dropped on their way in"));
     }
@@ -218,7 +219,7 @@ pub(super) fn tcp_queues(
             },
             evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s), host-wide", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
-            cause: None,
+            cause: Some(Cause::Loss { share: retrans as f64 / outs as f64, timeouts: d("TCPTimeouts").max(0) as u64 }),
         };
         out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
     }
@@ -297,7 +298,7 @@ fn listen_overflows(
             summary: "listen queues on this host overflowed during the run, but none of this run's: the counters are host-wide".into(),
             evidence,
             remedy: "none for this run; name the server (--server-pid) if it was not followed, or look at the host's other listeners (ss -ltn)".into(),
-            cause: None,
+            cause: Some(Cause::NotTheRuns),
         };
     }
     let mut evidence = vec![counters];
@@ -323,7 +324,7 @@ fn listen_overflows(
                 .into(),
         evidence,
         remedy,
-        cause: None,
+        cause: host_settings("accept-queue-overflow"),
     }
 }
 
@@ -344,7 +345,7 @@ pub(super) fn softnet(
                 format!("net.core.netdev_max_backlog = {}", host.sysctl("net.core.netdev_max_backlog").unwrap_or("?")),
             ],
             remedy: "raise net.core.netdev_max_backlog (`qpslab tune plan`) and spread RPS over more CPUs".into(),
-            cause: None,
+            cause: host_settings("softnet-backlog-drops"),
         };
         // A TCP segment of the run's dropped there is sent again: its retransmissions say.
         out.push(attribute(f, losses, |l| l.retrans, "segments retransmitted"));
@@ -363,7 +364,7 @@ pub(super) fn softnet(
                 ),
             ],
             remedy: "raise net.core.netdev_budget (`qpslab tune plan`), or spread the receive work over more CPUs".into(),
-            cause: None,
+            cause: host_settings("softnet-time-squeeze"),
         });
     }
 }
@@ -381,7 +382,7 @@ pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding
                 summary: format!("{} (pid {}) uses {} of its descriptor limit (\"Too many open files\" next)", p.comm, p.pid, pct(used)),
                 evidence: vec![format!("pid {}: {} descriptors open at peak, soft RLIMIT_NOFILE {}", p.pid, open, limit)],
                 remedy: "raise RLIMIT_NOFILE (`ulimit -n`, systemd LimitNOFILE=, nginx worker_rlimit_nofile; qpslab raises its own) and fs.nr_open if needed".into(),
-                cause: None,
+                cause: Some(Cause::Descriptors { pid: Some(p.pid), open: open as u64, limit }),
             });
         }
     }
@@ -393,7 +394,7 @@ pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding
                 summary: "the system-wide file handle limit is close".into(),
                 evidence: vec![format!("fs.file-nr: {allocated} allocated of {max}")],
                 remedy: "raise fs.file-max (`qpslab tune plan`)".into(),
-                cause: None,
+                cause: Some(Cause::Descriptors { pid: None, open: allocated, limit: max }),
             });
         }
     }
@@ -454,6 +455,6 @@ pub(super) fn ports(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
         summary: format!("the client is running out of ephemeral ports{to}: each connection to one destination needs its own source port, held 60 s in TIME_WAIT after the close"),
         evidence,
         remedy: "keep connections alive; add source addresses (`qpslab load --source`, each adds a port range); widen the port range and reuse TIME_WAIT ports (`qpslab tune plan --role client`: ip_local_port_range, tcp_tw_reuse = 1)".into(),
-        cause: None,
+        cause: host_settings("ephemeral-ports"),
     });
 }

@@ -203,6 +203,9 @@ pub(super) fn finding(ctx: &Context, cpus: usize, out: &mut Vec<Finding>) {
         },
         evidence: said.iter().take(3).map(|(w, m)| quote(w, m)).collect(),
         remedy: known.as_ref().map_or_else(|| format!("read {}: the server says why in its own words", w.path), |k| k.remedy.clone()),
-        cause: known.map(|k| k.cause),
+        cause: Some(known.map_or_else(
+            || Cause::ServerLog { message: top.example.clone(), count: top.count },
+            |k| k.cause,
+        )),
     });
 }

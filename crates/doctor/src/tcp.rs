@@ -107,6 +107,7 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
     let Some(a) = account(samples) else { return };
     let mut evidence = Vec::new();
     let mut remedies = Vec::new();
+    let mut most: Option<Cause> = None;
     for (side, t, peer) in [("server", a.server, "generator"), ("generator", a.client, "server")] {
         if t.connections < MIN_READINGS {
             continue;
@@ -114,6 +115,7 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
         let states = [
             (
                 t.rwnd_full,
+                "receive",
                 format!("held written bytes for the {peer}'s receive window"),
                 format!(
                     "the {peer} reads slowly or its receive buffer is small (net.ipv4.tcp_rmem)"
@@ -121,14 +123,22 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
             ),
             (
                 t.cwnd_full,
+                "congestion",
                 "held written bytes for the congestion window".into(),
                 "loss or a long path holds the congestion window small (see retransmissions)"
                     .into(),
             ),
         ];
-        for (n, what, remedy) in states {
+        for (n, window, what, remedy) in states {
             let s = share(n, &t);
             if s >= WAITING {
+                if !matches!(most, Some(Cause::WindowWait { share, .. }) if share >= s) {
+                    most = Some(Cause::WindowWait {
+                        side: side.into(),
+                        window: window.into(),
+                        share: s,
+                    });
+                }
                 evidence.push(format!(
                     "{} of {} readings of the {side}'s connections {what}",
                     pct(s),
@@ -147,6 +157,6 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
         summary: "TCP's account of the run's connections shows who waited for whom".into(),
         evidence,
         remedy: remedies.join("; "),
-        cause: None,
+        cause: most,
     });
 }

@@ -99,7 +99,11 @@ fn behind_schedule(ctx: &Context, ex: &Explanation) -> Option<Finding> {
         ),
         evidence,
         remedy: remedy.into(),
-        cause: None,
+        cause: Some(Cause::BehindSchedule {
+            asked_rps: b.target_rps,
+            achieved_rps: b.achieved_rps,
+            connections_free: b.connections_free,
+        }),
     })
 }
 
@@ -140,7 +144,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
             summary: "no responses: the load got no response in the window, so there is no rate to explain".into(),
             evidence: vec![format!("0 responses in a {:.1} s window", s.duration_s)],
             remedy: "check the target (URL, port, the server's log) and the load's errors; then run again".into(),
-            cause: None,
+            cause: Some(Cause::Failed),
         };
         // The server's log or its configured limits may say why.
         if let Some(k) = super::server_log::known(ctx, s.cpus.len()) {
@@ -161,7 +165,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
             s.duration_s
         )],
         remedy: "run for longer (-d), or sample more often (--interval)".into(),
-        cause: None,
+        cause: Some(Cause::TooShort { window_s: s.duration_s }),
     })
 }
 
@@ -212,7 +216,7 @@ fn failed_run(s: &Summary, ctx: &Context) -> Option<Finding> {
         ),
         evidence,
         remedy: "fix the target or the URL first (the load's errors and statuses say what went wrong); if these statuses are what the server should answer, name them with --accept-status".into(),
-        cause: None,
+        cause: Some(Cause::Failed),
     })
 }
 
@@ -349,7 +353,7 @@ fn out_of_service(
         ),
         evidence,
         remedy: "check what the server can hold: its connection and descriptor limits (ulimit -n, nginx worker_connections), its accept queue, and whether it closes connections (nginx keepalive_requests); the load's errors say which".into(),
-        cause: None,
+        cause: Some(Cause::Failed),
     })
 }
 
@@ -522,7 +526,7 @@ fn throttled(s: &Summary) -> Vec<Finding> {
                 ),
                 evidence: vec![t.describe(), describe(p)],
                 remedy: "lift or raise the CPU limit for the benchmark (Kubernetes resources.limits.cpu, docker --cpus, systemd CPUQuota=, the cgroup's cpu.max or cpu.cfs_quota_us), or take the rate as what that limit allows".into(),
-                cause: None,
+                cause: Some(Cause::Throttled),
             })
         })
         .collect()
@@ -606,7 +610,7 @@ fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding>
         summary,
         evidence,
         remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
-        cause: None,
+        cause: Some(Cause::Contention),
     })
 }
 
@@ -636,7 +640,7 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
         summary: format!("the server and the load generator ran on the same CPUs ({both}), saturated: each side took CPU from the other, so the rate measures both together"),
         evidence,
         remedy: "pin the two sides to separate CPUs (qpslab bench does when it can; qpslab load --cpus, qpslab serve --cpus, taskset), or put the generator on another machine".into(),
-        cause: None,
+        cause: Some(Cause::Contention),
     })
 }
 
@@ -796,7 +800,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Findin
         summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed{tail}", list.named(), if list.len() == 1 { "was" } else { "were" }),
         evidence,
         remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
-        cause: None,
+        cause: Some(Cause::Contention),
     }
 }
 
@@ -828,7 +832,7 @@ fn neither_saturated(
                 summary: format!("the load's schedule set the rate ({:.0} requests/s, open loop) and no resource was saturated: the target kept up", ex.rate),
                 evidence,
                 remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop for its maximum".into(),
-                cause: None,
+                cause: Some(Cause::Paced),
             });
         }
         if let Some(k) = l.stream_limit {
@@ -861,7 +865,7 @@ fn neither_saturated(
             ),
             evidence,
             remedy: latency_remedy(ex),
-            cause: None,
+            cause: Some(Cause::RoundTrips),
         });
     }
     let rates: Vec<f64> = s.intervals.iter().map(|i| i.pps).collect();
@@ -880,7 +884,7 @@ fn neither_saturated(
             summary: "neither side is saturated and the rate is flat: the load is limited by round trips, not CPU".into(),
             evidence,
             remedy: "add connections (`qpslab load -c`) or pipeline; each connection carries one request per round trip".into(),
-            cause: None,
+            cause: Some(Cause::RoundTrips),
         })
     } else {
         evidence.push(format!(
@@ -894,7 +898,7 @@ fn neither_saturated(
             summary: "neither side is saturated and the rate was not steady: no single bottleneck stands out".into(),
             evidence,
             remedy: "run longer, or look at the per-interval rows for stalls (timeouts, retransmits, other load)".into(),
-            cause: None,
+            cause: Some(Cause::Unexplained),
         })
     }
 }

@@ -602,7 +602,7 @@ fn undrained_start(d: &crate::drain::Drain) -> Option<qpslab_doctor::Finding> {
             d.note.as_ref().map_or(String::new(), |n| format!("; {n}"))
         )],
         remedy: "wait for the target to drain (a longer --drain), or find what keeps it busy".into(),
-        cause: None,
+        cause: Some(qpslab_doctor::Cause::Undrained),
     })
 }
 

@@ -505,6 +505,22 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::HostSettings { .. } | Cause::Steering { .. } | Cause::NginxCosts { .. } => {
             na("see the finding's settings")
         }
+        Cause::BehindSchedule { .. } => {
+            na("an open loop behind its schedule: the climb measures closed loops")
+        }
+        Cause::TooShort { .. } => na("the window is too short to judge: a longer --duration"),
+        Cause::Undrained => na("the target was busy before the run: a longer --drain"),
+        Cause::Unexplained => na("no single bottleneck to change"),
+        Cause::Descriptors { .. } => {
+            na("a descriptor limit: raise RLIMIT_NOFILE or fs.file-max; not measured here")
+        }
+        Cause::Loss { .. } | Cause::SocketBacklog { .. } => {
+            na("packets lost on the path: find where they drop; not a knob")
+        }
+        Cause::IrqBalance { .. } => na("irqbalance moves pinned IRQs: stop it while pinning"),
+        Cause::WindowWait { .. } => na("TCP's windows: the finding names the side and the buffer"),
+        Cause::CpuWork { .. } => na("where a side's CPU goes: the code's, not a knob"),
+        Cause::Clocksource { .. } => na("the clocksource is the host's: `qpslab tune apply`"),
     }
 }
 
