@@ -1125,6 +1125,51 @@ fn a_rate_limit_is_a_limit_not_a_failed_run() {
     }
 }
 
+/// Per-worker balance: nginx with two workers, one on each CPU, gzipping 110 KB of text at
+/// level 9 for every request (some 20 ms of a CPU), and one kept-alive connection: the worker
+/// holding it does all the work while the other idles. The headline names the imbalance, not
+/// the server's CPUs ("server-bound: give the server more workers" was the advice, and nginx
+/// already had an idle one); the remedy is more connections. Four connections spread over
+/// both workers are the look-alike that is not an imbalance (nginx hands them out as it
+/// likes, so it is not asserted per run).
+#[test]
+fn one_connection_to_two_workers_is_an_imbalance() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_main(
+        "worker_processes 2;\nworker_cpu_affinity 01 10;",
+        "worker_connections 1024;",
+        "gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain;",
+        "root {dir};",
+    );
+    // Words from a small LCG: text that compresses, but not to nothing.
+    let mut x: u64 = 1;
+    let text: Vec<String> = (0..12_000)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            format!("w{}", (x >> 33) % 5000)
+        })
+        .collect();
+    std::fs::write(nginx.dir.path().join("big.txt"), text.join(" ")).unwrap();
+    let url = format!("{}big.txt", nginx.url);
+    for _ in 0..runs() {
+        let v = bench_for("2s", "300ms", &url, &["-c", "1", "-H", "Accept-Encoding: gzip"]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "worker-imbalance", "the headline: {f:#?}");
+        let c = &f[0]["cause"];
+        assert_eq!(
+            (c["kind"].as_str(), c["workers"].as_u64()),
+            (Some("worker-imbalance"), Some(2))
+        );
+        assert!(f[0]["remedy"].as_str().unwrap().contains("more connections"), "{}", f[0]);
+        // More workers is not offered: nginx has an idle one.
+        for x in &f {
+            assert!(!x["remedy"].as_str().unwrap().contains("give the server more workers"), "{x}");
+            assert!(!x["remedy"].as_str().unwrap().contains("worker_processes"), "{x}");
+        }
+        no_warnings_but(&f, &["worker-imbalance"]);
+    }
+}
+
 /// A Python server that appends 4 KiB to a file per request and, with `fsync`, syncs it before
 /// answering; it prints its port when ready. The file is in `dir` (ext4 on the disk here).
 fn syncing_server(dir: &std::path::Path, fsync: bool) -> (Kill, String) {

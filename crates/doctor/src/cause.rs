@@ -105,6 +105,9 @@ pub enum Cause {
     /// A side's CPU went to one kind of work the profile names: `work` is `syscall`, `copy`
     /// or `lock` (spinning under socket wake-ups); `share` of its samples.
     CpuWork { side: String, work: String, share: f64 },
+    /// One of the server's `workers` did the work (`busiest`, in CPUs) while the others idled
+    /// (`others`, their mean), with the load's `connections`.
+    WorkerImbalance { workers: u64, busiest: f64, others: f64, connections: u64 },
     /// The clocksource (`current`) makes clock reads expensive; `tsc` when it is offered.
     Clocksource { current: String, tsc: bool },
 }

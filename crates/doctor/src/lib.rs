@@ -7,6 +7,7 @@
 //! --rules RULE` prints. Counter rules judge rates over the window, never a single event,
 //! except where one event is already a loss (a dropped packet or connection attempt).
 
+mod balance;
 pub mod cause;
 mod disk;
 pub mod exam;
@@ -305,6 +306,12 @@ pub const RULES: &[Rule] = &[
         remedy: "more requests in flight (-c, --pipeline, --streams), or a shorter round trip",
     },
     Rule {
+        name: "worker-imbalance",
+        catches: "one of the server's workers did the work while the others idled: the rate is one worker's (too few connections for the workers, or an accept that hands them unevenly)",
+        threshold: "a master's worker processes or a numbered pool of threads: the busiest at 85% of a CPU or more, the others' mean under 30% of it, and 0.3 CPUs idle where they may run",
+        remedy: "more connections than workers; else spread them (SO_REUSEPORT, nginx `listen ... reuseport`)",
+    },
+    Rule {
         name: "behind-schedule",
         catches: "an open loop fell behind its schedule: the rate is what the target (or too few connections), or the generator, allowed, not what was asked",
         threshold: "an open-loop run (-R) that sent under 98% of the requests due in its window",
@@ -566,6 +573,7 @@ pub fn diagnose(
     // The verdict first (a quota that held a side back before it): among findings of equal
     // severity it is the headline.
     verdict::bound(summary, ctx, &explanation, &mut out);
+    balance::imbalance(summary, ctx, &mut out);
     rules::softirq_concentrated(summary, ctx, &mut out);
     profiled::rules(host, summary, ctx, &mut out);
     rules::nic_layout(host, summary, ctx, &mut out);

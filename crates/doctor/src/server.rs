@@ -46,9 +46,13 @@ pub(super) fn nginx(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     }
     let workers =
         s.processes.iter().filter(|p| p.role == Role::Server && p.busy_threads > 0).count();
+    // Workers it has, busy or not (a master's children): idle ones as many as the CPUs want
+    // no more of them (worker-imbalance says why they idle).
+    let server = |pid: u32| s.processes.iter().any(|m| m.pid == pid && m.role == Role::Server);
+    let have = s.processes.iter().filter(|p| p.role == Role::Server && server(p.ppid)).count();
     let idle: Vec<usize> =
         s.cpus.iter().filter(|c| c.idle >= HEADROOM_IDLE).map(|c| c.cpu).collect();
-    if workers > 0 && workers < s.cpus.len() && !idle.is_empty() {
+    if workers > 0 && workers.max(have) < s.cpus.len() && !idle.is_empty() {
         evidence.push(format!(
             "worker_processes {}: {workers} busy worker(s) on {} CPUs, CPU(s) {} at least {} idle",
             conf.worker_processes.as_deref().unwrap_or("1 (default)"),

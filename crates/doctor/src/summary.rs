@@ -37,6 +37,14 @@ pub struct ProcSummary {
     pub pid: u32,
     pub role: Role,
     pub comm: String,
+    /// Its parent: a server's worker processes have its master as theirs.
+    #[serde(default)]
+    pub ppid: u32,
+    /// The busiest thread's pool, when its name is numbered (`qpslab-serve-0`,
+    /// `http-nio-exec-3`) and others alive at the end share its name but for the number: each
+    /// one's CPU over the window, busiest first. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool: Vec<f64>,
     /// CPU used, in CPUs (1.0 = one CPU fully busy).
     pub cpu: f64,
     /// The busiest thread, in CPUs.
@@ -614,6 +622,7 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
             used[*i].0 += unaccounted / gone.len() as f64;
         }
     }
+    let pool = pool(last, threads.keys().copied().zip(used.iter().map(|u| u.0)));
     let busy: Vec<&(f64, Option<&CpuSet>)> =
         used.iter().filter(|(c, _)| *c >= BUSY_THREAD).collect();
     let cpus = thread_cpus(if busy.is_empty() { used.iter().collect() } else { busy.clone() });
@@ -639,6 +648,8 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         pid,
         role,
         comm: last.comm.clone(),
+        ppid: last.ppid,
+        pool,
         cpu,
         busiest_thread: used.iter().map(|u| u.0).fold(0.0, f64::max),
         busy_threads: busy.len(),
@@ -654,6 +665,32 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         storage_written: io(|x| x.write_bytes),
         storage_read: io(|x| x.read_bytes),
     })
+}
+
+/// The busiest thread's numbered pool among those alive at `last`, busiest first
+/// ([`ProcSummary::pool`]): `used` is each thread's CPU by tid.
+fn pool(last: &ProcSample, used: impl Iterator<Item = (u32, f64)>) -> Vec<f64> {
+    let stem = |name: &str| {
+        let bare = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        (bare.len() < name.len())
+            .then(|| bare.trim_end_matches(['-', '_', ' ', '/', ':', '#']).to_string())
+    };
+    let alive: Vec<(Option<String>, f64)> = used
+        .filter_map(|(tid, cpu)| {
+            let t = last.threads.iter().find(|t| t.tid == tid)?;
+            Some((stem(&t.name), cpu))
+        })
+        .collect();
+    let Some((Some(busiest), _)) = alive.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return Vec::new();
+    };
+    let mut cpus: Vec<f64> =
+        alive.iter().filter(|(s, _)| s.as_ref() == Some(busiest)).map(|(_, c)| *c).collect();
+    if cpus.len() < 2 {
+        return Vec::new();
+    }
+    cpus.sort_by(|a, b| b.total_cmp(a));
+    cpus
 }
 
 /// A thread that used at least this much CPU (in CPUs) over the window counts as busy.

@@ -567,7 +567,7 @@ fn describe(p: &ProcSummary) -> String {
 }
 
 /// The CPUs any of `procs` may use; None when a process's are unknown or there is none.
-fn reach(procs: &[&ProcSummary]) -> Option<CpuSet> {
+pub(super) fn reach(procs: &[&ProcSummary]) -> Option<CpuSet> {
     let mut all = CpuSet::new();
     for p in procs {
         all = all.union(p.cpus.as_ref()?);
@@ -615,6 +615,9 @@ fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding>
 }
 
 /// The two sides ran on CPUs they share, and those CPUs were saturated.
+/// CPUs a side must use to have taken a share worth naming from the other on CPUs they share.
+const SHARED_TAKES: f64 = 0.05;
+
 fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
     // A side's idle processes (nginx's master, free to run anywhere) take no CPU from the
     // other: the CPUs of its working processes decide.
@@ -624,7 +627,10 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
         return None;
     }
     let busy = shares.iter().map(|c| c.busy()).sum::<f64>() / shares.len() as f64;
-    if busy < SATURATED {
+    // A side that used next to no CPU took next to none from the other (a generator at 3% of
+    // a CPU beside a server worker filling it): the rate is not both sides' together.
+    let used = |procs: &[&ProcSummary]| procs.iter().map(|p| p.cpu).sum::<f64>();
+    if busy < SATURATED || used(&sides.servers).min(used(&sides.clients)) < SHARED_TAKES {
         return None;
     }
     let mut evidence = vec![format!(

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use qpslab_doctor::{diagnose, summarize, Context, Finding, Generator, LoadFacts, Severity};
+use qpslab_doctor::{diagnose, summarize, Cause, Context, Finding, Generator, LoadFacts, Severity};
 use qpslab_host::sample::{Role, Sample, Watch};
 use qpslab_host::{Host, Root};
 use qpslab_testkit::{write_process, Counters, Shape};
@@ -582,7 +582,8 @@ fn with_procs(procs: &[Proc], steps: u64, cpus: fn(usize) -> (u64, u64, u64, u64
     with_procs_and(procs, steps, cpus, &|_, _| {})
 }
 
-/// [`with_procs`], and `also` writes more of the tree at each step (`k` from 0).
+/// [`with_procs`], and `also` writes more of the tree at each step (`k` from 0), after the
+/// processes (it may rewrite their files).
 fn with_procs_and(
     procs: &[Proc],
     steps: u64,
@@ -592,13 +593,13 @@ fn with_procs_and(
     let mut run = Run::new(Shape::small_virtio());
     run.watch = procs.iter().map(|p| Watch { pid: p.pid, role: p.role }).collect();
     let write = |run: &Run, k: u64| {
-        also(run.dir.path(), k);
         for p in procs {
             let ticks: Vec<(u32, u64)> = p.threads.iter().map(|t| (t.0, t.1 * k)).collect();
             write_process(run.dir.path(), p.pid, p.comm, &ticks, 20, 20000).unwrap();
             let affinity: Vec<(u32, &str)> = p.threads.iter().map(|t| (t.0, t.2)).collect();
             write_affinity(run.dir.path(), p.pid, &affinity);
         }
+        also(run.dir.path(), k);
     };
     write(&run, 0);
     run.samples.clear();
@@ -1768,4 +1769,53 @@ fn a_tail_at_a_kernel_timer_is_named_with_its_mechanism() {
     let t = named(&f, "kernel-timer").expect("SYNs sent again");
     assert_eq!(t.severity, Severity::Info, "0.1% x 1 s of a 100 ms mean");
     assert!(t.summary.starts_with("0.1% or more of the connects"), "{}", t.summary);
+}
+
+/// A server whose pool of numbered worker threads had one doing all the work, the others
+/// idle with a CPU free for them: `worker-imbalance`, and the saturated server is not told to
+/// add workers. The same pool sharing the work, and one numbered thread beside an unnumbered
+/// main thread, are no imbalance.
+#[test]
+fn one_busy_worker_of_a_pool_is_an_imbalance() {
+    // (worker 0's ticks a second, worker 1's): the pool's threads are tid 601 and 602.
+    let run_with = |w0: u64, w1: u64, names: [&'static str; 2]| {
+        let threads: &'static [(u32, u64, &'static str)] =
+            Box::leak(vec![(600, 0, "0-1"), (601, w0, "0-1"), (602, w1, "0-1")].into_boxed_slice());
+        let name = move |dir: &std::path::Path, k: u64| {
+            for (tid, ticks, n) in [(601, w0, names[0]), (602, w1, names[1])] {
+                let stat = format!(
+                    "{tid} ({n}) S 1 1 1 0 -1 0 0 0 0 0 {} 0 0 0 20 0 1 0 1 0 0\n",
+                    ticks * k
+                );
+                std::fs::write(dir.join(format!("proc/600/task/{tid}/stat")), stat).unwrap();
+            }
+        };
+        with_procs_and(
+            &[
+                Proc { pid: 600, role: Role::Server, comm: "server", threads },
+                Proc { pid: 500, role: Role::Client, comm: "client", threads: &[(500, 20, "0-1")] },
+            ],
+            3,
+            |cpu| if cpu == 0 { (60, 37, 0, 3) } else { (10, 10, 0, 80) },
+            &name,
+        )
+        .findings()
+    };
+    let f = run_with(95, 2, ["server-w-0", "server-w-1"]);
+    let w = named(&f, "worker-imbalance").expect("worker-imbalance");
+    assert_eq!(f[0].name, "worker-imbalance", "the headline: {f:?}");
+    assert!(
+        w.evidence[0].contains("server (pid 600)'s 2 worker threads: 0.95, 0.02"),
+        "{:?}",
+        w.evidence
+    );
+    assert!(matches!(w.cause, Some(Cause::WorkerImbalance { workers: 2, .. })), "{:?}", w.cause);
+    let bound = named(&f, "server-bound").expect("server-bound");
+    assert!(bound.remedy.starts_with("not more workers"), "{}", bound.remedy);
+    // Sharing the work: no imbalance.
+    let f = run_with(50, 48, ["server-w-0", "server-w-1"]);
+    assert!(named(&f, "worker-imbalance").is_none(), "{f:?}");
+    // A busy numbered thread and an idle one of another name: no pool.
+    let f = run_with(95, 2, ["server-w-0", "timer"]);
+    assert!(named(&f, "worker-imbalance").is_none(), "{f:?}");
 }

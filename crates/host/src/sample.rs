@@ -28,6 +28,8 @@ pub struct Watch {
 pub struct ProcSample {
     pub pid: u32,
     pub comm: String,
+    /// Its parent (a server's workers have its master as theirs).
+    pub ppid: u32,
     /// CPU ticks of the whole process, exited threads included (/proc/PID/stat); an exited
     /// process that was not reaped yet still shows its final total.
     pub ticks: u64,
@@ -47,6 +49,8 @@ pub struct ProcSample {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadSample {
     pub tid: u32,
+    /// Its name (/proc/PID/task/TID/comm: a worker pool's are alike, `qpslab-serve-0`, ...).
+    pub name: String,
     /// CPU ticks (utime + stime).
     pub ticks: u64,
     /// The CPUs it may run on (a pinned worker's differ from its process's).
@@ -530,6 +534,7 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
             let status = root.read_opt(&format!("{base}/task/{tid}/status"));
             Some(ThreadSample {
                 tid: tid.parse().ok()?,
+                name: stat.comm,
                 ticks: stat.ticks,
                 cpus: status.and_then(|t| parse::cpus_allowed(&t)),
                 run_delay_ns: root
@@ -539,14 +544,12 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
             })
         })
         .collect();
-    let ticks = root
-        .read_opt(&format!("{base}/stat"))
-        .and_then(|t| parse::task_stat(&t))
-        .map_or(0, |t| t.ticks);
+    let stat = root.read_opt(&format!("{base}/stat")).and_then(|t| parse::task_stat(&t));
     Some(ProcSample {
         pid,
         comm,
-        ticks,
+        ppid: stat.as_ref().map_or(0, |t| t.ppid),
+        ticks: stat.map_or(0, |t| t.ticks),
         threads,
         open_fds: root.count(&format!("{base}/fd")),
         nofile_soft: root

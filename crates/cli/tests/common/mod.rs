@@ -285,7 +285,8 @@ impl NginxWithCosts {
         Self::start_with(logs, "worker_connections 1024;", "keepalive_requests 100;", "")
     }
 
-    /// [`NginxWithCosts::start_with`], with `main` in the main context.
+    /// [`NginxWithCosts::start_with`], with `main` in the main context (one worker unless it
+    /// says `worker_processes`).
     pub fn start_main(main: &str, events: &str, http: &str, location: &str) -> Self {
         Self::start_full(main, 0, events, http, location)
     }
@@ -312,8 +313,9 @@ impl NginxWithCosts {
         };
         std::fs::write(dir.path().join("index.html"), "ok").unwrap();
         let h2 = if http.contains("http2_") { " http2" } else { "" };
+        let workers = if main.contains("worker_processes") { "" } else { "worker_processes 1;\n" };
         let original = format!(
-            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n{main}\n\
+            "{workers}daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n{main}\n\
              events {{ {events} }}\n\
              http {{\n{access}  {http}\n\
              server {{ listen 127.0.0.1:{port}{h2}; location / {{ {location} }} }}\n}}\n"

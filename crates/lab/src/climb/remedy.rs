@@ -455,6 +455,17 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::RoundTrips | Cause::StreamLimit { .. } => {
             na("the load keeps the most connections the climb opens")
         }
+        Cause::WorkerImbalance { workers, .. }
+            if (k.connections as u64) < 2 * *workers && k.connections < MAX_CONNECTIONS =>
+        {
+            Remedy::Change(Change::Connections {
+                from: k.connections,
+                to: (k.connections * 2).min(MAX_CONNECTIONS),
+            })
+        }
+        Cause::WorkerImbalance { .. } => na(
+            "connections are spread unevenly over the server's workers: SO_REUSEPORT (nginx `listen ... reuseport`)",
+        ),
         Cause::Saturated { side, held } => saturated(side, held, k),
         Cause::Throttled => {
             na("a cgroup CPU quota holds a side: raise it; qpslab does not change cgroups")
