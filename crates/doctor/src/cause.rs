@@ -59,8 +59,9 @@ pub enum Cause {
     Paced,
     /// A cgroup CPU quota held a side back.
     Throttled,
-    /// Other work shared the benchmark's CPUs.
-    Contention,
+    /// Other work shared the benchmark's CPUs; `share`: at most this share of each response's
+    /// time went to the run's own threads waiting for a CPU (schedstat), when known.
+    Contention { share: Option<f64> },
     /// The run failed or got no answers: its rate measures the failure.
     Failed,
     /// The network (a link, a shaper, a NIC's own limits) bounds the rate.

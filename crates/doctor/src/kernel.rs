@@ -24,8 +24,9 @@ const CONNTRACK_FULL: f64 = 0.9;
 
 pub(super) fn limits(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
     // Steal takes CPU from a side only when the side wanted all of it.
-    let cpu_bound =
-        out.iter().any(|f| matches!(f.cause, Some(Cause::Saturated { .. } | Cause::Contention)));
+    let cpu_bound = out
+        .iter()
+        .any(|f| matches!(f.cause, Some(Cause::Saturated { .. } | Cause::Contention { .. })));
     steal(s, cpu_bound, out);
     memory(s, out);
     time_wait(host, s, ctx, out);

@@ -598,7 +598,38 @@ pub fn diagnose(
         out.iter().filter(|f| f.cause.is_none()).map(|f| f.name).collect::<Vec<_>>()
     );
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    headline_by_time(&mut out);
     (out, explanation)
+}
+
+/// The share of each response's time a cause accounts for, where it says one.
+fn time_share(c: &Cause) -> Option<f64> {
+    match c {
+        Cause::DiskWait { share, .. } => Some(*share),
+        Cause::Contention { share } => *share,
+        Cause::DelayedAck { timer_ms, latency_ms, .. } if *latency_ms > 0.0 => {
+            Some((timer_ms / latency_ms).min(1.0))
+        }
+        _ => None,
+    }
+}
+
+/// Two findings of the headline's severity that each account for a share of the response
+/// time: the larger share heads (a server at its disk 60% of each response, beside a hog that
+/// cost its threads 12% of it in CPU waits, is the disk's).
+fn headline_by_time(out: &mut [Finding]) {
+    let Some(head) = out.first().and_then(|f| time_share(f.cause.as_ref()?)) else { return };
+    let top = out[0].severity;
+    let larger = out
+        .iter()
+        .enumerate()
+        .take_while(|(_, f)| f.severity == top)
+        .filter_map(|(i, f)| Some((i, time_share(f.cause.as_ref()?)?)))
+        .filter(|(_, s)| *s > head)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((i, _)) = larger {
+        out[..=i].rotate_right(1);
+    }
 }
 
 /// The host settings a finding of the kernel's queues and ports asks for, at the values of
@@ -678,5 +709,45 @@ mod tests {
             let row = format!("| `{}` | {} | {} | {} |", r.name, r.catches, r.threshold, r.remedy);
             assert!(doc.contains(&row), "docs/doctor.md lacks or differs on: {row}");
         }
+    }
+
+    fn with(name: &'static str, severity: Severity, cause: Cause) -> Finding {
+        Finding {
+            name,
+            severity,
+            summary: String::new(),
+            evidence: Vec::new(),
+            remedy: String::new(),
+            cause: Some(cause),
+        }
+    }
+
+    /// Of two warnings that each account for a share of the response time, the larger heads;
+    /// a headline with no such share keeps its place.
+    #[test]
+    fn the_larger_share_of_the_response_time_heads() {
+        let contention =
+            |x| with("cpu-contention", Severity::Warning, Cause::Contention { share: Some(x) });
+        let disk =
+            |x| with("disk-wait", Severity::Warning, Cause::DiskWait { share: x, device: None });
+        let log = with("server-log", Severity::Info, Cause::Undrained);
+        let order = |mut v: Vec<Finding>| {
+            headline_by_time(&mut v);
+            v.iter().map(|f| f.name).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            order(vec![contention(0.12), disk(0.6), log.clone()]),
+            ["disk-wait", "cpu-contention", "server-log"]
+        );
+        assert_eq!(order(vec![contention(0.7), disk(0.2)]), ["cpu-contention", "disk-wait"]);
+        let imbalance = with(
+            "worker-imbalance",
+            Severity::Warning,
+            Cause::WorkerImbalance { workers: 2, busiest: 1.0, others: 0.0, connections: 1 },
+        );
+        assert_eq!(order(vec![imbalance, disk(0.6)]), ["worker-imbalance", "disk-wait"]);
+        // A share in a finding of lower severity does not head.
+        let info = with("disk-wait", Severity::Info, Cause::DiskWait { share: 0.9, device: None });
+        assert_eq!(order(vec![contention(0.1), info]), ["cpu-contention", "disk-wait"]);
     }
 }

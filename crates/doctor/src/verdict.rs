@@ -37,7 +37,7 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     // A quota that held a side back heads that side's verdict: it is the cause.
     out.extend(throttled(s));
     let sides = Sides::new(s, ctx);
-    let waits = cpu_waits(s, &sides) && !waits_too_short(&sides, ctx);
+    let waits = cpu_waits(s, &sides) && !waits_too_short(&sides);
     let explains = sides.contended && (sides.held_by_cpus(s) || (!sides.any_sat() && waits));
     if explains {
         out.extend(contention(s, &sides, Severity::Warning));
@@ -113,17 +113,18 @@ fn behind_schedule(ctx: &Context, ex: &Explanation) -> Option<Finding> {
 /// when even that bound, per response, is under [`CPU_WAITS`] of the response time, the waits
 /// did not make the rate (a 20 ms server beside a hog on its CPU: 0.1 ms of 20 ms). False
 /// when the waits or the load's figures are not known.
-fn waits_too_short(sides: &Sides, ctx: &Context) -> bool {
-    let Some(load) = ctx.load.as_ref().filter(|l| l.responses > 0 && l.mean_latency_s > 0.0) else {
-        return false;
-    };
-    let watched: Vec<&&ProcSummary> = sides.servers.iter().chain(&sides.clients).collect();
-    let waits: Option<f64> = watched.iter().map(|p| p.run_wait_s).sum();
-    !watched.is_empty()
-        && waits.is_some_and(|w| {
-            let per_response = w * load.concurrency.max(1) as f64 / load.responses as f64;
-            per_response < CPU_WAITS * load.mean_latency_s
-        })
+fn waits_too_short(sides: &Sides) -> bool {
+    sides.wait_share.is_some_and(|w| w < CPU_WAITS)
+}
+
+/// That bound as a share of the response time ([`waits_too_short`]); None when the waits or
+/// the load's figures are not known.
+fn wait_share(servers: &[&ProcSummary], clients: &[&ProcSummary], ctx: &Context) -> Option<f64> {
+    let load = ctx.load.as_ref().filter(|l| l.responses > 0 && l.mean_latency_s > 0.0)?;
+    let watched: Vec<&&ProcSummary> = servers.iter().chain(clients).collect();
+    let waits: f64 = watched.iter().map(|p| p.run_wait_s).sum::<Option<f64>>()?;
+    let per_response = waits * load.concurrency.max(1) as f64 / load.responses as f64;
+    (!watched.is_empty()).then(|| per_response / load.mean_latency_s)
 }
 
 /// Whether tasks waited for a CPU: PSI's share at [`CPU_WAITS`] or more; without PSI, a
@@ -373,6 +374,9 @@ struct Sides<'a> {
     interrupts: f64,
     /// Other processes' CPU.
     other: f64,
+    /// At most this share of each response's time went to the sides' threads waiting for a
+    /// CPU ([`wait_share`]).
+    wait_share: Option<f64>,
 }
 
 impl<'a> Sides<'a> {
@@ -396,6 +400,7 @@ impl<'a> Sides<'a> {
             && other >= CONTENDED_CPU
             && other >= CONTENDED_SHARE * busy
             && !(server_sat && client_sat);
+        let wait_share = wait_share(&servers, &clients, ctx);
         Sides {
             servers,
             clients,
@@ -407,6 +412,7 @@ impl<'a> Sides<'a> {
             watched,
             interrupts,
             other,
+            wait_share,
         }
     }
 
@@ -599,6 +605,12 @@ fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding>
     if let Some(p) = s.cpu_pressure {
         evidence.push(format!("tasks waited for a CPU {} of the window (PSI)", pct(p)));
     }
+    if let Some(w) = sides.wait_share {
+        evidence.push(format!(
+            "the run's own threads waited for a CPU at most {} of each response's time (schedstat)",
+            pct(w.min(1.0))
+        ));
+    }
     let summary = if severity == Severity::Info {
         format!("the host was busy with other processes during the run{who}; it does not explain the rate: no side was short of CPU and tasks rarely waited for one")
     } else {
@@ -610,7 +622,7 @@ fn contention(s: &Summary, sides: &Sides, severity: Severity) -> Option<Finding>
         summary,
         evidence,
         remedy: "stop the other work (builds, other benchmarks) or pin it away from the benchmark's CPUs, and run again".into(),
-        cause: Some(Cause::Contention),
+        cause: Some(Cause::Contention { share: sides.wait_share }),
     })
 }
 
@@ -646,7 +658,7 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
         summary: format!("the server and the load generator ran on the same CPUs ({both}), saturated: each side took CPU from the other, so the rate measures both together"),
         evidence,
         remedy: "pin the two sides to separate CPUs (qpslab bench does when it can; qpslab load --cpus, qpslab serve --cpus, taskset), or put the generator on another machine".into(),
-        cause: Some(Cause::Contention),
+        cause: Some(Cause::Contention { share: sides.wait_share }),
     })
 }
 
@@ -806,7 +818,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Findin
         summary: format!("{}, which the benchmark may run on, {} saturated while neither side's processes were: its time went to other work, interrupts or a side not followed{tail}", list.named(), if list.len() == 1 { "was" } else { "were" }),
         evidence,
         remedy: "pin the server, the generator and interrupt work to separate CPUs (qpslab tune plan, --cpus, taskset) and name the server (--server-pid) so its CPU is counted".into(),
-        cause: Some(Cause::Contention),
+        cause: Some(Cause::Contention { share: sides.wait_share }),
     }
 }
 

@@ -470,7 +470,7 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::Throttled => {
             na("a cgroup CPU quota holds a side: raise it; qpslab does not change cgroups")
         }
-        Cause::Contention => na(
+        Cause::Contention { .. } => na(
             "other work shares the benchmark's CPUs: stop or move it; not a change to measure",
         ),
         Cause::Failed => {
