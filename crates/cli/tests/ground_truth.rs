@@ -247,6 +247,8 @@ fn a_slow_server_is_latency_bound() {
         let path = e["path_ms"].as_f64().expect("the path's round trip, measured");
         assert!(path < 1.0, "loopback: {e}");
         assert!(f[0]["remedy"].as_str().unwrap().contains("the server's own time is"), "{}", f[0]);
+        // TCP's own clocks: the server's connections had nothing to send most of the time.
+        assert!(text_of(&f[0]).contains("(application-limited)"), "{}", f[0]);
     }
 }
 
@@ -1389,6 +1391,34 @@ fn a_full_time_wait_table_is_named() {
         assert!(text_of(t).contains("net.ipv4.tcp_max_tw_buckets = 100"), "{t}");
         assert_eq!(t["cause"]["kind"], "host-settings", "{t}");
         none_of(&f, &["ephemeral-ports", "cpu-contention", "accept-queue-overflow", "run-failed"]);
+    }
+}
+
+/// TLS handshakes as the cost of each response: the built-in server over TLS with a
+/// connection per request pays a full handshake for every response, and the doctor names it
+/// with the handshakes counted (at info: it explains the rate, healthy runs below hold it to
+/// that). The same server kept alive does one handshake per connection, and it is not named.
+#[test]
+fn tls_handshakes_per_request_are_the_cost() {
+    let _one = one_at_a_time();
+    for i in 0..runs() {
+        let base = ["bench", "--target", "builtin", "--tls", "--io", loops(i).1];
+        let run = |extra: &[&str]| {
+            let out = qpslab_command()
+                .args(base)
+                .args(["-d", "2s", "--warmup", "300ms", "--no-save", "--json"])
+                .args(extra)
+                .output()
+                .unwrap();
+            findings(&json(&out))
+        };
+        let f = run(&["--conn-per-request"]);
+        let t = named(&f, "tls-handshakes").unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(t["severity"], "info", "{t}");
+        let per = t["cause"]["per_response"].as_f64().unwrap();
+        assert!((0.9..=1.1).contains(&per), "a full handshake per response: {t}");
+        let f = run(&[]);
+        none_of(&f, &["tls-handshakes"]);
     }
 }
 

@@ -109,6 +109,8 @@ pub enum Cause {
     /// One of the server's `workers` did the work (`busiest`, in CPUs) while the others idled
     /// (`others`, their mean), with the load's `connections`.
     WorkerImbalance { workers: u64, busiest: f64, others: f64, connections: u64 },
+    /// Full TLS handshakes, this many per response (and `resumed` ones in the window).
+    TlsHandshakes { per_response: f64, resumed: u64 },
     /// The clocksource (`current`) makes clock reads expensive; `tsc` when it is offered.
     Clocksource { current: String, tsc: bool },
 }

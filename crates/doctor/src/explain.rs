@@ -78,6 +78,19 @@ pub struct LoadFacts {
     /// The same of the connects made in the window (a handshake's SYN retransmitted waits 1 s).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connect_tail: Vec<(f64, f64)>,
+    /// An https run's TLS handshakes in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFacts>,
+}
+
+/// The TLS handshakes of an https run, in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TlsFacts {
+    /// Handshakes done in full (certificate, key exchange) and resumed ones.
+    pub full: u64,
+    pub resumed: u64,
+    /// The mean handshake, from the TCP connection open to the TLS handshake's end, in seconds.
+    pub mean_s: f64,
 }
 
 /// A server's HTTP/2 stream limit below the streams the load asked for.

@@ -12,6 +12,7 @@ pub mod cause;
 mod disk;
 pub mod exam;
 pub mod explain;
+mod handshakes;
 mod kernel;
 mod losses;
 mod network;
@@ -29,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
-pub use explain::{Explanation, LoadFacts, Resource, Schedule, StreamLimit};
+pub use explain::{Explanation, LoadFacts, Resource, Schedule, StreamLimit, TlsFacts};
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
@@ -312,6 +313,12 @@ pub const RULES: &[Rule] = &[
         remedy: "more connections than workers; else spread them (SO_REUSEPORT, nginx `listen ... reuseport`)",
     },
     Rule {
+        name: "tls-handshakes",
+        catches: "an https run pays a full TLS handshake for many of its responses: a saturated side spends its CPU on key exchanges and signatures, or each response waits for one",
+        threshold: "full handshakes at 0.2 per response or more in the window (bench over https); info: it explains the rate",
+        remedy: "keep connections alive, or resume sessions (--tls-reuse; the server's session tickets or cache); an ECDSA certificate signs cheaper than RSA",
+    },
+    Rule {
         name: "behind-schedule",
         catches: "an open loop fell behind its schedule: the rate is what the target (or too few connections), or the generator, allowed, not what was asked",
         threshold: "an open-loop run (-R) that sent under 98% of the requests due in its window",
@@ -574,6 +581,7 @@ pub fn diagnose(
     // severity it is the headline.
     verdict::bound(summary, ctx, &explanation, &mut out);
     balance::imbalance(summary, ctx, &mut out);
+    handshakes::tls_handshakes(ctx, &mut out);
     rules::softirq_concentrated(summary, ctx, &mut out);
     profiled::rules(host, summary, ctx, &mut out);
     rules::nic_layout(host, summary, ctx, &mut out);
@@ -582,7 +590,8 @@ pub fn diagnose(
     server_log::finding(ctx, summary.cpus.len(), &mut out);
     disk::disk_wait(summary, ctx, &explanation, &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
-    tcp::waits(samples, &mut out);
+    tcp::waits(samples, ctx, &mut out);
+    tcp::application_limited(samples, ctx, &mut out);
     rules::irqbalance(host, samples, ctx, &mut out);
     let losses = losses::run_losses(samples, ctx);
     rules::tcp_queues(host, summary, ctx, &explanation, losses.as_ref(), &mut out);

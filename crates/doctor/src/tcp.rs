@@ -3,7 +3,10 @@
 //! (Nagle waiting for an ACK, the congestion window, the peer's receive window), held received
 //! bytes unread, and their round trips and delayed-ACK timeouts. Who waited for whom, read as
 //! `ss -ti` shows it, is evidence no CPU counter gives: a server idle while every response
-//! waits 40 ms is waiting on a timer, not on work.
+//! waits 40 ms is waiting on a timer, not on work. Over the window, the kernel's own clocks of
+//! each connection (tcp_info's busy, receive-window-limited and send-buffer-limited times)
+//! say how long each side was sending, what held it, and so how long it had nothing to send
+//! (application-limited: the time is its program's).
 
 use super::explain::fmt_ms;
 use super::summary::pct;
@@ -38,6 +41,85 @@ pub(super) fn account(samples: &[Sample]) -> Option<Account> {
     }
     any.then_some(a)
 }
+
+/// A side's connections over the window by the kernel's clocks: how many, and their time
+/// sending (data in flight or queued), limited by the peer's receive window, and limited by
+/// their own send buffer, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Sending {
+    pub connections: u64,
+    pub busy_us: u64,
+    pub rwnd_us: u64,
+    pub sndbuf_us: u64,
+}
+
+impl Sending {
+    /// The share of the connections' time in the window spent sending.
+    pub fn busy_share(&self, window_s: f64) -> f64 {
+        self.busy_us as f64 / 1e6 / (self.connections as f64 * window_s).max(1e-9)
+    }
+}
+
+/// The server's and the generator's [`Sending`] from the window's first and last dumps (a
+/// connection's clocks at its last reading, less those at the first when it was open then);
+/// None without the dumps or the run's ports, or when connections came and went (a connection
+/// per request: most lived between two readings and were never read).
+pub(super) fn sending(samples: &[Sample], ctx: &Context) -> Option<(Sending, Sending)> {
+    let load = ctx.load.as_ref()?;
+    if ctx.ports.is_empty() || load.mode == "conn-per-request" || load.reconnects > 0 {
+        return None;
+    }
+    let first = samples.first()?.connections.as_ref()?;
+    let last = samples.last()?.connections.as_ref()?;
+    let mut sides = (Sending::default(), Sending::default());
+    for c in last {
+        let side = if ctx.ports.contains(&c.local_port) {
+            &mut sides.0
+        } else if ctx.ports.contains(&c.remote_port) {
+            &mut sides.1
+        } else {
+            continue;
+        };
+        let b = first.iter().find(|b| b.cookie == c.cookie).copied().unwrap_or_default();
+        side.connections += 1;
+        side.busy_us += c.busy_us.saturating_sub(b.busy_us);
+        side.rwnd_us += c.rwnd_limited_us.saturating_sub(b.rwnd_limited_us);
+        side.sndbuf_us += c.sndbuf_limited_us.saturating_sub(b.sndbuf_limited_us);
+    }
+    (sides.0.connections > 0 || sides.1.connections > 0).then_some(sides)
+}
+
+/// The window's length, from its first sample to its last.
+fn window_s(samples: &[Sample]) -> f64 {
+    match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) => (b.at - a.at).as_secs_f64(),
+        _ => 0.0,
+    }
+}
+
+/// Application-limited: when no resource bounds the rate (latency-bound), how little of the
+/// window the server's connections were sending says the waiting was its program's, not
+/// TCP's; a window or a send buffer that held them is said by [`waits`].
+pub(super) fn application_limited(samples: &[Sample], ctx: &Context, out: &mut [Finding]) {
+    let Some((server, _)) = sending(samples, ctx).filter(|s| s.0.connections > 0) else { return };
+    let window = window_s(samples);
+    let Some(f) = out.iter_mut().find(|f| matches!(f.cause, Some(Cause::RoundTrips))) else {
+        return;
+    };
+    let busy = server.busy_share(window);
+    let limited = (server.rwnd_us + server.sndbuf_us) as f64 / server.busy_us.max(1) as f64;
+    if busy < APP_LIMITED && limited < WAITING {
+        f.evidence.push(format!(
+            "the server's {} connection(s) were sending {} of the window (tcp_info busy time): the rest of the time it had nothing to send, so the waiting was its program's, not TCP's (application-limited)",
+            server.connections,
+            pct(busy)
+        ));
+    }
+}
+
+/// Share of the window under which a side's connections sending says it was
+/// application-limited.
+const APP_LIMITED: f64 = 0.5;
 
 fn share(n: u64, t: &TcpTally) -> f64 {
     n as f64 / t.connections.max(1) as f64
@@ -103,11 +185,41 @@ pub(super) fn delayed_ack(samples: &[Sample], ctx: &Context, out: &mut Vec<Findi
 /// and unread are tallied but not said: a reading a second catches them in healthy runs too
 /// (a server that answers after a delay left 35% of its readings with input waiting), so
 /// they are no evidence of a side behind its input at this rate of sampling.
-pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
+pub(super) fn waits(samples: &[Sample], ctx: &Context, out: &mut Vec<Finding>) {
     let Some(a) = account(samples) else { return };
     let mut evidence = Vec::new();
     let mut remedies = Vec::new();
     let mut most: Option<Cause> = None;
+    let mut keep = |side: &str, window: &str, s: f64| {
+        if !matches!(most, Some(Cause::WindowWait { share, .. }) if share >= s) {
+            most = Some(Cause::WindowWait { side: side.into(), window: window.into(), share: s });
+        }
+    };
+    // The kernel's clocks: time sending that a window or the send buffer held.
+    if let Some((server, client)) = sending(samples, ctx) {
+        let window = window_s(samples);
+        for (side, t, peer) in [("server", server, "generator"), ("generator", client, "server")] {
+            if t.connections == 0 || t.busy_share(window) < WAITING {
+                continue;
+            }
+            for (us, what, name, remedy) in [
+                (t.rwnd_us, format!("the {peer}'s receive window"), "receive", format!("the {peer} reads slowly or its receive buffer is small (net.ipv4.tcp_rmem)")),
+                (t.sndbuf_us, "its own send buffer".to_string(), "send-buffer", format!("a larger send buffer for the {side}: net.ipv4.tcp_wmem's maximum, or its SO_SNDBUF (nginx `listen ... sndbuf=`)")),
+            ] {
+                let s = us as f64 / t.busy_us.max(1) as f64;
+                if s >= WAITING {
+                    evidence.push(format!(
+                        "the {side}'s {} connection(s) were sending {} of the window, held by {what} {} of that (tcp_info)",
+                        t.connections,
+                        pct(t.busy_share(window)),
+                        pct(s)
+                    ));
+                    remedies.push(remedy);
+                    keep(side, name, s);
+                }
+            }
+        }
+    }
     for (side, t, peer) in [("server", a.server, "generator"), ("generator", a.client, "server")] {
         if t.connections < MIN_READINGS {
             continue;
@@ -132,13 +244,7 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
         for (n, window, what, remedy) in states {
             let s = share(n, &t);
             if s >= WAITING {
-                if !matches!(most, Some(Cause::WindowWait { share, .. }) if share >= s) {
-                    most = Some(Cause::WindowWait {
-                        side: side.into(),
-                        window: window.into(),
-                        share: s,
-                    });
-                }
+                keep(side, window, s);
                 evidence.push(format!(
                     "{} of {} readings of the {side}'s connections {what}",
                     pct(s),
@@ -159,4 +265,101 @@ pub(super) fn waits(samples: &[Sample], out: &mut Vec<Finding>) {
         remedy: remedies.join("; "),
         cause: most,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::LoadFacts;
+    use qpslab_host::sample::TcpSides;
+    use qpslab_sys::netlink::Connection;
+    use std::time::Duration;
+
+    /// A connection of the server's port 8080 (`server`) or to it, with its clocks in ms.
+    fn conn(server: bool, cookie: u64, busy: u64, rwnd: u64, sndbuf: u64) -> Connection {
+        let (local_port, remote_port) = if server { (8080, 40000) } else { (40000, 8080) };
+        Connection {
+            local_port,
+            remote_port,
+            cookie,
+            busy_us: busy * 1000,
+            rwnd_limited_us: rwnd * 1000,
+            sndbuf_limited_us: sndbuf * 1000,
+            ..Connection::default()
+        }
+    }
+
+    /// A 4 s window whose first and last dumps hold `first` and `last`.
+    fn window(first: Vec<Connection>, last: Vec<Connection>) -> Vec<Sample> {
+        [(0, first), (4, last)]
+            .into_iter()
+            .map(|(at, c)| Sample {
+                at: Duration::from_secs(at),
+                connections: Some(c),
+                tcp: Some(TcpSides::default()),
+                ..Sample::default()
+            })
+            .collect()
+    }
+
+    fn ctx(mode: &str) -> Context {
+        let load = LoadFacts { mode: mode.into(), responses: 100, ..LoadFacts::default() };
+        Context { load: Some(load), ports: vec![8080], ..Context::default() }
+    }
+
+    /// The server's two connections sent for 3 of the window's 4 s each, their send buffer
+    /// holding them 2 s of it: tcp-waits names the send buffer with its share; the clocks
+    /// before the window (at the first dump) are left out.
+    #[test]
+    fn a_send_buffer_that_held_the_server_is_said() {
+        let first = vec![conn(true, 1, 500, 0, 100), conn(true, 2, 500, 0, 100)];
+        let last = vec![conn(true, 1, 3500, 0, 2100), conn(true, 2, 3500, 0, 2100)];
+        let mut out = Vec::new();
+        waits(&window(first, last), &ctx("closed"), &mut out);
+        let f = out.first().expect("tcp-waits");
+        assert_eq!(
+            f.cause,
+            Some(Cause::WindowWait {
+                side: "server".into(),
+                window: "send-buffer".into(),
+                share: 2.0 / 3.0
+            })
+        );
+        assert!(f.evidence[0].contains("sending 75% of the window"), "{:?}", f.evidence);
+        assert!(f.remedy.contains("tcp_wmem"), "{}", f.remedy);
+        // A connection per request: most connections were never read; nothing is said.
+        let first = vec![conn(true, 1, 500, 0, 100)];
+        let last = vec![conn(true, 1, 3500, 0, 2100)];
+        let mut out = Vec::new();
+        waits(&window(first, last), &ctx("conn-per-request"), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    /// A latency-bound run whose server connections sent for 5% of the window: the waiting
+    /// was the server program's; one held by the peer's window is not called so.
+    #[test]
+    fn a_server_with_nothing_to_send_is_application_limited() {
+        let latency_bound = || Finding {
+            name: "latency-bound",
+            severity: Severity::Info,
+            summary: String::new(),
+            evidence: Vec::new(),
+            remedy: String::new(),
+            cause: Some(Cause::RoundTrips),
+        };
+        let mut out = vec![latency_bound()];
+        let last = vec![conn(true, 1, 200, 0, 0), conn(false, 1, 100, 0, 0)];
+        application_limited(&window(Vec::new(), last), &ctx("closed"), &mut out);
+        assert!(
+            out[0].evidence.iter().any(
+                |e| e.contains("sending 5% of the window") && e.contains("application-limited")
+            ),
+            "{:?}",
+            out[0].evidence
+        );
+        let mut out = vec![latency_bound()];
+        let last = vec![conn(true, 1, 1000, 800, 0)];
+        application_limited(&window(Vec::new(), last), &ctx("closed"), &mut out);
+        assert!(out[0].evidence.is_empty(), "{:?}", out[0].evidence);
+    }
 }

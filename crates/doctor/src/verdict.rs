@@ -645,6 +645,12 @@ fn shared_cpus(s: &Summary, sides: &Sides) -> Option<Finding> {
     if busy < SATURATED || used(&sides.servers).min(used(&sides.clients)) < SHARED_TAKES {
         return None;
     }
+    // Sharing takes from a side only when it waited for the CPU: the sides' own threads'
+    // waits (schedstat), when read, under a tenth of the response time say neither did (a
+    // generator at 5% of a CPU beside an nginx worker filling it, each on its own CPU mostly).
+    if waits_too_short(sides) {
+        return None;
+    }
     let mut evidence = vec![format!(
         "{}, open to both sides, {} {} busy",
         both.named(),

@@ -927,6 +927,11 @@ fn load_facts(load: &Report) -> LoadFacts {
         } else {
             Vec::new()
         },
+        tls: load.connections.tls.as_ref().map(|t| qpslab_doctor::TlsFacts {
+            full: t.full_handshakes,
+            resumed: t.resumed,
+            mean_s: t.handshake_us.mean / 1e6,
+        }),
     }
 }
 

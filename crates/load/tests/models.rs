@@ -253,7 +253,12 @@ fn open_loop_with_a_connection_per_request(io: IoChoice) {
     assert!((1960..=2040).contains(&done), "{done}");
     let lines = parse(&nginx.access_log(done as usize));
     let conns: HashSet<u64> = lines.iter().map(|l| l.connection).collect();
-    assert_eq!(conns.len() as u64, done, "one connection per request");
+    // Said apart (a CI run once saw 1999 connections for 2000 responses): a connection that
+    // carried two requests, or a response the load counted and nginx never logged.
+    assert_eq!(conns.len(), lines.len(), "every logged request had a connection of its own");
+    let at_stop = report.requests.in_flight_at_stop;
+    let logged = lines.len() as u64;
+    assert!((done..=done + at_stop).contains(&logged), "nginx logged {logged} of {done} responses");
 }
 
 fn interval_log_sums_to_the_whole_run_and_halves_merge_exactly(io: IoChoice) {

@@ -228,8 +228,9 @@ pub fn ok_rps(r: &BenchReport) -> f64 {
 /// before `b[i]`), says B is faster than A beyond run-to-run noise and by at least `min_gain`.
 /// (The re-check pair comes after.)
 pub fn better(a: &[f64], b: &[f64], min_gain: f64) -> bool {
-    paired_rule(a, b)
-        .is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0 && v.ratio >= 1.0 + min_gain)
+    paired_rule(a, b).is_some_and(|v| {
+        v.judgement == "beyond-noise" && v.ratio > 1.0 && v.ratio >= 1.0 + min_gain
+    })
 }
 
 fn paired_rule(a: &[f64], b: &[f64]) -> Option<Verdict> {
@@ -761,7 +762,7 @@ fn measure(
         format!("{verdict_text}; the re-check pair agreed")
     } else if gain {
         format!("{verdict_text}, but the re-check pair did not agree")
-    } else if v.as_ref().is_some_and(|v| v.judgement == "beyond-noise" && v.low > 1.0) {
+    } else if v.as_ref().is_some_and(|v| v.judgement == "beyond-noise" && v.ratio > 1.0) {
         format!("{verdict_text}, under the {:.1}% asked (--min-gain)", w.o.min_gain * 100.0)
     } else {
         verdict_text

@@ -531,6 +531,9 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::IrqBalance { .. } => na("irqbalance moves pinned IRQs: stop it while pinning"),
         Cause::WindowWait { .. } => na("TCP's windows: the finding names the side and the buffer"),
         Cause::CpuWork { .. } => na("where a side's CPU goes: the code's, not a knob"),
+        Cause::TlsHandshakes { .. } => {
+            na("TLS handshakes per response: keep-alive or session resumption (--tls-reuse)")
+        }
         Cause::Clocksource { .. } => na("the clocksource is the host's: `qpslab tune apply`"),
     }
 }
