@@ -1326,6 +1326,9 @@ fn a_server_in_its_own_namespace_behind_a_shaper_is_bound_by_it() {
         assert!(s.contains(&shaped), "{s}");
         no_warnings_but(&f, &["link-saturated"]);
         none_of(&f, &["latency-bound"]);
+        // The server's side of the connections, read in its namespace: TCP's account has it.
+        let readings = &v["doctor"]["summary"]["tcp_readings"];
+        assert!(readings["server"].as_u64().unwrap_or(0) >= 10, "{readings}");
     }
 }
 

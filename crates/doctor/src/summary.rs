@@ -81,6 +81,13 @@ pub struct ProcSummary {
     pub storage_read: Option<u64>,
 }
 
+/// Readings of the run's connections by TCP's account ([`Summary::tcp_readings`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpReadings {
+    pub server: u64,
+    pub generator: u64,
+}
+
 /// One block device over the window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiskRate {
@@ -225,6 +232,10 @@ pub struct Summary {
     /// The conntrack table over the window, where netfilter's conntrack is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<ConntrackUse>,
+    /// TCP's account of the run's connections: readings (connections x samples) of the
+    /// server's side and of the generator's; None when no sample read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_readings: Option<TcpReadings>,
     /// Block devices that did I/O in the window.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<DiskRate>,
@@ -387,7 +398,10 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         .collect();
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
+    let tcp_readings = super::tcp::account(samples)
+        .map(|a| TcpReadings { server: a.server.connections, generator: a.client.connections });
     Summary {
+        tcp_readings,
         duration_s: secs,
         samples: samples.len(),
         cpus,

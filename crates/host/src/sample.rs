@@ -422,10 +422,27 @@ pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
 }
 
 impl Sample {
-    /// Reads every TCP connection's losses so far ([`Sample::connections`]), on a live host.
-    pub fn take_connections(&mut self, root: &Root) {
-        if crate::is_live(root.dir()) {
-            self.connections = qpslab_sys::netlink::connections().ok();
+    /// Reads every TCP connection's losses so far ([`Sample::connections`]), on a live host;
+    /// and those of each watched server's network namespace when it is not ours (a server in
+    /// a container: its side of the run's connections is there), dumped from a thread that
+    /// joined it. A socket's cookie is the kernel's, unique across namespaces.
+    pub fn take_connections(&mut self, root: &Root, watch: &[Watch]) {
+        if !crate::is_live(root.dir()) {
+            return;
+        }
+        self.connections = qpslab_sys::netlink::connections().ok();
+        let Some(all) = self.connections.as_mut() else { return };
+        let ours = qpslab_sys::netns::of(std::process::id());
+        let mut dumped = BTreeSet::new();
+        for w in watch.iter().filter(|w| w.role == Role::Server) {
+            let Some(ns) = qpslab_sys::netns::of(w.pid).filter(|ns| Some(ns) != ours.as_ref())
+            else {
+                continue;
+            };
+            if dumped.insert(ns) {
+                let theirs = qpslab_sys::netns::run_in(w.pid, qpslab_sys::netlink::connections);
+                all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
+            }
         }
     }
 
@@ -589,7 +606,7 @@ pub fn sample_until(
     let start = std::time::Instant::now();
     let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
     first.take_census(root);
-    first.take_connections(root);
+    first.take_connections(root, watch);
     let tally = |s: &mut Sample| {
         if let Some(all) = s.connections.as_ref().filter(|_| !ports.is_empty()) {
             s.tcp = Some(tcp_sides(all, ports));
@@ -617,7 +634,7 @@ pub fn sample_until(
             // A dump costs about 2 us a connection (40 ms at 18,000): past a few thousand
             // only the window's first and last samples read them.
             if stopping || s.sockstat.tcp_inuse <= CONNECTIONS_READ_EACH_SAMPLE {
-                s.take_connections(root);
+                s.take_connections(root, watch);
             }
             // At the stop the load has ended: its connections hold what they were sent last,
             // unread, which says nothing of the run.
