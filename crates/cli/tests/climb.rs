@@ -259,6 +259,40 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A failing start the climb can fix: nginx out of worker connections (256 for the load's
+/// 1,000, the field reports' "worker_connections are not enough"). With --apply-server the
+/// first step raises worker_connections (and worker_rlimit_nofile to hold them) to tune's
+/// value, measured on ok responses, kept; the file comes back byte for byte. Without it, the
+/// climb stops and says how to let it.
+#[test]
+fn nginx_out_of_worker_connections_is_climbed_from() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(0, "worker_connections 256;", "", "");
+    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let load = ["-c", "1000", "-t", "2", "--steps", "1", "--budget", "90s"];
+    let (v, code) = climb(&[&load[..], &["--apply-server"]].concat(), &db, url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["change"], "nginx worker_connections 256 -> 2048", "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    // From a start with no ok response at all the ratio has no value: the row says so.
+    match step["ratio"].as_f64() {
+        Some(r) => assert!(r > 1.5, "{step}"),
+        None => assert!(step["why"].as_str().unwrap().contains("answered no request ok"), "{step}"),
+    }
+    let plan = v["plan"].as_array().unwrap();
+    assert!(
+        plan.contains(&"nginx: worker_connections 2048; worker_rlimit_nofile 4096;".into()),
+        "{v:#}"
+    );
+    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+    let (v, code) = climb(&load, &db, url);
+    assert_eq!(code, Some(1), "{v:#}");
+    let why = v["steps"][0]["why"].as_str().unwrap();
+    assert!(why.contains("pass --apply-server"), "{v:#}");
+}
+
 /// The workers of nginx's master `pid`, each with the CPUs it may run on.
 fn nginx_workers(pid: u32) -> Vec<String> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();

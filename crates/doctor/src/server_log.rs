@@ -80,10 +80,9 @@ fn configured_limit(ctx: &Context, cpus: usize) -> Option<Known> {
 }
 
 fn worker_connections_remedy(wanted: u64, limit: u64, proxies: bool) -> String {
-    let to = (wanted.max(limit) * 2).next_power_of_two().max(1024);
+    let (to, nofile) = qpslab_tune::remedy::nginx_worker_connections(wanted, limit);
     format!(
-        "in nginx's configuration: `events {{ worker_connections {to}; }}` and `worker_rlimit_nofile {};` (each worker needs a descriptor per connection{}), then `nginx -s reload`; fewer connections (-c) also fit",
-        to * 2,
+        "in nginx's configuration: `events {{ worker_connections {to}; }}` and `worker_rlimit_nofile {nofile};` (each worker needs a descriptor per connection{}), then `nginx -s reload`; fewer connections (-c) also fit",
         if proxies { ", and a proxied request holds two" } else { "" }
     )
 }

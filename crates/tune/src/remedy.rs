@@ -32,6 +32,14 @@ pub fn sysctl(name: &str) -> Option<String> {
     }
 }
 
+/// nginx's `worker_connections` for a run that needs `wanted` connections a worker where
+/// `limit` is set: twice the larger, up to a power of two, at least 1024; and its
+/// `worker_rlimit_nofile`, twice that (a descriptor per connection, two for a proxied request).
+pub fn nginx_worker_connections(wanted: u64, limit: u64) -> (u64, u64) {
+    let to = (wanted.max(limit) * 2).next_power_of_two().max(1024);
+    (to, to * 2)
+}
+
 /// A floor of [`SYSCTLS`], for the planner (0 for a name not in the table, caught by a test).
 pub fn floor(name: &str) -> u64 {
     SYSCTLS.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)

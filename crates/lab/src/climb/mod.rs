@@ -228,9 +228,17 @@ pub fn ok_rps(r: &BenchReport) -> f64 {
 /// before `b[i]`), says B is faster than A beyond run-to-run noise and by at least `min_gain`.
 /// (The re-check pair comes after.)
 pub fn better(a: &[f64], b: &[f64], min_gain: f64) -> bool {
-    paired_rule(a, b).is_some_and(|v| {
-        v.judgement == "beyond-noise" && v.ratio > 1.0 && v.ratio >= 1.0 + min_gain
-    })
+    from_nothing(a, b)
+        || paired_rule(a, b).is_some_and(|v| {
+            v.judgement == "beyond-noise" && v.ratio > 1.0 && v.ratio >= 1.0 + min_gain
+        })
+}
+
+/// A failing start (no ok response in any of its runs) against a change that answered in every
+/// one of its: beyond noise by the ranges rule (every B above every A) once there are three
+/// pairs, whatever the ratio, which has no value.
+pub fn from_nothing(a: &[f64], b: &[f64]) -> bool {
+    a.len() >= 3 && a.iter().all(|x| *x == 0.0) && !b.is_empty() && b.iter().all(|x| *x > 0.0)
 }
 
 fn paired_rule(a: &[f64], b: &[f64]) -> Option<Verdict> {
@@ -747,9 +755,17 @@ fn measure(
     let Some(confirmed) = decide(&oka, &okb, w.o.min_gain, || recheck(w, current, next))? else {
         return Ok(None);
     };
-    let mut verdict_text = v.as_ref().map_or("no figures".into(), |v| {
-        v.sentence("the current state", "the change", (oka.len(), okb.len()))
-    });
+    let mut verdict_text = match (&v, &row.after) {
+        (Some(v), _) => v.sentence("the current state", "the change", (oka.len(), okb.len())),
+        (None, Some(after)) if from_nothing(&oka, &okb) => format!(
+            "the current state answered no request ok in its {} runs, the change {:.0} ok/s ({:.0}-{:.0})",
+            oka.len(),
+            after.rps,
+            after.min,
+            after.max
+        ),
+        _ => "no figures".into(),
+    };
     if row.disturbed > 0 {
         verdict_text += &format!(
             " ({} pair{} with a disturbed run left out: see its findings)",
@@ -878,13 +894,15 @@ pub fn render_text(c: &Climb) -> String {
         }
         let _ = writeln!(o, "       why: {}", s.why);
     }
+    let against = if c.start.rps > 0.0 {
+        format!("{:.2}x the start", c.last.rps / c.start.rps)
+    } else {
+        "the start answered nothing ok".into()
+    };
     let _ = writeln!(
         o,
-        "final       {:.0} ok req/s ({:.0}-{:.0}), {:.2}x the start",
-        c.last.rps,
-        c.last.min,
-        c.last.max,
-        if c.start.rps > 0.0 { c.last.rps / c.start.rps } else { 0.0 }
+        "final       {:.0} ok req/s ({:.0}-{:.0}), {against}",
+        c.last.rps, c.last.min, c.last.max
     );
     let _ = writeln!(o, "ended       {}", c.ended);
     // Bench flags on the state line; a server's directive or a host setting on its own.
@@ -921,6 +939,11 @@ mod tests {
         assert!(!better(&a, &[90.0, 91.0, 89.0], 0.03));
         // Two repeats cannot say beyond noise.
         assert!(!better(&a[..2], &[110.0, 111.0], 0.03));
+        // From a start that answered nothing ok: kept when the change answered in every run
+        // of three pairs; not with two, nor when a run of the change answered nothing either.
+        assert!(better(&[0.0; 3], &[5.0, 600.0, 7.0], 0.03));
+        assert!(!better(&[0.0; 2], &[500.0, 600.0], 0.03));
+        assert!(!better(&[0.0; 3], &[500.0, 0.0, 700.0], 0.03));
     }
 
     /// The state file says the kept host settings in the terms `tune --from` reads back, and

@@ -50,6 +50,9 @@ pub enum Change {
     /// The user's nginx: `worker_processes`, each worker bound to a CPU of the server's own
     /// (`worker_cpu_affinity auto MASK`, as the field reports set it).
     NginxWorkers { from: usize, to: usize, affinity: String },
+    /// The user's nginx: `worker_connections` raised, with `worker_rlimit_nofile` to hold them
+    /// (tune's values, as the doctor names them).
+    NginxWorkerConnections { from: u64, to: u64 },
     /// The user's nginx: `accept_mutex off;` (the workers no longer take turns to accept).
     NginxAcceptMutexOff,
     /// The user's nginx: `reuseport` on every `listen` of its main file (a listen queue per
@@ -71,6 +74,7 @@ impl Change {
             Change::Workers { to, .. } => o.workers = Some(to),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
+            | Change::NginxWorkerConnections { .. }
             | Change::NginxWorkers { .. }
             | Change::NginxAcceptMutexOff
             | Change::NginxReuseport
@@ -96,6 +100,10 @@ impl Change {
                 ("worker_cpu_affinity", affinity.clone(), ""),
             ],
             Change::NginxAcceptMutexOff => vec![("accept_mutex", "off".into(), "events")],
+            Change::NginxWorkerConnections { to, .. } => vec![
+                ("worker_connections", to.to_string(), "events"),
+                ("worker_rlimit_nofile", (to * 2).to_string(), ""),
+            ],
             _ => Vec::new(),
         }
     }
@@ -106,6 +114,7 @@ impl Change {
             self,
             Change::NginxAccessLogOff
                 | Change::NginxKeepaliveRequests { .. }
+                | Change::NginxWorkerConnections { .. }
                 | Change::NginxWorkers { .. }
                 | Change::NginxAcceptMutexOff
                 | Change::NginxReuseport
@@ -131,6 +140,7 @@ impl Change {
             }
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
+            Change::NginxWorkerConnections { from, to } => ("nginx worker_connections", *from, *to),
             Change::NginxWorkers { from, to, affinity } => {
                 return format!(
                     "nginx worker_processes {from} -> {to}, worker_cpu_affinity {affinity}"
@@ -155,6 +165,7 @@ impl Change {
             Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
+            | Change::NginxWorkerConnections { .. }
             | Change::NginxWorkers { .. }
             | Change::NginxAcceptMutexOff => {
                 let set: Vec<String> =
@@ -485,8 +496,14 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::ServerLog { .. } => na(
             "the server's log named errors, but the run answered: read them; not a change to measure",
         ),
+        // The fix is the user's nginx's: in the climb's hands with --apply-server, a step from
+        // the failing start measured on its ok responses.
+        Cause::WorkerConnections { limit, wanted } if k.nginx.is_some() => {
+            let (to, _) = qpslab_tune::remedy::nginx_worker_connections(*wanted, *limit);
+            Remedy::Change(Change::NginxWorkerConnections { from: *limit, to })
+        }
         Cause::WorkerConnections { limit, wanted } => Remedy::Stop(format!(
-            "nginx holds {limit} connections per worker and the run needs {wanted}: raise worker_connections first (the climb does not edit it yet)"
+            "nginx holds {limit} connections per worker and the run needs {wanted}: raise worker_connections first (pass --apply-server to let the climb raise it in nginx's configuration)"
         )),
         Cause::RateLimit { .. } => Remedy::Stop(format!(
             "a limit sets the rate ({}): lift it for the benchmark first",
