@@ -398,7 +398,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         .collect();
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
-    let tcp_readings = super::tcp::account(samples)
+    let tcp_readings = qpslab_host::sample::TcpSides::over_window(samples)
         .map(|a| TcpReadings { server: a.server.connections, generator: a.client.connections });
     Summary {
         tcp_readings,

@@ -11,7 +11,7 @@
 use super::explain::fmt_ms;
 use super::summary::pct;
 use super::{Cause, Context, Finding, Severity};
-use qpslab_host::sample::{Sample, TcpTally};
+use qpslab_host::sample::{Sample, TcpSides, TcpTally};
 
 /// Readings (connections x samples) of a side below which its account says nothing.
 const MIN_READINGS: u64 = 4;
@@ -22,24 +22,9 @@ const WAITING: f64 = 0.2;
 /// Linux's delayed-ACK timeout when the account has none (TCP_ATO_MIN, HZ/25).
 const DEFAULT_ATO_MS: f64 = 40.0;
 
-/// The sides' tallies summed over the samples after the first (the first is the window's
-/// start, before the load's requests are in flight) and before the stop (the sampler tallies
-/// none there: the load has ended).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Account {
-    pub server: TcpTally,
-    pub client: TcpTally,
-}
-
-pub(super) fn account(samples: &[Sample]) -> Option<Account> {
-    let mut a = Account::default();
-    let mut any = false;
-    for t in samples.iter().skip(1).filter_map(|s| s.tcp.as_ref()) {
-        a.server.absorb(&t.server);
-        a.client.absorb(&t.client);
-        any = true;
-    }
-    any.then_some(a)
+/// The sides' tallies over the window ([`TcpSides::over_window`]).
+fn account(samples: &[Sample]) -> Option<TcpSides> {
+    TcpSides::over_window(samples)
 }
 
 /// A side's connections over the window by the kernel's clocks: how many, and their time
@@ -69,7 +54,8 @@ pub(super) fn sending(samples: &[Sample], ctx: &Context) -> Option<(Sending, Sen
     if ctx.ports.is_empty() || load.mode == "conn-per-request" || load.reconnects > 0 {
         return None;
     }
-    let first = samples.first()?.connections.as_ref()?;
+    let first: std::collections::HashMap<u64, &qpslab_sys::netlink::Connection> =
+        samples.first()?.connections.as_ref()?.iter().map(|c| (c.cookie, c)).collect();
     let last = samples.last()?.connections.as_ref()?;
     let mut sides = (Sending::default(), Sending::default());
     for c in last {
@@ -80,7 +66,7 @@ pub(super) fn sending(samples: &[Sample], ctx: &Context) -> Option<(Sending, Sen
         } else {
             continue;
         };
-        let b = first.iter().find(|b| b.cookie == c.cookie).copied().unwrap_or_default();
+        let b = first.get(&c.cookie).map_or_else(Default::default, |b| **b);
         side.connections += 1;
         side.busy_us += c.busy_us.saturating_sub(b.busy_us);
         side.rwnd_us += c.rwnd_limited_us.saturating_sub(b.rwnd_limited_us);

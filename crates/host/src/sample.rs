@@ -153,6 +153,22 @@ pub struct TcpSides {
     pub client: TcpTally,
 }
 
+impl TcpSides {
+    /// The sides' tallies summed over the samples after the first (the first is the window's
+    /// start, before the load's requests are in flight) and before the stop (the sampler
+    /// tallies none there: the load has ended); None when no sample tallied them.
+    pub fn over_window(samples: &[Sample]) -> Option<TcpSides> {
+        let mut a = TcpSides::default();
+        let mut any = false;
+        for t in samples.iter().skip(1).filter_map(|s| s.tcp.as_ref()) {
+            a.server.absorb(&t.server);
+            a.client.absorb(&t.client);
+            any = true;
+        }
+        any.then_some(a)
+    }
+}
+
 /// How many connections of one side were in each state TCP can wait in, at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct TcpTally {

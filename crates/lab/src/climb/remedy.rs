@@ -509,49 +509,49 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
             "a limit sets the rate ({}): lift it for the benchmark first",
             f.summary
         )),
-        Cause::Network => na(
-            "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
-        ),
-        Cause::Paced => na("an open loop: the schedule (-R) sets the rate, not a knob"),
+        other => Remedy::NotApplicable(no_knob(other).to_string()),
+    }
+}
+
+/// Why a cause names no change the climb makes, and what would lift it.
+fn no_knob(cause: &Cause) -> &'static str {
+    match cause {
+        Cause::Network => "the network is the bound: a faster link, more of them, or smaller responses; no setting here lifts it",
+        Cause::Paced => "an open loop: the schedule (-R) sets the rate, not a knob",
         Cause::DelayedAck { .. } => {
-            na("TCP_NODELAY or one write per response, in the server's code: not a knob")
+            "TCP_NODELAY or one write per response, in the server's code: not a knob"
         }
-        Cause::DiskWait { .. } => na("the disk on the request path: the server's code or its disk"),
-        Cause::NotTheRuns => na("the host's, not this run's"),
-        Cause::KernelTimer { .. } => na(
-            "a TCP timer: find the loss or the dropped connection attempts it waits out; not a knob",
-        ),
-        Cause::Steal { .. } => na(
-            "the hypervisor gives the CPUs to other guests: a dedicated host or instance; no setting here lifts it",
-        ),
+        Cause::DiskWait { .. } => "the disk on the request path: the server's code or its disk",
+        Cause::NotTheRuns => "the host's, not this run's",
+        Cause::KernelTimer { .. } => "a TCP timer: find the loss or the dropped connection attempts it waits out; not a knob",
+        Cause::Steal { .. } => "the hypervisor gives the CPUs to other guests: a dedicated host or instance; no setting here lifts it",
         Cause::MemoryPressure { .. } => {
-            na("the host is short of memory: less of it in use, or more of it; not a knob")
+            "the host is short of memory: less of it in use, or more of it; not a knob"
         }
-        Cause::TcpMemory { .. } => na(
-            "TCP's buffers are at net.ipv4.tcp_mem: smaller buffers per connection, fewer connections, or a larger tcp_mem for the host's memory",
-        ),
+        Cause::TcpMemory { .. } => "TCP's buffers are at net.ipv4.tcp_mem: smaller buffers per connection, fewer connections, or a larger tcp_mem for the host's memory",
         Cause::HostSettings { .. } | Cause::Steering { .. } | Cause::NginxCosts { .. } => {
-            na("see the finding's settings")
+            "see the finding's settings"
         }
         Cause::BehindSchedule { .. } => {
-            na("an open loop behind its schedule: the climb measures closed loops")
+            "an open loop behind its schedule: the climb measures closed loops"
         }
-        Cause::TooShort { .. } => na("the window is too short to judge: a longer --duration"),
-        Cause::Undrained => na("the target was busy before the run: a longer --drain"),
-        Cause::Unexplained => na("no single bottleneck to change"),
+        Cause::TooShort { .. } => "the window is too short to judge: a longer --duration",
+        Cause::Undrained => "the target was busy before the run: a longer --drain",
+        Cause::Unexplained => "no single bottleneck to change",
         Cause::Descriptors { .. } => {
-            na("a descriptor limit: raise RLIMIT_NOFILE or fs.file-max; not measured here")
+            "a descriptor limit: raise RLIMIT_NOFILE or fs.file-max; not measured here"
         }
         Cause::Loss { .. } | Cause::SocketBacklog { .. } => {
-            na("packets lost on the path: find where they drop; not a knob")
+            "packets lost on the path: find where they drop; not a knob"
         }
-        Cause::IrqBalance { .. } => na("irqbalance moves pinned IRQs: stop it while pinning"),
-        Cause::WindowWait { .. } => na("TCP's windows: the finding names the side and the buffer"),
-        Cause::CpuWork { .. } => na("where a side's CPU goes: the code's, not a knob"),
+        Cause::IrqBalance { .. } => "irqbalance moves pinned IRQs: stop it while pinning",
+        Cause::WindowWait { .. } => "TCP's windows: the finding names the side and the buffer",
+        Cause::CpuWork { .. } => "where a side's CPU goes: the code's, not a knob",
         Cause::TlsHandshakes { .. } => {
-            na("TLS handshakes per response: keep-alive or session resumption (--tls-reuse)")
+            "TLS handshakes per response: keep-alive or session resumption (--tls-reuse)"
         }
-        Cause::Clocksource { .. } => na("the clocksource is the host's: `qpslab tune apply`"),
+        Cause::Clocksource { .. } => "the clocksource is the host's: `qpslab tune apply`",
+        _ => "no change of the climb's answers it: see the finding's remedy",
     }
 }
 
