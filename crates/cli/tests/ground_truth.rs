@@ -936,7 +936,7 @@ fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
     );
     let _slow = spawn(&pair.a, &[qpslab, "serve", "-w", "1", "-l", "127.0.0.1:18090"]);
     std::thread::sleep(Duration::from_millis(500));
-    let _upload = spawn(
+    let mut upload = spawn(
         &pair.a,
         &[
             "timeout",
@@ -963,7 +963,10 @@ fn retransmissions_are_the_runs_only_when_its_connections_show_them() {
     assert!(text_of(r).contains("had no segments retransmitted in the window"), "{r}");
     no_warnings_but(&f, &[]);
 
-    // (2) The run's own uploads over the shaped link.
+    // (2) The run's own uploads over the shaped link, once the other upload has ended (its
+    // 8 s ran into this run's window in a CI run: the link dropped its segments, not the
+    // run's, and the host's retransmissions were rightly not the run's).
+    let _ = upload.0.wait();
     let body = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(body.path(), vec![b'x'; 65536]).unwrap();
     let _server = spawn(&pair.b, &[qpslab, "serve", "-w", "1", "-l", "10.77.42.2:18091"]);
