@@ -596,7 +596,7 @@ pub fn diagnose(
     let losses = losses::run_losses(samples, ctx);
     rules::tcp_queues(host, summary, ctx, &explanation, losses.as_ref(), &mut out);
     rules::softnet(host, summary, losses.as_ref(), &mut out);
-    rules::descriptors(samples, summary, &mut out);
+    rules::descriptors(samples, summary, server_log::out_of_descriptors(ctx).as_deref(), &mut out);
     rules::ports(host, summary, ctx, &mut out);
     kernel::limits(host, summary, ctx, &mut out);
     timers::kernel_timers(summary, ctx, &explanation, &mut out);

@@ -369,18 +369,48 @@ pub(super) fn softnet(
     }
 }
 
-pub(super) fn descriptors(samples: &[Sample], s: &Summary, out: &mut Vec<Finding>) {
-    for p in &s.processes {
-        // Use the peak descriptor count seen in any sample.
-        let peak = samples.iter().filter_map(|x| x.procs.get(&p.pid)?.open_fds).max();
-        let (Some(open), Some(limit)) = (peak, p.nofile_soft) else { continue };
+/// A process near its descriptor limit: a warning, critical at 95%. When a server's log
+/// said it ran out in the window (`ran_out`, the log's words), the server process whose table
+/// was seen fullest is the one (not its master, which holds a few descriptors), critical
+/// however full the samples saw it: they see the table between the failures, when closed
+/// connections have freed some of it.
+pub(super) fn descriptors(
+    samples: &[Sample],
+    s: &Summary,
+    ran_out: Option<&str>,
+    out: &mut Vec<Finding>,
+) {
+    // Each process's peak descriptor count seen in any sample, with its limit.
+    let tables: Vec<(&super::ProcSummary, usize, u64)> = s
+        .processes
+        .iter()
+        .filter_map(|p| {
+            let peak = samples.iter().filter_map(|x| x.procs.get(&p.pid)?.open_fds).max()?;
+            Some((p, peak, p.nofile_soft?))
+        })
+        .collect();
+    let fullest_server = tables
+        .iter()
+        .filter(|(p, ..)| p.role == qpslab_host::sample::Role::Server)
+        .max_by(|a, b| share(a.1 as u64, a.2).total_cmp(&share(b.1 as u64, b.2)))
+        .map(|(p, ..)| p.pid);
+    for &(p, open, limit) in &tables {
         let used = share(open as u64, limit);
-        if used >= FD_CLOSE {
+        let said = ran_out.filter(|_| fullest_server == Some(p.pid));
+        if used >= FD_CLOSE || said.is_some() {
+            let mut evidence = vec![format!(
+                "pid {}: {} descriptors open at peak, soft RLIMIT_NOFILE {}",
+                p.pid, open, limit
+            )];
+            evidence.extend(said.map(|l| format!("the server's log: {l}")));
             out.push(Finding {
                 name: "fd-limit-close",
-                severity: if used >= 0.95 { Severity::Critical } else { Severity::Warning },
-                summary: format!("{} (pid {}) uses {} of its descriptor limit (\"Too many open files\" next)", p.comm, p.pid, pct(used)),
-                evidence: vec![format!("pid {}: {} descriptors open at peak, soft RLIMIT_NOFILE {}", p.pid, open, limit)],
+                severity: if used >= 0.95 || said.is_some() { Severity::Critical } else { Severity::Warning },
+                summary: match said {
+                    Some(_) => format!("{} (pid {}) ran out of descriptors: {} of its limit in use at the peak sampled, and its log says \"Too many open files\"", p.comm, p.pid, pct(used)),
+                    None => format!("{} (pid {}) uses {} of its descriptor limit (\"Too many open files\" next)", p.comm, p.pid, pct(used)),
+                },
+                evidence,
                 remedy: "raise RLIMIT_NOFILE (`ulimit -n`, systemd LimitNOFILE=, nginx worker_rlimit_nofile; qpslab raises its own) and fs.nr_open if needed".into(),
                 cause: Some(Cause::Descriptors { pid: Some(p.pid), open: open as u64, limit }),
             });

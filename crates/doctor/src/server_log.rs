@@ -91,6 +91,15 @@ fn quote(w: &LogWindow, m: &Message) -> String {
     format!("{}: \"{}\" {} time(s) in the window ({})", m.level, m.example, m.count, w.path)
 }
 
+/// The log's own words when the server said it ran out of file descriptors in the window
+/// (nginx's accept4() or open() failing with EMFILE), with the count and the file.
+pub(super) fn out_of_descriptors(ctx: &Context) -> Option<String> {
+    said(ctx)
+        .into_iter()
+        .find(|(_, m)| m.example.contains("Too many open files"))
+        .map(|(w, m)| quote(w, m))
+}
+
 fn recognise(ctx: &Context, w: &LogWindow, m: &Message) -> Option<Known> {
     let e = m.example.as_str();
     let evidence = quote(w, m);

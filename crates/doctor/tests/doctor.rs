@@ -335,6 +335,45 @@ fn descriptor_limit_close() {
     assert!(fd[0].evidence[0].contains("900 descriptors open at peak, soft RLIMIT_NOFILE 1024"));
 }
 
+/// A server whose log says it ran out of descriptors is critical though its table was
+/// sampled at 60% (between failures, closed connections free some of it); without the log
+/// line the same table is not named, and the log does not make another process critical.
+#[test]
+fn a_server_whose_log_says_it_ran_out_of_descriptors_is_critical() {
+    let mut run = Run::new(Shape::small_virtio());
+    write_process(run.dir.path(), 700, "nginx", &[(700, 0)], 24, 40).unwrap();
+    write_process(run.dir.path(), 702, "nginx", &[(702, 0)], 8, 1024).unwrap();
+    write_process(run.dir.path(), 701, "qpslab", &[(701, 0)], 870, 1024).unwrap();
+    run.watch =
+        vec![Watch { pid: 700, role: Role::Server }, Watch { pid: 701, role: Role::Client }];
+    run.watch.push(Watch { pid: 702, role: Role::Server });
+    run.samples.clear();
+    run.sample();
+    run.step(|_, _| {});
+    let log = qpslab_host::logs::LogWindow {
+        path: "/var/log/nginx/error.log".into(),
+        bytes: 4000,
+        messages: vec![qpslab_host::logs::Message {
+            level: "crit".into(),
+            example: "accept4() failed (24: Too many open files)".into(),
+            count: 57,
+        }],
+    };
+    let said = Context { server_logs: vec![log], ..Context::default() };
+    let severity = |f: &[Finding], pid: &str| {
+        f.iter().find(|x| x.name == "fd-limit-close" && x.summary.contains(pid)).map(|x| x.severity)
+    };
+    let f = run.findings_with(&said);
+    assert_eq!(severity(&f, "pid 700"), Some(Severity::Critical), "{f:#?}");
+    let fd =
+        f.iter().find(|x| x.name == "fd-limit-close" && x.summary.contains("pid 700")).unwrap();
+    assert!(fd.evidence.iter().any(|e| e.contains("accept4() failed")), "{fd:?}");
+    assert_eq!(severity(&f, "pid 701"), Some(Severity::Warning), "{f:#?}");
+    assert_eq!(severity(&f, "pid 702"), None, "the master: {f:#?}");
+    let quiet = run.findings();
+    assert_eq!(severity(&quiet, "pid 700"), None, "{quiet:#?}");
+}
+
 /// `/proc/net/tcp` rows from ephemeral ports to `dest` (hex `ADDR:PORT` as the table prints
 /// it): `n` in TIME_WAIT with `left` clock ticks of their 60 s to go, from port `first` up.
 fn tw_rows(dest: &str, first: u16, n: u16, left: u64) -> String {
