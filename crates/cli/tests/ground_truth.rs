@@ -576,6 +576,42 @@ fn an_overflowed_listen_backlog_is_named() {
     }
 }
 
+/// The same listener in its own network namespace (a container's), the load and the doctor
+/// in ours: the overflows are counted in the server's namespace, read through its
+/// /proc/PID/net, and its full listener by sock_diag there; ours counts none.
+#[test]
+fn a_container_servers_listen_overflows_are_read_in_its_namespace() {
+    let _one = one_at_a_time();
+    let ns = Netns::create("cblog");
+    ns.address("10.79.3.1", "10.79.3.2");
+    let listener = python_in(
+        &ns,
+        "import socket, time\n\
+         s = socket.socket(); s.bind(('10.79.3.2', 18080)); s.listen(4)\n\
+         print('ready', flush=True); time.sleep(30)\n",
+    );
+    // `ip netns exec` execs the command: the child's PID is python's.
+    let pid = listener.0.id().to_string();
+    for i in 0..runs() {
+        let out = Command::new(env!("CARGO_BIN_EXE_qpslab"))
+            .args(["doctor", "--json", "--pid", &pid, "--", env!("CARGO_BIN_EXE_qpslab")])
+            .args(["load", "--io", loops(i).1, "-c", "100", "-d", "1s"])
+            .args(["--connect-timeout", "500ms", "--timeout", "500ms", "http://10.79.3.2:18080/"])
+            .output()
+            .unwrap();
+        let v = json(&out);
+        let namespaces = &v["summary"]["server_namespaces"];
+        assert_eq!(namespaces.as_array().map(Vec::len), Some(1), "{namespaces}");
+        let f = findings(&v);
+        let o = named(&f, "accept-queue-overflow").unwrap_or_else(|| panic!("{f:#?}"));
+        let counted = o["evidence"][0].as_str().unwrap();
+        assert!(counted.starts_with("TcpExt ListenOverflows +"), "{o}");
+        assert!(counted.ends_with("host-wide and in the server's namespace"), "{o}");
+        assert!(text_of(o).contains("10.79.3.2:18080"), "the full listener: {o}");
+        none_of(&f, &["shared-cpus", "cpu-throttled", "ephemeral-ports"]);
+    }
+}
+
 /// Runs a short bench [`runs`] times against one server, the generator on each loop in turn,
 /// and returns each run's JSON.
 fn bench_times(url: &str, extra: &[&str]) -> Vec<Value> {

@@ -441,7 +441,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "fd-limit-close",
         catches: "a watched process is close to its descriptor limit",
-        threshold: "80% or more of its soft RLIMIT_NOFILE open at the peak (critical from 95%)",
+        threshold: "80% or more of its soft RLIMIT_NOFILE open at the peak (critical from 95%); critical for the fullest server process when the server's log says it ran out",
         remedy: "raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=, worker_rlimit_nofile) and fs.nr_open",
     },
     Rule {

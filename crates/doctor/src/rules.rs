@@ -196,7 +196,7 @@ pub(super) fn tcp_queues(
             name: "socket-backlog-drop",
             severity: drop_severity(rate("TCPBacklogDrop")),
             summary: "packets were dropped because a socket's backlog was full while its owner held it".into(),
-            evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s), host-wide", d("TCPBacklogDrop"), rate("TCPBacklogDrop"))],
+            evidence: vec![format!("TcpExt TCPBacklogDrop +{} ({:.1}/s), {}", d("TCPBacklogDrop"), rate("TCPBacklogDrop"), s.counted())],
             remedy: "the receiving process is too slow for its sockets: more workers, or pin them away from interrupt CPUs".into(),
             cause: Some(Cause::SocketBacklog { per_s: rate("TCPBacklogDrop") }),
         };
@@ -217,7 +217,7 @@ pub(super) fn tcp_queues(
                 Some(r) => format!("{} of TCP segments were retransmitted, dropped where {} is at its capacity (link-saturated)", pct(retrans as f64 / outs as f64), r.name),
                 None => format!("{} of TCP segments were retransmitted", pct(retrans as f64 / outs as f64)),
             },
-            evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s), host-wide", rate("RetransSegs")), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
+            evidence: vec![format!("Tcp RetransSegs +{retrans} of OutSegs +{outs} ({:.0}/s), {}", rate("RetransSegs"), s.counted()), format!("TcpExt TCPTimeouts +{}", d("TCPTimeouts"))],
             remedy: "look for drops on the path (softnet, NIC rx_missed, the peer's queues); retransmits stall closed-loop load".into(),
             cause: Some(Cause::Loss { share: retrans as f64 / outs as f64, timeouts: d("TCPTimeouts").max(0) as u64 }),
         };
@@ -256,7 +256,8 @@ fn listen_overflows(
 ) -> Finding {
     let per_s = per_s(overflows.max(drops).max(0) as u64, s.duration_s);
     let counters = format!(
-        "TcpExt ListenOverflows +{overflows}, ListenDrops +{drops} ({per_s:.1}/s), host-wide"
+        "TcpExt ListenOverflows +{overflows}, ListenDrops +{drops} ({per_s:.1}/s), {}",
+        s.counted()
     );
     let servers: Vec<u32> = s
         .processes

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use qpslab_host::cpuset::CpuSet;
-use qpslab_host::sample::{ProcSample, Role, Sample};
+use qpslab_host::links::SERVER_NS;
+use qpslab_host::parse::IfCounters;
+use qpslab_host::sample::{NetCounters, ProcSample, Role, Sample};
 
 /// One CPU's time split over the window, as shares of 1.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -196,8 +198,13 @@ pub struct Summary {
     pub softnet_processed_per_s: BTreeMap<usize, f64>,
     pub softnet_dropped: u64,
     pub softnet_time_squeeze: u64,
-    /// Deltas of the TcpExt counters, and RetransSegs / OutSegs.
+    /// Deltas of the TcpExt counters, and RetransSegs / OutSegs: ours and those of the
+    /// [`Summary::server_namespaces`].
     pub tcp: BTreeMap<String, i64>,
+    /// The network namespaces other than ours that followed servers live in (containers),
+    /// whose counters, interfaces and listeners were read with ours.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_namespaces: Vec<String>,
     pub tcp_inuse: u64,
     pub tcp_tw_max: u64,
     pub tcp_orphan_max: u64,
@@ -398,10 +405,22 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         .collect();
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
+    // The followed servers' namespaces (containers): their side of the path counts there.
+    for (a, b) in namespaces(first, last) {
+        for (k, v) in &b.tcpext {
+            *tcp.entry(k.clone()).or_default() += v - a.tcpext.get(k).copied().unwrap_or(0);
+        }
+        *tcp.entry("RetransSegs".into()).or_default() += b.retrans_segs - a.retrans_segs;
+        *tcp.entry("OutSegs".into()).or_default() += b.out_segs - a.out_segs;
+    }
+    let in_namespaces = |s: &Sample, f: fn(&qpslab_host::parse::SockStat) -> u64| {
+        f(&s.sockstat) + s.namespaces.iter().map(|n| f(&n.sockstat)).sum::<u64>()
+    };
     let tcp_readings = qpslab_host::sample::TcpSides::over_window(samples)
         .map(|a| TcpReadings { server: a.server.connections, generator: a.client.connections });
     Summary {
         tcp_readings,
+        server_namespaces: namespaces(first, last).map(|(_, b)| b.ns.clone()).collect(),
         duration_s: secs,
         samples: samples.len(),
         cpus,
@@ -415,8 +434,8 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         softnet_dropped: softnet_delta(|r| r.dropped).values().sum(),
         softnet_time_squeeze: softnet_delta(|r| r.time_squeeze).values().sum(),
         tcp,
-        tcp_inuse: last.sockstat.tcp_inuse,
-        tcp_tw_max: samples.iter().map(|s| s.sockstat.tcp_tw).max().unwrap_or(0),
+        tcp_inuse: in_namespaces(last, |s| s.tcp_inuse),
+        tcp_tw_max: samples.iter().map(|s| in_namespaces(s, |s| s.tcp_tw)).max().unwrap_or(0),
         tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
         tcp_mem_max: samples.iter().map(|s| s.sockstat.tcp_mem).max().unwrap_or(0),
         interfaces: if_rates(first, last, secs),
@@ -557,13 +576,44 @@ pub(crate) fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
         .collect()
 }
 
-fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
-    b.dev
+impl Summary {
+    /// Where the network counters were counted: "host-wide", with the followed servers'
+    /// namespaces when they live in others.
+    pub fn counted(&self) -> &'static str {
+        if self.server_namespaces.is_empty() {
+            "host-wide"
+        } else {
+            "host-wide and in the server's namespace"
+        }
+    }
+}
+
+/// The namespaces of followed servers read at both `first` and `last`, as (first, last).
+fn namespaces<'a>(
+    first: &'a Sample,
+    last: &'a Sample,
+) -> impl Iterator<Item = (&'a NetCounters, &'a NetCounters)> {
+    last.namespaces
         .iter()
+        .filter_map(|b| Some((first.namespaces.iter().find(|a| a.ns == b.ns)?, b)))
+}
+
+/// Each interface's rates over the window: ours, then those of the followed servers'
+/// namespaces, named with [`SERVER_NS`].
+fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
+    let mut v = dev_rates(&a.dev, &b.dev, "", secs);
+    for (x, y) in namespaces(a, b) {
+        v.extend(dev_rates(&x.dev, &y.dev, SERVER_NS, secs));
+    }
+    v
+}
+
+fn dev_rates(a: &[IfCounters], b: &[IfCounters], suffix: &str, secs: f64) -> Vec<IfRate> {
+    b.iter()
         .filter_map(|i| {
-            let p = a.dev.iter().find(|x| x.name == i.name)?;
+            let p = a.iter().find(|x| x.name == i.name)?;
             Some(IfRate {
-                name: i.name.clone(),
+                name: format!("{}{suffix}", i.name),
                 rx_pps: per_s(i.rx_packets.saturating_sub(p.rx_packets), secs),
                 tx_pps: per_s(i.tx_packets.saturating_sub(p.tx_packets), secs),
                 rx_bytes_per_s: per_s(i.rx_bytes.saturating_sub(p.rx_bytes), secs),

@@ -374,6 +374,62 @@ fn a_server_whose_log_says_it_ran_out_of_descriptors_is_critical() {
     assert_eq!(severity(&quiet, "pid 700"), None, "{quiet:#?}");
 }
 
+/// A followed server in another network namespace (a container's): its namespace's TCP
+/// counters (through /proc/PID/net) add to ours, its interfaces are summarised under their
+/// names with the namespace said, and the evidence says where it counted; a process in our
+/// own namespace adds nothing.
+#[test]
+fn a_container_servers_namespace_counts_with_ours() {
+    let mut run = Run::new(Shape::small_virtio());
+    let dir = run.dir.path().to_path_buf();
+    write_process(&dir, 700, "server", &[(700, 0)], 10, 1024).unwrap();
+    write_process(&dir, 701, "beside", &[(701, 0)], 10, 1024).unwrap();
+    std::fs::create_dir_all(dir.join("proc/self/ns")).unwrap();
+    for (pid, ns) in [("self", 1), ("700", 2), ("701", 1)] {
+        let link = dir.join(format!("proc/{pid}/ns/net"));
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(format!("net:[402653184{ns}]"), link).unwrap();
+    }
+    let theirs = |overflows: u64, tx_packets: u64| {
+        let net = dir.join("proc/700/net");
+        std::fs::create_dir_all(&net).unwrap();
+        let w = |f: &str, t: String| std::fs::write(net.join(f), t).unwrap();
+        w(
+            "netstat",
+            format!("TcpExt: ListenOverflows ListenDrops\nTcpExt: {overflows} {overflows}\n"),
+        );
+        w("snmp", format!("Tcp: OutSegs RetransSegs\nTcp: {} 0\n", tx_packets));
+        w("sockstat", "TCP: inuse 7 orphan 0 tw 30 alloc 7 mem 1\n".into());
+        w(
+            "dev",
+            format!(
+                "h\nh\n  eth0: 0 0 0 0 0 0 0 0 {} {tx_packets} 0 0 0 0 0 0\n",
+                tx_packets * 1500
+            ),
+        );
+    };
+    theirs(0, 0);
+    run.watch =
+        vec![Watch { pid: 700, role: Role::Server }, Watch { pid: 701, role: Role::Server }];
+    run.restart();
+    theirs(50, 1000);
+    run.step(|_, _| {});
+    let roles: BTreeMap<u32, Role> = run.watch.iter().map(|w| (w.pid, w.role)).collect();
+    let summary = summarize(&run.samples, &roles, 100.0);
+    assert_eq!(summary.server_namespaces, vec!["net:[4026531842]".to_string()]);
+    assert_eq!(summary.tcp.get("ListenOverflows"), Some(&50), "{:?}", summary.tcp);
+    assert_eq!(summary.tcp.get("OutSegs"), Some(&1000), "{:?}", summary.tcp);
+    assert!(summary.tcp_tw_max >= 30, "{}", summary.tcp_tw_max);
+    let eth0 = summary.interfaces.iter().find(|i| i.name == "eth0 (the server's namespace)");
+    assert_eq!(eth0.map(|i| i.tx_pps), Some(1000.0), "{:?}", summary.interfaces);
+    let f = run.findings();
+    let o = f
+        .iter()
+        .find(|x| x.evidence.iter().any(|e| e.starts_with("TcpExt ListenOverflows +50")))
+        .unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(o.evidence[0].ends_with("host-wide and in the server's namespace"), "{o:?}");
+}
+
 /// `/proc/net/tcp` rows from ephemeral ports to `dest` (hex `ADDR:PORT` as the table prints
 /// it): `n` in TIME_WAIT with `left` clock ticks of their 60 s to go, from port `first` up.
 fn tw_rows(dest: &str, first: u16, n: u16, left: u64) -> String {

@@ -77,6 +77,68 @@ pub const TCPEXT: &[&str] = &[
     "TCPSynRetrans",
 ];
 
+/// The network counters of one namespace: /proc/net's files, or /proc/PID/net's for a
+/// process's namespace (the files show the namespace of the process named).
+#[derive(Debug, Clone, Default)]
+pub struct NetCounters {
+    /// The namespace as the kernel names it (`net:[4026531840]`); empty for our own.
+    pub ns: String,
+    pub tcpext: BTreeMap<String, i64>,
+    pub retrans_segs: i64,
+    pub out_segs: i64,
+    pub sockstat: SockStat,
+    pub dev: Vec<IfCounters>,
+}
+
+impl NetCounters {
+    /// Reads the counters under `dir` (`proc/net`, `proc/PID/net`).
+    pub fn read(root: &Root, dir: &str, ns: String) -> NetCounters {
+        let keyed = |f: &str| {
+            root.read_opt(&format!("{dir}/{f}"))
+                .map(|t| parse::keyed_counters(&t))
+                .unwrap_or_default()
+        };
+        let (netstat, snmp) = (keyed("netstat"), keyed("snmp"));
+        let tcp = snmp.get("Tcp");
+        NetCounters {
+            ns,
+            tcpext: netstat
+                .get("TcpExt")
+                .map(|t| {
+                    t.iter()
+                        .filter(|(k, _)| TCPEXT.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            retrans_segs: tcp.and_then(|t| t.get("RetransSegs").copied()).unwrap_or(0),
+            out_segs: tcp.and_then(|t| t.get("OutSegs").copied()).unwrap_or(0),
+            sockstat: root
+                .read_opt(&format!("{dir}/sockstat"))
+                .map(|t| parse::sockstat(&t))
+                .unwrap_or_default(),
+            dev: root
+                .read_opt(&format!("{dir}/dev"))
+                .map(|t| parse::net_dev(&t))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The watched servers that live in a network namespace other than ours (a container's, a
+/// pod's): one PID for each such namespace, with the namespace's name.
+pub fn foreign_servers(root: &Root, watch: &[Watch]) -> Vec<(u32, String)> {
+    let ns = |p: &str| root.read_link(&format!("proc/{p}/ns/net")).map(|l| l.display().to_string());
+    let Some(ours) = ns("self") else { return Vec::new() };
+    let mut seen = BTreeSet::new();
+    watch
+        .iter()
+        .filter(|w| w.role == Role::Server)
+        .filter_map(|w| Some((w.pid, ns(&w.pid.to_string())?)))
+        .filter(|(_, n)| *n != ours && seen.insert(n.clone()))
+        .collect()
+}
+
 /// Everything read at one instant.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
@@ -95,6 +157,9 @@ pub struct Sample {
     pub out_segs: i64,
     pub sockstat: SockStat,
     pub dev: Vec<IfCounters>,
+    /// The counters of the namespaces the watched servers live in when not ours (a
+    /// container's), each read through one of its processes' /proc/PID/net.
+    pub namespaces: Vec<NetCounters>,
     /// Watched processes that still exist, by PID.
     pub procs: BTreeMap<u32, ProcSample>,
     /// fs.file-nr: allocated handles and the maximum.
@@ -339,13 +404,8 @@ impl Sample {
                 Some((*irq, CpuSet::parse_mask(&m).ok()?))
             })
             .collect();
-        let netstat = root
-            .read_opt("proc/net/netstat")
-            .map(|t| parse::keyed_counters(&t))
-            .unwrap_or_default();
-        let snmp =
-            root.read_opt("proc/net/snmp").map(|t| parse::keyed_counters(&t)).unwrap_or_default();
-        let tcp = snmp.get("Tcp");
+        let own = NetCounters::read(root, "proc/net", String::new());
+        let foreign = foreign_servers(root, watch);
         Ok(Sample {
             at,
             cpu,
@@ -357,22 +417,15 @@ impl Sample {
                 .read_opt("proc/net/softnet_stat")
                 .map(|t| parse::softnet_stat(&t))
                 .unwrap_or_default(),
-            tcpext: netstat
-                .get("TcpExt")
-                .map(|t| {
-                    t.iter()
-                        .filter(|(k, _)| TCPEXT.contains(&k.as_str()))
-                        .map(|(k, v)| (k.clone(), *v))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            retrans_segs: tcp.and_then(|t| t.get("RetransSegs").copied()).unwrap_or(0),
-            out_segs: tcp.and_then(|t| t.get("OutSegs").copied()).unwrap_or(0),
-            sockstat: root
-                .read_opt("proc/net/sockstat")
-                .map(|t| parse::sockstat(&t))
-                .unwrap_or_default(),
-            dev: root.read_opt("proc/net/dev").map(|t| parse::net_dev(&t)).unwrap_or_default(),
+            tcpext: own.tcpext,
+            retrans_segs: own.retrans_segs,
+            out_segs: own.out_segs,
+            sockstat: own.sockstat,
+            dev: own.dev,
+            namespaces: foreign
+                .iter()
+                .map(|(pid, ns)| NetCounters::read(root, &format!("proc/{pid}/net"), ns.clone()))
+                .collect(),
             procs: watch.iter().filter_map(|w| Some((w.pid, read_proc(root, w.pid)?))).collect(),
             file_nr: root.read_opt("proc/sys/fs/file-nr").and_then(|t| {
                 let v: Vec<u64> =
@@ -396,7 +449,7 @@ impl Sample {
                 .unwrap_or_default(),
             links: links(root, watch),
             listen_queues: Vec::new(),
-            listen_full: full_listeners(root),
+            listen_full: full_listeners(root, &foreign),
             listen_full_holders: BTreeMap::new(),
             connections: None,
             tcp: None,
@@ -418,10 +471,19 @@ fn conntrack(root: &Root) -> Option<parse::Conntrack> {
 }
 
 /// The listeners whose accept queue is at its backlog now: from sock_diag on a live host
-/// (cheap however many connections are open), from the socket tables of a fixture tree.
-pub fn full_listeners(root: &Root) -> Vec<qpslab_sys::netlink::Listener> {
+/// (cheap however many connections are open), ours and those of the `foreign` servers'
+/// namespaces ([`foreign_servers`]); from the socket tables of a fixture tree.
+pub fn full_listeners(
+    root: &Root,
+    foreign: &[(u32, String)],
+) -> Vec<qpslab_sys::netlink::Listener> {
     let all = if crate::is_live(root.dir()) {
-        qpslab_sys::netlink::listeners().unwrap_or_default()
+        let mut all = qpslab_sys::netlink::listeners().unwrap_or_default();
+        for (pid, _) in foreign {
+            let theirs = qpslab_sys::netns::run_in(*pid, qpslab_sys::netlink::listeners);
+            all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
+        }
+        all
     } else {
         qpslab_sys::sockets::tcp_sockets(root)
             .into_iter()
@@ -460,6 +522,18 @@ impl Sample {
                 all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
             }
         }
+    }
+
+    /// Whether a listen queue overflowed since `first`, in our namespace or a followed
+    /// server's.
+    pub fn listens_overflowed_since(&self, first: &Sample) -> bool {
+        let moved = |a: &BTreeMap<String, i64>, b: &BTreeMap<String, i64>| {
+            ["ListenOverflows", "ListenDrops"].iter().any(|k| a.get(*k) != b.get(*k))
+        };
+        moved(&first.tcpext, &self.tcpext)
+            || self.namespaces.iter().any(|n| {
+                first.namespaces.iter().any(|m| m.ns == n.ns && moved(&m.tcpext, &n.tcpext))
+            })
     }
 
     /// Reads the socket tables for [`Sample::dest_ports`] when the sockets of the namespace
@@ -620,6 +694,7 @@ pub fn sample_until(
     mut stop: impl FnMut() -> bool,
 ) -> Result<Vec<Sample>, ReadError> {
     let start = std::time::Instant::now();
+    let foreign = foreign_servers(root, watch);
     let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
     first.take_census(root);
     first.take_connections(root, watch);
@@ -640,7 +715,7 @@ pub fn sample_until(
         let stopping = stop();
         let now = start.elapsed();
         if now >= next_poll {
-            for l in full_listeners(root) {
+            for l in full_listeners(root, &foreign) {
                 full.insert(l.inode, l);
             }
             next_poll = now + LISTEN_POLL;
@@ -673,9 +748,7 @@ pub fn sample_until(
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
                 s.take_listen_queues(root);
                 // Whose the full listeners were matters only when listens overflowed.
-                let overflowed = ["ListenOverflows", "ListenDrops"]
-                    .iter()
-                    .any(|k| s.tcpext.get(*k) != samples.first().and_then(|f| f.tcpext.get(*k)));
+                let overflowed = samples.first().is_some_and(|f| s.listens_overflowed_since(f));
                 let full = samples.iter().chain([&s]).flat_map(|x| &x.listen_full);
                 let inodes: BTreeSet<u64> = full.map(|l| l.inode).filter(|_| overflowed).collect();
                 s.take_listen_full_holders(root, &inodes, watch);
