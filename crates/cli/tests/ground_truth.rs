@@ -1130,13 +1130,49 @@ fn nginx_out_of_worker_connections_is_named_with_its_limit() {
         assert!(remedy.contains("worker_connections 2048"), "{remedy}");
         assert!(!remedy.contains("somaxconn"), "{remedy}");
         for x in &f[1..] {
-            let consequence =
-                ["accept-queue-overflow", "syn-queue-full", "connections-out-of-service"];
+            let consequence = [
+                "accept-queue-overflow",
+                "syn-queue-full",
+                "connections-out-of-service",
+                "kernel-timer",
+            ];
             if consequence.contains(&x["name"].as_str().unwrap()) {
                 assert_eq!(x["severity"], "info", "{x}");
             }
         }
         no_warnings_but(&f[1..], &["server-log", "client-bound"]);
+    }
+}
+
+/// Another client loading the same nginx during the run (a second qpslab load, its own
+/// process, two connections like the run's): nginx's stub_status counts about twice the
+/// run's responses, and the doctor says the server was shared, at warning, with the share;
+/// the same run alone is not told so (the healthy runs check nginx with its page too).
+#[test]
+fn another_client_on_the_server_is_other_traffic() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start(0);
+    for i in 0..runs() {
+        let neighbour = Kill(
+            Command::new("taskset")
+                .args(["-c", "1", env!("CARGO_BIN_EXE_qpslab"), "load", "-c", "2", "-d", "6s"])
+                .arg(&nginx.url)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let v = short_bench(&nginx.url, loops(i).1, &["-c", "2"]);
+        drop(neighbour);
+        let f = findings(&v);
+        let o = named(&f, "other-traffic").unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(o["severity"], "warning", "{o}");
+        let share = o["cause"]["share"].as_f64().unwrap();
+        assert!((0.2..0.85).contains(&share), "{o}");
+        assert!(text_of(o).contains("nginx's stub_status (127.0.0.1:"), "{o}");
+        let alone = short_bench(&nginx.url, loops(i).1, &["-c", "2"]);
+        none_of(&findings(&alone), &["other-traffic"]);
     }
 }
 

@@ -15,6 +15,9 @@ use crate::{diagnose, summarize, Context, Explanation, Finding, Summary};
 use qpslab_host::host::Host;
 use qpslab_host::logs::{group, LogWindow, Tail};
 use qpslab_host::sample::{sample_until, Role, Sample, Watch};
+use qpslab_host::stub_status::{
+    Location as StubLocation, Reading as StubReading, Window as StubWindow,
+};
 use qpslab_sys::root::{ReadError, Root};
 
 /// What a log gained over the window, as messages (nginx's error log lines).
@@ -55,7 +58,15 @@ pub struct Examination {
     nginx: Option<qpslab_host::nginx::NginxConf>,
     /// What its error logs gained over the recording.
     logs: Vec<qpslab_host::logs::LogWindow>,
+    /// Its stub_status page, where its configuration has one that answered when recording
+    /// started (with the master's PID, whose namespace it answers in), and the page over the
+    /// recording.
+    stub_at: Option<(u32, StubLocation)>,
+    stub: Option<StubWindow>,
 }
+
+/// How long a read of nginx's stub_status page may take.
+const STUB_TIMEOUT: Duration = Duration::from_millis(300);
 
 impl Examination {
     /// Reads the host under `root`; samples will be `interval` apart.
@@ -73,6 +84,8 @@ impl Examination {
             profiled: None,
             nginx: None,
             logs: Vec::new(),
+            stub_at: None,
+            stub: None,
         })
     }
 
@@ -109,12 +122,26 @@ impl Examination {
     pub fn record(&mut self, stop: impl FnMut() -> bool) -> Result<Vec<Sample>, ReadError> {
         let cpus: Vec<usize> = self.host.online.iter().collect();
         let tails = self.server_log_tails();
+        let stub_first = self.stub_at.as_ref().map(|(_, at)| at.clone()).zip(self.read_stub());
+        let began = std::time::Instant::now();
         let sampler = self.profile.as_ref().map(|o| Sampler::start(&self.root, &cpus, o));
         let samples =
             sample_until(&self.root, &self.irqs, &self.watch, &self.ports, self.interval, stop);
         self.profiled = sampler.map(|s| s.map(Sampler::stop));
         self.logs = tails.iter().filter_map(read_window).collect();
+        let secs = began.elapsed().as_secs_f64();
+        self.stub = stub_first.zip(self.read_stub()).map(|((at, first), last)| StubWindow {
+            at,
+            first,
+            last,
+            secs,
+        });
         samples
+    }
+
+    fn read_stub(&self) -> Option<StubReading> {
+        let (pid, at) = self.stub_at.as_ref()?;
+        qpslab_host::stub_status::read_from(*pid, at, STUB_TIMEOUT)
     }
 
     /// The followed server's error logs, noted where they end (nginx's, from its
@@ -127,9 +154,15 @@ impl Examination {
         else {
             return Vec::new();
         };
-        let Some(conf) = master.dump().map(|t| qpslab_host::nginx::parse(&t)) else {
+        let Some(dump) = master.dump() else {
             return Vec::new();
         };
+        let conf = qpslab_host::nginx::parse(&dump);
+        // The first page that answers is the one read.
+        self.stub_at = qpslab_host::stub_status::locations(&dump)
+            .into_iter()
+            .find(|at| qpslab_host::stub_status::read_from(master.pid, at, STUB_TIMEOUT).is_some())
+            .map(|at| (master.pid, at));
         let mut paths = master.error_log_paths(&conf);
         paths.sort();
         paths.dedup();
@@ -147,6 +180,9 @@ impl Examination {
         }
         if ctx.nginx.is_none() {
             ctx.nginx = self.nginx.clone();
+        }
+        if ctx.stub_status.is_none() {
+            ctx.stub_status = self.stub.clone();
         }
         if ctx.nginx.is_none() {
             ctx.nginx = self

@@ -21,6 +21,7 @@ pub mod render;
 mod rules;
 mod server;
 mod server_log;
+mod stub;
 pub mod summary;
 mod tcp;
 mod timers;
@@ -177,6 +178,9 @@ pub struct Context {
     /// What the server's error logs gained over the window (nginx's, found from its
     /// configuration), each with its messages.
     pub server_logs: Vec<qpslab_host::logs::LogWindow>,
+    /// nginx's stub_status page at the window's start and end, where its configuration has
+    /// one.
+    pub stub_status: Option<qpslab_host::stub_status::Window>,
     /// The profile of the run, when one was taken: evidence for the rules that read it.
     pub profile: Option<qpslab_profile::Profile>,
     /// The ports the run's server listens on and those of what is behind it: connections to
@@ -216,7 +220,9 @@ pub struct Rule {
 /// (`info`, `warning`, `critical`).
 pub fn run_mark(name: &str, severity: &str) -> Option<&'static str> {
     match (name, severity) {
-        ("cpu-contention", "warning" | "critical") | ("undrained-start", _) => Some("disturbed"),
+        ("cpu-contention" | "other-traffic", "warning" | "critical") | ("undrained-start", _) => {
+            Some("disturbed")
+        }
         ("behind-schedule", _) => Some("behind-schedule"),
         _ => None,
     }
@@ -317,6 +323,12 @@ pub const RULES: &[Rule] = &[
         catches: "an https run pays a full TLS handshake for many of its responses: a saturated side spends its CPU on key exchanges and signatures, or each response waits for one",
         threshold: "full handshakes at 0.2 per response or more in the window (bench over https); info: it explains the rate",
         remedy: "keep connections alive, or resume sessions (--tls-reuse; the server's session tickets or cache); an ECDSA certificate signs cheaper than RSA",
+    },
+    Rule {
+        name: "other-traffic",
+        catches: "nginx served requests the run did not send: other clients shared the server, and the rate measured is the part they left (the run is marked disturbed)",
+        threshold: "nginx's stub_status counted 50 requests/s or more beyond the run's responses, and 20% of its requests or more (not when nginx proxies to its own ports)",
+        remedy: "measure a server that serves nothing else (out of rotation), or read the result as the run's share of a busy server",
     },
     Rule {
         name: "behind-schedule",
@@ -588,6 +600,7 @@ pub fn diagnose(
     network::drops(summary, ctx, &explanation, &mut out);
     server::nginx(summary, ctx, &explanation, &mut out);
     server_log::finding(ctx, summary.cpus.len(), &mut out);
+    stub::other_traffic(ctx, &mut out);
     disk::disk_wait(summary, ctx, &explanation, &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
     tcp::waits(samples, ctx, &mut out);
@@ -673,8 +686,11 @@ fn consequences(out: &mut [Finding]) {
     else {
         return;
     };
+    // The listen queue it left full, and the connects that waited for their SYN to be sent
+    // again after it dropped them.
     let queues = |f: &&mut Finding| {
         matches!(f.name, "accept-queue-overflow" | "syn-queue-full" | "connections-out-of-service")
+            || matches!(&f.cause, Some(Cause::KernelTimer { timer, .. }) if timer.starts_with("SYN"))
     };
     for f in out.iter_mut().filter(queues) {
         f.severity = Severity::Info;

@@ -42,7 +42,30 @@ pub(super) fn known(ctx: &Context, cpus: usize) -> Option<Known> {
     said(ctx)
         .into_iter()
         .find_map(|(w, m)| recognise(ctx, w, m))
+        .or_else(|| unhandled_limit(ctx))
         .or_else(|| configured_limit(ctx, cpus))
+}
+
+/// nginx closed connections it had accepted (its stub_status: `handled` behind `accepts`):
+/// it had no worker connection for them, whatever its log's level let it say.
+fn unhandled_limit(ctx: &Context) -> Option<Known> {
+    let (n, w) = super::stub::unhandled(ctx)?;
+    let per = ctx
+        .nginx
+        .as_ref()
+        .and_then(|c| c.worker_connections)
+        .unwrap_or(qpslab_host::nginx::DEFAULT_WORKER_CONNECTIONS);
+    let proxies = ctx.nginx.as_ref().is_some_and(|c| !c.upstreams.is_empty());
+    let wanted = ctx.load.as_ref().map_or(0, |l| l.connections) * if proxies { 2 } else { 1 };
+    Some(Known {
+        cause: Cause::WorkerConnections { limit: per, wanted },
+        what: format!(
+            "nginx closed {n} connection(s) it had accepted: no worker connection was free ({per} per worker)"
+        ),
+        evidence: w.evidence(),
+        remedy: worker_connections_remedy(wanted, per, proxies),
+        limit: false,
+    })
 }
 
 /// nginx's connections at most (worker_connections x workers; `auto` is a worker per CPU of
@@ -183,10 +206,17 @@ fn connection_limit(ctx: &Context, cpus: usize, out: &mut Vec<Finding>) {
             "{}: the connections past it wait in the listen queue or are closed",
             k.what
         ),
-        evidence: vec![k.evidence],
+        evidence: with_stub(ctx, k.evidence),
         remedy: k.remedy,
         cause: Some(k.cause),
     });
+}
+
+/// `first`, then nginx's stub_status when it shows connections closed for want of a worker
+/// connection and is not `first` already.
+pub(super) fn with_stub(ctx: &Context, first: String) -> Vec<String> {
+    let stub = super::stub::unhandled(ctx).map(|(_, w)| w.evidence()).filter(|e| *e != first);
+    std::iter::once(first).chain(stub).collect()
 }
 
 /// The server's log said something at `warn` or worse in the window: a warning when it said

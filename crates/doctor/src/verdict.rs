@@ -150,7 +150,7 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
         // The server's log or its configured limits may say why.
         if let Some(k) = super::server_log::known(ctx, s.cpus.len()) {
             f.summary = format!("no responses in the window: {}", k.what);
-            f.evidence.push(k.evidence);
+            f.evidence.extend(super::server_log::with_stub(ctx, k.evidence));
             f.remedy = k.remedy;
             f.cause = Some(k.cause);
         }
@@ -196,7 +196,7 @@ fn failed_run(s: &Summary, ctx: &Context) -> Option<Finding> {
     let failed = pct((l.failed + l.bad_status) as f64 / total.max(1) as f64);
     // The server's own log may say why: then the headline names it, with its remedy.
     if let Some(k) = super::server_log::known(ctx, s.cpus.len()) {
-        evidence.push(k.evidence);
+        evidence.extend(super::server_log::with_stub(ctx, k.evidence));
         return Some(Finding {
             name: "run-failed",
             severity: Severity::Critical,

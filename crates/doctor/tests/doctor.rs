@@ -1914,3 +1914,75 @@ fn one_busy_worker_of_a_pool_is_an_imbalance() {
     let f = run_with(95, 2, ["server-w-0", "timer"]);
     assert!(named(&f, "worker-imbalance").is_none(), "{f:?}");
 }
+
+/// nginx's stub_status over a window of `secs`: `requests` counted, `unhandled` of the
+/// connections it accepted closed at once.
+fn stub_window(requests: u64, unhandled: u64, secs: f64) -> qpslab_host::stub_status::Window {
+    use qpslab_host::stub_status::{Location, Reading, Window};
+    let first = Reading { accepts: 100, handled: 100, requests: 1000, ..Reading::default() };
+    let last = Reading {
+        accepts: 200 + unhandled,
+        handled: 200,
+        requests: 1000 + requests,
+        writing: 3,
+        ..Reading::default()
+    };
+    let at =
+        Location { addr: "127.0.0.1:8080".into(), host: "localhost".into(), path: "/s".into() };
+    Window { at, first, last, secs }
+}
+
+/// The server counted twice the run's requests a second: other clients shared it, said with
+/// the share (and the run marked disturbed); within the margins, or when nginx proxies to its
+/// own port (a request counts twice there), nothing is said.
+#[test]
+fn requests_the_run_did_not_send_are_other_traffic() {
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let load = closed_loop(10, 0.020, 4.0); // 500 responses/s over 4 s
+    let ctx = |requests: u64, nginx: Option<qpslab_host::nginx::NginxConf>| Context {
+        load: Some(load.clone()),
+        stub_status: Some(stub_window(requests, 0, 4.0)),
+        nginx,
+        ..Context::default()
+    };
+    let f = run.findings_with(&ctx(4000, None));
+    let o = named(&f, "other-traffic").unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(o.severity, Severity::Warning);
+    assert!(o.summary.contains("nginx served 1000 requests/s and the run got 500/s: 50%"), "{o:?}");
+    assert!(o.evidence[0].starts_with("nginx's stub_status (127.0.0.1:8080/s): accepts +100, handled +100, requests +4000 (1000/s)"), "{o:?}");
+    assert!(
+        matches!(o.cause, Some(Cause::OtherTraffic { share, .. }) if (share - 0.5).abs() < 1e-9)
+    );
+    assert_eq!(qpslab_doctor::run_mark(o.name, "warning"), Some("disturbed"));
+    // 10% more, and 50 a second more of a small rate: a health check, not a neighbour.
+    assert!(named(&run.findings_with(&ctx(2200, None)), "other-traffic").is_none());
+    let itself = qpslab_host::nginx::parse(
+        "http { server { listen 8080; location / { proxy_pass http://127.0.0.1:8081; } } server { listen 8081; } }",
+    );
+    assert!(named(&run.findings_with(&ctx(4000, Some(itself))), "other-traffic").is_none());
+}
+
+/// nginx closed connections it had accepted (handled behind accepts on its stub_status) with
+/// a run whose connections fit its configured worker_connections (some were held by other
+/// clients, or its log said nothing at its level): its connection limit is named from the
+/// page; without unhandled connections, nothing is.
+#[test]
+fn connections_nginx_accepted_and_closed_are_its_connection_limit() {
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let load = LoadFacts { connections: 10, ..closed_loop(10, 0.020, 4.0) };
+    let nginx = qpslab_host::nginx::parse(
+        "events { worker_connections 64; } http { server { listen 8080; } }",
+    );
+    let ctx = |unhandled: u64| Context {
+        load: Some(load.clone()),
+        stub_status: Some(stub_window(2000, unhandled, 4.0)),
+        nginx: Some(nginx.clone()),
+        ..Context::default()
+    };
+    let f = run.findings_with(&ctx(37));
+    let l = named(&f, "server-connection-limit").unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(l.summary.contains("nginx closed 37 connection(s) it had accepted: no worker connection was free (64 per worker)"), "{l:?}");
+    assert!(l.evidence[0].contains("accepts +137, handled +100"), "{l:?}");
+    assert!(matches!(l.cause, Some(Cause::WorkerConnections { limit: 64, wanted: 10 })), "{l:?}");
+    assert!(named(&run.findings_with(&ctx(0)), "server-connection-limit").is_none());
+}

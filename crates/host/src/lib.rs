@@ -17,6 +17,7 @@ pub mod procs;
 pub mod render;
 pub mod route;
 pub mod sample;
+pub mod stub_status;
 pub mod upstream;
 
 use std::path::Path;

@@ -50,6 +50,9 @@ pub struct NginxConf {
     pub limit_req_zones: Vec<String>,
     #[serde(default)]
     pub limit_req: bool,
+    /// The ports its `listen`s name (80 for a listen of an address alone).
+    #[serde(default)]
+    pub listen_ports: Vec<u16>,
     /// `http2_max_concurrent_streams` (None: nginx's default, 128).
     #[serde(default)]
     pub http2_max_concurrent_streams: Option<u64>,
@@ -86,7 +89,14 @@ pub fn parse(text: &str) -> NginxConf {
             "worker_processes" => c.worker_processes = args.first().map(|s| s.to_string()),
             "worker_cpu_affinity" => c.worker_cpu_affinity = Some(args.join(" ")),
             "accept_mutex" => c.accept_mutex = args.first() == Some(&"on"),
-            "listen" => c.reuseport |= args.contains(&"reuseport"),
+            "listen" => {
+                c.reuseport |= args.contains(&"reuseport");
+                let port = args.first().filter(|a| !a.starts_with("unix:")).map(|a| {
+                    let p = a.rsplit_once(':').map_or(*a, |(_, p)| p);
+                    p.parse().unwrap_or(if a.chars().all(|c| c.is_ascii_digit()) { 0 } else { 80 })
+                });
+                c.listen_ports.extend(port.filter(|p| *p != 0));
+            }
             "open_file_cache" => c.open_file_cache = args.first() != Some(&"off"),
             "root" | "alias" => files = true,
             "proxy_pass" | "fastcgi_pass" | "uwsgi_pass" | "scgi_pass" | "grpc_pass" => {
@@ -140,7 +150,24 @@ pub fn parse(text: &str) -> NginxConf {
 /// end of the line, outside quotes) removed. Good enough for the directives above, whose
 /// arguments hold no braces.
 fn statements(text: &str) -> Vec<String> {
+    nested_statements(text).into_iter().map(|s| s.text).collect()
+}
+
+/// A statement with the blocks it is in ([`nested_statements`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Statement {
+    /// Its words joined by single spaces (a block's head: `location = /status`).
+    pub text: String,
+    /// The blocks around it, outermost first: each one's number (in order of opening over the
+    /// whole text) and head.
+    pub within: Vec<(usize, String)>,
+}
+
+/// Every statement and block head of a configuration, with the blocks around it.
+pub(crate) fn nested_statements(text: &str) -> Vec<Statement> {
     let mut out = Vec::new();
+    let mut within: Vec<(usize, String)> = Vec::new();
+    let mut opened = 0;
     let mut cur = String::new();
     for line in text.lines() {
         // `nginx -T` heads each file with `# configuration file PATH:`.
@@ -157,9 +184,19 @@ fn statements(text: &str) -> Vec<String> {
                     cur.push(c);
                 }
                 (None, ';' | '{' | '}') => {
-                    let s = cur.trim().to_string();
+                    let s = cur.split_whitespace().collect::<Vec<_>>().join(" ");
                     if !s.is_empty() {
-                        out.push(s);
+                        out.push(Statement { text: s.clone(), within: within.clone() });
+                    }
+                    match ch {
+                        '{' => {
+                            within.push((opened, s));
+                            opened += 1;
+                        }
+                        '}' => {
+                            within.pop();
+                        }
+                        _ => {}
                     }
                     cur.clear();
                 }
@@ -325,6 +362,9 @@ mod tests {
         assert_eq!(c.keepalive_requests, 100);
         assert_eq!(c.worker_processes.as_deref(), Some("auto"));
         assert!(c.accept_mutex && c.reuseport);
+        assert_eq!(c.listen_ports, vec![80]);
+        let ports = parse("server { listen 127.0.0.1:8080; listen [::]:8443 ssl; listen localhost; listen unix:/s; }");
+        assert_eq!(ports.listen_ports, vec![8080, 8443, 80]);
     }
 
     /// The limits a load can run into, and where nginx says so.

@@ -292,9 +292,10 @@ impl NginxWithCosts {
     }
 
     /// With `events` in the events block, `http` in the http block (naming an `http2_`
-    /// directive there makes the listener HTTP/2 in clear text) and `location` as its one
-    /// location's body (`{dir}` in it: its directory, which holds an index.html), or `return
-    /// 200 "ok"` when empty.
+    /// directive there makes the listener HTTP/2 in clear text) and `location` as the body of
+    /// its location `/` (`{dir}` in it: its directory, which holds an index.html), or `return
+    /// 200 "ok"` when empty. Its `/nginx_status` is nginx's stub_status page, as on many
+    /// production servers: the doctor reads it.
     pub fn start_with(logs: usize, events: &str, http: &str, location: &str) -> Self {
         Self::start_full("", logs, events, http, location)
     }
@@ -318,7 +319,8 @@ impl NginxWithCosts {
             "{workers}daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n{main}\n\
              events {{ {events} }}\n\
              http {{\n{access}  {http}\n\
-             server {{ listen 127.0.0.1:{port}{h2}; location / {{ {location} }} }}\n}}\n"
+             server {{ listen 127.0.0.1:{port}{h2}; location / {{ {location} }}\n\
+             location = /nginx_status {{ stub_status; }} }}\n}}\n"
         );
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, &original).unwrap();
