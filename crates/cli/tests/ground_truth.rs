@@ -90,6 +90,7 @@ use common::json_of as json;
 /// of its CPUs at times (22% in one CI run), which no scenario controls; `cpu-steal` has its
 /// own fixture test.
 fn findings(v: &Value) -> Vec<Value> {
+    common::show(v);
     let f = if v["doctor"].is_object() { &v["doctor"]["findings"] } else { &v["findings"] };
     f.as_array().unwrap().iter().filter(|x| x["name"] != "cpu-steal").cloned().collect()
 }

@@ -22,6 +22,47 @@ pub fn json_of(out: &Output) -> serde_json::Value {
     })
 }
 
+/// When `QPSLAB_GT_SHOW` names a directory (`scripts/doctor-kinds`): writes the doctor's
+/// findings of `v` (a bench's or a doctor's JSON) as the doctor prints them, to
+/// `DIR/TEST.txt`, the first run of each test only: the real output the kinds table points to.
+pub fn show(v: &serde_json::Value) {
+    let Some(dir) = std::env::var_os("QPSLAB_GT_SHOW") else { return };
+    let Some(test) =
+        std::thread::current().name().map(|n| n.rsplit("::").next().unwrap_or(n).to_string())
+    else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join(format!("{test}.txt"));
+    if path.exists() {
+        return;
+    }
+    let f = if v["doctor"].is_object() { &v["doctor"]["findings"] } else { &v["findings"] };
+    let mut text = String::new();
+    for x in f.as_array().into_iter().flatten() {
+        let s = |k: &str| x[k].as_str().unwrap_or_default().to_string();
+        text += &format!(
+            "[{}] {}: {}
+",
+            s("severity"),
+            s("name"),
+            s("summary")
+        );
+        for e in x["evidence"].as_array().into_iter().flatten() {
+            text += &format!(
+                "    evidence: {}
+",
+                e.as_str().unwrap_or_default()
+            );
+        }
+        text += &format!(
+            "    remedy:   {}
+",
+            s("remedy")
+        );
+    }
+    let _ = std::fs::write(path, text);
+}
+
 /// `qpslab` with the tests' runs store.
 pub fn qpslab_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qpslab"));
