@@ -27,32 +27,46 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A cgroup of this test's with a CPU quota, under the cpu controller's hierarchy (v1
-/// `cpu.cfs_quota_us`, or v2 `cpu.max`); removed on drop once its processes are gone.
+/// A cgroup of this test's under a controller's hierarchy (v1, or v2 where the controller has
+/// no v1 mount): with a CPU quota (v1 `cpu.cfs_quota_us`, v2 `cpu.max`) or a memory limit
+/// (v1 `memory.limit_in_bytes`, v2 `memory.max`); removed on drop once its processes are gone.
 struct Cgroup {
     dir: std::path::PathBuf,
 }
 
 impl Cgroup {
-    fn with_quota(name: &str, quota_us: u64) -> Cgroup {
+    /// A new cgroup of `controller`'s hierarchy: its directory, and whether it is v2.
+    fn create(controller: &str, name: &str) -> (Cgroup, bool) {
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         let mounts = qpslab_sys::cgroup::parse_mountinfo(&info);
-        let v1 = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == "cpu"));
+        let v1 = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == controller));
         let (mount, v2) = match v1 {
             Some(m) => (m, false),
-            None => (mounts.iter().find(|m| m.v2).expect("a cgroup v1 cpu or a v2 mount"), true),
+            None => (mounts.iter().find(|m| m.v2).expect("a cgroup v1 or a v2 mount"), true),
         };
         let dir = std::path::Path::new(&mount.point)
             .join(format!("qpslab-gt-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).unwrap();
+        (Cgroup { dir }, v2)
+    }
+
+    fn with_quota(name: &str, quota_us: u64) -> Cgroup {
+        let (cg, v2) = Cgroup::create("cpu", name);
         if v2 {
-            std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000\n")).unwrap();
+            std::fs::write(cg.dir.join("cpu.max"), format!("{quota_us} 100000\n")).unwrap();
         } else {
-            std::fs::write(dir.join("cpu.cfs_period_us"), "100000\n").unwrap();
-            std::fs::write(dir.join("cpu.cfs_quota_us"), format!("{quota_us}\n")).unwrap();
+            std::fs::write(cg.dir.join("cpu.cfs_period_us"), "100000\n").unwrap();
+            std::fs::write(cg.dir.join("cpu.cfs_quota_us"), format!("{quota_us}\n")).unwrap();
         }
-        Cgroup { dir }
+        cg
+    }
+
+    fn with_memory_limit(name: &str, bytes: u64) -> Cgroup {
+        let (cg, v2) = Cgroup::create("memory", name);
+        let file = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        std::fs::write(cg.dir.join(file), format!("{bytes}\n")).unwrap();
+        cg
     }
 
     /// Moves process `pid` (all its threads) into the cgroup.
@@ -611,6 +625,110 @@ fn a_container_servers_listen_overflows_are_read_in_its_namespace() {
         assert!(text_of(o).contains("10.79.3.2:18080"), "the full listener: {o}");
         none_of(&f, &["shared-cpus", "cpu-throttled", "ephemeral-ports"]);
     }
+}
+
+/// An HTTP server that answers each request after reading a random MiB of a file `file` far
+/// larger than its cgroup's memory (`python3 -c SCRIPT PORT FILE`); its own pages of the
+/// file are dropped first, so what it reads is charged to its cgroup.
+const READS_A_LARGE_FILE: &str = r#"
+import os, random, sys
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+fd = os.open(sys.argv[2], os.O_RDONLY)
+size = os.fstat(fd).st_size
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        data = os.pread(fd, 1 << 20, random.randrange(0, size // 65536 - 16) * 65536)
+        body = b"%d\n" % len(data)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("ready", flush=True)
+s.serve_forever()
+"#;
+
+/// A server in a cgroup whose memory limit (48 MiB) is a third of the file it reads from (a
+/// container's `--memory`): the limit is hit hundreds of thousands of times a second and what
+/// it evicts is read again from the disk. The headline names the cgroup's limit (it was "the
+/// host is short of memory", with 18 GiB free, and the disk-wait's remedy "no fsync per
+/// request" for a server that writes nothing); the disk wait and the memory waits are said as
+/// its consequences. The same server in a cgroup whose limit holds the file is not told so.
+#[test]
+fn a_server_at_its_cgroups_memory_limit_reads_again_what_it_evicts() {
+    let _one = one_at_a_time();
+    let dir = tempfile::Builder::new().prefix("qpslab-gt-mem").tempdir_in("/var/tmp").unwrap();
+    let file = dir.path().join("data");
+    let mut x: u64 = 7;
+    let chunk: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    let mut f = std::fs::File::create(&file).unwrap();
+    for i in 0..144u8 {
+        let mut c = chunk.clone();
+        c[0] = i;
+        std::io::Write::write_all(&mut f, &c).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let cg = Cgroup::with_memory_limit("mem", 48 << 20);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = |cg: &Cgroup| {
+        let join = format!("echo $$ > {}/cgroup.procs && ", cg.dir.display());
+        let mut child = Kill(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("{join}exec python3 -c \"$0\" \"$@\""))
+                .arg(READS_A_LARGE_FILE)
+                .arg(port.to_string())
+                .arg(&file)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        child
+    };
+    let url = format!("http://127.0.0.1:{port}/");
+    let server = start(&cg);
+    for i in 0..runs() {
+        let v = short_bench(&url, loops(i).1, &["-c", "4"]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "memory-limit", "the headline: {f:#?}");
+        assert_eq!(f[0]["severity"], "warning", "{}", f[0]);
+        let c = &f[0]["cause"];
+        assert_eq!(c["limit"].as_u64(), Some(48 << 20), "{c}");
+        assert_eq!(c["cgroup"].as_str(), Some(cg.dir.to_str().unwrap()), "{c}");
+        assert!(c["hits"].as_u64().unwrap() > 0, "{c}");
+        assert!(text_of(&f[0]).contains("read again"), "{}", f[0]);
+        no_warnings_but(&f, &["memory-limit", "shared-cpus", "cpu-contention"]);
+        if let Some(d) = named(&f, "disk-wait") {
+            assert!(d["summary"].as_str().unwrap().starts_with("a consequence"), "{d}");
+        }
+    }
+    drop(server);
+    // In a cgroup whose limit holds the file, after a first pass has read it in: a limit
+    // never hit, nothing said.
+    let roomy = Cgroup::with_memory_limit("roomy", 1 << 30);
+    let server = start(&roomy);
+    let _ = short_bench(&url, "epoll", &["-c", "4"]);
+    let f = findings(&short_bench(&url, "epoll", &["-c", "4"]));
+    none_of(&f, &["memory-limit"]);
+    drop(server);
 }
 
 /// Runs a short bench [`runs`] times against one server, the generator on each loop in turn,

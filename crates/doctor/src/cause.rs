@@ -76,6 +76,9 @@ pub enum Cause {
     Steal { share: f64 },
     /// Tasks waited for memory (reclaim, faults from storage) this share of the window.
     MemoryPressure { share: f64 },
+    /// A followed process's cgroup memory limit (`limit` bytes) was hit `hits` times in the
+    /// window (and killed `oom_kills`).
+    MemoryLimit { pid: u32, cgroup: String, limit: u64, hits: u64, oom_kills: u64 },
     /// TCP's socket buffers reached net.ipv4.tcp_mem's pressure mark (pages), or past it:
     /// the kernel shrank buffers or dropped connections.
     TcpMemory { pages: u64, pressure: u64 },

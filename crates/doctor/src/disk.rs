@@ -101,16 +101,38 @@ pub(super) fn disk_wait(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut 
     }
     let name = device.map(|(d, _)| d.name.clone());
     let share = at_disk.unwrap_or(blocked_share);
-    out.push(Finding {
-        name: "disk-wait",
-        severity: Severity::Warning,
-        summary: format!(
-            "the server waits on the disk: {} of each response's time is spent at {}",
-            pct(share),
-            name.as_deref().unwrap_or("a block device")
-        ),
-        evidence,
-        remedy: "take the disk off the request path: no fsync per request (group commit, an asynchronous or buffered log), scratch files on tmpfs; or a faster disk".into(),
-        cause: Some(Cause::DiskWait { share, device: name }),
+    // A server that reads more than it writes, in a cgroup at its memory limit, reads again
+    // what the limit evicted: the limit is the cause, the disk its consequence.
+    let read: u64 = servers.iter().map(|p| p.storage_read.unwrap_or(0)).sum();
+    let limit = out.iter().find(|f| {
+        matches!(&f.cause, Some(Cause::MemoryLimit { pid, hits, .. })
+            if *hits > 0 && servers.iter().any(|p| p.pid == *pid))
     });
+    let evicted = (read * 2 >= moved).then_some(limit).flatten();
+    let at = name.as_deref().unwrap_or("a block device");
+    let f = match evicted {
+        Some(l) => Finding {
+            name: "disk-wait",
+            severity: Severity::Info,
+            summary: format!(
+                "a consequence, not a cause: the server waits on the disk, {} of each response's time at {at}, reading what its cgroup's memory limit evicted",
+                pct(share)
+            ),
+            evidence,
+            remedy: "none of its own: the cgroup's memory limit (memory-limit)".into(),
+            cause: l.cause.clone(),
+        },
+        None => Finding {
+            name: "disk-wait",
+            severity: Severity::Warning,
+            summary: format!(
+                "the server waits on the disk: {} of each response's time is spent at {at}",
+                pct(share)
+            ),
+            evidence,
+            remedy: "take the disk off the request path: no fsync per request (group commit, an asynchronous or buffered log), scratch files on tmpfs; or a faster disk".into(),
+            cause: Some(Cause::DiskWait { share, device: name }),
+        },
+    };
+    out.push(f);
 }

@@ -7,6 +7,7 @@ use qpslab_host::Host;
 
 use super::summary::{pct, per_s, Summary};
 use super::{host_settings, Cause, Context, Finding, Severity};
+use qpslab_host::sample::Role;
 
 /// Steal from which the hypervisor is named, as a share of the CPUs' time: a warning from
 /// [`STEAL_WARN`] when a side was short of CPU, else info from [`STEAL_INFO`]. This VM shows 2-9% under load on both CPUs and
@@ -28,7 +29,10 @@ pub(super) fn limits(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Find
         .iter()
         .any(|f| matches!(f.cause, Some(Cause::Saturated { .. } | Cause::Contention { .. })));
     steal(s, cpu_bound, out);
-    memory(s, out);
+    let limited = out.iter().any(|f| {
+        matches!(&f.cause, Some(Cause::MemoryLimit { hits, oom_kills, .. }) if hits + oom_kills > 0)
+    });
+    memory(s, limited, out);
     time_wait(host, s, ctx, out);
     tcp_memory(host, s, out);
     conntrack(s, out);
@@ -59,8 +63,89 @@ fn steal(s: &Summary, cpu_bound: bool, out: &mut Vec<Finding>) {
     });
 }
 
-/// Tasks waited for memory: reclaim in the allocating task, faults served from storage.
-fn memory(s: &Summary, out: &mut Vec<Finding>) {
+/// A followed process's storage reads a second from which its cgroup's memory limit is named
+/// as what it waits on (what the limit evicted, read again).
+const REREAD_PER_S: f64 = 1048576.0;
+
+/// A followed process's cgroup memory limit hit in the window: the kernel reclaims its page
+/// cache and memory within the cgroup whatever the host has free (a container's limit). A
+/// warning when it read from storage at [`REREAD_PER_S`] or tasks waited for memory (PSI) at
+/// [`MEMORY_INFO`] or more; critical when the OOM killer ended a process there; else info.
+/// Said before the disk's findings, which take it as their cause.
+pub(super) fn memory_limit(s: &Summary, out: &mut Vec<Finding>) {
+    let secs = s.duration_s.max(1e-9);
+    for p in &s.processes {
+        let Some(m) = p.memory_limit.as_ref().filter(|m| m.hits + m.oom_kills > 0) else {
+            continue;
+        };
+        let read_per_s = p.storage_read.unwrap_or(0) as f64 / secs;
+        let costs =
+            read_per_s >= REREAD_PER_S || s.memory_pressure.is_some_and(|x| x >= MEMORY_INFO);
+        let severity = match (m.oom_kills > 0, costs) {
+            (true, _) => Severity::Critical,
+            (false, true) => Severity::Warning,
+            (false, false) => Severity::Info,
+        };
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+        let side = if p.role == Role::Server { "the server" } else { "the load generator" };
+        let mut evidence = vec![format!(
+            "{}: limit {}, {} charged at the window's end, limit hit +{} ({:.0}/s){}",
+            m.cgroup,
+            mib(m.limit),
+            mib(m.usage),
+            m.hits,
+            m.hits as f64 / secs,
+            if m.oom_kills > 0 {
+                format!(", {} process(es) killed by the OOM killer", m.oom_kills)
+            } else {
+                String::new()
+            }
+        )];
+        if read_per_s > 0.0 {
+            evidence.push(format!(
+                "{} (pid {}) read {} from storage in the window ({}/s, /proc/PID/io): what the limit evicted, read again",
+                p.comm,
+                p.pid,
+                mib(p.storage_read.unwrap_or(0)),
+                mib(read_per_s as u64)
+            ));
+        }
+        if let Some(x) = s.memory_pressure {
+            evidence.push(format!(
+                "tasks waited for memory {} of the window (PSI memory some, host-wide)",
+                pct(x)
+            ));
+        }
+        out.push(Finding {
+            name: "memory-limit",
+            severity,
+            summary: format!(
+                "{side} ({}, pid {}) is held to its cgroup's memory limit of {}: it hit it {} times in the window, and the kernel reclaimed its page cache and memory within the cgroup whatever the host had free",
+                p.comm,
+                p.pid,
+                mib(m.limit),
+                m.hits
+            ),
+            evidence,
+            remedy: format!(
+                "a larger memory limit for {} (`docker --memory`, Kubernetes resources.limits.memory, systemd MemoryMax=, the cgroup's memory.max or memory.limit_in_bytes), or a working set that fits in it (smaller caches, fewer workers)",
+                m.cgroup
+            ),
+            cause: Some(Cause::MemoryLimit {
+                pid: p.pid,
+                cgroup: m.cgroup.clone(),
+                limit: m.limit,
+                hits: m.hits,
+                oom_kills: m.oom_kills,
+            }),
+        });
+    }
+}
+
+/// Tasks waited for memory: reclaim in the allocating task, faults served from storage. When a
+/// followed process's cgroup hit its memory limit (`limited`), the waits are said as that
+/// limit's, at info: the host was not short of memory.
+fn memory(s: &Summary, limited: bool, out: &mut Vec<Finding>) {
     let vm = s.vm.unwrap_or_default();
     let faulting = vm.alloc_stalls > 0 && vm.major_faults_per_s >= MAJOR_FAULTS_PER_S;
     let share = s.memory_pressure;
@@ -81,15 +166,21 @@ fn memory(s: &Summary, out: &mut Vec<Finding>) {
         "{:.0} major faults/s (pages read back from storage), {:.0} pages/s scanned by allocating tasks (direct reclaim), {} allocation stalls (/proc/vmstat)",
         vm.major_faults_per_s, vm.direct_scans_per_s, vm.alloc_stalls
     ));
+    let waited = share.map(|p| format!(" {} of the window", pct(p))).unwrap_or_default();
     out.push(Finding {
         name: "memory-pressure",
-        severity,
-        summary: format!(
-            "the host is short of memory: tasks waited for it{}",
-            share.map(|p| format!(" {} of the window", pct(p))).unwrap_or_default()
-        ),
+        severity: if limited { Severity::Info } else { severity },
+        summary: if limited {
+            format!("tasks waited for memory{waited}: in a cgroup at its memory limit (memory-limit), not for want of the host's memory")
+        } else {
+            format!("the host is short of memory: tasks waited for it{waited}")
+        },
         evidence,
-        remedy: "less memory in use on the host (the server's caches and workers, other work), or more memory; a server's files it reads again and again belong in memory".into(),
+        remedy: if limited {
+            "none of its own: the cgroup's memory limit (memory-limit)".into()
+        } else {
+            "less memory in use on the host (the server's caches and workers, other work), or more memory; a server's files it reads again and again belong in memory".into()
+        },
         cause: Some(Cause::MemoryPressure { share: share.unwrap_or(0.0) }),
     });
 }

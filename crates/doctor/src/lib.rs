@@ -325,6 +325,12 @@ pub const RULES: &[Rule] = &[
         remedy: "keep connections alive, or resume sessions (--tls-reuse; the server's session tickets or cache); an ECDSA certificate signs cheaper than RSA",
     },
     Rule {
+        name: "memory-limit",
+        catches: "a followed process's cgroup (a container's) holds it to a memory limit it hit: the kernel reclaims its page cache and memory within the cgroup whatever the host has free, and what it evicts is read again",
+        threshold: "the limit hit in the window (v1 memory.failcnt, v2 memory.events max and high); a warning when the process read 1 MiB/s or more from storage or tasks waited for memory 1% of the window, critical on an OOM kill, else info; a disk wait of its reads is then said as its consequence",
+        remedy: "a larger memory limit (docker --memory, Kubernetes resources.limits.memory, systemd MemoryMax=), or a working set that fits in it",
+    },
+    Rule {
         name: "other-traffic",
         catches: "nginx served requests the run did not send: other clients shared the server, and the rate measured is the part they left (the run is marked disturbed)",
         threshold: "nginx's stub_status counted 50 requests/s or more beyond the run's responses, and 20% of its requests or more (not when nginx proxies to its own ports)",
@@ -601,6 +607,7 @@ pub fn diagnose(
     server::nginx(summary, ctx, &explanation, &mut out);
     server_log::finding(ctx, summary.cpus.len(), &mut out);
     stub::other_traffic(ctx, &mut out);
+    kernel::memory_limit(summary, &mut out);
     disk::disk_wait(summary, ctx, &explanation, &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
     tcp::waits(samples, ctx, &mut out);

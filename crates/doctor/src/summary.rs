@@ -66,6 +66,10 @@ pub struct ProcSummary {
     /// A cgroup CPU quota over it, and how often it held the process back in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttling: Option<qpslab_sys::cgroup::Throttling>,
+    /// Its cgroup's memory limit hit most in the window (the tightest when none was), read
+    /// at the window's ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<qpslab_sys::memlimit::LimitUse>,
     /// Seconds its threads together spent runnable and waiting for a CPU over the window
     /// (schedstat's run delay); None when the kernel keeps no schedstats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -723,6 +727,7 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
         nofile_soft: last.nofile_soft,
         throttling,
+        memory_limit: qpslab_sys::memlimit::over_window(&first.memory_limits, &last.memory_limits),
         run_wait_s,
         blocked_share: blocked as f64 / readings.len().max(1) as f64,
         thread_readings: readings.len(),

@@ -1986,3 +1986,60 @@ fn connections_nginx_accepted_and_closed_are_its_connection_limit() {
     assert!(matches!(l.cause, Some(Cause::WorkerConnections { limit: 64, wanted: 10 })), "{l:?}");
     assert!(named(&run.findings_with(&ctx(0)), "server-connection-limit").is_none());
 }
+
+/// A server's cgroup memory limit (a fixture's v1 memory cgroup): hit with an OOM kill in the
+/// window, critical; hit without reads from storage or memory waits, info; never hit, not
+/// said.
+#[test]
+fn a_cgroup_memory_limit_is_named_by_its_hits_and_kills() {
+    let run_with = |hits: u64, kills: u64| {
+        let mut run = Run::new(Shape::small_virtio());
+        let dir = run.dir.path().to_path_buf();
+        write_process(&dir, 700, "app", &[(700, 0)], 10, 1024).unwrap();
+        let w = |rel: &str, t: &str| {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w(
+            "proc/700/mountinfo",
+            "31 30 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
+        );
+        w("proc/700/cgroup", "4:memory:/box\n");
+        let m = "sys/fs/cgroup/memory/box";
+        w(&format!("{m}/memory.limit_in_bytes"), "67108864\n");
+        w(&format!("{m}/memory.usage_in_bytes"), "67000000\n");
+        let counters = |failcnt: u64, oom: u64| {
+            w(&format!("{m}/memory.failcnt"), &format!("{failcnt}\n"));
+            w(
+                &format!("{m}/memory.oom_control"),
+                &format!("oom_kill_disable 0\nunder_oom 0\noom_kill {oom}\n"),
+            );
+        };
+        counters(100, 0);
+        run.watch = vec![Watch { pid: 700, role: Role::Server }];
+        run.restart();
+        counters(100 + hits, kills);
+        run.step(|_, _| {});
+        run.findings()
+    };
+    let f = run_with(5000, 1);
+    let l = named(&f, "memory-limit").unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(l.severity, Severity::Critical, "{l:?}");
+    assert!(l.summary.contains("memory limit of 64.0 MiB: it hit it 5000 times"), "{l:?}");
+    assert!(l.evidence[0].contains("1 process(es) killed by the OOM killer"), "{l:?}");
+    assert!(
+        matches!(
+            &l.cause,
+            Some(Cause::MemoryLimit { pid: 700, limit: 67108864, hits: 5000, oom_kills: 1, .. })
+        ),
+        "{l:?}"
+    );
+    let quiet = run_with(5000, 0);
+    assert_eq!(
+        named(&quiet, "memory-limit").map(|x| x.severity),
+        Some(Severity::Info),
+        "{quiet:#?}"
+    );
+    assert!(named(&run_with(0, 0), "memory-limit").is_none());
+}

@@ -43,6 +43,9 @@ pub struct ProcSample {
     pub cpu_limits: Vec<qpslab_sys::cgroup::CpuLimit>,
     /// What it caused to be read from and written to storage so far (/proc/PID/io).
     pub io: Option<parse::ProcIo>,
+    /// At the window's first and last samples: the memory limits of its cgroup and their
+    /// ancestors, with how often each was hit.
+    pub memory_limits: Vec<qpslab_sys::memlimit::MemoryLimit>,
 }
 
 /// One thread of a watched process.
@@ -595,6 +598,9 @@ impl Sample {
     /// Notes every process's name and CPU ticks ([`Sample::census`]).
     pub fn take_census(&mut self, root: &Root) {
         self.take_host_limits(root);
+        for (pid, p) in &mut self.procs {
+            p.memory_limits = qpslab_sys::memlimit::memory_limits(root, *pid);
+        }
         self.census = root
             .pids()
             .into_iter()
@@ -665,6 +671,7 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
         allowed: root.read_opt(&format!("{base}/status")).and_then(|t| parse::cpus_allowed(&t)),
         cpu_limits: qpslab_sys::cgroup::cpu_limits(root, pid),
         io: root.read_opt(&format!("{base}/io")).and_then(|t| parse::proc_io(&t)),
+        memory_limits: Vec::new(),
     })
 }
 

@@ -220,32 +220,36 @@ fn cgroup_dir(m: &Mount, path: &str) -> Option<String> {
 /// quota (or throttling counters), innermost first; empty when none is limited or nothing
 /// could be read.
 pub fn cpu_limits(root: &Root, pid: u32) -> Vec<CpuLimit> {
-    let (Some(mounts), Some(member)) = (
-        root.read_opt(&format!("proc/{pid}/mountinfo")).map(|t| parse_mountinfo(&t)),
-        root.read_opt(&format!("proc/{pid}/cgroup")).map(|t| parse_membership(&t)),
-    ) else {
-        return Vec::new();
-    };
-    // v1 with the cpu controller if there is one, else v2 (where cpu.max says whether the
-    // controller is enabled).
-    let v1 =
-        member.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == "cpu")).and_then(|m| {
+    let Some((dirs, v2)) = ancestors(root, pid, "cpu") else { return Vec::new() };
+    dirs.iter().filter_map(|d| read_limit(root, d, v2)).collect()
+}
+
+/// The directories of process `pid`'s cgroup and of each ancestor up to the hierarchy's
+/// mount, innermost first, in the v1 hierarchy with `controller` if there is one, else in
+/// v2 (whether v2 is the second); None when they cannot be read.
+pub(crate) fn ancestors(root: &Root, pid: u32, controller: &str) -> Option<(Vec<String>, bool)> {
+    let mounts = parse_mountinfo(&root.read_opt(&format!("proc/{pid}/mountinfo"))?);
+    let member = parse_membership(&root.read_opt(&format!("proc/{pid}/cgroup"))?);
+    // v1 with the controller if there is one, else v2 (where the controller's files say
+    // whether it is enabled).
+    let v1 = member
+        .iter()
+        .find(|m| !m.v2 && m.controllers.iter().any(|c| c == controller))
+        .and_then(|m| {
             let mount =
-                mounts.iter().find(|x| !x.v2 && x.controllers.iter().any(|c| c == "cpu"))?;
+                mounts.iter().find(|x| !x.v2 && x.controllers.iter().any(|c| c == controller))?;
             Some((mount, m.path.as_str()))
         });
     let v2 = || {
         let m = member.iter().find(|m| m.v2)?;
         Some((mounts.iter().find(|x| x.v2)?, m.path.as_str()))
     };
-    let Some((mount, path)) = v1.or_else(v2) else { return Vec::new() };
-    let Some(mut dir) = cgroup_dir(mount, path) else { return Vec::new() };
+    let (mount, path) = v1.or_else(v2)?;
+    let mut dir = cgroup_dir(mount, path)?;
     let top = mount.point.trim_end_matches('/').to_string();
     let mut out = Vec::new();
     loop {
-        if let Some(l) = read_limit(root, &dir, mount.v2) {
-            out.push(l);
-        }
+        out.push(dir.clone());
         if dir.len() <= top.len() {
             break;
         }
@@ -254,7 +258,7 @@ pub fn cpu_limits(root: &Root, pid: u32) -> Vec<CpuLimit> {
             _ => break,
         }
     }
-    out
+    Some((out, mount.v2))
 }
 
 /// One cgroup's limit, if it has a quota.

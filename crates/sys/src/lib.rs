@@ -12,6 +12,7 @@ pub mod crew;
 pub mod epoll;
 pub mod ethtool;
 pub mod fd;
+pub mod memlimit;
 pub mod net;
 pub mod netlink;
 pub mod netns;
