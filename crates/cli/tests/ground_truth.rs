@@ -887,6 +887,13 @@ fn a_link_capped_by_a_shaper_is_the_bound() {
         // Its saturation: the packets it held back; its errors: those it dropped.
         assert!(bound["saturation"].as_str().unwrap().starts_with("held packets back"), "{bound}");
         assert!(bound["errors"].as_str().unwrap().ends_with("packets dropped"), "{bound}");
+        // The load ran in the other namespace: its side of the connections, its counters
+        // and its interfaces are read there.
+        let s = &v["summary"];
+        assert_eq!(s["generator_namespaces"].as_array().map(Vec::len), Some(1), "{s}");
+        assert!(s["tcp_readings"]["generator"].as_u64().unwrap_or(0) >= 10, "{s}");
+        let theirs = format!("{}b (the generator's namespace)", dev.trim_end_matches('a'));
+        assert!(s["interfaces"].as_array().unwrap().iter().any(|i| i["name"] == theirs), "{s}");
     }
 }
 

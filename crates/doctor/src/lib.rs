@@ -574,9 +574,10 @@ pub const RULES: &[Rule] = &[
 
 impl Context {
     /// Whether interface `name` is on the run's path (every interface is, when it is not
-    /// known; the followed server's namespace's are, its side of the path).
+    /// known; those of the followed processes' own namespaces are, their side of the path).
     pub fn on_path(&self, name: &str) -> bool {
         name.ends_with(qpslab_host::links::SERVER_NS)
+            || name.ends_with(qpslab_host::links::GENERATOR_NS)
             || self.path.as_ref().is_none_or(|p| p.iter().any(|i| i == name))
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use qpslab_host::cpuset::CpuSet;
-use qpslab_host::links::SERVER_NS;
+use qpslab_host::links::ns_suffix;
 use qpslab_host::parse::IfCounters;
 use qpslab_host::sample::{NetCounters, ProcSample, Role, Sample};
 
@@ -206,9 +206,12 @@ pub struct Summary {
     /// [`Summary::server_namespaces`].
     pub tcp: BTreeMap<String, i64>,
     /// The network namespaces other than ours that followed servers live in (containers),
-    /// whose counters, interfaces and listeners were read with ours.
+    /// and those the followed generators live in (a load run with `ip netns exec`), whose
+    /// counters, interfaces and connections were read with ours.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub server_namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generator_namespaces: Vec<String>,
     pub tcp_inuse: u64,
     pub tcp_tw_max: u64,
     pub tcp_orphan_max: u64,
@@ -410,7 +413,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
     // The followed servers' namespaces (containers): their side of the path counts there.
-    for (a, b) in namespaces(first, last) {
+    for (a, b, _) in namespaces(samples) {
         for (k, v) in &b.tcpext {
             *tcp.entry(k.clone()).or_default() += v - a.tcpext.get(k).copied().unwrap_or(0);
         }
@@ -424,7 +427,14 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         .map(|a| TcpReadings { server: a.server.connections, generator: a.client.connections });
     Summary {
         tcp_readings,
-        server_namespaces: namespaces(first, last).map(|(_, b)| b.ns.clone()).collect(),
+        server_namespaces: namespaces(samples)
+            .filter(|(_, b, _)| b.role == Role::Server)
+            .map(|(_, b, _)| b.ns.clone())
+            .collect(),
+        generator_namespaces: namespaces(samples)
+            .filter(|(_, b, _)| b.role == Role::Client)
+            .map(|(_, b, _)| b.ns.clone())
+            .collect(),
         duration_s: secs,
         samples: samples.len(),
         cpus,
@@ -442,7 +452,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         tcp_tw_max: samples.iter().map(|s| in_namespaces(s, |s| s.tcp_tw)).max().unwrap_or(0),
         tcp_orphan_max: samples.iter().map(|s| s.sockstat.tcp_orphan).max().unwrap_or(0),
         tcp_mem_max: samples.iter().map(|s| s.sockstat.tcp_mem).max().unwrap_or(0),
-        interfaces: if_rates(first, last, secs),
+        interfaces: if_rates(samples, secs),
         processes: proc_summaries(&samples.iter().collect::<Vec<_>>(), roles, tick_hz),
         others: others(first, last, roles, tick_hz),
         dest_ports: last.dest_ports.clone(),
@@ -581,33 +591,46 @@ pub(crate) fn cpu_shares(a: &Sample, b: &Sample) -> Vec<CpuShare> {
 }
 
 impl Summary {
-    /// Where the network counters were counted: "host-wide", with the followed servers'
-    /// namespaces when they live in others.
+    /// Where the network counters were counted: "host-wide", with the followed servers' and
+    /// generators' namespaces when they live in others.
     pub fn counted(&self) -> &'static str {
-        if self.server_namespaces.is_empty() {
-            "host-wide"
-        } else {
-            "host-wide and in the server's namespace"
+        match (self.server_namespaces.is_empty(), self.generator_namespaces.is_empty()) {
+            (true, true) => "host-wide",
+            (false, true) => "host-wide and in the server's namespace",
+            (true, false) => "host-wide and in the generator's namespace",
+            (false, false) => "host-wide and in the server's and the generator's namespaces",
         }
     }
 }
 
-/// The namespaces of followed servers read at both `first` and `last`, as (first, last).
-fn namespaces<'a>(
-    first: &'a Sample,
-    last: &'a Sample,
-) -> impl Iterator<Item = (&'a NetCounters, &'a NetCounters)> {
-    last.namespaces
-        .iter()
-        .filter_map(|b| Some((first.namespaces.iter().find(|a| a.ns == b.ns)?, b)))
+/// The namespaces of followed processes read at two samples or more: each one's counters at
+/// its first and last reading, and the seconds between them. A load started by the doctor
+/// enters its namespace after the window's first sample, and may leave before its last.
+fn namespaces(samples: &[Sample]) -> impl Iterator<Item = (&NetCounters, &NetCounters, f64)> {
+    let mut seen: Vec<&str> = Vec::new();
+    for n in samples.iter().flat_map(|s| &s.namespaces) {
+        if !seen.contains(&n.ns.as_str()) {
+            seen.push(&n.ns);
+        }
+    }
+    seen.into_iter().filter_map(move |ns| {
+        let mut at = samples
+            .iter()
+            .filter_map(move |s| Some((s.at, s.namespaces.iter().find(|n| n.ns == ns)?)));
+        let (t0, a) = at.next()?;
+        let (t1, b) = at.next_back()?;
+        Some((a, b, (t1 - t0).as_secs_f64()))
+    })
 }
 
-/// Each interface's rates over the window: ours, then those of the followed servers'
-/// namespaces, named with [`SERVER_NS`].
-fn if_rates(a: &Sample, b: &Sample, secs: f64) -> Vec<IfRate> {
+/// Each interface's rates over the window: ours, then those of the followed processes'
+/// namespaces (over the time they were read), named with their side's suffix
+/// ([`ns_suffix`]).
+fn if_rates(samples: &[Sample], secs: f64) -> Vec<IfRate> {
+    let (Some(a), Some(b)) = (samples.first(), samples.last()) else { return Vec::new() };
     let mut v = dev_rates(&a.dev, &b.dev, "", secs);
-    for (x, y) in namespaces(a, b) {
-        v.extend(dev_rates(&x.dev, &y.dev, SERVER_NS, secs));
+    for (x, y, t) in namespaces(samples) {
+        v.extend(dev_rates(&x.dev, &y.dev, ns_suffix(y.role), t));
     }
     v
 }
@@ -777,7 +800,15 @@ fn thread_cpus(threads: Vec<&(f64, Option<&CpuSet>)>) -> Option<CpuSet> {
 fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) -> IntervalRow {
     let secs = (b.at - a.at).as_secs_f64();
     let shares = cpu_shares(a, b);
-    let pps = if_rates(a, b, secs).iter().map(|i| i.rx_pps + i.tx_pps).sum();
+    let theirs = b.namespaces.iter().filter_map(|y| {
+        let x = a.namespaces.iter().find(|x| x.ns == y.ns)?;
+        Some(dev_rates(&x.dev, &y.dev, "", secs))
+    });
+    let pps = std::iter::once(dev_rates(&a.dev, &b.dev, "", secs))
+        .chain(theirs)
+        .flatten()
+        .map(|i| i.rx_pps + i.tx_pps)
+        .sum();
     let procs = proc_summaries(&[a, b], roles, hz);
     let side = |r: Role| procs.iter().filter(|p| p.role == r).map(|p| p.cpu).sum();
     IntervalRow {

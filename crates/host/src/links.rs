@@ -87,21 +87,27 @@ pub fn read(root: &Root) -> Links {
 /// it is not this process's: its name, then this.
 pub const SERVER_NS: &str = " (the server's namespace)";
 
-/// The qdiscs of `pid`'s network namespace when it is not ours (a server in a container):
-/// dumped from a thread that joined it, each interface named with [`SERVER_NS`]. Empty when
-/// it is ours or cannot be joined.
-pub fn server_namespace_qdiscs(pid: u32) -> Vec<IfQdisc> {
-    let ours = qpslab_sys::netns::of(std::process::id());
-    if ours.is_none() || qpslab_sys::netns::of(pid) == ours {
-        return Vec::new();
+/// The same of the followed generator's (a load run with `ip netns exec`).
+pub const GENERATOR_NS: &str = " (the generator's namespace)";
+
+/// The suffix that names the interfaces of a namespace a process of `role` lives in.
+pub fn ns_suffix(role: crate::sample::Role) -> &'static str {
+    match role {
+        crate::sample::Role::Server => SERVER_NS,
+        crate::sample::Role::Client => GENERATOR_NS,
     }
-    let dumped = qpslab_sys::netns::run_in(pid, || {
+}
+
+/// The qdiscs of `pid`'s network namespace (one other than ours), dumped from a thread that
+/// joined it, each interface named with `suffix`. Empty when it cannot be joined.
+pub fn namespace_qdiscs(pid: u32, suffix: &'static str) -> Vec<IfQdisc> {
+    let dumped = qpslab_sys::netns::run_in(pid, move || {
         let qdiscs = qpslab_sys::netlink::qdiscs().unwrap_or_default();
         qdiscs
             .into_iter()
             .filter_map(|q| {
                 let name = qpslab_sys::netns::if_name(q.ifindex)?;
-                Some(IfQdisc { iface: format!("{name}{SERVER_NS}"), qdisc: q })
+                Some(IfQdisc { iface: format!("{name}{suffix}"), qdisc: q })
             })
             .collect::<Vec<_>>()
     });

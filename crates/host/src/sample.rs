@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Which side of the experiment a watched process is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    #[default]
     Server,
     Client,
 }
@@ -86,6 +87,8 @@ pub const TCPEXT: &[&str] = &[
 pub struct NetCounters {
     /// The namespace as the kernel names it (`net:[4026531840]`); empty for our own.
     pub ns: String,
+    /// Whose namespace it is (ours: the server's).
+    pub role: Role,
     pub tcpext: BTreeMap<String, i64>,
     pub retrans_segs: i64,
     pub out_segs: i64,
@@ -95,7 +98,7 @@ pub struct NetCounters {
 
 impl NetCounters {
     /// Reads the counters under `dir` (`proc/net`, `proc/PID/net`).
-    pub fn read(root: &Root, dir: &str, ns: String) -> NetCounters {
+    pub fn read(root: &Root, dir: &str, ns: String, role: Role) -> NetCounters {
         let keyed = |f: &str| {
             root.read_opt(&format!("{dir}/{f}"))
                 .map(|t| parse::keyed_counters(&t))
@@ -105,6 +108,7 @@ impl NetCounters {
         let tcp = snmp.get("Tcp");
         NetCounters {
             ns,
+            role,
             tcpext: netstat
                 .get("TcpExt")
                 .map(|t| {
@@ -128,17 +132,27 @@ impl NetCounters {
     }
 }
 
-/// The watched servers that live in a network namespace other than ours (a container's, a
-/// pod's): one PID for each such namespace, with the namespace's name.
-pub fn foreign_servers(root: &Root, watch: &[Watch]) -> Vec<(u32, String)> {
+/// A network namespace other than ours that a watched process lives in (a container's, a
+/// pod's, a load run with `ip netns exec`): one process of it, and whose side it is (the
+/// server's when both sides live there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    pub pid: u32,
+    pub ns: String,
+    pub role: Role,
+}
+
+/// The namespaces other than ours that the watched processes live in, each once, the
+/// servers' first.
+pub fn foreign_namespaces(root: &Root, watch: &[Watch]) -> Vec<Foreign> {
     let ns = |p: &str| root.read_link(&format!("proc/{p}/ns/net")).map(|l| l.display().to_string());
     let Some(ours) = ns("self") else { return Vec::new() };
     let mut seen = BTreeSet::new();
-    watch
-        .iter()
-        .filter(|w| w.role == Role::Server)
-        .filter_map(|w| Some((w.pid, ns(&w.pid.to_string())?)))
-        .filter(|(_, n)| *n != ours && seen.insert(n.clone()))
+    let servers = watch.iter().filter(|w| w.role == Role::Server);
+    servers
+        .chain(watch.iter().filter(|w| w.role != Role::Server))
+        .filter_map(|w| Some(Foreign { pid: w.pid, ns: ns(&w.pid.to_string())?, role: w.role }))
+        .filter(|f| f.ns != ours && seen.insert(f.ns.clone()))
         .collect()
 }
 
@@ -407,8 +421,8 @@ impl Sample {
                 Some((*irq, CpuSet::parse_mask(&m).ok()?))
             })
             .collect();
-        let own = NetCounters::read(root, "proc/net", String::new());
-        let foreign = foreign_servers(root, watch);
+        let own = NetCounters::read(root, "proc/net", String::new(), Role::Server);
+        let foreign = foreign_namespaces(root, watch);
         Ok(Sample {
             at,
             cpu,
@@ -427,7 +441,9 @@ impl Sample {
             dev: own.dev,
             namespaces: foreign
                 .iter()
-                .map(|(pid, ns)| NetCounters::read(root, &format!("proc/{pid}/net"), ns.clone()))
+                .map(|f| {
+                    NetCounters::read(root, &format!("proc/{}/net", f.pid), f.ns.clone(), f.role)
+                })
                 .collect(),
             procs: watch.iter().filter_map(|w| Some((w.pid, read_proc(root, w.pid)?))).collect(),
             file_nr: root.read_opt("proc/sys/fs/file-nr").and_then(|t| {
@@ -450,7 +466,7 @@ impl Sample {
                 .read_opt("proc/diskstats")
                 .map(|t| parse::diskstats(&t))
                 .unwrap_or_default(),
-            links: links(root, watch),
+            links: links(root, &foreign),
             listen_queues: Vec::new(),
             listen_full: full_listeners(root, &foreign),
             listen_full_holders: BTreeMap::new(),
@@ -475,15 +491,12 @@ fn conntrack(root: &Root) -> Option<parse::Conntrack> {
 
 /// The listeners whose accept queue is at its backlog now: from sock_diag on a live host
 /// (cheap however many connections are open), ours and those of the `foreign` servers'
-/// namespaces ([`foreign_servers`]); from the socket tables of a fixture tree.
-pub fn full_listeners(
-    root: &Root,
-    foreign: &[(u32, String)],
-) -> Vec<qpslab_sys::netlink::Listener> {
+/// namespaces ([`foreign_namespaces`]); from the socket tables of a fixture tree.
+pub fn full_listeners(root: &Root, foreign: &[Foreign]) -> Vec<qpslab_sys::netlink::Listener> {
     let all = if crate::is_live(root.dir()) {
         let mut all = qpslab_sys::netlink::listeners().unwrap_or_default();
-        for (pid, _) in foreign {
-            let theirs = qpslab_sys::netns::run_in(*pid, qpslab_sys::netlink::listeners);
+        for f in foreign.iter().filter(|f| f.role == Role::Server) {
+            let theirs = qpslab_sys::netns::run_in(f.pid, qpslab_sys::netlink::listeners);
             all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
         }
         all
@@ -504,26 +517,19 @@ pub fn full_listeners(
 
 impl Sample {
     /// Reads every TCP connection's losses so far ([`Sample::connections`]), on a live host;
-    /// and those of each watched server's network namespace when it is not ours (a server in
-    /// a container: its side of the run's connections is there), dumped from a thread that
-    /// joined it. A socket's cookie is the kernel's, unique across namespaces.
+    /// and those of each namespace other than ours that a watched process lives in (a
+    /// server in a container, a load run with `ip netns exec`: its side of the run's
+    /// connections is there), dumped from a thread that joined it. A socket's cookie is the
+    /// kernel's, unique across namespaces.
     pub fn take_connections(&mut self, root: &Root, watch: &[Watch]) {
         if !crate::is_live(root.dir()) {
             return;
         }
         self.connections = qpslab_sys::netlink::connections().ok();
         let Some(all) = self.connections.as_mut() else { return };
-        let ours = qpslab_sys::netns::of(std::process::id());
-        let mut dumped = BTreeSet::new();
-        for w in watch.iter().filter(|w| w.role == Role::Server) {
-            let Some(ns) = qpslab_sys::netns::of(w.pid).filter(|ns| Some(ns) != ours.as_ref())
-            else {
-                continue;
-            };
-            if dumped.insert(ns) {
-                let theirs = qpslab_sys::netns::run_in(w.pid, qpslab_sys::netlink::connections);
-                all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
-            }
+        for f in foreign_namespaces(root, watch) {
+            let theirs = qpslab_sys::netns::run_in(f.pid, qpslab_sys::netlink::connections);
+            all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
         }
     }
 
@@ -623,13 +629,13 @@ impl Sample {
     }
 }
 
-/// The interfaces' qdiscs and counters, with those of the followed server's network
-/// namespace when it lives in another (a container's, on a live host).
-fn links(root: &Root, watch: &[Watch]) -> crate::links::Links {
+/// The interfaces' qdiscs and counters, with the qdiscs of the `foreign` namespaces the
+/// watched processes live in (on a live host).
+fn links(root: &Root, foreign: &[Foreign]) -> crate::links::Links {
     let mut l = crate::links::read(root);
     if crate::is_live(root.dir()) {
-        if let Some(w) = watch.iter().find(|w| w.role == Role::Server) {
-            l.qdiscs.extend(crate::links::server_namespace_qdiscs(w.pid));
+        for f in foreign {
+            l.qdiscs.extend(crate::links::namespace_qdiscs(f.pid, crate::links::ns_suffix(f.role)));
         }
     }
     l
@@ -701,7 +707,7 @@ pub fn sample_until(
     mut stop: impl FnMut() -> bool,
 ) -> Result<Vec<Sample>, ReadError> {
     let start = std::time::Instant::now();
-    let foreign = foreign_servers(root, watch);
+    let foreign = foreign_namespaces(root, watch);
     let mut first = Sample::read(root, nic_irqs, watch, Duration::ZERO)?;
     first.take_census(root);
     first.take_connections(root, watch);
