@@ -79,8 +79,9 @@ pub(super) fn memory_limit(s: &Summary, out: &mut Vec<Finding>) {
             continue;
         };
         let read_per_s = p.storage_read.unwrap_or(0) as f64 / secs;
-        let costs =
-            read_per_s >= REREAD_PER_S || s.memory_pressure.is_some_and(|x| x >= MEMORY_INFO);
+        let own_waits = m.pressure_s.map(|w| w / secs);
+        let costs = read_per_s >= REREAD_PER_S
+            || own_waits.or(s.memory_pressure).is_some_and(|x| x >= MEMORY_INFO);
         let severity = match (m.oom_kills > 0, costs) {
             (true, _) => Severity::Critical,
             (false, true) => Severity::Warning,
@@ -108,6 +109,12 @@ pub(super) fn memory_limit(s: &Summary, out: &mut Vec<Finding>) {
                 p.pid,
                 mib(p.storage_read.unwrap_or(0)),
                 mib(read_per_s as u64)
+            ));
+        }
+        if let Some(x) = own_waits {
+            evidence.push(format!(
+                "its cgroup's tasks waited for memory {} of the window (memory.pressure some)",
+                pct(x)
             ));
         }
         if let Some(x) = s.memory_pressure {

@@ -2043,3 +2043,46 @@ fn a_cgroup_memory_limit_is_named_by_its_hits_and_kills() {
     );
     assert!(named(&run_with(0, 0), "memory-limit").is_none());
 }
+
+/// A v2 cgroup's own memory waits (memory.pressure) make its limit's hits a warning without
+/// reads from storage or the host's PSI: the waits are the cgroup's, said as such.
+#[test]
+fn a_v2_cgroups_own_memory_waits_make_its_limit_a_warning() {
+    let mut run = Run::new(Shape::small_virtio());
+    let dir = run.dir.path().to_path_buf();
+    write_process(&dir, 700, "app", &[(700, 0)], 10, 1024).unwrap();
+    let w = |rel: &str, t: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, t).unwrap();
+    };
+    w("proc/700/mountinfo", "35 24 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    w("proc/700/cgroup", "0::/pod\n");
+    w("sys/fs/cgroup/pod/memory.max", "134217728\n");
+    w("sys/fs/cgroup/pod/memory.current", "134000000\n");
+    let counters = |max: u64, waited_us: u64| {
+        w(
+            "sys/fs/cgroup/pod/memory.events",
+            &format!("low 0\nhigh 0\nmax {max}\noom 0\noom_kill 0\n"),
+        );
+        w(
+            "sys/fs/cgroup/pod/memory.pressure",
+            &format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={waited_us}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+        );
+    };
+    counters(10, 0);
+    run.watch = vec![Watch { pid: 700, role: Role::Server }];
+    run.restart();
+    // 300 ms of waits in the one-second step.
+    counters(900, 300_000);
+    run.step(|_, _| {});
+    let f = run.findings();
+    let l = named(&f, "memory-limit").unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(l.severity, Severity::Warning, "{l:?}");
+    assert!(l.summary.contains("memory limit of 128.0 MiB: it hit it 890 times"), "{l:?}");
+    assert!(
+        l.evidence.iter().any(|e| e
+            == "its cgroup's tasks waited for memory 30% of the window (memory.pressure some)"),
+        "{l:?}"
+    );
+}

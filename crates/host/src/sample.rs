@@ -560,9 +560,19 @@ impl Sample {
 
     /// Notes the listeners whose accept queue holds connections ([`Sample::listen_queues`]):
     /// connections the kernel completed that no process took.
-    pub fn take_listen_queues(&mut self, root: &Root) {
+    /// The listeners of the `foreign` servers' namespaces are read there (a live host).
+    pub fn take_listen_queues(&mut self, root: &Root, foreign: &[Foreign]) {
         use qpslab_sys::sockets::{holders, LISTEN};
-        self.listen_queues = crate::tcp_sockets_in(root, 1 << LISTEN)
+        let mut all = crate::tcp_sockets_in(root, 1 << LISTEN);
+        if crate::is_live(root.dir()) {
+            for f in foreign.iter().filter(|f| f.role == Role::Server) {
+                let theirs = qpslab_sys::netns::run_in(f.pid, || {
+                    qpslab_sys::netlink::tcp_sockets(1 << LISTEN)
+                });
+                all.extend(theirs.ok().and_then(Result::ok).into_iter().flatten());
+            }
+        }
+        self.listen_queues = all
             .into_iter()
             .filter(|s| s.rx_queue > 0)
             .take(8)
@@ -759,7 +769,7 @@ pub fn sample_until(
                 }
                 s.take_census(root);
                 s.take_port_census(root, qpslab_sys::system::clock_ticks());
-                s.take_listen_queues(root);
+                s.take_listen_queues(root, &foreign);
                 // Whose the full listeners were matters only when listens overflowed.
                 let overflowed = samples.first().is_some_and(|f| s.listens_overflowed_since(f));
                 let full = samples.iter().chain([&s]).flat_map(|x| &x.listen_full);

@@ -23,10 +23,14 @@ pub struct MemoryLimit {
     pub hits: u64,
     /// Processes the kernel's OOM killer ended in it so far.
     pub oom_kills: u64,
+    /// v2: microseconds in which some of its tasks waited for memory (memory.pressure `some
+    /// total=`); None on v1, which keeps no pressure of its own.
+    #[serde(default)]
+    pub pressure_us: Option<u64>,
 }
 
 /// A memory limit over a window ([`over_window`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LimitUse {
     pub cgroup: String,
     pub limit: u64,
@@ -35,6 +39,9 @@ pub struct LimitUse {
     /// Times the limit was hit in the window, and OOM kills.
     pub hits: u64,
     pub oom_kills: u64,
+    /// v2: seconds in which some of its tasks waited for memory in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure_s: Option<f64>,
 }
 
 /// Of the limits read at both ends of a window, the one hit most in it (the tightest when
@@ -50,6 +57,10 @@ pub fn over_window(before: &[MemoryLimit], after: &[MemoryLimit]) -> Option<Limi
                 usage: b.usage,
                 hits: b.hits.saturating_sub(a.hits),
                 oom_kills: b.oom_kills.saturating_sub(a.oom_kills),
+                pressure_s: a
+                    .pressure_us
+                    .zip(b.pressure_us)
+                    .map(|(x, y)| y.saturating_sub(x) as f64 / 1e6),
             })
         })
         .max_by(|x, y| {
@@ -71,6 +82,10 @@ fn read_limit(root: &Root, dir: &str, v2: bool) -> Option<MemoryLimit> {
     let rel = dir.trim_start_matches('/');
     let num =
         |f: &str| -> Option<u64> { root.read_opt(&format!("{rel}/{f}"))?.trim().parse().ok() };
+    let pressure_us = v2
+        .then(|| root.read_opt(&format!("{rel}/memory.pressure")))
+        .flatten()
+        .and_then(|t| some_total(&t));
     let (limit, usage, hits, oom_kills) = if v2 {
         // `max` (no limit) does not parse.
         let limit = [num("memory.high"), num("memory.max")].into_iter().flatten().min()?;
@@ -93,7 +108,15 @@ fn read_limit(root: &Root, dir: &str, v2: bool) -> Option<MemoryLimit> {
         usage,
         hits,
         oom_kills,
+        pressure_us,
     })
+}
+
+/// The `total=` of a pressure file's `some` line (`some avg10=0.00 avg60=0.00 avg300=0.00
+/// total=1234`).
+fn some_total(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace().find_map(|w| w.strip_prefix("total=")?.parse().ok())
 }
 
 /// The value of `key` in a file of `key value` lines (memory.events, memory.oom_control).
@@ -146,7 +169,8 @@ mod tests {
                 limit: 67_108_864,
                 usage: 67_000_000,
                 hits: 1234,
-                oom_kills: 2
+                oom_kills: 2,
+                pressure_us: None
             }]
         );
         write(
@@ -163,6 +187,7 @@ mod tests {
             "sys/fs/cgroup/pod/memory.events",
             "low 0\nhigh 40\nmax 3\noom 1\noom_kill 1\n",
         );
+        write(d.path(), "sys/fs/cgroup/pod/memory.pressure", "some avg10=1.00 avg60=0.50 avg300=0.10 total=250000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1000\n");
         write(d.path(), "sys/fs/cgroup/memory.max", "max\n");
         let v2 = memory_limits(&root, 8);
         assert_eq!(v2.len(), 1, "{v2:?}");
