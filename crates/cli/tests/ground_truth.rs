@@ -1155,6 +1155,65 @@ fn python_on_a_port(script: &str) -> (Kill, String) {
     (child, format!("http://127.0.0.1:{}/", port.trim()))
 }
 
+/// A Python server (http.server, a thread per connection) that answers each request after
+/// `spin` rounds of pure-Python arithmetic and `sleep_ms` of sleep; it prints its port.
+fn python_working(spin: u32, sleep_ms: u32) -> (Kill, String) {
+    python_on_a_port(&format!(
+        r#"
+import time
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+    return s
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        body = b"%d\n" % work({spin})
+        time.sleep({sleep_ms} / 1000)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.request_queue_size = 64
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#
+    ))
+}
+
+/// A server whose threads take turns on one CPU: Python's http.server, a thread for each of 8
+/// connections, each request some 1.5 ms of pure-Python work under the interpreter's global
+/// lock. Its threads use one CPU's worth, steadily, with the other CPU half idle; it was
+/// `latency-bound: ... more requests in flight` (they only queue at the lock). The headline
+/// is the server, held by its serialization, with more processes as the remedy. The same
+/// server sleeping 10 ms for each request (its CPU far from one) is not called serialized.
+#[test]
+fn a_server_serialized_by_a_global_lock_is_bound_at_one_cpu() {
+    let _one = one_at_a_time();
+    let (server, url) = python_working(20_000, 0);
+    for i in 0..runs() {
+        let v = short_bench(&url, loops(i).1, &["-c", "8"]);
+        let f = findings(&v);
+        assert_eq!(f[0]["name"], "server-bound", "the headline: {f:#?}");
+        let c = &f[0]["cause"];
+        assert_eq!((c["side"].as_str(), c["held"].as_str()), (Some("server"), Some("serial")));
+        assert!(f[0]["remedy"].as_str().unwrap().starts_with("more processes"), "{}", f[0]);
+        assert!(text_of(&f[0]).contains("one at a time"), "{}", f[0]);
+        none_of(&f, &["latency-bound", "client-bound"]);
+    }
+    drop(server);
+    let (_sleepy, url) = python_working(1_000, 10);
+    let v = short_bench(&url, "epoll", &["-c", "8"]);
+    let f = findings(&v);
+    assert!(f.iter().all(|x| x["cause"]["held"] != "serial"), "{f:#?}");
+}
+
 /// A Python server (http.server, threads) that writes each response's head and body in two
 /// calls, Nagle on or off, sleeping `sleep_ms` first; it prints its port when ready.
 fn python_server(nagle: bool, sleep_ms: u32) -> (Kill, String) {

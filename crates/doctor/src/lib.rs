@@ -266,9 +266,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "server-bound",
-        catches: "the server is saturated: its threads, its cgroup's CPU quota, or its CPUs full of other work (the headline says which); the rate is what it could get",
-        threshold: "a server process at 85% or more of the CPUs its busy threads may use (or of its cgroup's CPU quota when smaller), or those CPUs at 85% busy or more; the generator not saturated",
-        remedy: "by what held it: more server workers on idle CPUs; the CPU limit lifted or raised; the other work moved off its CPUs",
+        catches: "the server is saturated: its threads, its threads taking turns on one CPU (a global lock), its cgroup's CPU quota, or its CPUs full of other work (the headline says which); the rate is what it could get",
+        threshold: "a server process at 85% or more of the CPUs its busy threads may use (or of its cgroup's CPU quota when smaller), or two busy threads or more using one CPU's worth (within 10%, every interval within 20%) with two CPUs or more to run on, or those CPUs at 85% busy or more; the generator not saturated",
+        remedy: "by what held it: more server workers on idle CPUs; more processes, not threads, for a global lock; the CPU limit lifted or raised; the other work moved off its CPUs",
     },
     Rule {
         name: "cpu-throttled",

@@ -55,6 +55,12 @@ pub struct ProcSummary {
     pub busy_threads: usize,
     /// cpu / the CPUs it could use (busy threads, capped by their affinity).
     pub busy_ratio: f64,
+    /// Its threads took turns on one CPU: two busy threads or more, CPUs to run more of them
+    /// at once, and one CPU's worth in all, steadily (every interval of half a second or more
+    /// within [`SERIAL_BAND`] of one CPU): a lock held across the work (a global interpreter
+    /// lock, a global mutex) lets one run at a time. Servers only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub serial: bool,
     /// The CPUs its busy threads may run on (all its threads' when none was busy); None when
     /// the affinities could not be read.
     pub cpus: Option<CpuSet>,
@@ -724,6 +730,14 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         Some(f(last.io.as_ref()?).saturating_sub(f(first.io.as_ref()?)))
     };
     let reach = cpus.as_ref().map(CpuSet::len).or(last.allowed.as_ref().map(CpuSet::len));
+    // Each interval's CPU of the process, with its length.
+    let intervals: Vec<(f64, f64)> = seen
+        .windows(2)
+        .map(|w| {
+            let t = (w[1].0.at - w[0].0.at).as_secs_f64().max(1e-9);
+            (t, w[1].1.ticks.saturating_sub(w[0].1.ticks) as f64 / hz / t)
+        })
+        .collect();
     let throttling = qpslab_sys::cgroup::throttling(&first.cpu_limits, &last.cpu_limits);
     // A quota caps what the process can use as surely as its affinity: a process held to
     // 0.2 CPUs is saturated at 0.2.
@@ -745,6 +759,7 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         busiest_thread: used.iter().map(|u| u.0).fold(0.0, f64::max),
         busy_threads: busy.len(),
         busy_ratio: cpu / capacity,
+        serial: serial(role, cpu, busy.len(), reach, &intervals),
         cpus,
         cpus_busy,
         open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
@@ -788,6 +803,31 @@ fn pool(last: &ProcSample, used: impl Iterator<Item = (u32, f64)>) -> Vec<f64> {
 /// A thread that used at least this much CPU (in CPUs) over the window counts as busy.
 pub const BUSY_THREAD: f64 = 0.1;
 
+/// How far from one CPU a serialized process's use may be, over the window and in each
+/// interval ([`ProcSummary::serial`]).
+pub const SERIAL_BAND: f64 = 0.1;
+
+/// Whether a server's threads took turns on one CPU ([`ProcSummary::serial`]): `cpu` over the
+/// window, `busy` threads, the CPUs they may `reach`, and each interval's CPU of the process
+/// with its length in seconds.
+fn serial(
+    role: Role,
+    cpu: f64,
+    busy: usize,
+    reach: Option<usize>,
+    intervals: &[(f64, f64)],
+) -> bool {
+    let near_one = |c: f64| (c - 1.0).abs() <= SERIAL_BAND;
+    let long: Vec<f64> =
+        intervals.iter().filter(|(secs, _)| *secs >= 0.5).map(|(_, c)| *c).collect();
+    role == Role::Server
+        && busy >= 2
+        && reach.is_some_and(|r| r >= 2)
+        && near_one(cpu)
+        && long.len() >= 2
+        && long.iter().all(|c| (c - 1.0).abs() <= 2.0 * SERIAL_BAND)
+}
+
 /// The union of the threads' affinities; None when any is unknown.
 fn thread_cpus(threads: Vec<&(f64, Option<&CpuSet>)>) -> Option<CpuSet> {
     let mut all = CpuSet::new();
@@ -821,5 +861,26 @@ fn interval_row(a: &Sample, b: &Sample, roles: &BTreeMap<u32, Role>, hz: f64) ->
         pps,
         server_cpu: side(Role::Server),
         client_cpu: side(Role::Client),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One CPU's worth over threads that could run at once, every interval: serialized. One
+    /// thread, one CPU to run on, a generator, a swing that averages one, or a short last
+    /// interval's noise decide otherwise (the last ignored).
+    #[test]
+    fn threads_taking_turns_on_one_cpu_are_serial() {
+        let steady = [(1.0, 0.98), (1.0, 1.03), (1.0, 0.99), (0.04, 0.5)];
+        assert!(serial(Role::Server, 1.0, 8, Some(2), &steady));
+        assert!(!serial(Role::Server, 1.0, 1, Some(2), &steady), "one thread");
+        assert!(!serial(Role::Server, 1.0, 8, Some(1), &steady), "one CPU to run on");
+        assert!(!serial(Role::Client, 1.0, 8, Some(2), &steady), "a generator");
+        assert!(!serial(Role::Server, 1.3, 8, Some(2), &steady), "more than one CPU");
+        let swing = [(1.0, 1.6), (1.0, 0.4), (1.0, 1.0)];
+        assert!(!serial(Role::Server, 1.0, 8, Some(2), &swing), "a swing");
+        assert!(!serial(Role::Server, 1.0, 8, Some(2), &[(1.0, 1.0)]), "one interval");
     }
 }

@@ -454,6 +454,8 @@ impl<'a> Sides<'a> {
 enum Held {
     /// Its threads used all the CPUs they may run on.
     Own,
+    /// Its threads took turns on one CPU, others idle ([`ProcSummary::serial`]).
+    Serial,
     /// It used all of its cgroup's CPU quota.
     Quota,
     /// Its CPUs were full, mostly with work not its own.
@@ -462,7 +464,10 @@ enum Held {
 
 /// A process whose busy threads use all the CPU they may have: their CPUs, or its quota.
 fn held_own(p: &ProcSummary) -> Option<Held> {
-    (p.busy_ratio >= SATURATED).then(|| if p.quota_bound() { Held::Quota } else { Held::Own })
+    if p.busy_ratio >= SATURATED {
+        return Some(if p.quota_bound() { Held::Quota } else { Held::Own });
+    }
+    p.serial.then_some(Held::Serial)
 }
 
 /// How a side is held, judged as a whole (a proxy and the application behind it, a master and
@@ -689,6 +694,9 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
         (None, None) => return None,
     };
     let mut evidence = sides.evidence(server_first);
+    if server == Some(Held::Serial) {
+        evidence.extend(serial_evidence(s, sides));
+    }
     // More workers need CPU to run on: the remedy says so only when the CPUs the server may
     // use had some idle, whoever shares them.
     let remedy = if name == "server-bound" && server == Some(Held::Own) {
@@ -716,6 +724,7 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
     let held = match held {
         Some(Held::Quota) => "quota",
         Some(Held::Cpus) => "cpus",
+        Some(Held::Serial) => "serial",
         _ => "own",
     };
     Some(Finding {
@@ -726,6 +735,28 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
         remedy,
         cause: Some(Cause::Saturated { side: side.into(), held: held.into() }),
     })
+}
+
+/// What shows a serialized server: its threads' shares, each interval at one CPU, and the
+/// idle CPU beside it.
+fn serial_evidence(s: &Summary, sides: &Sides) -> Option<String> {
+    let p = sides.servers.iter().find(|p| p.serial)?;
+    let per: Vec<String> = s
+        .intervals
+        .iter()
+        .filter(|i| i.t_s > 0.0)
+        .map(|i| format!("{:.2}", i.server_cpu))
+        .collect();
+    let idle = headroom(s, sides).map_or(0.0, |(_, idle)| idle);
+    Some(format!(
+        "{} (pid {}): {:.2} CPUs over {} busy threads, the busiest {:.2}; the server's CPU each interval {}; {idle:.2} CPUs idle where it may run: its threads wanted the CPU, one at a time",
+        p.comm,
+        p.pid,
+        p.cpu,
+        p.busy_threads,
+        p.busiest_thread,
+        per.join(", ")
+    ))
 }
 
 /// Idle CPU in which more workers can help: a third of a CPU (one more gunicorn worker on two
@@ -747,6 +778,10 @@ fn server_bound(h: Held) -> (&'static str, &'static str) {
             "the server's threads are saturated: the rate is what this server configuration can do",
             "give the server more workers on idle CPUs (`qpslab serve -w`, nginx worker_processes), or move interrupt work off its CPUs (`qpslab tune plan`)",
         ),
+        Held::Serial => (
+            "the server's threads take turns on one CPU: together they used one CPU's worth, steadily, with CPUs idle beside them, so a lock held across the work (a global interpreter lock, a global mutex) lets one run at a time: the server is saturated at one CPU",
+            "more processes, not threads: worker processes (gunicorn --workers, uWSGI processes, Node cluster, one server per CPU behind SO_REUSEPORT), or a runtime or code without the global lock; more connections only queue at the lock",
+        ),
         Held::Quota => (
             "the server used all of its cgroup's CPU quota: the rate is what that quota allows",
             "lift or raise the server's CPU limit (cpu-throttled names its cgroup); more workers under the same quota share the same CPU time",
@@ -761,7 +796,8 @@ fn server_bound(h: Held) -> (&'static str, &'static str) {
 /// The client-bound headline and its remedy, by what held the generator.
 fn client_bound(h: Held) -> (&'static str, &'static str) {
     match h {
-        Held::Own => (
+        // Only a server is judged serialized; a generator's own saturation reads the same.
+        Held::Own | Held::Serial => (
             "the load generator is saturated while the server has headroom: this measures the client, not the server",
             "add generator threads (`qpslab load -t`) on free CPUs, or more client machines",
         ),
