@@ -1187,6 +1187,53 @@ s.serve_forever()
     ))
 }
 
+/// Python's http.server as it comes (HTTP/1.0: it closes the connection after each response),
+/// its listen backlog raised to 128, 8 kept-alive connections asked: every request reconnects.
+/// The doctor says the server does not keep connections alive, and the connections out of
+/// service as its consequence (it was "connections-out-of-service ... check what the server
+/// can hold"). The same server speaking HTTP/1.1 is not told so.
+#[test]
+fn a_server_that_closes_after_each_response_is_no_keep_alive() {
+    let _one = one_at_a_time();
+    let server = |protocol: &str| {
+        python_on_a_port(&format!(
+            r#"
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+class H(BaseHTTPRequestHandler):
+    protocol_version = "{protocol}"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+    def log_message(self, *a):
+        pass
+class S(ThreadingHTTPServer):
+    request_queue_size = 128
+s = S(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#
+        ))
+    };
+    let (closing, url) = server("HTTP/1.0");
+    for i in 0..runs() {
+        let f = findings(&short_bench(&url, loops(i).1, &["-c", "8"]));
+        let k = named(&f, "no-keep-alive").unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(k["severity"], "warning", "{k}");
+        let per = k["cause"]["per_response"].as_f64().unwrap();
+        assert!((0.9..1.1).contains(&per), "{k}");
+        if let Some(o) = named(&f, "connections-out-of-service") {
+            assert_eq!(o["severity"], "info", "{o}");
+        }
+        no_warnings_but(&f, &["no-keep-alive", "shared-cpus", "cpu-contention"]);
+    }
+    drop(closing);
+    let (_kept, url) = server("HTTP/1.1");
+    none_of(&findings(&short_bench(&url, "epoll", &["-c", "8"])), &["no-keep-alive"]);
+}
+
 /// A server whose threads take turns on one CPU: Python's http.server, a thread for each of 8
 /// connections, each request some 1.5 ms of pure-Python work under the interpreter's global
 /// lock. Its threads use one CPU's worth, steadily, with the other CPU half idle; it was

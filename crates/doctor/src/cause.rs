@@ -114,6 +114,9 @@ pub enum Cause {
     WorkerImbalance { workers: u64, busiest: f64, others: f64, connections: u64 },
     /// Full TLS handshakes, this many per response (and `resumed` ones in the window).
     TlsHandshakes { per_response: f64, resumed: u64 },
+    /// The server closed the connection after most responses of a kept-alive run:
+    /// `per_response` reconnects a response.
+    KeepAliveOff { per_response: f64 },
     /// The server counted more requests than the run sent: `share` of them were other
     /// clients' (nginx's stub_status).
     OtherTraffic { share: f64, server_per_s: f64, run_per_s: f64 },

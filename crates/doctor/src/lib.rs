@@ -13,6 +13,7 @@ mod disk;
 pub mod exam;
 pub mod explain;
 mod handshakes;
+mod keepalive;
 mod kernel;
 mod losses;
 mod network;
@@ -331,6 +332,12 @@ pub const RULES: &[Rule] = &[
         remedy: "a larger memory limit (docker --memory, Kubernetes resources.limits.memory, systemd MemoryMax=), or a working set that fits in it",
     },
     Rule {
+        name: "no-keep-alive",
+        catches: "the server closed the connection after most responses of a run that keeps connections alive: each request paid a TCP handshake and the server's accept, and the run measured a connection per request",
+        threshold: "0.5 reconnects a response or more, not after errors (failed requests under half the reconnects), without --conn-per-request; the connections out of service it leaves are said as its consequence",
+        remedy: "keep connections alive on the server (HTTP/1.1, no Connection: close, nginx keepalive_timeout above 0), or measure it on purpose with --conn-per-request",
+    },
+    Rule {
         name: "other-traffic",
         catches: "nginx served requests the run did not send: other clients shared the server, and the rate measured is the part they left (the run is marked disturbed)",
         threshold: "nginx's stub_status counted 50 requests/s or more beyond the run's responses, and 20% of its requests or more (not when nginx proxies to its own ports)",
@@ -608,6 +615,7 @@ pub fn diagnose(
     server::nginx(summary, ctx, &explanation, &mut out);
     server_log::finding(ctx, summary.cpus.len(), &mut out);
     stub::other_traffic(ctx, &mut out);
+    keepalive::closes_each(ctx, &mut out);
     kernel::memory_limit(summary, &mut out);
     disk::disk_wait(summary, ctx, &explanation, &mut out);
     tcp::delayed_ack(samples, ctx, &mut out);
@@ -621,7 +629,7 @@ pub fn diagnose(
     rules::ports(host, summary, ctx, &mut out);
     kernel::limits(host, summary, ctx, &mut out);
     timers::kernel_timers(summary, ctx, &explanation, &mut out);
-    consequences(&mut out);
+    consequences(ctx, &mut out);
     debug_assert!(
         out.iter().all(|f| f.cause.is_some()),
         "a finding without a typed cause: {:?}",
@@ -686,7 +694,8 @@ pub(crate) fn host_settings(name: &str) -> Option<Cause> {
 /// A connection limit of the server's makes the queue findings its consequence: nginx out of
 /// worker connections leaves the rest in its accept queue (which overflows, and SYNs wait) or
 /// closes idle ones, so connections are out of service; raising somaxconn would not help.
-fn consequences(out: &mut [Finding]) {
+fn consequences(ctx: &Context, out: &mut [Finding]) {
+    keep_alive_consequences(ctx, out);
     let Some(limit) = out
         .iter()
         .find(|f| matches!(f.cause, Some(Cause::WorkerConnections { .. })))
@@ -706,6 +715,27 @@ fn consequences(out: &mut [Finding]) {
         f.evidence.push("nginx had no worker connection left for the others: they waited in its listen queue, or it closed idle ones to make room".into());
         f.remedy = "none of its own: nginx's worker_connections (the headline)".into();
         f.cause = Some(limit.clone());
+    }
+}
+
+/// Connections out of service while the server closed them after each response: the
+/// reconnecting is the no-keep-alive's doing (unless some never got an answer).
+fn keep_alive_consequences(ctx: &Context, out: &mut [Finding]) {
+    if ctx.load.as_ref().is_some_and(|l| l.unanswered > 0) {
+        return;
+    }
+    let Some(c) = out
+        .iter()
+        .find(|f| matches!(f.cause, Some(Cause::KeepAliveOff { .. })))
+        .and_then(|f| f.cause.clone())
+    else {
+        return;
+    };
+    for f in out.iter_mut().filter(|f| f.name == "connections-out-of-service") {
+        f.severity = Severity::Info;
+        f.summary = format!("a consequence, not a cause: {}", f.summary);
+        f.remedy = "none of its own: the server's keep-alive (no-keep-alive)".into();
+        f.cause = Some(c.clone());
     }
 }
 
