@@ -741,15 +741,21 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
 /// idle CPU beside it.
 fn serial_evidence(s: &Summary, sides: &Sides) -> Option<String> {
     let p = sides.servers.iter().find(|p| p.serial)?;
+    // Each interval of half a second or more (the stop's short one is noise of ticks).
+    let mut before = 0.0;
     let per: Vec<String> = s
         .intervals
         .iter()
-        .filter(|i| i.t_s > 0.0)
+        .filter(|i| {
+            let long = i.t_s - before >= 0.5;
+            before = i.t_s;
+            long
+        })
         .map(|i| format!("{:.2}", i.server_cpu))
         .collect();
     let idle = headroom(s, sides).map_or(0.0, |(_, idle)| idle);
     Some(format!(
-        "{} (pid {}): {:.2} CPUs over {} busy threads, the busiest {:.2}; the server's CPU each interval {}; {idle:.2} CPUs idle where it may run: its threads wanted the CPU, one at a time",
+        "{} (pid {}): {:.2} CPUs over {} busy threads, the busiest {:.2}; the server's CPU each interval of the window {}; {idle:.2} CPUs idle where it may run: its threads wanted the CPU, one at a time",
         p.comm,
         p.pid,
         p.cpu,
