@@ -454,20 +454,23 @@ impl Drop for Kill {
 
 /// Starts `python3 -c SCRIPT` in the namespace and waits for its `ready` line.
 fn python_in(ns: &Netns, script: &str) -> Kill {
-    let mut child = Kill(
+    ready(
         Command::new("ip")
             .args(["netns", "exec", &ns.name, "python3", "-c", script])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut ready = String::new();
+            .stdout(Stdio::piped()),
+    )
+}
+
+/// Spawns `c` (its stdout piped) and waits for its `ready` line.
+fn ready(c: &mut Command) -> Kill {
+    let mut child = Kill(c.spawn().unwrap());
+    let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
-        &mut ready,
+        &mut line,
     )
     .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    assert_eq!(line.trim(), "ready");
     child
 }
 
@@ -683,25 +686,15 @@ fn a_server_at_its_cgroups_memory_limit_reads_again_what_it_evicts() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let start = |cg: &Cgroup| {
         let join = format!("echo $$ > {}/cgroup.procs && ", cg.dir.display());
-        let mut child = Kill(
+        ready(
             Command::new("sh")
                 .arg("-c")
                 .arg(format!("{join}exec python3 -c \"$0\" \"$@\""))
                 .arg(READS_A_LARGE_FILE)
                 .arg(port.to_string())
                 .arg(&file)
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        let mut ready = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
-            &mut ready,
+                .stdout(Stdio::piped()),
         )
-        .unwrap();
-        assert_eq!(ready.trim(), "ready");
-        child
     };
     let url = format!("http://127.0.0.1:{port}/");
     let server = start(&cg);

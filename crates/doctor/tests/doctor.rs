@@ -1987,6 +1987,13 @@ fn connections_nginx_accepted_and_closed_are_its_connection_limit() {
     assert!(named(&run.findings_with(&ctx(0)), "server-connection-limit").is_none());
 }
 
+/// Writes `text` at `rel` under `dir`, making its directories.
+fn write_at(dir: &std::path::Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
 /// A server's cgroup memory limit (a fixture's v1 memory cgroup): hit with an OOM kill in the
 /// window, critical; hit without reads from storage or memory waits, info; never hit, not
 /// said.
@@ -1996,11 +2003,7 @@ fn a_cgroup_memory_limit_is_named_by_its_hits_and_kills() {
         let mut run = Run::new(Shape::small_virtio());
         let dir = run.dir.path().to_path_buf();
         write_process(&dir, 700, "app", &[(700, 0)], 10, 1024).unwrap();
-        let w = |rel: &str, t: &str| {
-            let p = dir.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, t).unwrap();
-        };
+        let w = |rel: &str, t: &str| write_at(&dir, rel, t);
         w(
             "proc/700/mountinfo",
             "31 30 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
@@ -2051,11 +2054,7 @@ fn a_v2_cgroups_own_memory_waits_make_its_limit_a_warning() {
     let mut run = Run::new(Shape::small_virtio());
     let dir = run.dir.path().to_path_buf();
     write_process(&dir, 700, "app", &[(700, 0)], 10, 1024).unwrap();
-    let w = |rel: &str, t: &str| {
-        let p = dir.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, t).unwrap();
-    };
+    let w = |rel: &str, t: &str| write_at(&dir, rel, t);
     w("proc/700/mountinfo", "35 24 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     w("proc/700/cgroup", "0::/pod\n");
     w("sys/fs/cgroup/pod/memory.max", "134217728\n");
