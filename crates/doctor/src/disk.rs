@@ -7,7 +7,7 @@
 //! the host's I/O pressure (PSI) are the evidence.
 
 use super::explain::{fmt_ms, Explanation};
-use super::summary::{pct, DiskRate, Summary};
+use super::summary::{pct, DiskRate, ProcSummary, Summary};
 use super::{Cause, Context, Finding, Severity};
 use qpslab_host::sample::Role;
 
@@ -101,17 +101,11 @@ pub(super) fn disk_wait(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut 
     }
     let name = device.map(|(d, _)| d.name.clone());
     let share = at_disk.unwrap_or(blocked_share);
-    // A server that reads more than it writes, in a cgroup at its memory limit, reads again
-    // what the limit evicted: the limit is the cause, the disk its consequence.
     let read: u64 = servers.iter().map(|p| p.storage_read.unwrap_or(0)).sum();
-    let limit = out.iter().find(|f| {
-        matches!(&f.cause, Some(Cause::MemoryLimit { pid, hits, .. })
-            if *hits > 0 && servers.iter().any(|p| p.pid == *pid))
-    });
-    let evicted = (read * 2 >= moved).then_some(limit).flatten();
+    let evicted = evicted_by(out, &servers, read, moved);
     let at = name.as_deref().unwrap_or("a block device");
     let f = match evicted {
-        Some(l) => Finding {
+        Some(cause) => Finding {
             name: "disk-wait",
             severity: Severity::Info,
             summary: format!(
@@ -120,7 +114,7 @@ pub(super) fn disk_wait(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut 
             ),
             evidence,
             remedy: "none of its own: the cgroup's memory limit (memory-limit)".into(),
-            cause: l.cause.clone(),
+            cause: Some(cause),
         },
         None => Finding {
             name: "disk-wait",
@@ -135,4 +129,20 @@ pub(super) fn disk_wait(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut 
         },
     };
     out.push(f);
+}
+
+/// The memory limit a server's reads come from: when it reads more than it writes (`read` of
+/// the `moved` bytes) in a cgroup at its memory limit, it reads again what the limit evicted,
+/// and the limit's cause is the disk wait's.
+fn evicted_by(out: &[Finding], servers: &[&ProcSummary], read: u64, moved: u64) -> Option<Cause> {
+    if read * 2 < moved {
+        return None;
+    }
+    out.iter()
+        .filter_map(|f| f.cause.as_ref())
+        .find(|c| {
+            matches!(c, Cause::MemoryLimit { pid, hits, .. }
+                if *hits > 0 && servers.iter().any(|p| p.pid == *pid))
+        })
+        .cloned()
 }

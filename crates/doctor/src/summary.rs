@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use qpslab_host::cpuset::CpuSet;
-use qpslab_host::links::ns_suffix;
 use qpslab_host::parse::IfCounters;
 use qpslab_host::sample::{NetCounters, ProcSample, Role, Sample};
 
@@ -418,14 +417,7 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
         .collect();
     tcp.insert("RetransSegs".into(), last.retrans_segs - first.retrans_segs);
     tcp.insert("OutSegs".into(), last.out_segs - first.out_segs);
-    // The followed servers' namespaces (containers): their side of the path counts there.
-    for (a, b, _) in namespaces(samples) {
-        for (k, v) in &b.tcpext {
-            *tcp.entry(k.clone()).or_default() += v - a.tcpext.get(k).copied().unwrap_or(0);
-        }
-        *tcp.entry("RetransSegs".into()).or_default() += b.retrans_segs - a.retrans_segs;
-        *tcp.entry("OutSegs".into()).or_default() += b.out_segs - a.out_segs;
-    }
+    add_namespaces(samples, &mut tcp);
     let in_namespaces = |s: &Sample, f: fn(&qpslab_host::parse::SockStat) -> u64| {
         f(&s.sockstat) + s.namespaces.iter().map(|n| f(&n.sockstat)).sum::<u64>()
     };
@@ -609,6 +601,18 @@ impl Summary {
     }
 }
 
+/// Adds to `tcp` the counters' deltas of the followed processes' namespaces (a container's, a
+/// load's): their side of the path counts there.
+fn add_namespaces(samples: &[Sample], tcp: &mut BTreeMap<String, i64>) {
+    for (a, b, _) in namespaces(samples) {
+        for (k, v) in &b.tcpext {
+            *tcp.entry(k.clone()).or_default() += v - a.tcpext.get(k).copied().unwrap_or(0);
+        }
+        *tcp.entry("RetransSegs".into()).or_default() += b.retrans_segs - a.retrans_segs;
+        *tcp.entry("OutSegs".into()).or_default() += b.out_segs - a.out_segs;
+    }
+}
+
 /// The namespaces of followed processes read at two samples or more: each one's counters at
 /// its first and last reading, and the seconds between them. A load started by the doctor
 /// enters its namespace after the window's first sample, and may leave before its last.
@@ -631,12 +635,12 @@ fn namespaces(samples: &[Sample]) -> impl Iterator<Item = (&NetCounters, &NetCou
 
 /// Each interface's rates over the window: ours, then those of the followed processes'
 /// namespaces (over the time they were read), named with their side's suffix
-/// ([`ns_suffix`]).
+/// ([`Role::ns_suffix`]).
 fn if_rates(samples: &[Sample], secs: f64) -> Vec<IfRate> {
     let (Some(a), Some(b)) = (samples.first(), samples.last()) else { return Vec::new() };
     let mut v = dev_rates(&a.dev, &b.dev, "", secs);
     for (x, y, t) in namespaces(samples) {
-        v.extend(dev_rates(&x.dev, &y.dev, ns_suffix(y.role), t));
+        v.extend(dev_rates(&x.dev, &y.dev, y.role.ns_suffix(), t));
     }
     v
 }
@@ -730,14 +734,6 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         Some(f(last.io.as_ref()?).saturating_sub(f(first.io.as_ref()?)))
     };
     let reach = cpus.as_ref().map(CpuSet::len).or(last.allowed.as_ref().map(CpuSet::len));
-    // Each interval's CPU of the process, with its length.
-    let intervals: Vec<(f64, f64)> = seen
-        .windows(2)
-        .map(|w| {
-            let t = (w[1].0.at - w[0].0.at).as_secs_f64().max(1e-9);
-            (t, w[1].1.ticks.saturating_sub(w[0].1.ticks) as f64 / hz / t)
-        })
-        .collect();
     let throttling = qpslab_sys::cgroup::throttling(&first.cpu_limits, &last.cpu_limits);
     // A quota caps what the process can use as surely as its affinity: a process held to
     // 0.2 CPUs is saturated at 0.2.
@@ -759,7 +755,7 @@ fn proc_summary(samples: &[&Sample], pid: u32, role: Role, hz: f64) -> Option<Pr
         busiest_thread: used.iter().map(|u| u.0).fold(0.0, f64::max),
         busy_threads: busy.len(),
         busy_ratio: cpu / capacity,
-        serial: serial(role, cpu, busy.len(), reach, &intervals),
+        serial: serial(role, cpu, busy.len(), reach, &interval_cpus(&seen, hz)),
         cpus,
         cpus_busy,
         open_fds: seen.iter().filter_map(|(_, p)| p.open_fds).max(),
@@ -802,6 +798,17 @@ fn pool(last: &ProcSample, used: impl Iterator<Item = (u32, f64)>) -> Vec<f64> {
 
 /// A thread that used at least this much CPU (in CPUs) over the window counts as busy.
 pub const BUSY_THREAD: f64 = 0.1;
+
+/// Each interval's CPU of a process seen at these samples, with the interval's length in
+/// seconds.
+fn interval_cpus(seen: &[(&Sample, &ProcSample)], hz: f64) -> Vec<(f64, f64)> {
+    seen.windows(2)
+        .map(|w| {
+            let t = (w[1].0.at - w[0].0.at).as_secs_f64().max(1e-9);
+            (t, w[1].1.ticks.saturating_sub(w[0].1.ticks) as f64 / hz / t)
+        })
+        .collect()
+}
 
 /// How far from one CPU a serialized process's use may be, over the window and in each
 /// interval ([`ProcSummary::serial`]).

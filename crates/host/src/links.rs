@@ -90,14 +90,6 @@ pub const SERVER_NS: &str = " (the server's namespace)";
 /// The same of the followed generator's (a load run with `ip netns exec`).
 pub const GENERATOR_NS: &str = " (the generator's namespace)";
 
-/// The suffix that names the interfaces of a namespace a process of `role` lives in.
-pub fn ns_suffix(role: crate::sample::Role) -> &'static str {
-    match role {
-        crate::sample::Role::Server => SERVER_NS,
-        crate::sample::Role::Client => GENERATOR_NS,
-    }
-}
-
 /// The qdiscs of `pid`'s network namespace (one other than ours), dumped from a thread that
 /// joined it, each interface named with `suffix`. Empty when it cannot be joined.
 pub fn namespace_qdiscs(pid: u32, suffix: &'static str) -> Vec<IfQdisc> {

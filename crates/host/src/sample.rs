@@ -17,6 +17,17 @@ pub enum Role {
     Client,
 }
 
+impl Role {
+    /// The suffix that names the interfaces of a namespace a process of this side lives in
+    /// ([`crate::links::SERVER_NS`], [`crate::links::GENERATOR_NS`]).
+    pub fn ns_suffix(self) -> &'static str {
+        match self {
+            Role::Server => crate::links::SERVER_NS,
+            Role::Client => crate::links::GENERATOR_NS,
+        }
+    }
+}
+
 /// A process the doctor follows (all its threads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watch {
@@ -645,7 +656,7 @@ fn links(root: &Root, foreign: &[Foreign]) -> crate::links::Links {
     let mut l = crate::links::read(root);
     if crate::is_live(root.dir()) {
         for f in foreign {
-            l.qdiscs.extend(crate::links::namespace_qdiscs(f.pid, crate::links::ns_suffix(f.role)));
+            l.qdiscs.extend(crate::links::namespace_qdiscs(f.pid, f.role.ns_suffix()));
         }
     }
     l
