@@ -269,20 +269,22 @@ pub struct ClimbArgs {
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true, requires = "server_config")]
     pub server_threads: usize,
 
-    /// Let the climb change this host's settings where a finding names one (a sysctl, an
-    /// interface's RPS/RFS/XPS), journaled before each write as tune apply does, in force only
-    /// during the runs that measure it and reverted after each (`qpslab tune revert` undoes an
+    /// Let the climb change the server host's settings where a finding names one (a sysctl,
+    /// an interface's RPS/RFS/XPS): this host's, or with --server HOST that host's through its
+    /// agent; journaled before each write as tune apply does, in force only during the runs
+    /// that measure it and reverted after each (`qpslab tune revert` there undoes an
     /// interrupted one)
     #[arg(long)]
     pub apply_host: bool,
 
     /// With --apply-host: leave the host settings the climb kept in force at the end (the
-    /// journal stays for `qpslab tune revert`)
+    /// journal stays for `qpslab tune revert`; this host only: with --server, apply the
+    /// --state-file there)
     #[arg(long, requires = "apply_host")]
     pub keep: bool,
 
-    /// With --apply-host: the tune journal [default: /var/lib/qpslab/journal.json, or the
-    /// network namespace's own]
+    /// With --apply-host: the tune journal, on the host changed [default:
+    /// /var/lib/qpslab/journal.json, or the network namespace's own]
     #[arg(long, value_name = "FILE", requires = "apply_host")]
     pub journal: Option<std::path::PathBuf>,
 

@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use common::{json_of as json, qpslab_command, ServeChild};
+use common::{json_of as json, ns_settings as settings, qpslab_command, same, ServeChild};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -401,20 +401,6 @@ fn a_climb_stopped_mid_step_leaves_nginx_restored_or_restorable() {
     }
 }
 
-/// Every readable setting of network namespace `ns` that a host change could touch: its
-/// sysctls (`/proc/sys/net` is the namespace's own) and its interface's queue masks, one
-/// `path=value` line each.
-fn settings(ns: &str, dev: &str) -> String {
-    let script = format!(
-        "find /proc/sys/net /sys/class/net/{dev}/queues -type f 2>/dev/null | sort | \
-         while read f; do printf '%s=%s\\n' \"$f\" \"$(cat \"$f\" 2>/dev/null)\"; done"
-    );
-    let out = common::NsPair::run(ns, &["sh", "-c", &script]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(text.lines().count() > 100, "{text}");
-    text
-}
-
 /// The namespace rig: `qpslab serve` (one worker, CPU 1) in one namespace, the climb and its
 /// generator (CPU 0) in the other, a veth between, started from poor settings: one connection,
 /// and RPS off with all receive work on one CPU.
@@ -636,14 +622,6 @@ fn until_steered(rig: &Rig, limit: std::time::Duration) {
         assert!(std::time::Instant::now() < deadline, "RPS never on: {mask}");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-}
-
-/// Asserts two settings snapshots are equal, naming only the lines that differ.
-fn same(now: &str, before: &str, what: &str) {
-    let was: std::collections::BTreeSet<&str> = before.lines().collect();
-    let is: std::collections::BTreeSet<&str> = now.lines().collect();
-    let changed: Vec<_> = was.symmetric_difference(&is).collect();
-    assert!(changed.is_empty(), "{what}: settings differ: {changed:#?}");
 }
 
 /// `--server-config TEMPLATE:FILE --server-reload CMD` on a server of the user's own kind: the

@@ -177,6 +177,17 @@ impl<'a> ServerHost<'a> {
         self.call("tune-revert", ())
     }
 
+    /// Plans host settings there against the host as it is and checks they can be applied
+    /// (`tune-check`'s test): how many settings they would change (0: it has them already).
+    pub fn tune_plan(&mut self, c: &TuneCall) -> Result<usize, String> {
+        self.call("tune-plan", c)
+    }
+
+    /// Sysctls of that host (of its network namespace), by dotted name; None where absent.
+    pub fn sysctls(&mut self, names: &[String]) -> Result<Vec<Option<String>>, String> {
+        self.call("sysctls", names)
+    }
+
     /// The server host as `qpslab host --json` reads it, for a run's provenance.
     pub fn host_json(&mut self) -> Result<serde_json::Value, String> {
         self.call("host", ())
@@ -185,6 +196,54 @@ impl<'a> ServerHost<'a> {
     /// Closes the pipe: the agent stops what it started and exits.
     pub fn close(mut self) {
         self.session.close_all(Duration::from_secs(5));
+    }
+}
+
+/// Host settings while a run lasts: applied here, or on the server host through an agent that
+/// reverts them by itself if this process dies (its pipe closes). The sweep's variants and the
+/// climb's states hold theirs this way.
+#[derive(Debug)]
+pub enum InForce<'a> {
+    Here(Option<Applied>),
+    /// The server host, and whether settings were applied there.
+    There(ServerHost<'a>, bool),
+}
+
+impl<'a> InForce<'a> {
+    /// An agent on the server host, with `call`'s settings applied there when given (the
+    /// session stays open while the run lasts: closing it reverts them).
+    pub fn there(
+        fleet: &'a FleetOptions,
+        stop: &'a AtomicBool,
+        call: Option<&TuneCall>,
+    ) -> Result<InForce<'a>, String> {
+        let mut far = ServerHost::connect(fleet, stop).map_err(|e| e.to_string())?;
+        if let Some(c) = call {
+            if let Err(e) = far.tune_apply(c) {
+                let name = far.name.clone();
+                far.close();
+                return Err(format!("cannot apply its host settings on {name}: {e}"));
+            }
+        }
+        Ok(InForce::There(far, call.is_some()))
+    }
+
+    /// Reverts; Some(note) when a value someone else changed meanwhile was kept.
+    pub fn revert(self) -> Result<Option<String>, String> {
+        match self {
+            InForce::Here(applied) => Ok(applied.map(Applied::revert).transpose()?.flatten()),
+            InForce::There(far, false) => {
+                far.close();
+                Ok(None)
+            }
+            InForce::There(mut far, true) => {
+                let r = far.tune_revert().map_err(|e| {
+                    format!("cannot revert its host settings on {}: {e}; run `qpslab tune revert` there", far.name)
+                });
+                far.close();
+                r
+            }
+        }
     }
 }
 
@@ -295,6 +354,23 @@ impl HostAgent {
         }
     }
 
+    /// The number of settings `c` would change here now, checked as `tune-check` checks them.
+    /// No settings at all plan nothing (not tune's whole plan): a check of the rights alone.
+    fn tune_plan(c: &TuneCall) -> Result<usize, String> {
+        let root = Root::live();
+        let change = if c.tune.is_explicit() || c.tune.is_planned() {
+            hostset::host_change(&c.tune)?
+        } else {
+            hostset::HostChange::Explicit(qpslab_tune::Explicit::default())
+        };
+        let journal = qpslab_tune::journal_path(&root, c.journal.as_deref());
+        let host =
+            qpslab_host::Host::read(&root).map_err(|e| format!("cannot read the host: {e}"))?;
+        let plan = hostset::plan_for(&root, &host, &change)?;
+        hostset::check_plan(&plan, &journal)?;
+        Ok(plan.changes.len())
+    }
+
     fn tune(&mut self, c: TuneCall, apply: bool) -> Result<(), String> {
         let root = Root::live();
         let change = hostset::host_change(&c.tune)?;
@@ -335,6 +411,15 @@ impl HostSide for HostAgent {
             "diagnose" => out(self.diagnose(arg(method, params)?)?),
             "tune-check" => out(self.tune(arg(method, params)?, false)?),
             "tune-apply" => out(self.tune(arg(method, params)?, true)?),
+            "tune-plan" => out(Self::tune_plan(&arg(method, params)?)?),
+            "sysctls" => {
+                let names: Vec<String> = arg(method, params)?;
+                let root = Root::live();
+                out(names
+                    .iter()
+                    .map(|n| qpslab_host::host::read_sysctl(&root, n))
+                    .collect::<Vec<_>>())
+            }
             "tune-revert" => out(match self.applied.take() {
                 Some(a) => a.revert()?,
                 None => None,

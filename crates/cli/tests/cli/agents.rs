@@ -801,3 +801,69 @@ fn a_pool_goes_to_each_agent_once_by_digest() {
     assert_eq!(kept, 1, "kept once, by its digest");
     assert_eq!(run(), [0, 0], "the second run sends nothing");
 }
+
+/// `climb --server HOST --apply-host`: the server host's settings are the climb's, read,
+/// changed and reverted there through its agent and its journal. The server namespace's listen
+/// queues hold 2 connections (its own `net.core.somaxconn`); the built-in target the agent
+/// there starts for each run listens anew under the setting in force, and a connection per
+/// request from 32 at once overflows its queue. The doctor on the server host names the
+/// overflow; the climb reads the setting there (2, where this namespace has its own) and
+/// raises it there for the change's runs. Killed with the change in force, the climb leaves
+/// nothing: the agent, its pipe closed, reverts it. Run to its end, it keeps the change and
+/// every setting of the server namespace is byte-identical after, its journal gone.
+#[test]
+fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
+    let _alone = alone();
+    let lab = Lab::start();
+    let srv = lab.names[4].clone();
+    super::common::NsPair::run(&srv, &["sysctl", "-qw", "net.core.somaxconn=2"]);
+    let before = super::common::ns_settings(&srv, "eth0");
+    let journal = lab.dir.path().join("server-journal.json");
+    let somaxconn = || {
+        let out = super::common::NsPair::run(&srv, &["sysctl", "-n", "net.core.somaxconn"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let climb = |extra: &[&str]| {
+        let mut c = super::common::qpslab_command();
+        c.args(["climb", "--server", &lab.server_host, "--ssh", &lab.ssh, "--apply-host"])
+            .args(["--no-save", "--steps", "1", "--target", "builtin", "--conn-per-request"])
+            .args(["-c", "32", "-d", "2s", "--warmup", "200ms", "--budget", "150s"])
+            .arg("--journal")
+            .arg(&journal)
+            .args(extra);
+        c
+    };
+    let child = climb(&[]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while somaxconn() == "2" {
+        assert!(Instant::now() < deadline, "the change never came in force on the server host");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(journal.exists(), "journaled on the server host before the write");
+    // SAFETY: kill() on the PID of our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    let _ = child.wait_with_output().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while somaxconn() != "2" || journal.exists() {
+        assert!(Instant::now() < deadline, "not reverted by the server host's agent");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after kill -9");
+    let out = climb(&["--json", "--repeats", "5"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let step = &v["steps"][0];
+    let finding = step["finding"].as_str().unwrap();
+    assert!(["accept-queue-overflow", "syn-queue-full"].contains(&finding), "{v:#}");
+    assert_eq!(
+        step["knob"],
+        serde_json::json!({"knob": "sysctl", "name": "net.core.somaxconn", "from": "2", "to": "65535"}),
+        "{v:#}"
+    );
+    assert_eq!(step["verdict"], "kept", "{v:#}");
+    assert_eq!(v["host_settings"]["sysctl"]["net.core.somaxconn"], "65535", "{v:#}");
+    assert_eq!(v["host_settings_on"], lab.server_host.as_str(), "{v:#}");
+    super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after the climb");
+    assert!(!journal.exists(), "the server host's journal is gone");
+    assert!(lab.server_processes().is_empty(), "the server host's agents are gone");
+}

@@ -485,3 +485,25 @@ pub fn pool_server(conf: &std::path::Path, port: u16) -> std::process::Child {
     assert_eq!(ready.trim(), "ready");
     server
 }
+
+/// Every readable setting of network namespace `ns` that a host change could touch: its
+/// sysctls (`/proc/sys/net` is the namespace's own) and its interface's queue masks, one
+/// `path=value` line each.
+pub fn ns_settings(ns: &str, dev: &str) -> String {
+    let script = format!(
+        "find /proc/sys/net /sys/class/net/{dev}/queues -type f 2>/dev/null | sort | \
+         while read f; do printf '%s=%s\\n' \"$f\" \"$(cat \"$f\" 2>/dev/null)\"; done"
+    );
+    let out = NsPair::run(ns, &["sh", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.lines().count() > 100, "{text}");
+    text
+}
+
+/// Asserts two settings snapshots are equal, naming only the lines that differ.
+pub fn same(now: &str, before: &str, what: &str) {
+    let was: std::collections::BTreeSet<&str> = before.lines().collect();
+    let is: std::collections::BTreeSet<&str> = now.lines().collect();
+    let changed: Vec<_> = was.symmetric_difference(&is).collect();
+    assert!(changed.is_empty(), "{what}: settings differ: {changed:#?}");
+}

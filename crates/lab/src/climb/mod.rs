@@ -30,7 +30,7 @@ use serde::Serialize;
 pub use remedy::{Change, Knobs, Remedy};
 
 use crate::bench::{bench, BenchError, BenchOptions, BenchReport};
-use crate::kinds::{SysctlValue, TuneSpec};
+use crate::kinds::TuneSpec;
 use crate::record::{store_bench, InSweep, Provenance};
 
 /// How a climb runs.
@@ -168,6 +168,9 @@ pub struct Climb {
     /// The final state's host settings as `qpslab tune plan|apply --from FILE` reads them
     /// (what [`state_file`] writes): its sysctls and the interfaces whose steering it kept.
     pub host_settings: TuneSpec,
+    /// The host they were changed on (`this host`, or `--server`'s), with `--apply-host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_settings_on: Option<String>,
     /// Why the climb ended.
     pub ended: String,
     /// The sweep id its runs are stored under, when stored.
@@ -445,9 +448,20 @@ fn host_side(o: &ClimbOptions) -> Result<Option<host::HostSide>, ClimbError> {
             "--keep leaves host changes in force: it needs --apply-host".into(),
         ));
     }
-    o.apply_host
-        .then(|| host::HostSide::new(o.journal.as_deref()).map_err(ClimbError::Usage))
-        .transpose()
+    if !o.apply_host {
+        return Ok(None);
+    }
+    let remote = o.start.remote().map_err(|e| ClimbError::Usage(e.to_string()))?;
+    let side = match remote.server {
+        Some(_) if o.keep => {
+            return Err(ClimbError::Usage(
+                "--keep with --server: the server host's settings are reverted at the end; apply the final state there with `qpslab tune apply --from FILE` (--state-file)".into(),
+            ))
+        }
+        Some(fleet) => host::HostSide::server(fleet, o.journal.as_deref()),
+        None => host::HostSide::here(o.journal.as_deref()),
+    };
+    side.map(Some).map_err(ClimbError::Usage)
 }
 
 fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
@@ -514,13 +528,17 @@ fn pick(
     knobs.template_workers = state.template_workers;
     knobs.template_threads = state.template_threads;
     knobs.apply_host = host.is_some();
-    // A setting already changed in this state reads as its new value.
+    // A setting already changed in this state reads as its new value; the rest are read on
+    // the host they would change, all at once (there, one call).
+    let named = named_sysctls(&r.doctor.findings);
+    let values = host.map(|h| h.sysctls(&named)).unwrap_or_default();
     let sysctl = |name: &str| {
         let set = state.host.iter().rev().find_map(|c| match c {
             Change::Sysctl { name: n, to, .. } if n == name => Some(to.clone()),
             _ => None,
         });
-        set.or_else(|| host.and_then(|h| h.sysctl(name)))
+        let now = named.iter().position(|n| n == name).and_then(|i| values.get(i).cloned());
+        set.or(now.flatten())
     };
     let mut first_na = None;
     // What the doctor saw: the finding, and the rate explained in this state.
@@ -653,10 +671,8 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let last = Rps::of(&current.runs).unwrap_or(start);
     let kept_journal = match (&w.host, w.o.keep && !current.host.is_empty()) {
         (Some(h), true) => {
-            if let Some(applied) = h.apply(&current.host).map_err(ClimbError::Host)? {
-                applied.keep();
-            }
-            Some(h.journal.clone())
+            h.keep(&current.host).map_err(ClimbError::Host)?;
+            h.journal().map(std::path::Path::to_path_buf)
         }
         _ => None,
     };
@@ -668,6 +684,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         steps,
         plan: kept.iter().map(Change::flag).collect(),
         host_settings: tune_spec(&kept),
+        host_settings_on: w.host.as_ref().map(host::HostSide::name),
         ended,
         sweep: None,
         kept_journal,
@@ -702,13 +719,12 @@ fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Resul
     };
     let mut host = current.host.clone();
     if let (true, Some(h)) = (change.is_host(), &w.host) {
-        let plan = h.plan(std::slice::from_ref(change))?;
-        if plan.changes.is_empty() {
-            return Err(format!("{}: this host has it already", change.describe()));
+        if h.changes(std::slice::from_ref(change))? == 0 {
+            return Err(format!("{}: {} has it already", change.describe(), h.name()));
         }
         host.retain(|c| !c.same_knob(change));
         host.push(change.clone());
-        h.plan(&host)?;
+        h.changes(&host)?;
     }
     Ok(State {
         name: format!("step {n}: {}", change.describe()),
@@ -815,12 +831,22 @@ fn recheck(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<(f64, f64)>,
 
 /// The host changes among `kept` as a tune table.
 fn tune_spec(kept: &[Change]) -> TuneSpec {
-    let x = host::settings(kept);
-    TuneSpec {
-        sysctl: x.sysctl.into_iter().map(|(k, v)| (k, SysctlValue::Text(v))).collect(),
-        steer: x.steer,
-        ..TuneSpec::default()
+    host::spec(kept)
+}
+
+/// The sysctls the findings' host causes name, each once.
+fn named_sysctls(findings: &[qpslab_doctor::Finding]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for f in findings {
+        if let Some(qpslab_doctor::Cause::HostSettings { settings, .. }) = &f.cause {
+            for (name, _) in settings {
+                if !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+        }
     }
+    out
 }
 
 /// The final state as a file `qpslab tune plan|apply --from FILE` reads on a host of the same
@@ -843,6 +869,9 @@ pub fn state_file(c: &Climb) -> String {
     );
     o.push_str("# shows them against that host, `qpslab tune apply --from FILE` applies them\n");
     o.push_str("# (journaled: `qpslab tune revert` undoes them).\n");
+    if let Some(on) = &c.host_settings_on {
+        let _ = writeln!(o, "# The climb measured them on {on}, the server's host.");
+    }
     for p in c.plan.iter().filter(|p| !p.starts_with("host: ")) {
         let _ = writeln!(o, "# Not a host setting, kept too: {p}");
     }
@@ -916,7 +945,14 @@ pub fn render_text(c: &Climb) -> String {
     };
     let _ = writeln!(o, "state       {state}");
     for p in others {
-        let _ = writeln!(o, "            {p}");
+        match (p.strip_prefix("host: "), &c.host_settings_on) {
+            (Some(rest), Some(on)) => {
+                let _ = writeln!(o, "            host ({on}): {rest}");
+            }
+            _ => {
+                let _ = writeln!(o, "            {p}");
+            }
+        }
     }
     o
 }
@@ -969,6 +1005,7 @@ mod tests {
             steps: Vec::new(),
             plan: kept.iter().map(Change::flag).collect(),
             host_settings: tune_spec(&kept),
+            host_settings_on: None,
             ended: String::new(),
             sweep: None,
             kept_journal: None,

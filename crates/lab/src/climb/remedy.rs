@@ -2,8 +2,9 @@
 //! The doctor's remedies are prose for a person; the climb needs an action with its
 //! parameters, made only where this run may make it: the load's connections and threads, the
 //! workers of a server the bench itself started, with `--apply-server` directives of the
-//! user's own nginx, and with `--apply-host` a setting of the host the climb runs on (a
-//! sysctl, an interface's receive steering), planned and journaled as `qpslab tune` does.
+//! user's own nginx, and with `--apply-host` a setting of the server's host (this one, or
+//! `--server HOST`: a sysctl, an interface's receive steering), planned and journaled as
+//! `qpslab tune` does.
 
 use qpslab_doctor::{Cause, Finding};
 use serde::Serialize;
@@ -58,7 +59,8 @@ pub enum Change {
     /// The user's nginx: `reuseport` on every `listen` of its main file (a listen queue per
     /// worker, new connections spread by the kernel).
     NginxReuseport,
-    /// A sysctl of the host the climb runs on (of its network namespace, inside one).
+    /// A sysctl of the server's host (this one or `--server HOST`; of its network namespace,
+    /// inside one).
     Sysctl { name: String, from: String, to: String },
     /// An interface's receive steering (RPS, RFS, XPS) as `qpslab tune plan --iface` plans it.
     Steering { iface: String },
@@ -222,7 +224,8 @@ pub struct Knobs {
     pub template_workers: Option<usize>,
     /// Its threads per worker, when the template names `{{threads}}`.
     pub template_threads: Option<usize>,
-    /// The server runs on this host (not on `--server HOST`): its side's settings are here.
+    /// The server runs on this host (not on `--server HOST`): the load's side's settings are
+    /// the climb's to change too.
     pub server_here: bool,
     /// More than [`FAILING_SHARE`] of the run's requests failed.
     pub failing: bool,
@@ -373,11 +376,6 @@ fn steering(iface: Option<&str>, k: &Knobs) -> Vec<Remedy> {
     if !k.apply_host {
         return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)");
     }
-    if !k.server_here {
-        return na(
-            "a setting of the server host (--server): the climb changes only the host it runs on",
-        );
-    }
     match iface {
         Some(i) => vec![Remedy::Change(Change::Steering { iface: i.to_string() })],
         None => na("names no interface: its receive steering is planned where single-rx-queue or irqs-on-one-cpu names one (or `qpslab tune plan`)"),
@@ -395,9 +393,9 @@ fn host_remedies(
     if !k.apply_host {
         return na("a host change: pass --apply-host to let the climb make it (journaled as `qpslab tune apply` does, reverted at the end unless --keep)");
     }
-    if !client_side && !k.server_here {
+    if client_side && !k.server_here {
         return na(
-            "a setting of the server host (--server): the climb changes only the host it runs on",
+            "a setting of the load's host: with --server the climb changes the server host's settings only",
         );
     }
     let mut out = Vec::new();
@@ -801,7 +799,8 @@ mod tests {
     }
 
     /// Host findings become one setting each, only with --apply-host, only where the setting
-    /// is below what tune plans and only on the host the climb runs on.
+    /// is below what tune plans and only on the server's host (and the load's, when both are
+    /// here).
     #[test]
     fn host_findings_are_settings_only_with_apply_host() {
         let read = |name: &str| match name {
@@ -833,10 +832,12 @@ mod tests {
         let overflow =
             finding("accept-queue-overflow", settings(&[("net.core.somaxconn", "65535")], false));
         assert!(matches!(remedies(&overflow, &host, &read)[..], [Remedy::NotApplicable(_)]));
-        // The server's side on --server HOST is not this host's.
+        // With --server HOST the server's side is that host's (its value read there) and the
+        // load's side is not the climb's.
         let far = Knobs { server_here: false, ..host };
         let low = |_: &str| Some("128".to_string());
-        assert!(matches!(remedies(&overflow, &far, &low)[..], [Remedy::NotApplicable(_)]));
+        assert_eq!(remedies(&overflow, &far, &low), [sysctl("net.core.somaxconn", "128", "65535")]);
+        assert!(matches!(remedies(&ports, &far, &read)[..], [Remedy::NotApplicable(_)]));
         assert_eq!(
             remedies(&overflow, &host, &low),
             [sysctl("net.core.somaxconn", "128", "65535")]

@@ -23,7 +23,7 @@ use crate::bench::{bench, BenchError, BenchOptions};
 use crate::climb::server::UserServer;
 use crate::hostset::{self, host_change, plan_for, Applied, HostChange};
 use crate::record::{store_bench, InSweep, Provenance};
-use crate::remote::{ServerHost, TuneCall};
+use crate::remote::{InForce, ServerHost, TuneCall};
 use qpslab_fleet::session::FleetOptions;
 use qpslab_runs::store::{Store, StoreError};
 
@@ -320,14 +320,9 @@ fn visit(
             InForce::Here(Some(Applied::new(&root, &journal, change).map_err(tune_err)?))
         }
         (None, Some(fleet), tune) => {
-            let mut far = ServerHost::connect(fleet, stop).map_err(|e| tune_err(e.to_string()))?;
-            if let Some(t) = tune {
-                let call = TuneCall { tune: t.clone(), journal: o.journal.clone() };
-                far.tune_apply(&call).map_err(|e| {
-                    tune_err(format!("cannot apply its host settings on {}: {e}", far.name))
-                })?;
-            }
-            InForce::There(far, tune.is_some())
+            let call =
+                tune.as_ref().map(|t| TuneCall { tune: t.clone(), journal: o.journal.clone() });
+            InForce::there(fleet, stop, call.as_ref()).map_err(tune_err)?
         }
         (None, None, _) => InForce::Here(None),
     };
@@ -359,34 +354,6 @@ fn visit(
     let text = crate::render_text(&report);
     let finished = Finished { variant: r.variant.name.clone(), repeat, load: report.load, text };
     Ok(Some((id, finished)))
-}
-
-/// A variant's host settings while its run lasts: applied here, or on the server host through
-/// an agent that reverts them by itself if this process dies (its pipe closes).
-enum InForce<'a> {
-    Here(Option<Applied>),
-    /// The server host, and whether settings were applied there.
-    There(ServerHost<'a>, bool),
-}
-
-impl InForce<'_> {
-    /// Reverts; Some(note) when a value someone else changed meanwhile was kept.
-    fn revert(self) -> Result<Option<String>, String> {
-        match self {
-            InForce::Here(applied) => Ok(applied.map(Applied::revert).transpose()?.flatten()),
-            InForce::There(far, false) => {
-                far.close();
-                Ok(None)
-            }
-            InForce::There(mut far, true) => {
-                let r = far.tune_revert().map_err(|e| {
-                    format!("cannot revert its host settings on {}: {e}; run `qpslab tune revert` there", far.name)
-                });
-                far.close();
-                r
-            }
-        }
-    }
 }
 
 /// Now, RFC 3339 in UTC with milliseconds.
