@@ -27,76 +27,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A cgroup of this test's under a controller's hierarchy (v1, or v2 where the controller has
-/// no v1 mount): with a CPU quota (v1 `cpu.cfs_quota_us`, v2 `cpu.max`) or a memory limit
-/// (v1 `memory.limit_in_bytes`, v2 `memory.max`); removed on drop once its processes are gone.
-struct Cgroup {
-    dir: std::path::PathBuf,
-}
-
-impl Cgroup {
-    /// A new cgroup of `controller`'s hierarchy: its directory, and whether it is v2.
-    fn create(controller: &str, name: &str) -> (Cgroup, bool) {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let mounts = qpslab_sys::cgroup::parse_mountinfo(&info);
-        let v1 = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == controller));
-        let (mount, v2) = match v1 {
-            Some(m) => (m, false),
-            None => (mounts.iter().find(|m| m.v2).expect("a cgroup v1 or a v2 mount"), true),
-        };
-        let dir = std::path::Path::new(&mount.point)
-            .join(format!("qpslab-gt-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        (Cgroup { dir }, v2)
-    }
-
-    fn with_quota(name: &str, quota_us: u64) -> Cgroup {
-        let (cg, v2) = Cgroup::create("cpu", name);
-        if v2 {
-            std::fs::write(cg.dir.join("cpu.max"), format!("{quota_us} 100000\n")).unwrap();
-        } else {
-            std::fs::write(cg.dir.join("cpu.cfs_period_us"), "100000\n").unwrap();
-            std::fs::write(cg.dir.join("cpu.cfs_quota_us"), format!("{quota_us}\n")).unwrap();
-        }
-        cg
-    }
-
-    fn with_memory_limit(name: &str, bytes: u64) -> Cgroup {
-        let (cg, v2) = Cgroup::create("memory", name);
-        let file = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
-        std::fs::write(cg.dir.join(file), format!("{bytes}\n")).unwrap();
-        cg
-    }
-
-    /// Moves process `pid` (all its threads) into the cgroup.
-    fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), format!("{pid}\n")).unwrap();
-    }
-
-    /// A shell command that joins the cgroup, then becomes `qpslab ARGS`.
-    fn wrap(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg(format!("echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"", self.dir.display()))
-            .arg(env!("CARGO_BIN_EXE_qpslab"))
-            .args(args)
-            .env("QPSLAB_STORE", common::TEST_STORE);
-        c
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        // Processes leave it as they exit; wait for that briefly.
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
+use common::Cgroup;
 
 use common::json_of as json;
 

@@ -227,8 +227,17 @@ pub fn cpu_limits(root: &Root, pid: u32) -> Vec<CpuLimit> {
 /// The directories of process `pid`'s cgroup and of each ancestor up to the hierarchy's
 /// mount, innermost first, in the v1 hierarchy with `controller` if there is one, else in
 /// v2 (whether v2 is the second); None when they cannot be read.
+///
+/// A process whose mount namespace has no cgroup hierarchy mounted (`ip netns exec` mounts a
+/// fresh /sys, without /sys/fs/cgroup's hierarchies) is read through init's: its mounts, and
+/// the directories under `/proc/1/root`.
 pub(crate) fn ancestors(root: &Root, pid: u32, controller: &str) -> Option<(Vec<String>, bool)> {
-    let mounts = parse_mountinfo(&root.read_opt(&format!("proc/{pid}/mountinfo"))?);
+    let own = parse_mountinfo(&root.read_opt(&format!("proc/{pid}/mountinfo"))?);
+    let (mounts, through) = if own.is_empty() {
+        (parse_mountinfo(&root.read_opt("proc/1/mountinfo")?), "/proc/1/root")
+    } else {
+        (own, "")
+    };
     let member = parse_membership(&root.read_opt(&format!("proc/{pid}/cgroup"))?);
     // v1 with the controller if there is one, else v2 (where the controller's files say
     // whether it is enabled).
@@ -258,7 +267,7 @@ pub(crate) fn ancestors(root: &Root, pid: u32, controller: &str) -> Option<(Vec<
             _ => break,
         }
     }
-    Some((out, mount.v2))
+    Some((out.into_iter().map(|d| format!("{through}{d}")).collect(), mount.v2))
 }
 
 /// One cgroup's limit, if it has a quota.
@@ -354,6 +363,24 @@ mod tests {
         assert_eq!((l[0].periods, l[0].throttled_periods), (10, 9));
         assert_eq!(l[1].dir, "/sys/fs/cgroup/cpu");
         assert_eq!(l[1].quota_cpus, Some(1.5));
+    }
+
+    /// Under `ip netns exec` (a fresh /sys, no cgroup mounts of its own) the quota is read
+    /// through init's mounts and root.
+    #[test]
+    fn a_process_without_cgroup_mounts_is_read_through_inits() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(d, "proc/7/mountinfo", "25 1 0:22 / /sys rw - sysfs sysfs rw\n");
+        write(d, "proc/7/cgroup", "1:cpu:/agent\n0::/\n");
+        write(d, "proc/1/mountinfo", HYBRID);
+        write(d, "proc/1/root/sys/fs/cgroup/cpu/agent/cpu.cfs_quota_us", "15000\n");
+        write(d, "proc/1/root/sys/fs/cgroup/cpu/agent/cpu.cfs_period_us", "100000\n");
+        write(d, "proc/1/root/sys/fs/cgroup/cpu/agent/cpu.stat", "nr_periods 8\nnr_throttled 7\n");
+        let l = cpu_limits(&Root::new(d), 7);
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert_eq!(l[0].dir, "/proc/1/root/sys/fs/cgroup/cpu/agent");
+        assert_eq!((l[0].quota_cpus, l[0].throttled_periods), (Some(0.15), 7));
     }
 
     #[test]

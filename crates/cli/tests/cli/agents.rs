@@ -44,7 +44,7 @@ pub struct Lab {
     pub server: String,
     pub server_host: String,
     pub nginx_pid: u32,
-    daemons: Vec<Child>,
+    pub daemons: Vec<Child>,
     pub ssh: String,
 }
 
@@ -117,8 +117,18 @@ impl Lab {
                 ),
             )
             .unwrap();
-            let child = Command::new("ip")
-                .args(["netns", "exec", n, "/usr/sbin/sshd", "-D", "-e", "-f", &p(&conf)])
+            // The agents' sshd joins its namespace's network only (nsenter), as a load
+            // machine sees its own cgroups: `ip netns exec` mounts a fresh /sys without the
+            // cgroup hierarchies, and this VM denies the way around it (/proc/1/root). The
+            // server's keeps `ip netns exec`: the doctor there reads its /sys/class/net.
+            let mut command = Command::new(if i < 3 { "nsenter" } else { "ip" });
+            if i < 3 {
+                command.arg(format!("--net=/run/netns/{n}"));
+            } else {
+                command.args(["netns", "exec", n]);
+            }
+            let child = command
+                .args(["/usr/sbin/sshd", "-D", "-e", "-f", &p(&conf)])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -866,4 +876,43 @@ fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
     super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after the climb");
     assert!(!journal.exists(), "the server host's journal is gone");
     assert!(lab.server_processes().is_empty(), "the server host's agents are gone");
+}
+
+/// `climb --agents POOL`: load machines are a step like any other. Each agent namespace's
+/// sshd, and so the agent it starts, is in a cgroup of 0.15 CPU: one agent cannot load nginx,
+/// and by its own account it is generator-bound (its quota throttled it). The doctor, on the
+/// server host, names the generator the bound; the climb starts with the first machine of the
+/// pool and adds the next, measured against the current state and kept by the rule, then the
+/// third; the final state names the three and the machines needed.
+#[test]
+fn a_climb_adds_load_machines_while_the_generator_is_the_bound() {
+    let _alone = alone();
+    let lab = Lab::start();
+    let _groups: Vec<super::common::Cgroup> = (0..3)
+        .map(|i| {
+            let g = super::common::Cgroup::with_quota(&format!("agent{i}"), 15_000);
+            g.add(lab.daemons[i].id());
+            g
+        })
+        .collect();
+    let out = super::common::qpslab_command()
+        .args(["climb", "--agents", &lab.agents.join(","), "--ssh", &lab.ssh])
+        .args(["--server", &lab.server_host, "--no-save", "--json", "--steps", "2"])
+        .args(["-c", "16", "-d", "2s", "--warmup", "200ms", "--budget", "240s", &lab.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let steps = v["steps"].as_array().unwrap();
+    for (i, (from, to)) in [(1, 2), (2, 3)].into_iter().enumerate() {
+        let s = &steps[i];
+        assert_eq!(s["finding"], "client-bound", "{v:#}");
+        assert_eq!(s["knob"], serde_json::json!({"knob": "agents", "from": from, "to": to}));
+        assert_eq!(s["verdict"], "kept", "{v:#}");
+        assert!(s["ratio_range"][0].as_f64().unwrap() > 1.0, "{s}");
+    }
+    assert_eq!(v["load_machines"], 3, "{v:#}");
+    assert_eq!(v["plan"], serde_json::json!([format!("--agents {}", lab.agents.join(","))]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("weight"), "{stdout}");
 }

@@ -171,6 +171,9 @@ pub struct Climb {
     /// The host they were changed on (`this host`, or `--server`'s), with `--apply-host`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_settings_on: Option<String>,
+    /// How many load machines (`--agents`) the final state uses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_machines: Option<usize>,
     /// Why the climb ended.
     pub ended: String,
     /// The sweep id its runs are stored under, when stored.
@@ -198,10 +201,15 @@ struct State {
 }
 
 impl State {
-    fn start(o: &ClimbOptions) -> State {
+    /// The starting state: over load machines, the first of the pool.
+    fn start(o: &ClimbOptions, pool: &[String]) -> State {
+        let mut opts = o.start.clone();
+        if let Some(first) = pool.first() {
+            opts.agents = Some(first.clone());
+        }
         State {
             name: "start".into(),
-            opts: o.start.clone(),
+            opts,
             server: None,
             template_workers: None,
             template_threads: None,
@@ -275,8 +283,10 @@ struct Walk<'a> {
     runs: u32,
     /// The user's server (nginx, or any through its template), with `--apply-server`.
     server: Option<server::UserServer>,
-    /// This host, with `--apply-host`.
+    /// The server's host, with `--apply-host`.
     host: Option<host::HostSide>,
+    /// The load machines it may use (`--agents`), in order; empty: the load runs here.
+    pool: Vec<String>,
 }
 
 impl Walk<'_> {
@@ -385,7 +395,9 @@ pub fn climb(
     };
     let sweep = store.as_ref().map(|s| s.1);
     let host = host_side(o)?;
-    let mut w = Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, server: None, host };
+    let pool = agent_pool(o)?;
+    let mut w =
+        Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, server: None, host, pool };
     let mut result = walk(&mut w);
     if let Some(mut n) = w.server.take() {
         // The original back, byte for byte, whatever happened.
@@ -421,16 +433,17 @@ pub fn first_step(
 ) -> Result<(BenchReport, Vec<Step>), ClimbError> {
     check(o)?;
     let host = host_side(o)?;
-    let mut w =
-        Walk { o, store: None, stop, feed, clock: Instant::now(), runs: 0, server: None, host };
-    let mut state = State::start(o);
+    let pool = agent_pool(o)?;
+    let clock = Instant::now();
+    let mut w = Walk { o, store: None, stop, feed, clock, runs: 0, server: None, host, pool };
+    let mut state = State::start(o, &w.pool);
     take_template(&mut w, &mut state)?;
     let Some(r) = w.run(&state, (1, 1, 1, 1))? else {
         return Err(ClimbError::Usage("stopped by a signal before the first run ended".into()));
     };
     state.runs.push(r.clone());
     take_server(&mut w, &mut state)?;
-    let rows = match pick(&state, &[], None, w.host.as_ref()) {
+    let rows = match pick(&state, &[], None, &w) {
         (Some((mut s, _)), _) => {
             s.verdict = "planned";
             s.why = "the change the climb would measure first, against this state".into();
@@ -441,7 +454,23 @@ pub fn first_step(
     Ok((r, rows))
 }
 
-/// This host in the climb's hands, with `--apply-host` (checked: root, no journal active).
+/// `--agents`: the load machines the climb may use, in order (it starts with the first and
+/// adds the next when the generator is the bound). Weights are not the climb's: each machine
+/// added takes an equal share.
+fn agent_pool(o: &ClimbOptions) -> Result<Vec<String>, ClimbError> {
+    let Some(arg) = o.start.agents.as_deref() else { return Ok(Vec::new()) };
+    let hosts = qpslab_fleet::transport::parse_agents(arg).map_err(ClimbError::Usage)?;
+    if let Some(h) = hosts.iter().find(|h| h.weight != 1) {
+        return Err(ClimbError::Usage(format!(
+            "--agents {arg}: {} has weight {}: the climb adds load machines one at a time, each an equal share; give them without weights",
+            h.name, h.weight
+        )));
+    }
+    Ok(hosts.into_iter().map(|h| h.name).collect())
+}
+
+/// The server's host in the climb's hands, with `--apply-host` (checked: root, no journal
+/// active).
 fn host_side(o: &ClimbOptions) -> Result<Option<host::HostSide>, ClimbError> {
     if o.keep && !o.apply_host {
         return Err(ClimbError::Usage(
@@ -515,10 +544,13 @@ fn pick(
     state: &State,
     tried: &[Change],
     last_kept: Option<&Change>,
-    host: Option<&host::HostSide>,
+    w: &Walk<'_>,
 ) -> (Option<(Step, Change)>, Vec<Step>) {
+    let host = w.host.as_ref();
     let Some(r) = state.median_run() else { return (None, Vec::new()) };
     let mut knobs = Knobs::of(r);
+    let in_use = state.opts.agents.as_deref().map_or(0, |a| a.split(',').count());
+    knobs.agents = (!w.pool.is_empty()).then_some((in_use, w.pool.len()));
     let nginx = state.template_workers.is_none() && state.template_threads.is_none();
     knobs.nginx = state
         .server
@@ -601,7 +633,7 @@ fn pick(
 
 fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
     let repeats = w.o.repeats;
-    let mut current = State::start(w.o);
+    let mut current = State::start(w.o, &w.pool);
     take_template(w, &mut current)?;
     for repeat in 1..=repeats {
         match w.run(&current, (repeat as usize, repeats as usize, 1, repeat))? {
@@ -623,7 +655,7 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         if w.o.max_steps.is_some_and(|n| measured >= n) {
             break format!("{measured} step(s) measured, as --steps asked");
         }
-        let (candidate, rows) = pick(&current, &tried, kept.last(), w.host.as_ref());
+        let (candidate, rows) = pick(&current, &tried, kept.last(), w);
         let Some((mut row, change)) = candidate else {
             let why =
                 rows.first().map_or("no finding".into(), |r| format!("{}: {}", r.finding, r.why));
@@ -682,9 +714,10 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         start,
         last,
         steps,
-        plan: kept.iter().map(Change::flag).collect(),
+        plan: kept.iter().map(|c| flag(c, &w.pool)).collect(),
         host_settings: tune_spec(&kept),
         host_settings_on: w.host.as_ref().map(host::HostSide::name),
+        load_machines: current.opts.agents.as_deref().map(|a| a.split(',').count()),
         ended,
         sweep: None,
         kept_journal,
@@ -726,9 +759,13 @@ fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Resul
         host.push(change.clone());
         h.changes(&host)?;
     }
+    let mut opts = change.apply(&current.opts);
+    if let Change::Agents { to, .. } = change {
+        opts.agents = Some(w.pool.iter().take(*to).cloned().collect::<Vec<_>>().join(","));
+    }
     Ok(State {
         name: format!("step {n}: {}", change.describe()),
-        opts: change.apply(&current.opts),
+        opts,
         server,
         template_workers,
         template_threads,
@@ -827,6 +864,16 @@ fn recheck(w: &mut Walk<'_>, a: &State, b: &State) -> Result<Option<(f64, f64)>,
     let Some(x) = w.run(a, (1, 2, 1, again))? else { return Ok(None) };
     let Some(y) = w.run(b, (2, 2, 2, again))? else { return Ok(None) };
     Ok(Some((ok_rps(&x), ok_rps(&y))))
+}
+
+/// What makes the state, as [`Change::flag`] says it; load machines by their names.
+fn flag(c: &Change, pool: &[String]) -> String {
+    match c {
+        Change::Agents { to, .. } => {
+            format!("--agents {}", pool.iter().take(*to).cloned().collect::<Vec<_>>().join(","))
+        }
+        c => c.flag(),
+    }
 }
 
 /// The host changes among `kept` as a tune table.
@@ -934,6 +981,10 @@ pub fn render_text(c: &Climb) -> String {
         c.last.rps, c.last.min, c.last.max
     );
     let _ = writeln!(o, "ended       {}", c.ended);
+    if let Some(n) = c.load_machines {
+        let _ =
+            writeln!(o, "load        {n} load machine{} (--agents)", if n == 1 { "" } else { "s" });
+    }
     // Bench flags on the state line; a server's directive or a host setting on its own.
     let (flags, others): (Vec<&String>, Vec<&String>) =
         c.plan.iter().partition(|p| p.starts_with('-'));
@@ -1006,6 +1057,7 @@ mod tests {
             plan: kept.iter().map(Change::flag).collect(),
             host_settings: tune_spec(&kept),
             host_settings_on: None,
+            load_machines: None,
             ended: String::new(),
             sweep: None,
             kept_journal: None,

@@ -38,6 +38,8 @@ pub enum Change {
     Connections { from: usize, to: usize },
     /// The load's threads.
     Threads { from: usize, to: usize },
+    /// The load machines (`--agents`): the first `to` of the climb's pool.
+    Agents { from: usize, to: usize },
     /// The workers of the server the bench starts.
     Workers { from: usize, to: usize },
     /// The workers of the user's server, through its configuration template.
@@ -74,7 +76,9 @@ impl Change {
             Change::Connections { to, .. } => o.load.connections = Some(to),
             Change::Threads { to, .. } => o.load.threads = Some(to),
             Change::Workers { to, .. } => o.workers = Some(to),
-            Change::NginxAccessLogOff
+            // The pool's names are the climb's: it sets `agents` itself.
+            Change::Agents { .. }
+            | Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
             | Change::NginxWorkerConnections { .. }
             | Change::NginxWorkers { .. }
@@ -133,6 +137,7 @@ impl Change {
         let (what, from, to) = match self {
             Change::Connections { from, to } => ("connections", *from as u64, *to as u64),
             Change::Threads { from, to } => ("generator threads", *from as u64, *to as u64),
+            Change::Agents { from, to } => ("load machines", *from as u64, *to as u64),
             Change::Workers { from, to } => ("server workers", *from as u64, *to as u64),
             Change::ServerWorkers { from, to } => {
                 ("server workers (its template)", *from as u64, *to as u64)
@@ -161,6 +166,7 @@ impl Change {
         match self {
             Change::Connections { to, .. } => format!("-c {to}"),
             Change::Threads { to, .. } => format!("-t {to}"),
+            Change::Agents { to, .. } => format!("--agents (the first {to} of the pool)"),
             Change::Workers { to, .. } => format!("-w {to}"),
             Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
             Change::ServerThreads { to, .. } => format!("server: {{{{threads}}}} = {to}"),
@@ -229,6 +235,8 @@ pub struct Knobs {
     pub server_here: bool,
     /// More than [`FAILING_SHARE`] of the run's requests failed.
     pub failing: bool,
+    /// The load machines in use and in the climb's pool (`--agents`).
+    pub agents: Option<(usize, usize)>,
 }
 
 impl Knobs {
@@ -258,6 +266,7 @@ impl Knobs {
                 let q = &r.load.requests;
                 q.failed as f64 > FAILING_SHARE * (q.ok + q.failed) as f64
             },
+            agents: None,
         }
     }
 
@@ -564,6 +573,13 @@ fn saturated(side: &str, held: &str, k: &Knobs) -> Remedy {
         ("generator", _) if k.threads < k.generator_cpus => {
             Remedy::Change(Change::Threads { from: k.threads, to: k.threads + 1 })
         }
+        ("generator", _) if k.agents.is_some_and(|(n, pool)| n < pool) => {
+            let n = k.agents.map_or(0, |a| a.0);
+            Remedy::Change(Change::Agents { from: n, to: n + 1 })
+        }
+        ("generator", _) if k.agents.is_some() => na(
+            "every load machine of the pool (--agents) runs the load: more of them, or more CPUs for each",
+        ),
         ("generator", _) => na(
             "the generator runs a thread on each CPU it has: more load machines (--agents) or more CPUs for it",
         ),
@@ -638,6 +654,7 @@ mod tests {
         template_threads: None,
         server_here: true,
         failing: false,
+        agents: None,
     };
 
     #[test]
@@ -661,6 +678,12 @@ mod tests {
             remedy(&finding("client-bound", saturated("generator", "own")), &roomy),
             Remedy::Change(Change::Threads { from: 1, to: 2 })
         );
+        // Over load machines: the next of the pool, until every one runs.
+        let agents = Knobs { generator_cpus: 0, agents: Some((1, 3)), ..k };
+        let client = finding("client-bound", saturated("generator", "own"));
+        assert_eq!(remedy(&client, &agents), Remedy::Change(Change::Agents { from: 1, to: 2 }));
+        let all = Knobs { agents: Some((3, 3)), ..agents };
+        assert!(matches!(remedy(&client, &all), Remedy::NotApplicable(_)));
         assert_eq!(
             remedy(&finding("server-bound", saturated("server", "own")), &roomy),
             Remedy::Change(Change::Workers { from: 1, to: 2 })
