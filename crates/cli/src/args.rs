@@ -293,6 +293,12 @@ pub struct ClimbArgs {
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<std::path::PathBuf>,
 
+    /// Write the final state to DIR as files that reproduce it elsewhere: server-host.toml
+    /// (as --state-file), nginx.conf or server.conf (the server's file in that state, when the
+    /// climb changed it), load.txt (the load's options kept) and climb.json
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
+
     /// The starting state: bench's options
     #[command(flatten)]
     pub bench: BenchArgs,

@@ -44,6 +44,14 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
             ))
         })?;
     }
+    if let Some(d) = &a.state_dir {
+        std::fs::create_dir_all(d).map_err(|e| {
+            UsageError(format!(
+                "--state-dir {}: cannot make it ({e}); name a directory you can write",
+                d.display()
+            ))
+        })?;
+    }
     let stop = qpslab_sys::signals::stop_flag()?;
     if a.dry_run {
         return dry_run(&o, b.json, stop);
@@ -68,6 +76,13 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
     if let Some(f) = &a.state_file {
         std::fs::write(f, climb::state_file(&c))
             .map_err(|e| anyhow::anyhow!("--state-file {}: cannot write it: {e}", f.display()))?;
+    }
+    if let Some(d) = &a.state_dir {
+        for (name, text) in climb::state_files(&c) {
+            let f = d.join(name);
+            std::fs::write(&f, text)
+                .map_err(|e| anyhow::anyhow!("--state-dir: cannot write {}: {e}", f.display()))?;
+        }
     }
     let html = live.as_ref().and_then(|l| l.url()).and_then(|_| {
         let (s, id) = (store.as_ref()?, c.sweep?);
@@ -133,6 +148,12 @@ fn text(c: &climb::Climb, a: &ClimbArgs, store: Option<&qpslab_runs::store::Stor
             t += "state file  --state-file FILE writes these host settings for `qpslab tune apply --from FILE` on a host of this shape\n";
         }
         None => {}
+    }
+    if let Some(d) = &a.state_dir {
+        t += &format!(
+            "state dir   {} (server-host.toml for `qpslab tune apply --from`, the server's file, load.txt, climb.json)\n",
+            d.display()
+        );
     }
     if let Some(j) = &c.kept_journal {
         t += &format!(

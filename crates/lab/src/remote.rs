@@ -24,6 +24,7 @@ use qpslab_host::Root;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::climb::server::UserServer;
 use crate::hostset::{self, Applied};
 pub use crate::kinds::TargetUp;
 use crate::kinds::TuneSpec;
@@ -95,6 +96,13 @@ impl DiagnoseCall {
 pub struct TuneCall {
     pub tune: TuneSpec,
     pub journal: Option<PathBuf>,
+}
+
+/// The user's nginx taken in hand on the server host: its main file there and its text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NginxHeld {
+    pub file: PathBuf,
+    pub original: String,
 }
 
 /// The coordinator's side: an agent on the server host and the calls it answers.
@@ -188,6 +196,33 @@ impl<'a> ServerHost<'a> {
         self.call("sysctls", names)
     }
 
+    /// Takes the nginx among `pids` in hand there (`--apply-server`): its main configuration
+    /// file and the text found in it; None when none of them is nginx. The agent restores it
+    /// when asked, and by itself when this session ends.
+    pub fn nginx_take(&mut self, pids: &[u32]) -> Result<Option<NginxHeld>, String> {
+        self.call("nginx-take", pids)
+    }
+
+    /// Puts `text` in force as nginx's main configuration file there (`nginx -t`, reload).
+    pub fn nginx_put(&mut self, text: &str) -> Result<(), String> {
+        self.call("nginx-put", text)
+    }
+
+    /// Whether nginx there would take `text` (`nginx -t` on a copy).
+    pub fn nginx_check(&mut self, text: &str) -> Result<(), String> {
+        self.call("nginx-check", text)
+    }
+
+    /// nginx there re-listens (a reload), so a listen queue setting changed since applies.
+    pub fn nginx_relisten(&mut self) -> Result<(), String> {
+        self.call("nginx-relisten", ())
+    }
+
+    /// The original back there, byte for byte, reloaded.
+    pub fn nginx_restore(&mut self) -> Result<(), String> {
+        self.call("nginx-restore", ())
+    }
+
     /// The server host as `qpslab host --json` reads it, for a run's provenance.
     pub fn host_json(&mut self) -> Result<serde_json::Value, String> {
         self.call("host", ())
@@ -264,6 +299,8 @@ pub struct HostAgent {
     target: Option<target::Running>,
     sampling: Option<Sampling>,
     applied: Option<Applied>,
+    /// The user's nginx in a climb's hands (restored on drop).
+    nginx: Option<UserServer>,
 }
 
 impl HostAgent {
@@ -274,6 +311,7 @@ impl HostAgent {
             target: None,
             sampling: None,
             applied: None,
+            nginx: None,
         }
     }
 
@@ -386,6 +424,42 @@ impl HostAgent {
     }
 }
 
+impl HostAgent {
+    /// The calls on the user's nginx a climb holds here.
+    fn nginx_call(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        let text = || -> Result<String, String> {
+            serde_json::from_value(params.clone())
+                .map_err(|e| format!("{method}: parameters of another form: {e}"))
+        };
+        let none = serde_json::Value::Null;
+        if method == "nginx-take" {
+            let pids: Vec<u32> = serde_json::from_value(params.clone())
+                .map_err(|e| format!("{method}: parameters of another form: {e}"))?;
+            if let Some(mut held) = self.nginx.take() {
+                held.restore()?;
+            }
+            self.nginx = UserServer::nginx(&pids)?;
+            let held = self
+                .nginx
+                .as_ref()
+                .map(|n| NginxHeld { file: n.file.clone(), original: n.original.clone() });
+            return serde_json::to_value(held).map_err(|e| e.to_string());
+        }
+        let n = self.nginx.as_mut().ok_or("no nginx was taken in hand (nginx-take)")?;
+        match method {
+            "nginx-put" => n.put(&text()?)?,
+            "nginx-check" => n.check(&text()?)?,
+            "nginx-relisten" => n.relisten()?,
+            _ => n.restore()?,
+        }
+        Ok(none)
+    }
+}
+
 impl HostSide for HostAgent {
     fn call(
         &mut self,
@@ -412,6 +486,9 @@ impl HostSide for HostAgent {
             "tune-check" => out(self.tune(arg(method, params)?, false)?),
             "tune-apply" => out(self.tune(arg(method, params)?, true)?),
             "tune-plan" => out(Self::tune_plan(&arg(method, params)?)?),
+            "nginx-take" | "nginx-put" | "nginx-check" | "nginx-relisten" | "nginx-restore" => {
+                self.nginx_call(method, params)
+            }
             "sysctls" => {
                 let names: Vec<String> = arg(method, params)?;
                 let root = Root::live();
@@ -436,7 +513,7 @@ impl HostSide for HostAgent {
 impl Drop for HostAgent {
     fn drop(&mut self) {
         self.stop_sampling();
-        // The target (its Drop stops it) and host settings (Applied's Drop reverts them) go
-        // with their fields.
+        // The target (its Drop stops it), host settings (Applied's Drop reverts them) and a
+        // climb's nginx (UserServer's Drop restores it) go with their fields.
     }
 }

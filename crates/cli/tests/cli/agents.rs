@@ -180,6 +180,30 @@ impl Lab {
             .unwrap()
     }
 
+    /// The server namespace's nginx replaced by one with a master process (which a reload
+    /// needs) run from `conf` (`{dir}` in it: the lab's directory, `{addr}`: the server's
+    /// address); returns the configuration file, as written.
+    pub fn restart_nginx(&mut self, conf: &str) -> (PathBuf, String) {
+        let mut old = self.daemons.pop().expect("the lab's nginx");
+        let _ = old.kill();
+        let _ = old.wait();
+        let d = self.dir.path();
+        let text = conf.replace("{dir}", &p(d)).replace("{addr}", &self.server);
+        let file = d.join("nginx-master.conf");
+        std::fs::write(&file, &text).unwrap();
+        let nginx = Command::new("ip")
+            .args(["netns", "exec", &self.names[4], "nginx", "-p", &p(d), "-c"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.nginx_pid = nginx.id();
+        self.daemons.push(nginx);
+        self.wait_port(&self.server.clone(), 80);
+        (file, text)
+    }
+
     fn wait_port(&self, addr: &str, port: u16) {
         let target = format!("{addr}:{port}").parse().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -267,7 +291,16 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // SIGTERM first: an nginx master takes its workers with it (SIGKILL would orphan them).
         for c in &mut self.daemons {
+            // SAFETY: kill() on the PID of our own child.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for c in &mut self.daemons {
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -878,41 +911,98 @@ fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
     assert!(lab.server_processes().is_empty(), "the server host's agents are gone");
 }
 
-/// `climb --agents POOL`: load machines are a step like any other. Each agent namespace's
-/// sshd, and so the agent it starts, is in a cgroup of 0.15 CPU: one agent cannot load nginx,
-/// and by its own account it is generator-bound (its quota throttled it). The doctor, on the
-/// server host, names the generator the bound; the climb starts with the first machine of the
-/// pool and adds the next, measured against the current state and kept by the rule, then the
-/// third; the final state names the three and the machines needed.
+/// A Debian-like nginx on the server host: one worker, 256 worker connections (Debian ships
+/// 768), an access log.
+const STORY_NGINX: &str = "worker_processes 1;\ndaemon off;\npid {dir}/nginx-master.pid;\n\
+error_log {dir}/error-master.log;\nevents {\n    worker_connections 256;\n}\nhttp {\n\
+    access_log {dir}/access-master.log;\n    client_body_temp_path {dir};\n\
+    proxy_temp_path {dir};\n    fastcgi_temp_path {dir};\n    uwsgi_temp_path {dir};\n\
+    scgi_temp_path {dir};\n    server {\n        listen {addr}:80;\n\
+        location = / { return 200; }\n        location = /nginx_status { stub_status; }\n\
+    }\n}\n";
+
+/// The field reports' walk, replayed on network namespaces as machines: a server host (nginx
+/// with a master and an sshd) and three load machines (each an sshd whose agents have 0.15 of
+/// a CPU: by its own account each is generator-bound, its quota throttled it), all over ssh.
+/// From nginx's Debian-like configuration with 256 worker connections for the load's 1,000
+/// and one load machine, `climb --server --agents --apply-server --apply-host` raises the
+/// limit in nginx's file on the server host (the start fails: connections past it are
+/// closed), adds load machines while the generator is the bound (each measured and kept by the
+/// rule), and measures a change of the server host's own settings the doctor names there (its
+/// eth0's single receive queue: steering, planned and journaled there). Every step is a row
+/// with its before, after, ratio and verdict, and the kept changes are listed by machine role;
+/// afterwards nginx's file is back byte for byte, nginx listens as before, no setting of any
+/// namespace differs, and the state directory reproduces the final state.
 #[test]
-fn a_climb_adds_load_machines_while_the_generator_is_the_bound() {
+fn the_field_reports_walk_across_machines() {
     let _alone = alone();
-    let lab = Lab::start();
+    let mut lab = Lab::start();
+    let srv = lab.names[4].clone();
+    let (conf, original) = lab.restart_nginx(STORY_NGINX);
     let _groups: Vec<super::common::Cgroup> = (0..3)
         .map(|i| {
-            let g = super::common::Cgroup::with_quota(&format!("agent{i}"), 15_000);
+            let g = super::common::Cgroup::with_quota(&format!("story{i}"), 15_000);
             g.add(lab.daemons[i].id());
             g
         })
         .collect();
+    let spaces: Vec<String> = lab.names[1..5].to_vec();
+    let before: Vec<String> =
+        spaces.iter().map(|n| super::common::ns_settings(n, "eth0")).collect();
+    let listening = || {
+        let out = super::common::NsPair::run(&srv, &["ss", "-Hltn", "sport = :80"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let listen_before = listening();
+    let d = lab.dir.path().to_path_buf();
     let out = super::common::qpslab_command()
-        .args(["climb", "--agents", &lab.agents.join(","), "--ssh", &lab.ssh])
-        .args(["--server", &lab.server_host, "--no-save", "--json", "--steps", "2"])
-        .args(["-c", "16", "-d", "2s", "--warmup", "200ms", "--budget", "240s", &lab.url()])
+        .args(["climb", "--server", &lab.server_host, "--agents", &lab.agents.join(",")])
+        .args(["--ssh", &lab.ssh, "--apply-server", "--apply-host", "--journal"])
+        .arg(d.join("story-journal.json"))
+        .args(["--state-dir"])
+        .arg(d.join("state"))
+        .args(["--no-save", "-c", "1000", "-d", "2s", "--warmup", "300ms"])
+        .args(["--steps", "4", "--budget", "400s", &lab.url()])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = json(&out);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{text}");
+    let log = std::fs::read_to_string(d.join("error-master.log")).unwrap_or_default();
+    let log: Vec<&str> = log.lines().rev().take(5).collect();
+    assert_eq!(out.status.code(), Some(0), "{text}{}nginx's log ends: {log:#?}", stderr(&out));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("state/climb.json")).unwrap())
+            .unwrap();
     let steps = v["steps"].as_array().unwrap();
-    for (i, (from, to)) in [(1, 2), (2, 3)].into_iter().enumerate() {
-        let s = &steps[i];
-        assert_eq!(s["finding"], "client-bound", "{v:#}");
-        assert_eq!(s["knob"], serde_json::json!({"knob": "agents", "from": from, "to": to}));
-        assert_eq!(s["verdict"], "kept", "{v:#}");
-        assert!(s["ratio_range"][0].as_f64().unwrap() > 1.0, "{s}");
+    let kept = |knob: &str| {
+        steps.iter().filter(|s| s["knob"]["knob"] == knob && s["verdict"] == "kept").count()
+    };
+    assert_eq!(kept("nginx-worker-connections"), 1, "{text}");
+    assert_eq!(steps[0]["knob"]["knob"], "nginx-worker-connections", "the first wall: {text}");
+    assert!(kept("agents") >= 1, "{text}");
+    assert!(text.contains("by role     load: load machines 1 -> 2"), "{text}");
+    let host = steps
+        .iter()
+        .find(|s| ["steering", "sysctl"].contains(&s["knob"]["knob"].as_str().unwrap_or("")));
+    assert!(host.is_some(), "a change of the server host's own settings measured: {text}");
+    assert_eq!(v["host_settings_on"], lab.server_host.as_str());
+    for s in steps.iter().filter(|s| s["knob"].is_object()) {
+        assert!(s["before"]["rps"].is_number() && s["after"]["rps"].is_number(), "{s}");
+        assert!(["kept", "reverted"].contains(&s["verdict"].as_str().unwrap()), "{s}");
+        let change = s["change"].as_str().unwrap();
+        assert!(text.contains(change), "the table has its row: {change}\n{text}");
     }
-    assert_eq!(v["load_machines"], 3, "{v:#}");
-    assert_eq!(v["plan"], serde_json::json!([format!("--agents {}", lab.agents.join(","))]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!stdout.contains("weight"), "{stdout}");
+    assert!(v["load_machines"].as_u64().unwrap() >= 2, "{v:#}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), original, "nginx's file byte for byte");
+    assert_eq!(listening(), listen_before, "nginx listens as before (its queue's size)");
+    for (n, was) in spaces.iter().zip(&before) {
+        super::common::same(&super::common::ns_settings(n, "eth0"), was, n);
+    }
+    assert!(!d.join("story-journal.json").exists());
+    let state = d.join("state");
+    let nginx = std::fs::read_to_string(state.join("nginx.conf")).unwrap();
+    assert!(nginx.contains("worker_connections 2048;"), "{nginx}");
+    let load = std::fs::read_to_string(state.join("load.txt")).unwrap();
+    assert!(load.contains("--agents "), "{load}");
+    assert!(state.join("server-host.toml").exists());
 }

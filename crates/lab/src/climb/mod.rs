@@ -15,6 +15,7 @@
 //! ([`server`]); with `--apply-host` this host's settings ([`host`]). Anything else is a row
 //! "not applicable", with why.
 
+pub mod held;
 pub mod host;
 pub mod remedy;
 pub mod server;
@@ -174,6 +175,11 @@ pub struct Climb {
     /// How many load machines (`--agents`) the final state uses.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_machines: Option<usize>,
+    /// The final state's server configuration file, when the climb changed it (the user's
+    /// nginx, or a template's): where it lives (on the server host with `--server`) and its
+    /// text in that state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_file: Option<ServerFile>,
     /// Why the climb ended.
     pub ended: String,
     /// The sweep id its runs are stored under, when stored.
@@ -183,6 +189,13 @@ pub struct Climb {
     /// undoes them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_journal: Option<std::path::PathBuf>,
+}
+
+/// A server configuration file and its text in a state.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerFile {
+    pub path: std::path::PathBuf,
+    pub text: String,
 }
 
 /// A state of the walk: its options, its name, the user's server configuration in it (when
@@ -245,11 +258,16 @@ pub fn better(a: &[f64], b: &[f64], min_gain: f64) -> bool {
         })
 }
 
-/// A failing start (no ok response in any of its runs) against a change that answered in every
-/// one of its: beyond noise by the ranges rule (every B above every A) once there are three
-/// pairs, whatever the ratio, which has no value.
+/// A failing start (no ok response in a run of its, at least) against a change that answered
+/// in every one of its, each run above every run of the start: beyond noise by the ranges rule
+/// (every B above every A) once there are three pairs, whatever the ratio, which has no value
+/// with a zero in it.
 pub fn from_nothing(a: &[f64], b: &[f64]) -> bool {
-    a.len() >= 3 && a.iter().all(|x| *x == 0.0) && !b.is_empty() && b.iter().all(|x| *x > 0.0)
+    let most = a.iter().copied().fold(0.0, f64::max);
+    a.len() >= 3
+        && a.contains(&0.0)
+        && b.len() >= a.len()
+        && b.iter().all(|x| *x > 0.0 && *x > most)
 }
 
 fn paired_rule(a: &[f64], b: &[f64]) -> Option<Verdict> {
@@ -281,12 +299,17 @@ struct Walk<'a> {
     clock: Instant,
     /// Runs made so far.
     runs: u32,
-    /// The user's server (nginx, or any through its template), with `--apply-server`.
-    server: Option<server::UserServer>,
+    /// The user's server (nginx, here or on the server host, or any through its template),
+    /// with `--apply-server`.
+    server: Option<held::InHand<'a>>,
+    /// The server host (`--server HOST`), where its nginx is taken in hand.
+    far: Option<&'a qpslab_fleet::session::FleetOptions>,
     /// The server's host, with `--apply-host`.
     host: Option<host::HostSide>,
     /// The load machines it may use (`--agents`), in order; empty: the load runs here.
     pool: Vec<String>,
+    /// The listen queue settings the user's nginx last listened under (none: the host's).
+    listened: Vec<Change>,
 }
 
 impl Walk<'_> {
@@ -320,6 +343,7 @@ impl Walk<'_> {
             Some(h) => h.apply(&st.host).map_err(ClimbError::Host)?,
             None => None,
         };
+        relisten(&mut self.server, &mut self.listened, st)?;
         let report = bench(opts, self.stop, self.feed);
         if let Some(a) = applied {
             if let Some(note) = a.revert().map_err(ClimbError::Host)? {
@@ -371,6 +395,25 @@ impl Walk<'_> {
     }
 }
 
+/// The user's nginx re-listens when the state's listen queue settings are not those it
+/// last listened under: raising `net.core.somaxconn` sizes no queue until listen() is
+/// called again, and a state measured after one that raised it must not keep its queue.
+fn relisten(
+    server: &mut Option<held::InHand<'_>>,
+    listened: &mut Vec<Change>,
+    st: &State,
+) -> Result<(), ClimbError> {
+    let listen: Vec<Change> = st.host.iter().filter(|c| c.is_listen()).cloned().collect();
+    if listen == *listened {
+        return Ok(());
+    }
+    if let Some(s) = server.as_mut().filter(|s| s.is_nginx()) {
+        s.relisten().map_err(ClimbError::Server)?;
+    }
+    *listened = listen;
+    Ok(())
+}
+
 /// Runs the climb; `store`: where its runs go (None: not stored).
 pub fn climb(
     o: &ClimbOptions,
@@ -396,19 +439,28 @@ pub fn climb(
     let sweep = store.as_ref().map(|s| s.1);
     let host = host_side(o)?;
     let pool = agent_pool(o)?;
+    let remote = o.start.remote().map_err(|e| ClimbError::Usage(e.to_string()))?;
+    let clock = Instant::now();
+    let far = remote.server.as_ref();
+    let listened = Vec::new();
     let mut w =
-        Walk { o, store, stop, feed, clock: Instant::now(), runs: 0, server: None, host, pool };
+        Walk { o, store, stop, feed, clock, runs: 0, server: None, far, host, pool, listened };
     let mut result = walk(&mut w);
     if let Some(mut n) = w.server.take() {
-        // The original back, byte for byte, whatever happened.
-        if let Err(e) = n.restore() {
-            result = Err(ClimbError::Server(format!(
-                "{e}; the original is kept at {}: copy it back over {} and {}",
-                n.backup().display(),
-                n.file.display(),
-                n.reload_hint()
-            )));
-            std::mem::forget(n);
+        // Listening under the host's own settings again (they were reverted after the last
+        // run), and the original back, byte for byte, whatever happened.
+        let relistened = if w.listened.is_empty() { Ok(()) } else { n.relisten() };
+        match relistened.and_then(|()| n.restore()) {
+            Ok(()) => n.close(),
+            Err(e) => {
+                result = Err(ClimbError::Server(format!(
+                    "{e}; the original is kept at {}: copy it back over {} and {}",
+                    n.backup().display(),
+                    n.file().display(),
+                    n.reload_hint()
+                )));
+                std::mem::forget(n);
+            }
         }
     }
     if let Ok(c) = &result {
@@ -434,8 +486,22 @@ pub fn first_step(
     check(o)?;
     let host = host_side(o)?;
     let pool = agent_pool(o)?;
-    let clock = Instant::now();
-    let mut w = Walk { o, store: None, stop, feed, clock, runs: 0, server: None, host, pool };
+    let remote = o.start.remote().map_err(|e| ClimbError::Usage(e.to_string()))?;
+    let (clock, far) = (Instant::now(), remote.server.as_ref());
+    let listened = Vec::new();
+    let mut w = Walk {
+        o,
+        store: None,
+        stop,
+        feed,
+        clock,
+        runs: 0,
+        server: None,
+        far,
+        host,
+        pool,
+        listened,
+    };
     let mut state = State::start(o, &w.pool);
     take_template(&mut w, &mut state)?;
     let Some(r) = w.run(&state, (1, 1, 1, 1))? else {
@@ -507,6 +573,11 @@ fn check(o: &ClimbOptions) -> Result<(), ClimbError> {
         )));
     }
     o.start.validate().map_err(|e| ClimbError::Usage(e.to_string()))?;
+    if o.server_config.is_some() && o.start.server_host.is_some() {
+        return Err(ClimbError::Usage(
+            "--server-config with --server: the template and its file are read and written on this host; run the climb on the server host, or let it edit nginx there (--apply-server)".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -517,8 +588,12 @@ fn take_server(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> {
     if !w.o.apply_server || w.server.is_some() || r.target.found_by == Some("started") {
         return Ok(());
     }
-    if let Some(n) = server::UserServer::nginx(&r.target.pids).map_err(ClimbError::Server)? {
-        state.server = Some(n.original.clone());
+    let held = match w.far {
+        Some(fleet) => held::InHand::nginx_there(fleet, &r.target.pids),
+        None => server::UserServer::nginx(&r.target.pids).map(|n| n.map(held::InHand::Here)),
+    };
+    if let Some(n) = held.map_err(ClimbError::Server)? {
+        state.server = Some(n.original().to_string());
         w.server = Some(n);
     }
     Ok(())
@@ -534,7 +609,7 @@ fn take_template(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> 
     let (workers, threads) = s.names();
     state.template_workers = workers.then_some(c.workers);
     state.template_threads = threads.then_some(c.threads);
-    w.server = Some(s);
+    w.server = Some(held::InHand::Here(s));
     Ok(())
 }
 
@@ -718,6 +793,12 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
         host_settings: tune_spec(&kept),
         host_settings_on: w.host.as_ref().map(host::HostSide::name),
         load_machines: current.opts.agents.as_deref().map(|a| a.split(',').count()),
+        server_file: match (&w.server, &current.server) {
+            (Some(s), Some(text)) if text != s.original() => {
+                Some(ServerFile { path: s.file().to_path_buf(), text: text.clone() })
+            }
+            _ => None,
+        },
         ended,
         sweep: None,
         kept_journal,
@@ -725,11 +806,16 @@ fn walk(w: &mut Walk<'_>) -> Result<Climb, ClimbError> {
 }
 
 /// The state `change` makes of `current` (step `n`); Err: why it cannot be made here.
-fn next_state(w: &Walk<'_>, current: &State, change: &Change, n: usize) -> Result<State, String> {
+fn next_state(
+    w: &mut Walk<'_>,
+    current: &State,
+    change: &Change,
+    n: usize,
+) -> Result<State, String> {
     let (mut template_workers, mut template_threads) =
         (current.template_workers, current.template_threads);
     let pool = |w: Option<usize>, t: Option<usize>| (w.unwrap_or(1), t.unwrap_or(1));
-    let server = match (change, &current.server, &w.server) {
+    let server = match (change, &current.server, &mut w.server) {
         (Change::ServerWorkers { to, .. }, _, Some(s)) => {
             template_workers = Some(*to);
             let (w, t) = pool(template_workers, template_threads);
@@ -811,8 +897,10 @@ fn measure(
     let mut verdict_text = match (&v, &row.after) {
         (Some(v), _) => v.sentence("the current state", "the change", (oka.len(), okb.len())),
         (None, Some(after)) if from_nothing(&oka, &okb) => format!(
-            "the current state answered no request ok in its {} runs, the change {:.0} ok/s ({:.0}-{:.0})",
+            "the current state answered no request ok in {} of its {} runs (at most {:.0} ok/s), the change {:.0} ok/s ({:.0}-{:.0}) in every run",
+            oka.iter().filter(|x| **x == 0.0).count(),
             oka.len(),
+            oka.iter().copied().fold(0.0, f64::max),
             after.rps,
             after.min,
             after.max
@@ -930,6 +1018,80 @@ pub fn state_file(c: &Climb) -> String {
     o
 }
 
+/// The final state as files that reproduce it elsewhere (`--state-dir`), by name:
+/// `server-host.toml` ([`state_file`]: `qpslab tune apply --from` on the server's host),
+/// `nginx.conf` or `server.conf` (the server's file in that state, when the climb changed it),
+/// `load.txt` (the load's options the climb kept, over the starting command) and `climb.json`
+/// (the climb, as `--json` prints it).
+pub fn state_files(c: &Climb) -> Vec<(&'static str, String)> {
+    let mut out = vec![("server-host.toml", state_file(c))];
+    if let Some(f) = &c.server_file {
+        let name = if c.plan.iter().any(|p| p.starts_with("nginx: ")) {
+            "nginx.conf"
+        } else {
+            "server.conf"
+        };
+        out.push((name, f.text.clone()));
+    }
+    let mut load = String::from(
+        "# The final state's load: these options over the climb's starting command.\n",
+    );
+    let flags: Vec<&str> =
+        c.plan.iter().filter(|p| p.starts_with('-')).map(String::as_str).collect();
+    if flags.is_empty() {
+        load.push_str("# The climb kept no change of the load's options.\n");
+    } else {
+        load.push_str(&flags.join(" "));
+        load.push('\n');
+    }
+    if let Some(n) = c.load_machines {
+        load.push_str(&format!("# {n} load machine(s) (--agents).\n"));
+    }
+    out.push(("load.txt", load));
+    out.push(("climb.json", serde_json::to_string_pretty(c).unwrap_or_default() + "\n"));
+    out
+}
+
+/// The machine role a change is made on: `load`, `server` (its configuration) or `server host`
+/// (its settings).
+pub fn role(c: &Change) -> &'static str {
+    match c {
+        Change::Connections { .. } | Change::Threads { .. } | Change::Agents { .. } => "load",
+        Change::Sysctl { .. } | Change::Steering { .. } => "server host",
+        _ => "server",
+    }
+}
+
+/// The staircase of each machine role: the changes kept on it, in order, and the load
+/// machines the final state uses.
+fn by_role(o: &mut String, c: &Climb) {
+    use std::fmt::Write as _;
+    let mut label = "by role";
+    for r in ["load", "server", "server host"] {
+        let kept: Vec<String> = c
+            .steps
+            .iter()
+            .filter(|s| s.verdict == "kept")
+            .filter_map(|s| s.knob.as_ref().filter(|k| role(k) == r).map(Change::describe))
+            .collect();
+        let machines = match (r, c.load_machines) {
+            ("load", Some(n)) => Some(format!("{n} load machine{}", if n == 1 { "" } else { "s" })),
+            _ => None,
+        };
+        if kept.is_empty() && machines.is_none() {
+            continue;
+        }
+        let on = match (r, &c.host_settings_on) {
+            ("server host", Some(on)) => format!(" ({on})"),
+            _ => String::new(),
+        };
+        let kept = if kept.is_empty() { "nothing kept".to_string() } else { kept.join(", ") };
+        let machines = machines.map_or(String::new(), |m| format!("; {m}"));
+        let _ = writeln!(o, "{label:<11} {r}{on}: {kept}{machines}");
+        label = "";
+    }
+}
+
 /// The climb as the field reports' tables: one row per step, then the final state.
 pub fn render_text(c: &Climb) -> String {
     use std::fmt::Write as _;
@@ -981,10 +1143,7 @@ pub fn render_text(c: &Climb) -> String {
         c.last.rps, c.last.min, c.last.max
     );
     let _ = writeln!(o, "ended       {}", c.ended);
-    if let Some(n) = c.load_machines {
-        let _ =
-            writeln!(o, "load        {n} load machine{} (--agents)", if n == 1 { "" } else { "s" });
-    }
+    by_role(&mut o, c);
     // Bench flags on the state line; a server's directive or a host setting on its own.
     let (flags, others): (Vec<&String>, Vec<&String>) =
         c.plan.iter().partition(|p| p.starts_with('-'));
@@ -1031,6 +1190,78 @@ mod tests {
         assert!(better(&[0.0; 3], &[5.0, 600.0, 7.0], 0.03));
         assert!(!better(&[0.0; 2], &[500.0, 600.0], 0.03));
         assert!(!better(&[0.0; 3], &[500.0, 0.0, 700.0], 0.03));
+        // A start that answered a little in one run is still a failing start: every run of
+        // the change above every run of it.
+        assert!(better(&[0.0, 41.0, 0.0], &[14_000.0, 13_700.0, 14_400.0], 0.03));
+        assert!(!better(&[0.0, 900.0, 0.0], &[800.0, 13_700.0, 14_400.0], 0.03));
+    }
+
+    /// A climb over two machines: its kept changes by role (a reverted one not among them),
+    /// and its final state as files, each the one a user takes elsewhere.
+    #[test]
+    fn the_final_state_is_a_staircase_per_role_and_files() {
+        let step = |c: Change, verdict: &'static str| Step {
+            finding: "f".into(),
+            evidence: Vec::new(),
+            change: Some(c.describe()),
+            knob: Some(c),
+            before: None,
+            after: None,
+            ratio: None,
+            ratio_range: None,
+            verdict,
+            why: String::new(),
+            disturbed: 0,
+        };
+        let wc = Change::NginxWorkerConnections { from: 256, to: 2048 };
+        let agents = Change::Agents { from: 1, to: 2 };
+        let steer = Change::Steering { iface: "eth0".into() };
+        let pool = ["root@a".to_string(), "root@b".to_string(), "root@c".to_string()];
+        let rps = Rps { rps: 200.0, min: 190.0, max: 210.0 };
+        let c = Climb {
+            start_rps: 0.0,
+            final_rps: 200.0,
+            start: Rps { rps: 0.0, min: 0.0, max: 0.0 },
+            last: rps,
+            steps: vec![
+                step(wc.clone(), "kept"),
+                step(agents.clone(), "kept"),
+                step(steer, "reverted"),
+            ],
+            plan: vec![flag(&wc, &pool), flag(&agents, &pool)],
+            host_settings: TuneSpec::default(),
+            host_settings_on: Some("root@s".into()),
+            load_machines: Some(2),
+            server_file: Some(ServerFile {
+                path: "/etc/nginx/nginx.conf".into(),
+                text: "events { worker_connections 2048; }\n".into(),
+            }),
+            ended: String::new(),
+            sweep: None,
+            kept_journal: None,
+        };
+        let text = render_text(&c);
+        assert!(
+            text.contains("by role     load: load machines 1 -> 2; 2 load machines\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("            server: nginx worker_connections 256 -> 2048\n"),
+            "{text}"
+        );
+        assert!(!text.contains("server host (root@s):"), "nothing kept there: {text}");
+        assert!(text.contains("the start's options with --agents root@a,root@b"), "{text}");
+        let files = state_files(&c);
+        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["server-host.toml", "nginx.conf", "load.txt", "climb.json"]);
+        assert!(files[1].1.contains("worker_connections 2048;"));
+        assert!(
+            files[2].1.contains("--agents root@a,root@b\n# 2 load machine(s)"),
+            "{}",
+            files[2].1
+        );
+        let back: serde_json::Value = serde_json::from_str(&files[3].1).unwrap_or_default();
+        assert_eq!(back["load_machines"], 2);
     }
 
     /// The state file says the kept host settings in the terms `tune --from` reads back, and
@@ -1058,6 +1289,7 @@ mod tests {
             host_settings: tune_spec(&kept),
             host_settings_on: None,
             load_machines: None,
+            server_file: None,
             ended: String::new(),
             sweep: None,
             kept_journal: None,

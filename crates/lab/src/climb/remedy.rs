@@ -127,6 +127,13 @@ impl Change {
         )
     }
 
+    /// Whether it sizes listen queues: it applies to a socket when the server calls listen()
+    /// (nginx on a reload; a server the bench starts, at each run).
+    pub fn is_listen(&self) -> bool {
+        matches!(self, Change::Sysctl { name, .. }
+            if name == "net.core.somaxconn" || name == "net.ipv4.tcp_max_syn_backlog")
+    }
+
     /// Whether it changes the host (`--apply-host`).
     pub fn is_host(&self) -> bool {
         matches!(self, Change::Sysctl { .. } | Change::Steering { .. })

@@ -226,6 +226,15 @@ impl UserServer {
         }
     }
 
+    /// nginx re-listens: a reload calls listen() again on its sockets, so a listen queue
+    /// setting changed since (`net.core.somaxconn`) takes effect. Other servers: nothing.
+    pub fn relisten(&self) -> Result<(), String> {
+        match &self.how {
+            Reload::Nginx(master) => reload_nginx(master.pid),
+            Reload::Command(_) => Ok(()),
+        }
+    }
+
     fn reload(&self) -> Result<(), String> {
         match &self.how {
             Reload::Nginx(master) => reload_nginx(master.pid),
