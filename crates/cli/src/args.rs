@@ -259,6 +259,12 @@ pub struct ClimbArgs {
     #[arg(long, value_name = "TEMPLATE:FILE", requires_all = ["server_reload", "apply_server"])]
     pub server_config: Option<String>,
 
+    /// With --apply-server: let the climb remove nginx's rate limits (`limit_req`) for its
+    /// runs when the doctor finds one sets the rate (the benchmark then measures the server,
+    /// not the limit; the file is restored at the end)
+    #[arg(long, requires = "apply_server")]
+    pub allow_limits: bool,
+
     /// With --server-config: the command (run by sh) that makes the server read FILE again,
     /// e.g. `kill -HUP $(cat /run/app.pid)`; it must exit 0
     #[arg(long, value_name = "CMD", requires = "server_config")]

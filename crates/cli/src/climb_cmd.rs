@@ -30,6 +30,7 @@ pub fn run(a: ClimbArgs) -> anyhow::Result<Outcome> {
         max_steps: a.steps,
         label: b.label.clone(),
         apply_server: a.apply_server,
+        allow_limits: a.allow_limits,
         apply_host: a.apply_host,
         keep: a.keep,
         journal: a.journal.clone(),

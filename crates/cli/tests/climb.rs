@@ -293,6 +293,36 @@ fn nginx_out_of_worker_connections_is_climbed_from() {
     assert!(why.contains("pass --apply-server"), "{v:#}");
 }
 
+/// A rate limit is the user's to lift, not the climb's: nginx's `limit_req` at 200 r/s
+/// answers the rest 503, and the climb stops there and says so, naming `--allow-limits`.
+/// With it, the limit is removed from nginx's file for the change's runs, kept (many times
+/// the limit's rate), and the file is back byte for byte at the end.
+#[test]
+fn a_rate_limit_is_lifted_only_when_allowed() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(
+        0,
+        "worker_connections 1024;",
+        "limit_req_zone $binary_remote_addr zone=one:1m rate=200r/s;",
+        // A file, not `return` (which answers before limit_req's phase).
+        "limit_req zone=one; root {dir};",
+    );
+    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let load = ["-c", "8", "--steps", "1", "--budget", "60s", "--apply-server"];
+    let (v, code) = climb(&load, &db, url);
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(v["steps"][0]["verdict"], "stopped", "{v:#}");
+    assert!(v["steps"][0]["why"].as_str().unwrap().contains("--allow-limits"), "{v:#}");
+    let (v, code) = climb(&[&load[..], &["--allow-limits"]].concat(), &db, url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["change"], "nginx limit_req off (--allow-limits)", "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    assert!(step["ratio_range"][0].as_f64().unwrap() > 3.0, "{step}");
+    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+}
+
 /// The workers of nginx's master `pid`, each with the CPUs it may run on.
 fn nginx_workers(pid: u32) -> Vec<String> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();

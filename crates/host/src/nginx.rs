@@ -56,6 +56,9 @@ pub struct NginxConf {
     /// `http2_max_concurrent_streams` (None: nginx's default, 128).
     #[serde(default)]
     pub http2_max_concurrent_streams: Option<u64>,
+    /// A `keepalive_timeout 0`: it closes every connection after its response.
+    #[serde(default)]
+    pub keepalive_off: bool,
 }
 
 /// nginx's default `worker_connections`.
@@ -129,6 +132,9 @@ pub fn parse(text: &str) -> NginxConf {
                 c.limit_req_zones.push(zone.join(" "));
             }
             "limit_req" => c.limit_req = true,
+            "keepalive_timeout" => {
+                c.keepalive_off |= matches!(args.first().copied(), Some("0" | "0s" | "0ms"));
+            }
             "http2_max_concurrent_streams" => {
                 c.http2_max_concurrent_streams = args.first().and_then(|n| n.parse().ok());
             }
@@ -377,6 +383,8 @@ mod tests {
         assert_eq!((c.worker_connections, c.worker_rlimit_nofile), (Some(256), Some(4096)));
         assert_eq!(c.limit_req_zones, vec!["zone=one:10m rate=200r/s"]);
         assert!(c.limit_req);
+        assert!(!c.keepalive_off);
+        assert!(parse("http { keepalive_timeout 0; }").keepalive_off);
         assert_eq!(c.http2_max_concurrent_streams, Some(1));
         let v = configure_options("nginx version: nginx/1.22.1\nconfigure arguments: --with-cc-opt='-g' --prefix=/usr/share/nginx --error-log-path=/var/log/nginx/error.log\n");
         assert_eq!(v.get("--prefix").map(String::as_str), Some("/usr/share/nginx"));

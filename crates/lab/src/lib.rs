@@ -5,7 +5,8 @@
 //! the doctor alone, for a duration or while a command (the load) runs. [`sweep`] runs a matrix
 //! of bench variants, interleaved and repeated, with host settings applied and reverted around
 //! each run; [`climb`] walks from a bench's state, one measured change at a time, keeping what
-//! is faster beyond noise; [`record`] says what of a run the runs store (`qpslab_runs`) keeps.
+//! is faster beyond noise; both make each run through [`trial`]; [`record`] says what of a run
+//! the runs store (`qpslab_runs`) keeps.
 
 pub mod bench;
 pub mod ci;
@@ -23,6 +24,7 @@ pub mod split;
 pub mod sweep;
 pub mod target;
 mod text;
+pub mod trial;
 
 pub use bench::{bench, BenchError, BenchOptions, BenchReport, TargetKind, TargetReport};
 pub use text::render_text;

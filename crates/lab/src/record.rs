@@ -90,7 +90,7 @@ fn severity_name(s: Severity) -> &'static str {
 }
 
 /// Where a run came from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Provenance {
     /// qpslab's version and git commit.
     pub version: String,

@@ -30,9 +30,11 @@ use serde::Serialize;
 
 pub use remedy::{Change, Knobs, Remedy};
 
-use crate::bench::{bench, BenchError, BenchOptions, BenchReport};
+use crate::bench::{BenchError, BenchOptions, BenchReport};
 use crate::kinds::TuneSpec;
-use crate::record::{store_bench, InSweep, Provenance};
+use crate::record::Provenance;
+use crate::remote::InForce;
+use crate::trial::{self, Trial, TrialError};
 
 /// How a climb runs.
 #[derive(Debug, Clone)]
@@ -55,6 +57,9 @@ pub struct ClimbOptions {
     /// The climb may change this host's settings (journaled, in force only during the runs
     /// of the states that hold them).
     pub apply_host: bool,
+    /// With `apply_server`: the climb may remove the server's rate limits (nginx's
+    /// `limit_req`) for its runs, when the doctor finds one sets the rate.
+    pub allow_limits: bool,
     /// With `apply_host`: leave the final state's host settings in force at the end.
     pub keep: bool,
     /// The tune journal [default: tune's].
@@ -293,7 +298,7 @@ pub fn decide<E>(
 /// The walk: what it runs with and what it has done.
 struct Walk<'a> {
     o: &'a ClimbOptions,
-    store: Option<(&'a mut Store, i64, Provenance)>,
+    store: Option<(&'a mut Store, i64)>,
     stop: &'a AtomicBool,
     feed: &'a mut dyn Feed,
     clock: Instant,
@@ -339,36 +344,28 @@ impl Walk<'_> {
             repeats: self.o.repeats,
             eta: self.o.budget.saturating_sub(self.clock.elapsed()),
         });
-        let applied = match &self.host {
+        let settings = match &self.host {
             Some(h) => h.apply(&st.host).map_err(ClimbError::Host)?,
             None => None,
         };
         relisten(&mut self.server, &mut self.listened, st)?;
-        let report = bench(opts, self.stop, self.feed);
-        if let Some(a) = applied {
-            if let Some(note) = a.revert().map_err(ClimbError::Host)? {
-                self.feed.event(&Event::Note(&note));
-            }
-        }
-        let report =
-            report.map_err(|source| ClimbError::Run { state: state.to_string(), source })?;
+        let trial = Trial { opts, variant: state, repeat, label: self.o.label.as_deref() };
+        let store = self.store.as_mut().map(|(s, id)| (&mut **s, *id));
+        let provenance = match &store {
+            Some(_) => Provenance::read(&opts.meta, self.o.journal.as_deref()),
+            None => Provenance::default(),
+        };
+        let settings = settings.unwrap_or(InForce::Here(None));
+        let made = trial::run(trial, settings, store, provenance, self.stop, self.feed);
         self.runs += 1;
-        if report.load.stopped_early {
-            return Ok(None);
+        match made {
+            Ok(made) => Ok(made.map(|(report, _)| report)),
+            Err(TrialError::Settings(e)) => Err(ClimbError::Host(e)),
+            Err(TrialError::Run(source)) => {
+                Err(ClimbError::Run { state: state.to_string(), source })
+            }
+            Err(TrialError::Store(e)) => Err(e.into()),
         }
-        if let Some((store, sweep, provenance)) = &mut self.store {
-            let in_sweep = InSweep { sweep: *sweep, variant: state, repeat };
-            let id = store_bench(
-                store,
-                opts,
-                &report,
-                Some(in_sweep),
-                self.o.label.as_deref(),
-                provenance,
-            )?;
-            self.feed.event(&Event::Stored { id, throughput_rps: report.load.throughput_rps });
-        }
-        Ok(Some(report))
     }
 
     /// The time one run takes: the mean so far, or its warm-up and window and a second before
@@ -383,7 +380,7 @@ impl Walk<'_> {
     /// Keeps the climb so far with its stored runs (the sweep's file): the report draws its
     /// staircase from it, also of a climb that did not end.
     fn record(&self, climb: &serde_json::Value) -> Result<(), ClimbError> {
-        if let Some((store, sweep, _)) = &self.store {
+        if let Some((store, sweep)) = &self.store {
             store.set_sweep_file(*sweep, &serde_json::json!({ "climb": climb }).to_string())?;
         }
         Ok(())
@@ -432,7 +429,7 @@ pub fn climb(
                 o.budget
             );
             let id = s.begin_sweep("climb", &crate::sweep::now(), &text)?;
-            Some((s, id, Provenance::read(&o.start.meta, None)))
+            Some((s, id))
         }
         None => None,
     };
@@ -466,7 +463,7 @@ pub fn climb(
     if let Ok(c) = &result {
         w.record(&serde_json::to_value(c).unwrap_or_default())?;
     }
-    if let Some((s, id, _)) = &w.store {
+    if let Some((s, id)) = &w.store {
         let status = match &result {
             Ok(c) if c.ended.starts_with("stopped") => "stopped",
             Ok(_) => "done",
@@ -626,6 +623,7 @@ fn pick(
     let mut knobs = Knobs::of(r);
     let in_use = state.opts.agents.as_deref().map_or(0, |a| a.split(',').count());
     knobs.agents = (!w.pool.is_empty()).then_some((in_use, w.pool.len()));
+    knobs.allow_limits = w.o.allow_limits;
     let nginx = state.template_workers.is_none() && state.template_threads.is_none();
     knobs.nginx = state
         .server
@@ -672,7 +670,7 @@ fn pick(
     // The knob that paid last time first: its next step is the likeliest to pay again.
     if let Some(last) = last_kept {
         for f in &r.doctor.findings {
-            for remedy in remedy::remedies(f, &knobs, &sysctl) {
+            for remedy in remedy::remedies(f, &knobs, &sysctl, &r.target.pids) {
                 if let Remedy::Change(c) = remedy {
                     if c.same_knob(last) && !tried.contains(&c) {
                         return chosen(f, c);
@@ -682,7 +680,7 @@ fn pick(
         }
     }
     for f in &r.doctor.findings {
-        for remedy in remedy::remedies(f, &knobs, &sysctl) {
+        for remedy in remedy::remedies(f, &knobs, &sysctl, &r.target.pids) {
             match remedy {
                 Remedy::Change(c) if !tried.contains(&c) => return chosen(f, c),
                 Remedy::Change(c) => {

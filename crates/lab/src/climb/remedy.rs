@@ -56,6 +56,13 @@ pub enum Change {
     /// The user's nginx: `worker_connections` raised, with `worker_rlimit_nofile` to hold them
     /// (tune's values, as the doctor names them).
     NginxWorkerConnections { from: u64, to: u64 },
+    /// The user's nginx: `worker_rlimit_nofile` raised (its workers ran out of descriptors).
+    NginxRlimitNofile { from: u64, to: u64 },
+    /// The user's nginx: `keepalive_timeout 75s` where it had 0 (a connection per request).
+    NginxKeepaliveOn,
+    /// The user's nginx: every `limit_req` of its main file removed, with `--allow-limits`
+    /// (the benchmark measures the server, not the limit).
+    NginxLimitReqOff,
     /// The user's nginx: `accept_mutex off;` (the workers no longer take turns to accept).
     NginxAcceptMutexOff,
     /// The user's nginx: `reuseport` on every `listen` of its main file (a listen queue per
@@ -81,6 +88,9 @@ impl Change {
             | Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
             | Change::NginxWorkerConnections { .. }
+            | Change::NginxRlimitNofile { .. }
+            | Change::NginxKeepaliveOn
+            | Change::NginxLimitReqOff
             | Change::NginxWorkers { .. }
             | Change::NginxAcceptMutexOff
             | Change::NginxReuseport
@@ -110,6 +120,10 @@ impl Change {
                 ("worker_connections", to.to_string(), "events"),
                 ("worker_rlimit_nofile", (to * 2).to_string(), ""),
             ],
+            Change::NginxRlimitNofile { to, .. } => {
+                vec![("worker_rlimit_nofile", to.to_string(), "")]
+            }
+            Change::NginxKeepaliveOn => vec![("keepalive_timeout", "75s".into(), "http")],
             _ => Vec::new(),
         }
     }
@@ -121,6 +135,9 @@ impl Change {
             Change::NginxAccessLogOff
                 | Change::NginxKeepaliveRequests { .. }
                 | Change::NginxWorkerConnections { .. }
+                | Change::NginxRlimitNofile { .. }
+                | Change::NginxKeepaliveOn
+                | Change::NginxLimitReqOff
                 | Change::NginxWorkers { .. }
                 | Change::NginxAcceptMutexOff
                 | Change::NginxReuseport
@@ -155,6 +172,9 @@ impl Change {
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
             Change::NginxWorkerConnections { from, to } => ("nginx worker_connections", *from, *to),
+            Change::NginxRlimitNofile { from, to } => ("nginx worker_rlimit_nofile", *from, *to),
+            Change::NginxKeepaliveOn => return "nginx keepalive_timeout 0 -> 75s".into(),
+            Change::NginxLimitReqOff => return "nginx limit_req off (--allow-limits)".into(),
             Change::NginxWorkers { from, to, affinity } => {
                 return format!(
                     "nginx worker_processes {from} -> {to}, worker_cpu_affinity {affinity}"
@@ -178,9 +198,12 @@ impl Change {
             Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
             Change::ServerThreads { to, .. } => format!("server: {{{{threads}}}} = {to}"),
             Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
+            Change::NginxLimitReqOff => "nginx: no limit_req;".into(),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
             | Change::NginxWorkerConnections { .. }
+            | Change::NginxRlimitNofile { .. }
+            | Change::NginxKeepaliveOn
             | Change::NginxWorkers { .. }
             | Change::NginxAcceptMutexOff => {
                 let set: Vec<String> =
@@ -244,6 +267,8 @@ pub struct Knobs {
     pub failing: bool,
     /// The load machines in use and in the climb's pool (`--agents`).
     pub agents: Option<(usize, usize)>,
+    /// The climb may lift the server's rate limits (`--allow-limits`).
+    pub allow_limits: bool,
 }
 
 impl Knobs {
@@ -271,9 +296,11 @@ impl Knobs {
             server_here: r.server_host.is_none(),
             failing: {
                 let q = &r.load.requests;
-                q.failed as f64 > FAILING_SHARE * (q.ok + q.failed) as f64
+                let bad = q.failed + q.bad_status;
+                bad as f64 > FAILING_SHARE * (q.ok + bad) as f64
             },
             agents: None,
+            allow_limits: false,
         }
     }
 
@@ -296,6 +323,12 @@ pub struct NginxKnobs {
     pub workers: Option<usize>,
     pub accept_mutex: bool,
     pub reuseport: bool,
+    pub worker_connections: u64,
+    pub worker_rlimit_nofile: Option<u64>,
+    /// `keepalive_timeout 0`.
+    pub keepalive_off: bool,
+    /// Some `limit_req` applies a rate limit.
+    pub limit_req: bool,
 }
 
 impl NginxKnobs {
@@ -308,15 +341,40 @@ impl NginxKnobs {
             },
             accept_mutex: c.accept_mutex,
             reuseport: c.reuseport,
+            // nginx's default.
+            worker_connections: c.worker_connections.unwrap_or(512),
+            worker_rlimit_nofile: c.worker_rlimit_nofile,
+            keepalive_off: c.keepalive_off,
+            limit_req: c.limit_req,
         }
     }
 }
 
 /// The changes `f` asks for in state `k`, most telling first: one remedy for most findings,
 /// one per cost named for nginx's configuration or per setting of a host finding. `sysctl`
-/// reads this host's current value of a setting. Read from the finding's typed cause alone.
-pub fn remedies(f: &Finding, k: &Knobs, sysctl: &dyn Fn(&str) -> Option<String>) -> Vec<Remedy> {
+/// reads the current value of a setting on the host it would change; `server_pids` are the
+/// target's processes. Read from the finding's typed cause alone.
+pub fn remedies(
+    f: &Finding,
+    k: &Knobs,
+    sysctl: &dyn Fn(&str) -> Option<String>,
+    server_pids: &[u32],
+) -> Vec<Remedy> {
     match &f.cause {
+        // The server's own processes out of descriptors: nginx's limit, when it is in hand.
+        Some(Cause::Descriptors { pid: Some(p), limit, .. }) if server_pids.contains(p) => {
+            match k.nginx {
+                Some(n) => vec![Remedy::Change(Change::NginxRlimitNofile {
+                    from: n.worker_rlimit_nofile.unwrap_or(*limit),
+                    to: qpslab_tune::remedy::nginx_rlimit_nofile(*limit, n.worker_connections),
+                })],
+                None => vec![remedy(f, k)],
+            }
+        }
+        Some(Cause::KeepAliveOff { .. }) => match k.nginx {
+            Some(n) if n.keepalive_off => vec![Remedy::Change(Change::NginxKeepaliveOn)],
+            _ => vec![remedy(f, k)],
+        },
         Some(Cause::HostSettings { settings, client_side }) => {
             host_remedies(settings, *client_side, k, sysctl)
         }
@@ -501,6 +559,13 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::Failed => {
             Remedy::Stop(format!("the run fails ({}): fix the target first", f.summary))
         }
+        // nginx's own word for its limit_req (the headline when the load's statuses did not
+        // make the rate-limited finding).
+        Cause::ServerLog { message, .. }
+            if message.contains("limit_req") && k.nginx.is_some_and(|n| n.limit_req) =>
+        {
+            rate_limit(f, k)
+        }
         // The server's log names what went wrong: the climb stops only when the run failed
         // by it (a line or two of an upstream's hiccup in a run that answered is not a start
         // to fix first).
@@ -519,11 +584,24 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         Cause::WorkerConnections { limit, wanted } => Remedy::Stop(format!(
             "nginx holds {limit} connections per worker and the run needs {wanted}: raise worker_connections first (pass --apply-server to let the climb raise it in nginx's configuration)"
         )),
-        Cause::RateLimit { .. } => Remedy::Stop(format!(
+        Cause::RateLimit { .. } => rate_limit(f, k),
+        other => Remedy::NotApplicable(no_knob(other).to_string()),
+    }
+}
+
+/// A rate limit sets the rate: nginx's `limit_req` removed with `--allow-limits`, else the
+/// climb stops (the benchmark should measure the server, not the limit).
+fn rate_limit(f: &Finding, k: &Knobs) -> Remedy {
+    match k.nginx.filter(|n| n.limit_req) {
+        Some(_) if k.allow_limits => Remedy::Change(Change::NginxLimitReqOff),
+        Some(_) => Remedy::Stop(format!(
+            "a limit sets the rate ({}): lift it for the benchmark first (--allow-limits lets the climb remove nginx's limit_req for its runs)",
+            f.summary
+        )),
+        None => Remedy::Stop(format!(
             "a limit sets the rate ({}): lift it for the benchmark first",
             f.summary
         )),
-        other => Remedy::NotApplicable(no_knob(other).to_string()),
     }
 }
 
@@ -662,6 +740,7 @@ mod tests {
         server_here: true,
         failing: false,
         agents: None,
+        allow_limits: false,
     };
 
     #[test]
@@ -714,7 +793,7 @@ mod tests {
         // A user's server in hand through its template: more connections first, then workers.
         let tmpl = Knobs { template_workers: Some(1), workers: None, ..k };
         assert_eq!(
-            remedies(&finding("latency-bound", Cause::RoundTrips), &tmpl, &|_| None)[1],
+            remedies(&finding("latency-bound", Cause::RoundTrips), &tmpl, &|_| None, &[])[1],
             Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
         );
         let roomy_tmpl = Knobs { server_cpus: 2, ..tmpl };
@@ -730,7 +809,7 @@ mod tests {
         // A template with a thread pool (gunicorn's gthread, puma): a server that waits gets
         // twice the threads before another worker.
         let pool = Knobs { template_threads: Some(4), ..tmpl };
-        let r = remedies(&finding("latency-bound", Cause::RoundTrips), &pool, &|_| None);
+        let r = remedies(&finding("latency-bound", Cause::RoundTrips), &pool, &|_| None, &[]);
         assert_eq!(r[1], Remedy::Change(Change::ServerThreads { from: 4, to: 8 }));
         assert_eq!(r[2], Remedy::Change(Change::ServerWorkers { from: 1, to: 2 }));
         assert_eq!(Change::ServerThreads { from: 4, to: 8 }.flag(), "server: {{threads}} = 8");
@@ -759,16 +838,20 @@ mod tests {
         };
         let mut f = finding("nginx-config", costs(true, true, false, false));
         let theirs = Knobs { workers: None, ..ONE_EACH };
-        assert!(matches!(remedies(&f, &theirs, &|_| None)[..], [Remedy::NotApplicable(_)]));
+        assert!(matches!(remedies(&f, &theirs, &|_| None, &[])[..], [Remedy::NotApplicable(_)]));
         let nginx = NginxKnobs {
             keepalive_requests: 100,
             workers: Some(1),
             accept_mutex: false,
             reuseport: false,
+            worker_connections: 768,
+            worker_rlimit_nofile: None,
+            keepalive_off: false,
+            limit_req: false,
         };
         let ours = Knobs { nginx: Some(nginx), ..theirs };
         assert_eq!(
-            remedies(&f, &ours, &|_| None),
+            remedies(&f, &ours, &|_| None, &[]),
             [
                 Remedy::Change(Change::NginxAccessLogOff),
                 Remedy::Change(Change::NginxKeepaliveRequests { from: 100, to: 100_000 })
@@ -785,7 +868,7 @@ mod tests {
         let mutex = Knobs { nginx: Some(NginxKnobs { accept_mutex: true, ..nginx }), ..four };
         let workers = Change::NginxWorkers { from: 1, to: 2, affinity: four.affinity() };
         assert_eq!(
-            remedies(&f, &mutex, &|_| None),
+            remedies(&f, &mutex, &|_| None, &[]),
             [
                 Remedy::Change(workers.clone()),
                 Remedy::Change(Change::NginxAcceptMutexOff),
@@ -846,13 +929,13 @@ mod tests {
                 true,
             ),
         );
-        assert!(matches!(remedies(&ports, &ONE_EACH, &read)[..], [Remedy::NotApplicable(_)]));
+        assert!(matches!(remedies(&ports, &ONE_EACH, &read, &[])[..], [Remedy::NotApplicable(_)]));
         let host = Knobs { apply_host: true, ..ONE_EACH };
         let sysctl = |name: &str, from: &str, to: &str| {
             Remedy::Change(Change::Sysctl { name: name.into(), from: from.into(), to: to.into() })
         };
         assert_eq!(
-            remedies(&ports, &host, &read),
+            remedies(&ports, &host, &read, &[]),
             [
                 sysctl("net.ipv4.tcp_tw_reuse", "0", "1"),
                 sysctl("net.ipv4.ip_local_port_range", "20000 20999", "1024 65535"),
@@ -861,15 +944,18 @@ mod tests {
         // Already at what tune plans: nothing to measure.
         let overflow =
             finding("accept-queue-overflow", settings(&[("net.core.somaxconn", "65535")], false));
-        assert!(matches!(remedies(&overflow, &host, &read)[..], [Remedy::NotApplicable(_)]));
+        assert!(matches!(remedies(&overflow, &host, &read, &[])[..], [Remedy::NotApplicable(_)]));
         // With --server HOST the server's side is that host's (its value read there) and the
         // load's side is not the climb's.
         let far = Knobs { server_here: false, ..host };
         let low = |_: &str| Some("128".to_string());
-        assert_eq!(remedies(&overflow, &far, &low), [sysctl("net.core.somaxconn", "128", "65535")]);
-        assert!(matches!(remedies(&ports, &far, &read)[..], [Remedy::NotApplicable(_)]));
         assert_eq!(
-            remedies(&overflow, &host, &low),
+            remedies(&overflow, &far, &low, &[]),
+            [sysctl("net.core.somaxconn", "128", "65535")]
+        );
+        assert!(matches!(remedies(&ports, &far, &read, &[])[..], [Remedy::NotApplicable(_)]));
+        assert_eq!(
+            remedies(&overflow, &host, &low, &[]),
             [sysctl("net.core.somaxconn", "128", "65535")]
         );
         // A namespace hides the host-wide ones.
@@ -877,14 +963,63 @@ mod tests {
             "softnet-backlog-drops",
             settings(&[("net.core.netdev_max_backlog", "65536")], false),
         );
-        assert!(matches!(remedies(&drops, &host, &|_| None)[..], [Remedy::NotApplicable(_)]));
+        assert!(matches!(remedies(&drops, &host, &|_| None, &[])[..], [Remedy::NotApplicable(_)]));
         let queue = finding("single-rx-queue", Cause::Steering { iface: Some("qvb".into()) });
         assert_eq!(
-            remedies(&queue, &host, &read),
+            remedies(&queue, &host, &read, &[]),
             [Remedy::Change(Change::Steering { iface: "qvb".into() })]
         );
         assert!(below("0", "1") && below("2", "1") && !below("1", "1"));
         assert!(below("32768 60999", "1024 65535") && !below("1024 65535", "1024 65535"));
         assert!(below("4096", "65535") && !below("65535", "65535"));
+    }
+
+    /// A failing start's limits in nginx's hands: its descriptors (only for the target's own
+    /// processes), keep-alive off, and a rate limit only with --allow-limits.
+    #[test]
+    fn nginx_limits_are_changes_where_the_climb_may_make_them() {
+        let nginx = NginxKnobs::of(&qpslab_host::nginx::parse(
+            "events { worker_connections 768; }\nhttp { keepalive_timeout 0; limit_req_zone $binary_remote_addr zone=one:10m rate=200r/s; server { location / { limit_req zone=one; } } }",
+        ));
+        let k = Knobs { nginx: Some(nginx), ..ONE_EACH };
+        let fds =
+            finding("fd-limit-close", Cause::Descriptors { pid: Some(7), open: 40, limit: 40 });
+        assert_eq!(
+            remedies(&fds, &k, &|_| None, &[6, 7]),
+            [Remedy::Change(Change::NginxRlimitNofile { from: 40, to: 8192 })]
+        );
+        // The generator's table is not nginx's.
+        assert!(matches!(remedies(&fds, &k, &|_| None, &[6])[..], [Remedy::NotApplicable(_)]));
+        let closes = finding("no-keep-alive", Cause::KeepAliveOff { per_response: 1.0 });
+        assert_eq!(
+            remedies(&closes, &k, &|_| None, &[]),
+            [Remedy::Change(Change::NginxKeepaliveOn)]
+        );
+        let limit = finding(
+            "rate-limited",
+            Cause::RateLimit { status: 503, ok_per_s: 200.0, configured: None },
+        );
+        let Remedy::Stop(why) = remedy(&limit, &k) else { panic!("a limit stops the climb") };
+        assert!(why.contains("--allow-limits"), "{why}");
+        let allowed = Knobs { allow_limits: true, ..k };
+        assert_eq!(remedy(&limit, &allowed), Remedy::Change(Change::NginxLimitReqOff));
+        // nginx's log naming its limit_req is the same limit.
+        let log = finding(
+            "server-log",
+            Cause::ServerLog {
+                message: "nginx's limit_req turned requests away (zone \"one\")".into(),
+                count: 9,
+            },
+        );
+        assert_eq!(remedy(&log, &allowed), Remedy::Change(Change::NginxLimitReqOff));
+        let edited = crate::climb::server::edit(
+            "http { limit_req_zone $a zone=one:10m rate=1r/s; server { location / { limit_req zone=one; return 200; } } }",
+            &Change::NginxLimitReqOff,
+        )
+        .unwrap();
+        assert_eq!(
+            edited,
+            "http { limit_req_zone $a zone=one:10m rate=1r/s; server { location / {  return 200; } } }"
+        );
     }
 }

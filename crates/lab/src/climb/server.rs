@@ -298,6 +298,11 @@ fn workers(master: u32) -> Vec<u32> {
 /// `text` with `change` made: its directives set ([`set_directive`]), or `reuseport` added to
 /// every `listen`. Err: why it cannot be made in this file.
 pub fn edit(text: &str, change: &Change) -> Result<String, String> {
+    if *change == Change::NginxLimitReqOff {
+        return remove_directive(text, "limit_req").ok_or_else(|| {
+            "no `limit_req` in nginx's main configuration file (the climb edits that file only, not the ones it includes)".into()
+        });
+    }
     if *change == Change::NginxReuseport {
         return listen_option(text, "reuseport").ok_or_else(|| {
             "no `listen` in nginx's main configuration file (the climb edits that file only, not the ones it includes)".into()
@@ -338,6 +343,21 @@ pub fn set_directive(text: &str, name: &str, value: &str, block: &str) -> Option
     let at = find_directive(text, block)?;
     let brace = text[at..].find('{')? + at + 1;
     Some(format!("{}\n    {name} {value};{}", &text[..brace], &text[brace..]))
+}
+
+/// `text` without any `name ...;` directive; None when it has none.
+fn remove_directive(text: &str, name: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut found = false;
+    while let Some(at) = find_directive(rest, name) {
+        let end = rest[at..].find(';')? + at + 1;
+        out.push_str(&rest[..at]);
+        rest = &rest[end..];
+        found = true;
+    }
+    out.push_str(rest);
+    found.then_some(out)
 }
 
 /// `text` with `option` added to every `listen` directive that lacks it; None when it has no

@@ -19,11 +19,12 @@ use qpslab_tune as tune;
 
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
-use crate::bench::{bench, BenchError, BenchOptions};
+use crate::bench::{BenchError, BenchOptions};
 use crate::climb::server::UserServer;
 use crate::hostset::{self, host_change, plan_for, Applied, HostChange};
-use crate::record::{store_bench, InSweep, Provenance};
+use crate::record::Provenance;
 use crate::remote::{InForce, ServerHost, TuneCall};
+use crate::trial::{self, Trial, TrialError};
 use qpslab_fleet::session::FleetOptions;
 use qpslab_runs::store::{Store, StoreError};
 
@@ -315,7 +316,7 @@ fn visit(
     let tune_err = |message: String| SweepError::Tune { variant: r.variant.name.clone(), message };
     let root = Root::live();
     let journal = tune::journal_path(&root, o.journal.as_deref());
-    let mut settings = match (&r.host, &r.server, &r.variant.tune) {
+    let settings = match (&r.host, &r.server, &r.variant.tune) {
         (Some(change), _, _) => {
             InForce::Here(Some(Applied::new(&root, &journal, change).map_err(tune_err)?))
         }
@@ -328,29 +329,18 @@ fn visit(
     };
     let mut provenance = Provenance::read(&o.defaults.meta, o.journal.as_deref());
     provenance.tune_asked = r.variant.tune.as_ref().and_then(|t| serde_json::to_value(t).ok());
-    if let InForce::There(far, _) = &mut settings {
-        provenance.server_host = far.host_json().ok();
-    }
-    let result = bench(&r.opts, stop, feed);
-    let reverted = settings.revert().map_err(tune_err)?;
-    if let Some(note) = reverted {
-        feed.event(&Event::Note(&note));
-    }
-    let report = result.map_err(|source| SweepError::Run {
-        variant: r.variant.name.clone(),
-        repeat,
-        source,
-    })?;
-    if report.load.stopped_early {
-        feed.event(&Event::Note(&format!(
-            "run of {:?} (repeat {repeat}) stopped by a signal: not stored",
-            r.variant.name
-        )));
-        return Ok(None);
-    }
-    let in_sweep = InSweep { sweep, variant: &r.variant.name, repeat };
-    let id = store_bench(store, &r.opts, &report, Some(in_sweep), o.label.as_deref(), &provenance)?;
-    feed.event(&Event::Stored { id, throughput_rps: report.load.throughput_rps });
+    let trial =
+        Trial { opts: &r.opts, variant: &r.variant.name, repeat, label: o.label.as_deref() };
+    let made = match trial::run(trial, settings, Some((store, sweep)), provenance, stop, feed) {
+        Ok(Some((report, Some(id)))) => (report, id),
+        Ok(_) => return Ok(None),
+        Err(TrialError::Settings(message)) => return Err(tune_err(message)),
+        Err(TrialError::Run(source)) => {
+            return Err(SweepError::Run { variant: r.variant.name.clone(), repeat, source })
+        }
+        Err(TrialError::Store(e)) => return Err(e.into()),
+    };
+    let (report, id) = made;
     let text = crate::render_text(&report);
     let finished = Finished { variant: r.variant.name.clone(), repeat, load: report.load, text };
     Ok(Some((id, finished)))
