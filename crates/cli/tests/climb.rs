@@ -355,7 +355,7 @@ fn nginx_workers_affinity_and_reuseport_are_real_edits_and_restored() {
     let workers = Change::NginxWorkers { from: 1, to: 2, affinity: "auto".into() };
     let mut text = nginx.original.clone();
     for c in [workers, Change::NginxAcceptMutexOff, Change::NginxReuseport] {
-        text = server::edit(&text, &c).unwrap();
+        text = server::edit(&text, &c.nginx_edit().unwrap()).unwrap();
         s.check(&text).unwrap();
         s.put(&text).unwrap();
     }

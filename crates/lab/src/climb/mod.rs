@@ -828,7 +828,8 @@ fn next_state(
             return Err("the server's template is not in the climb's hands".into());
         }
         (c, Some(text), Some(s)) if c.is_nginx() => {
-            let text = server::edit(text, c)?;
+            let edit = c.nginx_edit().ok_or("not an edit of nginx's file")?;
+            let text = server::edit(text, &edit)?;
             s.check(&text)?;
             Some(text)
         }
@@ -1194,6 +1195,25 @@ mod tests {
         assert!(!better(&[0.0, 900.0, 0.0], &[800.0, 13_700.0, 14_400.0], 0.03));
     }
 
+    /// A climb from 100 to 200 ok req/s with nothing in it.
+    fn a_climb() -> Climb {
+        Climb {
+            start_rps: 100.0,
+            final_rps: 200.0,
+            start: Rps { rps: 100.0, min: 99.0, max: 101.0 },
+            last: Rps { rps: 200.0, min: 190.0, max: 210.0 },
+            steps: Vec::new(),
+            plan: Vec::new(),
+            host_settings: TuneSpec::default(),
+            host_settings_on: None,
+            load_machines: None,
+            server_file: None,
+            ended: String::new(),
+            sweep: None,
+            kept_journal: None,
+        }
+    }
+
     /// A climb over two machines: its kept changes by role (a reverted one not among them),
     /// and its final state as files, each the one a user takes elsewhere.
     #[test]
@@ -1215,28 +1235,22 @@ mod tests {
         let agents = Change::Agents { from: 1, to: 2 };
         let steer = Change::Steering { iface: "eth0".into() };
         let pool = ["root@a".to_string(), "root@b".to_string(), "root@c".to_string()];
-        let rps = Rps { rps: 200.0, min: 190.0, max: 210.0 };
         let c = Climb {
-            start_rps: 0.0,
-            final_rps: 200.0,
             start: Rps { rps: 0.0, min: 0.0, max: 0.0 },
-            last: rps,
+            start_rps: 0.0,
             steps: vec![
                 step(wc.clone(), "kept"),
                 step(agents.clone(), "kept"),
                 step(steer, "reverted"),
             ],
             plan: vec![flag(&wc, &pool), flag(&agents, &pool)],
-            host_settings: TuneSpec::default(),
             host_settings_on: Some("root@s".into()),
             load_machines: Some(2),
             server_file: Some(ServerFile {
                 path: "/etc/nginx/nginx.conf".into(),
                 text: "events { worker_connections 2048; }\n".into(),
             }),
-            ended: String::new(),
-            sweep: None,
-            kept_journal: None,
+            ..a_climb()
         };
         let text = render_text(&c);
         assert!(
@@ -1276,21 +1290,10 @@ mod tests {
             Change::Steering { iface: "eth0".into() },
             Change::NginxAccessLogOff,
         ];
-        let rps = Rps { rps: 200.0, min: 190.0, max: 210.0 };
         let c = Climb {
-            start_rps: 100.0,
-            final_rps: 200.0,
-            start: Rps { rps: 100.0, min: 99.0, max: 101.0 },
-            last: rps,
-            steps: Vec::new(),
             plan: kept.iter().map(Change::flag).collect(),
             host_settings: tune_spec(&kept),
-            host_settings_on: None,
-            load_machines: None,
-            server_file: None,
-            ended: String::new(),
-            sweep: None,
-            kept_journal: None,
+            ..a_climb()
         };
         let text = state_file(&c);
         assert!(text.contains("2.00x its start's 100"), "{text}");

@@ -9,6 +9,7 @@
 use qpslab_doctor::{Cause, Finding};
 use serde::Serialize;
 
+use super::server::Edit;
 use crate::bench::{BenchOptions, BenchReport};
 
 /// The most connections the climb raises a run to (each doubling measured on its own).
@@ -125,6 +126,16 @@ impl Change {
             }
             Change::NginxKeepaliveOn => vec![("keepalive_timeout", "75s".into(), "http")],
             _ => Vec::new(),
+        }
+    }
+
+    /// The edit of nginx's main file that makes it (None: not an nginx change).
+    pub fn nginx_edit(&self) -> Option<Edit> {
+        match self {
+            Change::NginxReuseport => Some(Edit::ListenOption("reuseport")),
+            Change::NginxLimitReqOff => Some(Edit::Remove("limit_req")),
+            c if c.is_nginx() => Some(Edit::Set(c.directives())),
+            _ => None,
         }
     }
 
@@ -1012,9 +1023,10 @@ mod tests {
             },
         );
         assert_eq!(remedy(&log, &allowed), Remedy::Change(Change::NginxLimitReqOff));
+        let edit = Change::NginxLimitReqOff.nginx_edit().unwrap();
         let edited = crate::climb::server::edit(
             "http { limit_req_zone $a zone=one:10m rate=1r/s; server { location / { limit_req zone=one; return 200; } } }",
-            &Change::NginxLimitReqOff,
+            &edit,
         )
         .unwrap();
         assert_eq!(

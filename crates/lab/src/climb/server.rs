@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 use qpslab_host::nginx::{self, Master};
 use qpslab_host::Root;
 
-use super::remedy::Change;
-
 /// How long a reload may take to have new workers serving.
 const RELOAD_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -295,28 +293,38 @@ fn workers(master: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// `text` with `change` made: its directives set ([`set_directive`]), or `reuseport` added to
-/// every `listen`. Err: why it cannot be made in this file.
-pub fn edit(text: &str, change: &Change) -> Result<String, String> {
-    if *change == Change::NginxLimitReqOff {
-        return remove_directive(text, "limit_req").ok_or_else(|| {
-            "no `limit_req` in nginx's main configuration file (the climb edits that file only, not the ones it includes)".into()
-        });
+/// An edit of nginx's main configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// Directives set ([`set_directive`]): each one's name, value and the block it goes in
+    /// when the file has none.
+    Set(Vec<(&'static str, String, &'static str)>),
+    /// An option added to every `listen` that lacks it (`reuseport`).
+    ListenOption(&'static str),
+    /// Every directive of the name removed (`limit_req`).
+    Remove(&'static str),
+}
+
+/// `text` with `e` made. Err: why it cannot be made in this file.
+pub fn edit(text: &str, e: &Edit) -> Result<String, String> {
+    let only_main = "(the climb edits that file only, not the ones it includes)";
+    match e {
+        Edit::Remove(name) => remove_directive(text, name)
+            .ok_or_else(|| format!("no `{name}` in nginx's main configuration file {only_main}")),
+        Edit::ListenOption(option) => listen_option(text, option)
+            .ok_or_else(|| format!("no `listen` in nginx's main configuration file {only_main}")),
+        Edit::Set(directives) => {
+            let mut out = text.to_string();
+            for (name, value, block) in directives {
+                out = set_directive(&out, name, value, block).ok_or_else(|| {
+                    format!(
+                        "no `{name}` and no {block} block in nginx's main configuration file to set it in"
+                    )
+                })?;
+            }
+            Ok(out)
+        }
     }
-    if *change == Change::NginxReuseport {
-        return listen_option(text, "reuseport").ok_or_else(|| {
-            "no `listen` in nginx's main configuration file (the climb edits that file only, not the ones it includes)".into()
-        });
-    }
-    let mut out = text.to_string();
-    for (name, value, block) in change.directives() {
-        out = set_directive(&out, name, &value, block).ok_or_else(|| {
-            format!(
-                "no `{name}` and no {block} block in nginx's main configuration file to set it in"
-            )
-        })?;
-    }
-    Ok(out)
 }
 
 /// `text` with every `name ...;` directive set to `name value;`, or, when it has none, with
@@ -450,19 +458,22 @@ mod tests {
     /// file that lacks it.
     #[test]
     fn nginx_changes_edit_their_directives_and_listens() {
-        let w = Change::NginxWorkers { from: 1, to: 2, affinity: "auto 10".into() };
+        let w = Edit::Set(vec![
+            ("worker_processes", "2".into(), ""),
+            ("worker_cpu_affinity", "auto 10".into(), ""),
+        ]);
         let e = edit(CONF, &w).unwrap();
         assert!(e.starts_with("worker_cpu_affinity auto 10;\nworker_processes 2;\n"), "{e}");
         assert_eq!(edit(&e, &w).unwrap(), e, "made twice, the same text");
         let text = "http {\n  server { listen 80; listen [::]:80 reuseport; }\n  server { listen 8080 backlog=512; }\n}\n";
-        let r = edit(text, &Change::NginxReuseport).unwrap();
+        let r = edit(text, &Edit::ListenOption("reuseport")).unwrap();
         assert_eq!(
             r,
             "http {\n  server { listen 80 reuseport; listen [::]:80 reuseport; }\n  server { listen 8080 backlog=512 reuseport; }\n}\n"
         );
-        let e = edit("http { include sites/*; }\n", &Change::NginxReuseport).unwrap_err();
+        let e = edit("http { include sites/*; }\n", &Edit::ListenOption("reuseport")).unwrap_err();
         assert!(e.contains("no `listen`"), "{e}");
-        let m = edit(CONF, &Change::NginxAcceptMutexOff).unwrap();
+        let m = edit(CONF, &Edit::Set(vec![("accept_mutex", "off".into(), "events")])).unwrap();
         assert!(m.contains("events {\n    accept_mutex off; worker_connections 64; }"), "{m}");
     }
 
