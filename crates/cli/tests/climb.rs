@@ -323,6 +323,53 @@ fn a_rate_limit_is_lifted_only_when_allowed() {
     assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
 }
 
+/// nginx out of descriptors (worker_rlimit_nofile 40, 100 connections) fails the run: its log
+/// says "Too many open files" and heads; the worker's full table follows. The run fails, but
+/// a finding names a limit in the climb's hands, so the climb raises `worker_rlimit_nofile`
+/// (tune's value) and keeps it from the failing start.
+#[test]
+fn nginx_out_of_descriptors_is_climbed_from() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_main(
+        "worker_rlimit_nofile 40;",
+        "worker_connections 1024;",
+        "",
+        "",
+    );
+    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let load = ["-c", "100", "--steps", "1", "--budget", "90s", "--apply-server"];
+    let (v, code) = climb(&load, &db, url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["change"], "nginx worker_rlimit_nofile 40 -> 8192", "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+}
+
+/// nginx closing every connection after its response (`keepalive_timeout 0`): the doctor
+/// names the connection per response, and the climb turns keep-alive on in nginx's file and
+/// keeps it.
+#[test]
+fn nginx_without_keep_alive_is_given_it() {
+    let _one = one_at_a_time();
+    let nginx = common::NginxWithCosts::start_with(
+        0,
+        "worker_connections 1024;",
+        "keepalive_timeout 0;",
+        "",
+    );
+    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let load = ["-c", "8", "--steps", "1", "--budget", "60s", "--apply-server"];
+    let (v, code) = climb(&load, &db, url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["change"], "nginx keepalive_timeout 0 -> 75s", "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+}
+
 /// The workers of nginx's master `pid`, each with the CPUs it may run on.
 fn nginx_workers(pid: u32) -> Vec<String> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();

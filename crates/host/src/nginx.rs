@@ -59,7 +59,14 @@ pub struct NginxConf {
     /// A `keepalive_timeout 0`: it closes every connection after its response.
     #[serde(default)]
     pub keepalive_off: bool,
+    /// The smallest listen queue its `listen`s ask for: `backlog=N`, or nginx's default of
+    /// [`LISTEN_BACKLOG`] for a listen without it (None: no listen).
+    #[serde(default)]
+    pub listen_backlog: Option<u64>,
 }
+
+/// nginx's listen queue on Linux when a `listen` names no `backlog=` (NGX_LISTEN_BACKLOG).
+pub const LISTEN_BACKLOG: u64 = 511;
 
 /// nginx's default `worker_connections`.
 pub const DEFAULT_WORKER_CONNECTIONS: u64 = 512;
@@ -99,6 +106,11 @@ pub fn parse(text: &str) -> NginxConf {
                     p.parse().unwrap_or(if a.chars().all(|c| c.is_ascii_digit()) { 0 } else { 80 })
                 });
                 c.listen_ports.extend(port.filter(|p| *p != 0));
+                let backlog = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("backlog=")?.parse().ok())
+                    .unwrap_or(LISTEN_BACKLOG);
+                c.listen_backlog = Some(c.listen_backlog.map_or(backlog, |b| b.min(backlog)));
             }
             "open_file_cache" => c.open_file_cache = args.first() != Some(&"off"),
             "root" | "alias" => files = true,
@@ -385,6 +397,9 @@ mod tests {
         assert!(c.limit_req);
         assert!(!c.keepalive_off);
         assert!(parse("http { keepalive_timeout 0; }").keepalive_off);
+        let b = parse("http { server { listen 80 backlog=4096; } server { listen 81; } }");
+        assert_eq!(b.listen_backlog, Some(LISTEN_BACKLOG));
+        assert_eq!(parse("http { server { listen 80 backlog=4096; } }").listen_backlog, Some(4096));
         assert_eq!(c.http2_max_concurrent_streams, Some(1));
         let v = configure_options("nginx version: nginx/1.22.1\nconfigure arguments: --with-cc-opt='-g' --prefix=/usr/share/nginx --error-log-path=/var/log/nginx/error.log\n");
         assert_eq!(v.get("--prefix").map(String::as_str), Some("/usr/share/nginx"));

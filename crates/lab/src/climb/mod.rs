@@ -7,13 +7,15 @@
 //! left to try, the budget is spent, or two steps in a row gained nothing.
 //!
 //! The decision compares ok responses per second (a change that answers faster with errors is
-//! never kept). Every run is stored like a sweep's (the climb is the sweep, each state a
+//! never kept; a start that answered nothing climbs by the ranges rule). Every run is made
+//! like a sweep's ([`crate::trial`]) and stored like one (the climb is the sweep, each state a
 //! variant), so `runs`, `compare` and `report` read it.
 //!
 //! What it may change ([`remedy`]): the run's own knobs (the load's connections and threads,
-//! the workers of a server the bench started); with `--apply-server` the user's nginx
-//! ([`server`]); with `--apply-host` this host's settings ([`host`]). Anything else is a row
-//! "not applicable", with why.
+//! its load machines from `--agents`, the workers of a server the bench started); with
+//! `--apply-server` the user's nginx, here or on `--server HOST` ([`server`], [`held`]); with
+//! `--apply-host` the server's host's settings, here or there ([`host`]). Anything else is a
+//! row "not applicable", with why.
 
 pub mod held;
 pub mod host;
@@ -679,21 +681,30 @@ fn pick(
             }
         }
     }
+    // A run that fails is climbed from only by a change that lifts a limit (any finding may
+    // name it: the log's line often heads, the full table follows); none: the climb stops.
+    let mut stop = None;
     for f in &r.doctor.findings {
         for remedy in remedy::remedies(f, &knobs, &sysctl, &r.target.pids) {
             match remedy {
+                Remedy::Change(c) if stop.is_some() && !c.lifts_limit() => {}
                 Remedy::Change(c) if !tried.contains(&c) => return chosen(f, c),
                 Remedy::Change(c) => {
                     first_na.get_or_insert_with(|| {
                         row(f, "not-applicable", format!("{} was tried already", c.describe()))
                     });
                 }
-                Remedy::Stop(why) => return (None, vec![row(f, "stopped", why)]),
+                Remedy::Stop(why) => {
+                    stop.get_or_insert_with(|| row(f, "stopped", why));
+                }
                 Remedy::NotApplicable(why) => {
                     first_na.get_or_insert_with(|| row(f, "not-applicable", why));
                 }
             }
         }
+    }
+    if let Some(row) = stop {
+        return (None, vec![row]);
     }
     // Nothing named: a side short of CPU may still gain from batching.
     if let Some(h) = r.doctor.findings.first() {

@@ -59,6 +59,9 @@ pub enum Change {
     NginxWorkerConnections { from: u64, to: u64 },
     /// The user's nginx: `worker_rlimit_nofile` raised (its workers ran out of descriptors).
     NginxRlimitNofile { from: u64, to: u64 },
+    /// The user's nginx: `backlog=` on every `listen`, the listen queue it asks the kernel for
+    /// (nginx's default is 511, whatever `net.core.somaxconn` allows).
+    NginxListenBacklog { from: u64, to: u64 },
     /// The user's nginx: `keepalive_timeout 75s` where it had 0 (a connection per request).
     NginxKeepaliveOn,
     /// The user's nginx: every `limit_req` of its main file removed, with `--allow-limits`
@@ -90,6 +93,7 @@ impl Change {
             | Change::NginxKeepaliveRequests { .. }
             | Change::NginxWorkerConnections { .. }
             | Change::NginxRlimitNofile { .. }
+            | Change::NginxListenBacklog { .. }
             | Change::NginxKeepaliveOn
             | Change::NginxLimitReqOff
             | Change::NginxWorkers { .. }
@@ -134,9 +138,25 @@ impl Change {
         match self {
             Change::NginxReuseport => Some(Edit::ListenOption("reuseport")),
             Change::NginxLimitReqOff => Some(Edit::Remove("limit_req")),
+            Change::NginxListenBacklog { to, .. } => {
+                Some(Edit::ListenParam("backlog", to.to_string()))
+            }
             c if c.is_nginx() => Some(Edit::Set(c.directives())),
             _ => None,
         }
+    }
+
+    /// Whether it lifts a limit a failing run can hit: connections, descriptors, listen
+    /// queues, keep-alive, a rate limit. Only such a change is measured from a run that fails.
+    pub fn lifts_limit(&self) -> bool {
+        matches!(
+            self,
+            Change::NginxWorkerConnections { .. }
+                | Change::NginxRlimitNofile { .. }
+                | Change::NginxListenBacklog { .. }
+                | Change::NginxKeepaliveOn
+                | Change::NginxLimitReqOff
+        ) || self.is_listen()
     }
 
     /// Whether it edits the user's nginx.
@@ -147,6 +167,7 @@ impl Change {
                 | Change::NginxKeepaliveRequests { .. }
                 | Change::NginxWorkerConnections { .. }
                 | Change::NginxRlimitNofile { .. }
+                | Change::NginxListenBacklog { .. }
                 | Change::NginxKeepaliveOn
                 | Change::NginxLimitReqOff
                 | Change::NginxWorkers { .. }
@@ -184,6 +205,7 @@ impl Change {
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
             Change::NginxWorkerConnections { from, to } => ("nginx worker_connections", *from, *to),
             Change::NginxRlimitNofile { from, to } => ("nginx worker_rlimit_nofile", *from, *to),
+            Change::NginxListenBacklog { from, to } => ("nginx listen ... backlog", *from, *to),
             Change::NginxKeepaliveOn => return "nginx keepalive_timeout 0 -> 75s".into(),
             Change::NginxLimitReqOff => return "nginx limit_req off (--allow-limits)".into(),
             Change::NginxWorkers { from, to, affinity } => {
@@ -210,6 +232,7 @@ impl Change {
             Change::ServerThreads { to, .. } => format!("server: {{{{threads}}}} = {to}"),
             Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
             Change::NginxLimitReqOff => "nginx: no limit_req;".into(),
+            Change::NginxListenBacklog { to, .. } => format!("nginx: listen ... backlog={to};"),
             Change::NginxAccessLogOff
             | Change::NginxKeepaliveRequests { .. }
             | Change::NginxWorkerConnections { .. }
@@ -340,6 +363,8 @@ pub struct NginxKnobs {
     pub keepalive_off: bool,
     /// Some `limit_req` applies a rate limit.
     pub limit_req: bool,
+    /// The smallest listen queue its `listen`s ask for.
+    pub listen_backlog: u64,
 }
 
 impl NginxKnobs {
@@ -357,6 +382,7 @@ impl NginxKnobs {
             worker_rlimit_nofile: c.worker_rlimit_nofile,
             keepalive_off: c.keepalive_off,
             limit_req: c.limit_req,
+            listen_backlog: c.listen_backlog.unwrap_or(qpslab_host::nginx::LISTEN_BACKLOG),
         }
     }
 }
@@ -387,7 +413,19 @@ pub fn remedies(
             _ => vec![remedy(f, k)],
         },
         Some(Cause::HostSettings { settings, client_side }) => {
-            host_remedies(settings, *client_side, k, sysctl)
+            let mut out = host_remedies(settings, *client_side, k, sysctl);
+            // nginx asks for its own queue: 511 unless a listen says `backlog=`, whatever
+            // the host allows. After the host's cap, its own.
+            let queue = settings.iter().find(|(n, _)| n == "net.core.somaxconn");
+            if let (false, Some((_, to)), Some(n)) = (*client_side, queue, k.nginx) {
+                let to: u64 = to.parse().unwrap_or(0);
+                if n.listen_backlog < to {
+                    let c = Change::NginxListenBacklog { from: n.listen_backlog, to };
+                    out.retain(|r| matches!(r, Remedy::Change(_)));
+                    out.push(Remedy::Change(c));
+                }
+            }
+            out
         }
         Some(Cause::Steering { iface }) => steering(iface.as_deref(), k),
         Some(Cause::NginxCosts { access_log, keepalive_requests, workers, accept_mutex }) => {
@@ -859,6 +897,7 @@ mod tests {
             worker_rlimit_nofile: None,
             keepalive_off: false,
             limit_req: false,
+            listen_backlog: 511,
         };
         let ours = Knobs { nginx: Some(nginx), ..theirs };
         assert_eq!(
@@ -1014,6 +1053,18 @@ mod tests {
         assert!(why.contains("--allow-limits"), "{why}");
         let allowed = Knobs { allow_limits: true, ..k };
         assert_eq!(remedy(&limit, &allowed), Remedy::Change(Change::NginxLimitReqOff));
+        // A full listen queue with the host's cap at tune's value: nginx's own, 511.
+        let overflow =
+            finding("accept-queue-overflow", settings(&[("net.core.somaxconn", "65535")], false));
+        let host = Knobs { apply_host: true, ..k };
+        let at = |_: &str| Some("65535".to_string());
+        assert_eq!(
+            remedies(&overflow, &host, &at, &[]),
+            [Remedy::Change(Change::NginxListenBacklog { from: 511, to: 65535 })]
+        );
+        // The host's cap first, when it is below, then nginx's.
+        let low = |_: &str| Some("4096".to_string());
+        assert_eq!(remedies(&overflow, &host, &low, &[]).len(), 2);
         // nginx's log naming its limit_req is the same limit.
         let log = finding(
             "server-log",

@@ -303,6 +303,8 @@ pub enum Edit {
     ListenOption(&'static str),
     /// Every directive of the name removed (`limit_req`).
     Remove(&'static str),
+    /// A `NAME=VALUE` parameter set on every `listen` (`backlog=65535`), replacing one there.
+    ListenParam(&'static str, String),
 }
 
 /// `text` with `e` made. Err: why it cannot be made in this file.
@@ -312,6 +314,8 @@ pub fn edit(text: &str, e: &Edit) -> Result<String, String> {
         Edit::Remove(name) => remove_directive(text, name)
             .ok_or_else(|| format!("no `{name}` in nginx's main configuration file {only_main}")),
         Edit::ListenOption(option) => listen_option(text, option)
+            .ok_or_else(|| format!("no `listen` in nginx's main configuration file {only_main}")),
+        Edit::ListenParam(name, value) => listen_param(text, name, value)
             .ok_or_else(|| format!("no `listen` in nginx's main configuration file {only_main}")),
         Edit::Set(directives) => {
             let mut out = text.to_string();
@@ -381,6 +385,27 @@ fn listen_option(text: &str, option: &str) -> Option<String> {
             out.push(' ');
             out.push_str(option);
         }
+        rest = &rest[end..];
+        found = true;
+    }
+    out.push_str(rest);
+    found.then_some(out)
+}
+
+/// `text` with `name=value` on every `listen` directive, in place of the one it has; None
+/// when it has no `listen`.
+fn listen_param(text: &str, name: &str, value: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut rest = text;
+    let mut found = false;
+    let prefix = format!("{name}=");
+    while let Some(at) = find_directive(rest, "listen") {
+        let end = rest[at..].find(';')? + at;
+        out.push_str(&rest[..at]);
+        let words: Vec<&str> =
+            rest[at..end].split_whitespace().filter(|w| !w.starts_with(&prefix)).collect();
+        out.push_str(&words.join(" "));
+        out.push_str(&format!(" {prefix}{value}"));
         rest = &rest[end..];
         found = true;
     }
@@ -470,6 +495,11 @@ mod tests {
         assert_eq!(
             r,
             "http {\n  server { listen 80 reuseport; listen [::]:80 reuseport; }\n  server { listen 8080 backlog=512 reuseport; }\n}\n"
+        );
+        let b = edit(text, &Edit::ListenParam("backlog", "65535".into())).unwrap();
+        assert_eq!(
+            b,
+            "http {\n  server { listen 80 backlog=65535; listen [::]:80 reuseport backlog=65535; }\n  server { listen 8080 backlog=65535; }\n}\n"
         );
         let e = edit("http { include sites/*; }\n", &Edit::ListenOption("reuseport")).unwrap_err();
         assert!(e.contains("no `listen`"), "{e}");
