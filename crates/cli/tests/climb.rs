@@ -259,6 +259,20 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// One climb step on `nginx` with `--apply-server` and `args`: it exits 0, its first step is
+/// `change` and kept, and nginx's file is back byte for byte. Its JSON.
+fn kept_on_nginx(nginx: &common::NginxWithCosts, args: &[&str], change: &str) -> Value {
+    let db = nginx.dir.path().join("runs.sqlite");
+    let (v, code) = climb(&[args, &["--steps", "1", "--apply-server"]].concat(), &db, &nginx.url);
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert_eq!(step["change"], change, "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    let now = std::fs::read_to_string(&nginx.conf).unwrap();
+    assert_eq!(now, nginx.original, "restored byte for byte");
+    v
+}
+
 /// A failing start the climb can fix: nginx out of worker connections (256 for the load's
 /// 1,000, the field reports' "worker_connections are not enough"). With --apply-server the
 /// first step raises worker_connections (and worker_rlimit_nofile to hold them) to tune's
@@ -268,14 +282,9 @@ fn a_users_nginx_is_changed_where_it_pays_and_restored_byte_for_byte() {
 fn nginx_out_of_worker_connections_is_climbed_from() {
     let _one = one_at_a_time();
     let nginx = common::NginxWithCosts::start_with(0, "worker_connections 256;", "", "");
-    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
-    let db = nginx.dir.path().join("runs.sqlite");
-    let load = ["-c", "1000", "-t", "2", "--steps", "1", "--budget", "90s"];
-    let (v, code) = climb(&[&load[..], &["--apply-server"]].concat(), &db, url);
-    assert_eq!(code, Some(0), "{v:#}");
+    let load = ["-c", "1000", "-t", "2", "--budget", "90s"];
+    let v = kept_on_nginx(&nginx, &load, "nginx worker_connections 256 -> 2048");
     let step = &v["steps"][0];
-    assert_eq!(step["change"], "nginx worker_connections 256 -> 2048", "{v:#}");
-    assert_eq!(step["verdict"], "kept", "{step}");
     // From a start with no ok response at all the ratio has no value: the row says so.
     match step["ratio"].as_f64() {
         Some(r) => assert!(r > 1.5, "{step}"),
@@ -286,8 +295,8 @@ fn nginx_out_of_worker_connections_is_climbed_from() {
         plan.contains(&"nginx: worker_connections 2048; worker_rlimit_nofile 4096;".into()),
         "{v:#}"
     );
-    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
-    let (v, code) = climb(&load, &db, url);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let (v, code) = climb(&[&load[..], &["--steps", "1"]].concat(), &db, &nginx.url);
     assert_eq!(code, Some(1), "{v:#}");
     let why = v["steps"][0]["why"].as_str().unwrap();
     assert!(why.contains("pass --apply-server"), "{v:#}");
@@ -300,27 +309,17 @@ fn nginx_out_of_worker_connections_is_climbed_from() {
 #[test]
 fn a_rate_limit_is_lifted_only_when_allowed() {
     let _one = one_at_a_time();
-    let nginx = common::NginxWithCosts::start_with(
-        0,
-        "worker_connections 1024;",
-        "limit_req_zone $binary_remote_addr zone=one:1m rate=200r/s;",
-        // A file, not `return` (which answers before limit_req's phase).
-        "limit_req zone=one; root {dir};",
-    );
-    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
+    let nginx = common::rate_limited_nginx();
     let db = nginx.dir.path().join("runs.sqlite");
-    let load = ["-c", "8", "--steps", "1", "--budget", "60s", "--apply-server"];
-    let (v, code) = climb(&load, &db, url);
+    let load = ["-c", "8", "--budget", "60s"];
+    let (v, code) =
+        climb(&[&load[..], &["--steps", "1", "--apply-server"]].concat(), &db, &nginx.url);
     assert_eq!(code, Some(1), "{v:#}");
     assert_eq!(v["steps"][0]["verdict"], "stopped", "{v:#}");
     assert!(v["steps"][0]["why"].as_str().unwrap().contains("--allow-limits"), "{v:#}");
-    let (v, code) = climb(&[&load[..], &["--allow-limits"]].concat(), &db, url);
-    assert_eq!(code, Some(0), "{v:#}");
-    let step = &v["steps"][0];
-    assert_eq!(step["change"], "nginx limit_req off (--allow-limits)", "{v:#}");
-    assert_eq!(step["verdict"], "kept", "{step}");
-    assert!(step["ratio_range"][0].as_f64().unwrap() > 3.0, "{step}");
-    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+    let allowed = [&load[..], &["--allow-limits"]].concat();
+    let v = kept_on_nginx(&nginx, &allowed, "nginx limit_req off (--allow-limits)");
+    assert!(v["steps"][0]["ratio_range"][0].as_f64().unwrap() > 3.0, "{v:#}");
 }
 
 /// nginx out of descriptors (worker_rlimit_nofile 40, 100 connections) fails the run: its log
@@ -330,21 +329,12 @@ fn a_rate_limit_is_lifted_only_when_allowed() {
 #[test]
 fn nginx_out_of_descriptors_is_climbed_from() {
     let _one = one_at_a_time();
-    let nginx = common::NginxWithCosts::start_main(
-        "worker_rlimit_nofile 40;",
-        "worker_connections 1024;",
-        "",
-        "",
+    let nginx = common::descriptor_starved_nginx();
+    kept_on_nginx(
+        &nginx,
+        &["-c", "100", "--budget", "90s"],
+        "nginx worker_rlimit_nofile 40 -> 8192",
     );
-    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
-    let db = nginx.dir.path().join("runs.sqlite");
-    let load = ["-c", "100", "--steps", "1", "--budget", "90s", "--apply-server"];
-    let (v, code) = climb(&load, &db, url);
-    assert_eq!(code, Some(0), "{v:#}");
-    let step = &v["steps"][0];
-    assert_eq!(step["change"], "nginx worker_rlimit_nofile 40 -> 8192", "{v:#}");
-    assert_eq!(step["verdict"], "kept", "{step}");
-    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
 }
 
 /// nginx closing every connection after its response (`keepalive_timeout 0`): the doctor
@@ -359,15 +349,7 @@ fn nginx_without_keep_alive_is_given_it() {
         "keepalive_timeout 0;",
         "",
     );
-    let (url, conf, original) = (&nginx.url, &nginx.conf, &nginx.original);
-    let db = nginx.dir.path().join("runs.sqlite");
-    let load = ["-c", "8", "--steps", "1", "--budget", "60s", "--apply-server"];
-    let (v, code) = climb(&load, &db, url);
-    assert_eq!(code, Some(0), "{v:#}");
-    let step = &v["steps"][0];
-    assert_eq!(step["change"], "nginx keepalive_timeout 0 -> 75s", "{v:#}");
-    assert_eq!(step["verdict"], "kept", "{step}");
-    assert_eq!(&std::fs::read_to_string(conf).unwrap(), original, "restored byte for byte");
+    kept_on_nginx(&nginx, &["-c", "8", "--budget", "60s"], "nginx keepalive_timeout 0 -> 75s");
 }
 
 /// The workers of nginx's master `pid`, each with the CPUs it may run on.

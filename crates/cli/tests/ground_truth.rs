@@ -1338,13 +1338,7 @@ fn another_client_on_the_server_is_other_traffic() {
 #[test]
 fn a_rate_limit_is_a_limit_not_a_failed_run() {
     let _one = one_at_a_time();
-    let nginx = common::NginxWithCosts::start_with(
-        0,
-        "worker_connections 1024;",
-        "limit_req_zone $binary_remote_addr zone=one:1m rate=200r/s;",
-        // A file, not `return` (which answers before limit_req's phase).
-        "limit_req zone=one; root {dir};",
-    );
+    let nginx = common::rate_limited_nginx();
     for _ in 0..runs() {
         let v = bench_for("2s", "300ms", &nginx.url, &["-c", "8"]);
         let f = findings(&v);
@@ -1588,12 +1582,7 @@ fn a_proxy_whose_upstream_is_down_says_so_in_its_log() {
 #[test]
 fn nginx_out_of_descriptors_is_named_by_its_table_and_its_log() {
     let _one = one_at_a_time();
-    let nginx = common::NginxWithCosts::start_main(
-        "worker_rlimit_nofile 40;",
-        "worker_connections 1024;",
-        "",
-        "",
-    );
+    let nginx = common::descriptor_starved_nginx();
     for i in 0..runs() {
         let v = short_bench(&nginx.url, loops(i).1, &["-c", "100"]);
         let f = findings(&v);

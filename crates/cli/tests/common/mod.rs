@@ -586,3 +586,20 @@ impl Drop for Cgroup {
         }
     }
 }
+
+/// nginx with a rate limit (limit_req, 200 r/s, no burst) on a file it serves (`return`
+/// answers before limit_req's phase): a flat 200 ok/s, the rest 503 at once.
+pub fn rate_limited_nginx() -> NginxWithCosts {
+    NginxWithCosts::start_with(
+        0,
+        "worker_connections 1024;",
+        "limit_req_zone $binary_remote_addr zone=one:1m rate=200r/s;",
+        "limit_req zone=one; root {dir};",
+    )
+}
+
+/// nginx whose workers hold 40 descriptors (`worker_rlimit_nofile 40`): 100 connections run
+/// it out ("Too many open files").
+pub fn descriptor_starved_nginx() -> NginxWithCosts {
+    NginxWithCosts::start_main("worker_rlimit_nofile 40;", "worker_connections 1024;", "", "")
+}
