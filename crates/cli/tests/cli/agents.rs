@@ -103,36 +103,7 @@ impl Lab {
         std::fs::create_dir_all("/run/sshd").unwrap();
         for (i, n) in names[1..5].iter().enumerate() {
             let addr = if i == 3 { format!("{net}.20") } else { format!("{net}.{}", 11 + i) };
-            let agent_dir = d.join(format!("agent-dir-{i}"));
-            let conf = d.join(format!("sshd-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "ListenAddress {addr}:22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPidFile none\n\
-                     StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
-                     KbdInteractiveAuthentication no\nSetEnv QPSLAB_AGENT_DIR={ad}\n",
-                    hk = p(&d.join("host_key")),
-                    ak = p(&d.join("authorized_keys")),
-                    ad = p(&agent_dir),
-                ),
-            )
-            .unwrap();
-            // The agents' sshd joins its namespace's network only (nsenter), as a load
-            // machine sees its own cgroups: `ip netns exec` mounts a fresh /sys without the
-            // cgroup hierarchies, and this VM denies the way around it (/proc/1/root). The
-            // server's keeps `ip netns exec`: the doctor there reads its /sys/class/net.
-            let mut command = Command::new(if i < 3 { "nsenter" } else { "ip" });
-            if i < 3 {
-                command.arg(format!("--net=/run/netns/{n}"));
-            } else {
-                command.args(["netns", "exec", n]);
-            }
-            let child = command
-                .args(["/usr/sbin/sshd", "-D", "-e", "-f", &p(&conf)])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("sshd (openssh-server; scripts/test installs it)");
+            let child = lab.start_sshd(i, n, &addr);
             lab.daemons.push(child);
             if i < 3 {
                 lab.agents.push(format!("root@{addr}"));
@@ -152,6 +123,41 @@ impl Lab {
         lab.wait_port(&lab.server.clone(), 22);
         lab.wait_port(&lab.server.clone(), 80);
         lab
+    }
+
+    /// The sshd of namespace `n` (the `i`th: agents first, the server last) on `addr`, with
+    /// the lab's keys and each agent's directory.
+    fn start_sshd(&self, i: usize, n: &str, addr: &str) -> Child {
+        let d = self.dir.path();
+        let conf = d.join(format!("sshd-{i}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "ListenAddress {addr}:22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPidFile none\n\
+                 StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nSetEnv QPSLAB_AGENT_DIR={ad}\n",
+                hk = p(&d.join("host_key")),
+                ak = p(&d.join("authorized_keys")),
+                ad = p(&d.join(format!("agent-dir-{i}"))),
+            ),
+        )
+        .unwrap();
+        // The agents' sshd joins its namespace's network only (nsenter), as a load machine
+        // sees its own cgroups: `ip netns exec` mounts a fresh /sys without the cgroup
+        // hierarchies, and this VM denies the way around it (/proc/1/root). The server's keeps
+        // `ip netns exec`: the doctor there reads its /sys/class/net.
+        let mut command = Command::new(if i < 3 { "nsenter" } else { "ip" });
+        if i < 3 {
+            command.arg(format!("--net=/run/netns/{n}"));
+        } else {
+            command.args(["netns", "exec", n]);
+        }
+        command
+            .args(["/usr/sbin/sshd", "-D", "-e", "-f", &p(&conf)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd (openssh-server; scripts/test installs it)")
     }
 
     fn start_nginx(&self) -> Child {

@@ -331,16 +331,16 @@ fn visit(
     provenance.tune_asked = r.variant.tune.as_ref().and_then(|t| serde_json::to_value(t).ok());
     let trial =
         Trial { opts: &r.opts, variant: &r.variant.name, repeat, label: o.label.as_deref() };
-    let made = match trial::run(trial, settings, Some((store, sweep)), provenance, stop, feed) {
-        Ok(Some((report, Some(id)))) => (report, id),
-        Ok(_) => return Ok(None),
-        Err(TrialError::Settings(message)) => return Err(tune_err(message)),
-        Err(TrialError::Run(source)) => {
-            return Err(SweepError::Run { variant: r.variant.name.clone(), repeat, source })
-        }
-        Err(TrialError::Store(e)) => return Err(e.into()),
-    };
-    let (report, id) = made;
+    let (report, id) =
+        match trial::run(trial, settings, Some((store, sweep)), provenance, stop, feed) {
+            Ok(Some((report, Some(id)))) => (report, id),
+            Ok(_) => return Ok(None),
+            Err(TrialError::Settings(message)) => return Err(tune_err(message)),
+            Err(TrialError::Run(source)) => {
+                return Err(SweepError::Run { variant: r.variant.name.clone(), repeat, source })
+            }
+            Err(TrialError::Store(e)) => return Err(e.into()),
+        };
     let text = crate::render_text(&report);
     let finished = Finished { variant: r.variant.name.clone(), repeat, load: report.load, text };
     Ok(Some((id, finished)))
