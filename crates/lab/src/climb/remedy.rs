@@ -87,22 +87,9 @@ impl Change {
             Change::Connections { to, .. } => o.load.connections = Some(to),
             Change::Threads { to, .. } => o.load.threads = Some(to),
             Change::Workers { to, .. } => o.workers = Some(to),
-            // The pool's names are the climb's: it sets `agents` itself.
-            Change::Agents { .. }
-            | Change::NginxAccessLogOff
-            | Change::NginxKeepaliveRequests { .. }
-            | Change::NginxWorkerConnections { .. }
-            | Change::NginxRlimitNofile { .. }
-            | Change::NginxListenBacklog { .. }
-            | Change::NginxKeepaliveOn
-            | Change::NginxLimitReqOff
-            | Change::NginxWorkers { .. }
-            | Change::NginxAcceptMutexOff
-            | Change::NginxReuseport
-            | Change::ServerWorkers { .. }
-            | Change::ServerThreads { .. }
-            | Change::Sysctl { .. }
-            | Change::Steering { .. } => {}
+            // The server's and the host's changes leave the options as they are; the pool's
+            // names are the climb's: it sets `agents` itself.
+            _ => {}
         }
         o
     }
