@@ -252,10 +252,11 @@ pub struct ClimbArgs {
     pub apply_server: bool,
 
     /// Any server, with --apply-server: TEMPLATE is its configuration with {{workers}} where
-    /// its worker count goes and {{threads}} where its threads per worker go (gunicorn, puma:
-    /// either or both); each state's is written to FILE (the original kept beside it and
-    /// restored at the end) and put in force by --server-reload; -w and --server-threads give
-    /// the workers and threads to start from [default: 1 and 1]
+    /// its worker count goes, {{threads}} where its threads per worker go (gunicorn, puma) and
+    /// {{nofile}} where its descriptor limit goes (a start script's `ulimit -n`): any of them;
+    /// each state's is written to FILE (the original kept beside it and restored at the end)
+    /// and put in force by --server-reload; -w, --server-threads and --server-nofile give the
+    /// values to start from [default: 1 and 1; the limit has none]
     #[arg(long, value_name = "TEMPLATE:FILE", requires_all = ["server_reload", "apply_server"])]
     pub server_config: Option<String>,
 
@@ -274,6 +275,11 @@ pub struct ClimbArgs {
     /// {{threads}}
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, allow_hyphen_values = true, requires = "server_config")]
     pub server_threads: usize,
+
+    /// With --server-config: the server's descriptor limit now, where the template has
+    /// {{nofile}} (what `ulimit -n` says in its environment)
+    #[arg(long, value_name = "N", value_parser = parse_count, requires = "server_config")]
+    pub server_nofile: Option<usize>,
 
     /// Let the climb change the server host's settings where a finding names one (a sysctl,
     /// an interface's RPS/RFS/XPS): this host's, or with --server HOST that host's through its

@@ -130,6 +130,7 @@ fn server_config(
         reload: reload.clone(),
         workers,
         threads: a.server_threads,
+        nofile: a.server_nofile.map(|n| n as u64),
     }))
 }
 

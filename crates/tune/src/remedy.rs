@@ -40,12 +40,11 @@ pub fn nginx_worker_connections(wanted: u64, limit: u64) -> (u64, u64) {
     (to, to * 2)
 }
 
-/// nginx's `worker_rlimit_nofile` for workers that ran out of descriptors under a soft limit
-/// of `limit` with `worker_connections` each: room for two descriptors a connection (a
-/// proxied request holds two) and four times the limit hit, up to a power of two, at least
-/// 8192, at most [`NR_OPEN`].
-pub fn nginx_rlimit_nofile(limit: u64, worker_connections: u64) -> u64 {
-    (worker_connections * 2).max(limit * 4).next_power_of_two().clamp(8192, NR_OPEN)
+/// A soft RLIMIT_NOFILE for a server that ran out of descriptors under `limit` and wants
+/// `wanted` of them (nginx: two a worker connection): room for them and four times the limit
+/// hit, up to a power of two, at least 8192, at most [`NR_OPEN`].
+pub fn rlimit_nofile(limit: u64, wanted: u64) -> u64 {
+    wanted.max(limit * 4).next_power_of_two().clamp(8192, NR_OPEN)
 }
 
 /// A floor of [`SYSCTLS`], for the planner (0 for a name not in the table, caught by a test).
@@ -66,7 +65,7 @@ mod tests {
         assert_eq!(sysctl("net.core.netdev_max_backlog").as_deref(), Some("65536"));
         assert_eq!(sysctl("net.ipv4.ip_local_port_range").as_deref(), Some("1024 65535"));
         assert_eq!(sysctl("vm.swappiness"), None);
-        assert_eq!(nginx_rlimit_nofile(40, 768), 8192);
-        assert_eq!(nginx_rlimit_nofile(4096, 16384), 32768);
+        assert_eq!(rlimit_nofile(40, 768 * 2), 8192);
+        assert_eq!(rlimit_nofile(4096, 16384 * 2), 32768);
     }
 }

@@ -471,6 +471,11 @@ while time.time() < end:
             work.put(c)
 "#;
 
+/// A loopback port free now (the kernel's pick, its listener closed).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// [`POOL_SERVER`] on 127.0.0.1:`port`, reading its workers from `conf`, started and ready.
 pub fn pool_server(conf: &std::path::Path, port: u16) -> std::process::Child {
     let mut server = Command::new("python3")

@@ -85,18 +85,10 @@ impl<'a> InHand<'a> {
     }
 
     /// Its template filled in ([`UserServer::render`]); None: no template.
-    pub fn render(&self, workers: usize, threads: usize) -> Result<Option<String>, String> {
+    pub fn render(&self, v: &super::server::Vars) -> Result<Option<String>, String> {
         match self {
-            InHand::Here(s) => s.render(workers, threads),
+            InHand::Here(s) => s.render(v),
             InHand::There { .. } => Ok(None),
-        }
-    }
-
-    /// Which variables its template names ([`UserServer::names`]).
-    pub fn names(&self) -> (bool, bool) {
-        match self {
-            InHand::Here(s) => s.names(),
-            InHand::There { .. } => (false, false),
         }
     }
 

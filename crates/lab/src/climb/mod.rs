@@ -79,6 +79,8 @@ pub struct ServerConfig {
     pub reload: String,
     pub workers: usize,
     pub threads: usize,
+    /// The server's descriptor limit now, where the template names `{{nofile}}`.
+    pub nofile: Option<u64>,
 }
 
 /// Why a climb could not start or went wrong.
@@ -211,10 +213,9 @@ struct State {
     name: String,
     opts: BenchOptions,
     server: Option<String>,
-    /// The workers and threads its server's template was filled in with (`--server-config`;
-    /// each None when the template does not name it).
-    template_workers: Option<usize>,
-    template_threads: Option<usize>,
+    /// What its server's template was filled in with (`--server-config`; each None when the
+    /// template does not name it).
+    template: server::Vars,
     /// The host changes in force for its runs.
     host: Vec<Change>,
     runs: Vec<BenchReport>,
@@ -231,8 +232,7 @@ impl State {
             name: "start".into(),
             opts,
             server: None,
-            template_workers: None,
-            template_threads: None,
+            template: server::Vars::default(),
             host: Vec::new(),
             runs: Vec::new(),
         }
@@ -604,10 +604,10 @@ fn take_template(w: &mut Walk<'_>, state: &mut State) -> Result<(), ClimbError> 
     let Some(c) = &w.o.server_config else { return Ok(()) };
     let s =
         server::UserServer::template(&c.template, &c.file, &c.reload).map_err(ClimbError::Usage)?;
-    state.server = s.render(c.workers, c.threads).map_err(ClimbError::Usage)?;
-    let (workers, threads) = s.names();
-    state.template_workers = workers.then_some(c.workers);
-    state.template_threads = threads.then_some(c.threads);
+    let start =
+        server::Vars { workers: Some(c.workers), threads: Some(c.threads), nofile: c.nofile };
+    state.server = s.render(&start).map_err(ClimbError::Usage)?;
+    state.template = s.named(start);
     w.server = Some(held::InHand::Here(s));
     Ok(())
 }
@@ -626,14 +626,13 @@ fn pick(
     let in_use = state.opts.agents.as_deref().map_or(0, |a| a.split(',').count());
     knobs.agents = (!w.pool.is_empty()).then_some((in_use, w.pool.len()));
     knobs.allow_limits = w.o.allow_limits;
-    let nginx = state.template_workers.is_none() && state.template_threads.is_none();
+    let nginx = state.template.is_empty();
     knobs.nginx = state
         .server
         .as_deref()
         .filter(|_| nginx)
         .map(|t| remedy::NginxKnobs::of(&qpslab_host::nginx::parse(t)));
-    knobs.template_workers = state.template_workers;
-    knobs.template_threads = state.template_threads;
+    knobs.template = state.template;
     knobs.apply_host = host.is_some();
     // A setting already changed in this state reads as its new value; the rest are read on
     // the host they would change, all at once (there, one call).
@@ -821,25 +820,13 @@ fn next_state(
     change: &Change,
     n: usize,
 ) -> Result<State, String> {
-    let (mut template_workers, mut template_threads) =
-        (current.template_workers, current.template_threads);
-    let pool = |w: Option<usize>, t: Option<usize>| (w.unwrap_or(1), t.unwrap_or(1));
-    let server = match (change, &current.server, &mut w.server) {
-        (Change::ServerWorkers { to, .. }, _, Some(s)) => {
-            template_workers = Some(*to);
-            let (w, t) = pool(template_workers, template_threads);
-            s.render(w, t)?
-        }
-        (Change::ServerThreads { to, .. }, _, Some(s)) => {
-            template_threads = Some(*to);
-            let (w, t) = pool(template_workers, template_threads);
-            s.render(w, t)?
-        }
-        (Change::ServerWorkers { .. } | Change::ServerThreads { .. }, _, None) => {
-            return Err("the server's template is not in the climb's hands".into());
-        }
-        (c, Some(text), Some(s)) if c.is_nginx() => {
-            let edit = c.nginx_edit().ok_or("not an edit of nginx's file")?;
+    let mut template = current.template;
+    let templated = change.in_template(&mut template);
+    let server = match (templated, &current.server, &mut w.server) {
+        (true, _, Some(s)) => s.render(&template)?,
+        (true, _, None) => return Err("the server's template is not in the climb's hands".into()),
+        (false, Some(text), Some(s)) if change.is_nginx() => {
+            let edit = change.nginx_edit().ok_or("not an edit of nginx's file")?;
             let text = server::edit(text, &edit)?;
             s.check(&text)?;
             Some(text)
@@ -863,8 +850,7 @@ fn next_state(
         name: format!("step {n}: {}", change.describe()),
         opts,
         server,
-        template_workers,
-        template_threads,
+        template,
         host,
         runs: Vec::new(),
     })

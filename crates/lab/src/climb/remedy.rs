@@ -9,7 +9,7 @@
 use qpslab_doctor::{Cause, Finding};
 use serde::Serialize;
 
-use super::server::Edit;
+use super::server::{Edit, Vars};
 use crate::bench::{BenchOptions, BenchReport};
 
 /// The most connections the climb raises a run to (each doubling measured on its own).
@@ -47,6 +47,9 @@ pub enum Change {
     ServerWorkers { from: usize, to: usize },
     /// The threads in each worker of the user's server, through its configuration template.
     ServerThreads { from: usize, to: usize },
+    /// The descriptor limit of the user's server (soft RLIMIT_NOFILE), through its
+    /// configuration template (`{{nofile}}`).
+    ServerNofile { from: u64, to: u64 },
     /// The user's nginx: `access_log off;` everywhere in its main configuration file.
     NginxAccessLogOff,
     /// The user's nginx: `keepalive_requests`.
@@ -139,6 +142,7 @@ impl Change {
         matches!(
             self,
             Change::NginxWorkerConnections { .. }
+                | Change::ServerNofile { .. }
                 | Change::NginxRlimitNofile { .. }
                 | Change::NginxListenBacklog { .. }
                 | Change::NginxKeepaliveOn
@@ -188,6 +192,9 @@ impl Change {
             Change::ServerThreads { from, to } => {
                 ("server threads per worker (its template)", *from as u64, *to as u64)
             }
+            Change::ServerNofile { from, to } => {
+                ("server descriptor limit (its template)", *from, *to)
+            }
             Change::NginxAccessLogOff => return "nginx access_log off".into(),
             Change::NginxKeepaliveRequests { from, to } => ("nginx keepalive_requests", *from, *to),
             Change::NginxWorkerConnections { from, to } => ("nginx worker_connections", *from, *to),
@@ -217,6 +224,7 @@ impl Change {
             Change::Workers { to, .. } => format!("-w {to}"),
             Change::ServerWorkers { to, .. } => format!("server: {{{{workers}}}} = {to}"),
             Change::ServerThreads { to, .. } => format!("server: {{{{threads}}}} = {to}"),
+            Change::ServerNofile { to, .. } => format!("server: {{{{nofile}}}} = {to}"),
             Change::NginxReuseport => "nginx: listen ... reuseport;".into(),
             Change::NginxLimitReqOff => "nginx: no limit_req;".into(),
             Change::NginxListenBacklog { to, .. } => format!("nginx: listen ... backlog={to};"),
@@ -236,6 +244,17 @@ impl Change {
                 format!("host: qpslab tune apply --iface {iface} (its rps/rfs/xps lines)")
             }
         }
+    }
+
+    /// Sets its value in `v` when it is a variable of the server's template, and says so.
+    pub fn in_template(&self, v: &mut Vars) -> bool {
+        match *self {
+            Change::ServerWorkers { to, .. } => v.workers = Some(to),
+            Change::ServerThreads { to, .. } => v.threads = Some(to),
+            Change::ServerNofile { to, .. } => v.nofile = Some(to),
+            _ => return false,
+        }
+        true
     }
 
     /// The same knob: a later change of it replaces an earlier one in the final state.
@@ -276,11 +295,10 @@ pub struct Knobs {
     pub server_mask: u64,
     /// The climb may change this host's settings (`--apply-host`).
     pub apply_host: bool,
-    /// The user's server in the climb's hands through its template: its workers in this state
-    /// (None: not templated, or the template has no `{{workers}}`).
-    pub template_workers: Option<usize>,
-    /// Its threads per worker, when the template names `{{threads}}`.
-    pub template_threads: Option<usize>,
+    /// The user's server in the climb's hands through its template: its workers, threads per
+    /// worker and descriptor limit in this state (each None: not templated, or the template
+    /// does not name it).
+    pub template: Vars,
     /// The server runs on this host (not on `--server HOST`): the load's side's settings are
     /// the climb's to change too.
     pub server_here: bool,
@@ -312,8 +330,7 @@ impl Knobs {
                 .try_fold(0u64, |m, &c| (c < 64).then(|| m | 1 << c))
                 .unwrap_or(0),
             apply_host: false,
-            template_workers: None,
-            template_threads: None,
+            template: Vars::default(),
             server_here: r.server_host.is_none(),
             failing: {
                 let q = &r.load.requests;
@@ -385,14 +402,21 @@ pub fn remedies(
     server_pids: &[u32],
 ) -> Vec<Remedy> {
     match &f.cause {
-        // The server's own processes out of descriptors: nginx's limit, when it is in hand.
+        // The server's own processes out of descriptors: nginx's limit, or its template's,
+        // when it is in hand. Room for two descriptors a connection (a proxied request holds
+        // two).
         Some(Cause::Descriptors { pid: Some(p), limit, .. }) if server_pids.contains(p) => {
-            match k.nginx {
-                Some(n) => vec![Remedy::Change(Change::NginxRlimitNofile {
+            use qpslab_tune::remedy::rlimit_nofile;
+            match (k.nginx, k.template.nofile) {
+                (Some(n), _) => vec![Remedy::Change(Change::NginxRlimitNofile {
                     from: n.worker_rlimit_nofile.unwrap_or(*limit),
-                    to: qpslab_tune::remedy::nginx_rlimit_nofile(*limit, n.worker_connections),
+                    to: rlimit_nofile(*limit, n.worker_connections * 2),
                 })],
-                None => vec![remedy(f, k)],
+                (None, Some(from)) => vec![Remedy::Change(Change::ServerNofile {
+                    from,
+                    to: rlimit_nofile(*limit, k.connections as u64 * 2),
+                })],
+                (None, None) => vec![remedy(f, k)],
             }
         }
         Some(Cause::KeepAliveOff { .. }) => match k.nginx {
@@ -424,10 +448,10 @@ pub fn remedies(
             // cheaper way to wait on a database or a file: gunicorn's gthread, puma), then
             // more workers.
             let mut out = vec![remedy(f, k)];
-            if let Some(t) = k.template_threads.filter(|t| *t < MAX_TEMPLATE_THREADS) {
+            if let Some(t) = k.template.threads.filter(|t| *t < MAX_TEMPLATE_THREADS) {
                 out.push(Remedy::Change(Change::ServerThreads { from: t, to: t * 2 }));
             }
-            if let Some(w) = k.template_workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
+            if let Some(w) = k.template.workers.filter(|w| *w < MAX_TEMPLATE_WORKERS) {
                 out.push(Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 }));
             }
             out
@@ -714,7 +738,7 @@ fn saturated(side: &str, held: &str, k: &Knobs) -> Remedy {
             Some(_) => na(
                 "every server CPU runs a worker: more CPUs for the server (--server-cpus) or less work per request",
             ),
-            None => match k.template_workers {
+            None => match k.template.workers {
                 Some(w) if w < k.server_cpus.max(1) => {
                     Remedy::Change(Change::ServerWorkers { from: w, to: w + 1 })
                 }
@@ -771,8 +795,7 @@ mod tests {
         nginx: None,
         server_mask: 0,
         apply_host: false,
-        template_workers: None,
-        template_threads: None,
+        template: Vars { workers: None, threads: None, nofile: None },
         server_here: true,
         failing: false,
         agents: None,
@@ -827,7 +850,8 @@ mod tests {
         assert!(matches!(remedy(&log, &k), Remedy::NotApplicable(_)));
         assert!(matches!(remedy(&log, &Knobs { failing: true, ..k }), Remedy::Stop(_)));
         // A user's server in hand through its template: more connections first, then workers.
-        let tmpl = Knobs { template_workers: Some(1), workers: None, ..k };
+        let tmpl =
+            Knobs { template: Vars { workers: Some(1), ..Vars::default() }, workers: None, ..k };
         assert_eq!(
             remedies(&finding("latency-bound", Cause::RoundTrips), &tmpl, &|_| None, &[])[1],
             Remedy::Change(Change::ServerWorkers { from: 1, to: 2 })
@@ -844,7 +868,7 @@ mod tests {
         assert_eq!(Change::ServerWorkers { from: 1, to: 2 }.flag(), "server: {{workers}} = 2");
         // A template with a thread pool (gunicorn's gthread, puma): a server that waits gets
         // twice the threads before another worker.
-        let pool = Knobs { template_threads: Some(4), ..tmpl };
+        let pool = Knobs { template: Vars { threads: Some(4), ..tmpl.template }, ..tmpl };
         let r = remedies(&finding("latency-bound", Cause::RoundTrips), &pool, &|_| None, &[]);
         assert_eq!(r[1], Remedy::Change(Change::ServerThreads { from: 4, to: 8 }));
         assert_eq!(r[2], Remedy::Change(Change::ServerWorkers { from: 1, to: 2 }));
@@ -1012,7 +1036,8 @@ mod tests {
     }
 
     /// A failing start's limits in nginx's hands: its descriptors (only for the target's own
-    /// processes), keep-alive off, and a rate limit only with --allow-limits.
+    /// processes; a templated server's through `{{nofile}}`), keep-alive off, and a rate limit
+    /// only with --allow-limits.
     #[test]
     fn nginx_limits_are_changes_where_the_climb_may_make_them() {
         let nginx = NginxKnobs::of(&qpslab_host::nginx::parse(
@@ -1027,6 +1052,18 @@ mod tests {
         );
         // The generator's table is not nginx's.
         assert!(matches!(remedies(&fds, &k, &|_| None, &[6])[..], [Remedy::NotApplicable(_)]));
+        // A server of the user's kind whose template names its limit: the template's.
+        let t = Knobs { template: Vars { nofile: Some(48), ..Vars::default() }, ..ONE_EACH };
+        let c = Change::ServerNofile { from: 48, to: 8192 };
+        assert_eq!(remedies(&fds, &t, &|_| None, &[7]), [Remedy::Change(c.clone())]);
+        assert!(c.lifts_limit());
+        assert_eq!(c.flag(), "server: {{nofile}} = 8192");
+        let mut v = Vars::default();
+        assert!(c.in_template(&mut v) && v.nofile == Some(8192));
+        assert!(!Change::NginxAccessLogOff.in_template(&mut v));
+        // Not named by the template: nothing to change.
+        let untemplated = remedies(&fds, &ONE_EACH, &|_| None, &[7]);
+        assert!(matches!(untemplated[..], [Remedy::NotApplicable(_)]), "{untemplated:?}");
         let closes = finding("no-keep-alive", Cause::KeepAliveOff { per_response: 1.0 });
         assert_eq!(
             remedies(&closes, &k, &|_| None, &[]),

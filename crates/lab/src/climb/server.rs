@@ -7,7 +7,9 @@
 //! time, checked by `nginx -t` and reloaded by SIGHUP to its master (what `nginx -s reload`
 //! sends); and any server (`--server-config TEMPLATE:FILE --server-reload CMD`), whose file is
 //! the template with `{{workers}}` and `{{threads}}` filled in (gunicorn's, puma's, uvicorn's
-//! pool: processes and threads in each), put in force by the user's command.
+//! pool: processes and threads in each) and `{{nofile}}` (its descriptor limit: a start
+//! script's `ulimit -n`, a unit's `LimitNOFILE=`, a server's own setting), put in force by the
+//! user's command.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,10 +20,26 @@ use qpslab_host::Root;
 /// How long a reload may take to have new workers serving.
 const RELOAD_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The variables a template names for the climb to set: the server's worker processes and
-/// the threads in each.
+/// The variables a template names for the climb to set: the server's worker processes, the
+/// threads in each, and its descriptor limit (soft RLIMIT_NOFILE).
 pub const WORKERS: &str = "{{workers}}";
 pub const THREADS: &str = "{{threads}}";
+pub const NOFILE: &str = "{{nofile}}";
+
+/// The values a template is filled in with; each None where the template does not name it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Vars {
+    pub workers: Option<usize>,
+    pub threads: Option<usize>,
+    pub nofile: Option<u64>,
+}
+
+impl Vars {
+    /// Whether the template names none of them (then it is not a template).
+    pub fn is_empty(&self) -> bool {
+        *self == Vars::default()
+    }
+}
 
 /// How a written configuration is put in force.
 #[derive(Debug)]
@@ -84,15 +102,15 @@ impl UserServer {
     }
 
     /// Any server: `template` (with `{{workers}}` where its worker count goes, `{{threads}}`
-    /// where its threads per worker go, or both) written to `file` and put in force by
-    /// `reload`.
+    /// where its threads per worker go, `{{nofile}}` where its descriptor limit goes, any of
+    /// them) written to `file` and put in force by `reload`.
     pub fn template(template: &Path, file: &Path, reload: &str) -> Result<UserServer, String> {
         let text = std::fs::read_to_string(template).map_err(|e| {
             format!("--server-config {}: cannot read the template: {e}", template.display())
         })?;
-        if !text.contains(WORKERS) && !text.contains(THREADS) {
+        if ![WORKERS, THREADS, NOFILE].iter().any(|v| text.contains(v)) {
             return Err(format!(
-                "--server-config {}: the template has no {WORKERS} or {THREADS}, so there is nothing for the climb to change; put them where the server's worker count and threads per worker go",
+                "--server-config {}: the template has no {WORKERS}, {THREADS} or {NOFILE}, so there is nothing for the climb to change; put them where the server's worker count, threads per worker and descriptor limit go",
                 template.display()
             ));
         }
@@ -106,7 +124,11 @@ impl UserServer {
             original,
             template: Some(text),
         };
-        server.render(1, 1)?;
+        server.render(&server.named(Vars {
+            workers: Some(1),
+            threads: Some(1),
+            nofile: Some(1),
+        }))?;
         server.no_leftover()?;
         Ok(server)
     }
@@ -115,25 +137,42 @@ impl UserServer {
         matches!(self.how, Reload::Nginx(_))
     }
 
-    /// The template with `workers` and `threads` filled in (None: no template); an error
-    /// names a `{{...}}` the climb does not set.
-    pub fn render(&self, workers: usize, threads: usize) -> Result<Option<String>, String> {
+    /// The template filled in with `v` (None: no template); an error names a variable the
+    /// template has and `v` has no value for, or a `{{...}}` the climb does not set.
+    pub fn render(&self, v: &Vars) -> Result<Option<String>, String> {
         let Some(t) = &self.template else { return Ok(None) };
-        let text = t.replace(WORKERS, &workers.to_string()).replace(THREADS, &threads.to_string());
+        let mut text = t.clone();
+        let values = [
+            (WORKERS, v.workers.map(|n| n as u64)),
+            (THREADS, v.threads.map(|n| n as u64)),
+            (NOFILE, v.nofile),
+        ];
+        for (name, value) in values {
+            if !text.contains(name) {
+                continue;
+            }
+            let value = value.ok_or_else(|| {
+                format!("--server-config: the template names {name} and no value is given for it (the climb's --server-nofile N, the server's limit now)")
+            })?;
+            text = text.replace(name, &value.to_string());
+        }
         if let Some(at) = text.find("{{") {
             let name: String = text[at..].chars().take_while(|c| *c != '\n').take(40).collect();
             return Err(format!(
-                "--server-config: the template names {name}, which the climb does not set; it sets {WORKERS} and {THREADS} only"
+                "--server-config: the template names {name}, which the climb does not set; it sets {WORKERS}, {THREADS} and {NOFILE} only"
             ));
         }
         Ok(Some(text))
     }
 
-    /// Which of the variables the template names: (workers, threads).
-    pub fn names(&self) -> (bool, bool) {
-        self.template
-            .as_deref()
-            .map_or((false, false), |t| (t.contains(WORKERS), t.contains(THREADS)))
+    /// `v` with only the variables the template names (all None: no template).
+    pub fn named(&self, v: Vars) -> Vars {
+        let Some(t) = self.template.as_deref() else { return Vars::default() };
+        Vars {
+            workers: v.workers.filter(|_| t.contains(WORKERS)),
+            threads: v.threads.filter(|_| t.contains(THREADS)),
+            nofile: v.nofile.filter(|_| t.contains(NOFILE)),
+        }
     }
 
     /// Where the original is kept while the climb runs.
@@ -507,8 +546,9 @@ mod tests {
         assert!(m.contains("events {\n    accept_mutex off; worker_connections 64; }"), "{m}");
     }
 
-    /// A template fills in {{workers}} and {{threads}} and nothing else; one naming another
-    /// variable, or neither, is refused with the flag named.
+    /// A template fills in {{workers}}, {{threads}} and {{nofile}} and nothing else; one
+    /// naming another variable, or none, is refused with the flag named, and so is one
+    /// naming {{nofile}} without the server's limit to start from.
     #[test]
     fn a_template_fills_in_its_workers_and_refuses_what_it_cannot() {
         let dir = tempfile::tempdir().unwrap();
@@ -516,18 +556,26 @@ mod tests {
         std::fs::write(&f, "workers = 3\n").unwrap();
         std::fs::write(&t, "workers = {{workers}}\n").unwrap();
         let s = UserServer::template(&t, &f, "true").unwrap();
-        assert_eq!(s.render(2, 8).unwrap().as_deref(), Some("workers = 2\n"));
+        let all = Vars { workers: Some(2), threads: Some(8), nofile: Some(64) };
+        assert_eq!(s.render(&all).unwrap().as_deref(), Some("workers = 2\n"));
         assert_eq!(s.original, "workers = 3\n");
         assert!(!s.is_nginx());
-        assert_eq!(s.names(), (true, false));
+        assert_eq!(s.named(all), Vars { workers: Some(2), ..Vars::default() });
         std::fs::write(&t, "workers = {{workers}}\nthreads = {{threads}}\n").unwrap();
         let s = UserServer::template(&t, &f, "true").unwrap();
-        assert_eq!(s.render(2, 8).unwrap().as_deref(), Some("workers = 2\nthreads = 8\n"));
-        assert_eq!(s.names(), (true, true));
+        assert_eq!(s.render(&all).unwrap().as_deref(), Some("workers = 2\nthreads = 8\n"));
+        assert_eq!(s.named(all), Vars { nofile: None, ..all });
+        std::fs::write(&t, "ulimit -n {{nofile}}\nexec app -w {{workers}}\n").unwrap();
+        let s = UserServer::template(&t, &f, "true").unwrap();
+        assert_eq!(s.render(&all).unwrap().as_deref(), Some("ulimit -n 64\nexec app -w 2\n"));
+        assert_eq!(s.named(all), Vars { threads: None, ..all });
+        let e = s.render(&Vars { nofile: None, ..all }).unwrap_err();
+        assert!(e.contains("names {{nofile}}") && e.contains("--server-nofile"), "{e}");
         std::fs::write(&t, "bind = 1\n").unwrap();
         let e = UserServer::template(&t, &f, "true").unwrap_err();
         assert!(
-            e.starts_with("--server-config") && e.contains("has no {{workers}} or {{threads}}"),
+            e.starts_with("--server-config")
+                && e.contains("has no {{workers}}, {{threads}} or {{nofile}}"),
             "{e}"
         );
         std::fs::write(&t, "workers = {{workers}}\nport = {{port}}\n").unwrap();

@@ -20,7 +20,7 @@ use qpslab_tune as tune;
 pub use file::{FileError, Sweep, TuneSpec, Variant};
 
 use crate::bench::{BenchError, BenchOptions};
-use crate::climb::server::UserServer;
+use crate::climb::server::{UserServer, Vars};
 use crate::hostset::{self, host_change, plan_for, Applied, HostChange};
 use crate::record::Provenance;
 use crate::remote::{InForce, ServerHost, TuneCall};
@@ -285,8 +285,12 @@ fn put_server(server: Option<&mut UserServer>, v: &Variant) -> Result<(), SweepE
         return Ok(());
     };
     let tune = |message: String| SweepError::Tune { variant: v.name.clone(), message };
-    let (w, t) = (v.server_workers.unwrap_or(1), v.server_threads.unwrap_or(1));
-    if let Some(text) = s.render(w, t).map_err(tune)? {
+    let vars = Vars {
+        workers: Some(v.server_workers.unwrap_or(1)),
+        threads: Some(v.server_threads.unwrap_or(1)),
+        nofile: None,
+    };
+    if let Some(text) = s.render(&vars).map_err(tune)? {
         s.put(&text).map_err(tune)?;
     }
     Ok(())
