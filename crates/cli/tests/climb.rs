@@ -352,6 +352,38 @@ fn nginx_without_keep_alive_is_given_it() {
     kept_on_nginx(&nginx, &["-c", "8", "--budget", "60s"], "nginx keepalive_timeout 0 -> 75s");
 }
 
+/// nginx asking the kernel for a listen queue of 8 (`listen ... backlog=8`), in front of an
+/// application answering in 100 ms, under a storm of new connections (256, a connection per
+/// request): the SYNs past its queue are dropped and wait a second for their retransmission,
+/// so most of the load's connections answer nothing. The doctor names the queue (the SYN
+/// queue's drops, or the accept queue's overflows), whose host cap (`net.core.somaxconn`) is
+/// not the climb's here (no --apply-host), so it raises nginx's own `backlog=` to tune's value
+/// and keeps it: every connection in service again, several times the rate by Little's law.
+#[test]
+fn nginx_with_a_short_listen_queue_gets_a_longer_one() {
+    let _one = one_at_a_time();
+    let app = slow_server();
+    let location = format!("proxy_pass http://{};", app.addr);
+    let nginx = common::NginxWithCosts::start_listen("backlog=8", &location);
+    let db = nginx.dir.path().join("runs.sqlite");
+    let load = ["--conn-per-request", "-c", "256", "--steps", "1", "--budget", "90s"];
+    let (v, code) =
+        climb(&[&load[..], &["--apply-server"]].concat(), &db, &format!("{}?t=100", nginx.url));
+    assert_eq!(code, Some(0), "{v:#}");
+    let step = &v["steps"][0];
+    assert!(
+        ["syn-queue-full", "accept-queue-overflow"].contains(&step["finding"].as_str().unwrap()),
+        "{v:#}"
+    );
+    assert_eq!(step["change"], "nginx listen ... backlog 8 -> 65535", "{v:#}");
+    assert_eq!(step["verdict"], "kept", "{step}");
+    assert!(step["ratio_range"][0].as_f64().unwrap() > 2.0, "{step}");
+    let plan = v["plan"].as_array().unwrap();
+    assert!(plan.iter().any(|p| p == "nginx: listen ... backlog=65535;"), "{plan:?}");
+    let now = std::fs::read_to_string(&nginx.conf).unwrap();
+    assert_eq!(now, nginx.original, "restored byte for byte");
+}
+
 /// The workers of nginx's master `pid`, each with the CPUs it may run on.
 fn nginx_workers(pid: u32) -> Vec<String> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();

@@ -329,7 +329,13 @@ impl NginxWithCosts {
     /// [`NginxWithCosts::start_with`], with `main` in the main context (one worker unless it
     /// says `worker_processes`).
     pub fn start_main(main: &str, events: &str, http: &str, location: &str) -> Self {
-        Self::start_full(main, 0, events, http, location)
+        Self::start_full(main, 0, events, http, location, "")
+    }
+
+    /// With `listen` after its listen directive's address (`backlog=8`) and `location` as
+    /// [`NginxWithCosts::start_with`] takes it.
+    pub fn start_listen(listen: &str, location: &str) -> Self {
+        Self::start_full("", 0, "worker_connections 1024;", "", location, listen)
     }
 
     /// With `events` in the events block, `http` in the http block (naming an `http2_`
@@ -338,10 +344,17 @@ impl NginxWithCosts {
     /// 200 "ok"` when empty. Its `/nginx_status` is nginx's stub_status page, as on many
     /// production servers: the doctor reads it.
     pub fn start_with(logs: usize, events: &str, http: &str, location: &str) -> Self {
-        Self::start_full("", logs, events, http, location)
+        Self::start_full("", logs, events, http, location, "")
     }
 
-    fn start_full(main: &str, logs: usize, events: &str, http: &str, location: &str) -> Self {
+    fn start_full(
+        main: &str,
+        logs: usize,
+        events: &str,
+        http: &str,
+        location: &str,
+        listen: &str,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let d = dir.path().display();
@@ -355,12 +368,13 @@ impl NginxWithCosts {
         };
         std::fs::write(dir.path().join("index.html"), "ok").unwrap();
         let h2 = if http.contains("http2_") { " http2" } else { "" };
+        let listen = if listen.is_empty() { String::new() } else { format!(" {listen}") };
         let workers = if main.contains("worker_processes") { "" } else { "worker_processes 1;\n" };
         let original = format!(
             "{workers}daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n{main}\n\
              events {{ {events} }}\n\
              http {{\n{access}  {http}\n\
-             server {{ listen 127.0.0.1:{port}{h2}; location / {{ {location} }}\n\
+             server {{ listen 127.0.0.1:{port}{h2}{listen}; location / {{ {location} }}\n\
              location = /nginx_status {{ stub_status; }} }}\n}}\n"
         );
         let conf = dir.path().join("nginx.conf");
