@@ -52,14 +52,19 @@ pub fn run(
     if let Some(note) = settings.revert().map_err(TrialError::Settings)? {
         feed.event(&Event::Note(&note));
     }
-    let report = result.map_err(TrialError::Run)?;
-    if report.load.stopped_early {
+    // A signal stops a run early, or before its load started (an error then, from agents).
+    let stopped = match &result {
+        Ok(r) => r.load.stopped_early,
+        Err(_) => stop.load(std::sync::atomic::Ordering::Relaxed),
+    };
+    if stopped {
         feed.event(&Event::Note(&format!(
             "run of {:?} (repeat {}) stopped by a signal: not stored",
             t.variant, t.repeat
         )));
         return Ok(None);
     }
+    let report = result.map_err(TrialError::Run)?;
     let id = match store {
         Some((store, sweep)) => {
             let in_sweep = InSweep { sweep, variant: t.variant, repeat: t.repeat };

@@ -858,8 +858,10 @@ fn a_pool_goes_to_each_agent_once_by_digest() {
 /// request from 32 at once overflows its queue. The doctor on the server host names the
 /// overflow; the climb reads the setting there (2, where this namespace has its own) and
 /// raises it there for the change's runs. Killed with the change in force, the climb leaves
-/// nothing: the agent, its pipe closed, reverts it. Run to its end, it keeps the change and
-/// every setting of the server namespace is byte-identical after, its journal gone.
+/// nothing: the agent, its pipe closed, reverts it. Stopped by Ctrl-C, it reverts the change
+/// before it exits. When the agent there dies too, the climb ends with an error and the
+/// journal it leaves is undone by `qpslab tune revert` there. Run to its end, it keeps the
+/// change and every setting of the server namespace is byte-identical after, its journal gone.
 #[test]
 fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
     let _alone = alone();
@@ -883,11 +885,7 @@ fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
         c
     };
     let child = climb(&[]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while somaxconn() == "2" {
-        assert!(Instant::now() < deadline, "the change never came in force on the server host");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    in_force(&somaxconn);
     assert!(journal.exists(), "journaled on the server host before the write");
     // SAFETY: kill() on the PID of our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
@@ -898,6 +896,44 @@ fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
         std::thread::sleep(Duration::from_millis(50));
     }
     super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after kill -9");
+    // Ctrl-C with the change in force: the climb stops its run, reverts it there and exits 1
+    // with nothing left behind.
+    let child = climb(&["--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    in_force(&somaxconn);
+    // SAFETY: kill() on the PID of our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let out = ended_within(child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(json(&out)["ended"].as_str().unwrap().starts_with("stopped by a signal"));
+    assert_eq!(somaxconn(), "2", "reverted before the climb exited");
+    assert!(!journal.exists(), "the journal is gone");
+    super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after Ctrl-C");
+    // The server host's agent killed too (the host lost, the session cut): the climb says so
+    // and ends; the journal there is what `qpslab tune revert` on that host undoes.
+    let child = climb(&[]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    in_force(&somaxconn);
+    for pid in lab.server_processes() {
+        // SAFETY: kill() on a PID of the lab's own sshd's children, found by its namespace.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let out = ended_within(child, Duration::from_secs(60));
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(somaxconn(), "65535", "nobody left there to revert it");
+    assert!(journal.exists(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("run `qpslab tune revert` there"), "{}", stderr(&out));
+    let revert = super::common::NsPair::run(
+        &srv,
+        &[
+            env!("CARGO_BIN_EXE_qpslab"),
+            "tune",
+            "revert",
+            "--journal",
+            &journal.display().to_string(),
+        ],
+    );
+    assert_eq!(revert.status.code(), Some(0), "{}", String::from_utf8_lossy(&revert.stderr));
+    assert!(!journal.exists());
+    super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after tune revert");
     let out = climb(&["--json", "--repeats", "5"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = json(&out);
@@ -915,6 +951,30 @@ fn a_climb_changes_the_server_hosts_settings_there_and_reverts_them() {
     super::common::same(&super::common::ns_settings(&srv, "eth0"), &before, "after the climb");
     assert!(!journal.exists(), "the server host's journal is gone");
     assert!(lab.server_processes().is_empty(), "the server host's agents are gone");
+}
+
+/// Waits up to 90 s for the server host's listen queue setting to be changed from 2.
+fn in_force(somaxconn: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while somaxconn() == "2" {
+        assert!(Instant::now() < deadline, "the change never came in force on the server host");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The output of `child` once it exits, which must be within `limit` (else it is killed and
+/// the test fails: a hang).
+fn ended_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?}: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// A Debian-like nginx on the server host: one worker, 256 worker connections (Debian ships
