@@ -123,3 +123,14 @@ pub enum Cause {
     /// The clocksource (`current`) makes clock reads expensive; `tsc` when it is offered.
     Clocksource { current: String, tsc: bool },
 }
+
+impl Cause {
+    /// The nginx limit (`limit_req`, `limit_conn`) the server's log says turned requests
+    /// away, when this is that log's cause.
+    pub fn log_limit(&self) -> Option<&'static str> {
+        match self {
+            Cause::ServerLog { message, .. } => crate::server_log::limit_named(message),
+            _ => None,
+        }
+    }
+}

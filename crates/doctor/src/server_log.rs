@@ -123,6 +123,18 @@ pub(super) fn out_of_descriptors(ctx: &Context) -> Option<String> {
         .map(|(w, m)| quote(w, m))
 }
 
+/// The nginx limit a message of its log says turned requests away: `limit_req`
+/// ("limiting requests, excess: ...") or `limit_conn` ("limiting connections by zone ...").
+pub(crate) fn limit_named(message: &str) -> Option<&'static str> {
+    if message.starts_with("limiting requests") {
+        Some("limit_req")
+    } else if message.starts_with("limiting connections") {
+        Some("limit_conn")
+    } else {
+        None
+    }
+}
+
 fn recognise(ctx: &Context, w: &LogWindow, m: &Message) -> Option<Known> {
     let e = m.example.as_str();
     let evidence = quote(w, m);
@@ -154,9 +166,8 @@ fn recognise(ctx: &Context, w: &LogWindow, m: &Message) -> Option<Known> {
             limit: false,
         });
     }
-    if e.starts_with("limiting requests") || e.starts_with("limiting connections") {
+    if let Some(what) = limit_named(e) {
         let zone = e.split("by zone ").nth(1).map(|z| z.split(',').next().unwrap_or(z).to_string());
-        let what = if e.starts_with("limiting requests") { "limit_req" } else { "limit_conn" };
         return Some(Known {
             cause: Cause::ServerLog { message: m.example.clone(), count: m.count },
             what: format!(

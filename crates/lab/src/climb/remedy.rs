@@ -621,8 +621,8 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         }
         // nginx's own word for its limit_req (the headline when the load's statuses did not
         // make the rate-limited finding).
-        Cause::ServerLog { message, .. }
-            if message.contains("limit_req") && k.nginx.is_some_and(|n| n.limit_req) =>
+        c @ Cause::ServerLog { .. }
+            if c.log_limit() == Some("limit_req") && k.nginx.is_some_and(|n| n.limit_req) =>
         {
             rate_limit(f, k)
         }
@@ -1077,6 +1077,20 @@ mod tests {
         assert!(why.contains("--allow-limits"), "{why}");
         let allowed = Knobs { allow_limits: true, ..k };
         assert_eq!(remedy(&limit, &allowed), Remedy::Change(Change::NginxLimitReqOff));
+        // nginx's log in its own words, when it heads: the same limit.
+        let said = finding(
+            "server-log",
+            Cause::ServerLog {
+                message: "limiting requests, excess: 0.920 by zone \"one\", client: 127.0.0.1"
+                    .into(),
+                count: 24244,
+            },
+        );
+        let failing = Knobs { failing: true, ..k };
+        let Remedy::Stop(why) = remedy(&said, &failing) else { panic!("the limit stops it") };
+        assert!(why.contains("--allow-limits"), "{why}");
+        let failing_allowed = Knobs { allow_limits: true, ..failing };
+        assert_eq!(remedy(&said, &failing_allowed), Remedy::Change(Change::NginxLimitReqOff));
         // A full listen queue with the host's cap at tune's value: nginx's own, 511.
         let overflow =
             finding("accept-queue-overflow", settings(&[("net.core.somaxconn", "65535")], false));
@@ -1089,15 +1103,6 @@ mod tests {
         // The host's cap first, when it is below, then nginx's.
         let low = |_: &str| Some("4096".to_string());
         assert_eq!(remedies(&overflow, &host, &low, &[]).len(), 2);
-        // nginx's log naming its limit_req is the same limit.
-        let log = finding(
-            "server-log",
-            Cause::ServerLog {
-                message: "nginx's limit_req turned requests away (zone \"one\")".into(),
-                count: 9,
-            },
-        );
-        assert_eq!(remedy(&log, &allowed), Remedy::Change(Change::NginxLimitReqOff));
         let edit = Change::NginxLimitReqOff.nginx_edit().unwrap();
         let edited = crate::climb::server::edit(
             "http { limit_req_zone $a zone=one:10m rate=1r/s; server { location / { limit_req zone=one; return 200; } } }",
