@@ -101,3 +101,61 @@ def ratios(per, a, b):
     mean = sum(per[a]) / len(per[a]) / (sum(per[b]) / len(per[b]))
     each = [x / y for x, y in zip(per[a], per[b])]
     return f"{a}/{b} {mean:.2f}x ({min(each):.2f}-{max(each):.2f} by round)"
+
+
+def start_qpslab_h2(workdir, port, cpu):
+    """qpslab serve, one worker on `cpu`: h2c with prior knowledge as well as HTTP/1.1."""
+    return subprocess.Popen([QPSLAB, "serve", "-l", f"127.0.0.1:{port}", "-w", "1", "--cpus",
+                             str(cpu)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_nginx_h2(workdir, port, cpu):
+    """nginx, one process on `cpu`, h2c with prior knowledge, `return 200 "ok\\n"`."""
+    conf = os.path.join(workdir, "nginx-h2.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 100000000;
+    http2_max_requests 100000000;
+    http2_max_concurrent_streams 128;
+    client_body_temp_path {workdir};
+    server {{ listen 127.0.0.1:{port} http2 backlog=4096; location / {{ return 200 "ok\\n"; }} }}
+}}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return subprocess.Popen(["taskset", "-c", str(cpu), nginx, "-p", workdir, "-c", conf],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_h2o(workdir, port, cpu):
+    """h2o, one thread on `cpu`, a 3-byte static file."""
+    www = os.path.join(workdir, "www")
+    os.makedirs(www, exist_ok=True)
+    with open(os.path.join(www, "index.html"), "w") as f:
+        f.write("ok\n")
+    os.chmod(workdir, 0o755)
+    conf = os.path.join(workdir, "h2o.conf")
+    with open(conf, "w") as f:
+        f.write(f"""listen:
+  host: 127.0.0.1
+  port: {port}
+num-threads: 1
+user: nobody
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: {www}
+""")
+    return subprocess.Popen(["taskset", "-c", str(cpu), "h2o", "-c", conf],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# HTTP/2 targets by name, each `start(workdir, port, cpu)` -> its process (not yet listening).
+H2_TARGETS = {"qpslab": start_qpslab_h2, "h2o": start_h2o, "nginx": start_nginx_h2}

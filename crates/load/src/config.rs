@@ -144,6 +144,9 @@ pub struct LoadConfig {
     pub notes: Vec<String>,
     /// The event loop the threads run.
     pub io: Engine,
+    /// How long a closed loop's turn may hold out for a batch of completions (`--linger`;
+    /// zero: none).
+    pub linger: Duration,
     /// https targets: the client set-up every connection shares (None: no https target).
     pub tls: Option<crate::tls::TlsClient>,
     /// See [`LoadConfig::port_budgets`].
@@ -295,6 +298,7 @@ impl LoadConfig {
             retry_closed: !opts.no_retry,
             notes,
             io,
+            linger: opts.linger,
             tls,
             port_budgets: Vec::new(),
         }

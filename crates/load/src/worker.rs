@@ -246,6 +246,15 @@ pub(crate) struct Worker<'a> {
     plain: Box<[u8]>,
     /// Requests committed and not yet reused or failed.
     outstanding: u64,
+    /// The requests in flight when the current turn of the loop began, and the responses it
+    /// has seen (see [`io::Handler::holds_out`]).
+    turn_in_flight: u64,
+    turn_answers: u64,
+    /// The current turn waited for more completions; the turns left that do not, and how
+    /// many the last waits that idled the server earned (see [`Worker::lingered`]).
+    turn_lingered: bool,
+    linger_off: u32,
+    linger_backoff: u32,
     /// Connections open now (TCP established), for the live feed.
     open: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
@@ -327,7 +336,7 @@ impl<'a> Worker<'a> {
         Ok(Self {
             shared,
             progress,
-            io: Some(Io::new(cfg.io, n_conns)?),
+            io: Some(Io::new(cfg.io, n_conns, cfg.linger)?),
             ops: Vec::new(),
             events: 0,
             conns,
@@ -348,6 +357,11 @@ impl<'a> Worker<'a> {
                 Box::default()
             },
             outstanding: 0,
+            turn_in_flight: 0,
+            turn_answers: 0,
+            turn_lingered: false,
+            linger_off: 0,
+            linger_backoff: 0,
             open: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
@@ -896,12 +910,14 @@ impl<'a> Worker<'a> {
     /// Parses `data` and records every complete response.
     fn absorb(&mut self, idx: usize, data: &[u8], now: Instant) -> Result<Absorbed, String> {
         let (shared, rec, outstanding) = (self.shared, &mut self.rec, &mut self.outstanding);
+        let turn_answers = &mut self.turn_answers;
         let c = &mut self.conns[idx];
         let group = &shared.groups[c.s.group()];
         let mut answered = 0;
         let absorbed =
             c.s.absorb(data, group, &shared.heads, shared.cfg.conn_per_request, |req, resp| {
                 *outstanding -= 1;
+                *turn_answers += 1;
                 answered += u32::from(req.counted);
                 shared.record(rec, req, resp, now);
             });

@@ -499,6 +499,12 @@ pub struct Uring {
     timers: u32,
     /// Accepts go to the registered descriptor table.
     direct: bool,
+    /// How many completions a turn holds out for, and for how long at most (microseconds)
+    /// before it takes what has come: see [`Uring::batch`].
+    batch: (u32, u32),
+    /// The kernel waits for a batch with a bound (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12), and
+    /// the enter's argument reached it (a tool that drops it turns this off).
+    min_wait: bool,
 }
 
 impl std::fmt::Debug for Uring {
@@ -538,7 +544,32 @@ impl Uring {
         }
         // A table the limit refuses (EMFILE) leaves accepted sockets as plain descriptors.
         let direct = o.direct > 0 && ring.submitter().register_files_sparse(o.direct).is_ok();
-        Ok(Uring { ring, bufs, sends: Sends::default(), timer: None, timers: 0, direct })
+        let min_wait = ring.params().is_feature_min_timeout();
+        Ok(Uring {
+            ring,
+            bufs,
+            sends: Sends::default(),
+            timer: None,
+            timers: 0,
+            direct,
+            batch: (1, 0),
+            min_wait,
+        })
+    }
+
+    /// From the next turn on, a turn waits for `want` completions but no longer than `linger`
+    /// past its start: then the ones that came (at least one) are handled, so a pipeline of
+    /// many small answers costs one wake-up per batch, not one per answer, and no answer is
+    /// held past `linger`. `want` 1 (or a kernel without a bounded batch wait) wakes on the
+    /// first completion.
+    pub fn batch(&mut self, want: usize, linger: Duration) {
+        let want = u32::try_from(want).unwrap_or(u32::MAX).max(1);
+        self.batch = (want, u32::try_from(linger.as_micros()).unwrap_or(u32::MAX));
+    }
+
+    /// Whether a turn can hold out for a batch here (see [`Uring::batch`]).
+    pub fn batches(&self) -> bool {
+        self.min_wait
     }
 
     /// Accepted connections are registered (direct) descriptors.
@@ -562,7 +593,7 @@ impl Uring {
         timeout: Duration,
         mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
-        let Uring { ring, bufs, sends, timer, timers, direct } = self;
+        let Uring { ring, bufs, sends, timer, timers, direct, batch, min_wait } = self;
         let (submitter, sq, mut cq) = ring.split();
         let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
         // The wake-up: a timeout request, unless one armed earlier fires in time; a no-op when
@@ -593,7 +624,22 @@ impl Uring {
             unsafe { submit.push(&e) }
         }
         submit.sq.sync();
-        match submitter.submit_and_wait(1) {
+        let (want, linger) = *batch;
+        let mut waited = if *min_wait && want > 1 && linger > 0 {
+            let args = types::SubmitArgs::new().min_wait_usec(linger);
+            submitter.submit_with_args(want as usize, &args)
+        } else {
+            submitter.submit_and_wait(1)
+        };
+        if let Err(e) = &waited {
+            if want > 1 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EFAULT)) {
+                // The batch wait's argument did not reach the kernel as given: wake on the
+                // first completion from now on.
+                *min_wait = false;
+                waited = submitter.submit_and_wait(1);
+            }
+        }
+        match waited {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
             }

@@ -225,3 +225,41 @@ fn body_lines_are_counted_by_their_line_in_the_file() {
         [1, 3, 4].iter().map(|l| format!("{l},\"{url}\",POST,2,2,2,0")).collect();
     assert_eq!(rows[1..], want, "{text}");
 }
+
+/// `--linger`: a closed loop on io_uring that gathers answers while the server is busy with
+/// the rest of the pipeline still counts every request exactly, on the client and on the
+/// server (HTTP/2 with 100 streams on one connection, where a server writes its answers apart,
+/// and HTTP/1.1 over 16 connections); an open loop never lingers and keeps its schedule. A
+/// duration that is not one is refused, naming the flag.
+#[test]
+fn a_lingering_loop_counts_every_request_exactly() {
+    use std::time::Duration;
+    let server = ServeChild::start(&[], &["-w", "1", "--io", "uring", "--json"]);
+    let url = server.url("/");
+    let load = |extra: &[&str]| {
+        let out = qpslab(
+            &[
+                &["load", "--json", "-t", "1", "--io", "uring", "--linger", "500us"][..],
+                extra,
+                &[&url],
+            ]
+            .concat(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let h2 = load(&["--h2", "--streams", "100", "-c", "1", "-n", "20000"]);
+    assert_eq!(h2["requests"]["ok"], 20000, "{}", h2["requests"]);
+    let h1 = load(&["-c", "16", "-n", "5000"]);
+    assert_eq!(h1["requests"]["ok"], 5000, "{}", h1["requests"]);
+    let open = load(&["-c", "16", "--rate", "2000", "-d", "1s"]);
+    let sent = open["requests"]["sent"].as_u64().unwrap();
+    assert!((1900..=2100).contains(&sent), "the schedule kept: {}", open["requests"]);
+    server.signal(libc::SIGTERM);
+    let (code, out, _) = server.wait(Duration::from_secs(3));
+    assert_eq!(code, Some(0));
+    let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let answered = 25000 + sent;
+    assert_eq!(totals["totals"]["requests"], answered, "{totals}");
+    usage_error(&["load", "--linger", "soon", &url], "--linger");
+}

@@ -12,6 +12,13 @@ use super::{Phase, Worker, SEND_DUE_EVERY};
 use crate::session::Session;
 use crate::stats::ErrorClass;
 
+/// The most completions one wait of a turn holds out for.
+const MAX_BATCH: usize = 8;
+
+/// The most turns in a row that do not wait for more completions after waits that left the
+/// server idle.
+const MAX_LINGER_BACKOFF: u32 = 1024;
+
 impl Worker<'_> {
     pub(super) fn conn_id(&self, idx: usize) -> ConnId {
         ConnId { idx, gen: self.conns[idx].gen }
@@ -21,9 +28,29 @@ impl Worker<'_> {
     /// completions there were.
     pub(super) fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
         let Some(mut io) = self.io.take() else { return Ok(0) };
+        self.turn_in_flight = self.outstanding;
+        self.turn_answers = 0;
+        self.turn_lingered = false;
+        self.linger_off = self.linger_off.saturating_sub(1);
         let r = io.wait(timeout, self);
         self.io = Some(io);
+        if self.turn_lingered {
+            self.lingered();
+        }
         r
+    }
+
+    /// After a turn that waited for more completions: when the server answered every request
+    /// it had, it ran dry and idled while the worker waited (it answers faster than the
+    /// worker asks), so the turns after it do not wait, twice as many each time this repeats
+    /// (up to [`MAX_LINGER_BACKOFF`]); a wait that left the server busy resets that.
+    fn lingered(&mut self) {
+        if self.turn_answers >= self.turn_in_flight {
+            self.linger_backoff = (self.linger_backoff * 2).clamp(1, MAX_LINGER_BACKOFF);
+            self.linger_off = self.linger_backoff;
+        } else {
+            self.linger_backoff = 0;
+        }
     }
 
     /// Before the thread stops: what it queued is carried out (closes above all).
@@ -133,6 +160,25 @@ impl Worker<'_> {
 }
 
 impl Handler for Worker<'_> {
+    /// Waiting for more completions pays while the server is busy with the rest of the
+    /// pipeline: fewer than half the requests in flight at the turn's start are answered (the
+    /// rest keep it busy meanwhile). Each arrival the wait lets pass is one the kernel reads
+    /// with the next, so a quarter of the requests still waiting (at most [`MAX_BATCH`])
+    /// is worth one wait. Not in an open loop, where a request falling due must not wait, nor
+    /// while the backoff holds ([`Worker::lingered`]).
+    fn holds_out(&self) -> Option<usize> {
+        let answered = self.turn_answers * 2 >= self.turn_in_flight;
+        if self.pacer.is_open() || answered || self.linger_off > 0 {
+            return None;
+        }
+        let waiting = self.turn_in_flight - self.turn_answers;
+        Some(usize::try_from(waiting / 4).unwrap_or(MAX_BATCH).clamp(1, MAX_BATCH))
+    }
+
+    fn lingering(&mut self) {
+        self.turn_lingered = true;
+    }
+
     #[inline]
     fn take_ops(&mut self, ops: &mut Vec<Op>) -> bool {
         if self.ops.is_empty() {

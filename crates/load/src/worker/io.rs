@@ -94,12 +94,19 @@ pub(super) trait Handler {
     /// lent.
     fn output(&mut self, conn: ConnId, at_once: bool) -> Option<(&Socket, Out<'_>)>;
     fn event(&mut self, conn: ConnId, ev: Event<'_>);
+    /// After a turn's first completions: whether waiting for more of them pays, and how
+    /// many one wait may gather (None: it does not).
+    fn holds_out(&self) -> Option<usize>;
+    /// The loop waits for more completions in this turn.
+    fn lingering(&mut self);
 }
 
 /// An event loop.
 pub(super) trait Loop {
     /// Carries out the queued operations, waits up to `timeout` for something to happen
-    /// and hands it to `h`; returns how many events or completions there were.
+    /// and hands it to `h`; then, where the loop can, goes on gathering completions for up
+    /// to the run's linger while [`Handler::holds_out`] says it pays, so what they free
+    /// leaves together. Returns how many events or completions there were.
     fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize>;
     /// Before the thread stops: carries out what is queued (closes above all, so no socket
     /// stays open until the process exits).
@@ -114,11 +121,12 @@ pub(super) enum Io {
 }
 
 impl Io {
-    /// The loop of a thread with `conns` connections.
-    pub(super) fn new(engine: Engine, conns: usize) -> io::Result<Io> {
+    /// The loop of a thread with `conns` connections; a turn holds out for a batch of
+    /// completions no longer than `linger` (io_uring only).
+    pub(super) fn new(engine: Engine, conns: usize, linger: Duration) -> io::Result<Io> {
         Ok(match engine {
             Engine::Epoll => Io::Epoll(EpollLoop::new(conns)?),
-            Engine::Uring => Io::Uring(UringLoop::new(conns)?),
+            Engine::Uring => Io::Uring(UringLoop::new(conns, linger)?),
         })
     }
 }
