@@ -43,8 +43,14 @@ def wait_listening(port, proc, what):
     sys.exit(f"{what} did not start listening on port {port}")
 
 
-def nginx_conf(workdir, port):
-    conf = os.path.join(workdir, "nginx.conf")
+def nginx_conf(workdir, port, h2=False):
+    """nginx's configuration for one process: `return 200`; with `h2`, h2c with prior
+    knowledge and `return 200 "ok\\n"`, no limit on requests per connection."""
+    conf = os.path.join(workdir, "nginx-h2.conf" if h2 else "nginx.conf")
+    streams = ("    http2_max_requests 100000000;\n    http2_max_concurrent_streams 128;\n"
+               if h2 else "")
+    listen = " http2" if h2 else ""
+    body = ' "ok\\n"' if h2 else ""
     with open(conf, "w") as f:
         f.write(f"""daemon off;
 master_process off;
@@ -55,8 +61,8 @@ events {{ worker_connections 4096; }}
 http {{
     access_log off;
     keepalive_requests 100000000;
-    client_body_temp_path {workdir};
-    server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200; }} }}
+{streams}    client_body_temp_path {workdir};
+    server {{ listen 127.0.0.1:{port}{listen} backlog=4096; location / {{ return 200{body}; }} }}
 }}
 """)
     return conf
@@ -111,23 +117,7 @@ def start_qpslab_h2(workdir, port, cpu):
 
 def start_nginx_h2(workdir, port, cpu):
     """nginx, one process on `cpu`, h2c with prior knowledge, `return 200 "ok\\n"`."""
-    conf = os.path.join(workdir, "nginx-h2.conf")
-    with open(conf, "w") as f:
-        f.write(f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {workdir}/nginx.pid;
-error_log {workdir}/error.log;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    keepalive_requests 100000000;
-    http2_max_requests 100000000;
-    http2_max_concurrent_streams 128;
-    client_body_temp_path {workdir};
-    server {{ listen 127.0.0.1:{port} http2 backlog=4096; location / {{ return 200 "ok\\n"; }} }}
-}}
-""")
+    conf = nginx_conf(workdir, port, h2=True)
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     return subprocess.Popen(["taskset", "-c", str(cpu), nginx, "-p", workdir, "-c", conf],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
