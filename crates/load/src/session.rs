@@ -419,6 +419,14 @@ impl Session {
         either!(self, s => s.writing())
     }
 
+    /// Whether new requests may be queued behind bytes still waiting to be sent: HTTP/2's
+    /// output is a buffer of its own that the next send takes whole; HTTP/1.1's is a range of
+    /// the group's requests, written to its end first.
+    #[inline]
+    pub fn appends(&self) -> bool {
+        matches!(self, Session::H2(_))
+    }
+
     /// The bytes to write next: HTTP/1.1's from the group's requests, HTTP/2's its own.
     #[inline]
     pub fn pending<'a>(&'a self, group: &'a Group) -> &'a [u8] {

@@ -11,6 +11,7 @@
 mod epoll;
 mod handler;
 mod io;
+mod linger;
 mod tls;
 mod uring;
 
@@ -24,6 +25,7 @@ use qpslab_http::Response;
 use socket2::{Protocol, SockAddr, Socket, Type};
 
 use io::{Io, Op};
+use linger::Linger;
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
@@ -250,11 +252,13 @@ pub(crate) struct Worker<'a> {
     /// has seen (see [`io::Handler::holds_out`]).
     turn_in_flight: u64,
     turn_answers: u64,
-    /// The current turn waited for more completions; the turns left that do not, and how
-    /// many the last waits that idled the server earned (see [`Worker::lingered`]).
+    /// How long the current turn may hold out for more completions, and whether it did;
+    /// the waits' pace.
+    turn_linger: Duration,
     turn_lingered: bool,
-    linger_off: u32,
-    linger_backoff: u32,
+    /// Connections with requests in flight at the turn's start (counted when it may linger).
+    turn_busy: usize,
+    linger: Linger,
     /// Connections open now (TCP established), for the live feed.
     open: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
@@ -336,7 +340,7 @@ impl<'a> Worker<'a> {
         Ok(Self {
             shared,
             progress,
-            io: Some(Io::new(cfg.io, n_conns, cfg.linger)?),
+            io: Some(Io::new(cfg.io, n_conns)?),
             ops: Vec::new(),
             events: 0,
             conns,
@@ -359,9 +363,10 @@ impl<'a> Worker<'a> {
             outstanding: 0,
             turn_in_flight: 0,
             turn_answers: 0,
+            turn_linger: Duration::ZERO,
             turn_lingered: false,
-            linger_off: 0,
-            linger_backoff: 0,
+            turn_busy: 0,
+            linger: Linger::new(cfg.linger),
             open: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
@@ -655,10 +660,11 @@ impl<'a> Worker<'a> {
             }
             Phase::Open => {
                 if c.s.writing() {
-                    // A batch partly written, or (HTTP/2) acknowledgements queued by a read.
+                    // A batch partly written, or (HTTP/2) acknowledgements queued by a read:
+                    // HTTP/2's requests join them in the same send.
                     self.flush(idx);
                     let c = &self.conns[idx];
-                    if c.phase != Phase::Open || c.s.writing() {
+                    if c.phase != Phase::Open || (c.s.writing() && !c.s.appends()) {
                         return;
                     }
                 }

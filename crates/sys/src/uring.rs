@@ -505,6 +505,8 @@ pub struct Uring {
     /// The kernel waits for a batch with a bound (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12), and
     /// the enter's argument reached it (a tool that drops it turns this off).
     min_wait: bool,
+    /// How long the last turn took to submit and wait.
+    entered: Duration,
 }
 
 impl std::fmt::Debug for Uring {
@@ -554,6 +556,7 @@ impl Uring {
             direct,
             batch: (1, 0),
             min_wait,
+            entered: Duration::ZERO,
         })
     }
 
@@ -591,113 +594,148 @@ impl Uring {
     pub fn turn(
         &mut self,
         timeout: Duration,
-        mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+        f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
-        let Uring { ring, bufs, sends, timer, timers, direct, batch, min_wait } = self;
+        let Uring { ring, bufs, sends, timer, timers, direct, batch, min_wait, entered } = self;
         let (submitter, sq, mut cq) = ring.split();
         let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
-        // The wake-up: a timeout request, unless one armed earlier fires in time; a no-op when
-        // the turn must not wait. Its timespec is read by the kernel when the enter below
-        // submits it.
         let now = Instant::now();
-        let wake = now + timeout;
-        if timeout.is_zero() {
-            let e = opcode::Nop::new().build().user_data(user_data(Op::Timer, 0, 0));
-            // SAFETY: no memory.
-            unsafe { submit.push(&e) }
-        } else if timer.is_none_or(|(_, at)| at > wake) {
-            *timers = timers.wrapping_add(1).max(1);
-            *timer = Some((*timers, wake));
-            let value = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
-            let ts = match submit.sends.times.pop() {
-                Some(mut b) => {
-                    *b = value;
-                    b
-                }
-                None => Box::new(value),
-            };
-            let ptr: *const Timespec = &*ts;
-            let slot = submit.sends.insert(Held::Time(ts));
-            let e =
-                opcode::Timeout::new(ptr).build().user_data(user_data(Op::Timer, slot, *timers));
-            // SAFETY: the boxed timespec stays in the slab until this request's completion.
-            unsafe { submit.push(&e) }
-        }
+        arm(&mut submit, timer, timers, now, timeout);
         submit.sq.sync();
-        let (want, linger) = *batch;
-        let mut waited = if *min_wait && want > 1 && linger > 0 {
-            let args = types::SubmitArgs::new().min_wait_usec(linger);
-            submitter.submit_with_args(want as usize, &args)
-        } else {
-            submitter.submit_and_wait(1)
-        };
-        if let Err(e) = &waited {
-            if want > 1 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EFAULT)) {
-                // The batch wait's argument did not reach the kernel as given: wake on the
-                // first completion from now on.
-                *min_wait = false;
-                waited = submitter.submit_and_wait(1);
-            }
-        }
-        match waited {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
-            }
-            Err(e) => return Err(e),
-        }
+        enter(&submitter, *batch, min_wait)?;
+        *entered = now.elapsed();
         cq.sync();
-        let mut gave_back = false;
-        let mut starved = false;
-        for cqe in &mut cq {
-            let ud = cqe.user_data();
-            let Some(op) = Op::of(ud >> 60) else { continue };
-            let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
-            if op == Op::Timer {
-                if ud as u32 != 0 {
-                    submit.sends.release(slot);
-                }
-                if timer.is_some_and(|(n, _)| n == ud as u32) {
-                    *timer = None;
-                }
-                continue;
-            }
-            let result = cqe.result();
-            let flags = cqe.flags();
-            let bid = cqueue::buffer_select(flags);
-            let data = match (op, bid) {
-                (Op::Recv, Some(b)) if result > 0 => bufs.bytes(b, result as usize),
-                _ => &[],
-            };
-            let sent = if matches!(op, Op::Send | Op::Connect) {
-                submit.sends.release(slot)
-            } else {
-                None
-            };
-            let sock = (op == Op::Accept && result >= 0).then(|| {
-                if *direct {
-                    Sock::Direct(result as u32)
-                } else {
-                    // SAFETY: a successful accept's result is a descriptor the kernel just
-                    // created for this process, owned by nobody yet.
-                    Sock::Fd(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) })
-                }
-            });
-            starved |= op == Op::Recv && result == -libc::ENOBUFS;
-            let more = cqueue::more(flags);
-            f(Completion { op, token: ud as u32, result, more, data, sent, sock }, &mut submit);
-            if let Some(b) = bid {
-                bufs.give_back(b);
-                gave_back = true;
-            }
-        }
-        if starved {
-            gave_back |= bufs.grow();
-        }
-        if gave_back {
-            bufs.publish();
-        }
+        drain(&mut cq, bufs, timer, &mut submit, f);
         submit.sq.sync();
         Ok(())
+    }
+
+    /// How long the last turn spent submitting and waiting (not handling completions).
+    pub fn entered(&self) -> Duration {
+        self.entered
+    }
+}
+
+/// The turn's wake-up: a timeout request, unless one armed earlier fires in time; a no-op
+/// when the turn must not wait. Its timespec is read by the kernel when the enter submits it.
+fn arm(
+    submit: &mut Submit<'_>,
+    timer: &mut Option<(u32, Instant)>,
+    timers: &mut u32,
+    now: Instant,
+    timeout: Duration,
+) {
+    let wake = now + timeout;
+    if timeout.is_zero() {
+        let e = opcode::Nop::new().build().user_data(user_data(Op::Timer, 0, 0));
+        // SAFETY: no memory.
+        unsafe { submit.push(&e) }
+    } else if timer.is_none_or(|(_, at)| at > wake) {
+        *timers = timers.wrapping_add(1).max(1);
+        *timer = Some((*timers, wake));
+        let value = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
+        let ts = match submit.sends.times.pop() {
+            Some(mut b) => {
+                *b = value;
+                b
+            }
+            None => Box::new(value),
+        };
+        let ptr: *const Timespec = &*ts;
+        let slot = submit.sends.insert(Held::Time(ts));
+        let e = opcode::Timeout::new(ptr).build().user_data(user_data(Op::Timer, slot, *timers));
+        // SAFETY: the boxed timespec stays in the slab until this request's completion.
+        unsafe { submit.push(&e) }
+    }
+}
+
+/// Submits and waits: for `want` completions up to `linger` microseconds when the kernel can
+/// bound a batch wait (`min_wait`, cleared when the argument does not reach it), otherwise
+/// for the first one.
+fn enter(
+    submitter: &io_uring::Submitter<'_>,
+    batch: (u32, u32),
+    min_wait: &mut bool,
+) -> io::Result<()> {
+    let (want, linger) = batch;
+    let mut waited = if *min_wait && want > 1 && linger > 0 {
+        let args = types::SubmitArgs::new().min_wait_usec(linger);
+        submitter.submit_with_args(want as usize, &args)
+    } else {
+        submitter.submit_and_wait(1)
+    };
+    if let Err(e) = &waited {
+        if want > 1 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EFAULT)) {
+            // The batch wait's argument did not reach the kernel as given: wake on the
+            // first completion from now on.
+            *min_wait = false;
+            waited = submitter.submit_and_wait(1);
+        }
+    }
+    match waited {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Hands each completion to `f` (timer completions are the ring's own); receive buffers go
+/// back to the ring after their completion, and it grows when a receive found none.
+fn drain(
+    cq: &mut io_uring::CompletionQueue<'_>,
+    bufs: &mut BufRing,
+    timer: &mut Option<(u32, Instant)>,
+    submit: &mut Submit<'_>,
+    mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+) {
+    let mut gave_back = false;
+    let mut starved = false;
+    for cqe in cq {
+        let ud = cqe.user_data();
+        let Some(op) = Op::of(ud >> 60) else { continue };
+        let slot = ((ud >> 32) & 0x0fff_ffff) as u32;
+        if op == Op::Timer {
+            if ud as u32 != 0 {
+                submit.sends.release(slot);
+            }
+            if timer.is_some_and(|(n, _)| n == ud as u32) {
+                *timer = None;
+            }
+            continue;
+        }
+        let result = cqe.result();
+        let flags = cqe.flags();
+        let bid = cqueue::buffer_select(flags);
+        let data = match (op, bid) {
+            (Op::Recv, Some(b)) if result > 0 => bufs.bytes(b, result as usize),
+            _ => &[],
+        };
+        let sent =
+            if matches!(op, Op::Send | Op::Connect) { submit.sends.release(slot) } else { None };
+        let sock = (op == Op::Accept && result >= 0).then(|| {
+            if submit.direct {
+                Sock::Direct(result as u32)
+            } else {
+                // SAFETY: a successful accept's result is a descriptor the kernel just
+                // created for this process, owned by nobody yet.
+                Sock::Fd(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(result) })
+            }
+        });
+        starved |= op == Op::Recv && result == -libc::ENOBUFS;
+        let more = cqueue::more(flags);
+        f(Completion { op, token: ud as u32, result, more, data, sent, sock }, submit);
+        if let Some(b) = bid {
+            bufs.give_back(b);
+            gave_back = true;
+        }
+    }
+    if starved {
+        gave_back |= bufs.grow();
+    }
+    if gave_back {
+        bufs.publish();
     }
 }
 

@@ -174,7 +174,16 @@ pub struct Decoder {
     max_list: usize,
     name: Vec<u8>,
     value: Vec<u8>,
+    /// Huffman strings decoded lately, as coded and decoded: a peer sends the same few
+    /// values in every block (a server its name, the date, the content type), and most of
+    /// them without indexing, so each is decoded once and then compared.
+    memo: Vec<(Vec<u8>, Vec<u8>)>,
+    memo_next: usize,
 }
+
+/// How many decoded Huffman strings a decoder remembers, and the longest coded one it keeps.
+const MEMO: usize = 8;
+const MEMO_LEN: usize = 64;
 
 /// Where a string of the block ended up: in the block itself or in a scratch buffer.
 #[derive(Clone, Copy)]
@@ -194,6 +203,8 @@ impl Decoder {
             max_list,
             name: Vec::new(),
             value: Vec::new(),
+            memo: Vec::new(),
+            memo_next: 0,
         }
     }
 
@@ -323,9 +334,23 @@ impl Decoder {
         if len > self.max_list {
             return Err(HpackError::ListTooLarge(self.max_list));
         }
+        let coded = &b[n..end];
         let out = if is_name { &mut self.name } else { &mut self.value };
         out.clear();
-        huffman::decode(&b[n..end], out)?;
+        if let Some((_, plain)) = self.memo.iter().find(|(c, _)| c.as_slice() == coded) {
+            out.extend_from_slice(plain);
+        } else {
+            huffman::decode(coded, out)?;
+            if len <= MEMO_LEN {
+                let entry = (coded.to_vec(), out.clone());
+                if self.memo.len() < MEMO {
+                    self.memo.push(entry);
+                } else {
+                    self.memo[self.memo_next] = entry;
+                    self.memo_next = (self.memo_next + 1) % MEMO;
+                }
+            }
+        }
         Ok((if is_name { Str::Name } else { Str::Value }, end))
     }
 }
@@ -605,6 +630,53 @@ mod tests {
                 (":authority", "127.0.0.1:8080"),
             ])
         );
+    }
+
+    #[test]
+    fn huffman_strings_seen_before_decode_as_the_first_time() {
+        // A server's block: the same values in every response, one of them changing (the
+        // date), more distinct strings than the decoder remembers, names new and indexed.
+        let block = |date: &str, extra: usize| {
+            let mut b = Vec::new();
+            indexed(&mut b, static_field(b":status", b"200").unwrap());
+            literal(
+                &mut b,
+                Indexing::Without,
+                static_name(b"server").unwrap(),
+                b"",
+                b"nginx/1.22.1",
+            );
+            literal(
+                &mut b,
+                Indexing::Incremental,
+                static_name(b"date").unwrap(),
+                b"",
+                date.as_bytes(),
+            );
+            for i in 0..extra {
+                let v = format!("value-{i}-{date}");
+                literal(&mut b, Indexing::Without, 0, format!("x-h{i}").as_bytes(), v.as_bytes());
+            }
+            b
+        };
+        let mut d = Decoder::new(DEFAULT_TABLE_SIZE, 1 << 16);
+        for (round, date) in ["Sat, 28 Nov 2026 12:47:16 GMT", "Sat, 28 Nov 2026 12:47:17 GMT"]
+            .iter()
+            .cycle()
+            .take(6)
+            .enumerate()
+        {
+            let extra = round * 3;
+            let mut want = vec![(":status", "200".to_string()), ("server", "nginx/1.22.1".into())];
+            want.push(("date", date.to_string()));
+            let names: Vec<String> = (0..extra).map(|i| format!("x-h{i}")).collect();
+            for (i, n) in names.iter().enumerate() {
+                want.push((n, format!("value-{i}-{date}")));
+            }
+            let want: Vec<(String, String)> =
+                want.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+            assert_eq!(fields(&mut d, &block(date, extra)), want, "round {round}");
+        }
     }
 
     #[test]

@@ -15,10 +15,6 @@ use crate::stats::ErrorClass;
 /// The most completions one wait of a turn holds out for.
 const MAX_BATCH: usize = 8;
 
-/// The most turns in a row that do not wait for more completions after waits that left the
-/// server idle.
-const MAX_LINGER_BACKOFF: u32 = 1024;
-
 impl Worker<'_> {
     pub(super) fn conn_id(&self, idx: usize) -> ConnId {
         ConnId { idx, gen: self.conns[idx].gen }
@@ -31,26 +27,16 @@ impl Worker<'_> {
         self.turn_in_flight = self.outstanding;
         self.turn_answers = 0;
         self.turn_lingered = false;
-        self.linger_off = self.linger_off.saturating_sub(1);
+        self.turn_linger = self.linger.turn();
+        if !self.turn_linger.is_zero() {
+            self.turn_busy = self.conns.iter().filter(|c| c.s.in_flight() > 0).count();
+        }
         let r = io.wait(timeout, self);
         self.io = Some(io);
         if self.turn_lingered {
-            self.lingered();
+            self.linger.held(self.turn_in_flight, self.turn_answers);
         }
         r
-    }
-
-    /// After a turn that waited for more completions: when the server answered every request
-    /// it had, it ran dry and idled while the worker waited (it answers faster than the
-    /// worker asks), so the turns after it do not wait, twice as many each time this repeats
-    /// (up to [`MAX_LINGER_BACKOFF`]); a wait that left the server busy resets that.
-    fn lingered(&mut self) {
-        if self.turn_answers >= self.turn_in_flight {
-            self.linger_backoff = (self.linger_backoff * 2).clamp(1, MAX_LINGER_BACKOFF);
-            self.linger_off = self.linger_backoff;
-        } else {
-            self.linger_backoff = 0;
-        }
     }
 
     /// Before the thread stops: what it queued is carried out (closes above all).
@@ -162,17 +148,27 @@ impl Worker<'_> {
 impl Handler for Worker<'_> {
     /// Waiting for more completions pays while the server is busy with the rest of the
     /// pipeline: fewer than half the requests in flight at the turn's start are answered (the
-    /// rest keep it busy meanwhile). Each arrival the wait lets pass is one the kernel reads
-    /// with the next, so a quarter of the requests still waiting (at most [`MAX_BATCH`])
-    /// is worth one wait. Not in an open loop, where a request falling due must not wait, nor
-    /// while the backoff holds ([`Worker::lingered`]).
+    /// rest keep it busy meanwhile). A wait holds out for a quarter of the requests still
+    /// waiting, or half the connections that carry them (a connection's answers come in one
+    /// completion however many they are), at most [`MAX_BATCH`]; on a single connection only
+    /// the linger's time bounds the wait. Not in an open loop, where a request falling due
+    /// must not wait, nor when the turn does not hold out at all
+    /// ([`Linger`](super::linger::Linger)).
     fn holds_out(&self) -> Option<usize> {
         let answered = self.turn_answers * 2 >= self.turn_in_flight;
-        if self.pacer.is_open() || answered || self.linger_off > 0 {
+        if self.pacer.is_open() || answered || self.turn_linger.is_zero() {
             return None;
         }
-        let waiting = self.turn_in_flight - self.turn_answers;
-        Some(usize::try_from(waiting / 4).unwrap_or(MAX_BATCH).clamp(1, MAX_BATCH))
+        if self.turn_busy <= 1 {
+            return Some(MAX_BATCH);
+        }
+        let waiting =
+            usize::try_from(self.turn_in_flight - self.turn_answers).unwrap_or(usize::MAX);
+        Some((waiting / 4).min(self.turn_busy / 2).clamp(1, MAX_BATCH))
+    }
+
+    fn linger(&self) -> Duration {
+        self.turn_linger
     }
 
     fn lingering(&mut self) {

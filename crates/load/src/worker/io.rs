@@ -97,6 +97,8 @@ pub(super) trait Handler {
     /// After a turn's first completions: whether waiting for more of them pays, and how
     /// many one wait may gather (None: it does not).
     fn holds_out(&self) -> Option<usize>;
+    /// The longest this turn may hold out for more completions in all.
+    fn linger(&self) -> Duration;
     /// The loop waits for more completions in this turn.
     fn lingering(&mut self);
 }
@@ -105,7 +107,7 @@ pub(super) trait Handler {
 pub(super) trait Loop {
     /// Carries out the queued operations, waits up to `timeout` for something to happen
     /// and hands it to `h`; then, where the loop can, goes on gathering completions for up
-    /// to the run's linger while [`Handler::holds_out`] says it pays, so what they free
+    /// to the turn's linger while [`Handler::holds_out`] says it pays, so what they free
     /// leaves together. Returns how many events or completions there were.
     fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize>;
     /// Before the thread stops: carries out what is queued (closes above all, so no socket
@@ -121,12 +123,11 @@ pub(super) enum Io {
 }
 
 impl Io {
-    /// The loop of a thread with `conns` connections; a turn holds out for a batch of
-    /// completions no longer than `linger` (io_uring only).
-    pub(super) fn new(engine: Engine, conns: usize, linger: Duration) -> io::Result<Io> {
+    /// The loop of a thread with `conns` connections.
+    pub(super) fn new(engine: Engine, conns: usize) -> io::Result<Io> {
         Ok(match engine {
             Engine::Epoll => Io::Epoll(EpollLoop::new(conns)?),
-            Engine::Uring => Io::Uring(UringLoop::new(conns, linger)?),
+            Engine::Uring => Io::Uring(UringLoop::new(conns)?),
         })
     }
 }

@@ -22,8 +22,6 @@ pub(super) struct UringLoop {
     /// By connection: its multishot receive is armed.
     receiving: Vec<bool>,
     ops: Vec<Op>,
-    /// The longest a turn holds out for a batch of completions.
-    linger: Duration,
 }
 
 impl std::fmt::Debug for UringLoop {
@@ -66,7 +64,7 @@ fn buffers_for(conns: usize) -> u16 {
 }
 
 impl UringLoop {
-    pub(super) fn new(conns: usize, linger: Duration) -> io::Result<UringLoop> {
+    pub(super) fn new(conns: usize) -> io::Result<UringLoop> {
         let o = RingOptions {
             entries: 1024,
             // A response (or a connect) on every connection may complete in one turn.
@@ -80,7 +78,6 @@ impl UringLoop {
             ring: Box::new(Uring::new(&o)?),
             receiving: vec![false; conns],
             ops: vec![],
-            linger,
         })
     }
 }
@@ -173,41 +170,43 @@ fn complete<H: Handler>(
 
 impl Loop for UringLoop {
     fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize> {
-        let UringLoop { ring, receiving, ops, linger } = self;
+        let UringLoop { ring, receiving, ops } = self;
         // What was queued since the last turn (due sends, a tick's reconnects, the requests
         // the last batch of responses let go) goes with this turn's enter, not after its
         // wait: a request due now must not wait for the next completion or timer.
         ring.queue(|sub| submit(sub, receiving, ops, h));
-        ring.batch(1, Duration::ZERO);
-        let mut n = 0;
-        // The worker's operations wait for the whole batch: a connection's requests freed by
+        // The turn holds out for a batch of completions while the server is busy with the rest
+        // of the pipeline (a send per connection per batch of answers, not one per answer),
+        // for no longer than the linger in all; otherwise it wakes on the first completion.
+        // The worker's operations wait for the whole turn: a connection's requests freed by
         // several of its completions leave in one send.
-        ring.turn(timeout, |c, sub| {
-            n += 1;
-            complete(c, sub, receiving, h);
-        })?;
-        let first = n;
-        // More of them while the server is busy with the rest of the pipeline: a send per
-        // connection per batch of answers, not one per answer. Not when the turn found more
-        // than one completion waiting: the worker is behind the server already.
-        let until = Instant::now() + *linger;
-        while let Some(want) = h.holds_out().filter(|_| n == 1 || n > first) {
+        let until = Instant::now() + h.linger();
+        let mut n = 0;
+        loop {
             let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+            match h.holds_out().filter(|_| !left.is_zero()) {
+                Some(want) => {
+                    h.lingering();
+                    ring.batch(if ring.batches() { want } else { 1 }, left);
+                }
+                None if n > 0 => break,
+                None => ring.batch(1, Duration::ZERO),
             }
-            h.lingering();
-            ring.batch(if ring.batches() { want } else { 1 }, left);
-            ring.turn(left, |c, sub| {
+            // The first wait is the worker's own; the ones after it end with the linger.
+            let before = n;
+            ring.turn(if n == 0 { timeout } else { left }, |c, sub| {
                 n += 1;
                 complete(c, sub, receiving, h);
             })?;
+            if n == before {
+                break;
+            }
         }
         Ok(n)
     }
 
     fn settle<H: Handler>(&mut self, h: &mut H) {
-        let UringLoop { ring, receiving, ops, .. } = self;
+        let UringLoop { ring, receiving, ops } = self;
         ring.queue(|sub| submit(sub, receiving, ops, h));
         let _ = ring.turn(Duration::ZERO, |_, _| {});
     }
