@@ -29,9 +29,9 @@ pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Per-request timeout when `--timeout` is not given.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `--linger`'s default: off until the whole suite has run with it on (500us is where it
-/// paid against nginx: docs/performance.md).
-pub const DEFAULT_LINGER: Duration = Duration::ZERO;
+/// `--linger`'s default: where it paid against nginx and cost nothing against a server
+/// faster than the generator (docs/performance.md); shb's too.
+pub const DEFAULT_LINGER: Duration = Duration::from_micros(500);
 /// `bench`'s warm-up when `--warmup` is not given (`load` has none).
 pub const BENCH_WARMUP: Duration = Duration::from_secs(1);
 
@@ -235,14 +235,14 @@ pub struct LoadOptions {
     #[arg(long, value_name = "auto|epoll|uring", default_value = "auto", value_parser = IoChoice::parse)]
     pub io: IoChoice,
 
-    /// Closed loop on io_uring: after a turn's first completion, go on gathering responses
-    /// for up to this long while the server is busy with the rest of the pipeline (fewer than
-    /// half the requests in flight answered), then send the next requests together: a wake-up,
-    /// a read and a send per batch rather than per answer, when the server is the bound (e.g.
-    /// 500us). A response can be seen up to this much later than it came, and its latency
-    /// includes that. Turns that find the server ran dry stop waiting, for longer each time.
-    /// 0: wake on every completion. An open loop never waits so
-    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_duration_or_zero)]
+    /// Closed loop on io_uring: a turn holds out for a batch of responses for up to this long
+    /// while the server is busy with the rest of the pipeline (fewer than half the requests
+    /// in flight answered), then sends the next requests together: a wake-up, a read and a
+    /// send per batch rather than per answer, when the server is the bound. The wait adapts:
+    /// shorter when the server runs dry during it or the worker falls behind, none below
+    /// 16us. A response can be seen up to this much later than it came, and its latency
+    /// includes that. 0: wake on every completion. An open loop never waits
+    #[arg(long, value_name = "DUR", default_value = "500us", value_parser = parse_duration_or_zero)]
     #[serde(with = "dur")]
     pub linger: Duration,
 

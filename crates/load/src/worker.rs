@@ -256,6 +256,7 @@ pub(crate) struct Worker<'a> {
     /// the waits' pace.
     turn_linger: Duration,
     turn_lingered: bool,
+    turn_behind: bool,
     /// Connections with requests in flight at the turn's start (counted when it may linger).
     turn_busy: usize,
     linger: Linger,
@@ -365,6 +366,7 @@ impl<'a> Worker<'a> {
             turn_answers: 0,
             turn_linger: Duration::ZERO,
             turn_lingered: false,
+            turn_behind: false,
             turn_busy: 0,
             linger: Linger::new(cfg.linger),
             open: 0,

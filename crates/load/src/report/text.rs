@@ -47,7 +47,7 @@ fn header(r: &Report, s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "  {} {} and {} connections, {}, {}{}",
+        "  {} {} and {} connections, {}, {}{}{}",
         c.threads,
         plural(c.threads as u64, "thread", "threads"),
         c.connections,
@@ -61,6 +61,10 @@ fn header(r: &Report, s: &mut String) {
             ("h2", n) => format!(", HTTP/2 with {n} {}", plural(n as u64, "stream", "streams")),
             (_, 1) => String::new(),
             (_, n) => format!(", pipelined {n} deep"),
+        },
+        match c.linger_us {
+            0 => String::new(),
+            us => format!(", answers batched for up to {}", fmt_us(us as f64)),
         }
     );
 }

@@ -27,6 +27,7 @@ impl Worker<'_> {
         self.turn_in_flight = self.outstanding;
         self.turn_answers = 0;
         self.turn_lingered = false;
+        self.turn_behind = false;
         self.turn_linger = self.linger.turn();
         if !self.turn_linger.is_zero() {
             self.turn_busy = self.conns.iter().filter(|c| c.s.in_flight() > 0).count();
@@ -34,7 +35,7 @@ impl Worker<'_> {
         let r = io.wait(timeout, self);
         self.io = Some(io);
         if self.turn_lingered {
-            self.linger.held(self.turn_in_flight, self.turn_answers);
+            self.linger.held(self.turn_in_flight, self.turn_answers, self.turn_behind);
         }
         r
     }
@@ -173,6 +174,10 @@ impl Handler for Worker<'_> {
 
     fn lingering(&mut self) {
         self.turn_lingered = true;
+    }
+
+    fn behind(&mut self) {
+        self.turn_behind = true;
     }
 
     #[inline]

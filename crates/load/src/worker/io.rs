@@ -101,6 +101,8 @@ pub(super) trait Handler {
     fn linger(&self) -> Duration;
     /// The loop waits for more completions in this turn.
     fn lingering(&mut self);
+    /// A wait found many more completions than it held out for: the worker is behind.
+    fn behind(&mut self);
 }
 
 /// An event loop.

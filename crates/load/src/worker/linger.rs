@@ -7,7 +7,8 @@
 //! lets answers gather and sends the requests they free together. It pays while the server
 //! stays busy with the rest of the pipeline; once the server has answered everything it
 //! was given, it idles while the worker waits. So the wait aims between the two: after two
-//! turns in a row whose waits saw every request of their start answered, the next waits are
+//! turns in a row whose waits saw every request of their start answered, or found many more
+//! answers than they held out for (the worker is behind a faster server), the next waits are
 //! half as long; after a wait that saw fewer than half answered, twice as long (up to the
 //! run's `--linger`). Below [`FLOOR`] waiting no longer pays (the server answers faster than
 //! a wake-up costs): the turns after it do not hold out, twice as many each time this
@@ -48,9 +49,11 @@ impl Linger {
         self.now
     }
 
-    /// After a turn that held out: `answers` of the `in_flight` requests of its start came.
-    pub(super) fn held(&mut self, in_flight: u64, answers: u64) {
-        if answers >= in_flight {
+    /// After a turn that held out: `answers` of the `in_flight` requests of its start came;
+    /// `behind`: a wait found many more completions than it held out for (they were there
+    /// before it began), so the server is ahead of the worker, as when it ran dry.
+    pub(super) fn held(&mut self, in_flight: u64, answers: u64, behind: bool) {
+        if behind || answers >= in_flight {
             self.dry += 1;
             if self.dry < 2 {
                 return;
@@ -88,7 +91,7 @@ mod tests {
                 let wait = l.turn();
                 if !wait.is_zero() {
                     let answers = (wait.as_nanos() / cost.as_nanos()) as u64;
-                    l.held(in_flight, answers.min(in_flight));
+                    l.held(in_flight, answers.min(in_flight), false);
                 }
                 wait
             })
@@ -124,7 +127,7 @@ mod tests {
         assert!(gaps[11..].iter().all(|&g| g == 1024), "{gaps:?}");
         // A wait that leaves the server busy ends the backoff.
         while l.turn().is_zero() {}
-        l.held(100, 10);
+        l.held(100, 10, false);
         assert_eq!(l.turn(), Duration::from_micros(32));
     }
 

@@ -184,21 +184,34 @@ impl Loop for UringLoop {
         let mut n = 0;
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            match h.holds_out().filter(|_| !left.is_zero()) {
+            let want = h.holds_out().filter(|_| !left.is_zero());
+            let asked = match want {
                 Some(want) => {
                     h.lingering();
-                    ring.batch(if ring.batches() { want } else { 1 }, left);
+                    let asked = if ring.batches() { want } else { 1 };
+                    ring.batch(asked, left);
+                    asked
                 }
                 None if n > 0 => break,
-                None => ring.batch(1, Duration::ZERO),
-            }
+                None => {
+                    ring.batch(1, Duration::ZERO);
+                    1
+                }
+            };
             // The first wait is the worker's own; the ones after it end with the linger.
             let before = n;
             ring.turn(if n == 0 { timeout } else { left }, |c, sub| {
                 n += 1;
                 complete(c, sub, receiving, h);
             })?;
-            if n == before {
+            let got = n - before;
+            if asked > 1 && got >= asked + asked.div_ceil(2) {
+                // Half as many again as it asked for were there: they came while the worker
+                // was busy, so it is behind the server and waiting gathers nothing.
+                h.behind();
+                break;
+            }
+            if got == 0 {
                 break;
             }
         }
