@@ -235,7 +235,7 @@ pub struct LoadOptions {
     #[arg(long, value_name = "auto|epoll|uring", default_value = "auto", value_parser = IoChoice::parse)]
     pub io: IoChoice,
 
-    /// Closed loop on io_uring: a turn holds out for a batch of responses for up to this long
+    /// Closed loop: a turn holds out for a batch of responses for up to this long
     /// while the server is busy with the rest of the pipeline (fewer than half the requests
     /// in flight answered), then sends the next requests together: a wake-up, a read and a
     /// send per batch rather than per answer, when the server is the bound. The wait adapts:

@@ -236,30 +236,31 @@ fn a_lingering_loop_counts_every_request_exactly() {
     use std::time::Duration;
     let server = ServeChild::start(&[], &["-w", "1", "--io", "uring", "--json"]);
     let url = server.url("/");
-    let load = |extra: &[&str]| {
+    let load = |io: &str, extra: &[&str]| {
         let out = qpslab(
-            &[
-                &["load", "--json", "-t", "1", "--io", "uring", "--linger", "500us"][..],
-                extra,
-                &[&url],
-            ]
-            .concat(),
+            &[&["load", "--json", "-t", "1", "--io", io, "--linger", "500us"][..], extra, &[&url]]
+                .concat(),
         );
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
-    let h2 = load(&["--h2", "--streams", "100", "-c", "1", "-n", "20000"]);
-    assert_eq!(h2["requests"]["ok"], 20000, "{}", h2["requests"]);
-    let h1 = load(&["-c", "16", "-n", "5000"]);
-    assert_eq!(h1["requests"]["ok"], 5000, "{}", h1["requests"]);
-    let open = load(&["-c", "16", "--rate", "2000", "-d", "1s"]);
-    let sent = open["requests"]["sent"].as_u64().unwrap();
-    assert!((1900..=2100).contains(&sent), "the schedule kept: {}", open["requests"]);
+    let mut answered = 0;
+    for io in ["uring", "epoll"] {
+        let h2 = load(io, &["--h2", "--streams", "100", "-c", "1", "-n", "20000"]);
+        assert_eq!(h2["requests"]["ok"], 20000, "{io}: {}", h2["requests"]);
+        assert_eq!(h2["config"]["linger_us"], 500, "{io}: {}", h2["config"]);
+        let h1 = load(io, &["-c", "16", "-n", "5000"]);
+        assert_eq!(h1["requests"]["ok"], 5000, "{io}: {}", h1["requests"]);
+        let open = load(io, &["-c", "16", "--rate", "2000", "-d", "1s"]);
+        let sent = open["requests"]["sent"].as_u64().unwrap();
+        assert!((1900..=2100).contains(&sent), "{io}: the schedule kept: {}", open["requests"]);
+        assert_eq!(open["config"]["linger_us"], 0, "{io}: an open loop never lingers");
+        answered += 25000 + sent;
+    }
     server.signal(libc::SIGTERM);
     let (code, out, _) = server.wait(Duration::from_secs(3));
     assert_eq!(code, Some(0));
     let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let answered = 25000 + sent;
     assert_eq!(totals["totals"]["requests"], answered, "{totals}");
     usage_error(&["load", "--linger", "soon", &url], "--linger");
 }

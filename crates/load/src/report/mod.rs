@@ -250,8 +250,8 @@ pub struct ConfigReport {
     pub poll: &'static str,
     /// The event loop: `epoll` or `uring`.
     pub io: &'static str,
-    /// The longest a turn held out for a batch of answers (`--linger`; 0 where a run does
-    /// not: epoll, an open loop).
+    /// The longest a turn held out for a batch of answers (`--linger`; 0 in an open loop,
+    /// which never does).
     pub linger_us: u64,
     /// `http/1.1`, or `h2` (`--h2`: `pipeline` is then the streams per connection).
     pub protocol: &'static str,
@@ -776,7 +776,7 @@ impl ConfigReport {
             source: cfg.source,
             poll: cfg.poll.name(),
             io: cfg.io.name(),
-            linger_us: if cfg.io == qpslab_sys::uring::Engine::Uring && cfg.rate.is_none() {
+            linger_us: if cfg.rate.is_none() {
                 u64::try_from(cfg.linger.as_micros()).unwrap_or(u64::MAX)
             } else {
                 0

@@ -213,11 +213,39 @@ impl EpollLoop {
     }
 }
 
+impl EpollLoop {
+    /// While the server is busy with the pipeline ([`Handler::holds_out`]), a turn does not
+    /// wake on the first readiness: what is ready already is taken if it is a batch (the
+    /// worker is behind when it is half as many again), otherwise the turn sleeps through its
+    /// linger (readiness has no bounded batch wait) and takes what came, every connection's
+    /// arrivals in one read. Returns the ready events found (none: wait as usual).
+    fn hold_out<H: Handler>(
+        &mut self,
+        list: &mut [poll::Event],
+        timeout: Duration,
+        h: &mut H,
+    ) -> io::Result<usize> {
+        let linger = h.linger().min(timeout);
+        let Some(want) = h.holds_out().filter(|_| !linger.is_zero()) else { return Ok(0) };
+        h.lingering();
+        let n = self.epoll.wait_for(list, Duration::ZERO)?;
+        if n >= want + want.div_ceil(2) {
+            h.behind();
+            return Ok(n);
+        }
+        std::thread::sleep(linger);
+        self.epoll.wait_for(list, Duration::ZERO)
+    }
+}
+
 impl Loop for EpollLoop {
     fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize> {
         self.run_ops(h);
         let mut list = mem::take(&mut self.events);
-        let n = self.epoll.wait_for(&mut list, timeout);
+        let n = self.hold_out(&mut list, timeout, h).and_then(|n| match n {
+            0 => self.epoll.wait_for(&mut list, timeout),
+            n => Ok(n),
+        });
         if let Ok(n) = n {
             for ev in &list[..n] {
                 self.ready(conn_of(ev.u64), ev.events, h);

@@ -94,8 +94,8 @@ pub(super) trait Handler {
     /// lent.
     fn output(&mut self, conn: ConnId, at_once: bool) -> Option<(&Socket, Out<'_>)>;
     fn event(&mut self, conn: ConnId, ev: Event<'_>);
-    /// After a turn's first completions: whether waiting for more of them pays, and how
-    /// many one wait may gather (None: it does not).
+    /// Whether waiting for more completions (or ready connections) pays now, and how many one
+    /// wait may hold out for (None: it does not).
     fn holds_out(&self) -> Option<usize>;
     /// The longest this turn may hold out for more completions in all.
     fn linger(&self) -> Duration;
@@ -108,9 +108,9 @@ pub(super) trait Handler {
 /// An event loop.
 pub(super) trait Loop {
     /// Carries out the queued operations, waits up to `timeout` for something to happen
-    /// and hands it to `h`; then, where the loop can, goes on gathering completions for up
-    /// to the turn's linger while [`Handler::holds_out`] says it pays, so what they free
-    /// leaves together. Returns how many events or completions there were.
+    /// and hands it to `h`; while [`Handler::holds_out`] says it pays, the wait gathers a
+    /// batch for up to the turn's linger, so what it frees leaves together. Returns how many
+    /// events or completions there were.
     fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize>;
     /// Before the thread stops: carries out what is queued (closes above all, so no socket
     /// stays open until the process exits).
