@@ -64,7 +64,8 @@ fn header(r: &Report, s: &mut String) {
         },
         match c.linger_us {
             0 => String::new(),
-            us => format!(", answers batched for up to {}", fmt_us(us as f64)),
+            us if us % 1000 == 0 => format!(", answers batched for up to {}ms", us / 1000),
+            us => format!(", answers batched for up to {us}us"),
         }
     );
 }
