@@ -704,10 +704,14 @@ fn consequences(ctx: &Context, out: &mut [Finding]) {
         return;
     };
     // The listen queue it left full, and the connects that waited for their SYN to be sent
-    // again after it dropped them.
+    // again after it dropped them; with the accept queue overflowing, also the requests sent
+    // on connections the server had dropped at the handshake's last step (the client thinks
+    // them open, so its data waits for the retransmission timer).
+    let overflowed = out.iter().any(|f| f.name == "accept-queue-overflow");
     let queues = |f: &&mut Finding| {
         matches!(f.name, "accept-queue-overflow" | "syn-queue-full" | "connections-out-of-service")
-            || matches!(&f.cause, Some(Cause::KernelTimer { timer, .. }) if timer.starts_with("SYN"))
+            || matches!(&f.cause, Some(Cause::KernelTimer { timer, .. })
+                if timer.starts_with("SYN") || overflowed)
     };
     for f in out.iter_mut().filter(queues) {
         f.severity = Severity::Info;
