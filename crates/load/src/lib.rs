@@ -159,6 +159,9 @@ pub struct RunResult {
     pub cpu: CpuTime,
     /// Of `cpu`: time spent polling for events instead of sleeping (`--poll`).
     pub polled: Duration,
+    /// Time (summed over threads) in turns that could hold out for answers (`--linger`).
+    #[serde(default)]
+    pub lingered: Duration,
     pub started_at: SystemTime,
     /// Cumulative counters at the end of each whole second of measurement, and at the end of
     /// the run: the last row holds the run's totals, so the rows add up to them exactly.
@@ -362,7 +365,7 @@ fn merge(
     let mut rec = Recorder::default();
     let (mut in_flight_at_stop, mut due_unsent, mut idle_at_stop) = (0, 0, 0);
     let mut cpu = CpuTime::default();
-    let mut polled = Duration::ZERO;
+    let (mut polled, mut lingered) = (Duration::ZERO, Duration::ZERO);
     let mut ended = clock.measure_start;
     let mut in_flight_by_target = vec![0; cfg.variants.len()];
     let mut waiting = Waiting::default();
@@ -385,6 +388,7 @@ fn merge(
         waiting.absorb(&o.waiting);
         cpu = cpu + o.cpu;
         polled += o.polled;
+        lingered += o.lingered;
         ended = ended.max(o.ended);
         for (a, b) in in_flight_by_target.iter_mut().zip(&o.in_flight_by_target) {
             *a += b;
@@ -398,6 +402,7 @@ fn merge(
         duration,
         cpu,
         polled,
+        lingered,
         started_at: clock.started_at,
         stopped_early: false,
         due_unsent,

@@ -116,6 +116,7 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         duration: Duration::ZERO,
         cpu,
         polled: Duration::ZERO,
+        lingered: Duration::ZERO,
         started_at: parts.iter().map(|p| p.started_at).min().unwrap_or(SystemTime::UNIX_EPOCH),
         intervals: Vec::new(),
         stopped_early: false,
@@ -140,6 +141,7 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         }
         cpu = cpu + p.cpu;
         out.polled += p.polled;
+        out.lingered += p.lingered;
         out.in_flight_at_stop += p.in_flight_at_stop;
         out.due_unsent += p.due_unsent;
         out.idle_at_stop += p.idle_at_stop;
@@ -218,6 +220,7 @@ mod tests {
             duration: Duration::from_secs(2),
             cpu: CpuTime { user: Duration::from_millis(100), sys: Duration::from_millis(300) },
             polled: Duration::ZERO,
+            lingered: Duration::ZERO,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(start_s),
             intervals: vec![
                 Interval { elapsed_s: 1.0, sent: sent / 2, completed: 1, failed: 0 },

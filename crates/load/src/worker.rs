@@ -105,6 +105,8 @@ pub(crate) struct ThreadOutcome {
     pub ended: Instant,
     /// Of `cpu`: time spent polling for events instead of sleeping (`--poll`), not work.
     pub polled: Duration,
+    /// Measured time in turns that could hold out for answers (`--linger`).
+    pub lingered: Duration,
     /// Open loop: requests due but not sent when the run stopped.
     pub due_unsent: u64,
     /// Open loop: connections free (waiting for the schedule) when the run stopped.
@@ -260,6 +262,8 @@ pub(crate) struct Worker<'a> {
     /// Connections with requests in flight at the turn's start (counted when it may linger).
     turn_busy: usize,
     linger: Linger,
+    /// [`Linger::held_for`] when measuring began.
+    held_from: Duration,
     /// Connections open now (TCP established), for the live feed.
     open: u64,
     /// Open loop: connections that can take a request when one falls due, oldest first.
@@ -368,7 +372,8 @@ impl<'a> Worker<'a> {
             turn_lingered: false,
             turn_behind: false,
             turn_busy: 0,
-            linger: Linger::new(cfg.linger),
+            linger: Linger::new(if cfg.rate.is_none() { cfg.linger } else { Duration::ZERO }),
+            held_from: Duration::ZERO,
             open: 0,
             idle: VecDeque::new(),
             waiting_below: 0,
@@ -496,6 +501,7 @@ impl<'a> Worker<'a> {
     /// from a window of responses that each took a latency: a bias of latency / duration.
     fn open_window(&mut self) {
         self.measuring = true;
+        self.held_from = self.linger.held_for();
         let mut carried = 0;
         for c in &mut self.conns {
             c.s.each_request_mut(|r| {
@@ -599,6 +605,7 @@ impl<'a> Worker<'a> {
             in_flight: in_flight_by_target.iter().sum(),
             cpu,
             polled: self.polled,
+            lingered: self.linger.held_for().saturating_sub(self.held_from),
             ended: now,
             due_unsent: if self.pacer.is_open() { self.pacer.due(now) } else { 0 },
             idle_at_stop: self.idle.len(),

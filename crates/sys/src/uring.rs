@@ -602,7 +602,33 @@ impl Uring {
         let now = Instant::now();
         arm(&mut submit, timer, timers, now, timeout);
         submit.sq.sync();
-        enter(&submitter, *batch, min_wait)?;
+        enter(&submitter, *batch, min_wait, None)?;
+        *entered = now.elapsed();
+        cq.sync();
+        drain(&mut cq, bufs, timer, &mut submit, f);
+        submit.sq.sync();
+        Ok(())
+    }
+
+    /// A turn whose wait the enter itself bounds (no timer request outlives it): for the short
+    /// waits that follow a turn's first while it holds out for a batch, each of which would
+    /// otherwise leave a timer in flight. Where the kernel cannot bound a batch wait, a
+    /// [`Uring::turn`].
+    pub fn turn_within(
+        &mut self,
+        timeout: Duration,
+        f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+    ) -> io::Result<()> {
+        if !self.min_wait {
+            return self.turn(timeout, f);
+        }
+        let Uring { ring, bufs, sends, timer, direct, batch, min_wait, entered, .. } = self;
+        let (submitter, sq, mut cq) = ring.split();
+        let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
+        let now = Instant::now();
+        submit.sq.sync();
+        let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
+        enter(&submitter, *batch, min_wait, Some(&ts))?;
         *entered = now.elapsed();
         cq.sync();
         drain(&mut cq, bufs, timer, &mut submit, f);
@@ -656,13 +682,20 @@ fn enter(
     submitter: &io_uring::Submitter<'_>,
     batch: (u32, u32),
     min_wait: &mut bool,
+    timeout: Option<&Timespec>,
 ) -> io::Result<()> {
     let (want, linger) = batch;
-    let mut waited = if *min_wait && want > 1 && linger > 0 {
-        let args = types::SubmitArgs::new().min_wait_usec(linger);
-        submitter.submit_with_args(want as usize, &args)
-    } else {
-        submitter.submit_and_wait(1)
+    let mut waited = match timeout {
+        Some(ts) if *min_wait && want > 1 && linger > 0 => {
+            let args = types::SubmitArgs::new().min_wait_usec(linger).timespec(ts);
+            submitter.submit_with_args(want as usize, &args)
+        }
+        Some(ts) => submitter.submit_with_args(1, &types::SubmitArgs::new().timespec(ts)),
+        None if *min_wait && want > 1 && linger > 0 => {
+            let args = types::SubmitArgs::new().min_wait_usec(linger);
+            submitter.submit_with_args(want as usize, &args)
+        }
+        None => submitter.submit_and_wait(1),
     };
     if let Err(e) = &waited {
         if want > 1 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EFAULT)) {

@@ -226,10 +226,11 @@ fn body_lines_are_counted_by_their_line_in_the_file() {
     assert_eq!(rows[1..], want, "{text}");
 }
 
-/// `--linger`: a closed loop on io_uring that gathers answers while the server is busy with
-/// the rest of the pipeline still counts every request exactly, on the client and on the
+/// `--linger` (500us by default): a closed loop that gathers answers while the server is busy
+/// with the rest of the pipeline still counts every request exactly, on the client and on the
 /// server (HTTP/2 with 100 streams on one connection, where a server writes its answers apart,
-/// and HTTP/1.1 over 16 connections); an open loop never lingers and keeps its schedule. A
+/// and HTTP/1.1 over 16 connections), and reports the time its turns could hold out within the
+/// window; `--linger 0` and an open loop never linger, and the open loop keeps its schedule. A
 /// duration that is not one is refused, naming the flag.
 #[test]
 fn a_lingering_loop_counts_every_request_exactly() {
@@ -237,10 +238,8 @@ fn a_lingering_loop_counts_every_request_exactly() {
     let server = ServeChild::start(&[], &["-w", "1", "--io", "uring", "--json"]);
     let url = server.url("/");
     let load = |io: &str, extra: &[&str]| {
-        let out = qpslab(
-            &[&["load", "--json", "-t", "1", "--io", io, "--linger", "500us"][..], extra, &[&url]]
-                .concat(),
-        );
+        let out =
+            qpslab(&[&["load", "--json", "-t", "1", "--io", io][..], extra, &[&url]].concat());
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
@@ -249,12 +248,17 @@ fn a_lingering_loop_counts_every_request_exactly() {
         let h2 = load(io, &["--h2", "--streams", "100", "-c", "1", "-n", "20000"]);
         assert_eq!(h2["requests"]["ok"], 20000, "{io}: {}", h2["requests"]);
         assert_eq!(h2["config"]["linger_us"], 500, "{io}: {}", h2["config"]);
-        let h1 = load(io, &["-c", "16", "-n", "5000"]);
+        let held = h2["generator"]["linger_s"].as_f64().unwrap();
+        assert!(held <= h2["duration_s"].as_f64().unwrap(), "{io}: {}", h2["generator"]);
+        let h1 = load(io, &["-c", "16", "-n", "5000", "--linger", "0"]);
         assert_eq!(h1["requests"]["ok"], 5000, "{io}: {}", h1["requests"]);
+        assert_eq!(h1["config"]["linger_us"], 0, "{io}: {}", h1["config"]);
+        assert_eq!(h1["generator"]["linger_s"], 0.0, "{io}: {}", h1["generator"]);
         let open = load(io, &["-c", "16", "--rate", "2000", "-d", "1s"]);
         let sent = open["requests"]["sent"].as_u64().unwrap();
         assert!((1900..=2100).contains(&sent), "{io}: the schedule kept: {}", open["requests"]);
         assert_eq!(open["config"]["linger_us"], 0, "{io}: an open loop never lingers");
+        assert_eq!(open["generator"]["linger_s"], 0.0, "{io}: {}", open["generator"]);
         answered += 25000 + sent;
     }
     server.signal(libc::SIGTERM);

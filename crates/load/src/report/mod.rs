@@ -585,6 +585,9 @@ pub struct Generator {
     /// Time (summed over threads) in turns of the event loop that polled (`--poll`) and found
     /// nothing to do: waiting, not work.
     pub poll_s: f64,
+    /// Time (summed over threads) in turns that could hold out for answers (`--linger`, where
+    /// a trial found that it kept the server's rate).
+    pub linger_s: f64,
     /// Share of the load threads' wall time they worked: their CPU time over their wall time,
     /// times the share of it not spent polling.
     pub busy_ratio: f64,
@@ -849,6 +852,7 @@ impl Generator {
             cpu_user_s: result.cpu.user.as_secs_f64(),
             cpu_sys_s: result.cpu.sys.as_secs_f64(),
             poll_s: result.polled.as_secs_f64(),
+            linger_s: result.lingered.as_secs_f64(),
             busy_ratio,
             verdict,
             verdict_reason,
@@ -1100,6 +1104,7 @@ mod tests {
             duration: Duration::from_secs(10),
             cpu: CpuTime { user: half, sys: half },
             polled: Duration::ZERO,
+            lingered: Duration::ZERO,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
             intervals: vec![
                 crate::Interval { elapsed_s: 1.0, sent: 100, completed: 99, failed: 1 },

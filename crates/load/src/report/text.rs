@@ -357,6 +357,10 @@ fn generator(r: &Report, s: &mut String) {
         let share = g.poll_s / (r.duration_s * g.threads as f64);
         let _ = write!(s, " (+{:.1}% polling for events)", share * 100.0);
     }
+    if r.config.linger_us > 0 && r.duration_s > 0.0 {
+        let share = (g.linger_s / (r.duration_s * g.threads as f64)).min(1.0);
+        let _ = write!(s, ", batching answers {:.0}% of the time", share * 100.0);
+    }
     if let Some(why) = &g.verdict_reason {
         let _ = write!(s, ": not judged, {why}");
     } else if let Some(t) = g.throttled.as_ref().filter(|t| t.bounds()) {

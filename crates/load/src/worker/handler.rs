@@ -34,6 +34,7 @@ impl Worker<'_> {
         }
         let r = io.wait(timeout, self);
         self.io = Some(io);
+        self.linger.answered(self.turn_answers);
         if self.turn_lingered {
             self.linger.held(self.turn_in_flight, self.turn_answers, self.turn_behind);
         }

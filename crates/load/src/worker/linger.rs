@@ -13,14 +13,122 @@
 //! run's `--linger`). Below [`FLOOR`] waiting no longer pays (the server answers faster than
 //! a wake-up costs): the turns after it do not hold out, twice as many each time this
 //! repeats (up to [`MAX_BACKOFF`]), and a wait that left the server busy ends that.
+//!
+//! Whether holding out costs the server rate is measured, not assumed ([`Trial`]): some
+//! servers answer a batch of requests more slowly than the same requests one by one (h2o at
+//! one connection of 100 streams; nginx at ten HTTP/1.1 connections). A trial alternates
+//! short epochs with and without holding out and compares the answers per second of each;
+//! the turns after it hold out only if that kept the rate, and the trial is repeated ever
+//! more rarely while its verdict stands.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The shortest wait worth holding out for.
 const FLOOR: Duration = Duration::from_micros(16);
 
 /// The most turns in a row that do not hold out after waits at the floor idled the server.
 const MAX_BACKOFF: u32 = 1024;
+
+/// A trial's epochs, holding out or not, in an order that cancels a steady drift of the rate
+/// (its first and second powers) between them.
+const TRIAL: [bool; 8] = [true, false, false, true, false, true, true, false];
+
+/// An epoch of a trial lasts this long, and until it has seen [`EPOCH_ANSWERS`] answers or
+/// lasted ten times as long.
+const EPOCH: Duration = Duration::from_millis(5);
+const EPOCH_ANSWERS: u64 = 100;
+
+/// Holding out is kept when the rate with it is at least this share of the rate without.
+const KEEP: f64 = 0.97;
+
+/// The time between trials: the first, and the most it doubles to while verdicts agree.
+const FIRST_HOLD: Duration = Duration::from_secs(1);
+const MAX_HOLD: Duration = Duration::from_secs(16);
+
+/// Whether turns hold out now: a trial under way, or the last one's verdict.
+#[derive(Debug, Clone)]
+pub(super) struct Trial {
+    /// Whether turns hold out now; the last trial's verdict, and how long it stands.
+    on: bool,
+    verdict: Option<bool>,
+    hold: Duration,
+    /// `Some(epoch)` while a trial runs, `None` while a verdict stands (or before the first
+    /// answer, when nothing can be measured yet).
+    epoch: Option<usize>,
+    /// When the current epoch or verdict began, and the answers since.
+    since: Option<Instant>,
+    answers: u64,
+    /// A trial's answers and time holding out and not.
+    with: (u64, Duration),
+    without: (u64, Duration),
+}
+
+impl Trial {
+    fn new() -> Trial {
+        Trial {
+            on: true,
+            verdict: None,
+            hold: FIRST_HOLD,
+            epoch: None,
+            since: None,
+            answers: 0,
+            with: (0, Duration::ZERO),
+            without: (0, Duration::ZERO),
+        }
+    }
+
+    /// At a turn's start: whether it may hold out.
+    fn turn(&mut self, now: Instant) -> bool {
+        let Some(since) = self.since else {
+            // The first answer starts the first trial.
+            if self.answers > 0 {
+                self.begin(now);
+            }
+            return self.on;
+        };
+        let lasted = now.saturating_duration_since(since);
+        match self.epoch {
+            None if lasted >= self.hold => self.begin(now),
+            Some(i)
+                if lasted >= EPOCH * 10 || (lasted >= EPOCH && self.answers >= EPOCH_ANSWERS) =>
+            {
+                let side = if TRIAL[i] { &mut self.with } else { &mut self.without };
+                side.0 += self.answers;
+                side.1 += lasted;
+                self.answers = 0;
+                self.since = Some(now);
+                if i + 1 < TRIAL.len() {
+                    self.epoch = Some(i + 1);
+                    self.on = TRIAL[i + 1];
+                } else {
+                    self.decide();
+                }
+            }
+            _ => {}
+        }
+        self.on
+    }
+
+    fn begin(&mut self, now: Instant) {
+        self.epoch = Some(0);
+        self.on = TRIAL[0];
+        self.since = Some(now);
+        self.answers = 0;
+        self.with = (0, Duration::ZERO);
+        self.without = (0, Duration::ZERO);
+    }
+
+    /// A trial's verdict: hold out if that kept the rate.
+    fn decide(&mut self) {
+        let rate = |(n, t): (u64, Duration)| n as f64 / t.as_secs_f64().max(1e-9);
+        let on = rate(self.with) >= KEEP * rate(self.without);
+        self.hold =
+            if self.verdict == Some(on) { (self.hold * 2).min(MAX_HOLD) } else { FIRST_HOLD };
+        self.verdict = Some(on);
+        self.on = on;
+        self.epoch = None;
+    }
+}
 
 #[derive(Debug, Clone)]
 pub(super) struct Linger {
@@ -33,20 +141,57 @@ pub(super) struct Linger {
     backoff: u32,
     /// Waits in a row that saw every request answered.
     dry: u32,
+    trial: Trial,
+    /// The last turn's start and whether it could hold out; the time in turns that could.
+    last: Option<(Instant, bool)>,
+    held_for: Duration,
 }
 
 impl Linger {
     pub(super) fn new(most: Duration) -> Linger {
-        Linger { most, now: most, off: 0, backoff: 0, dry: 0 }
+        Linger {
+            most,
+            now: most,
+            off: 0,
+            backoff: 0,
+            dry: 0,
+            trial: Trial::new(),
+            last: None,
+            held_for: Duration::ZERO,
+        }
     }
 
     /// At a turn's start: how long it may hold out for more completions (zero: not at all).
     pub(super) fn turn(&mut self) -> Duration {
-        if self.off > 0 {
-            self.off -= 1;
+        if self.most.is_zero() {
             return Duration::ZERO;
         }
-        self.now
+        self.turn_at(Instant::now())
+    }
+
+    fn turn_at(&mut self, now: Instant) -> Duration {
+        let wait = if !self.trial.turn(now) {
+            Duration::ZERO
+        } else if self.off > 0 {
+            self.off -= 1;
+            Duration::ZERO
+        } else {
+            self.now
+        };
+        if let Some((last, true)) = self.last.replace((now, !wait.is_zero())) {
+            self.held_for += now.saturating_duration_since(last);
+        }
+        wait
+    }
+
+    /// After every turn: the answers it saw.
+    pub(super) fn answered(&mut self, answers: u64) {
+        self.trial.answers += answers;
+    }
+
+    /// The time, so far, in turns that could hold out.
+    pub(super) fn held_for(&self) -> Duration {
+        self.held_for
     }
 
     /// After a turn that held out: `answers` of the `in_flight` requests of its start came;
@@ -129,6 +274,47 @@ mod tests {
         while l.turn().is_zero() {}
         l.held(100, 10, false);
         assert_eq!(l.turn(), Duration::from_micros(32));
+    }
+
+    /// `secs` of turns 100us apart against a server that answers `with` (holding out) or
+    /// `without` requests a second, busy all the while: the time in turns that held out.
+    fn trial(with: f64, without: f64, secs: f64) -> (Duration, Linger) {
+        let mut l = Linger::new(MOST);
+        let step = Duration::from_micros(100);
+        let start = Instant::now();
+        let (mut now, mut owed) = (start, 0.0);
+        while now < start + Duration::from_secs_f64(secs) {
+            let held = !l.turn_at(now).is_zero();
+            owed += if held { with } else { without } * step.as_secs_f64();
+            let answers = owed as u64;
+            owed -= answers as f64;
+            l.answered(answers);
+            if held {
+                l.held(100, 10, false);
+            }
+            now += step;
+        }
+        (l.held_for(), l)
+    }
+
+    #[test]
+    fn a_wait_that_costs_the_server_rate_is_dropped_after_a_trial_and_tried_ever_more_rarely() {
+        // 30% fewer answers while holding out: only the trials' epochs hold out, half of
+        // each 40ms trial, at 0, 1.04, 3.08, 7.12 s.
+        let (held, l) = trial(70_000.0, 100_000.0, 10.0);
+        assert!(held > Duration::from_millis(75) && held < Duration::from_millis(85), "{held:?}");
+        assert_eq!((l.trial.verdict, l.trial.hold), (Some(false), Duration::from_secs(8)));
+        // 2% fewer: within what a trial keeps; all but the trials' other half hold out.
+        let (held, l) = trial(98_000.0, 100_000.0, 10.0);
+        assert!(held > Duration::from_millis(9_900), "{held:?}");
+        assert_eq!(l.trial.verdict, Some(true));
+    }
+
+    #[test]
+    fn nothing_is_tried_before_the_first_answer() {
+        let (held, l) = trial(0.0, 0.0, 1.0);
+        assert_eq!((l.trial.epoch, l.trial.verdict), (None, None));
+        assert!(held > Duration::from_millis(999), "{held:?}");
     }
 
     #[test]

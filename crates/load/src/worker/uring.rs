@@ -200,10 +200,16 @@ impl Loop for UringLoop {
             };
             // The first wait is the worker's own; the ones after it end with the linger.
             let before = n;
-            ring.turn(if n == 0 { timeout } else { left }, |c, sub| {
+            let first = n == 0;
+            let handle = |c: Completion<'_>, sub: &mut Submit<'_>| {
                 n += 1;
                 complete(c, sub, receiving, h);
-            })?;
+            };
+            if first {
+                ring.turn(timeout, handle)?;
+            } else {
+                ring.turn_within(left, handle)?;
+            }
             let got = n - before;
             if asked > 1 && got >= asked + asked.div_ceil(2) {
                 // Half as many again as it asked for were there: they came while the worker
