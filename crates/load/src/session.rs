@@ -353,6 +353,18 @@ pub(crate) fn with_carry<R>(
     r
 }
 
+/// Bytes for a connection's transport to send.
+#[derive(Debug)]
+pub(crate) enum Out<'a> {
+    /// `bytes[from..to]`, unchanged until the send ends (the run's requests, or a
+    /// connection's copy of them).
+    Shared(&'a std::sync::Arc<[u8]>, usize, usize),
+    /// Bytes for the call only: what a loop that sends at once is given.
+    Lent(&'a [u8]),
+    /// A buffer the send takes from `from` on, handed back when it ends.
+    Owned(Vec<u8>, usize),
+}
+
 /// One connection's protocol: HTTP/1.1 or HTTP/2, the same answers to the engine.
 #[derive(Debug)]
 #[allow(
@@ -375,6 +387,86 @@ macro_rules! either {
 }
 
 impl Session {
+    /// The run's protocol on a connection of `group`: HTTP/2 with its settings, else HTTP/1.1
+    /// pipelined `depth` deep.
+    pub fn new(group: usize, h2: Option<h2::H2Settings>, depth: usize) -> Session {
+        match h2 {
+            Some(h2) => Session::H2(Box::new(Http2::new(group, h2))),
+            None => Session::H1(Http1::new(group, depth)),
+        }
+    }
+
+    /// Whether the protocol a TLS handshake settled on (ALPN) is this session's: HTTP/2 must
+    /// have been chosen; HTTP/1.1 is what a server that chose nothing speaks.
+    pub fn speaks(&self, alpn: Option<&[u8]>) -> Result<(), String> {
+        match self {
+            Session::H2(_) if alpn != Some(b"h2") => Err(crate::tls::not_h2(alpn)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Why the first bytes a server sent say it speaks another protocol, if they do.
+    pub fn other_protocol(&self, first: &[u8]) -> Option<String> {
+        other_protocol(first, matches!(self, Session::H2(_)))
+    }
+
+    /// The measured window opens: HTTP/2's counts of the warm-up go, what the server
+    /// announced stays.
+    pub fn window_opened(&mut self) {
+        if let Session::H2(h) = self {
+            h.counts = h2::H2Counts {
+                max_streams: h.counts.max_streams,
+                window: h.counts.window,
+                ..Default::default()
+            };
+        }
+    }
+
+    /// HTTP/2's counts (frames, resets, the server's settings).
+    pub fn h2_counts(&self) -> Option<&h2::H2Counts> {
+        match self {
+            Session::H1(_) => None,
+            Session::H2(h) => Some(&h.counts),
+        }
+    }
+
+    /// What to send next, if anything: HTTP/1.1's range of the group's requests (shared, so
+    /// a send that outlives the call holds them), HTTP/2's own frames lent for a send made
+    /// within the call (`at_once`) or handed over (`spare` takes their place).
+    #[inline]
+    pub fn output<'a>(
+        &'a mut self,
+        group: &'a Group,
+        spare: &mut Vec<u8>,
+        at_once: bool,
+    ) -> Option<Out<'a>> {
+        match self {
+            Session::H1(s) if s.writing() => {
+                let (from, to) = s.to_write();
+                Some(Out::Shared(s.bytes(group), from, to))
+            }
+            Session::H2(s) if s.writing() => {
+                if at_once {
+                    Some(Out::Lent(s.pending()))
+                } else {
+                    let (buf, from) = s.take_output(std::mem::take(spare));
+                    Some(Out::Owned(buf, from))
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// A send of what [`Session::output`] gave ended with `n` bytes written (`buf`: the
+    /// buffer it was handed, and where the send began; it becomes `spare`).
+    #[inline]
+    pub fn sent(&mut self, n: usize, buf: Option<(Vec<u8>, usize)>, spare: &mut Vec<u8>) {
+        match (self, buf) {
+            (Session::H2(s), Some((b, from))) => *spare = s.sent(b, from, n),
+            (s, _) => s.wrote(n),
+        }
+    }
+
     #[inline]
     pub fn group(&self) -> usize {
         either!(self, s => s.group)

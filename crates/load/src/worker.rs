@@ -12,7 +12,7 @@ mod epoll;
 mod handler;
 mod io;
 mod linger;
-mod tls;
+mod transport;
 mod uring;
 
 use std::collections::VecDeque;
@@ -26,11 +26,11 @@ use socket2::{Protocol, SockAddr, Socket, Type};
 
 use io::{Io, Op};
 use linger::Linger;
+use transport::Transport;
 
 use crate::config::{LoadConfig, PollMode, SPIN_WINDOW};
 use crate::pacer::{Pacer, Schedule};
-use crate::session::h2::Http2;
-use crate::session::{Absorbed, Ended, Http1, Req, Session};
+use crate::session::{Absorbed, Ended, Req, Session};
 use crate::stats::{ErrorClass, Recorder};
 use crate::targets::Group;
 use qpslab_sys::net::message as io_message;
@@ -179,16 +179,11 @@ impl Phase {
 #[derive(Debug)]
 struct Conn {
     sock: Option<Socket>,
-    /// https: the connection's TLS, driven over `sock` by this thread's loop.
-    tls: Option<Box<tls::Tls>>,
+    /// What carries the session's bytes over `sock` (TLS for https), driven by this thread's
+    /// loop.
+    t: Transport,
     /// A buffer back from a send (HTTP/2 frames or TLS records), for the next.
     spare: Vec<u8>,
-    /// https: records a send did not take all of, from where it stopped; they go first.
-    unsent: Option<(Vec<u8>, usize)>,
-    /// https: a TLS alert to send as the socket closes (why the client gave up).
-    last_words: Vec<u8>,
-    /// https: when the TLS handshake began.
-    handshake_at: Instant,
     /// Bumped on every close, so events of a closed socket are not taken for its successor's.
     gen: u32,
     phase: Phase,
@@ -315,20 +310,11 @@ impl<'a> Worker<'a> {
         let conns = (0..n_conns)
             .map(|i| Conn {
                 sock: None,
-                tls: None,
+                t: Transport::Plain,
                 spare: Vec::new(),
-                unsent: None,
-                last_words: Vec::new(),
-                handshake_at: now,
                 gen: 0,
                 phase: Phase::Closed,
-                s: {
-                    let group = shared.conn_groups[first_conn + i];
-                    match cfg.h2 {
-                        Some(h2) => Session::H2(Box::new(Http2::new(group, h2))),
-                        None => Session::H1(Http1::new(group, cfg.pipeline)),
-                    }
-                },
+                s: Session::new(shared.conn_groups[first_conn + i], cfg.h2, cfg.pipeline),
                 waiting: 0,
                 waiting_counted: false,
                 waiting_warm: false,
@@ -514,14 +500,7 @@ impl<'a> Worker<'a> {
                 c.waiting_counted = true;
                 carried += c.waiting;
             }
-            if let Session::H2(h) = &mut c.s {
-                // What the warm-up saw goes; what the server announced stays.
-                h.counts = crate::session::h2::H2Counts {
-                    max_streams: h.counts.max_streams,
-                    window: h.counts.window,
-                    ..Default::default()
-                };
-            }
+            c.s.window_opened();
         }
         self.rec.sent += carried;
         self.rec.from_warmup += carried;
@@ -597,8 +576,8 @@ impl<'a> Worker<'a> {
                 }
             }
             c.add_counted_outstanding(self.next_target(c.s.group()), &mut in_flight_by_target);
-            if let Session::H2(h) = &c.s {
-                self.rec.h2.get_or_insert_with(Default::default).merge(&h.counts);
+            if let Some(counts) = c.s.h2_counts() {
+                self.rec.h2.get_or_insert_with(Default::default).merge(counts);
             }
         }
         ThreadOutcome {
@@ -831,7 +810,12 @@ impl<'a> Worker<'a> {
         let group = &self.shared.groups[c.s.group()];
         if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
             match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
-                Ok(t) => return self.start_handshake(idx, tls::Tls::new(t), now),
+                Ok(t) => {
+                    let c = &mut self.conns[idx];
+                    c.t = Transport::tls(t, now);
+                    c.phase = Phase::Handshaking;
+                    return self.push(idx);
+                }
                 Err(e) => {
                     return self.fail_with(idx, ErrorClass::Tls, crate::tls::describe(&e), now)
                 }
@@ -843,34 +827,22 @@ impl<'a> Worker<'a> {
     /// https: the TLS handshake is done (counted by kind, timed apart from requests).
     fn handshake_done(&mut self, idx: usize, now: Instant) {
         let c = &mut self.conns[idx];
-        let alpn = c.tls.as_ref().and_then(|t| t.conn().alpn_protocol());
-        if self.shared.cfg.h2.is_some() && alpn != Some(b"h2") {
-            let msg = crate::tls::not_h2(alpn);
+        let Some(h) = c.t.handshake() else { return self.ready(idx, now) };
+        if let Err(msg) = c.s.speaks(h.conn.alpn_protocol()) {
             return self.wrong_protocol(idx, ErrorClass::Tls, msg, now);
         }
         c.phase = Phase::Open;
         if self.measuring {
-            let resumed = c
-                .tls
-                .as_ref()
-                .and_then(|t| t.conn().handshake_kind())
-                .is_some_and(|k| k == rustls::HandshakeKind::Resumed);
-            if resumed {
+            if h.resumed() {
                 self.rec.tls_resumed += 1;
             } else {
                 self.rec.tls_full += 1;
             }
-            let us = now.saturating_duration_since(c.handshake_at).as_micros() as u64;
+            let us = now.saturating_duration_since(h.began).as_micros() as u64;
             self.rec.handshake_latency.saturating_record(us.max(1));
             if self.rec.tls_negotiated.is_none() {
                 // Once per run and thread: what the server chose.
-                self.rec.tls_negotiated = c.tls.as_ref().map(|t| {
-                    let t = t.conn();
-                    let version =
-                        t.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
-                    let suite = t.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));
-                    format!("{version} {}", suite.unwrap_or_default())
-                });
+                self.rec.tls_negotiated = Some(h.negotiated());
             }
         }
         self.ready(idx, now);
@@ -903,8 +875,7 @@ impl<'a> Worker<'a> {
             self.rec.bytes_read += data.len() as u64;
         }
         if !std::mem::replace(&mut self.conns[idx].heard, true) {
-            let h2 = self.shared.cfg.h2.is_some();
-            if let Some(why) = crate::session::other_protocol(data, h2) {
+            if let Some(why) = self.conns[idx].s.other_protocol(data) {
                 self.wrong_protocol(idx, ErrorClass::Parse, why, now);
                 return false;
             }
@@ -1090,7 +1061,7 @@ impl<'a> Worker<'a> {
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
         c.heard = false;
-        c.tls = None;
+        c.t = Transport::Plain;
         c.s.closed();
     }
 
@@ -1127,7 +1098,8 @@ impl<'a> Worker<'a> {
                 }
                 Phase::Handshaking => {
                     let limit = self.shared.cfg.connect_timeout;
-                    if now.duration_since(c.handshake_at) >= limit {
+                    let began = c.t.handshake_began().unwrap_or(c.opened_at);
+                    if now.duration_since(began) >= limit {
                         let msg = format!(
                             "TLS handshake failure: no handshake within {} (the server stalled)",
                             fmt_duration(limit)

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use socket2::{SockAddr, Socket};
 
 use super::io::{ConnId, Event, Handler, Loop, Op, Out};
+use super::transport::Input;
 use super::{Phase, Worker, SEND_DUE_EVERY};
-use crate::session::Session;
 use crate::stats::ErrorClass;
 
 /// The most completions one wait of a turn holds out for.
@@ -58,19 +58,28 @@ impl Worker<'_> {
             self.open -= 1;
         }
         c.sending = false;
-        c.unsent = None;
-        let last = mem::take(&mut c.last_words);
+        let last = c.t.closing();
         self.ops.push(Op::Close { conn, sock, last });
     }
 
-    /// Has what is pending of the current batch sent (one send at a time).
+    /// Has what is pending of the current batch sent (one send at a time): sealed into TLS
+    /// records first where the transport is TLS.
     #[inline]
     pub(super) fn flush(&mut self, idx: usize) {
-        if self.conns[idx].tls.is_some() {
-            return self.flush_tls(idx);
-        }
         let c = &mut self.conns[idx];
-        if c.sock.is_some() && !c.sending && c.s.writing() {
+        let sealed = c.t.seal(&c.s, &self.shared.groups[c.s.group()]);
+        if sealed > 0 {
+            self.wrote(idx, sealed);
+        }
+        self.push(idx);
+    }
+
+    /// Has what the transport holds sent, unless a send is under way (its end sends the
+    /// rest).
+    #[inline]
+    pub(super) fn push(&mut self, idx: usize) {
+        let c = &mut self.conns[idx];
+        if c.sock.is_some() && !c.sending && c.t.wants_send(&c.s) {
             c.sending = true;
             self.ops.push(Op::Send(ConnId { idx, gen: c.gen }));
         }
@@ -99,40 +108,60 @@ impl Worker<'_> {
                 return self.send_failed(idx, &e, Instant::now());
             }
         };
-        if c.tls.is_some() {
-            return self.tls_sent(idx, n, buf, Instant::now());
+        let written = c.t.sent(&mut c.s, n, buf, &mut c.spare);
+        if self.measuring {
+            self.rec.bytes_written += written as u64;
         }
-        match (&mut c.s, buf) {
-            (Session::H2(s), Some((b, from))) => {
-                c.spare = s.sent(b, from, n);
-                if self.measuring {
-                    self.rec.bytes_written += n as u64;
-                }
-            }
-            _ => self.wrote(idx, n),
+        if c.phase != Phase::Open {
+            // TLS's handshake: its next flight, if it has one.
+            return self.push(idx);
         }
+        self.flush(idx);
         let c = &self.conns[idx];
-        if c.s.writing() {
-            return self.flush(idx);
-        }
         // A response that came while the batch went out freed room for the next (otherwise
         // the response's own turn gave out what there was).
-        if c.s.in_flight() < c.s.capacity(self.shared.cfg.pipeline) {
+        if !c.s.writing() && c.s.in_flight() < c.s.capacity(self.shared.cfg.pipeline) {
             self.issue(idx, Instant::now());
         }
     }
 
-    /// Bytes arrived: parsed (decrypted first with TLS), and the next requests go.
+    /// Bytes arrived (empty: the socket's end): the transport hands the session's to the
+    /// parser (decrypted with TLS), and the next requests go.
     #[inline]
     fn data(&mut self, idx: usize, bytes: &[u8]) {
         let now = Instant::now();
-        let taken = if self.conns[idx].tls.is_some() {
-            self.tls_input(idx, bytes)
-        } else {
-            self.take_bytes(idx, bytes, now)
-        };
-        if taken {
-            self.issue(idx, now);
+        let gen = self.conns[idx].gen;
+        let mut t = mem::take(&mut self.conns[idx].t);
+        let mut plain = mem::take(&mut self.plain);
+        let got = t.input(bytes, &mut plain, &mut |p| {
+            self.take_bytes(idx, p, now) && self.conns[idx].gen == gen
+        });
+        self.plain = plain;
+        if self.conns[idx].gen != gen {
+            // Closed by what came (after a response announcing it: the next connection takes
+            // the next request), or failed; the transport went with the socket.
+            return self.issue(idx, now);
+        }
+        self.conns[idx].t = t;
+        match got {
+            Input::Open => {
+                self.push(idx);
+                self.issue(idx, now);
+            }
+            Input::HandshakeDone => {
+                self.push(idx);
+                self.handshake_done(idx, now);
+                if self.conns[idx].gen == gen {
+                    self.issue(idx, now);
+                }
+            }
+            Input::Ended { handshaking: true } => {
+                let msg = "TLS handshake failure: the server closed the connection during the \
+                           handshake";
+                self.fail_with(idx, ErrorClass::Tls, msg.into(), now);
+            }
+            Input::Ended { handshaking: false } => self.on_eof(idx),
+            Input::Failed(msg) => self.fail_with(idx, ErrorClass::Tls, msg, now),
         }
     }
 
@@ -210,33 +239,8 @@ impl Handler for Worker<'_> {
         if !conn.is(c.gen) {
             return None;
         }
-        let out = if let Some(tls) = c.tls.as_mut() {
-            if let Some((buf, from)) = c.unsent.take() {
-                Some(Out::Owned(buf, from))
-            } else if !tls.wants_write() {
-                None
-            } else if at_once {
-                Some(Out::Lent(tls.output()))
-            } else {
-                Some(Out::Owned(tls.take_output(mem::take(&mut c.spare)), 0))
-            }
-        } else {
-            match &mut c.s {
-                Session::H1(s) if s.writing() => {
-                    let (from, to) = s.to_write();
-                    Some(Out::Shared(s.bytes(&shared.groups[s.group]), from, to))
-                }
-                Session::H2(s) if s.writing() => {
-                    if at_once {
-                        Some(Out::Lent(s.pending()))
-                    } else {
-                        let (buf, from) = s.take_output(mem::take(&mut c.spare));
-                        Some(Out::Owned(buf, from))
-                    }
-                }
-                _ => None,
-            }
-        };
+        let group = &shared.groups[c.s.group()];
+        let out = c.t.output(&mut c.s, group, &mut c.spare, at_once);
         match (&c.sock, out) {
             (Some(sock), Some(out)) => Some((sock, out)),
             _ => {
@@ -257,10 +261,7 @@ impl Handler for Worker<'_> {
                     self.connected(idx, status);
                 }
             }
-            Event::Eof if self.conns[idx].tls.is_some() => {
-                self.tls_input(idx, &[]);
-            }
-            Event::Eof => self.on_eof(idx),
+            Event::Eof => self.data(idx, &[]),
             Event::ReadFailed(e) => {
                 self.closed_before_response(idx, ErrorClass::Read, &e, Instant::now());
             }

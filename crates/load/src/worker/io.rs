@@ -12,7 +12,6 @@
 //! that is still the one they were for (its socket open, its generation the same).
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use qpslab_sys::uring::Engine;
@@ -54,17 +53,8 @@ pub(super) enum Op {
     Close { conn: ConnId, sock: Socket, last: Vec<u8> },
 }
 
-/// Bytes to send.
-#[derive(Debug)]
-pub(super) enum Out<'a> {
-    /// `bytes[from..to]`, unchanged until the send ends (the run's requests, or a
-    /// connection's copy of them).
-    Shared(&'a Arc<[u8]>, usize, usize),
-    /// Bytes for the call only: what a loop that sends at once is given.
-    Lent(&'a [u8]),
-    /// A buffer the send takes from `from` on, handed back by [`Event::Sent`].
-    Owned(Vec<u8>, usize),
-}
+/// Bytes to send (an [`Out::Owned`] buffer comes back with [`Event::Sent`]).
+pub(super) use crate::session::Out;
 
 /// What happened on a connection.
 #[derive(Debug)]
