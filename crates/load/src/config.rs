@@ -349,7 +349,7 @@ impl LoadConfig {
     /// The group (index into `groups`, from [`Self::groups`]) of each connection, by global
     /// connection number.
     pub fn connection_groups(&self, groups: &[targets::Group]) -> Vec<usize> {
-        let weights: Vec<u64> = groups.iter().map(|g| g.weight).collect();
+        let weights: Vec<u64> = groups.iter().map(|g| g.cycle.weight).collect();
         targets::deal_connections(&weights, self.connections)
     }
 
@@ -378,14 +378,14 @@ impl LoadConfig {
                 };
                 let hold_s = if !self.conn_per_request || self.rst_close {
                     0.0
-                } else if source::tw_reuse_applies(root, &group.addr) {
+                } else if source::tw_reuse_applies(root, &group.endpoint.addr) {
                     source::TW_REUSE_S
                 } else {
                     source::TIME_WAIT_S
                 };
                 let share = concurrent as f64 / self.connections as f64;
                 PortBudget {
-                    destination: group.addr,
+                    destination: group.endpoint.addr,
                     tuples,
                     concurrent,
                     hold_s,
@@ -645,12 +645,12 @@ mod tests {
         let cfg = LoadConfig::from_options(&opts("http://127.0.0.1:9/x?y=1#frag")).unwrap();
         assert_eq!(cfg.variants.addr(0), "127.0.0.1:9".parse().unwrap());
         assert_eq!(
-            &cfg.groups()[0].wire[..cfg.groups()[0].offsets[1]],
+            &cfg.groups()[0].h1.wire[..cfg.groups()[0].h1.offsets[1]],
             b"GET /x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
         );
         let cfg = LoadConfig::from_options(&opts("http://[::1]/")).unwrap();
         assert_eq!(cfg.variants.addr(0), "[::1]:80".parse().unwrap());
-        assert!(cfg.groups()[0].wire.ends_with(b"Host: [::1]\r\n\r\n"));
+        assert!(cfg.groups()[0].h1.wire.ends_with(b"Host: [::1]\r\n\r\n"));
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Http1 {
     pub fn bytes<'a>(&'a self, group: &'a Group) -> &'a std::sync::Arc<[u8]> {
         match &self.own {
             Some(own) if group.templated() => own,
-            _ => &group.wire,
+            _ => &group.h1.wire,
         }
     }
 
@@ -137,14 +137,14 @@ impl Http1 {
     /// buffer with their IDs written in place, become the write range.
     #[inline(never)]
     fn render(&mut self, group: &Group, from: usize, ids: Option<&Ids>) {
-        let most = group.longest * (self.inflight.len() - from);
+        let most = group.h1.longest * (self.inflight.len() - from);
         let free = self
             .own
             .as_mut()
             .is_some_and(|b| b.len() >= most && std::sync::Arc::get_mut(b).is_some());
         if !free {
             // First use, or a send of the closed connection still holds the old copy.
-            self.own = Some(vec![0u8; most.max(group.longest * self.depth)].into());
+            self.own = Some(vec![0u8; most.max(group.h1.longest * self.depth)].into());
             self.own_pos = None;
         }
         let Some(buf) = self.own.as_mut().and_then(std::sync::Arc::get_mut) else { return };
@@ -656,7 +656,7 @@ pub(crate) fn other_protocol(first: &[u8], h2: bool) -> Option<String> {
 fn copy_request(group: &Group, r: &Req, ids: Option<&Ids>, out: &mut [u8]) -> usize {
     let (a, b) = group.slice(r.pos as usize, 1);
     let out = &mut out[..b - a];
-    out.copy_from_slice(&group.wire[a..b]);
+    out.copy_from_slice(&group.h1.wire[a..b]);
     if let Some(t) = group.template(r.pos as usize) {
         let digits = ids.and_then(|i| i.digits_of(r.id));
         crate::template::Template::write(&t.h1, r.id, digits, out);
@@ -679,7 +679,7 @@ fn each_request(
     let (len, templated) = (group.cycle.len(), group.templated());
     for i in 0..k {
         let pos = (*cursor + i) % len;
-        let mut req = make(i, group.cycle[pos], pos as u32);
+        let mut req = make(i, group.cycle.variant(pos), pos as u32);
         if templated {
             req.id = ids.take();
         }
@@ -731,7 +731,7 @@ mod tests {
         let mut s = Http1::new(0, 4);
         s.queue(&g, &mut 0, 3, &mut Ids::new(0, 1, 0, 1), |_, _, pos| req(now, pos));
         let (from, to) = s.to_write();
-        let wire = &g.wire[from..to];
+        let wire = &g.h1.wire[from..to];
         assert_eq!(wire.windows(5).filter(|w| w == b"GET /").count(), 3, "three requests");
         s.wrote(to - from - 1);
         assert!(s.writing());
@@ -819,7 +819,7 @@ mod tests {
             let mut out = Vec::new();
             while s.writing() {
                 let (from, to) = s.to_write();
-                out.extend_from_slice(&g.wire[from..to]);
+                out.extend_from_slice(&g.h1.wire[from..to]);
                 s.wrote(to - from);
             }
             String::from_utf8(out).unwrap()

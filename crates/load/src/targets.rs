@@ -10,7 +10,7 @@
 //! (`target` does).
 
 use crate::seed::SplitMix;
-use crate::variants::{Arena, Variants};
+use crate::variants::{Arena, Endpoint, Variants};
 use std::net::SocketAddr;
 
 /// `weights.len()` items dealt in smooth weighted round-robin order: over `sum(weights)` picks,
@@ -33,102 +33,141 @@ pub fn smooth_order(weights: &[u64]) -> Vec<usize> {
     out
 }
 
-/// Variants sharing one address, with their requests laid out in cycle order.
+/// Variants sharing one address, with their requests laid out in cycle order: where its
+/// connections go ([`Endpoint`]), which requests they send in which order ([`Cycle`]), and
+/// each protocol's encoding of that cycle, built once ([`H1Wire`], [`H2Blocks`]). A protocol
+/// added later brings an encoding of its own; the endpoint and the cycle stay.
 #[derive(Debug, Clone)]
 pub struct Group {
-    pub addr: SocketAddr,
-    /// Where its connections go: `addr`, or the `--unix-socket`.
+    /// Its address, and with https the TLS server name of its connections (its variants
+    /// agree: [`check_schemes`]).
+    pub endpoint: Endpoint,
+    /// Where its connections go: the endpoint's address, or the `--unix-socket`.
     pub peer: socket2::SockAddr,
-    /// Variant index at each position of the cycle.
-    pub cycle: Vec<u32>,
+    pub cycle: Cycle,
+    pub h1: H1Wire,
+    pub h2: H2Blocks,
+}
+
+/// A group's request cycle: the variant at each position, their IDs, their weight.
+#[derive(Debug, Clone)]
+pub struct Cycle {
+    /// Variant index at each position.
+    pub variants: Vec<u32>,
+    /// `{seq}`/`{rand}` IDs of position p's request (empty: the group has none, and every
+    /// request goes from its encoding as it is).
+    pub templates: Vec<Option<std::sync::Arc<crate::template::Template>>>,
+    /// Sum of the weights of its variants.
+    pub weight: u64,
+}
+
+impl Cycle {
+    /// Positions in the cycle.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.variants.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.variants.is_empty()
+    }
+
+    /// The variant at position `pos`.
+    #[inline]
+    pub fn variant(&self, pos: usize) -> u32 {
+        self.variants[pos]
+    }
+}
+
+/// HTTP/1.1's encoding of a cycle.
+#[derive(Debug, Clone)]
+pub struct H1Wire {
     /// Requests of the cycle followed by the first `pipeline` again, so any run of up to
     /// `pipeline` consecutive requests is one slice. Shared: an io_uring send holds a reference
     /// until the kernel is done with it.
     pub wire: std::sync::Arc<[u8]>,
     /// Start of position p's request in `wire` (`cycle.len() + pipeline + 1` entries).
     pub offsets: Vec<usize>,
-    /// HTTP/2: the header block of position p's request.
-    h2: Arena,
-    /// Position p's body in `bodies` (HTTP/2 sends it in DATA frames; HTTP/1.1's is in `wire`).
+    /// The longest request's bytes, for a connection that writes its own copies.
+    pub longest: usize,
+}
+
+/// HTTP/2's encoding of a cycle.
+#[derive(Debug, Clone)]
+pub struct H2Blocks {
+    /// The header block of position p's request.
+    blocks: Arena,
+    /// Position p's body in `bodies` (sent in DATA frames; HTTP/1.1's is in its wire).
     body_of: Vec<u32>,
     bodies: Arena,
     /// Some request of the group has a body (else HTTP/2 never looks for one to send).
     pub has_body: bool,
-    /// `{seq}`/`{rand}` IDs of position p's request (empty: the group has none, and every
-    /// request goes from `wire` as it is).
-    pub templates: Vec<Option<std::sync::Arc<crate::template::Template>>>,
-    /// HTTP/2, the common case of IDs: where position p's header block has its one `{seq}`
-    /// and how wide it is (width 0: not that case; empty without IDs).
-    h2_seq: Vec<(u32, u8)>,
+    /// The common case of IDs: where position p's header block has its one `{seq}` and how
+    /// wide it is (width 0: not that case; empty without IDs).
+    seq: Vec<(u32, u8)>,
     /// The same, when every position has its `{seq}` at the same place (one lookup less).
-    h2_seq_all: Option<(usize, usize)>,
-    /// The longest request's bytes (HTTP/1.1), for a connection that writes its own copies.
-    pub longest: usize,
-    /// Sum of the weights of its variants.
-    pub weight: u64,
-    /// https: the TLS server name of its connections (its variants agree: [`check_schemes`]).
-    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
+    seq_all: Option<(usize, usize)>,
 }
 
 impl Group {
     /// Its requests carry IDs: each is written from a copy of its own.
     #[inline]
     pub fn templated(&self) -> bool {
-        !self.templates.is_empty()
+        !self.cycle.templates.is_empty()
     }
 
-    /// The bytes of `k` requests from cycle position `pos`.
+    /// The HTTP/1.1 bytes of `k` requests from cycle position `pos`.
     #[inline]
     pub fn slice(&self, pos: usize, k: usize) -> (usize, usize) {
-        (self.offsets[pos], self.offsets[pos + k])
+        (self.h1.offsets[pos], self.h1.offsets[pos + k])
     }
 
     /// The HTTP/2 header block of position `pos`'s request.
     #[inline]
     pub fn h2_block(&self, pos: usize) -> &[u8] {
-        self.h2.get(pos)
+        self.h2.blocks.get(pos)
     }
 
     /// The body of position `pos`'s request.
     #[inline]
     pub fn body(&self, pos: usize) -> &[u8] {
-        self.bodies.get(self.body_of[pos] as usize)
+        self.h2.bodies.get(self.h2.body_of[pos] as usize)
     }
 
     /// The IDs of position `pos`'s request.
     #[inline]
     pub fn template(&self, pos: usize) -> Option<&crate::template::Template> {
-        self.templates.get(pos).and_then(Option::as_deref)
+        self.cycle.templates.get(pos).and_then(Option::as_deref)
     }
 
     /// Where every position's HTTP/2 header block has its one `{seq}` (no other ID), and its
     /// width, when all agree.
     #[inline]
     pub fn h2_seq_all(&self) -> Option<(usize, usize)> {
-        self.h2_seq_all
+        self.h2.seq_all
     }
 
     /// Where position `pos`'s HTTP/2 header block has its one `{seq}` (no other ID), and
     /// its width.
     #[inline]
     pub fn h2_seq(&self, pos: usize) -> Option<(usize, usize)> {
-        if self.h2_seq_all.is_some() {
-            return self.h2_seq_all;
+        if self.h2.seq_all.is_some() {
+            return self.h2.seq_all;
         }
-        let &(at, width) = self.h2_seq.get(pos)?;
+        let &(at, width) = self.h2.seq.get(pos)?;
         (width > 0).then_some((at as usize, usize::from(width)))
     }
 
     /// Bytes its requests take (HTTP/1.1 and HTTP/2 encodings, bodies, the cycle).
     pub fn footprint(&self) -> usize {
-        self.wire.len()
-            + self.offsets.capacity() * std::mem::size_of::<usize>()
-            + self.cycle.capacity() * 4
-            + self.h2.footprint()
-            + self.body_of.capacity() * 4
-            + self.bodies.footprint()
-            + self.templates.capacity() * std::mem::size_of::<usize>()
-            + self.h2_seq.capacity() * std::mem::size_of::<(u32, u8)>()
+        self.h1.wire.len()
+            + self.h1.offsets.capacity() * std::mem::size_of::<usize>()
+            + self.cycle.variants.capacity() * 4
+            + self.h2.blocks.footprint()
+            + self.h2.body_of.capacity() * 4
+            + self.h2.bodies.footprint()
+            + self.cycle.templates.capacity() * std::mem::size_of::<usize>()
+            + self.h2.seq.capacity() * std::mem::size_of::<(u32, u8)>()
     }
 }
 
@@ -271,21 +310,11 @@ fn lay_out(
     let longest = cycle.iter().map(|&t| v.h1(t as usize).len()).max().unwrap_or(0);
     let tls_name = v.endpoint(cycle[0] as usize).tls_name.clone();
     Group {
-        addr,
+        endpoint: Endpoint { addr, tls_name },
         peer: unix.cloned().unwrap_or_else(|| socket2::SockAddr::from(addr)),
-        cycle,
-        wire,
-        offsets,
-        h2,
-        body_of,
-        bodies,
-        has_body,
-        templates,
-        h2_seq,
-        h2_seq_all,
-        longest,
-        weight,
-        tls_name,
+        cycle: Cycle { variants: cycle, templates, weight },
+        h1: H1Wire { wire, offsets, longest },
+        h2: H2Blocks { blocks: h2, body_of, bodies, has_body, seq: h2_seq, seq_all: h2_seq_all },
     }
 }
 

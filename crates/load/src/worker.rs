@@ -708,7 +708,7 @@ impl<'a> Worker<'a> {
 
     /// The target of this thread's next request of group `g`.
     fn next_target(&self, g: usize) -> usize {
-        self.shared.groups[g].cycle[self.cursors[g]] as usize
+        self.shared.groups[g].cycle.variant(self.cursors[g]) as usize
     }
 
     fn commit(&mut self, k: u64, counted: u64) {
@@ -808,7 +808,7 @@ impl<'a> Worker<'a> {
             self.rec.connect_latency.saturating_record(us.max(1));
         }
         let group = &self.shared.groups[c.s.group()];
-        if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.tls_name) {
+        if let (Some(tls), Some(name)) = (&self.shared.cfg.tls, &group.endpoint.tls_name) {
             match rustls::ClientConnection::new(tls.config.clone(), name.clone()) {
                 Ok(t) => {
                     let c = &mut self.conns[idx];
@@ -1039,6 +1039,7 @@ impl<'a> Worker<'a> {
         let group = self.conns[idx].s.group();
         let url = self.shared.groups[group]
             .cycle
+            .variants
             .first()
             .map_or("", |&v| self.shared.cfg.variants.url(v as usize));
         let _ = self.shared.wrong_protocol.set((url.to_string(), why.clone()));

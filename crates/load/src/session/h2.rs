@@ -351,7 +351,7 @@ impl Http2 {
     /// stream's send window, in frames of at most the server's largest; the last ends the
     /// stream.
     fn send_bodies(&mut self, group: &Group) {
-        if !group.has_body {
+        if !group.h2.has_body {
             return;
         }
         for s in &mut self.streams {
