@@ -1099,7 +1099,7 @@ impl<'a> Worker<'a> {
                 }
                 Phase::Handshaking => {
                     let limit = self.shared.cfg.connect_timeout;
-                    let began = c.t.handshake_began().unwrap_or(c.opened_at);
+                    let began = c.t.handshake().map_or(c.opened_at, |h| h.began);
                     if now.duration_since(began) >= limit {
                         let msg = format!(
                             "TLS handshake failure: no handshake within {} (the server stalled)",

@@ -202,14 +202,6 @@ impl Transport {
         }
     }
 
-    /// When a TLS handshake began (none: no handshake).
-    pub fn handshake_began(&self) -> Option<Instant> {
-        match self {
-            Transport::Plain => None,
-            Transport::Tls(t) => Some(t.began),
-        }
-    }
-
     /// The socket closes: what to send as it goes (a TLS alert), and what was unsent is
     /// dropped.
     pub fn closing(&mut self) -> Vec<u8> {
