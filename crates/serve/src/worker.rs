@@ -16,7 +16,7 @@ pub(crate) mod epoll;
 pub mod fuzzing;
 mod h2;
 mod session;
-mod tls;
+mod transport;
 pub(crate) mod uring;
 
 /// Tokens with this bit are listeners; the rest are connection slots.

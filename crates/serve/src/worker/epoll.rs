@@ -9,16 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qpslab_sys::epoll::{self as poll, Epoll};
-use qpslab_sys::net::{self, AcceptError};
+use qpslab_sys::net::AcceptError;
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
-use super::tls::{self, Tls};
+use super::transport::{Got, Sent, Transport};
 use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
     FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
 };
-use crate::bufpool::BufPool;
 use crate::config::ServeConfig;
 
 /// A connection slot: the socket, its readiness, and its session.
@@ -32,86 +31,8 @@ struct Conn {
     yielded: bool,
     /// The peer shut down its writing side: read on to EOF instead of stopping at a short read.
     peer_closed: bool,
-    /// HTTPS: the connection's TLS; records move over `sock`, plaintext through the
-    /// session's buffers.
-    tls: Option<Box<Tls>>,
-}
-
-/// What one read of a connection's input came to.
-enum Got {
-    /// `n` bytes (of plaintext, over TLS) added to the session's input; `drained`: the socket
-    /// has no more now.
-    Bytes {
-        n: usize,
-        drained: bool,
-    },
-    /// Nothing yet; read again (interrupted).
-    Again,
-    Eof,
-    /// Nothing until the next readiness edge.
-    Blocked,
-    /// The connection is broken (`tls`: its TLS failed).
-    Failed {
-        tls: bool,
-    },
-}
-
-impl Conn {
-    /// One read into the session's input (storage taken from `pool` if the connection was
-    /// idle): from the socket, or over TLS the plaintext of the records read into `records`
-    /// (decrypted through `plain`).
-    fn read_some(&mut self, pool: &mut BufPool, records: &mut [u8], plain: &mut [u8]) -> Got {
-        let Some(sock) = self.sock.as_ref() else { return Got::Failed { tls: false } };
-        self.s.ensure_input(pool);
-        let got = match self.tls.as_mut() {
-            None => {
-                let spare = self.s.inbuf.spare(READ_CHUNK);
-                let room = spare.len();
-                net::recv(sock, spare).map(|n| {
-                    self.s.inbuf.filled_by(n);
-                    (n, n, n < room)
-                })
-            }
-            Some(_) => net::recv(sock, records).map(|n| (n, self.s.inbuf.len(), n < records.len())),
-        };
-        match got {
-            Ok((0, _, _)) => Got::Eof,
-            Ok((n, before, short)) => {
-                // A short read drained the socket: the next arrival is a new edge.
-                let drained = short && !self.peer_closed;
-                let Some(tls) = self.tls.as_mut() else { return Got::Bytes { n, drained } };
-                match tls::take_records(tls, &mut self.s, &records[..n], plain) {
-                    // Handshake records leave nothing (their replies go out with the next
-                    // flush); a close_notify ends the input (the session's eof).
-                    Ok(_) => Got::Bytes { n: self.s.inbuf.len() - before, drained },
-                    Err(_) => {
-                        // The alert rustls queued tells the client why.
-                        let _ = send_records(tls, sock);
-                        Got::Failed { tls: true }
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Blocked,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Again,
-            Err(_) => Got::Failed { tls: false },
-        }
-    }
-}
-
-/// Sends the pending records; Ok(false) when the socket takes no more now.
-fn send_records(tls: &mut Tls, sock: &TcpStream) -> io::Result<bool> {
-    loop {
-        let out = tls.output();
-        if out.is_empty() {
-            return Ok(true);
-        }
-        match net::send(sock, out) {
-            Ok(n) => tls.sent(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    /// Plain or TLS: what moves over `sock` for the session.
+    t: Transport,
 }
 
 pub(crate) struct Worker<'a> {
@@ -150,6 +71,7 @@ impl<'a> Worker<'a> {
         stats: &'a WorkerStats,
     ) -> io::Result<Self> {
         let (sh, date_secs) = shared(cfg);
+        let (records, plain) = Transport::buffers(cfg);
         let mut w = Self {
             sh,
             listeners,
@@ -165,8 +87,8 @@ impl<'a> Worker<'a> {
             now: Instant::now(),
             yielded: Vec::new(),
             yielded_next: Vec::new(),
-            records: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
-            plain: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
+            records,
+            plain,
         };
         w.set_accepting(true)?;
         Ok(w)
@@ -225,8 +147,7 @@ impl<'a> Worker<'a> {
             self.conns[idx].peer_closed = true;
         }
         let c = &self.conns[idx];
-        let records = c.tls.as_ref().is_some_and(|t| t.wants_write());
-        if flags & poll::OUT != 0 && (c.s.has_output() || records) {
+        if flags & poll::OUT != 0 && (c.s.has_output() || c.t.wants_write()) {
             self.flush(idx);
         }
         if live(self) {
@@ -253,7 +174,9 @@ impl<'a> Worker<'a> {
             if c.s.inbuf.len() > max_head + READ_CHUNK {
                 return total;
             }
-            match c.read_some(&mut self.sh.pool, &mut self.records, &mut self.plain) {
+            let Some(sock) = c.sock.as_ref() else { return total };
+            let bufs = (&mut self.records[..], &mut self.plain[..]);
+            match c.t.recv(sock, &mut c.s, &mut self.sh.pool, bufs, c.peer_closed) {
                 Got::Bytes { n, drained } => {
                     total += n;
                     if drained {
@@ -275,45 +198,11 @@ impl<'a> Worker<'a> {
                     self.sh.counters.tls_failures += u64::from(tls);
                     if tls {
                         // Its alert was sent; no close_notify follows it.
-                        c.tls = None;
+                        c.t = Transport::Plain;
                     }
                     self.close(idx);
                     return total;
                 }
-            }
-        }
-    }
-
-    /// HTTPS: seals pending output into records a piece at a time and sends them. Returns
-    /// false when it yielded, blocked or closed (nothing more to do now).
-    fn flush_tls(&mut self, idx: usize) -> bool {
-        let (now, cfg) = (self.now, self.sh.cfg);
-        let mut written = 0;
-        loop {
-            let c = &mut self.conns[idx];
-            let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) else { return false };
-            match send_records(tls, sock) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if c.s.has_output() {
-                        c.s.write_blocked(now, cfg);
-                    }
-                    return false;
-                }
-                Err(_) => {
-                    self.close(idx);
-                    return false;
-                }
-            }
-            let n = tls::seal(tls, &mut c.s, tls::SEAL_CHUNK, now, cfg);
-            if n == 0 {
-                return true;
-            }
-            written += n;
-            if written >= FLUSH_BUDGET && c.s.has_output() {
-                c.yielded = true;
-                self.yielded.push((idx, c.s.gen));
-                return false;
             }
         }
     }
@@ -355,9 +244,7 @@ impl<'a> Worker<'a> {
         } else if c.sock.is_some() {
             // Waiting for the next request: its buffers go back to the pool.
             if c.s.release_if_idle(&mut self.sh, None) {
-                if let Some(out) = c.tls.as_mut().and_then(|t| t.take_idle_output()) {
-                    self.sh.pool.give_output(out);
-                }
+                c.t.release_idle(&mut self.sh.pool);
             }
         }
     }
@@ -365,50 +252,34 @@ impl<'a> Worker<'a> {
     /// Writes pending output (and pieces of a streamed body); closes or lingers when done.
     fn flush(&mut self, idx: usize) {
         let (now, cfg) = (self.now, self.sh.cfg);
-        let mut written = 0;
-        if self.conns[idx].yielded {
-            return;
-        }
-        if self.conns[idx].tls.is_some() && !self.flush_tls(idx) {
-            return;
-        }
-        loop {
-            let c = &mut self.conns[idx];
-            let Some(sock) = c.sock.as_ref() else { return };
-            let out = c.s.pending();
-            if out.is_empty() {
-                break;
-            }
-            match net::send(sock, out) {
-                Ok(n) => {
-                    c.s.wrote(n, now, cfg);
-                    written += n;
-                    if written >= FLUSH_BUDGET && c.s.has_output() {
-                        c.yielded = true;
-                        self.yielded.push((idx, c.s.gen));
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.s.write_blocked(now, cfg);
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close(idx),
-            }
-        }
         let c = &mut self.conns[idx];
+        let Some(sock) = c.sock.as_ref() else { return };
+        if c.yielded {
+            return;
+        }
+        match c.t.send(sock, &mut c.s, FLUSH_BUDGET, now, cfg) {
+            Sent::Done => {}
+            Sent::Blocked => {
+                if c.s.has_output() {
+                    c.s.write_blocked(now, cfg);
+                }
+                return;
+            }
+            Sent::Budget => {
+                c.yielded = true;
+                self.yielded.push((idx, c.s.gen));
+                return;
+            }
+            Sent::Failed => return self.close(idx),
+        }
         match c.s.output_done(now, cfg) {
             AfterOutput::Keep => {}
             AfterOutput::Close => self.close(idx),
             AfterOutput::Linger => {
-                if let Some(sock) = c.sock.as_ref() {
-                    if let Some(tls) = c.tls.as_mut() {
-                        tls.close_notify();
-                        let _ = send_records(tls, sock);
-                    }
-                    let _ = sock.shutdown(Shutdown::Write);
+                if c.t.lingering() {
+                    c.t.send_last(sock);
                 }
+                let _ = sock.shutdown(Shutdown::Write);
             }
         }
     }
@@ -484,14 +355,13 @@ impl<'a> Worker<'a> {
 
     fn close(&mut self, idx: usize) {
         let c = &mut self.conns[idx];
-        if let (Some(sock), Some(tls)) = (c.sock.as_ref(), c.tls.as_mut()) {
+        if let Some(sock) = c.sock.as_ref() {
             // An orderly TLS close (best effort: the socket may not take it).
-            if !tls.is_handshaking() {
-                tls.close_notify();
-                let _ = send_records(tls, sock);
+            if c.t.closing() {
+                c.t.send_last(sock);
             }
         }
-        c.tls = None;
+        c.t = Transport::Plain;
         if c.sock.take().is_none() {
             return;
         }
@@ -577,11 +447,11 @@ impl<'a> Worker<'a> {
         }
         let (now, cfg) = (self.now, self.sh.cfg);
         let c = &mut self.conns[idx];
-        let Some(tls) = tls::accept(cfg) else {
+        let Some(t) = Transport::accept(cfg) else {
             self.free.push(idx);
             return;
         };
-        c.tls = tls;
+        c.t = t;
         c.sock = Some(sock);
         c.readable = false;
         // A connection that sends nothing is closed at the header deadline.

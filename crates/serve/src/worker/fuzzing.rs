@@ -38,19 +38,18 @@ pub fn tls_session(data: &[u8]) {
         ServeConfig::from_options(&opts).unwrap_or_else(|e| panic!("self-signed TLS: {e}"))
     });
     let Some((&size, input)) = data.split_first() else { return };
-    let Some(Some(mut tls)) = super::tls::accept(cfg) else { panic!("a TLS connection") };
+    let Some(mut t) = super::transport::Transport::accept(cfg) else { panic!("a TLS connection") };
     let (mut sh, _) = super::shared(cfg);
     let mut s = Session::default();
     let mut now = Instant::now();
     s.open(now, cfg);
-    let mut plain = vec![0; super::tls::PLAIN_CHUNK];
+    let (_, mut plain) = super::transport::Transport::buffers(cfg);
     let mut out = 0;
     for piece in input.chunks(usize::from(size) + 1) {
-        if super::tls::take_records(&mut tls, &mut s, piece, &mut plain).is_err() {
+        if t.input(&mut s, piece, &mut plain).is_err() {
             return;
         }
-        let records = tls.output().len();
-        tls.sent(records);
+        t.take_records(Vec::new());
         if !turn(&mut s, &mut sh, &mut now, &mut out) || s.eof {
             return;
         }

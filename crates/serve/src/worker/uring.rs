@@ -13,7 +13,7 @@ use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Sock, Submit, Urin
 use socket2::Socket;
 
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
-use super::tls::{self, Tls};
+use super::transport::Transport;
 use super::{
     refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, FLUSH_BUDGET,
     READ_CHUNK, TICK,
@@ -57,8 +57,8 @@ struct Conn {
     in_flight: usize,
     /// An empty buffer that takes the session's output buffer's place during a send.
     spare: Vec<u8>,
-    /// HTTPS: the connection's TLS; its records are what the sends carry.
-    tls: Option<Box<Tls>>,
+    /// Plain or TLS: what the receives and sends carry for the session.
+    t: Transport,
     /// HTTPS, lingering: the close_notify is on its way; the writing side is shut down once
     /// it was sent.
     shut_after_send: bool,
@@ -143,7 +143,7 @@ impl<'a> Worker<'a> {
                 gate: AcceptGate::default(),
                 draining_since: None,
                 now: Instant::now(),
-                plain: vec![0; if cfg.tls.is_some() { tls::PLAIN_CHUNK } else { 0 }],
+                plain: Transport::buffers(cfg).1,
             },
         };
         let st = &mut w.st;
@@ -279,23 +279,15 @@ impl State<'_> {
                     let limits = &self.sh.cfg.settings.limits;
                     let max_head = limits.max_request_line + limits.max_header_bytes;
                     conn.s.ensure_input(&mut self.sh.pool);
-                    match conn.tls.as_mut() {
-                        None => conn.s.inbuf.extend(c.data),
-                        Some(tls) => {
-                            if tls::take_records(tls, &mut conn.s, c.data, &mut self.plain).is_err()
-                            {
-                                self.sh.counters.tls_failures += 1;
-                                // The alert rustls queued tells the client why (and no
-                                // close_notify follows it).
-                                let tls = conn.tls.take();
-                                if let (Some(fd), Some(mut tls), 0) =
-                                    (&conn.fd, tls, conn.in_flight)
-                                {
-                                    sub.send(fd.target(), tls.take_output(Vec::new()), 0, c.token);
-                                }
-                                return self.close(slot, sub);
-                            }
+                    if conn.t.input(&mut conn.s, c.data, &mut self.plain).is_err() {
+                        self.sh.counters.tls_failures += 1;
+                        // The alert rustls queued tells the client why (and no close_notify
+                        // follows it).
+                        let mut t = std::mem::take(&mut conn.t);
+                        if let (Some(fd), 0) = (&conn.fd, conn.in_flight) {
+                            sub.send(fd.target(), t.take_records(Vec::new()), 0, c.token);
                         }
+                        return self.close(slot, sub);
                     }
                     // More input than a maximal head while the session cannot take it: stop
                     // receiving until it catches up.
@@ -400,9 +392,7 @@ impl State<'_> {
             && conn.in_flight == 0
             && conn.s.release_if_idle(&mut self.sh, Some(&mut conn.spare))
         {
-            if let Some(out) = conn.tls.as_mut().and_then(|t| t.take_idle_output()) {
-                self.sh.pool.give_output(out);
-            }
+            conn.t.release_idle(&mut self.sh.pool);
         }
     }
 
@@ -435,13 +425,7 @@ impl State<'_> {
         }
         let Some(fd) = conn.fd.as_ref().map(Sock::target) else { return };
         let t = token(slot, conn.s.gen);
-        let out = match conn.tls.as_mut() {
-            None => conn.s.take_output(&mut conn.spare),
-            Some(tls) => {
-                tls::seal(tls, &mut conn.s, FLUSH_BUDGET, now, cfg);
-                tls.wants_write().then(|| (tls.take_output(std::mem::take(&mut conn.spare)), 0))
-            }
-        };
+        let out = conn.t.take_output(&mut conn.s, &mut conn.spare, FLUSH_BUDGET, now, cfg);
         if let Some((buf, from)) = out {
             conn.in_flight = buf.len() - from;
             return sub.send(fd, buf, from, t);
@@ -449,20 +433,18 @@ impl State<'_> {
         match conn.s.output_done(now, cfg) {
             AfterOutput::Keep => {}
             AfterOutput::Close => self.close(slot, sub),
-            AfterOutput::Linger => match conn.tls.as_mut() {
-                None => {
-                    conn.shutting = true;
-                    sub.shutdown_write(fd, t);
-                }
-                Some(tls) => {
+            AfterOutput::Linger => {
+                if conn.t.lingering() {
                     // The close_notify first, then the shutdown (when its send completes).
-                    tls.close_notify();
-                    let buf = tls.take_output(std::mem::take(&mut conn.spare));
+                    let buf = conn.t.take_records(std::mem::take(&mut conn.spare));
                     conn.in_flight = buf.len();
                     conn.shut_after_send = true;
                     sub.send(fd, buf, 0, t);
+                } else {
+                    conn.shutting = true;
+                    sub.shutdown_write(fd, t);
                 }
-            },
+            }
         }
     }
 
@@ -542,18 +524,11 @@ impl State<'_> {
         if conn.receiving {
             sub.cancel(Op::Recv, t);
         }
-        if let Some(mut tls) = conn.tls.take() {
-            // An orderly TLS close, or the alert of a failure (best effort, and never beside
-            // a send in flight, which it could overtake). A send holds the descriptor until it
-            // completes.
-            if conn.in_flight == 0 {
-                if !tls.is_handshaking() {
-                    tls.close_notify();
-                }
-                if tls.wants_write() {
-                    sub.send(fd.target(), tls.take_output(Vec::new()), 0, t);
-                }
-            }
+        // An orderly TLS close (best effort, and never beside a send in flight, which it could
+        // overtake). A send holds the descriptor until it completes.
+        let mut transport = std::mem::take(&mut conn.t);
+        if conn.in_flight == 0 && transport.closing() {
+            sub.send(fd.target(), transport.take_records(Vec::new()), 0, t);
         }
         if std::mem::take(&mut conn.shutting) {
             self.close_after_shutdown.push((t, fd));
@@ -594,12 +569,12 @@ impl State<'_> {
             }
         };
         let (now, cfg) = (self.now, self.sh.cfg);
-        let Some(tls) = tls::accept(cfg) else {
+        let Some(transport) = Transport::accept(cfg) else {
             self.free.push(slot);
             return sub.close(fd, 0);
         };
         let conn = &mut self.conns[slot];
-        conn.tls = tls;
+        conn.t = transport;
         // A connection that sends nothing is closed at the header deadline.
         conn.s.open(now, cfg);
         sub.recv_multi(fd.target(), token(slot, conn.s.gen));
