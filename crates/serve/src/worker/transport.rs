@@ -40,7 +40,7 @@ pub(super) enum Transport {
 }
 
 /// The transport failed: TLS refused the peer's records. The alert that tells the peer why is
-/// in the output ([`Transport::alert`]); no close_notify follows it.
+/// in the output ([`Transport::take_records`]); no close_notify follows it.
 #[derive(Debug)]
 pub(super) struct Failed;
 
