@@ -414,6 +414,27 @@ fn request_bodies_go_within_the_servers_windows() {
     }
 }
 
+/// Request bodies the server's windows let through are the client's own output, not
+/// acknowledgements owed: a server that opens its windows wide at once and then reads nothing
+/// gets 10 MB of bodies queued in one read, and the run ends at the timeout, not on a flood.
+#[test]
+fn request_bodies_queued_past_a_mebibyte_are_no_flood() {
+    for io in LOOPS {
+        let max = 0x7fff_ffffu32;
+        let mut frames = frame(4, 0, 0, &[&[0u8, 4][..], &max.to_be_bytes()].concat());
+        frames.extend(frame(8, 0, 0, &(max - 65_535).to_be_bytes()));
+        let server = frames_after_settings(frames);
+        let mut o = h2_opts(io, &server.url(), 1, 10, 10);
+        o.method = "POST".into();
+        o.body = Some(qpslab_load::options::Body::from_arg(&"b".repeat(1_000_000)).unwrap());
+        o.timeout = Duration::from_millis(500);
+        let report = run(&o);
+        let all = format!("{io:?}: {:?}", report.error_examples);
+        assert!(!all.contains("flood"), "{all}");
+        assert_eq!(report.errors.get("timeout"), Some(&10), "{all}");
+    }
+}
+
 /// A stream the server refuses (RST_STREAM REFUSED_STREAM) was not processed: it is sent
 /// again on the same connection and counted as refused, not failed; this server never
 /// answers the second, which then times out.

@@ -94,6 +94,12 @@ pub(crate) struct Http2 {
     cfg: H2Settings,
     out: Vec<u8>,
     out_pos: usize,
+    /// Acknowledgement bytes (PING and SETTINGS acks, WINDOW_UPDATEs) queued since the output
+    /// was last all written: what a flooding server makes us owe. Request bodies the server's
+    /// windows let through are ours, not owed.
+    owed: usize,
+    /// io_uring: the owed bytes in the buffer a send in flight carries.
+    owed_in_flight: usize,
     /// Unconsumed bytes of a frame split across reads.
     carry: Vec<u8>,
     /// Streams open, in the order they were opened.
@@ -145,6 +151,8 @@ impl Http2 {
             cfg,
             out: Vec::with_capacity(4096),
             out_pos: 0,
+            owed: 0,
+            owed_in_flight: 0,
             carry: Vec::new(),
             streams: Vec::with_capacity(cfg.streams as usize),
             held: Vec::new(),
@@ -177,6 +185,8 @@ impl Http2 {
     fn start(&mut self) {
         self.out.clear();
         self.out_pos = 0;
+        self.owed = 0;
+        self.owed_in_flight = 0;
         self.out.extend_from_slice(frame::PREFACE);
         frame::put_settings(
             &mut self.out,
@@ -251,6 +261,7 @@ impl Http2 {
         if self.out_pos >= self.out.len() {
             self.out.clear();
             self.out_pos = 0;
+            self.owed = 0;
         }
     }
 
@@ -260,6 +271,7 @@ impl Http2 {
         let mut spare = spare;
         spare.clear();
         let from = std::mem::take(&mut self.out_pos);
+        self.owed_in_flight += std::mem::take(&mut self.owed);
         (std::mem::replace(&mut self.out, spare), from)
     }
 
@@ -267,7 +279,10 @@ impl Http2 {
     /// before anything queued since. Returns the buffer to keep as the next spare.
     pub fn sent(&mut self, buf: Vec<u8>, from: usize, n: usize) -> Vec<u8> {
         let rest = &buf[(from + n).min(buf.len())..];
+        // What the send did not write may hold acknowledgements: still owed.
+        let carried = std::mem::take(&mut self.owed_in_flight);
         if !rest.is_empty() {
+            self.owed += carried;
             let mut joined = Vec::with_capacity(rest.len() + self.out.len() - self.out_pos);
             joined.extend_from_slice(rest);
             joined.extend_from_slice(&self.out[self.out_pos..]);
@@ -500,7 +515,7 @@ impl Http2 {
         });
         self.carry = carry;
         result?;
-        if self.out.len() - self.out_pos > MAX_OWED {
+        if self.owed + self.owed_in_flight > MAX_OWED {
             return Err(format!(
                 "over {} KiB of acknowledgements owed to the server: it sends PING or SETTINGS \
                  frames faster than it reads (a flood)",
@@ -581,7 +596,7 @@ impl Http2 {
                     return Err(named(frame::FrameError::NotStreamZero("PING")));
                 }
                 if !h.has(flag::ACK) {
-                    frame::put_ping(&mut self.out, true, data);
+                    self.owe(|out| frame::put_ping(out, true, data));
                 }
             }
             kind::GOAWAY => {
@@ -666,8 +681,15 @@ impl Http2 {
             }
         }
         self.known_max_streams = Some(self.peer_max_streams);
-        frame::put_settings_ack(&mut self.out);
+        self.owe(frame::put_settings_ack);
         self.send_bodies(group);
+    }
+
+    /// Queues an acknowledgement the server is owed, counted against [`MAX_OWED`].
+    fn owe(&mut self, put: impl FnOnce(&mut Vec<u8>)) {
+        let before = self.out.len();
+        put(&mut self.out);
+        self.owed += self.out.len() - before;
     }
 
     /// A WINDOW_UPDATE for the connection (stream 0) or a stream: request bodies may go on.
@@ -710,7 +732,8 @@ impl Http2 {
         let len = payload.len() as u32;
         self.conn_unacked += len;
         if self.conn_unacked >= self.cfg.conn_window / 2 {
-            frame::put_window_update(&mut self.out, 0, self.conn_unacked);
+            let n = self.conn_unacked;
+            self.owe(|out| frame::put_window_update(out, 0, n));
             self.conn_unacked = 0;
         }
         let Some(i) = self.find(h.stream) else { return Ok(()) };
@@ -730,7 +753,7 @@ impl Http2 {
         if s.unacked >= self.cfg.window / 2 {
             let (id, n) = (s.id, s.unacked);
             s.unacked = 0;
-            frame::put_window_update(&mut self.out, id, n);
+            self.owe(|out| frame::put_window_update(out, id, n));
         }
         Ok(())
     }
