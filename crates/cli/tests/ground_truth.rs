@@ -59,6 +59,15 @@ fn none_of(f: &[Value], bad: &[&str]) {
     }
 }
 
+/// None of these above info: each may be said only as not explaining the rate.
+fn none_above_info(f: &[Value], bad: &[&str]) {
+    for b in bad {
+        if let Some(x) = named(f, b) {
+            assert_eq!(x["severity"], "info", "{b} said falsely: {f:#?}");
+        }
+    }
+}
+
 /// Warnings and worse, but for those named.
 fn no_warnings_but(f: &[Value], allowed: &[&str]) {
     for x in f {
@@ -1613,7 +1622,10 @@ fn a_full_time_wait_table_is_named() {
         assert_eq!(t["severity"], "warning", "{t}");
         assert!(text_of(t).contains("net.ipv4.tcp_max_tw_buckets = 100"), "{t}");
         assert_eq!(t["cause"]["kind"], "host-settings", "{t}");
-        none_of(&f, &["ephemeral-ports", "cpu-contention", "accept-queue-overflow", "run-failed"]);
+        none_of(&f, &["ephemeral-ports", "accept-queue-overflow", "run-failed"]);
+        // A connection per request keeps the kernel's own threads busy closing them; that
+        // work may be said, at info, never as what bound the rate.
+        none_above_info(&f, &["cpu-contention"]);
     }
 }
 
