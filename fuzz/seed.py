@@ -125,6 +125,36 @@ def h2_server_frames():
     yield frame(HEADERS, END_HEADERS, 1, b"\x08\x03\x31\x30\x30") + frame(HEADERS, END_STREAM | END_HEADERS, 1, STATUS_200)
 
 
+def varint(v):
+    """A QUIC variable-length integer (RFC 9000 section 16), shortest form."""
+    if v < 64:
+        return bytes([v])
+    if v < 16384:
+        return struct.pack(">H", v | 0x4000)
+    if v < 1 << 30:
+        return struct.pack(">I", v | 0x80000000)
+    return struct.pack(">Q", v | 0xC000000000000000)
+
+
+def h3(kind, payload=b""):
+    return varint(kind) + varint(len(payload)) + payload
+
+
+# RFC 9204 appendix B.1's section (a static name reference), a static :status 200, a literal
+# name with a Huffman value, and sections that refer to a dynamic table (refused).
+QPACK = [b"\x00\x00\x51\x0b/index.html", b"\x00\x00\xd9", b"\x00\x00\xd9\x5f\x1d\x8a\xf1\xe3\xc2\xe5\xf2\x3a\x6b\xa0\xab\x90",
+         b"\x00\x00\x23abc\x03xyz", b"\x00\x00\xc0\xc1\xd1\xd7", b"\x03\x81\x10", b"\x00\x00\x80"]
+
+
+def h3_streams():
+    """A server's control stream (after its type byte) and request streams' frames."""
+    settings = h3(0x04, varint(0x01) + varint(0) + varint(0x06) + varint(16384) + varint(0x21) + varint(1))
+    yield settings + h3(0x07, varint(4)) + h3(0x21, b"grease")
+    yield h3(0x01, QPACK[1]) + h3(0x00, b"hello") + h3(0x00, b"") + h3(0x01, QPACK[3])
+    yield h3(0x01, QPACK[0]) + h3(0x5e, b"x" * 40) + h3(0x00, b"y" * 300)
+    yield h3(0x04, varint(0x02) + varint(1)) + h3(0x06, b"12345678") + h3(0x01, b"\x00")
+
+
 def client_hellos():
     """ClientHellos as Python's ssl module (OpenSSL) writes them: TLS 1.3 and 1.2, with ALPN."""
     import ssl
@@ -159,6 +189,12 @@ def main():
         put("serve_h2_session", b"\xff" + f)
         put("serve_h2_session", b"\x04" + f)
         put("h2_frames", f)
+    put("qpack", b"".join(bytes([len(q)]) + q for q in QPACK))
+    for q in QPACK:
+        put("qpack", bytes([len(q)]) + q)
+    for f in h3_streams():
+        put("h3_frames", b"\xff" + f)
+        put("h3_frames", b"\x03" + f)
     for hello in client_hellos():
         put("serve_tls", b"\xff" + hello)
         put("serve_tls", b"\x10" + hello)

@@ -121,3 +121,84 @@ pub fn h2_frames(data: &[u8]) {
         at = end;
     }
 }
+
+/// QPACK field sections (both sides): sections in turn (the first byte of each piece gives the
+/// next one's length) decode within the size bound or are refused, never panic; what decodes
+/// encodes again to a section that decodes to the same fields.
+pub fn qpack(data: &[u8]) {
+    let mut d = crate::h3::qpack::Decoder::new(1024);
+    let mut rest = data;
+    while let Some((&len, tail)) = rest.split_first() {
+        let (section, next) = tail.split_at(usize::from(len).min(tail.len()));
+        rest = next;
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let Ok(size) = d.decode(section, &mut |n, v| fields.push((n.to_vec(), v.to_vec()))) else {
+            continue;
+        };
+        assert!(size <= 1024);
+        let listed: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+        assert_eq!(size, listed, "the decoded size is the section's");
+        let again = crate::h3::qpack::encode(fields.iter().map(|(n, v)| (&n[..], &v[..])));
+        let mut back: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let decoded = d.decode(&again, &mut |n, v| back.push((n.to_vec(), v.to_vec())));
+        assert_eq!(decoded.ok(), Some(size));
+        assert_eq!(back, fields);
+    }
+}
+
+/// HTTP/3 frames on a request stream and on a control stream (the first byte picks a split
+/// point): the same bytes whole, in two pieces and a byte at a time give the same frames and
+/// DATA, or the same error; every control frame's payload goes through the SETTINGS and
+/// GOAWAY readers.
+pub fn h3_frames(data: &[u8]) {
+    use crate::h3::frame::{self, allowed, Event, FrameError, On, Reader};
+    let Some((at, input)) = split(data) else { return };
+    type Seen = Vec<(u64, Vec<u8>)>;
+    let read = |pieces: &[&[u8]], control: bool| -> (Seen, Result<bool, FrameError>) {
+        let mut r = Reader::new(256);
+        let mut seen: Seen = Vec::new();
+        let mut first = control;
+        let mut result = Ok(());
+        for p in pieces {
+            result = r.feed(
+                p,
+                &mut |t| {
+                    let on = match (control, first) {
+                        (true, true) => On::ControlFirst,
+                        (true, false) => On::Control,
+                        (false, _) => On::Request,
+                    };
+                    first = false;
+                    allowed(on, t)
+                },
+                &mut |e| {
+                    match e {
+                        Event::Frame { kind, payload } => {
+                            assert!(payload.len() <= 256);
+                            let _ = frame::settings(payload);
+                            let _ = frame::goaway(payload);
+                            seen.push((kind, payload.to_vec()));
+                        }
+                        Event::DataStart(n) => seen.push((u64::MAX, n.to_be_bytes().to_vec())),
+                        Event::Data(d) => match seen.last_mut() {
+                            Some((u64::MAX, _)) | None => seen.push((0, d.to_vec())),
+                            Some((0, b)) => b.extend_from_slice(d),
+                            Some(_) => seen.push((0, d.to_vec())),
+                        },
+                    }
+                    Ok::<(), FrameError>(())
+                },
+            );
+            if result.is_err() {
+                break;
+            }
+        }
+        (seen, result.map(|()| r.between_frames()))
+    };
+    for control in [false, true] {
+        let whole = read(&[input], control);
+        assert_eq!(whole, read(&[&input[..at], &input[at..]], control));
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(whole, read(&bytes, control));
+    }
+}

@@ -28,3 +28,13 @@ fn hpack_blocks() {
 fn h2_frames() {
     replay_corpus("h2_frames", 5, qpslab_http::fuzzing::h2_frames);
 }
+
+#[test]
+fn qpack_sections() {
+    replay_corpus("qpack", 3, qpslab_http::fuzzing::qpack);
+}
+
+#[test]
+fn h3_frames() {
+    replay_corpus("h3_frames", 3, qpslab_http::fuzzing::h3_frames);
+}
