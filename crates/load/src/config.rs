@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use qpslab_sys::cpus::{allowed_cpus, usable_list};
 use qpslab_sys::root::Root;
-use qpslab_sys::uring::Engine;
+use qpslab_sys::uring::{Engine, IoChoice};
 
 use crate::options::GROUP_BY_NAME;
 pub use crate::pool::{GroupBy, DEFAULT_GROUP_BY};
@@ -124,6 +124,8 @@ pub struct LoadConfig {
     pub pipeline: usize,
     /// HTTP/2 (`--h2`): what the connections announce.
     pub h2: Option<crate::session::h2::H2Settings>,
+    /// HTTP/3 (`--h3`): the QUIC connections' configuration.
+    pub h3: Option<H3Config>,
     /// Open loop at this rate; None: closed loop.
     pub rate: Option<Rate>,
     pub conn_per_request: bool,
@@ -213,6 +215,8 @@ impl LoadConfig {
         let (mut variants, notes) = target_mod::build(opts)?;
         let mut notes = notes;
         let (io, tls) = io_and_tls(opts, &variants, &mut notes)?;
+        // QUIC runs on the thread's own UDP loop (epoll).
+        let io = if opts.h3 { Engine::Epoll } else { io };
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
         let threads = threads(opts.threads, connections)?;
         check_limits(opts)?;
@@ -252,7 +256,8 @@ impl LoadConfig {
         let pool_file = opts.urls_file.as_ref().or(opts.body_lines.as_ref());
         let pool_file = pool_file.or(opts.targets.as_ref().filter(|_| by_name));
         let pool = pool_file.map(|f| Pool::of(f, &variants, opts)).transpose()?;
-        let pipeline = if opts.h2 { opts.streams } else { opts.pipeline };
+        let h3 = if opts.h3 { Some(H3Config::new(opts, &variants, tls.as_ref())?) } else { None };
+        let pipeline = if opts.h2 || opts.h3 { opts.streams } else { opts.pipeline };
         variants.shrink();
         let groups = targets::groups(&variants, pipeline, order, unix_peer.as_ref());
         variants.drop_encodings();
@@ -280,6 +285,7 @@ impl LoadConfig {
             max_error_rate: opts.max_error_rate,
             thresholds: thresholds(&opts.thresholds)?,
             pipeline,
+            h3,
             h2: opts.h2.then(|| crate::session::h2::H2Settings {
                 streams: opts.streams as u32,
                 window: (1u32 << opts.window_bits) - 1,
@@ -442,6 +448,84 @@ fn io_and_tls(
     Ok((io, Some(tls)))
 }
 
+/// HTTP/3's QUIC client: TLS 1.3 with ALPN h3 over the run's TLS options, the server's
+/// unidirectional streams bounded, none of its bidirectional ones allowed.
+#[derive(Debug, Clone)]
+pub struct H3Config {
+    pub streams: usize,
+    pub client: quinn_proto::ClientConfig,
+}
+
+impl H3Config {
+    fn new(
+        opts: &LoadOptions,
+        variants: &Variants,
+        tls: Option<&crate::tls::TlsClient>,
+    ) -> Result<H3Config, ConfigError> {
+        check_h3(opts, variants)?;
+        let Some(tls) = tls else {
+            return Err(ConfigError::new("--h3", "HTTP/3 runs over TLS: give an https:// URL"));
+        };
+        let mut rustls = (*tls.config).clone();
+        rustls.alpn_protocols = vec![b"h3".to_vec()];
+        let quic =
+            quinn_proto::crypto::rustls::QuicClientConfig::try_from(rustls).map_err(|e| {
+                ConfigError::new("--ciphers", format!("{e}: QUIC needs TLS_AES_128_GCM_SHA256"))
+            })?;
+        let mut transport = quinn_proto::TransportConfig::default();
+        transport.max_concurrent_bidi_streams(quinn_proto::VarInt::from_u32(0));
+        let uni = quinn_proto::VarInt::from_u64(crate::session::h3::MAX_UNI).unwrap_or_default();
+        transport.max_concurrent_uni_streams(uni);
+        let mut client = quinn_proto::ClientConfig::new(std::sync::Arc::new(quic));
+        client.transport_config(std::sync::Arc::new(transport));
+        Ok(H3Config { streams: opts.streams, client })
+    }
+}
+
+/// What this HTTP/3 client does not do yet, refused by name rather than ignored.
+fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> {
+    let not_yet = |flag: &'static str, what: &str| {
+        Err(ConfigError::new(flag, format!("{what} is not supported with --h3 yet; drop it")))
+    };
+    if opts.rate.is_some() || opts.schedule.is_some() || opts.stages.is_some() {
+        return not_yet("--rate", "an open loop (a request rate)");
+    }
+    if opts.warmup.is_some_and(|w| !w.is_zero()) {
+        return not_yet("--warmup", "a warm-up");
+    }
+    if opts.conn_per_request {
+        return not_yet("--conn-per-request", "a connection per request");
+    }
+    if opts.pipeline > 1 {
+        return Err(ConfigError::new(
+            "--pipeline",
+            "HTTP/3 keeps requests in flight as streams: use --streams with --h3",
+        ));
+    }
+    if opts.source.is_some() {
+        return not_yet("--source", "binding source addresses");
+    }
+    if opts.unix_socket.is_some() {
+        return Err(ConfigError::new("--unix-socket", "HTTP/3 runs over UDP, not a unix socket"));
+    }
+    if opts.urls_file.is_some() || opts.body_lines.is_some() || opts.targets.is_some() {
+        return not_yet("--urls", "a request pool (--urls, --body-lines, --targets)");
+    }
+    if variants.templated() {
+        return not_yet("URL", "a templated ID ({seq}, {rand})");
+    }
+    if opts.io == IoChoice::Uring {
+        return not_yet("--io", "io_uring");
+    }
+    if opts.tls.version == Some(crate::tls::TlsVersion::V1_2) {
+        return Err(ConfigError::new("--tls-version", "QUIC runs TLS 1.3 only: drop 1.2"));
+    }
+    if variants.endpoints().any(|(e, _)| e.tls_name.is_none()) {
+        return Err(ConfigError::new("--h3", "HTTP/3 runs over TLS: give https:// URLs"));
+    }
+    Ok(())
+}
+
 /// Load threads: `-t`, or one per CPU this process may use, at most one per connection.
 fn threads(given: Option<usize>, connections: usize) -> Result<usize, ConfigError> {
     if connections == 0 {
@@ -509,9 +593,15 @@ fn check_connection_model(opts: &LoadOptions) -> Result<(), ConfigError> {
 /// The HTTP/2 flags: only with `--h2`, in range, and what HTTP/2 here does not do.
 fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
     let d = LoadOptions::default();
+    if opts.h3 && opts.h2 {
+        return Err(ConfigError::new("--h3", "HTTP/3 and HTTP/2 are two protocols: drop --h2"));
+    }
     if !opts.h2 {
+        if opts.h3 && (opts.streams == 0 || opts.streams > 1024) {
+            return Err(ConfigError::new("--streams", "must be between 1 and 1024"));
+        }
         let given = [
-            ("--streams", opts.streams != d.streams),
+            ("--streams", opts.streams != d.streams && !opts.h3),
             ("--window-bits", opts.window_bits != d.window_bits),
             ("--conn-window-bits", opts.conn_window_bits != d.conn_window_bits),
             ("--header-table-size", opts.header_table_size != d.header_table_size),

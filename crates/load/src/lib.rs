@@ -12,6 +12,7 @@ pub mod hlog;
 pub mod options;
 mod pacer;
 pub mod pool;
+mod quic;
 pub mod rate;
 pub mod report;
 mod seed;
@@ -223,6 +224,18 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     let wait = cfg.timeout.min(Duration::from_secs(3));
     // Once per address and TLS name: a pool's thousands of lines share a few.
     for (e, url) in cfg.variants.endpoints() {
+        if let Some(h3) = &cfg.h3 {
+            let name = e.tls_name.as_ref().map_or_else(|| e.addr.ip().to_string(), tls::name_text);
+            quic::handshake_once(&h3.client, e.addr, &name, wait).map_err(|p| match p {
+                quic::Preflight::Unreachable(reason) => LoadError::Unreachable {
+                    url: url.to_string(),
+                    addr: format!("{} over UDP", e.addr),
+                    reason,
+                },
+                quic::Preflight::Tls(reason) => LoadError::Tls { url: url.to_string(), reason },
+            })?;
+            continue;
+        }
         let peer = cfg.unix_peer.clone().unwrap_or_else(|| socket2::SockAddr::from(e.addr));
         let sock = connect_once(&peer, wait).map_err(|err| LoadError::Unreachable {
             url: url.to_string(),
@@ -623,6 +636,9 @@ fn run_thread(
     hand: &Hand<'_, Msg, Clock>,
     progress: &ThreadProgress,
 ) -> std::io::Result<worker::ThreadOutcome> {
+    if shared.cfg.h3.is_some() {
+        return quic::run_thread(shared, hand, progress);
+    }
     let send = |index: u32, hist: Histogram<u64>| hand.send(Msg::Interval { index, hist });
     let mut w = worker::Worker::new(shared, hand.index(), progress, &send)?;
     w.connect_phase()?;

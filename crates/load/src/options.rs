@@ -196,8 +196,12 @@ pub struct LoadOptions {
     #[arg(long)]
     pub h2: bool,
 
-    /// With --h2: concurrent streams per connection (h2load's -m); -c stays the number of
-    /// connections
+    /// HTTP/3 over QUIC on https:// (ALPN h3; UDP to the URL's port)
+    #[arg(long)]
+    pub h3: bool,
+
+    /// With --h2 or --h3: concurrent streams per connection (h2load's -m); -c stays the
+    /// number of connections
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub streams: usize,
 
@@ -354,6 +358,7 @@ impl Default for LoadOptions {
             conn_per_request: false,
             rst_close: false,
             h2: false,
+            h3: false,
             streams: 1,
             window_bits: 30,
             conn_window_bits: 30,

@@ -108,6 +108,14 @@ impl Pacer {
         }
     }
 
+    /// Closed loop: `n` granted requests did not go (HTTP/3: the server's stream limit was
+    /// reached); the budget takes them back.
+    pub(crate) fn give_back(&mut self, n: u64) {
+        if let Pacer::Closed { remaining: Some(left) } = self {
+            *left += n;
+        }
+    }
+
     /// When slot `k` was meant to go: its schedule time, or `now` in closed loop.
     #[inline]
     pub(crate) fn slot_time(&self, k: u64, now: Instant) -> Instant {

@@ -9,6 +9,7 @@
 
 pub mod fuzzing;
 pub(crate) mod h2;
+pub(crate) mod h3;
 
 use std::collections::VecDeque;
 use std::time::Instant;

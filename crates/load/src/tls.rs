@@ -475,6 +475,15 @@ fn cipher_suites(
         })
 }
 
+/// A TLS server name as text (a DNS name, or an IP address as written).
+pub fn name_text(name: &ServerName<'static>) -> String {
+    match name {
+        ServerName::DnsName(d) => d.as_ref().to_string(),
+        ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
+        _ => String::new(),
+    }
+}
+
 /// The name a target's connections send (SNI) and verify: `--sni`, else the URL's host (an IP
 /// address is verified against the certificate's IP addresses and sends no SNI).
 pub fn server_name(host: &str, sni: Option<&str>) -> Result<ServerName<'static>, ConfigError> {

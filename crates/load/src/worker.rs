@@ -1180,7 +1180,7 @@ impl Conn {
 /// requests of the threads before it, so the threads' requests are the cycle's positions
 /// from 0 in turn and every position is requested equally often when the budget is a multiple
 /// of the cycle; without one, spread evenly over the cycle.
-fn first_position(cfg: &LoadConfig, index: usize, len: usize) -> usize {
+pub(crate) fn first_position(cfg: &LoadConfig, index: usize, len: usize) -> usize {
     let before: u64 = match cfg.requests {
         Some(_) => (0..index).filter_map(|i| cfg.requests_of(i)).sum(),
         None => (index * len / cfg.threads.max(1)) as u64,
@@ -1204,7 +1204,7 @@ fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> stdio::Result<()> 
 
 impl Shared<'_> {
     /// The run ends now: a stop was asked for, or the server speaks another protocol.
-    fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         self.stop_flag.load(Ordering::Relaxed) || self.wrong_protocol.get().is_some()
     }
 
@@ -1212,7 +1212,7 @@ impl Shared<'_> {
     /// send time and, in open loop, from the write. A method of the run-wide inputs (not of the
     /// worker), so it can be called while a connection is borrowed.
     #[inline]
-    fn record(&self, rec: &mut Recorder, req: Req, resp: Response, now: Instant) {
+    pub(crate) fn record(&self, rec: &mut Recorder, req: Req, resp: Response, now: Instant) {
         if req.counted {
             let ok = resp.status < 400 || self.cfg.accept_status.contains(resp.status);
             rec.target_response(req.target as usize, ok);

@@ -779,12 +779,19 @@ impl ConfigReport {
             source: cfg.source,
             poll: cfg.poll.name(),
             io: cfg.io.name(),
-            linger_us: if cfg.rate.is_none() {
+            // HTTP/3's loop does not linger.
+            linger_us: if cfg.rate.is_none() && cfg.h3.is_none() {
                 u64::try_from(cfg.linger.as_micros()).unwrap_or(u64::MAX)
             } else {
                 0
             },
-            protocol: if cfg.h2.is_some() { "h2" } else { "http/1.1" },
+            protocol: if cfg.h3.is_some() {
+                "h3"
+            } else if cfg.h2.is_some() {
+                "h2"
+            } else {
+                "http/1.1"
+            },
             unix_socket: cfg.unix_socket.as_ref().map(|p| p.display().to_string()),
         }
     }

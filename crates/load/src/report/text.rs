@@ -59,6 +59,7 @@ fn header(r: &Report, s: &mut String) {
         },
         match (c.protocol, c.pipeline) {
             ("h2", n) => format!(", HTTP/2 with {n} {}", plural(n as u64, "stream", "streams")),
+            ("h3", n) => format!(", HTTP/3 with {n} {}", plural(n as u64, "stream", "streams")),
             (_, 1) => String::new(),
             (_, n) => format!(", pipelined {n} deep"),
         },

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, reason = "each test uses a subset of the helpers")]
 
+pub mod aioquic;
 pub mod h2o;
 pub mod httpd;
 pub mod nginx;

@@ -1,0 +1,868 @@
+//! HTTP/3 load threads: QUIC connections on quinn-proto (a state machine without I/O), each
+//! thread with one UDP socket on its own epoll loop, the same pacer, recorder, per-second rows
+//! and interval histograms as the TCP loops, so a run over HTTP/3 reads as any other in text,
+//! JSON, thresholds and compare. Each connection's HTTP/3 is [`Http3`]; this file moves
+//! datagrams, timers and the accounting.
+//!
+//! Connections open (handshake included) before the run's clock starts, as keep-alive TCP
+//! connections do; a connection lost in the run fails its requests by what ended it (a TLS
+//! alert, the server's close with its code, an idle timeout) and is opened again.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use hdrhistogram::Histogram;
+use qpslab_http::h2::hpack;
+use qpslab_http::h3::frame::{self, code, kind};
+use qpslab_http::h3::qpack;
+use qpslab_sys::crew::Hand;
+use qpslab_sys::epoll::{self, Epoll};
+use qpslab_sys::thread::CpuTime;
+use quinn_proto::{
+    ConnectError, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Endpoint,
+    EndpointConfig, Event, StreamEvent, VarInt,
+};
+
+use crate::pacer::Pacer;
+use crate::session::h3::{ConnError, Http3};
+use crate::session::Req;
+use crate::stats::{ErrorClass, Recorder};
+use crate::worker::{self, Clock, Msg, SetupCounts, Shared, ThreadOutcome, ThreadProgress};
+
+/// The largest UDP datagram read (a GRO batch is not asked for).
+const RECV_BUF: usize = 64 * 1024;
+/// Datagrams read per turn before the connections get their turn.
+const RECV_BATCH: usize = 256;
+/// Length of one `--log` interval and of a progress tick.
+const SECOND: Duration = Duration::from_secs(1);
+/// How long a failed connection waits before it is opened again.
+const BACKOFF: Duration = Duration::from_millis(100);
+/// How long the connections' closes may take to go out at the end of the run.
+const CLOSE_WAIT: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Closed,
+    Handshaking,
+    Open,
+}
+
+struct QConn {
+    handle: Option<ConnectionHandle>,
+    conn: Option<Box<Connection>>,
+    h3: Http3,
+    phase: Phase,
+    opened_at: Instant,
+    retry_at: Option<Instant>,
+    ever_connected: bool,
+}
+
+/// Who a connection handle's datagrams go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    None,
+    Conn(usize),
+    /// Closed, draining: its last packets are answered until the endpoint lets it go.
+    Closing,
+}
+
+struct Thread<'a> {
+    shared: &'a Shared<'a>,
+    progress: &'a ThreadProgress,
+    send_interval: &'a dyn Fn(u32, Histogram<u64>),
+    sock: UdpSocket,
+    epoll: Epoll,
+    endpoint: Endpoint,
+    conns: Vec<QConn>,
+    owners: Vec<Owner>,
+    closing: Vec<(ConnectionHandle, Box<Connection>)>,
+    /// Per group, per position of its request cycle: the request's HEADERS frame (its QPACK
+    /// section) and its body in a DATA frame.
+    wires: Vec<Vec<Vec<u8>>>,
+    cursors: Vec<usize>,
+    pacer: Pacer,
+    rec: Recorder,
+    outstanding: u64,
+    started: bool,
+    measuring: bool,
+    log_index: u32,
+    log_next: Instant,
+    open: u64,
+    setup: SetupCounts,
+    tx: Vec<u8>,
+    rx: Box<[u8]>,
+}
+
+/// One HTTP/3 load thread: opens its connections, waits at the start line, runs.
+pub(crate) fn run_thread(
+    shared: &Shared<'_>,
+    hand: &Hand<'_, Msg, Clock>,
+    progress: &ThreadProgress,
+) -> io::Result<ThreadOutcome> {
+    let send = |index: u32, hist: Histogram<u64>| hand.send(Msg::Interval { index, hist });
+    let mut t = Thread::new(shared, hand.index(), progress, &send)?;
+    t.connect_phase()?;
+    let clock = hand.ready();
+    t.run(clock)
+}
+
+/// Each position's HEADERS and DATA frames, from its HTTP/2 header block (which uses no
+/// dynamic table, so it decodes on its own) turned into a QPACK field section.
+pub(crate) fn wires(group: &crate::targets::Group) -> Vec<Vec<u8>> {
+    (0..group.cycle.len())
+        .map(|pos| {
+            let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut dec = hpack::Decoder::new(hpack::DEFAULT_TABLE_SIZE, usize::MAX);
+            // The block was encoded here; it decodes.
+            let _ = dec.decode(group.h2_block(pos), &mut |n, v| {
+                fields.push((n.to_vec(), v.to_vec()));
+            });
+            let section = qpack::encode(fields.iter().map(|(n, v)| (&n[..], &v[..])));
+            let mut out = Vec::new();
+            frame::put_head(&mut out, kind::HEADERS, section.len());
+            out.extend_from_slice(&section);
+            let body = group.body(pos);
+            if !body.is_empty() {
+                frame::put_head(&mut out, kind::DATA, body.len());
+                out.extend_from_slice(body);
+            }
+            out
+        })
+        .collect()
+}
+
+impl<'a> Thread<'a> {
+    fn new(
+        shared: &'a Shared<'a>,
+        index: usize,
+        progress: &'a ThreadProgress,
+        send_interval: &'a dyn Fn(u32, Histogram<u64>),
+    ) -> io::Result<Self> {
+        let cfg = shared.cfg;
+        let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
+        let now = Instant::now();
+        let v6 = shared.groups.iter().any(|g| g.endpoint.addr.is_ipv6());
+        let any: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
+            .parse()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let sock = UdpSocket::bind(any)?;
+        sock.set_nonblocking(true)?;
+        let epoll = Epoll::new()?;
+        epoll.add(sock.as_raw_fd(), 0, epoll::IN)?;
+        let conns = (0..cfg.connections_of(index))
+            .map(|i| QConn {
+                handle: None,
+                conn: None,
+                h3: Http3::new(shared.conn_groups[first_conn + i]),
+                phase: Phase::Closed,
+                opened_at: now,
+                retry_at: None,
+                ever_connected: false,
+            })
+            .collect();
+        Ok(Thread {
+            shared,
+            progress,
+            send_interval,
+            sock,
+            epoll,
+            endpoint: Endpoint::new(
+                std::sync::Arc::new(EndpointConfig::default()),
+                None,
+                true,
+                None,
+            ),
+            conns,
+            owners: Vec::new(),
+            closing: Vec::new(),
+            wires: shared.groups.iter().map(wires).collect(),
+            cursors: shared
+                .groups
+                .iter()
+                .map(|g| worker::first_position(cfg, index, g.cycle.len()))
+                .collect(),
+            pacer: Pacer::closed(cfg.requests_of(index)),
+            rec: Recorder::new(cfg.variants.len(), 0, shared.intervals),
+            outstanding: 0,
+            started: false,
+            measuring: false,
+            log_index: 0,
+            log_next: now,
+            open: 0,
+            setup: SetupCounts::default(),
+            tx: Vec::with_capacity(1500),
+            rx: vec![0u8; RECV_BUF].into_boxed_slice(),
+        })
+    }
+
+    /// Opens every connection (its handshake done) before the run's clock starts, or until
+    /// each has failed once or the connect timeout passed.
+    fn connect_phase(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        for idx in 0..self.conns.len() {
+            self.connect(idx, now);
+        }
+        let deadline = now + self.shared.cfg.connect_timeout;
+        loop {
+            let opening = self.conns.iter().any(|c| c.phase == Phase::Handshaking);
+            if !opening || self.shared.stopping() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.connect_timeouts(now);
+                break;
+            }
+            self.turn(deadline.min(now + Duration::from_millis(10)))?;
+        }
+        self.setup.opened = self.conns.iter().filter(|c| c.phase == Phase::Open).count();
+        self.setup.failed = self.conns.len() - self.setup.opened;
+        Ok(())
+    }
+
+    fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
+        let cpu_start = CpuTime::of_current_thread();
+        self.started = true;
+        self.measuring = true;
+        self.pacer.begin(clock.start);
+        self.log_next = clock.measure_start + SECOND;
+        let mut now = Instant::now();
+        for idx in 0..self.conns.len() {
+            self.issue(idx, now);
+            self.transmit(idx, now);
+        }
+        let tick = (self.shared.cfg.timeout / 10).clamp(Duration::from_millis(1), SECOND / 10);
+        let mut next_tick = now + tick;
+        loop {
+            let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
+            wake = wake.min(self.log_next);
+            self.turn(wake)?;
+            now = Instant::now();
+            if now >= self.log_next {
+                self.rotate_interval(now);
+            }
+            if now >= next_tick {
+                self.on_tick(now);
+                next_tick = now + tick;
+            }
+            let timed_out = clock.stop_at.is_some_and(|s| now >= s);
+            let drained = self.pacer.exhausted() && self.outstanding == 0;
+            if timed_out || drained || self.shared.stopping() {
+                break;
+            }
+        }
+        let cpu = CpuTime::of_current_thread().since(cpu_start);
+        Ok(self.finish(now, cpu))
+    }
+
+    /// One turn: waits for datagrams or the earliest timer (until `wake` at the latest), reads
+    /// what came, then lets every connection act on it and send.
+    fn turn(&mut self, wake: Instant) -> io::Result<()> {
+        let now = Instant::now();
+        let mut wake = wake;
+        for c in &mut self.conns {
+            if let Some(t) = c.conn.as_mut().and_then(|c| c.poll_timeout()) {
+                wake = wake.min(t);
+            }
+        }
+        for (_, c) in &mut self.closing {
+            if let Some(t) = c.poll_timeout() {
+                wake = wake.min(t);
+            }
+        }
+        let mut events = [epoll::Event { events: 0, u64: 0 }; 1];
+        self.epoll.wait_for(&mut events, wake.saturating_duration_since(now))?;
+        let now = Instant::now();
+        self.receive(now);
+        for idx in 0..self.conns.len() {
+            self.drive(idx, now);
+        }
+        self.drive_closing(now);
+        Ok(())
+    }
+
+    /// Reads the datagrams waiting, each to its connection.
+    fn receive(&mut self, now: Instant) {
+        for _ in 0..RECV_BATCH {
+            let (n, from) = match self.sock.recv_from(&mut self.rx) {
+                Ok(r) => r,
+                Err(_) => return,
+            };
+            self.rec.bytes_read += n as u64;
+            let data = BytesMut::from(&self.rx[..n]);
+            self.tx.clear();
+            match self.endpoint.handle(now, from, None, None, data, &mut self.tx) {
+                Some(DatagramEvent::ConnectionEvent(h, ev)) => match self.owner(h) {
+                    Owner::Conn(idx) => {
+                        if let Some(c) = self.conns[idx].conn.as_mut() {
+                            c.handle_event(ev);
+                        }
+                    }
+                    Owner::Closing => {
+                        if let Some((_, c)) = self.closing.iter_mut().find(|(x, _)| *x == h) {
+                            c.handle_event(ev);
+                        }
+                    }
+                    Owner::None => {}
+                },
+                Some(DatagramEvent::Response(t)) => {
+                    let _ = self.sock.send_to(&self.tx[..t.size], t.destination);
+                }
+                Some(DatagramEvent::NewConnection(_)) | None => {}
+            }
+        }
+    }
+
+    fn owner(&self, h: ConnectionHandle) -> Owner {
+        self.owners.get(h.0).copied().unwrap_or(Owner::None)
+    }
+
+    fn set_owner(&mut self, h: ConnectionHandle, o: Owner) {
+        if self.owners.len() <= h.0 {
+            self.owners.resize(h.0 + 1, Owner::None);
+        }
+        self.owners[h.0] = o;
+    }
+
+    /// Opens connection `idx` (its QUIC handshake begins).
+    fn connect(&mut self, idx: usize, now: Instant) {
+        let g = &self.shared.groups[self.conns[idx].h3.group];
+        let name = g
+            .endpoint
+            .tls_name
+            .as_ref()
+            .map_or_else(|| g.endpoint.addr.ip().to_string(), crate::tls::name_text);
+        let Some(h3) = &self.shared.cfg.h3 else { return };
+        let addr = g.endpoint.addr;
+        let c = &mut self.conns[idx];
+        c.opened_at = now;
+        c.retry_at = None;
+        c.h3 = Http3::new(c.h3.group);
+        match self.endpoint.connect(now, h3.client.clone(), addr, &name) {
+            Ok((h, conn)) => {
+                c.handle = Some(h);
+                c.conn = Some(Box::new(conn));
+                c.phase = Phase::Handshaking;
+                self.rec.connects += 1;
+                if c.ever_connected {
+                    self.rec.reconnects += 1;
+                }
+                self.set_owner(h, Owner::Conn(idx));
+            }
+            Err(e) => {
+                let msg = match e {
+                    ConnectError::InvalidServerName(n) => format!("{n:?} is no TLS server name"),
+                    e => e.to_string(),
+                };
+                self.fail_all(idx, ErrorClass::Connect, msg, now);
+            }
+        }
+    }
+
+    /// Lets connection `idx` act on what came and on its timers, then sends what it has.
+    fn drive(&mut self, idx: usize, now: Instant) {
+        let Some(mut conn) = self.conns[idx].conn.take() else {
+            let c = &self.conns[idx];
+            if c.phase == Phase::Closed && c.retry_at.is_some_and(|t| now >= t) {
+                self.issue(idx, now);
+            }
+            return;
+        };
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        let h = self.conns[idx].handle.unwrap_or(ConnectionHandle(usize::MAX));
+        while let Some(ev) = conn.poll_endpoint_events() {
+            if let Some(back) = self.endpoint.handle_event(h, ev) {
+                conn.handle_event(back);
+            }
+        }
+        let mut lost = None;
+        let mut failed: Option<ConnError> = None;
+        while let Some(ev) = conn.poll() {
+            let c = &mut self.conns[idx];
+            let result = match ev {
+                Event::Connected => {
+                    c.phase = Phase::Open;
+                    c.ever_connected = true;
+                    self.open += 1;
+                    // QUIC's handshake is TLS 1.3's, in full (no resumption yet).
+                    self.rec.tls_full += 1;
+                    let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
+                    self.rec.handshake_latency.saturating_record(us.max(1));
+                    if self.rec.tls_negotiated.is_none() {
+                        self.rec.tls_negotiated = Some("TLSv1_3 (QUIC)".into());
+                    }
+                    c.h3.connected(&mut conn)
+                }
+                Event::ConnectionLost { reason } => {
+                    lost = Some(reason);
+                    break;
+                }
+                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept_uni(&mut conn),
+                Event::Stream(StreamEvent::Readable { id }) => c.h3.readable(&mut conn, id),
+                Event::Stream(StreamEvent::Writable { id }) => {
+                    c.h3.writable(&mut conn, id);
+                    Ok(())
+                }
+                Event::Stream(StreamEvent::Stopped { id, .. }) => {
+                    c.h3.stopped(id);
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                failed = Some(e);
+                break;
+            }
+        }
+        self.hand_over(idx, now);
+        if let Some(e) = failed {
+            let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
+            conn.close(now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
+            self.retire(idx, conn, now);
+            self.fail_all(idx, ErrorClass::Parse, e.msg, now);
+            return;
+        }
+        if let Some(reason) = lost {
+            self.retire(idx, conn, now);
+            if let Some((class, msg)) = self.lost_because(idx, &reason) {
+                self.fail_all(idx, class, msg, now);
+            }
+            return;
+        }
+        self.conns[idx].conn = Some(conn);
+        self.issue(idx, now);
+        self.transmit(idx, now);
+    }
+
+    /// Sends what connection `idx` has queued.
+    fn transmit(&mut self, idx: usize, now: Instant) {
+        let Some(conn) = self.conns[idx].conn.as_mut() else { return };
+        send_all(conn, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+    }
+
+    /// Responses and failed streams the session handed back, into the record.
+    fn hand_over(&mut self, idx: usize, now: Instant) {
+        let c = &mut self.conns[idx];
+        for (req, resp) in c.h3.answered.drain(..) {
+            self.outstanding -= 1;
+            self.shared.record(&mut self.rec, req, resp, now);
+        }
+        for (req, why) in c.h3.reset.drain(..) {
+            self.outstanding -= 1;
+            if req.counted {
+                self.rec.target_failed(req.target as usize, 1);
+                self.rec.failure(ErrorClass::Reset, 1, || why);
+            }
+        }
+    }
+
+    /// Why a lost connection's requests failed; None when this side closed it.
+    fn lost_because(&self, idx: usize, reason: &ConnectionError) -> Option<(ErrorClass, String)> {
+        let handshaking = !self.conns[idx].ever_connected || self.conns[idx].phase != Phase::Open;
+        let crypto = |c: u64| (0x100..0x200).contains(&c);
+        Some(match reason {
+            ConnectionError::LocallyClosed => return None,
+            ConnectionError::ConnectionClosed(c) if crypto(u64::from(c.error_code)) => {
+                (ErrorClass::Tls, format!("the server's TLS alert: {c}"))
+            }
+            ConnectionError::TransportError(e) if crypto(u64::from(e.code)) => {
+                (ErrorClass::Tls, format!("TLS: {e}"))
+            }
+            ConnectionError::TimedOut if handshaking => (
+                ErrorClass::Connect,
+                "no QUIC handshake: the server sent nothing back (UDP) before the idle timeout"
+                    .into(),
+            ),
+            ConnectionError::TimedOut => {
+                (ErrorClass::Timeout, "the QUIC connection went idle past its timeout".into())
+            }
+            ConnectionError::ApplicationClosed(a) => (
+                ErrorClass::Read,
+                format!(
+                    "the server closed the connection ({}{})",
+                    code::name(a.error_code.into_inner()),
+                    reason_text(&a.reason)
+                ),
+            ),
+            ConnectionError::ConnectionClosed(c) => {
+                (ErrorClass::Read, format!("the server closed the QUIC connection: {c}"))
+            }
+            ConnectionError::Reset => {
+                (ErrorClass::Read, "the server reset the QUIC connection (stateless reset)".into())
+            }
+            e if handshaking => (ErrorClass::Connect, e.to_string()),
+            e => (ErrorClass::Parse, e.to_string()),
+        })
+    }
+
+    /// A connection is done with: it drains apart, its slot is closed.
+    fn retire(&mut self, idx: usize, conn: Box<Connection>, now: Instant) {
+        let c = &mut self.conns[idx];
+        if c.phase == Phase::Open {
+            self.open -= 1;
+        }
+        c.phase = Phase::Closed;
+        if let Some(h) = c.handle.take() {
+            self.set_owner(h, Owner::Closing);
+            let mut conn = conn;
+            send_all(&mut conn, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+            self.closing.push((h, conn));
+        }
+    }
+
+    /// Fails every request of connection `idx` (its connection is gone) and schedules it to
+    /// open again.
+    fn fail_all(&mut self, idx: usize, class: ErrorClass, msg: String, now: Instant) {
+        if !self.started && self.setup.example.is_none() {
+            self.setup.example = Some(msg.clone());
+        }
+        let reqs = self.conns[idx].h3.take_requests();
+        self.outstanding -= reqs.len() as u64;
+        let mut counted = 0;
+        for r in reqs.iter().filter(|r| r.counted) {
+            self.rec.target_failed(r.target as usize, 1);
+            counted += 1;
+        }
+        self.rec.failure(class, counted, || msg);
+        self.conns[idx].retry_at = Some(now + BACKOFF);
+    }
+
+    /// Connections that are closed and drain: their timers run, their packets go, and the
+    /// endpoint lets them go once drained.
+    fn drive_closing(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.closing.len() {
+            let (h, c) = &mut self.closing[i];
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+            while let Some(ev) = c.poll_endpoint_events() {
+                if let Some(back) = self.endpoint.handle_event(*h, ev) {
+                    c.handle_event(back);
+                }
+            }
+            while c.poll().is_some() {}
+            send_all(c, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+            if c.is_drained() {
+                let h = *h;
+                self.closing.swap_remove(i);
+                self.set_owner(h, Owner::None);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Gives connection `idx` as many requests as its streams and the pacer allow; opens it
+    /// again when it is closed and has waited out its back-off.
+    fn issue(&mut self, idx: usize, now: Instant) {
+        if !self.started {
+            return;
+        }
+        let depth = self.shared.cfg.pipeline;
+        let c = &mut self.conns[idx];
+        match c.phase {
+            Phase::Handshaking => {}
+            Phase::Closed => {
+                if c.retry_at.is_some_and(|t| now < t) || self.pacer.exhausted() {
+                    return;
+                }
+                self.connect(idx, now);
+            }
+            Phase::Open => {
+                if c.h3.going_away() {
+                    return;
+                }
+                let free = depth.saturating_sub(c.h3.in_flight()) as u64;
+                if free == 0 {
+                    return;
+                }
+                let g = c.h3.group;
+                let group = &self.shared.groups[g];
+                let Some(conn) = c.conn.as_mut() else { return };
+                let mut sent = 0;
+                for _ in 0..free {
+                    if self.pacer.grant(1, now).0 == 0 {
+                        break;
+                    }
+                    let pos = self.cursors[g];
+                    let req = Req {
+                        sent_at: now,
+                        intended: now,
+                        counted: self.measuring,
+                        warm: false,
+                        retried: false,
+                        target: group.cycle.variant(pos),
+                        pos: pos as u32,
+                        id: 0,
+                    };
+                    if !c.h3.send(conn, req, &self.wires[g][pos]) {
+                        // The server's stream limit: the grant goes back.
+                        self.pacer.give_back(1);
+                        break;
+                    }
+                    self.cursors[g] = (pos + 1) % group.cycle.len();
+                    sent += 1;
+                }
+                self.outstanding += sent;
+                if self.measuring {
+                    self.rec.sent += sent;
+                }
+            }
+        }
+    }
+
+    /// Handshakes past the connect timeout fail.
+    fn connect_timeouts(&mut self, now: Instant) {
+        let limit = self.shared.cfg.connect_timeout;
+        for idx in 0..self.conns.len() {
+            let c = &self.conns[idx];
+            if c.phase != Phase::Handshaking || now.saturating_duration_since(c.opened_at) < limit {
+                continue;
+            }
+            if let Some(mut conn) = self.conns[idx].conn.take() {
+                conn.close(now, VarInt::from_u32(0), bytes::Bytes::new());
+                self.retire(idx, conn, now);
+            }
+            let msg = format!(
+                "no QUIC handshake within {} (the server did not answer over UDP)",
+                worker::fmt_duration(limit)
+            );
+            self.fail_all(idx, ErrorClass::Connect, msg, now);
+        }
+    }
+
+    /// Requests past the timeout fail (their streams cancelled), handshakes past theirs too;
+    /// the live counters are published.
+    fn on_tick(&mut self, now: Instant) {
+        self.connect_timeouts(now);
+        let Some(before) = now.checked_sub(self.shared.cfg.timeout) else { return };
+        for idx in 0..self.conns.len() {
+            let c = &mut self.conns[idx];
+            let Some(conn) = c.conn.as_mut() else { continue };
+            let late = c.h3.cancel_older(conn, before);
+            if late.is_empty() {
+                continue;
+            }
+            self.outstanding -= late.len() as u64;
+            let counted = late.iter().filter(|r| r.counted).count() as u64;
+            for r in late.iter().filter(|r| r.counted) {
+                self.rec.target_failed(r.target as usize, 1);
+            }
+            let t = worker::fmt_duration(self.shared.cfg.timeout);
+            self.rec.failure(ErrorClass::Timeout, counted, || {
+                format!("no response within {t} (the stream was cancelled)")
+            });
+            self.issue(idx, now);
+            self.transmit(idx, now);
+        }
+        self.publish();
+    }
+
+    fn rotate_interval(&mut self, now: Instant) {
+        while now >= self.log_next {
+            self.rec.end_second();
+            if let Some(hist) = self.rec.take_interval() {
+                (self.send_interval)(self.log_index, hist);
+            }
+            self.log_index += 1;
+            self.log_next += SECOND;
+        }
+    }
+
+    fn publish(&self) {
+        let p = self.progress;
+        p.sent.store(self.rec.sent, Ordering::Relaxed);
+        p.completed.store(self.rec.completed, Ordering::Relaxed);
+        p.failed.store(self.rec.failed, Ordering::Relaxed);
+        p.ok.store(self.rec.ok, Ordering::Relaxed);
+        for (a, e) in p.errors.iter().zip(self.rec.errors) {
+            a.store(e, Ordering::Relaxed);
+        }
+        p.open.store(self.open, Ordering::Relaxed);
+        p.reconnects.store(self.rec.reconnects, Ordering::Relaxed);
+    }
+
+    /// Closes every connection (H3_NO_ERROR), lets the closes go out, and hands back the
+    /// thread's figures.
+    fn finish(mut self, now: Instant, cpu: CpuTime) -> ThreadOutcome {
+        self.publish();
+        if let Some(h) = self.rec.take_interval() {
+            (self.send_interval)(self.log_index, h);
+        }
+        let mut in_flight_by_target = vec![0; self.shared.cfg.variants.len()];
+        let mut waiting = crate::Waiting::default();
+        for c in &self.conns {
+            let counted: Vec<&Req> = c.h3.requests().filter(|r| r.counted).collect();
+            for r in &counted {
+                in_flight_by_target[r.target as usize] += 1;
+            }
+            if let Some(oldest) = counted.iter().map(|r| r.intended).min() {
+                let us = now.saturating_duration_since(oldest).as_micros() as u64;
+                waiting.answered_us.push(us);
+            }
+        }
+        for idx in 0..self.conns.len() {
+            if let Some(mut conn) = self.conns[idx].conn.take() {
+                conn.close(
+                    now,
+                    VarInt::from_u64(code::NO_ERROR).unwrap_or_default(),
+                    bytes::Bytes::new(),
+                );
+                self.retire(idx, conn, now);
+            }
+        }
+        let end = Instant::now() + CLOSE_WAIT;
+        while !self.closing.is_empty() && Instant::now() < end {
+            let _ = self.turn(end.min(Instant::now() + Duration::from_millis(5)));
+        }
+        ThreadOutcome {
+            in_flight: in_flight_by_target.iter().sum(),
+            cpu,
+            polled: Duration::ZERO,
+            lingered: Duration::ZERO,
+            ended: now,
+            due_unsent: 0,
+            idle_at_stop: 0,
+            in_flight_by_target,
+            setup: self.setup,
+            rec: self.rec,
+            waiting,
+        }
+    }
+}
+
+/// Sends every datagram the connection has ready; one the socket's buffer cannot take is
+/// dropped, as a full path would (QUIC's recovery sends it again).
+fn send_all(
+    conn: &mut Connection,
+    sock: &UdpSocket,
+    tx: &mut Vec<u8>,
+    sent: &mut u64,
+    now: Instant,
+) {
+    loop {
+        tx.clear();
+        let Some(t) = conn.poll_transmit(now, 1, tx) else { break };
+        if sock.send_to(&tx[..t.size], t.destination).is_ok() {
+            *sent += t.size as u64;
+        }
+    }
+}
+
+/// A close's reason phrase, for a message (empty when none).
+fn reason_text(reason: &[u8]) -> String {
+    if reason.is_empty() {
+        return String::new();
+    }
+    format!(": {}", String::from_utf8_lossy(reason))
+}
+
+/// Why a preflight handshake failed.
+#[derive(Debug)]
+pub(crate) enum Preflight {
+    /// Nothing answered QUIC there.
+    Unreachable(String),
+    /// The handshake failed: a certificate, ALPN or TLS alert.
+    Tls(String),
+}
+
+/// Checks before the run that `addr` answers a QUIC handshake with ALPN h3 for `name`, within
+/// `wait`: a wrong port or a server without HTTP/3 fails in milliseconds.
+pub(crate) fn handshake_once(
+    client: &quinn_proto::ClientConfig,
+    addr: SocketAddr,
+    name: &str,
+    wait: Duration,
+) -> Result<(), Preflight> {
+    let local: SocketAddr = if addr.is_ipv6() {
+        SocketAddr::from(([0u16; 8], 0))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    };
+    let io = |e: io::Error| Preflight::Unreachable(qpslab_sys::net::message(&e));
+    let sock = UdpSocket::bind(local).map_err(io)?;
+    // Connected, so an ICMP port unreachable comes back as ECONNREFUSED.
+    sock.connect(addr).map_err(io)?;
+    let mut endpoint =
+        Endpoint::new(std::sync::Arc::new(EndpointConfig::default()), None, true, None);
+    let start = Instant::now();
+    let (h, mut conn) = endpoint
+        .connect(start, client.clone(), addr, name)
+        .map_err(|e| Preflight::Unreachable(e.to_string()))?;
+    let mut tx = Vec::new();
+    let mut rx = vec![0u8; RECV_BUF];
+    let mut written = 0;
+    let deadline = start + wait;
+    loop {
+        let now = Instant::now();
+        while let Some(ev) = conn.poll() {
+            match ev {
+                Event::Connected => {
+                    conn.close(
+                        now,
+                        VarInt::from_u64(code::NO_ERROR).unwrap_or_default(),
+                        bytes::Bytes::new(),
+                    );
+                    send_all(&mut conn, &sock, &mut tx, &mut written, now);
+                    return Ok(());
+                }
+                Event::ConnectionLost { reason } => {
+                    return Err(match reason {
+                        ConnectionError::TransportError(e) => {
+                            Preflight::Tls(format!("QUIC handshake: {e}"))
+                        }
+                        ConnectionError::ConnectionClosed(c) => {
+                            Preflight::Tls(format!("the server ended the QUIC handshake: {c}"))
+                        }
+                        e => Preflight::Unreachable(e.to_string()),
+                    });
+                }
+                _ => {}
+            }
+        }
+        while let Some(ev) = conn.poll_endpoint_events() {
+            if let Some(back) = endpoint.handle_event(h, ev) {
+                conn.handle_event(back);
+            }
+        }
+        send_all(&mut conn, &sock, &mut tx, &mut written, now);
+        if now >= deadline {
+            return Err(Preflight::Unreachable(format!(
+                "no QUIC handshake over UDP within {} (is HTTP/3 on this port?)",
+                worker::fmt_duration(wait)
+            )));
+        }
+        let timer = conn.poll_timeout().unwrap_or(deadline).min(deadline);
+        let left = timer.saturating_duration_since(now).max(Duration::from_millis(1));
+        sock.set_read_timeout(Some(left)).map_err(io)?;
+        match sock.recv(&mut rx) {
+            Ok(n) => {
+                let data = BytesMut::from(&rx[..n]);
+                tx.clear();
+                if let Some(DatagramEvent::ConnectionEvent(_, ev)) =
+                    endpoint.handle(Instant::now(), addr, None, None, data, &mut tx)
+                {
+                    conn.handle_event(ev);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                return Err(Preflight::Unreachable(
+                    "refused over UDP (ICMP port unreachable): nothing listens for QUIC here"
+                        .into(),
+                ));
+            }
+            Err(_) => {
+                if conn.poll_timeout().is_some_and(|t| t <= Instant::now()) {
+                    conn.handle_timeout(Instant::now());
+                }
+            }
+        }
+    }
+}

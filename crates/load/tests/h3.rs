@@ -1,0 +1,156 @@
+//! HTTP/3 against a real QUIC stack that is not qpslab's: aioquic's server (PyPI). Counts are
+//! checked against the server's own log; resets, closes, timeouts and a port with nothing on
+//! it are named as what they are.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::time::Duration;
+
+use qpslab_load::{LoadConfig, LoadError, LoadOptions};
+use support::aioquic::Aioquic;
+use support::{opts_on, run};
+
+fn h3_opts(server: &Aioquic, path: &str, connections: usize, streams: usize) -> LoadOptions {
+    let mut o = opts_on(qpslab_load::IoChoice::Auto, &server.url(path));
+    o.h3 = true;
+    o.streams = streams;
+    o.connections = Some(connections);
+    o.tls.cacert =
+        Some(qpslab_load::options::FileText::from_arg(server.cert.to_str().unwrap()).unwrap());
+    o
+}
+
+#[test]
+fn every_request_is_answered_once_with_1_10_and_50_streams() {
+    let server = Aioquic::start();
+    let mut total = 0;
+    for (c, streams, n) in [(1, 1, 50u64), (2, 10, 400), (1, 50, 500)] {
+        let mut o = h3_opts(&server, "/", c, streams);
+        o.requests = Some(n);
+        let report = run(&o);
+        assert_eq!(report.config.protocol, "h3");
+        assert_eq!(report.requests.ok, n, "{c}x{streams}: {:?}", report.error_examples);
+        total += n as usize;
+        let lines = server.log(total);
+        assert_eq!(lines.len(), total, "{c}x{streams}: the server answered each once");
+        assert!(lines.iter().all(|l| l == "200 GET /"), "{:?}", &lines[..2]);
+    }
+}
+
+#[test]
+fn statuses_bodies_and_a_timed_run_are_counted() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/?status=404&s=3000", 2, 4);
+    o.requests = Some(40);
+    let report = run(&o);
+    assert_eq!(report.requests.bad_status, 40, "{:?}", report.error_examples);
+    assert_eq!(report.status.get("404"), Some(&40));
+    assert!(report.bytes.read > 40 * 3000, "{}", report.bytes.read);
+    let mut o = h3_opts(&server, "/", 2, 8);
+    o.requests = None;
+    o.duration = Some(Duration::from_millis(800));
+    let report = run(&o);
+    assert!(report.requests.ok > 50, "{:?}", report.requests);
+    assert_eq!(report.requests.failed, 0, "{:?}", report.error_examples);
+}
+
+#[test]
+fn a_post_body_reaches_the_server() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/p", 1, 4);
+    o.method = "POST".into();
+    o.body = Some(qpslab_load::options::Body::from_arg(&"b".repeat(50_000)).unwrap());
+    o.requests = Some(8);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 8, "{:?}", report.error_examples);
+    assert!(report.bytes.written > 8 * 50_000, "{}", report.bytes.written);
+    assert!(server.log(8).iter().all(|l| l == "200 POST /p"));
+}
+
+#[test]
+fn a_reset_stream_a_closed_connection_and_a_slow_answer_are_named() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/?reset=1", 1, 5);
+    o.requests = Some(10);
+    let report = run(&o);
+    assert_eq!(report.errors.get("reset"), Some(&10), "{:?}", report.errors);
+    let e = &report.error_examples["reset"];
+    assert!(e.contains("H3_REQUEST_REJECTED"), "{e}");
+
+    let mut o = h3_opts(&server, "/?close=1", 1, 1);
+    o.requests = Some(3);
+    let report = run(&o);
+    assert_eq!(report.requests.failed, 3, "{:?}", report.errors);
+    let e = &report.error_examples["read"];
+    assert!(e.contains("H3_EXCESSIVE_LOAD") && e.contains("closed by request"), "{e}");
+    assert!(report.connections.reconnects >= 2, "{:?}", report.connections);
+
+    let mut o = h3_opts(&server, "/?ms=3000", 1, 2);
+    o.requests = Some(2);
+    o.timeout = Duration::from_millis(300);
+    let report = run(&o);
+    assert_eq!(report.errors.get("timeout"), Some(&2), "{:?}", report.errors);
+}
+
+#[test]
+fn the_preflight_names_a_port_without_quic_and_a_certificate_it_cannot_verify() {
+    let server = Aioquic::start();
+    // A UDP port nobody has: the kernel answers ICMP port unreachable.
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let mut o = h3_opts(&server, "/", 1, 1);
+    o.urls = vec![format!("https://127.0.0.1:{port}/")];
+    let e = qpslab_load::preflight(&LoadConfig::from_options(&o).unwrap()).unwrap_err();
+    assert!(matches!(e, LoadError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("refused over UDP"), "{e}");
+
+    // A UDP socket that reads and never answers.
+    let mute = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    o.urls = vec![format!("https://127.0.0.1:{}/", mute.local_addr().unwrap().port())];
+    o.timeout = Duration::from_millis(400);
+    let e = qpslab_load::preflight(&LoadConfig::from_options(&o).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("no QUIC handshake over UDP within 400ms"), "{e}");
+
+    // The server's certificate without --cacert: unknown issuer, as TLS.
+    let mut o = h3_opts(&server, "/", 1, 1);
+    o.tls.cacert = None;
+    let e = qpslab_load::preflight(&LoadConfig::from_options(&o).unwrap()).unwrap_err();
+    assert!(matches!(e, LoadError::Tls { .. }), "{e}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    o.tls.insecure = true;
+    qpslab_load::preflight(&LoadConfig::from_options(&o).unwrap()).unwrap();
+}
+
+#[test]
+fn what_http3_does_not_do_yet_is_refused_by_name() {
+    let base = || {
+        let mut o = opts_on(qpslab_load::IoChoice::Auto, "https://127.0.0.1:1/");
+        o.h3 = true;
+        o
+    };
+    let refused = |o: LoadOptions, flag: &str| {
+        let e = LoadConfig::from_options(&o).unwrap_err().to_string();
+        assert!(e.contains(flag), "{flag}: {e}");
+    };
+    let mut o = base();
+    o.urls = vec!["http://127.0.0.1:1/".into()];
+    refused(o, "https://");
+    let mut o = base();
+    o.rate = Some("100".into());
+    refused(o, "--rate");
+    let mut o = base();
+    o.h2 = true;
+    refused(o, "--h3");
+    let mut o = base();
+    o.warmup = Some(Duration::from_secs(1));
+    refused(o, "--warmup");
+    let mut o = base();
+    o.pipeline = 4;
+    refused(o, "--streams");
+    let mut o = base();
+    o.io = qpslab_load::IoChoice::Uring;
+    refused(o, "--io");
+}
