@@ -31,6 +31,12 @@ fn every_request_is_answered_once_with_1_10_and_50_streams() {
         o.requests = Some(n);
         let report = run(&o);
         assert_eq!(report.config.protocol, "h3");
+        let h3 = report.h3.as_ref().expect("the transport's figures");
+        assert_eq!(h3.streams_per_connection, streams);
+        assert!(h3.datagrams_in > 0 && h3.datagrams_out > 0, "{h3:?}");
+        assert!(h3.datagrams_per_recv_call >= 1.0 && h3.datagrams_per_send_call >= 1.0, "{h3:?}");
+        assert!(h3.acks_sent > 0 && h3.acks_received > 0, "{h3:?}");
+        assert_eq!(h3.send_dropped, 0, "{h3:?}");
         assert_eq!(report.requests.ok, n, "{c}x{streams}: {:?}", report.error_examples);
         total += n as usize;
         let lines = server.log(total);
@@ -153,4 +159,38 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     let mut o = base();
     o.io = qpslab_load::IoChoice::Uring;
     refused(o, "--io");
+}
+
+/// A hostile server's HTTP/3: a field section past the 64 KiB bound, a body that never ends, streams
+/// the client did not ask for, a QPACK encoder that inserts into a table the client set to
+/// 0 bytes. Each ends in a bounded time with what it was named; the unbounded body is not
+/// buffered (its bytes are counted as they pass).
+#[test]
+fn a_hostile_server_is_bounded_and_named() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/?big=40", 1, 1);
+    o.requests = Some(1);
+    let report = run(&o);
+    let e = report.error_examples.get("parse").unwrap_or_else(|| panic!("{report:?}"));
+    assert!(e.contains("HEADERS frame") && e.contains("H3_EXCESSIVE_LOAD"), "{e}");
+
+    let mut o = h3_opts(&server, "/?endless=1", 1, 2);
+    o.requests = Some(2);
+    o.timeout = Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let report = run(&o);
+    assert_eq!(report.errors.get("timeout"), Some(&2), "{:?}", report.errors);
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    let mut o = h3_opts(&server, "/?encoder=1", 1, 1);
+    o.requests = Some(1);
+    let report = run(&o);
+    let e = &report.error_examples["parse"];
+    assert!(e.contains("QPACK_ENCODER_STREAM_ERROR"), "{e}");
+
+    // Reserved stream types are stopped and forgotten: the request is answered.
+    let mut o = h3_opts(&server, "/?unis=4", 1, 1);
+    o.requests = Some(2);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 2, "{:?}", report.error_examples);
 }

@@ -23,4 +23,5 @@ pub mod signals;
 pub mod sockets;
 pub mod system;
 pub mod thread;
+pub mod udp;
 pub mod uring;

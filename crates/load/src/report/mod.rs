@@ -71,6 +71,9 @@ pub struct Report {
     pub throughput_rps: f64,
     pub bytes: Bytes,
     pub connections: Connections,
+    /// HTTP/3 (`--h3`): streams, and what QUIC and UDP did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub h3: Option<H3Report>,
     /// HTTP/2 (`--h2`): streams, header compression, what the server announced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub h2: Option<H2Report>,
@@ -163,6 +166,49 @@ impl H2Report {
             goaways: c.goaways,
             last_goaway: c.goaway_code.map(qpslab_http::h2::frame::code::name),
             refused_streams: c.refused,
+        }
+    }
+}
+
+/// What an HTTP/3 run's transport did, from the connect phase to the closes: UDP datagrams
+/// per system call each way and the kernel's offloads used (a fast QUIC stack reads and sends
+/// many per call), the connections' losses and acknowledgements.
+#[derive(Debug, Clone, Serialize)]
+pub struct H3Report {
+    pub streams_per_connection: usize,
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub datagrams_per_recv_call: f64,
+    pub datagrams_per_send_call: f64,
+    /// Reads that held several coalesced datagrams (GRO), and buffers sent as several (GSO).
+    pub gro_reads: u64,
+    pub gso_sends: u64,
+    /// Datagrams the socket's send buffer did not take.
+    pub send_dropped: u64,
+    pub lost_packets: u64,
+    pub lost_bytes: u64,
+    pub congestion_events: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+}
+
+impl H3Report {
+    fn new(cfg: &LoadConfig, c: &crate::stats::QuicCounts) -> Self {
+        let per = |n: u64, calls: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
+        H3Report {
+            streams_per_connection: cfg.pipeline,
+            datagrams_in: c.datagrams_in,
+            datagrams_out: c.datagrams_out,
+            datagrams_per_recv_call: per(c.datagrams_in, c.recv_calls),
+            datagrams_per_send_call: per(c.datagrams_out, c.send_calls),
+            gro_reads: c.gro_reads,
+            gso_sends: c.gso_sends,
+            send_dropped: c.send_dropped,
+            lost_packets: c.lost_packets,
+            lost_bytes: c.lost_bytes,
+            congestion_events: c.congestion_events,
+            acks_sent: c.acks_sent,
+            acks_received: c.acks_received,
         }
     }
 }
@@ -735,6 +781,7 @@ impl Report {
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
+            h3: cfg.h3.as_ref().map(|_| H3Report::new(cfg, &rec.quic.unwrap_or_default())),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
             latency_us,
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),

@@ -169,6 +169,26 @@ fn totals(r: &Report, s: &mut String) {
             h.refused_streams,
         );
     }
+    if let Some(h) = &r.h3 {
+        let _ = writeln!(
+            s,
+            "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO), {:.1} \
+             per send call ({} GSO), {} dropped; {} packets lost ({} bytes), {} congestion \
+             events; {} ACKs sent, {} received",
+            h.streams_per_connection,
+            plural(h.streams_per_connection as u64, "stream", "streams"),
+            h.datagrams_per_recv_call,
+            h.gro_reads,
+            h.datagrams_per_send_call,
+            h.gso_sends,
+            h.send_dropped,
+            h.lost_packets,
+            h.lost_bytes,
+            h.congestion_events,
+            h.acks_sent,
+            h.acks_received,
+        );
+    }
     let race = &r.retries;
     if race.closed_before_response > 0 {
         let _ = writeln!(

@@ -90,6 +90,8 @@ pub(crate) struct Http3 {
     pub reset: Vec<(Req, String)>,
     /// Responses completed, taken by the loop.
     pub answered: Vec<(Req, Response)>,
+    /// Readers of ended streams, for the next (their buffers kept).
+    spare: Vec<frame::Reader>,
 }
 
 impl Http3 {
@@ -104,6 +106,7 @@ impl Http3 {
             dec: qpack::Decoder::new(MAX_SECTION),
             reset: Vec::new(),
             answered: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -163,7 +166,7 @@ impl Http3 {
         let mut s = Stream {
             id,
             req,
-            reader: frame::Reader::new(MAX_FRAME),
+            reader: self.spare.pop().unwrap_or_else(|| frame::Reader::new(MAX_FRAME)),
             status: 0,
             interim: 0,
             body: 0,
@@ -259,13 +262,13 @@ impl Http3 {
             return Err(e);
         }
         if let Some(c) = reset {
-            let s = self.streams.remove(i);
+            let s = self.streams.swap_remove(i);
             let why = format!("the server reset the stream ({})", code::name(c.into_inner()));
             self.reset.push((s.req, why));
             return Ok(());
         }
         if ended {
-            let s = self.streams.remove(i);
+            let s = self.streams.swap_remove(i);
             if !s.reader.between_frames() {
                 return Err(FrameError::Truncated.into());
             }
@@ -280,6 +283,7 @@ impl Http3 {
                 // Answered before the whole request went: the rest is not needed.
                 let _ = conn.send_stream(id).reset(VarInt::from_u32(code::NO_ERROR as u32));
             }
+            self.keep_reader(s.reader);
             let resp = Response {
                 status: s.status,
                 keep_alive: true,
@@ -289,6 +293,13 @@ impl Http3 {
             self.answered.push((s.req, resp));
         }
         Ok(())
+    }
+
+    /// Keeps an ended stream's reader (between frames) for the next stream.
+    fn keep_reader(&mut self, r: frame::Reader) {
+        if self.spare.len() < 16 && r.between_frames() {
+            self.spare.push(r);
+        }
     }
 
     /// The server no longer reads a stream's request (STOP_SENDING): its response may still

@@ -7,6 +7,10 @@ and takes controls in the query string:
   ?ms=N      answer after N milliseconds
   ?reset=1   reset the request's stream (H3_REQUEST_REJECTED) instead of answering
   ?close=1   close the whole connection (H3_EXCESSIVE_LOAD) instead of answering
+  ?big=N     N headers of 2,000 bytes each
+  ?endless=1 a body that never ends (a chunk every 10 ms)
+  ?unis=N    open N unidirectional streams of a reserved type first
+  ?encoder=1 open a QPACK encoder stream that inserts into the dynamic table first
 
 Each answered request is one line "STATUS METHOD PATH" in the log file, as an access log.
 Usage: h3_server.py CERT KEY LOG; prints "ready PORT" once it listens on 127.0.0.1."""
@@ -57,20 +61,41 @@ class Server(QuicConnectionProtocol):
             self._quic.close(error_code=0x107, reason_phrase="closed by request")
             self.transmit()
             return
+        for _ in range(int(q.get("unis", 0))):
+            sid = self._quic.get_next_available_stream_id(is_unidirectional=True)
+            self._quic.send_stream_data(sid, b"\x21x", end_stream=False)
+        if q.get("encoder"):
+            sid = self._quic.get_next_available_stream_id(is_unidirectional=True)
+            # Stream type 0x02, then "Insert With Literal Name" (01 H len=1) "a", value "b".
+            self._quic.send_stream_data(sid, b"\x02\x41a\x01b", end_stream=False)
+        self.transmit()
         delay = int(q.get("ms", 0)) / 1000
         asyncio.get_event_loop().call_later(delay, self.answer, stream_id, method, path, q)
 
     def answer(self, stream_id, method, path, q):
         status = int(q.get("status", 200))
         body = b"x" * int(q.get("s", 2))
-        self.h3.send_headers(
-            stream_id,
-            [(b":status", str(status).encode()), (b"content-length", str(len(body)).encode())],
-        )
+        if q.get("endless"):
+            self.h3.send_headers(stream_id, [(b":status", b"200")])
+            self.trickle(stream_id)
+            return
+        headers = [(b":status", str(status).encode()), (b"content-length", str(len(body)).encode())]
+        for i in range(int(q.get("big", 0))):
+            headers.append((f"x-big-{i}".encode(), b"y" * 2000))
+        self.h3.send_headers(stream_id, headers)
         self.h3.send_data(stream_id, body, end_stream=True)
         self.transmit()
         LOG.write(f"{status} {method} {path}\n")
         LOG.flush()
+
+
+    def trickle(self, stream_id):
+        try:
+            self.h3.send_data(stream_id, b"z" * 1000, end_stream=False)
+        except Exception:
+            return  # the stream or connection is gone
+        self.transmit()
+        asyncio.get_event_loop().call_later(0.01, self.trickle, stream_id)
 
 
 async def main(cert, key, log):

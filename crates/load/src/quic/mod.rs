@@ -8,8 +8,12 @@
 //! connections do; a connection lost in the run fails its requests by what ended it (a TLS
 //! alert, the server's close with its code, an idle timeout) and is opened again.
 
+mod preflight;
+mod udp;
+
+pub(crate) use preflight::{handshake_once, Preflight};
+
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -33,10 +37,10 @@ use crate::session::Req;
 use crate::stats::{ErrorClass, Recorder};
 use crate::worker::{self, Clock, Msg, SetupCounts, Shared, ThreadOutcome, ThreadProgress};
 
-/// The largest UDP datagram read (a GRO batch is not asked for).
+/// The largest UDP datagram the preflight reads.
 const RECV_BUF: usize = 64 * 1024;
-/// Datagrams read per turn before the connections get their turn.
-const RECV_BATCH: usize = 256;
+/// recvmmsg calls per turn before the connections get their turn.
+const RECV_BATCHES: usize = 8;
 /// Length of one `--log` interval and of a progress tick.
 const SECOND: Duration = Duration::from_secs(1);
 /// How long a failed connection waits before it is opened again.
@@ -59,6 +63,10 @@ struct QConn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
+    /// In the turn's ready list.
+    ready: bool,
+    /// When its connection's next timer fires (read after each drive).
+    timer: Option<Instant>,
 }
 
 /// Who a connection handle's datagrams go to.
@@ -74,8 +82,10 @@ struct Thread<'a> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
     send_interval: &'a dyn Fn(u32, Histogram<u64>),
-    sock: UdpSocket,
+    udp: udp::Udp,
     epoll: Epoll,
+    /// Connections to drive this turn: datagrams came, a timer fired, a retry is due.
+    ready: Vec<usize>,
     endpoint: Endpoint,
     conns: Vec<QConn>,
     owners: Vec<Owner>,
@@ -93,8 +103,6 @@ struct Thread<'a> {
     log_next: Instant,
     open: u64,
     setup: SetupCounts,
-    tx: Vec<u8>,
-    rx: Box<[u8]>,
 }
 
 /// One HTTP/3 load thread: opens its connections, waits at the start line, runs.
@@ -146,13 +154,9 @@ impl<'a> Thread<'a> {
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
         let now = Instant::now();
         let v6 = shared.groups.iter().any(|g| g.endpoint.addr.is_ipv6());
-        let any: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
-            .parse()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let sock = UdpSocket::bind(any)?;
-        sock.set_nonblocking(true)?;
+        let udp = udp::Udp::new(v6)?;
         let epoll = Epoll::new()?;
-        epoll.add(sock.as_raw_fd(), 0, epoll::IN)?;
+        epoll.add(udp.sock.as_raw_fd(), 0, epoll::IN)?;
         let conns = (0..cfg.connections_of(index))
             .map(|i| QConn {
                 handle: None,
@@ -162,14 +166,17 @@ impl<'a> Thread<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
+                ready: false,
+                timer: None,
             })
             .collect();
         Ok(Thread {
             shared,
             progress,
             send_interval,
-            sock,
+            udp,
             epoll,
+            ready: Vec::new(),
             endpoint: Endpoint::new(
                 std::sync::Arc::new(EndpointConfig::default()),
                 None,
@@ -194,8 +201,6 @@ impl<'a> Thread<'a> {
             log_next: now,
             open: 0,
             setup: SetupCounts::default(),
-            tx: Vec::with_capacity(1500),
-            rx: vec![0u8; RECV_BUF].into_boxed_slice(),
         })
     }
 
@@ -260,12 +265,12 @@ impl<'a> Thread<'a> {
     }
 
     /// One turn: waits for datagrams or the earliest timer (until `wake` at the latest), reads
-    /// what came, then lets every connection act on it and send.
+    /// what came, lets the connections it concerns (and those whose timers fired) act on it,
+    /// and sends what they queued in one go.
     fn turn(&mut self, wake: Instant) -> io::Result<()> {
-        let now = Instant::now();
         let mut wake = wake;
-        for c in &mut self.conns {
-            if let Some(t) = c.conn.as_mut().and_then(|c| c.poll_timeout()) {
+        for c in &self.conns {
+            if let Some(t) = c.timer.or(c.retry_at) {
                 wake = wake.min(t);
             }
         }
@@ -274,32 +279,59 @@ impl<'a> Thread<'a> {
                 wake = wake.min(t);
             }
         }
-        let mut events = [epoll::Event { events: 0, u64: 0 }; 1];
-        self.epoll.wait_for(&mut events, wake.saturating_duration_since(now))?;
+        let now = Instant::now();
+        if wake > now {
+            let mut events = [epoll::Event { events: 0, u64: 0 }; 1];
+            self.epoll.wait_for(&mut events, wake - now)?;
+        }
         let now = Instant::now();
         self.receive(now);
         for idx in 0..self.conns.len() {
+            let c = &self.conns[idx];
+            if c.timer.or(c.retry_at).is_some_and(|t| t <= now) {
+                self.mark(idx);
+            }
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        for &idx in &ready {
+            self.conns[idx].ready = false;
             self.drive(idx, now);
         }
+        ready.clear();
+        self.ready = ready;
         self.drive_closing(now);
+        self.udp.flush();
         Ok(())
+    }
+
+    /// Puts connection `idx` on the turn's ready list.
+    fn mark(&mut self, idx: usize) {
+        if !self.conns[idx].ready {
+            self.conns[idx].ready = true;
+            self.ready.push(idx);
+        }
     }
 
     /// Reads the datagrams waiting, each to its connection.
     fn receive(&mut self, now: Instant) {
-        for _ in 0..RECV_BATCH {
-            let (n, from) = match self.sock.recv_from(&mut self.rx) {
-                Ok(r) => r,
-                Err(_) => return,
-            };
-            self.rec.bytes_read += n as u64;
-            let data = BytesMut::from(&self.rx[..n]);
-            self.tx.clear();
-            match self.endpoint.handle(now, from, None, None, data, &mut self.tx) {
-                Some(DatagramEvent::ConnectionEvent(h, ev)) => match self.owner(h) {
+        let mut events = Vec::new();
+        let mut answers = Vec::new();
+        for _ in 0..RECV_BATCHES {
+            let endpoint = &mut self.endpoint;
+            let more = self.udp.read(&mut |from, data| {
+                let mut scratch = Vec::new();
+                match endpoint.handle(now, from, None, None, BytesMut::from(data), &mut scratch) {
+                    Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
+                    Some(DatagramEvent::Response(t)) => answers.push((t.destination, scratch)),
+                    Some(DatagramEvent::NewConnection(_)) | None => {}
+                }
+            });
+            for (h, ev) in events.drain(..) {
+                match self.owner(h) {
                     Owner::Conn(idx) => {
                         if let Some(c) = self.conns[idx].conn.as_mut() {
                             c.handle_event(ev);
+                            self.mark(idx);
                         }
                     }
                     Owner::Closing => {
@@ -308,11 +340,14 @@ impl<'a> Thread<'a> {
                         }
                     }
                     Owner::None => {}
-                },
-                Some(DatagramEvent::Response(t)) => {
-                    let _ = self.sock.send_to(&self.tx[..t.size], t.destination);
                 }
-                Some(DatagramEvent::NewConnection(_)) | None => {}
+            }
+            for (to, data) in answers.drain(..) {
+                self.udp.scratch().extend_from_slice(&data);
+                self.udp.queue_scratch(to, data.len());
+            }
+            if !more {
+                return;
             }
         }
     }
@@ -347,6 +382,8 @@ impl<'a> Thread<'a> {
                 c.handle = Some(h);
                 c.conn = Some(Box::new(conn));
                 c.phase = Phase::Handshaking;
+                // Its Initial goes out at the next turn.
+                c.timer = Some(now);
                 self.rec.connects += 1;
                 if c.ever_connected {
                     self.rec.reconnects += 1;
@@ -442,8 +479,13 @@ impl<'a> Thread<'a> {
 
     /// Sends what connection `idx` has queued.
     fn transmit(&mut self, idx: usize, now: Instant) {
-        let Some(conn) = self.conns[idx].conn.as_mut() else { return };
-        send_all(conn, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+        let c = &mut self.conns[idx];
+        let Some(conn) = c.conn.as_mut() else {
+            c.timer = None;
+            return;
+        };
+        self.udp.queue(conn, now);
+        c.timer = conn.poll_timeout();
     }
 
     /// Responses and failed streams the session handed back, into the record.
@@ -508,10 +550,12 @@ impl<'a> Thread<'a> {
             self.open -= 1;
         }
         c.phase = Phase::Closed;
+        c.timer = None;
         if let Some(h) = c.handle.take() {
             self.set_owner(h, Owner::Closing);
             let mut conn = conn;
-            send_all(&mut conn, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+            self.udp.queue(&mut conn, now);
+            count_connection(&mut self.udp.counts, &conn);
             self.closing.push((h, conn));
         }
     }
@@ -548,7 +592,7 @@ impl<'a> Thread<'a> {
                 }
             }
             while c.poll().is_some() {}
-            send_all(c, &self.sock, &mut self.tx, &mut self.rec.bytes_written, now);
+            self.udp.queue(c, now);
             if c.is_drained() {
                 let h = *h;
                 self.closing.swap_remove(i);
@@ -722,6 +766,9 @@ impl<'a> Thread<'a> {
         while !self.closing.is_empty() && Instant::now() < end {
             let _ = self.turn(end.min(Instant::now() + Duration::from_millis(5)));
         }
+        self.rec.bytes_read = self.udp.bytes_read;
+        self.rec.bytes_written = self.udp.bytes_written;
+        self.rec.quic = Some(self.udp.counts);
         ThreadOutcome {
             in_flight: in_flight_by_target.iter().sum(),
             cpu,
@@ -738,22 +785,14 @@ impl<'a> Thread<'a> {
     }
 }
 
-/// Sends every datagram the connection has ready; one the socket's buffer cannot take is
-/// dropped, as a full path would (QUIC's recovery sends it again).
-fn send_all(
-    conn: &mut Connection,
-    sock: &UdpSocket,
-    tx: &mut Vec<u8>,
-    sent: &mut u64,
-    now: Instant,
-) {
-    loop {
-        tx.clear();
-        let Some(t) = conn.poll_transmit(now, 1, tx) else { break };
-        if sock.send_to(&tx[..t.size], t.destination).is_ok() {
-            *sent += t.size as u64;
-        }
-    }
+/// Adds a connection's own counts (losses, congestion, ACKs) to the thread's.
+fn count_connection(counts: &mut crate::stats::QuicCounts, conn: &Connection) {
+    let s = conn.stats();
+    counts.lost_packets += s.path.lost_packets;
+    counts.lost_bytes += s.path.lost_bytes;
+    counts.congestion_events += s.path.congestion_events;
+    counts.acks_sent += s.frame_tx.acks;
+    counts.acks_received += s.frame_rx.acks;
 }
 
 /// A close's reason phrase, for a message (empty when none).
@@ -762,107 +801,4 @@ fn reason_text(reason: &[u8]) -> String {
         return String::new();
     }
     format!(": {}", String::from_utf8_lossy(reason))
-}
-
-/// Why a preflight handshake failed.
-#[derive(Debug)]
-pub(crate) enum Preflight {
-    /// Nothing answered QUIC there.
-    Unreachable(String),
-    /// The handshake failed: a certificate, ALPN or TLS alert.
-    Tls(String),
-}
-
-/// Checks before the run that `addr` answers a QUIC handshake with ALPN h3 for `name`, within
-/// `wait`: a wrong port or a server without HTTP/3 fails in milliseconds.
-pub(crate) fn handshake_once(
-    client: &quinn_proto::ClientConfig,
-    addr: SocketAddr,
-    name: &str,
-    wait: Duration,
-) -> Result<(), Preflight> {
-    let local: SocketAddr = if addr.is_ipv6() {
-        SocketAddr::from(([0u16; 8], 0))
-    } else {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    };
-    let io = |e: io::Error| Preflight::Unreachable(qpslab_sys::net::message(&e));
-    let sock = UdpSocket::bind(local).map_err(io)?;
-    // Connected, so an ICMP port unreachable comes back as ECONNREFUSED.
-    sock.connect(addr).map_err(io)?;
-    let mut endpoint =
-        Endpoint::new(std::sync::Arc::new(EndpointConfig::default()), None, true, None);
-    let start = Instant::now();
-    let (h, mut conn) = endpoint
-        .connect(start, client.clone(), addr, name)
-        .map_err(|e| Preflight::Unreachable(e.to_string()))?;
-    let mut tx = Vec::new();
-    let mut rx = vec![0u8; RECV_BUF];
-    let mut written = 0;
-    let deadline = start + wait;
-    loop {
-        let now = Instant::now();
-        while let Some(ev) = conn.poll() {
-            match ev {
-                Event::Connected => {
-                    conn.close(
-                        now,
-                        VarInt::from_u64(code::NO_ERROR).unwrap_or_default(),
-                        bytes::Bytes::new(),
-                    );
-                    send_all(&mut conn, &sock, &mut tx, &mut written, now);
-                    return Ok(());
-                }
-                Event::ConnectionLost { reason } => {
-                    return Err(match reason {
-                        ConnectionError::TransportError(e) => {
-                            Preflight::Tls(format!("QUIC handshake: {e}"))
-                        }
-                        ConnectionError::ConnectionClosed(c) => {
-                            Preflight::Tls(format!("the server ended the QUIC handshake: {c}"))
-                        }
-                        e => Preflight::Unreachable(e.to_string()),
-                    });
-                }
-                _ => {}
-            }
-        }
-        while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(back) = endpoint.handle_event(h, ev) {
-                conn.handle_event(back);
-            }
-        }
-        send_all(&mut conn, &sock, &mut tx, &mut written, now);
-        if now >= deadline {
-            return Err(Preflight::Unreachable(format!(
-                "no QUIC handshake over UDP within {} (is HTTP/3 on this port?)",
-                worker::fmt_duration(wait)
-            )));
-        }
-        let timer = conn.poll_timeout().unwrap_or(deadline).min(deadline);
-        let left = timer.saturating_duration_since(now).max(Duration::from_millis(1));
-        sock.set_read_timeout(Some(left)).map_err(io)?;
-        match sock.recv(&mut rx) {
-            Ok(n) => {
-                let data = BytesMut::from(&rx[..n]);
-                tx.clear();
-                if let Some(DatagramEvent::ConnectionEvent(_, ev)) =
-                    endpoint.handle(Instant::now(), addr, None, None, data, &mut tx)
-                {
-                    conn.handle_event(ev);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                return Err(Preflight::Unreachable(
-                    "refused over UDP (ICMP port unreachable): nothing listens for QUIC here"
-                        .into(),
-                ));
-            }
-            Err(_) => {
-                if conn.poll_timeout().is_some_and(|t| t <= Instant::now()) {
-                    conn.handle_timeout(Instant::now());
-                }
-            }
-        }
-    }
 }
