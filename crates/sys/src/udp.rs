@@ -224,15 +224,9 @@ impl std::fmt::Debug for SendBatch {
 }
 
 impl SendBatch {
-    /// Sends `batch` (slices of `buf`) with sendmmsg calls until all went or the socket would
-    /// block; returns how many went and the system calls made. A datagram the kernel refuses
-    /// for itself (an unreachable destination) is skipped, as the network would drop it.
-    pub fn send(
-        &mut self,
-        sock: &impl AsRawFd,
-        buf: &[u8],
-        batch: &[Outgoing],
-    ) -> io::Result<(usize, usize)> {
+    /// Points one header per datagram of `batch` at its bytes in `buf`, its destination and
+    /// (GSO) its segment size.
+    fn fill(&mut self, buf: &[u8], batch: &[Outgoing]) {
         let n = batch.len();
         self.names.clear();
         self.names.extend(batch.iter().map(|o| SockAddr::from(o.to)));
@@ -274,6 +268,19 @@ impl SendBatch {
                 }
             }
         }
+    }
+
+    /// Sends `batch` (slices of `buf`) with sendmmsg calls until all went or the socket would
+    /// block; returns how many went and the system calls made. A datagram the kernel refuses
+    /// for itself (an unreachable destination) is skipped, as the network would drop it.
+    pub fn send(
+        &mut self,
+        sock: &impl AsRawFd,
+        buf: &[u8],
+        batch: &[Outgoing],
+    ) -> io::Result<(usize, usize)> {
+        self.fill(buf, batch);
+        let n = batch.len();
         let (mut sent, mut calls) = (0, 0);
         while sent < n {
             calls += 1;

@@ -39,6 +39,9 @@ use crate::worker::{self, Clock, Msg, SetupCounts, Shared, ThreadOutcome, Thread
 
 /// The largest UDP datagram the preflight reads.
 const RECV_BUF: usize = 64 * 1024;
+/// The allocation received datagrams are copied into (a new one when the last is used up and
+/// still referenced).
+const RX_ARENA: usize = 256 * 1024;
 /// recvmmsg calls per turn before the connections get their turn.
 const RECV_BATCHES: usize = 8;
 /// Length of one `--log` interval and of a progress tick.
@@ -69,6 +72,14 @@ struct QConn {
     timer: Option<Instant>,
 }
 
+/// How a connection's events left it.
+enum Ended {
+    No,
+    /// The HTTP/3 session found the server breaking the protocol: close with this.
+    Failed(ConnError),
+    Lost(ConnectionError),
+}
+
 /// Who a connection handle's datagrams go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owner {
@@ -86,6 +97,10 @@ struct Thread<'a> {
     epoll: Epoll,
     /// Connections to drive this turn: datagrams came, a timer fired, a retry is due.
     ready: Vec<usize>,
+    /// Where received datagrams are copied for quinn-proto (see [`Thread::receive`]), and the
+    /// connection events they made, kept for the next turn.
+    rx: BytesMut,
+    events: Vec<(ConnectionHandle, quinn_proto::ConnectionEvent)>,
     endpoint: Endpoint,
     conns: Vec<QConn>,
     owners: Vec<Owner>,
@@ -177,6 +192,8 @@ impl<'a> Thread<'a> {
             udp,
             epoll,
             ready: Vec::new(),
+            rx: BytesMut::with_capacity(RX_ARENA),
+            events: Vec::new(),
             endpoint: Endpoint::new(
                 std::sync::Arc::new(EndpointConfig::default()),
                 None,
@@ -314,13 +331,18 @@ impl<'a> Thread<'a> {
 
     /// Reads the datagrams waiting, each to its connection.
     fn receive(&mut self, now: Instant) {
-        let mut events = Vec::new();
+        let mut events = std::mem::take(&mut self.events);
         let mut answers = Vec::new();
         for _ in 0..RECV_BATCHES {
             let endpoint = &mut self.endpoint;
+            let rx = &mut self.rx;
             let more = self.udp.read(&mut |from, data| {
                 let mut scratch = Vec::new();
-                match endpoint.handle(now, from, None, None, BytesMut::from(data), &mut scratch) {
+                // Datagrams share one allocation until every piece of it was read: quinn-proto
+                // keeps a packet's stream data as slices of it.
+                rx.extend_from_slice(data);
+                let data = rx.split();
+                match endpoint.handle(now, from, None, None, data, &mut scratch) {
                     Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
                     Some(DatagramEvent::Response(t)) => answers.push((t.destination, scratch)),
                     Some(DatagramEvent::NewConnection(_)) | None => {}
@@ -347,9 +369,10 @@ impl<'a> Thread<'a> {
                 self.udp.queue_scratch(to, data.len());
             }
             if !more {
-                return;
+                break;
             }
         }
+        self.events = events;
     }
 
     fn owner(&self, h: ConnectionHandle) -> Owner {
@@ -418,8 +441,32 @@ impl<'a> Thread<'a> {
                 conn.handle_event(back);
             }
         }
-        let mut lost = None;
-        let mut failed: Option<ConnError> = None;
+        let ended = self.events(idx, &mut conn, now);
+        self.hand_over(idx, now);
+        match ended {
+            Ended::No => {}
+            Ended::Failed(e) => {
+                let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
+                conn.close(now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
+                self.retire(idx, conn, now);
+                return self.fail_all(idx, ErrorClass::Parse, e.msg, now);
+            }
+            Ended::Lost(reason) => {
+                self.retire(idx, conn, now);
+                if let Some((class, msg)) = self.lost_because(idx, &reason) {
+                    self.fail_all(idx, class, msg, now);
+                }
+                return;
+            }
+        }
+        self.conns[idx].conn = Some(conn);
+        self.issue(idx, now);
+        self.transmit(idx, now);
+    }
+
+    /// Hands connection `idx`'s events to its HTTP/3 session, until they run out or the
+    /// connection ends.
+    fn events(&mut self, idx: usize, conn: &mut Connection, now: Instant) -> Ended {
         while let Some(ev) = conn.poll() {
             let c = &mut self.conns[idx];
             let result = match ev {
@@ -434,16 +481,13 @@ impl<'a> Thread<'a> {
                     if self.rec.tls_negotiated.is_none() {
                         self.rec.tls_negotiated = Some("TLSv1_3 (QUIC)".into());
                     }
-                    c.h3.connected(&mut conn)
+                    c.h3.connected(conn)
                 }
-                Event::ConnectionLost { reason } => {
-                    lost = Some(reason);
-                    break;
-                }
-                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept_uni(&mut conn),
-                Event::Stream(StreamEvent::Readable { id }) => c.h3.readable(&mut conn, id),
+                Event::ConnectionLost { reason } => return Ended::Lost(reason),
+                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept_uni(conn),
+                Event::Stream(StreamEvent::Readable { id }) => c.h3.readable(conn, id),
                 Event::Stream(StreamEvent::Writable { id }) => {
-                    c.h3.writable(&mut conn, id);
+                    c.h3.writable(conn, id);
                     Ok(())
                 }
                 Event::Stream(StreamEvent::Stopped { id, .. }) => {
@@ -453,28 +497,10 @@ impl<'a> Thread<'a> {
                 _ => Ok(()),
             };
             if let Err(e) = result {
-                failed = Some(e);
-                break;
+                return Ended::Failed(e);
             }
         }
-        self.hand_over(idx, now);
-        if let Some(e) = failed {
-            let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
-            conn.close(now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
-            self.retire(idx, conn, now);
-            self.fail_all(idx, ErrorClass::Parse, e.msg, now);
-            return;
-        }
-        if let Some(reason) = lost {
-            self.retire(idx, conn, now);
-            if let Some((class, msg)) = self.lost_because(idx, &reason) {
-                self.fail_all(idx, class, msg, now);
-            }
-            return;
-        }
-        self.conns[idx].conn = Some(conn);
-        self.issue(idx, now);
-        self.transmit(idx, now);
+        Ended::No
     }
 
     /// Sends what connection `idx` has queued.

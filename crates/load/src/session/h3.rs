@@ -413,29 +413,7 @@ impl Http3 {
         let u = &mut self.uni[i];
         match u.kind {
             Some(stream_type::CONTROL) => {
-                let mut goaway = None;
-                let settings_seen = &mut u.settings_seen;
-                u.reader.feed::<ConnError>(
-                    b,
-                    &mut |t| {
-                        let on = if *settings_seen { On::Control } else { On::ControlFirst };
-                        *settings_seen = true;
-                        frame::allowed(on, t)
-                    },
-                    &mut |e| {
-                        if let Event::Frame { kind: k, payload } = e {
-                            match k {
-                                kind::SETTINGS => {
-                                    frame::settings(payload)?;
-                                }
-                                kind::GOAWAY => goaway = Some(frame::goaway(payload)?),
-                                _ => {}
-                            }
-                        }
-                        Ok(())
-                    },
-                )?;
-                if let Some(g) = goaway {
+                if let Some(g) = control_bytes(u, b)? {
                     self.goaway = Some(self.goaway.map_or(g, |old| old.min(g)));
                 }
                 Ok(true)
@@ -455,6 +433,34 @@ impl Http3 {
             _ => Ok(true),
         }
     }
+}
+
+/// The server's control stream's bytes: its SETTINGS first (checked), then what may follow;
+/// the identifier of a GOAWAY among them.
+fn control_bytes(u: &mut Uni, b: &[u8]) -> Result<Option<u64>, ConnError> {
+    let mut goaway = None;
+    let settings_seen = &mut u.settings_seen;
+    u.reader.feed::<ConnError>(
+        b,
+        &mut |t| {
+            let on = if *settings_seen { On::Control } else { On::ControlFirst };
+            *settings_seen = true;
+            frame::allowed(on, t)
+        },
+        &mut |e| {
+            match e {
+                Event::Frame { kind: kind::SETTINGS, payload } => {
+                    frame::settings(payload)?;
+                }
+                Event::Frame { kind: kind::GOAWAY, payload } => {
+                    goaway = Some(frame::goaway(payload)?);
+                }
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(goaway)
 }
 
 /// A request stream's bytes: frames of its response.
