@@ -78,6 +78,9 @@ struct Uni {
 pub(crate) struct Http3 {
     pub group: usize,
     streams: Vec<Stream>,
+    /// Each stream's id, in the order of `streams`: found by a scan of 8-byte ids rather than
+    /// of whole streams.
+    ids: Vec<StreamId>,
     /// Our control stream's bytes not yet taken (its SETTINGS, written once it opens).
     control: Option<(StreamId, Vec<u8>)>,
     uni: Vec<Uni>,
@@ -99,6 +102,7 @@ impl Http3 {
         Http3 {
             group,
             streams: Vec::new(),
+            ids: Vec::new(),
             control: None,
             uni: Vec::new(),
             peer_control: false,
@@ -121,6 +125,7 @@ impl Http3 {
 
     /// Takes every request off the connection (it failed or closed).
     pub fn take_requests(&mut self) -> Vec<Req> {
+        self.ids.clear();
         self.streams.drain(..).map(|s| s.req).collect()
     }
 
@@ -181,6 +186,7 @@ impl Http3 {
         } else {
             s.pending.extend_from_slice(&wire[n..]);
         }
+        self.ids.push(s.id);
         self.streams.push(s);
         true
     }
@@ -190,7 +196,8 @@ impl Http3 {
         if self.control.as_ref().is_some_and(|(c, _)| *c == id) {
             return self.write_control(conn);
         }
-        let Some(s) = self.streams.iter_mut().find(|s| s.id == id) else { return };
+        let Some(i) = self.find(id) else { return };
+        let s = &mut self.streams[i];
         if s.finished {
             return;
         }
@@ -230,7 +237,7 @@ impl Http3 {
         if id.dir() == Dir::Uni {
             return self.read_uni(conn, id);
         }
-        let Some(i) = self.streams.iter().position(|s| s.id == id) else { return Ok(()) };
+        let Some(i) = self.find(id) else { return Ok(()) };
         let mut recv = conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else { return Ok(()) };
         let s = &mut self.streams[i];
@@ -262,13 +269,13 @@ impl Http3 {
             return Err(e);
         }
         if let Some(c) = reset {
-            let s = self.streams.swap_remove(i);
+            let s = self.take(i);
             let why = format!("the server reset the stream ({})", code::name(c.into_inner()));
             self.reset.push((s.req, why));
             return Ok(());
         }
         if ended {
-            let s = self.streams.swap_remove(i);
+            let s = self.take(i);
             if !s.reader.between_frames() {
                 return Err(FrameError::Truncated.into());
             }
@@ -295,6 +302,16 @@ impl Http3 {
         Ok(())
     }
 
+    fn find(&self, id: StreamId) -> Option<usize> {
+        self.ids.iter().position(|&x| x == id)
+    }
+
+    /// Takes stream `i` off the connection (the last takes its place).
+    fn take(&mut self, i: usize) -> Stream {
+        self.ids.swap_remove(i);
+        self.streams.swap_remove(i)
+    }
+
     /// Keeps an ended stream's reader (between frames) for the next stream.
     fn keep_reader(&mut self, r: frame::Reader) {
         if self.spare.len() < 16 && r.between_frames() {
@@ -306,7 +323,8 @@ impl Http3 {
     /// come (RFC 9114 section 4.1: a server may answer before reading the whole request), so
     /// only the writing stops.
     pub fn stopped(&mut self, id: StreamId) {
-        if let Some(s) = self.streams.iter_mut().find(|s| s.id == id) {
+        if let Some(i) = self.find(id) {
+            let s = &mut self.streams[i];
             s.finished = true;
             s.pending = Vec::new();
         }
@@ -316,15 +334,17 @@ impl Http3 {
     pub fn cancel_older(&mut self, conn: &mut Connection, before: Instant) -> Vec<Req> {
         let mut out = Vec::new();
         let cancelled = VarInt::from_u32(code::REQUEST_CANCELLED as u32);
-        self.streams.retain(|s| {
-            if s.req.sent_at >= before {
-                return true;
+        let mut i = 0;
+        while i < self.streams.len() {
+            if self.streams[i].req.sent_at >= before {
+                i += 1;
+                continue;
             }
+            let s = self.take(i);
             let _ = conn.send_stream(s.id).reset(cancelled);
             let _ = conn.recv_stream(s.id).stop(cancelled);
             out.push(s.req);
-            false
-        });
+        }
         out
     }
 
