@@ -490,9 +490,6 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
     if opts.rate.is_some() || opts.schedule.is_some() || opts.stages.is_some() {
         return not_yet("--rate", "an open loop (a request rate)");
     }
-    if opts.warmup.is_some_and(|w| !w.is_zero()) {
-        return not_yet("--warmup", "a warm-up");
-    }
     if opts.conn_per_request {
         return not_yet("--conn-per-request", "a connection per request");
     }

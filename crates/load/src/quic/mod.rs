@@ -247,9 +247,9 @@ impl<'a> Thread<'a> {
     }
 
     fn run(mut self, clock: Clock) -> io::Result<ThreadOutcome> {
-        let cpu_start = CpuTime::of_current_thread();
+        let mut cpu_start = CpuTime::of_current_thread();
         self.started = true;
-        self.measuring = true;
+        self.measuring = Instant::now() >= clock.measure_start;
         self.pacer.begin(clock.start);
         self.log_next = clock.measure_start + SECOND;
         let mut now = Instant::now();
@@ -262,8 +262,15 @@ impl<'a> Thread<'a> {
         loop {
             let mut wake = clock.stop_at.map_or(next_tick, |s| s.min(next_tick));
             wake = wake.min(self.log_next);
+            if !self.measuring {
+                wake = wake.min(clock.measure_start);
+            }
             self.turn(wake)?;
             now = Instant::now();
+            if !self.measuring && now >= clock.measure_start {
+                self.open_window();
+                cpu_start = CpuTime::of_current_thread();
+            }
             if now >= self.log_next {
                 self.rotate_interval(now);
             }
@@ -279,6 +286,24 @@ impl<'a> Thread<'a> {
         }
         let cpu = CpuTime::of_current_thread().since(cpu_start);
         Ok(self.finish(now, cpu))
+    }
+
+    /// The warm-up is over: every response from now on counts, and the requests still in
+    /// flight from the warm-up are carried into the window (counted as sent, marked warm), as
+    /// the TCP loops do.
+    fn open_window(&mut self) {
+        self.measuring = true;
+        let mut carried = 0;
+        for c in &mut self.conns {
+            for r in c.h3.requests_mut() {
+                if !r.counted {
+                    r.counted = true;
+                    carried += 1;
+                }
+            }
+        }
+        self.rec.sent += carried;
+        self.rec.from_warmup += carried;
     }
 
     /// One turn: waits for datagrams or the earliest timer (until `wake` at the latest), reads
@@ -666,7 +691,7 @@ impl<'a> Thread<'a> {
                         sent_at: now,
                         intended: now,
                         counted: self.measuring,
-                        warm: false,
+                        warm: !self.measuring,
                         retried: false,
                         target: group.cycle.variant(pos),
                         pos: pos as u32,

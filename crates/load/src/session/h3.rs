@@ -123,6 +123,10 @@ impl Http3 {
         self.streams.iter().map(|s| &s.req)
     }
 
+    pub fn requests_mut(&mut self) -> impl Iterator<Item = &mut Req> {
+        self.streams.iter_mut().map(|s| &mut s.req)
+    }
+
     /// Takes every request off the connection (it failed or closed).
     pub fn take_requests(&mut self) -> Vec<Req> {
         self.ids.clear();
