@@ -487,9 +487,6 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
     let not_yet = |flag: &'static str, what: &str| {
         Err(ConfigError::new(flag, format!("{what} is not supported with --h3 yet; drop it")))
     };
-    if opts.rate.is_some() || opts.schedule.is_some() || opts.stages.is_some() {
-        return not_yet("--rate", "an open loop (a request rate)");
-    }
     if opts.conn_per_request {
         return not_yet("--conn-per-request", "a connection per request");
     }

@@ -82,6 +82,41 @@ fn a_warm_up_is_left_out_and_its_requests_in_flight_carried() {
     );
 }
 
+/// An open loop keeps its schedule (the requests due are sent on the streams free, the rest
+/// wait with their latency counting from their slot): 300 requests a second for 1 s are 300
+/// responses; a server slower than the schedule makes them wait, and the wait is in the
+/// latency.
+#[test]
+fn an_open_loop_keeps_its_rate_and_counts_the_wait() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 2, 4);
+    o.requests = None;
+    o.rate = Some("300".into());
+    o.duration = Some(Duration::from_secs(1));
+    let report = run(&o);
+    let r = &report.requests;
+    assert!((285..=302).contains(&r.sent), "{r:?}");
+    assert!(
+        r.ok + r.in_flight_at_stop >= 285 && r.failed == 0,
+        "{r:?} {:?}",
+        report.error_examples
+    );
+    assert_eq!(report.config.mode, "rate");
+
+    // One stream, answers after 50 ms, 40 due a second: each waits for the one before.
+    let mut o = h3_opts(&server, "/?ms=50", 1, 1);
+    o.requests = None;
+    o.rate = Some("40".into());
+    o.duration = Some(Duration::from_secs(1));
+    let report = run(&o);
+    assert!(report.requests.ok >= 15, "{:?}", report.requests);
+    assert!(
+        report.latency_us.p99 > 200_000,
+        "the waits are in the latency: {:?}",
+        report.latency_us
+    );
+}
+
 #[test]
 fn a_post_body_reaches_the_server() {
     let server = Aioquic::start();
@@ -164,9 +199,6 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     let mut o = base();
     o.urls = vec!["http://127.0.0.1:1/".into()];
     refused(o, "https://");
-    let mut o = base();
-    o.rate = Some("100".into());
-    refused(o, "--rate");
     let mut o = base();
     o.h2 = true;
     refused(o, "--h3");

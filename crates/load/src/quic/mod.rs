@@ -31,7 +31,7 @@ use quinn_proto::{
     EndpointConfig, Event, StreamEvent, VarInt,
 };
 
-use crate::pacer::Pacer;
+use crate::pacer::{Pacer, Schedule};
 use crate::session::h3::{ConnError, Http3};
 use crate::session::Req;
 use crate::stats::{ErrorClass, Recorder};
@@ -42,6 +42,8 @@ const RECV_BUF: usize = 64 * 1024;
 /// The allocation received datagrams are copied into (a new one when the last is used up and
 /// still referenced).
 const RX_ARENA: usize = 256 * 1024;
+/// Open loop: the shortest sleep between sends.
+const WAKE_QUANTUM: Duration = Duration::from_micros(50);
 /// recvmmsg calls per turn before the connections get their turn.
 const RECV_BATCHES: usize = 8;
 /// Length of one `--log` interval and of a progress tick.
@@ -110,6 +112,12 @@ struct Thread<'a> {
     wires: Vec<Vec<Vec<u8>>>,
     cursors: Vec<usize>,
     pacer: Pacer,
+    /// Open loop: requests the schedule made due that no stream could take yet, by their
+    /// slot time (their latency counts from it, so the wait counts), and where the next
+    /// search for a free stream starts.
+    due: std::collections::VecDeque<Instant>,
+    next_conn: usize,
+    measure_start: Instant,
     rec: Recorder,
     outstanding: u64,
     started: bool,
@@ -209,7 +217,14 @@ impl<'a> Thread<'a> {
                 .iter()
                 .map(|g| worker::first_position(cfg, index, g.cycle.len()))
                 .collect(),
-            pacer: Pacer::closed(cfg.requests_of(index)),
+            pacer: match cfg.thread_rate() {
+                // Every thread's schedule starts with the run's clock (warm-up included).
+                Some(rate) => Pacer::open(Schedule { start: None, rate }, cfg.requests_of(index)),
+                None => Pacer::closed(cfg.requests_of(index)),
+            },
+            due: std::collections::VecDeque::new(),
+            next_conn: 0,
+            measure_start: now,
             rec: Recorder::new(cfg.variants.len(), 0, shared.intervals),
             outstanding: 0,
             started: false,
@@ -250,7 +265,13 @@ impl<'a> Thread<'a> {
         let mut cpu_start = CpuTime::of_current_thread();
         self.started = true;
         self.measuring = Instant::now() >= clock.measure_start;
+        self.measure_start = clock.measure_start;
         self.pacer.begin(clock.start);
+        if self.pacer.is_open() {
+            // The kernel lets a timed wait run up to the thread's timer slack late; a schedule
+            // wants its wake-ups on time.
+            qpslab_sys::thread::set_timer_slack(1);
+        }
         self.log_next = clock.measure_start + SECOND;
         let mut now = Instant::now();
         for idx in 0..self.conns.len() {
@@ -265,8 +286,15 @@ impl<'a> Thread<'a> {
             if !self.measuring {
                 wake = wake.min(clock.measure_start);
             }
+            if let Some(due) = self.pacer.next_due() {
+                // Requests due within a quantum go in one wake-up.
+                wake = wake.min(due.max(Instant::now() + WAKE_QUANTUM));
+            }
             self.turn(wake)?;
             now = Instant::now();
+            if self.pacer.is_open() && clock.stop_at.is_none_or(|s| now < s) {
+                self.send_due(now);
+            }
             if !self.measuring && now >= clock.measure_start {
                 self.open_window();
                 cpu_start = CpuTime::of_current_thread();
@@ -279,7 +307,7 @@ impl<'a> Thread<'a> {
                 next_tick = now + tick;
             }
             let timed_out = clock.stop_at.is_some_and(|s| now >= s);
-            let drained = self.pacer.exhausted() && self.outstanding == 0;
+            let drained = self.pacer.exhausted() && self.outstanding == 0 && self.due.is_empty();
             if timed_out || drained || self.shared.stopping() {
                 break;
             }
@@ -670,6 +698,7 @@ impl<'a> Thread<'a> {
                 }
                 self.connect(idx, now);
             }
+            Phase::Open if self.pacer.is_open() => {}
             Phase::Open => {
                 if c.h3.going_away() {
                     return;
@@ -711,6 +740,76 @@ impl<'a> Thread<'a> {
                 }
             }
         }
+    }
+
+    /// Open loop: hands the requests due by now to connections with a free stream, in turn;
+    /// what none can take waits, its latency counting from its slot.
+    fn send_due(&mut self, now: Instant) {
+        let (k, first) = self.pacer.grant(u64::MAX, now);
+        for i in 0..k {
+            self.due.push_back(self.pacer.slot_time(first + i, now));
+        }
+        let n = self.conns.len();
+        let depth = self.shared.cfg.pipeline;
+        let mut tried = 0;
+        while !self.due.is_empty() && tried < n {
+            let idx = self.next_conn;
+            let c = &mut self.conns[idx];
+            let free = c.phase == Phase::Open
+                && !c.h3.going_away()
+                && c.h3.in_flight() < depth
+                && c.conn.is_some();
+            if !free {
+                self.next_conn = (idx + 1) % n;
+                tried += 1;
+                continue;
+            }
+            let g = c.h3.group;
+            let group = &self.shared.groups[g];
+            let Some(conn) = c.conn.as_mut() else { continue };
+            let Some(&intended) = self.due.front() else { break };
+            let pos = self.cursors[g];
+            let warm = intended < self.measure_start;
+            let req = Req {
+                sent_at: now,
+                intended,
+                counted: self.measuring || !warm,
+                warm,
+                retried: false,
+                target: group.cycle.variant(pos),
+                pos: pos as u32,
+                id: 0,
+            };
+            if !c.h3.send(conn, req, &self.wires[g][pos]) {
+                // The server's stream limit: the next connection.
+                self.next_conn = (idx + 1) % n;
+                tried += 1;
+                continue;
+            }
+            self.due.pop_front();
+            self.cursors[g] = (pos + 1) % group.cycle.len();
+            self.outstanding += 1;
+            if req.counted {
+                self.rec.sent += 1;
+                self.rec.lag(now.saturating_duration_since(intended).as_micros() as u64);
+            }
+            if !self.conns[idx].ready {
+                // Not to be driven this turn: marked only so it is sent below once.
+                self.conns[idx].ready = true;
+                self.ready.push(idx);
+            }
+            tried = 0;
+            self.next_conn = (idx + 1) % n;
+        }
+        // The requests go now, not at the next wake-up.
+        let mut ready = std::mem::take(&mut self.ready);
+        for &idx in &ready {
+            self.conns[idx].ready = false;
+            self.transmit(idx, now);
+        }
+        ready.clear();
+        self.ready = ready;
+        self.udp.flush();
     }
 
     /// Handshakes past the connect timeout fail.
@@ -782,6 +881,12 @@ impl<'a> Thread<'a> {
         }
         p.open.store(self.open, Ordering::Relaxed);
         p.reconnects.store(self.rec.reconnects, Ordering::Relaxed);
+        p.lag_us.store(self.rec.lag_total_us, Ordering::Relaxed);
+        p.lagged.store(self.rec.send_lag.len(), Ordering::Relaxed);
+        if let Some((scheduled, unsent)) = self.pacer.owed(Instant::now()) {
+            p.scheduled.store(scheduled, Ordering::Relaxed);
+            p.due_unsent.store(unsent + self.due.len() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Closes every connection (H3_NO_ERROR), lets the closes go out, and hands back the
@@ -826,7 +931,11 @@ impl<'a> Thread<'a> {
             polled: Duration::ZERO,
             lingered: Duration::ZERO,
             ended: now,
-            due_unsent: 0,
+            due_unsent: if self.pacer.is_open() {
+                self.pacer.due(now) + self.due.len() as u64
+            } else {
+                0
+            },
             idle_at_stop: 0,
             in_flight_by_target,
             setup: self.setup,
