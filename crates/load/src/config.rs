@@ -487,8 +487,17 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
     let not_yet = |flag: &'static str, what: &str| {
         Err(ConfigError::new(flag, format!("{what} is not supported with --h3 yet; drop it")))
     };
-    if opts.conn_per_request {
-        return not_yet("--conn-per-request", "a connection per request");
+    if opts.conn_per_request && opts.streams > 1 {
+        return Err(ConfigError::new(
+            "--streams",
+            "a connection per request carries one request: drop --streams or --conn-per-request",
+        ));
+    }
+    if opts.rst_close {
+        return Err(ConfigError::new(
+            "--rst-close",
+            "QUIC closes with its own CONNECTION_CLOSE, there is no TCP reset: drop it",
+        ));
     }
     if opts.pipeline > 1 {
         return Err(ConfigError::new(

@@ -117,6 +117,24 @@ fn an_open_loop_keeps_its_rate_and_counts_the_wait() {
     );
 }
 
+/// A connection per request: each request opens a QUIC connection (its handshake in the
+/// request's latency), is answered, and the connection closes (H3_NO_ERROR).
+#[test]
+fn a_connection_per_request_handshakes_for_each() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 2, 1);
+    o.conn_per_request = true;
+    o.requests = Some(20);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 20, "{:?}", report.error_examples);
+    assert_eq!(report.connections.connects, 20, "{:?}", report.connections);
+    assert_eq!(report.connections.reconnects, 0, "{:?}", report.connections);
+    let tls = report.connections.tls.as_ref().unwrap();
+    assert_eq!(tls.full_handshakes, 20, "{tls:?}");
+    assert!(report.latency_us.p50 >= tls.handshake_us.p50, "{:?} {tls:?}", report.latency_us);
+    assert_eq!(server.log(20).len(), 20);
+}
+
 #[test]
 fn a_post_body_reaches_the_server() {
     let server = Aioquic::start();
@@ -208,6 +226,14 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     let mut o = base();
     o.io = qpslab_load::IoChoice::Uring;
     refused(o, "--io");
+    let mut o = base();
+    o.conn_per_request = true;
+    o.streams = 4;
+    refused(o, "--streams");
+    let mut o = base();
+    o.conn_per_request = true;
+    o.rst_close = true;
+    refused(o, "--rst-close");
 }
 
 /// A hostile server's HTTP/3: a field section past the 64 KiB bound, a body that never ends, streams

@@ -239,6 +239,10 @@ impl<'a> Thread<'a> {
     /// Opens every connection (its handshake done) before the run's clock starts, or until
     /// each has failed once or the connect timeout passed.
     fn connect_phase(&mut self) -> io::Result<()> {
+        if !self.shared.cfg.opens_first() {
+            // A connection per request: each opens with its request, in the run.
+            return Ok(());
+        }
         let now = Instant::now();
         for idx in 0..self.conns.len() {
             self.connect(idx, now);
@@ -461,7 +465,7 @@ impl<'a> Thread<'a> {
                 // Its Initial goes out at the next turn.
                 c.timer = Some(now);
                 self.rec.connects += 1;
-                if c.ever_connected {
+                if c.ever_connected && !self.shared.cfg.conn_per_request {
                     self.rec.reconnects += 1;
                 }
                 self.set_owner(h, Owner::Conn(idx));
@@ -495,8 +499,18 @@ impl<'a> Thread<'a> {
             }
         }
         let ended = self.events(idx, &mut conn, now);
-        self.hand_over(idx, now);
+        let answered = self.hand_over(idx, now);
         match ended {
+            Ended::No if answered && self.shared.cfg.conn_per_request => {
+                // Its one request is answered: closed (H3_NO_ERROR) and opened again for the
+                // next.
+                if self.conns[idx].h3.in_flight() == 0 {
+                    let code = VarInt::from_u64(code::NO_ERROR).unwrap_or_default();
+                    conn.close(now, code, bytes::Bytes::new());
+                    self.retire(idx, conn, now);
+                    return self.issue(idx, now);
+                }
+            }
             Ended::No => {}
             Ended::Failed(e) => {
                 let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
@@ -531,6 +545,8 @@ impl<'a> Thread<'a> {
                     self.rec.tls_full += 1;
                     let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
                     self.rec.handshake_latency.saturating_record(us.max(1));
+                    // A QUIC connection is open when its handshake is done.
+                    self.rec.connect_latency.saturating_record(us.max(1));
                     if self.rec.tls_negotiated.is_none() {
                         self.rec.tls_negotiated = Some("TLSv1_3 (QUIC)".into());
                     }
@@ -567,9 +583,11 @@ impl<'a> Thread<'a> {
         c.timer = conn.poll_timeout();
     }
 
-    /// Responses and failed streams the session handed back, into the record.
-    fn hand_over(&mut self, idx: usize, now: Instant) {
+    /// Responses and failed streams the session handed back, into the record; whether there
+    /// were any.
+    fn hand_over(&mut self, idx: usize, now: Instant) -> bool {
         let c = &mut self.conns[idx];
+        let any = !c.h3.answered.is_empty() || !c.h3.reset.is_empty();
         for (req, resp) in c.h3.answered.drain(..) {
             self.outstanding -= 1;
             self.shared.record(&mut self.rec, req, resp, now);
@@ -581,6 +599,7 @@ impl<'a> Thread<'a> {
                 self.rec.failure(ErrorClass::Reset, 1, || why);
             }
         }
+        any
     }
 
     /// Why a lost connection's requests failed; None when this side closed it.
@@ -689,6 +708,7 @@ impl<'a> Thread<'a> {
             return;
         }
         let depth = self.shared.cfg.pipeline;
+        let per_request = self.shared.cfg.conn_per_request;
         let c = &mut self.conns[idx];
         match c.phase {
             Phase::Handshaking => {}
@@ -718,7 +738,8 @@ impl<'a> Thread<'a> {
                     let pos = self.cursors[g];
                     let req = Req {
                         sent_at: now,
-                        intended: now,
+                        // A connection per request: its latency counts the handshake too.
+                        intended: if per_request { c.opened_at } else { now },
                         counted: self.measuring,
                         warm: !self.measuring,
                         retried: false,
