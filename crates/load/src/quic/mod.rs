@@ -716,6 +716,14 @@ impl<'a> Thread<'a> {
                 if c.retry_at.is_some_and(|t| now < t) || self.pacer.exhausted() {
                     return;
                 }
+                if per_request && !self.pacer.is_open() {
+                    // A connection per request opens only for a request left to send: the
+                    // last ones of a -n budget do not each make every connection handshake.
+                    let opening = self.conns.iter().filter(|c| c.phase == Phase::Handshaking);
+                    if self.pacer.due(now) <= opening.count() as u64 {
+                        return;
+                    }
+                }
                 self.connect(idx, now);
             }
             Phase::Open if self.pacer.is_open() => {}
