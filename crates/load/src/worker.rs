@@ -598,14 +598,12 @@ impl<'a> Worker<'a> {
     /// A second of measurement ended: notes its counts and (`--log`) hands its histogram to
     /// the watcher.
     fn rotate_interval(&mut self, now: Instant) {
-        while now >= self.log_next {
-            self.rec.end_second();
-            if let Some(hist) = self.rec.take_interval() {
-                (self.send_interval)(self.log_index, hist);
-            }
-            self.log_index += 1;
-            self.log_next += LOG_INTERVAL;
-        }
+        rotate_seconds(
+            &mut self.rec,
+            self.send_interval,
+            (&mut self.log_index, &mut self.log_next),
+            now,
+        );
     }
 
     /// Gives the connection as many requests as the pacer allows (none before the run's clock
@@ -1229,6 +1227,26 @@ impl Shared<'_> {
                 rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
             }
         }
+    }
+}
+
+/// The seconds of measurement that ended by `now`: each one's counts noted and (`--log`) its
+/// histogram handed to the watcher; `at` is the current second's index and when it ends. Both
+/// loops (TCP and QUIC) keep their seconds this way.
+pub(crate) fn rotate_seconds(
+    rec: &mut Recorder,
+    send: &dyn Fn(u32, Histogram<u64>),
+    at: (&mut u32, &mut Instant),
+    now: Instant,
+) {
+    let (index, next) = at;
+    while now >= *next {
+        rec.end_second();
+        if let Some(hist) = rec.take_interval() {
+            send(*index, hist);
+        }
+        *index += 1;
+        *next += LOG_INTERVAL;
     }
 }
 

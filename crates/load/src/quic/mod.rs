@@ -889,14 +889,8 @@ impl<'a> Thread<'a> {
     }
 
     fn rotate_interval(&mut self, now: Instant) {
-        while now >= self.log_next {
-            self.rec.end_second();
-            if let Some(hist) = self.rec.take_interval() {
-                (self.send_interval)(self.log_index, hist);
-            }
-            self.log_index += 1;
-            self.log_next += SECOND;
-        }
+        let at = (&mut self.log_index, &mut self.log_next);
+        worker::rotate_seconds(&mut self.rec, self.send_interval, at, now);
     }
 
     fn publish(&self) {
