@@ -9,7 +9,6 @@
 //! alert, the server's close with its code, an idle timeout) and is opened again.
 
 mod preflight;
-mod udp;
 
 pub(crate) use preflight::{handshake_once, Preflight};
 
@@ -23,6 +22,7 @@ use hdrhistogram::Histogram;
 use qpslab_http::h2::hpack;
 use qpslab_http::h3::frame::{self, code, kind};
 use qpslab_http::h3::qpack;
+use qpslab_quic::udp::{count_connection, Udp};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
 use qpslab_sys::thread::CpuTime;
@@ -95,7 +95,7 @@ struct Thread<'a> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
     send_interval: &'a dyn Fn(u32, Histogram<u64>),
-    udp: udp::Udp,
+    udp: Udp,
     epoll: Epoll,
     /// Connections to drive this turn: datagrams came, a timer fired, a retry is due.
     ready: Vec<usize>,
@@ -177,7 +177,7 @@ impl<'a> Thread<'a> {
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
         let now = Instant::now();
         let v6 = shared.groups.iter().any(|g| g.endpoint.addr.is_ipv6());
-        let udp = udp::Udp::new(v6)?;
+        let udp = Udp::new(v6)?;
         let epoll = Epoll::new()?;
         epoll.add(udp.sock.as_raw_fd(), 0, epoll::IN)?;
         let conns = (0..cfg.connections_of(index))
@@ -966,16 +966,6 @@ impl<'a> Thread<'a> {
             waiting,
         }
     }
-}
-
-/// Adds a connection's own counts (losses, congestion, ACKs) to the thread's.
-fn count_connection(counts: &mut crate::stats::QuicCounts, conn: &Connection) {
-    let s = conn.stats();
-    counts.lost_packets += s.path.lost_packets;
-    counts.lost_bytes += s.path.lost_bytes;
-    counts.congestion_events += s.path.congestion_events;
-    counts.acks_sent += s.frame_tx.acks;
-    counts.acks_received += s.frame_rx.acks;
 }
 
 /// A close's reason phrase, for a message (empty when none).

@@ -11,40 +11,14 @@
 
 use std::time::Instant;
 
-use qpslab_http::h3::frame::{self, code, kind, setting, stream_type, Event, FrameError, On};
-use qpslab_http::h3::{qpack, varint};
+use qpslab_http::h3::frame::{self, code, kind, Event, FrameError, On};
+use qpslab_http::h3::qpack;
 use qpslab_http::Response;
+pub(crate) use qpslab_quic::peer::{ConnError, MAX_UNI};
+use qpslab_quic::peer::{Peer, Streams, MAX_FRAME, MAX_SECTION};
 use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt};
 
 use super::Req;
-
-/// The largest control frame (SETTINGS, GOAWAY, HEADERS) taken.
-pub(crate) const MAX_FRAME: usize = 64 * 1024;
-/// The most a response's field section may decode to (announced as
-/// SETTINGS_MAX_FIELD_SECTION_SIZE).
-pub(crate) const MAX_SECTION: usize = 64 * 1024;
-/// Unidirectional streams of the server's a connection keeps reading (control, QPACK encoder
-/// and decoder, and a few it does not know, which it stops).
-pub(crate) const MAX_UNI: u64 = 16;
-
-/// A connection-level error: the HTTP/3 code to close with and what happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConnError {
-    pub code: u64,
-    pub msg: String,
-}
-
-impl ConnError {
-    fn new(code: u64, msg: impl Into<String>) -> ConnError {
-        ConnError { code, msg: msg.into() }
-    }
-}
-
-impl From<FrameError> for ConnError {
-    fn from(e: FrameError) -> Self {
-        ConnError::new(e.code(), format!("{e} ({})", code::name(e.code())))
-    }
-}
 
 /// What a request stream carries back.
 #[derive(Debug)]
@@ -62,17 +36,6 @@ struct Stream {
     finished: bool,
 }
 
-/// One of the server's unidirectional streams.
-#[derive(Debug)]
-struct Uni {
-    id: StreamId,
-    /// Its type, once its first varint arrived; the bytes of that varint so far.
-    kind: Option<u64>,
-    head: Vec<u8>,
-    reader: frame::Reader,
-    settings_seen: bool,
-}
-
 /// One connection's HTTP/3 exchange.
 #[derive(Debug)]
 pub(crate) struct Http3 {
@@ -81,13 +44,9 @@ pub(crate) struct Http3 {
     /// Each stream's id, in the order of `streams`: found by a scan of 8-byte ids rather than
     /// of whole streams.
     ids: Vec<StreamId>,
-    /// Our control stream's bytes not yet taken (its SETTINGS, written once it opens).
-    control: Option<(StreamId, Vec<u8>)>,
-    uni: Vec<Uni>,
-    /// The server's control stream was seen (a second is an error).
-    peer_control: bool,
-    /// The server's GOAWAY: streams from this id on will not be processed.
-    goaway: Option<u64>,
+    /// Our control stream and the server's unidirectional streams (its GOAWAY among them:
+    /// streams from its id on will not be processed).
+    peer: Streams,
     dec: qpack::Decoder,
     /// Requests whose streams the server reset or stopped, with why; taken by the loop.
     pub reset: Vec<(Req, String)>,
@@ -103,10 +62,7 @@ impl Http3 {
             group,
             streams: Vec::new(),
             ids: Vec::new(),
-            control: None,
-            uni: Vec::new(),
-            peer_control: false,
-            goaway: None,
+            peer: Streams::new(Peer::Server),
             dec: qpack::Decoder::new(MAX_SECTION),
             reset: Vec::new(),
             answered: Vec::new(),
@@ -135,37 +91,12 @@ impl Http3 {
 
     /// No more requests may go on this connection (the server's GOAWAY).
     pub fn going_away(&self) -> bool {
-        self.goaway.is_some()
+        self.peer.goaway.is_some()
     }
 
     /// The handshake is done: opens the control stream and queues its SETTINGS.
     pub fn connected(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
-        let id = conn.streams().open(Dir::Uni).ok_or_else(|| {
-            ConnError::new(
-                code::STREAM_CREATION_ERROR,
-                "the server allows no unidirectional stream for the control stream",
-            )
-        })?;
-        let mut out = vec![stream_type::CONTROL as u8];
-        frame::put_settings(
-            &mut out,
-            &[
-                (setting::QPACK_MAX_TABLE_CAPACITY, 0),
-                (setting::QPACK_BLOCKED_STREAMS, 0),
-                (setting::MAX_FIELD_SECTION_SIZE, MAX_SECTION as u64),
-            ],
-        );
-        self.control = Some((id, out));
-        self.write_control(conn);
-        Ok(())
-    }
-
-    fn write_control(&mut self, conn: &mut Connection) {
-        if let Some((id, out)) = &mut self.control {
-            if let Ok(n) = conn.send_stream(*id).write(out) {
-                out.drain(..n);
-            }
-        }
+        self.peer.open_control(conn)
     }
 
     /// Opens a stream for `req` and writes its bytes (`wire`: its HEADERS frame, and DATA
@@ -197,8 +128,8 @@ impl Http3 {
 
     /// A stream the flow control held may take more.
     pub fn writable(&mut self, conn: &mut Connection, id: StreamId) {
-        if self.control.as_ref().is_some_and(|(c, _)| *c == id) {
-            return self.write_control(conn);
+        if self.peer.is_control(id) {
+            return self.peer.write_control(conn, &[]);
         }
         let Some(i) = self.find(id) else { return };
         let s = &mut self.streams[i];
@@ -217,16 +148,7 @@ impl Http3 {
 
     /// The server opened unidirectional streams: each is read for its type.
     pub fn accept_uni(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
-        while let Some(id) = conn.streams().accept(Dir::Uni) {
-            self.uni.push(Uni {
-                id,
-                kind: None,
-                head: Vec::new(),
-                reader: frame::Reader::new(MAX_FRAME),
-                settings_seen: false,
-            });
-            self.read_uni(conn, id)?;
-        }
+        self.peer.accept(conn)?;
         if conn.streams().accept(Dir::Bi).is_some() {
             return Err(ConnError::new(
                 code::STREAM_CREATION_ERROR,
@@ -239,7 +161,7 @@ impl Http3 {
     /// A stream has bytes (or its end, or a reset) to read.
     pub fn readable(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
         if id.dir() == Dir::Uni {
-            return self.read_uni(conn, id);
+            return self.peer.read(conn, id);
         }
         let Some(i) = self.find(id) else { return Ok(()) };
         let mut recv = conn.recv_stream(id);
@@ -351,140 +273,6 @@ impl Http3 {
         }
         out
     }
-
-    /// Reads one of the server's unidirectional streams.
-    fn read_uni(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
-        let Some(i) = self.uni.iter().position(|u| u.id == id) else { return Ok(()) };
-        let mut recv = conn.recv_stream(id);
-        let Ok(mut chunks) = recv.read(true) else { return Ok(()) };
-        let mut result = Ok(());
-        let mut ended = false;
-        let mut stop = false;
-        loop {
-            match chunks.next(usize::MAX) {
-                Ok(Some(chunk)) => match self.uni_bytes(i, &chunk.bytes) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        stop = true;
-                        break;
-                    }
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                },
-                Ok(None) | Err(ReadError::Reset(_)) => {
-                    ended = true;
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-            }
-        }
-        let _ = chunks.finalize();
-        result?;
-        let u = &self.uni[i];
-        if stop {
-            let code = VarInt::from_u32(code::STREAM_CREATION_ERROR as u32);
-            let _ = conn.recv_stream(id).stop(code);
-            self.uni.remove(i);
-            return Ok(());
-        }
-        if ended {
-            if matches!(
-                u.kind,
-                Some(
-                    stream_type::CONTROL | stream_type::QPACK_ENCODER | stream_type::QPACK_DECODER
-                )
-            ) {
-                return Err(ConnError::new(
-                    code::CLOSED_CRITICAL_STREAM,
-                    "the server closed its control or QPACK stream (H3_CLOSED_CRITICAL_STREAM)",
-                ));
-            }
-            self.uni.remove(i);
-        }
-        Ok(())
-    }
-
-    /// Bytes of unidirectional stream `i`; Ok(false) when the stream is one to stop reading
-    /// (a type this side does not know).
-    fn uni_bytes(&mut self, i: usize, mut b: &[u8]) -> Result<bool, ConnError> {
-        let u = &mut self.uni[i];
-        if u.kind.is_none() {
-            let take = b.len().min(8 - u.head.len().min(8));
-            u.head.extend_from_slice(&b[..take]);
-            let Some((t, n)) = varint::read(&u.head) else { return Ok(true) };
-            b = &b[take - (u.head.len() - n)..];
-            u.kind = Some(t);
-            match t {
-                stream_type::CONTROL if self.peer_control => {
-                    return Err(ConnError::new(
-                        code::STREAM_CREATION_ERROR,
-                        "the server opened a second control stream (H3_STREAM_CREATION_ERROR)",
-                    ));
-                }
-                stream_type::CONTROL => self.peer_control = true,
-                stream_type::PUSH => {
-                    return Err(ConnError::new(
-                        code::ID_ERROR,
-                        "the server pushed, which this client never allowed (H3_ID_ERROR)",
-                    ));
-                }
-                stream_type::QPACK_ENCODER | stream_type::QPACK_DECODER => {}
-                _ => return Ok(false),
-            }
-        }
-        let u = &mut self.uni[i];
-        match u.kind {
-            Some(stream_type::CONTROL) => {
-                if let Some(g) = control_bytes(u, b)? {
-                    self.goaway = Some(self.goaway.map_or(g, |old| old.min(g)));
-                }
-                Ok(true)
-            }
-            Some(stream_type::QPACK_ENCODER) => {
-                // With a table capacity of 0 the only instruction the encoder may send is
-                // "Set Dynamic Table Capacity" to 0 (0x20).
-                if b.iter().any(|&x| x != 0x20) {
-                    return Err(ConnError::new(
-                        code::QPACK_ENCODER_STREAM_ERROR,
-                        "the server's QPACK encoder stream uses a dynamic table this client set \
-                         to 0 bytes (QPACK_ENCODER_STREAM_ERROR)",
-                    ));
-                }
-                Ok(true)
-            }
-            _ => Ok(true),
-        }
-    }
-}
-
-/// The server's control stream's bytes: its SETTINGS first (checked), then what may follow;
-/// the identifier of a GOAWAY among them.
-fn control_bytes(u: &mut Uni, b: &[u8]) -> Result<Option<u64>, ConnError> {
-    let mut goaway = None;
-    let settings_seen = &mut u.settings_seen;
-    u.reader.feed::<ConnError>(
-        b,
-        &mut |t| {
-            let on = if *settings_seen { On::Control } else { On::ControlFirst };
-            *settings_seen = true;
-            frame::allowed(on, t)
-        },
-        &mut |e| {
-            match e {
-                Event::Frame { kind: kind::SETTINGS, payload } => {
-                    frame::settings(payload)?;
-                }
-                Event::Frame { kind: kind::GOAWAY, payload } => {
-                    goaway = Some(frame::goaway(payload)?);
-                }
-                _ => {}
-            }
-            Ok(())
-        },
-    )?;
-    Ok(goaway)
 }
 
 /// A request stream's bytes: frames of its response.

@@ -1,0 +1,11 @@
+//! QUIC and HTTP/3 pieces the load generator and the server share, on quinn-proto (QUIC as a
+//! state machine without I/O, driven from each side's own UDP loop).
+//!
+//! Owns: the UDP socket as QUIC wants it ([`udp`]: batched reads and writes, GSO and GRO, the
+//! counts of what each system call carried) and the peer's HTTP/3 unidirectional streams
+//! ([`peer`]: its control stream and SETTINGS, QPACK streams with the dynamic table off,
+//! GOAWAY), with the connection errors RFC 9114 names.
+//! Does not own requests, responses or the event loops: each side has its own.
+
+pub mod peer;
+pub mod udp;
