@@ -3,6 +3,7 @@
 //! and summarising happen once, at the end.
 
 use hdrhistogram::Histogram;
+pub use qpslab_quic::udp::QuicCounts;
 
 /// Highest latency the histogram tracks, in microseconds (60 s); larger values saturate.
 pub const MAX_LATENCY_US: u64 = 60_000_000;
@@ -422,4 +423,3 @@ mod tests {
     }
 }
 
-pub use qpslab_quic::udp::QuicCounts;
