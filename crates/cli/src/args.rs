@@ -813,6 +813,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<std::path::PathBuf>,
 
+    /// HTTP/3 over QUIC as well, on UDP at the same addresses and ports as TCP (needs HTTPS:
+    /// --tls-cert and --tls-key, or --tls-self-signed)
+    #[arg(long)]
+    pub h3: bool,
+
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
     /// with EPOLLEXCLUSIVE)
@@ -929,6 +934,7 @@ impl ServeArgs {
             sqpoll: self.sqpoll,
             tls,
             tls_client_ca: self.tls_client_ca.clone(),
+            h3: self.h3,
             listen: self.listen.clone(),
             workers,
             cpus,

@@ -47,6 +47,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
             "unix": server.unix_paths(),
             "workers": server.config().workers,
             "io": server.config().io.name(),
+            "h3": server.config().h3.is_some(),
         });
         qpslab_sys::fd::notify_ready(fd, &ready.to_string()).map_err(|e| ready_fd_error(fd, e))?;
     }
@@ -91,7 +92,11 @@ fn startup_line(server: &Server) -> String {
     format!(
         "listening on {}{} ({} {}, accept {}, io {}{}{}{sharing})",
         addrs.join(", "),
-        if cfg.tls.is_some() { " for https" } else { "" },
+        match (&cfg.tls, &cfg.h3) {
+            (Some(_), Some(_)) => " for https, and HTTP/3 on UDP at the same ports",
+            (Some(_), None) => " for https",
+            _ => "",
+        },
         cfg.workers,
         if cfg.workers == 1 { "worker" } else { "workers" },
         // A unix socket alone is one socket every worker accepts from, whatever the mode.
@@ -146,6 +151,22 @@ fn serve_text(r: &ServeReport) -> String {
         "served {} requests in {:.2}s on {} connections; rejected {}, timeouts {}, accept errors {}{tls}\n",
         t.requests, r.duration_s, t.accepted, t.rejected, t.timeouts, t.accept_errors
     );
+    if let Some(q) = &t.quic {
+        // What the QUIC side's system calls carried, as `load --h3` reports it.
+        let per = |n: u64, calls: u64| n as f64 / calls.max(1) as f64;
+        o += &format!(
+            "HTTP/3: datagrams {} in ({:.1} per recvmmsg, {} GRO reads), {} out ({:.1} per \
+             sendmmsg, {} GSO sends, {} dropped); lost packets {}\n",
+            q.datagrams_in,
+            per(q.datagrams_in, q.recv_calls),
+            q.gro_reads,
+            q.datagrams_out,
+            per(q.datagrams_out, q.send_calls),
+            q.gso_sends,
+            q.send_dropped,
+            q.lost_packets,
+        );
+    }
     if r.per_worker.len() > 1 {
         for (i, w) in r.per_worker.iter().enumerate() {
             o += &format!("  worker {i}: {} requests, {} connections\n", w.requests, w.accepted);

@@ -41,7 +41,11 @@ impl Udp {
     pub fn new(v6: bool) -> io::Result<Udp> {
         let any =
             if v6 { SocketAddr::from(([0u16; 8], 0)) } else { SocketAddr::from(([0, 0, 0, 0], 0)) };
-        let sock = UdpSocket::bind(any)?;
+        Udp::from_socket(UdpSocket::bind(any)?)
+    }
+
+    /// `sock` made non-blocking, its buffers sized, GRO asked for.
+    pub fn from_socket(sock: UdpSocket) -> io::Result<Udp> {
         sock.set_nonblocking(true)?;
         udp::set_buffers(&sock, SOCKET_BUFFER);
         let gro = udp::enable_gro(&sock);

@@ -144,6 +144,8 @@ pub struct ServeOptions {
     pub tls: Option<crate::tls::TlsSource>,
     /// HTTPS: require a client certificate signed by a CA of this PEM file (`--tls-client-ca`).
     pub tls_client_ca: Option<std::path::PathBuf>,
+    /// HTTP/3 over QUIC on UDP, on the same addresses and ports as TCP (`--h3`).
+    pub h3: bool,
 }
 
 /// Whether io_uring serves more requests per CPU-second than epoll here: what `--io auto` goes
@@ -169,6 +171,7 @@ impl Default for ServeOptions {
             sqpoll: false,
             tls: None,
             tls_client_ca: None,
+            h3: false,
         }
     }
 }
@@ -195,6 +198,8 @@ pub struct ServeConfig {
     pub sqpoll: bool,
     /// HTTPS: the TLS set-up every worker shares.
     pub tls: Option<crate::tls::ServerTls>,
+    /// HTTP/3: QUIC's server set-up, every worker's endpoint shares it.
+    pub h3: Option<std::sync::Arc<quinn_proto::ServerConfig>>,
 }
 
 impl ServeConfig {
@@ -237,7 +242,12 @@ impl ServeConfig {
             ));
         }
         o.settings.check()?;
-        let (io, io_note) = o.io.resolve(URING_MEASURED_FASTER)?;
+        let (io, io_note) = if o.h3 && o.io == IoChoice::Auto {
+            let note = "--h3: using epoll (the HTTP/3 listener runs on the epoll loop)";
+            (Engine::Epoll, Some(note.to_string()))
+        } else {
+            o.io.resolve(URING_MEASURED_FASTER)?
+        };
         if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
             return Err(ConfigError::new(
                 "--accept",
@@ -264,6 +274,7 @@ impl ServeConfig {
             .as_ref()
             .map(|t| crate::tls::ServerTls::new(t, &listen, o.tls_client_ca.as_deref()))
             .transpose()?;
+        let h3 = o.h3.then(|| check_h3(o, tls.as_ref(), &listen, io)).transpose()?;
         Ok(Self {
             listen,
             unix,
@@ -278,8 +289,39 @@ impl ServeConfig {
             io_note,
             sqpoll: o.sqpoll,
             tls,
+            h3,
         })
     }
+}
+
+/// `--h3`: QUIC's set-up from the HTTPS one, on UDP beside each TCP address.
+fn check_h3(
+    o: &ServeOptions,
+    tls: Option<&crate::tls::ServerTls>,
+    listen: &[SocketAddr],
+    io: Engine,
+) -> Result<std::sync::Arc<quinn_proto::ServerConfig>, ConfigError> {
+    let Some(tls) = tls else {
+        return Err(ConfigError::new(
+            "--h3",
+            "HTTP/3 runs over QUIC, which is TLS 1.3: give --tls-cert and --tls-key, or \
+             --tls-self-signed",
+        ));
+    };
+    if listen.is_empty() {
+        return Err(ConfigError::new(
+            "--h3",
+            "HTTP/3 runs over UDP: give an ADDR:PORT in --listen (a unix socket carries no QUIC)",
+        ));
+    }
+    if io == Engine::Uring {
+        return Err(ConfigError::new(
+            "--h3",
+            "the HTTP/3 listener runs on the epoll loop only for now; drop --io uring (or use \
+             --io epoll)",
+        ));
+    }
+    crate::worker::quic::server_config(&tls.config, &o.settings)
 }
 
 /// The `unix:PATH` entries of `--listen`, each a path a socket address can hold.

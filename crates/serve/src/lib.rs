@@ -40,6 +40,11 @@ pub enum ServeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("--listen {addr}: the port is already in use by {}; stop it or pick another port (--share-port shares it on purpose: the servers then split the connections)", holders_text(holders))]
     PortInUse { addr: SocketAddr, holders: Vec<Holder> },
+    #[error(
+        "--h3: cannot bind UDP {addr} beside its TCP listener: {}; pick another port in --listen",
+        qpslab_sys::net::message(source)
+    )]
+    BindUdp { addr: SocketAddr, source: std::io::Error },
     #[error("--listen unix:{}: {why}", path.display())]
     Unix { path: std::path::PathBuf, why: String },
     /// A worker could not start, be pinned (`--cpus`), or run (a panic included).
@@ -73,6 +78,17 @@ pub struct Server {
     listeners: listen::Listeners,
     addrs: Vec<SocketAddr>,
     shared_with: Vec<Holder>,
+    /// `--h3`: each worker's UDP sockets, one per TCP address.
+    udp: Vec<Vec<std::net::UdpSocket>>,
+}
+
+fn bind_error(e: listen::BindError) -> ServeError {
+    match e {
+        listen::BindError::InUse { addr, holders } => ServeError::PortInUse { addr, holders },
+        listen::BindError::Os { addr, source } => ServeError::Bind { addr, source },
+        listen::BindError::Udp { addr, source } => ServeError::BindUdp { addr, source },
+        listen::BindError::Unix { path, why } => ServeError::Unix { path, why },
+    }
 }
 
 impl Server {
@@ -81,16 +97,17 @@ impl Server {
     pub fn bind(cfg: ServeConfig) -> Result<Self, ServeError> {
         let wanted = (cfg.settings.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
         qpslab_sys::nofile::raise_towards(wanted);
-        let bound = listen::bind(&cfg).map_err(|e| match e {
-            listen::BindError::InUse { addr, holders } => ServeError::PortInUse { addr, holders },
-            listen::BindError::Os { addr, source } => ServeError::Bind { addr, source },
-            listen::BindError::Unix { path, why } => ServeError::Unix { path, why },
-        })?;
+        let bound = listen::bind(&cfg).map_err(bind_error)?;
+        let udp = match cfg.h3 {
+            Some(_) => listen::bind_udp(&bound.addrs, cfg.workers).map_err(bind_error)?,
+            None => Vec::new(),
+        };
         Ok(Self {
             cfg,
             listeners: bound.listeners,
             addrs: bound.addrs,
             shared_with: bound.shared_with,
+            udp,
         })
     }
 
@@ -155,7 +172,8 @@ impl Server {
                 let (i, listeners) = (hand.index(), self.listeners.of_worker(hand.index()));
                 match cfg.io {
                     Engine::Epoll => {
-                        worker::epoll::Worker::new(cfg, listeners, stop, &stats[i])?.run()
+                        let quic = self.quic_of(i)?;
+                        worker::epoll::Worker::new(cfg, listeners, stop, &stats[i], quic)?.run()
                     }
                     Engine::Uring => {
                         worker::uring::Worker::new(cfg, listeners, stop, &stats[i])?.run()
@@ -167,6 +185,16 @@ impl Server {
         .into_iter()
         .map(|r| r.map_err(ServeError::from))
         .collect()
+    }
+}
+
+impl Server {
+    /// Worker `i`'s QUIC endpoints, on its own copies of its UDP sockets.
+    fn quic_of(&self, i: usize) -> std::io::Result<Vec<worker::quic::Quic>> {
+        let (Some(config), Some(socks)) = (&self.cfg.h3, self.udp.get(i)) else {
+            return Ok(Vec::new());
+        };
+        socks.iter().map(|s| worker::quic::Quic::new(s.try_clone()?, config.clone())).collect()
     }
 }
 
@@ -195,6 +223,7 @@ fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
             timeouts: s.timeouts.load(Ordering::Relaxed),
             accept_errors: s.accept_errors.load(Ordering::Relaxed),
             tls_failures: s.tls_failures.load(Ordering::Relaxed),
+            quic: None,
         })
         .collect()
 }

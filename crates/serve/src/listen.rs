@@ -15,6 +15,11 @@ use crate::config::{AcceptMode, ServeConfig};
 /// Why the listeners could not be bound.
 #[derive(Debug)]
 pub(crate) enum BindError {
+    /// `--h3`: the UDP port beside a TCP listener could not be bound.
+    Udp {
+        addr: SocketAddr,
+        source: io::Error,
+    },
     /// Another socket listens there already (the processes holding it, where visible).
     InUse {
         addr: SocketAddr,
@@ -66,6 +71,37 @@ fn listener(addr: SocketAddr, reuseport: bool, backlog: u32) -> io::Result<Socke
     sock.bind(&SockAddr::from(addr))?;
     sock.listen(backlog.min(i32::MAX as u32) as i32)?;
     Ok(sock)
+}
+
+/// `--h3`: per worker, a UDP socket on each TCP address bound (the same port), all with
+/// SO_REUSEPORT so the kernel keeps each client's datagrams on one worker's endpoint.
+pub(crate) fn bind_udp(
+    addrs: &[SocketAddr],
+    workers: usize,
+) -> Result<Vec<Vec<std::net::UdpSocket>>, BindError> {
+    (0..workers)
+        .map(|_| {
+            addrs
+                .iter()
+                .map(|&addr| {
+                    let udp = |addr: SocketAddr| -> io::Result<std::net::UdpSocket> {
+                        let sock = Socket::new(
+                            Domain::for_address(addr),
+                            Type::DGRAM.nonblocking().cloexec(),
+                            Some(Protocol::UDP),
+                        )?;
+                        if addr.is_ipv6() {
+                            sock.set_only_v6(true)?;
+                        }
+                        sock.set_reuse_port(true)?;
+                        sock.bind(&SockAddr::from(addr))?;
+                        Ok(sock.into())
+                    };
+                    udp(addr).map_err(|source| BindError::Udp { addr, source })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect()
 }
 
 /// A listening unix domain socket at `path`. A socket file left by a server that is gone

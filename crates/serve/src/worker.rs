@@ -10,17 +10,23 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use qpslab_quic::udp::QuicCounts;
+
 use crate::date::{imf_fixdate, now_secs};
 
 pub(crate) mod epoll;
 pub mod fuzzing;
 mod h2;
+mod h3;
+pub(crate) mod quic;
 mod session;
 mod transport;
 pub(crate) mod uring;
 
 /// Tokens with this bit are listeners; the rest are connection slots.
 const LISTENER: u64 = 1 << 63;
+/// With [`LISTENER`]: a QUIC endpoint's UDP socket.
+const QUIC: u64 = 1 << 62;
 /// Timer granularity for deadlines (delays have their own exact timer).
 const TICK: Duration = Duration::from_millis(100);
 /// Pending output above which a connection's input is not read.
@@ -80,12 +86,22 @@ pub struct WorkerCounters {
     pub timeouts: u64,
     pub accept_errors: u64,
     pub tls_failures: u64,
+    /// HTTP/3: what the worker's UDP sockets and QUIC connections did (at the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicCounts>,
 }
 
 impl WorkerCounters {
     /// The counters of several workers added up.
     pub fn sum(workers: &[WorkerCounters]) -> WorkerCounters {
         workers.iter().fold(WorkerCounters::default(), |a, w| WorkerCounters {
+            quic: match (a.quic, w.quic) {
+                (Some(mut x), Some(y)) => {
+                    x.merge(&y);
+                    Some(x)
+                }
+                (x, y) => x.or(y),
+            },
             requests: a.requests + w.requests,
             open: a.open + w.open,
             accepted: a.accepted + w.accepted,
@@ -118,6 +134,7 @@ impl Counters {
             timeouts: self.timeouts,
             accept_errors: self.accept_errors,
             tls_failures: self.tls_failures,
+            quic: None,
         }
     }
 }
@@ -146,6 +163,7 @@ fn shared(cfg: &crate::config::ServeConfig) -> (session::Shared<'_>, u64) {
         pool: crate::bufpool::BufPool::default(),
         cache: crate::reqcache::RequestCache::default(),
         h2: h2::Scratch::default(),
+        h3: h3::Scratch::default(),
     };
     (sh, secs)
 }

@@ -12,13 +12,15 @@ use qpslab_sys::epoll::{self as poll, Epoll};
 use qpslab_sys::net::AcceptError;
 use socket2::Socket;
 
+use super::quic::Quic;
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
 use super::transport::{Got, Sent, Transport};
 use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
-    FLUSH_BUDGET, LISTENER, READ_CHUNK, TICK,
+    FLUSH_BUDGET, LISTENER, QUIC, READ_CHUNK, TICK,
 };
 use crate::config::ServeConfig;
+use qpslab_quic::udp::QuicCounts;
 
 /// A connection slot: the socket, its readiness, and its session.
 #[derive(Debug, Default)]
@@ -54,6 +56,8 @@ pub(crate) struct Worker<'a> {
     /// HTTPS: records read at a time, and the plaintext they are decrypted into.
     records: Vec<u8>,
     plain: Vec<u8>,
+    /// HTTP/3: a QUIC endpoint per UDP socket (one per listen address).
+    quic: Vec<Quic>,
     /// Taken once per epoll batch: deadlines need no finer clock, and it saves a clock read
     /// per request.
     now: Instant,
@@ -69,6 +73,7 @@ impl<'a> Worker<'a> {
         listeners: &'a [Socket],
         stop: &'a AtomicBool,
         stats: &'a WorkerStats,
+        quic: Vec<Quic>,
     ) -> io::Result<Self> {
         let (sh, date_secs) = shared(cfg);
         let (records, plain) = Transport::buffers(cfg);
@@ -89,7 +94,11 @@ impl<'a> Worker<'a> {
             yielded_next: Vec::new(),
             records,
             plain,
+            quic,
         };
+        for (i, q) in w.quic.iter().enumerate() {
+            w.epoll.add(q.fd(), LISTENER | QUIC | i as u64, poll::IN)?;
+        }
         w.set_accepting(true)?;
         Ok(w)
     }
@@ -100,27 +109,37 @@ impl<'a> Worker<'a> {
         self.now = now;
         let mut next_tick = now + TICK;
         loop {
-            let wake = self.sh.wake(next_tick);
+            let mut wake = self.sh.wake(next_tick);
+            for q in &self.quic {
+                wake = q.wake().map_or(wake, |t| wake.min(t));
+            }
             let timeout = if self.yielded.is_empty() { ms_until(now, wake) } else { 0 };
             let n = self.epoll.wait(&mut events, timeout)?;
             now = Instant::now();
             self.now = now;
             for ev in &events[..n] {
                 let (token, flags) = (ev.u64, ev.events);
-                if token & LISTENER != 0 {
+                if token & (LISTENER | QUIC) == LISTENER | QUIC {
+                    if let Some(q) = self.quic.get_mut((token & !(LISTENER | QUIC)) as usize) {
+                        q.readable(&mut self.sh, now);
+                    }
+                } else if token & LISTENER != 0 {
                     self.accept((token & !LISTENER) as usize);
                 } else {
                     self.on_event(token, flags);
                 }
             }
             self.resume_yielded();
+            for q in &mut self.quic {
+                q.run(&mut self.sh, now);
+            }
             self.fire_delays(now);
             if now >= next_tick {
                 self.on_tick(now);
                 next_tick = now + TICK;
             }
             if let Some(since) = self.draining_since {
-                if self.open == 0 || now.duration_since(since) >= DRAIN {
+                if self.open + self.quic_open() == 0 || now.duration_since(since) >= DRAIN {
                     break;
                 }
             }
@@ -128,8 +147,13 @@ impl<'a> Worker<'a> {
         for idx in 0..self.conns.len() {
             self.close(idx);
         }
+        let mut quic = None::<QuicCounts>;
+        for q in &mut self.quic {
+            q.close_all(now);
+            quic.get_or_insert_default().merge(&q.counts());
+        }
         self.sh.counters.publish(self.stats, self.open);
-        Ok(self.sh.counters.final_counts())
+        Ok(WorkerCounters { quic, ..self.sh.counters.final_counts() })
     }
 
     fn on_event(&mut self, token: u64, flags: u32) {
@@ -332,7 +356,12 @@ impl<'a> Worker<'a> {
         if self.draining_since.is_none() && self.stop.load(Ordering::Relaxed) {
             self.start_draining(now);
         }
-        self.sh.counters.publish(self.stats, self.open);
+        self.sh.counters.publish(self.stats, self.open + self.quic_open());
+    }
+
+    /// QUIC connections open on this worker's endpoints.
+    fn quic_open(&self) -> usize {
+        self.quic.iter().map(|q| q.open).sum()
     }
 
     /// Stop accepting; close idle connections; let the others finish their responses.
@@ -340,6 +369,9 @@ impl<'a> Worker<'a> {
         self.draining_since = Some(now);
         self.sh.draining = true;
         let _ = self.set_accepting(false);
+        for q in &mut self.quic {
+            q.drain();
+        }
         for idx in 0..self.conns.len() {
             let c = &mut self.conns[idx];
             if c.sock.is_some() {

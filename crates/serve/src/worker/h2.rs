@@ -40,12 +40,12 @@ const RESET_FLOOD: u32 = 100;
 /// What a request's header block held, checked field by field as it decodes (RFC 9113 8.2 and
 /// 8.3): a request breaking any rule is malformed, a stream error of type PROTOCOL_ERROR.
 #[derive(Debug, Default)]
-struct FieldCheck {
+pub(super) struct FieldCheck {
     /// Pseudo-header fields seen (bits: method, scheme, path, authority).
     pseudo: u8,
     regular_seen: bool,
-    malformed: bool,
-    has_host: bool,
+    pub(super) malformed: bool,
+    pub(super) has_host: bool,
 }
 
 impl FieldCheck {
@@ -55,7 +55,7 @@ impl FieldCheck {
     const AUTHORITY: u8 = 8;
 
     /// Checks one field; `trailers`: no pseudo-header field is allowed.
-    fn field(&mut self, name: &[u8], value: &[u8], trailers: bool) {
+    pub(super) fn field(&mut self, name: &[u8], value: &[u8], trailers: bool) {
         let bad_value = value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n'))
             || value.first().is_some_and(|&b| b == b' ' || b == b'\t')
             || value.last().is_some_and(|&b| b == b' ' || b == b'\t');
@@ -89,7 +89,7 @@ impl FieldCheck {
     }
 
     /// A request head needs :method, :scheme and :path (no CONNECT here).
-    fn complete(&self) -> bool {
+    pub(super) fn complete(&self) -> bool {
         self.pseudo & (Self::METHOD | Self::SCHEME | Self::PATH)
             == Self::METHOD | Self::SCHEME | Self::PATH
     }

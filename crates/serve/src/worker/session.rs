@@ -75,6 +75,7 @@ pub(super) struct Shared<'a> {
     pub pool: BufPool,
     pub cache: RequestCache,
     pub h2: h2::Scratch,
+    pub h3: super::h3::Scratch,
 }
 
 impl Shared<'_> {

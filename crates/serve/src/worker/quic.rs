@@ -1,0 +1,359 @@
+//! A worker's HTTP/3 listener: one UDP socket per listen address (SO_REUSEPORT, so the
+//! kernel keeps each client's datagrams on one worker) and a quinn-proto endpoint over it,
+//! driven from the worker's own loop: datagrams read in batches (recvmmsg, GRO), each to its
+//! connection, only the connections a datagram or timer concerns driven, and the turn's
+//! datagrams of every connection sent together (sendmmsg, GSO). Each connection's HTTP/3 is
+//! [`H3`].
+//!
+//! Against abuse: connections beyond `--max-conns` are refused (CONNECTION_REFUSED); while
+//! more than [`RETRY_ABOVE`] handshakes are under way, a client whose address is not yet
+//! validated gets a Retry first (a token it must echo: a spoofed flood cannot make the
+//! server work); QUIC's own limits hold the rest (three times the bytes received before an
+//! address is validated, stream counts, flow-control windows).
+
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use qpslab_http::h3::frame::code;
+use qpslab_quic::peer::{ConnError, MAX_UNI};
+use qpslab_quic::udp::{count_connection, QuicCounts, Udp};
+use quinn_proto::{
+    Connection, ConnectionError, ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint,
+    EndpointConfig, Event, ServerConfig, StreamEvent, VarInt,
+};
+
+use super::h3::H3;
+use super::session::Shared;
+use crate::config::ConfigError;
+
+/// Handshakes under way beyond which an unvalidated client is sent a Retry first.
+pub(super) const RETRY_ABOVE: usize = 256;
+/// recvmmsg calls per readiness before the connections get their turn.
+const RECV_BATCHES: usize = 8;
+/// The allocation received datagrams are copied into for quinn-proto.
+const RX_ARENA: usize = 256 * 1024;
+
+/// quinn-proto's server set-up from the HTTPS one: ALPN `h3`, TLS 1.3, the stream limits.
+pub(crate) fn server_config(
+    tls: &rustls::ServerConfig,
+    settings: &crate::config::Settings,
+) -> Result<Arc<ServerConfig>, ConfigError> {
+    let mut tls = tls.clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+        .map_err(|e| ConfigError::new("--h3", format!("QUIC needs TLS 1.3: {e}")))?;
+    let mut transport = quinn_proto::TransportConfig::default();
+    let streams = VarInt::from_u64(settings.h2_streams as u64).unwrap_or(VarInt::MAX);
+    transport.max_concurrent_bidi_streams(streams);
+    transport.max_concurrent_uni_streams(VarInt::from_u64(MAX_UNI).unwrap_or_default());
+    let idle = quinn_proto::IdleTimeout::try_from(settings.idle_timeout).ok();
+    transport.max_idle_timeout(idle);
+    let mut config = ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(Arc::new(config))
+}
+
+struct QConn {
+    conn: Box<Connection>,
+    h3: H3,
+    /// In the turn's ready list.
+    ready: bool,
+    /// When its connection's next timer fires, or a delayed response is due.
+    timer: Option<Instant>,
+    established: bool,
+    /// The connection was lost or closed: it drains, then goes.
+    closed: bool,
+}
+
+/// A worker's QUIC endpoint on one UDP socket.
+pub(crate) struct Quic {
+    udp: Udp,
+    endpoint: Endpoint,
+    /// By connection handle (quinn-proto keeps its handles small and reuses them).
+    conns: Vec<Option<QConn>>,
+    ready: Vec<usize>,
+    rx: BytesMut,
+    events: Vec<(ConnectionHandle, ConnectionEvent)>,
+    answers: Vec<(std::net::SocketAddr, Vec<u8>)>,
+    buf: Vec<u8>,
+    /// Connections held, open or handshaking (draining ones apart).
+    pub open: usize,
+    handshaking: usize,
+    draining: bool,
+}
+
+impl Quic {
+    pub(crate) fn new(sock: UdpSocket, config: Arc<ServerConfig>) -> io::Result<Quic> {
+        Ok(Quic {
+            udp: Udp::from_socket(sock)?,
+            endpoint: Endpoint::new(Arc::new(EndpointConfig::default()), Some(config), true, None),
+            conns: Vec::new(),
+            ready: Vec::new(),
+            rx: BytesMut::with_capacity(RX_ARENA),
+            events: Vec::new(),
+            answers: Vec::new(),
+            buf: Vec::new(),
+            open: 0,
+            handshaking: 0,
+            draining: false,
+        })
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.udp.sock.as_raw_fd()
+    }
+
+    /// What the socket and the connections let go so far did.
+    pub(super) fn counts(&self) -> QuicCounts {
+        self.udp.counts
+    }
+
+    /// The earliest timer of any connection.
+    pub(super) fn wake(&self) -> Option<Instant> {
+        self.conns.iter().flatten().filter_map(|c| c.timer).min()
+    }
+
+    /// Reads what the socket holds, lets the connections it concerns act, sends their
+    /// datagrams.
+    pub(super) fn readable(&mut self, sh: &mut Shared<'_>, now: Instant) {
+        for _ in 0..RECV_BATCHES {
+            if !self.receive(sh, now) {
+                break;
+            }
+        }
+        self.run(sh, now);
+    }
+
+    /// Connections whose timers are due act on them; what is queued goes.
+    pub(super) fn run(&mut self, sh: &mut Shared<'_>, now: Instant) {
+        for h in 0..self.conns.len() {
+            if self.conns[h].as_ref().and_then(|c| c.timer).is_some_and(|t| t <= now) {
+                self.mark(h);
+            }
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        for &h in &ready {
+            if let Some(c) = self.conns[h].as_mut() {
+                c.ready = false;
+            }
+            self.drive(h, sh, now);
+        }
+        ready.clear();
+        self.ready = ready;
+        self.udp.flush();
+    }
+
+    /// The server stops: every connection is told (GOAWAY) and closes once its requests are
+    /// answered.
+    pub(super) fn drain(&mut self) {
+        self.draining = true;
+        for h in 0..self.conns.len() {
+            if let Some(c) = self.conns[h].as_mut() {
+                if c.established && !c.closed && !c.h3.going_away {
+                    c.h3.go_away(&mut c.conn);
+                }
+                self.mark(h);
+            }
+        }
+    }
+
+    /// Closes every connection at once (the drain's time is up) and sends the closes.
+    pub(super) fn close_all(&mut self, now: Instant) {
+        for c in self.conns.iter_mut().flatten() {
+            if !c.closed {
+                c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
+                self.udp.queue(&mut c.conn, now);
+            }
+        }
+        self.udp.flush();
+    }
+
+    /// One recvmmsg's datagrams, each to its connection; false when the socket had none.
+    fn receive(&mut self, sh: &mut Shared<'_>, now: Instant) -> bool {
+        let mut events = std::mem::take(&mut self.events);
+        let mut incoming = Vec::new();
+        let endpoint = &mut self.endpoint;
+        let (rx, answers) = (&mut self.rx, &mut self.answers);
+        let more = self.udp.read(&mut |from, data| {
+            let mut scratch = Vec::new();
+            if rx.capacity() < data.len() {
+                *rx = BytesMut::with_capacity(RX_ARENA);
+            }
+            rx.extend_from_slice(data);
+            let data = rx.split();
+            match endpoint.handle(now, from, None, None, data, &mut scratch) {
+                Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
+                Some(DatagramEvent::Response(t)) => {
+                    scratch.truncate(t.size);
+                    answers.push((t.destination, scratch));
+                }
+                Some(DatagramEvent::NewConnection(i)) => incoming.push(i),
+                None => {}
+            }
+        });
+        for (h, ev) in events.drain(..) {
+            if let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) {
+                c.conn.handle_event(ev);
+                self.mark(h.0);
+            }
+        }
+        self.events = events;
+        for i in incoming {
+            self.incoming(i, sh, now);
+        }
+        for (to, data) in self.answers.drain(..) {
+            self.udp.scratch().extend_from_slice(&data);
+            self.udp.queue_scratch(to, data.len());
+        }
+        more
+    }
+
+    /// A client's first packet: refused past the connection cap or while stopping, sent a
+    /// Retry under a handshake flood, else accepted.
+    fn incoming(&mut self, i: quinn_proto::Incoming, sh: &mut Shared<'_>, now: Instant) {
+        self.buf.clear();
+        let answer = if self.open >= sh.cfg.settings.max_conns || self.draining {
+            Some(self.endpoint.refuse(i, &mut self.buf))
+        } else if self.handshaking >= RETRY_ABOVE && !i.remote_address_validated() {
+            self.endpoint.retry(i, &mut self.buf).ok()
+        } else {
+            match self.endpoint.accept(i, now, &mut self.buf, None) {
+                Ok((h, conn)) => {
+                    sh.counters.accepted += 1;
+                    self.open += 1;
+                    self.handshaking += 1;
+                    if self.conns.len() <= h.0 {
+                        self.conns.resize_with(h.0 + 1, || None);
+                    }
+                    self.conns[h.0] = Some(QConn {
+                        conn: Box::new(conn),
+                        h3: H3::new(),
+                        ready: false,
+                        timer: Some(now),
+                        established: false,
+                        closed: false,
+                    });
+                    self.mark(h.0);
+                    None
+                }
+                Err(e) => e.response,
+            }
+        };
+        if let Some(t) = answer {
+            let len = t.size.min(self.buf.len());
+            self.udp.scratch().extend_from_slice(&self.buf[..len]);
+            self.udp.queue_scratch(t.destination, len);
+        }
+    }
+
+    fn mark(&mut self, h: usize) {
+        if let Some(c) = self.conns.get_mut(h).and_then(Option::as_mut) {
+            if !c.ready {
+                c.ready = true;
+                self.ready.push(h);
+            }
+        }
+    }
+
+    /// Lets connection `h` act on what came and on its timers, then queues what it sends.
+    fn drive(&mut self, h: usize, sh: &mut Shared<'_>, now: Instant) {
+        let Some(mut c) = self.conns[h].take() else { return };
+        if c.conn.poll_timeout().is_some_and(|t| t <= now) {
+            c.conn.handle_timeout(now);
+        }
+        while let Some(ev) = c.conn.poll_endpoint_events() {
+            if let Some(back) = self.endpoint.handle_event(ConnectionHandle(h), ev) {
+                c.conn.handle_event(back);
+            }
+        }
+        if let Err(e) = self.events(&mut c, sh, now) {
+            let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
+            c.conn.close(now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
+            sh.counters.rejected += 1;
+            self.lose(&mut c);
+        }
+        let mut delay = None;
+        if c.h3.delayed > 0 {
+            delay = c.h3.fire_delays(&mut c.conn, sh, now);
+        }
+        if !c.closed && c.h3.going_away && c.h3.in_flight() == 0 && c.h3.unacked == 0 {
+            c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
+            self.lose(&mut c);
+        }
+        self.udp.queue(&mut c.conn, now);
+        if c.conn.is_drained() {
+            count_connection(&mut self.udp.counts, &c.conn);
+            return;
+        }
+        c.timer = match (c.conn.poll_timeout(), delay) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.conns[h] = Some(c);
+    }
+
+    /// Hands connection `c`'s events to its HTTP/3 session.
+    fn events(
+        &mut self,
+        c: &mut QConn,
+        sh: &mut Shared<'_>,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        while let Some(ev) = c.conn.poll() {
+            match ev {
+                Event::Connected => {
+                    c.established = true;
+                    self.handshaking -= 1;
+                    c.h3.connected(&mut c.conn)?;
+                    if self.draining {
+                        c.h3.go_away(&mut c.conn);
+                    }
+                }
+                Event::ConnectionLost { reason } => {
+                    match reason {
+                        ConnectionError::TimedOut => sh.counters.timeouts += 1,
+                        ConnectionError::TransportError(e) if crypto(u64::from(e.code)) => {
+                            sh.counters.tls_failures += 1;
+                        }
+                        ConnectionError::ConnectionClosed(e) if crypto(u64::from(e.error_code)) => {
+                            sh.counters.tls_failures += 1;
+                        }
+                        _ => {}
+                    }
+                    self.lose(c);
+                }
+                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept(&mut c.conn, sh, now)?,
+                Event::Stream(StreamEvent::Readable { id }) => {
+                    c.h3.read(&mut c.conn, id, sh, now)?;
+                }
+                Event::Stream(StreamEvent::Writable { id }) => c.h3.writable(&mut c.conn, id),
+                Event::Stream(StreamEvent::Stopped { id, .. }) => c.h3.stopped(&mut c.conn, id),
+                Event::Stream(StreamEvent::Finished { .. }) => {
+                    c.h3.unacked = c.h3.unacked.saturating_sub(1);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Connection `c` is over (lost, or closed by this side): it no longer counts as open.
+    fn lose(&mut self, c: &mut QConn) {
+        if !c.closed {
+            c.closed = true;
+            self.open -= 1;
+            if !c.established {
+                self.handshaking -= 1;
+            }
+        }
+    }
+}
+
+/// QUIC's codes for a TLS alert (RFC 9001 section 4.8).
+fn crypto(c: u64) -> bool {
+    (0x100..0x200).contains(&c)
+}

@@ -1,0 +1,191 @@
+//! The server over HTTP/3 (`--h3`): counted exactly by qpslab's own generator and by aioquic's
+//! client (PyPI: a QUIC and HTTP/3 stack that is not the one under test), the query controls
+//! as over TCP, and clients that break the protocol closed with the code RFC 9114 names while
+//! the server goes on serving.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use qpslab_serve::tls::TlsSource;
+use qpslab_serve::{IoChoice, ServeConfig, ServeOptions};
+use support::{opts_on, TestServer};
+
+fn h3_server(tune: impl FnOnce(&mut ServeOptions)) -> TestServer {
+    let mut o = opts_on(IoChoice::Auto);
+    o.tls = Some(TlsSource::SelfSigned);
+    o.h3 = true;
+    tune(&mut o);
+    TestServer::start(o)
+}
+
+fn python() -> String {
+    std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/qpslab/aioquic/bin/python")
+    })
+}
+
+/// aioquic's client against `server`: what it printed (see h3_client.py).
+fn client(server: &TestServer, args: &[&str]) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/h3_client.py");
+    let out = Command::new("timeout")
+        .args(["30", &python(), script, &server.addr().port().to_string()])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs aioquic)", python()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `load --h3` against the server: (ok, failed, bytes of bodies read).
+fn load(server: &TestServer, path: &str, connections: usize, streams: usize, n: u64) -> (u64, u64) {
+    let url = format!("https://127.0.0.1:{}{path}", server.addr().port());
+    let mut o = qpslab_load::LoadOptions {
+        urls: vec![url],
+        threads: Some(1),
+        connections: Some(connections),
+        requests: Some(n),
+        h3: true,
+        streams,
+        ..qpslab_load::LoadOptions::default()
+    };
+    o.tls.insecure = true;
+    let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let r = qpslab_load::run(&cfg, &stop, &mut qpslab_load::feed::Unwatched).unwrap();
+    (r.rec.ok, r.rec.failed)
+}
+
+#[test]
+fn every_request_is_answered_once_over_http3() {
+    let server = h3_server(|o| o.workers = Some(2));
+    let mut total = 0;
+    for (c, streams, n) in [(1, 1, 50), (2, 10, 2000), (3, 100, 3000)] {
+        assert_eq!(load(&server, "/", c, streams, n), (n, 0), "{c} x {streams}");
+        total += n;
+    }
+    let got = client(&server, &["get", "/?s=70000", "3"]);
+    for a in got["answers"].as_array().unwrap() {
+        assert_eq!((a["status"].as_u64(), a["body"].as_u64()), (Some(200), Some(70000)), "{got}");
+    }
+    let got = client(&server, &["get", "/?c=503&s=10", "2"]);
+    assert_eq!(got["answers"][1]["status"], 503, "{got}");
+    assert_eq!(got["answers"][1]["body"], 10, "{got}");
+    let got = client(&server, &["post", "/", "200000"]);
+    assert_eq!(got["answers"][0]["status"], 200, "{got}");
+    assert!(got["closed"].is_null(), "{got}");
+    total += 3 + 2 + 1;
+    let t = server.stop();
+    // The generator's preflight handshake per address runs no request.
+    assert_eq!((t.requests, t.rejected, t.tls_failures), (total, 0, 0));
+    let q = t.quic.expect("QUIC counts");
+    assert!(q.datagrams_in > 0 && q.datagrams_out > 0 && q.send_dropped == 0, "{q:?}");
+}
+
+#[test]
+fn large_bodies_and_delays_follow_flow_control_and_the_clock() {
+    let server = h3_server(|_| {});
+    // 2 MB bodies: past the client's stream window, written as it opens.
+    assert_eq!(load(&server, "/?s=2000000", 2, 4, 24), (24, 0));
+    let started = Instant::now();
+    assert_eq!(load(&server, "/?t=300", 1, 10, 10), (10, 0));
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(server.stop().requests, 34);
+}
+
+#[test]
+fn a_request_body_over_the_limit_gets_413() {
+    let server = h3_server(|o| o.settings.max_body = 1000);
+    let got = client(&server, &["post", "/", "5000"]);
+    assert_eq!(got["answers"][0]["status"], 413, "{got}");
+    let t = server.stop();
+    assert_eq!((t.requests, t.rejected), (1, 1));
+}
+
+#[test]
+fn clients_that_break_http3_are_closed_with_its_codes_and_the_server_serves_on() {
+    let server = h3_server(|_| {});
+    // (what is sent, the code expected, a word of the reason)
+    let cases: [(&[&str], u64, &str); 4] = [
+        // DATA before HEADERS on a request stream.
+        (&["raw", "0003616263"], 0x105, "DATA before"),
+        // A stream that ends inside a frame (HEADERS of 10 bytes, 3 sent).
+        (&["raw", "010a0000d1"], 0x106, "inside a frame"),
+        // A push stream opened by a client.
+        (&["uni", "01"], 0x103, "push stream"),
+        // A QPACK encoder stream inserting into a table of 0 bytes.
+        (&["uni", "024161"], 0x201, "dynamic table"),
+    ];
+    for (args, code, word) in cases {
+        let got = client(&server, args);
+        let closed = &got["closed"];
+        assert_eq!(closed["code"], code, "{args:?}: {got}");
+        assert!(closed["reason"].as_str().unwrap().contains(word), "{args:?}: {got}");
+    }
+    // A field section with an upper-case name: malformed, answered 400 (RFC 9114 4.1.2).
+    let got = client(&server, &["raw", "010a0000d1d7c12258790131"]);
+    assert_eq!(got["answers"][0]["status"], 400, "{got}");
+    assert!(got["closed"].is_null(), "{got}");
+    assert_eq!(load(&server, "/", 1, 10, 100), (100, 0));
+    let t = server.stop();
+    assert_eq!(t.requests, 101);
+}
+
+#[test]
+fn a_stopping_server_finishes_what_is_in_flight() {
+    let server = h3_server(|_| {});
+    let port = server.addr().port();
+    let py = std::thread::spawn(move || {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/h3_client.py");
+        Command::new("timeout")
+            .args(["30", &python(), script, &port.to_string(), "get", "/?t=1200", "3"])
+            .output()
+            .unwrap()
+    });
+    // The requests are in (aioquic takes a few hundred milliseconds to start), not answered.
+    std::thread::sleep(Duration::from_millis(1300));
+    // Within 2 s (TestServer::stop checks): the connection closes once its answers are
+    // acknowledged, not at the drain's end.
+    let t = server.stop();
+    let out = py.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(t.requests, 3, "{got}");
+    for a in got["answers"].as_array().unwrap() {
+        assert_eq!(a["status"], 200, "{got}");
+    }
+}
+
+#[test]
+fn http3_needs_https_and_the_epoll_loop() {
+    let flag = |tune: &dyn Fn(&mut ServeOptions)| {
+        let mut o = opts_on(IoChoice::Epoll);
+        o.h3 = true;
+        tune(&mut o);
+        ServeConfig::from_options(&o).err().map(|e| (e.flag, e.to_string()))
+    };
+    let (f, msg) = flag(&|_| {}).unwrap();
+    assert_eq!(f, "--h3");
+    assert!(msg.contains("--tls-self-signed"), "{msg}");
+    let (f, msg) = flag(&|o| {
+        o.tls = Some(TlsSource::SelfSigned);
+        o.listen = vec!["unix:/tmp/qpslab-h3-test.sock".into()];
+    })
+    .unwrap();
+    assert_eq!(f, "--h3", "{msg}");
+    if qpslab_sys::uring::probe().is_ok() {
+        let (f, msg) = flag(&|o| {
+            o.tls = Some(TlsSource::SelfSigned);
+            o.io = IoChoice::Uring;
+        })
+        .unwrap();
+        assert_eq!(f, "--h3", "{msg}");
+    }
+    assert!(flag(&|o| o.tls = Some(TlsSource::SelfSigned)).is_none());
+}

@@ -1,0 +1,109 @@
+"""An HTTP/3 client for the server's tests, on aioquic (PyPI): a real QUIC and HTTP/3 stack
+that is not the one under test. Usage: h3_client.py PORT ACTION [ARG...]; prints one JSON
+object: what came back.
+
+  get PATH N       N requests for PATH at once (GET), each answer's status and body length
+  post PATH BYTES  one POST with a body of BYTES bytes
+  raw HEX          a request stream carrying these bytes (then its end), as sent
+  uni HEX          a unidirectional stream carrying these bytes (its type first), as sent
+
+Every answer also says whether and how the server closed the connection (its error code and
+reason), within two seconds of the last request."""
+
+import asyncio
+import json
+import ssl
+import sys
+
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, StreamReset
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.answers = {}
+        self.waiters = {}
+        self.closed = None
+
+    def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.closed = {"code": event.error_code, "reason": event.reason_phrase}
+            for w in self.waiters.values():
+                if not w.done():
+                    w.set_result(None)
+            return
+        if isinstance(event, StreamReset):
+            a = self.answers.setdefault(event.stream_id, {"status": 0, "body": 0})
+            a["reset"] = event.error_code
+            self.finish(event.stream_id)
+        for ev in self.h3.handle_event(event):
+            a = self.answers.setdefault(ev.stream_id, {"status": 0, "body": 0})
+            if isinstance(ev, HeadersReceived):
+                for k, v in ev.headers:
+                    if k == b":status":
+                        a["status"] = int(v)
+            elif isinstance(ev, DataReceived):
+                a["body"] += len(ev.data)
+            if getattr(ev, "stream_ended", False):
+                self.finish(ev.stream_id)
+
+    def finish(self, sid):
+        w = self.waiters.get(sid)
+        if w and not w.done():
+            w.set_result(None)
+
+    def request(self, method, path, body=b""):
+        sid = self._quic.get_next_available_stream_id()
+        headers = [(b":method", method), (b":scheme", b"https"),
+                   (b":authority", b"localhost"), (b":path", path.encode())]
+        if body:
+            headers.append((b"content-length", str(len(body)).encode()))
+        self.h3.send_headers(sid, headers, end_stream=not body)
+        if body:
+            self.h3.send_data(sid, body, end_stream=True)
+        return self.wait(sid)
+
+    def wait(self, sid):
+        self.waiters[sid] = asyncio.get_event_loop().create_future()
+        self.transmit()
+        return sid, self.waiters[sid]
+
+
+async def main():
+    port, action, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as c:
+        waits = []
+        if action == "get":
+            waits = [c.request(b"GET", args[0]) for _ in range(int(args[1]))]
+        elif action == "post":
+            waits = [c.request(b"POST", args[0], b"x" * int(args[1]))]
+        elif action == "raw":
+            sid = c._quic.get_next_available_stream_id()
+            c._quic.send_stream_data(sid, bytes.fromhex(args[0]), end_stream=True)
+            waits = [c.wait(sid)]
+        elif action == "uni":
+            sid = c._quic.get_next_available_stream_id(is_unidirectional=True)
+            c._quic.send_stream_data(sid, bytes.fromhex(args[0]), end_stream=False)
+            c.transmit()
+        for _, w in waits:
+            try:
+                await asyncio.wait_for(w, 5)
+            except asyncio.TimeoutError:
+                pass
+        for _ in range(20):
+            if c.closed or waits:
+                break
+            await asyncio.sleep(0.1)
+        answers = [c.answers.get(sid, {"status": 0, "body": 0}) for sid, _ in waits]
+        print(json.dumps({"answers": answers, "closed": c.closed}), flush=True)
+
+
+asyncio.run(main())
