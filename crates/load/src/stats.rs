@@ -422,4 +422,3 @@ mod tests {
         assert_eq!(a.bad_status(), 1);
     }
 }
-
