@@ -200,6 +200,9 @@ pub struct ServeConfig {
     pub tls: Option<crate::tls::ServerTls>,
     /// HTTP/3: QUIC's server set-up, every worker's endpoint shares it.
     pub h3: Option<std::sync::Arc<quinn_proto::ServerConfig>>,
+    /// `--h3`: the Alt-Svc value HTTP/1.1 and HTTP/2 answers carry (`h3=":PORT"` for each
+    /// port listened on, known once bound).
+    pub alt_svc: Option<String>,
 }
 
 impl ServeConfig {
@@ -290,6 +293,7 @@ impl ServeConfig {
             sqpoll: o.sqpoll,
             tls,
             h3,
+            alt_svc: None,
         })
     }
 }

@@ -94,7 +94,7 @@ fn bind_error(e: listen::BindError) -> ServeError {
 impl Server {
     /// Binds every listen address (port 0 picks a free port, shared by all workers). Raises the
     /// descriptor limit towards what `--max-conns` allows, as far as the hard limit permits.
-    pub fn bind(cfg: ServeConfig) -> Result<Self, ServeError> {
+    pub fn bind(mut cfg: ServeConfig) -> Result<Self, ServeError> {
         let wanted = (cfg.settings.max_conns as u64).saturating_mul(cfg.workers as u64) + FD_MARGIN;
         qpslab_sys::nofile::raise_towards(wanted);
         let bound = listen::bind(&cfg).map_err(bind_error)?;
@@ -102,6 +102,14 @@ impl Server {
             Some(_) => listen::bind_udp(&bound.addrs, cfg.workers).map_err(bind_error)?,
             None => Vec::new(),
         };
+        if cfg.h3.is_some() {
+            // A day, as sites advertise it; every port, since UDP is bound beside each.
+            let mut ports: Vec<u16> = bound.addrs.iter().map(SocketAddr::port).collect();
+            ports.dedup();
+            let each: Vec<String> =
+                ports.iter().map(|p| format!("h3=\":{p}\"; ma=86400")).collect();
+            cfg.alt_svc = Some(each.join(", "));
+        }
         Ok(Self {
             cfg,
             listeners: bound.listeners,

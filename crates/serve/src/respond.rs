@@ -181,7 +181,7 @@ impl Template {
         let mut bytes = Vec::new();
         let plan = Plan::plain(cfg.settings.status, cfg.settings.body_size);
         let inline = cfg.settings.body_size <= BODY_PIECE as u64;
-        write_head(&mut bytes, &plan, false, date);
+        write_head(&mut bytes, &plan, false, date, cfg.alt_svc.as_deref());
         if inline {
             push_body(&mut bytes, cfg.settings.body_size as usize, 0);
         }
@@ -212,12 +212,24 @@ impl Template {
     }
 }
 
-/// Writes the status line and headers (and the chunk header of a chunked body).
-pub(crate) fn write_head(out: &mut Vec<u8>, plan: &Plan, close: bool, date: &[u8; DATE_LEN]) {
+/// Writes the status line and headers (and the chunk header of a chunked body); `alt_svc`:
+/// where HTTP/3 is served (`--h3`).
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    plan: &Plan,
+    close: bool,
+    date: &[u8; DATE_LEN],
+    alt_svc: Option<&str>,
+) {
     let _ = write!(out, "HTTP/1.1 {} {}\r\n", plan.status, reason(plan.status));
     out.extend_from_slice(b"Server: qpslab\r\nDate: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\nContent-Type: text/plain\r\n");
+    if let Some(v) = alt_svc {
+        out.extend_from_slice(b"Alt-Svc: ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     if plan.chunked {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     } else if !matches!(plan.status, 204 | 304) {
@@ -268,7 +280,7 @@ pub(crate) fn write_error(out: &mut Vec<u8>, status: u16, why: &str, date: &[u8;
         request_body: BodyFraming::None,
         expect_continue: false,
     };
-    write_head(out, &plan, true, date);
+    write_head(out, &plan, true, date, None);
     out.extend_from_slice(why.as_bytes());
     out.push(b'\n');
 }

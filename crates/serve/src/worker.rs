@@ -162,7 +162,7 @@ fn shared(cfg: &crate::config::ServeConfig) -> (session::Shared<'_>, u64) {
         draining: false,
         pool: crate::bufpool::BufPool::default(),
         cache: crate::reqcache::RequestCache::default(),
-        h2: h2::Scratch::default(),
+        h2: h2::Scratch::new(cfg.alt_svc.clone()),
         h3: h3::Scratch::default(),
     };
     (sh, secs)

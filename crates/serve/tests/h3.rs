@@ -189,3 +189,30 @@ fn http3_needs_https_and_the_epoll_loop() {
     }
     assert!(flag(&|o| o.tls = Some(TlsSource::SelfSigned)).is_none());
 }
+
+#[test]
+fn https_answers_advertise_http3_with_alt_svc() {
+    let server = h3_server(|_| {});
+    let url = format!("https://127.0.0.1:{}/", server.addr().port());
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400", server.addr().port());
+    for (version, query) in [("--http1.1", ""), ("--http1.1", "?c=404"), ("--http2", "")] {
+        let out = Command::new("curl")
+            .args(["-sk", "-D-", "-o/dev/null", "--max-time", "10", version])
+            .arg(format!("{url}{query}"))
+            .output()
+            .unwrap();
+        let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        assert!(head.contains(&want), "{version} {query}: {head}");
+    }
+    assert_eq!(server.stop().requests, 3);
+    // Without --h3, none.
+    let mut o = opts_on(IoChoice::Auto);
+    o.tls = Some(TlsSource::SelfSigned);
+    let plain = TestServer::start(o);
+    let out = Command::new("curl")
+        .args(["-sk", "-D-", "-o/dev/null", "--max-time", "10"])
+        .arg(format!("https://127.0.0.1:{}/", plain.addr().port()))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).to_lowercase().contains("alt-svc"));
+}

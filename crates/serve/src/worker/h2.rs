@@ -193,9 +193,15 @@ pub(super) struct Scratch {
     host: Vec<u8>,
     fields: Vec<u8>,
     fields_date: Vec<u8>,
+    /// `--h3`: the Alt-Svc field value every response carries.
+    alt_svc: Option<String>,
 }
 
 impl Scratch {
+    pub(super) fn new(alt_svc: Option<String>) -> Scratch {
+        Scratch { alt_svc, ..Scratch::default() }
+    }
+
     /// A response's HEADERS frame: the status, the fields every response has, the length.
     fn write_headers(
         &mut self,
@@ -232,6 +238,9 @@ impl Scratch {
             hpack::literal(&mut self.fields, Indexing::Without, 54, b"", b"qpslab");
             hpack::literal(&mut self.fields, Indexing::Without, 33, b"", date);
             hpack::literal(&mut self.fields, Indexing::Without, 31, b"", b"text/plain");
+            if let Some(v) = &self.alt_svc {
+                hpack::literal(&mut self.fields, Indexing::Without, 0, b"alt-svc", v.as_bytes());
+            }
             self.fields_date.clear();
             self.fields_date.extend_from_slice(date);
         }

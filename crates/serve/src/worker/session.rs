@@ -436,7 +436,7 @@ impl Session {
         if sh.template.matches(&plan, close) {
             self.out.extend_from_slice(&sh.template.bytes);
         } else {
-            write_head(&mut self.out, &plan, close, &sh.date);
+            write_head(&mut self.out, &plan, close, &sh.date, cfg.alt_svc.as_deref());
             if plan.head_only || matches!(plan.status, 204 | 304) {
             } else if plan.streams_body() {
                 self.stream = Some(Stream { left: plan.body_len, sent: 0, chunked: plan.chunked });
