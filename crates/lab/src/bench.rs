@@ -250,7 +250,7 @@ impl BenchOptions {
         if self.load.targets.is_some() {
             return usage("--targets: bench loads one target, the one it examines; give its URL");
         }
-        let scheme = if self.tls { "https" } else { "http" };
+        let scheme = if self.tls || self.load.h3 { "https" } else { "http" };
         let url = self.url().map_or_else(|| format!("{scheme}://127.0.0.1:1/"), str::to_string);
         let placed = Placement::stand_in(url);
         let opts = load_options(self, &placed, self.duration());
@@ -327,8 +327,17 @@ impl BenchOptions {
                     .map_err(|e| BenchError::Usage(e.to_string()))?,
             ),
         };
-        let (workers, tls, h2) = (self.workers, self.tls, self.load.h2);
-        Ok(Some(ServerSpec { kind, workers, cpus, accept, tls, h2 }))
+        let h3 = self.load.h3;
+        if h3 && kind == TargetKind::Nginx {
+            return usage(
+                "--h3 with --target nginx: the nginx bench starts has no HTTP/3 module here; use \
+                 the built-in server (--target builtin), or give your HTTP/3 server's URL"
+                    .into(),
+            );
+        }
+        // HTTP/3 runs over TLS 1.3: the built-in server gets a certificate made at start.
+        let (workers, tls, h2) = (self.workers, self.tls || h3, self.load.h2);
+        Ok(Some(ServerSpec { kind, workers, cpus, accept, tls, h2, h3 }))
     }
 
     /// The server host and the agents as given, checked: (server, agents, ssh command).

@@ -85,6 +85,9 @@ pub struct ServerSpec {
     /// knowledge, or h2 by ALPN with TLS); the built-in server takes either protocol as is.
     #[serde(default)]
     pub h2: bool,
+    /// The load speaks HTTP/3 (`--h3`): the built-in server serves it too (over HTTPS).
+    #[serde(default)]
+    pub h3: bool,
 }
 
 /// Host settings of a variant: the tune planner's flags, or settings named outright.

@@ -81,7 +81,7 @@ pub(crate) fn start_target(
     let workers = spec.workers.unwrap_or(cpus.server.len()).max(1);
     let running = match spec.kind {
         TargetKind::Builtin => {
-            let how = (spec.accept, spec.tls);
+            let how = (spec.accept, spec.tls, spec.h3);
             target::builtin(serve_exe, LOOPBACK, &cpus.server, workers, how, unix)?
         }
         TargetKind::Nginx => {

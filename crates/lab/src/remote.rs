@@ -325,9 +325,14 @@ impl HostAgent {
         let cpus = spec.cpus.unwrap_or_else(qpslab_sys::cpus::allowed_cpus);
         let workers = spec.workers.unwrap_or(cpus.len()).max(1);
         let running = match spec.kind {
-            TargetKind::Builtin => {
-                target::builtin(&self.serve_exe, ip, &cpus, workers, (spec.accept, spec.tls), None)
-            }
+            TargetKind::Builtin => target::builtin(
+                &self.serve_exe,
+                ip,
+                &cpus,
+                workers,
+                (spec.accept, spec.tls, spec.h3),
+                None,
+            ),
             TargetKind::Nginx => {
                 let how = target::NginxHow { accept: spec.accept, tls: spec.tls, h2: spec.h2 };
                 target::nginx(ip, &cpus, workers, how, None)

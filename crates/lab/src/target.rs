@@ -78,7 +78,7 @@ pub fn builtin(
     ip: IpAddr,
     cpus: &[usize],
     workers: usize,
-    (accept, tls): (Accept, bool),
+    (accept, tls, h3): (Accept, bool, bool),
     unix: Option<&Path>,
 ) -> Result<Running, BenchError> {
     let failed = |e: std::io::Error| {
@@ -99,6 +99,7 @@ pub fn builtin(
         .arg(list.join(","))
         .args(["--accept", accept.name()])
         .args(if tls { &["--tls-self-signed"][..] } else { &[] })
+        .args(if h3 { &["--h3"][..] } else { &[] })
         .arg("--ready-fd")
         .arg(writer.as_raw_fd().to_string())
         .stdin(Stdio::null())

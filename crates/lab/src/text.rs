@@ -266,14 +266,15 @@ fn stopped(l: &qpslab_load::report::Report) -> &'static str {
     }
 }
 
-/// `, HTTP/2 (N streams each)` when the load spoke HTTP/2.
+/// `, HTTP/2 (N streams each)` when the load spoke HTTP/2 (HTTP/3 alike).
 fn h2_streams(l: &qpslab_load::report::Report) -> String {
-    if l.config.protocol == "h2" {
-        let n = l.config.pipeline;
-        format!(", HTTP/2 ({n} stream{} each)", if n == 1 { "" } else { "s" })
-    } else {
-        String::new()
-    }
+    let name = match l.config.protocol {
+        "h2" => "HTTP/2",
+        "h3" => "HTTP/3",
+        _ => return String::new(),
+    };
+    let n = l.config.pipeline;
+    format!(", {name} ({n} stream{} each)", if n == 1 { "" } else { "s" })
 }
 
 fn target_line(r: &BenchReport) -> String {

@@ -345,3 +345,25 @@ fn client_certificates_are_required_presented_and_refusals_named() {
         "--tls-client-ca",
     );
 }
+
+/// `bench --h3`: the built-in server serves HTTP/3 beside HTTPS (a certificate made at start),
+/// every request answered over QUIC; nginx, which has no HTTP/3 here, is refused by name, as
+/// is `serve --h3` without a certificate.
+#[test]
+fn bench_h3_runs_http3_on_the_builtin_server() {
+    let args = ["bench", "--h3", "-d", "1s", "--warmup", "0s", "-c", "4", "--streams", "10"];
+    let out = qpslab(&[&args[..], &["--interval", "250ms", "--json", "--no-save"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let load = &v["load"];
+    assert_eq!(load["config"]["protocol"], "h3", "{}", load["config"]);
+    assert!(load["targets"][0].as_str().unwrap().starts_with("https://"), "{}", load["targets"]);
+    assert!(load["requests"]["ok"].as_u64().unwrap() > 100, "{}", load["requests"]);
+    assert_eq!(load["requests"]["failed"], 0, "{}", load["error_examples"]);
+    let out = qpslab(&[&args[..], &["--no-save"]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let generator = text.lines().find(|l| l.starts_with("generator")).unwrap_or_default();
+    assert!(generator.contains("HTTP/3 (10 streams each)"), "{text}");
+    usage_error(&["bench", "--h3", "--target", "nginx", "-d", "1s", "--no-save"], "--h3");
+    usage_error(&["serve", "--h3", "-l", "127.0.0.1:0"], "--tls-self-signed");
+}
