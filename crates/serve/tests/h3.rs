@@ -128,13 +128,16 @@ fn clients_that_break_http3_are_closed_with_its_codes_and_the_server_serves_on()
         assert_eq!(closed["code"], code, "{args:?}: {got}");
         assert!(closed["reason"].as_str().unwrap().contains(word), "{args:?}: {got}");
     }
+    // A client's GOAWAY: it is done, the server closes the connection (H3_NO_ERROR).
+    let got = client(&server, &["goaway"]);
+    assert_eq!(got["closed"]["code"], 0x100, "{got}");
     // A field section with an upper-case name: malformed, answered 400 (RFC 9114 4.1.2).
     let got = client(&server, &["raw", "010a0000d1d7c12258790131"]);
     assert_eq!(got["answers"][0]["status"], 400, "{got}");
     assert!(got["closed"].is_null(), "{got}");
     assert_eq!(load(&server, "/", 1, 10, 100), (100, 0));
     let t = server.stop();
-    assert_eq!(t.requests, 101);
+    assert_eq!((t.requests, t.timeouts), (102, 0));
 }
 
 #[test]

@@ -93,6 +93,12 @@ impl H3 {
         }
     }
 
+    /// The connection may close once its requests are answered: this side sent GOAWAY, or
+    /// the client did (a client done with the connection says so, and waits for the close).
+    pub fn closing(&self) -> bool {
+        self.going_away || self.peer.goaway.is_some()
+    }
+
     /// Requests being read, delayed or answered.
     pub fn in_flight(&self) -> usize {
         self.streams.len()

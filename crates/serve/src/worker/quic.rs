@@ -280,7 +280,7 @@ impl Quic {
         if c.h3.delayed > 0 {
             delay = c.h3.fire_delays(&mut c.conn, sh, now);
         }
-        if !c.closed && c.h3.going_away && c.h3.in_flight() == 0 && c.h3.unacked == 0 {
+        if !c.closed && c.h3.closing() && c.h3.in_flight() == 0 && c.h3.unacked == 0 {
             c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
             self.lose(&mut c);
         }

@@ -6,6 +6,7 @@ object: what came back.
   post PATH BYTES  one POST with a body of BYTES bytes
   raw HEX          a request stream carrying these bytes (then its end), as sent
   uni HEX          a unidirectional stream carrying these bytes (its type first), as sent
+  goaway           one GET, then a GOAWAY on the control stream (a client done with it)
 
 Every answer also says whether and how the server closed the connection (its error code and
 reason), within two seconds of the last request."""
@@ -89,6 +90,12 @@ async def main():
             sid = c._quic.get_next_available_stream_id()
             c._quic.send_stream_data(sid, bytes.fromhex(args[0]), end_stream=True)
             waits = [c.wait(sid)]
+        elif action == "goaway":
+            _, w = c.request(b"GET", "/")
+            await asyncio.wait_for(w, 5)
+            # GOAWAY (type 0x07), one byte of payload: push ID 0.
+            c._quic.send_stream_data(c.h3._local_control_stream_id, bytes([7, 1, 0]))
+            c.transmit()
         elif action == "uni":
             sid = c._quic.get_next_available_stream_id(is_unidirectional=True)
             c._quic.send_stream_data(sid, bytes.fromhex(args[0]), end_stream=False)
