@@ -245,12 +245,7 @@ impl ServeConfig {
             ));
         }
         o.settings.check()?;
-        let (io, io_note) = if o.h3 && o.io == IoChoice::Auto {
-            let note = "--h3: using epoll (the HTTP/3 listener runs on the epoll loop)";
-            (Engine::Epoll, Some(note.to_string()))
-        } else {
-            o.io.resolve(URING_MEASURED_FASTER)?
-        };
+        let (io, io_note) = o.io.resolve(URING_MEASURED_FASTER)?;
         if io == Engine::Uring && o.accept == AcceptMode::Exclusive {
             return Err(ConfigError::new(
                 "--accept",
@@ -277,7 +272,7 @@ impl ServeConfig {
             .as_ref()
             .map(|t| crate::tls::ServerTls::new(t, &listen, o.tls_client_ca.as_deref()))
             .transpose()?;
-        let h3 = o.h3.then(|| check_h3(o, tls.as_ref(), &listen, io)).transpose()?;
+        let h3 = o.h3.then(|| check_h3(tls.as_ref(), &listen, &o.settings)).transpose()?;
         Ok(Self {
             listen,
             unix,
@@ -300,10 +295,9 @@ impl ServeConfig {
 
 /// `--h3`: QUIC's set-up from the HTTPS one, on UDP beside each TCP address.
 fn check_h3(
-    o: &ServeOptions,
     tls: Option<&crate::tls::ServerTls>,
     listen: &[SocketAddr],
-    io: Engine,
+    settings: &Settings,
 ) -> Result<std::sync::Arc<quinn_proto::ServerConfig>, ConfigError> {
     let Some(tls) = tls else {
         return Err(ConfigError::new(
@@ -318,14 +312,7 @@ fn check_h3(
             "HTTP/3 runs over UDP: give an ADDR:PORT in --listen (a unix socket carries no QUIC)",
         ));
     }
-    if io == Engine::Uring {
-        return Err(ConfigError::new(
-            "--h3",
-            "the HTTP/3 listener runs on the epoll loop only for now; drop --io uring (or use \
-             --io epoll)",
-        ));
-    }
-    crate::worker::quic::server_config(&tls.config, &o.settings)
+    crate::worker::quic::server_config(&tls.config, settings)
 }
 
 /// The `unix:PATH` entries of `--listen`, each a path a socket address can hold.

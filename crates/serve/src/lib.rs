@@ -184,7 +184,8 @@ impl Server {
                         worker::epoll::Worker::new(cfg, listeners, stop, &stats[i], quic)?.run()
                     }
                     Engine::Uring => {
-                        worker::uring::Worker::new(cfg, listeners, stop, &stats[i])?.run()
+                        let quic = self.quic_of(i)?;
+                        worker::uring::Worker::new(cfg, listeners, stop, &stats[i], quic)?.run()
                     }
                 }
             },

@@ -32,6 +32,9 @@ pub enum Op {
     Close,
     Shutdown,
     Connect,
+    /// A descriptor became readable (a multishot poll: the loop reads it itself, e.g. a UDP
+    /// socket read in batches with recvmmsg).
+    Poll,
     /// The loop's own wake-ups (a timeout, or a no-op for a turn that must not wait); never
     /// handed to the caller.
     Timer,
@@ -48,6 +51,7 @@ impl Op {
             Op::Shutdown => 6,
             Op::Timer => 7,
             Op::Connect => 8,
+            Op::Poll => 9,
         }
     }
 
@@ -61,6 +65,7 @@ impl Op {
             6 => Op::Shutdown,
             7 => Op::Timer,
             8 => Op::Connect,
+            9 => Op::Poll,
             _ => return None,
         })
     }
@@ -815,6 +820,17 @@ impl Submit<'_> {
             accept.flags(libc::SOCK_CLOEXEC)
         };
         let e = accept.build().user_data(user_data(Op::Accept, 0, token));
+        // SAFETY: no memory besides the descriptor.
+        unsafe { self.push(&e) }
+    }
+
+    /// Reports `fd` readable each time it is, until cancelled or an error ends it (then
+    /// `more` is false and the caller arms it again).
+    pub fn poll_multi(&mut self, fd: RawFd, token: u32) {
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(user_data(Op::Poll, 0, token));
         // SAFETY: no memory besides the descriptor.
         unsafe { self.push(&e) }
     }

@@ -84,6 +84,9 @@ pub(crate) struct Quic {
     pub open: usize,
     handshaking: usize,
     draining: bool,
+    /// The last read stopped at its batch limit with datagrams left: a loop told of
+    /// readiness by edges (io_uring's poll) reads again without waiting for the next.
+    pub backlog: bool,
 }
 
 impl Quic {
@@ -100,6 +103,7 @@ impl Quic {
             open: 0,
             handshaking: 0,
             draining: false,
+            backlog: false,
         })
     }
 
@@ -120,8 +124,10 @@ impl Quic {
     /// Reads what the socket holds, lets the connections it concerns act, sends their
     /// datagrams.
     pub(super) fn readable(&mut self, sh: &mut Shared<'_>, now: Instant) {
+        self.backlog = true;
         for _ in 0..RECV_BATCHES {
             if !self.receive(sh, now) {
+                self.backlog = false;
                 break;
             }
         }

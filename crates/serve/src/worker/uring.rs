@@ -9,9 +9,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use qpslab_quic::udp::QuicCounts;
 use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Sock, Submit, Uring};
 use socket2::Socket;
 
+use super::quic::Quic;
 use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
 use super::transport::Transport;
 use super::{
@@ -89,6 +91,9 @@ struct State<'a> {
     now: Instant,
     /// HTTPS: the plaintext records are decrypted into.
     plain: Vec<u8>,
+    /// HTTP/3: a QUIC endpoint per UDP socket, each told by a multishot poll when datagrams
+    /// wait (and read in batches with recvmmsg, as on the epoll loop).
+    quic: Vec<Quic>,
 }
 
 pub(crate) struct Worker<'a> {
@@ -102,6 +107,7 @@ impl<'a> Worker<'a> {
         listeners: &'a [Socket],
         stop: &'a AtomicBool,
         stats: &'a WorkerStats,
+        quic: Vec<Quic>,
     ) -> io::Result<Self> {
         let (sh, date_secs) = shared(cfg);
         // Direct descriptors for the connections this worker keeps, and room for those whose
@@ -144,10 +150,16 @@ impl<'a> Worker<'a> {
                 draining_since: None,
                 now: Instant::now(),
                 plain: Transport::buffers(cfg).1,
+                quic,
             },
         };
         let st = &mut w.st;
-        w.ring.queue(|sub| st.set_accepting(true, sub));
+        w.ring.queue(|sub| {
+            st.set_accepting(true, sub);
+            for (i, q) in st.quic.iter().enumerate() {
+                sub.poll_multi(q.fd(), i as u32);
+            }
+        });
         Ok(w)
     }
 
@@ -155,8 +167,14 @@ impl<'a> Worker<'a> {
         let mut next_tick = Instant::now() + TICK;
         loop {
             let st = &mut self.st;
-            let wake = st.sh.wake(next_tick);
-            let timeout = wake.saturating_duration_since(st.now);
+            let mut wake = st.sh.wake(next_tick);
+            for q in &st.quic {
+                wake = q.wake().map_or(wake, |t| wake.min(t));
+            }
+            let mut timeout = wake.saturating_duration_since(st.now);
+            if st.quic.iter().any(|q| q.backlog) {
+                timeout = Duration::ZERO;
+            }
             // One clock read per turn, as the epoll loop reads it once per batch: deadlines
             // need no finer clock.
             let mut clock_read = false;
@@ -169,6 +187,12 @@ impl<'a> Worker<'a> {
             })?;
             let now = if clock_read { st.now } else { Instant::now() };
             st.now = now;
+            for q in &mut st.quic {
+                if q.backlog {
+                    q.readable(&mut st.sh, now);
+                }
+                q.run(&mut st.sh, now);
+            }
             self.ring.queue(|sub| {
                 st.fire_delays(now, sub);
                 if now >= next_tick {
@@ -177,7 +201,8 @@ impl<'a> Worker<'a> {
                 }
             });
             if let Some(since) = st.draining_since {
-                if st.open == 0 || now.duration_since(since) >= DRAIN {
+                let quic: usize = st.quic.iter().map(|q| q.open).sum();
+                if st.open + quic == 0 || now.duration_since(since) >= DRAIN {
                     break;
                 }
             }
@@ -191,8 +216,14 @@ impl<'a> Worker<'a> {
         });
         // Submits the closes.
         self.ring.turn(Duration::ZERO, |_, _| {})?;
+        let now = Instant::now();
+        let mut quic = None::<QuicCounts>;
+        for q in &mut st.quic {
+            q.close_all(now);
+            quic.get_or_insert_default().merge(&q.counts());
+        }
         st.sh.counters.publish(st.stats, st.open);
-        Ok(st.sh.counters.final_counts())
+        Ok(WorkerCounters { quic, ..st.sh.counters.final_counts() })
     }
 }
 
@@ -203,6 +234,16 @@ impl State<'_> {
             Op::Recv => self.on_recv(&c, sub),
             Op::Send => self.on_send(c, sub),
             Op::Shutdown => self.on_shutdown(c.token, sub),
+            Op::Poll => {
+                let i = c.token as usize;
+                if let Some(q) = self.quic.get_mut(i) {
+                    q.readable(&mut self.sh, self.now);
+                    if !c.more {
+                        // The kernel ended the multishot poll (an error, or a full queue).
+                        sub.poll_multi(q.fd(), c.token);
+                    }
+                }
+            }
             Op::Cancel | Op::Close | Op::Timer | Op::Connect => {}
         }
     }
@@ -500,6 +541,9 @@ impl State<'_> {
             self.draining_since = Some(now);
             self.sh.draining = true;
             self.set_accepting(false, sub);
+            for q in &mut self.quic {
+                q.drain();
+            }
             for slot in 0..self.conns.len() {
                 let conn = &mut self.conns[slot];
                 if conn.fd.is_none() {
@@ -514,7 +558,8 @@ impl State<'_> {
                 }
             }
         }
-        self.sh.counters.publish(self.stats, self.open);
+        let quic: usize = self.quic.iter().map(|q| q.open).sum();
+        self.sh.counters.publish(self.stats, self.open + quic);
     }
 
     fn close(&mut self, slot: usize, sub: &mut Submit<'_>) {
