@@ -269,3 +269,33 @@ fn a_hostile_server_is_bounded_and_named() {
     let report = run(&o);
     assert_eq!(report.requests.ok, 2, "{:?}", report.error_examples);
 }
+
+/// The server goes away mid-run, a connection per request: each handshake that then finds
+/// no QUIC server fails the request it was opened for (counted as `connect`, with its
+/// message), as the TCP loops count the requests that wait for a connect. (They were lost:
+/// connects without responses, no failure.)
+#[test]
+fn handshakes_that_fail_after_the_server_went_away_are_failed_requests() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 1, 1);
+    o.conn_per_request = true;
+    o.duration = Some(Duration::from_millis(2500));
+    o.timeout = Duration::from_millis(300);
+    o.connect_timeout = Some(Duration::from_millis(300));
+    let port = server.port;
+    let gone = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        drop(server);
+        // The port held by a socket that answers nothing: no other test's server can take
+        // it (and answer) while the run goes on.
+        std::net::UdpSocket::bind(("127.0.0.1", port)).ok()
+    });
+    let report = run(&o);
+    let silent = gone.join().unwrap();
+    assert!(silent.is_some(), "the port was taken again at once");
+    assert!(report.requests.ok > 0, "{:?}", report.requests);
+    let connects = report.errors.get("connect").copied().unwrap_or(0);
+    assert!(connects >= 2, "{:?} {:?}", report.errors, report.error_examples);
+    let e = &report.error_examples["connect"];
+    assert!(e.contains("no QUIC handshake"), "{e}");
+}

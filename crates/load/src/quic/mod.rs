@@ -671,6 +671,17 @@ impl<'a> Thread<'a> {
             self.rec.target_failed(r.target as usize, 1);
             counted += 1;
         }
+        // A connect that failed with no request on it yet (a reconnect, or a connection per
+        // request) fails the request it was opened for, as the TCP loops fail the requests
+        // that wait for a connect: counted, with its class and example.
+        let connecting = matches!(class, ErrorClass::Connect | ErrorClass::Tls);
+        if reqs.is_empty() && connecting && self.measuring && self.pacer.grant(1, now).0 == 1 {
+            let g = self.conns[idx].h3.group;
+            let target = self.shared.groups[g].cycle.variant(self.cursors[g]) as usize;
+            self.rec.sent += 1;
+            self.rec.target_failed(target, 1);
+            counted += 1;
+        }
         self.rec.failure(class, counted, || msg);
         self.conns[idx].retry_at = Some(now + BACKOFF);
     }
