@@ -1758,3 +1758,77 @@ fn in_a_namespace(what: &str, setup: impl Fn(&Netns) -> String, i: usize, extra:
     args.push(&url);
     json(&ns.exec(&args))
 }
+
+/// A UDP socket whose reader falls behind: a program with a 4 KiB receive buffer that reads
+/// one datagram every 10 ms while it sends itself 50. Followed (`doctor --pid`), its own
+/// socket's drops (/proc/PID/net/udp) make `udp-buffer-drops` critical, named with them; not
+/// followed, during a bench over TCP or over HTTP/3 (whose server and generator hold UDP
+/// sockets that dropped nothing), they are another program's: info.
+#[test]
+fn udp_drops_at_a_slow_readers_socket_are_its_own_not_the_runs() {
+    let _one = one_at_a_time();
+    const SLOW_READER: &str = "import socket, time\n\
+         r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
+         r.bind(('127.0.0.1', 0)); r.setblocking(False)\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         print('ready', flush=True)\n\
+         end = time.time() + 5\n\
+         while time.time() < end:\n    \
+         for _ in range(50): s.sendto(b'x' * 1000, r.getsockname())\n    \
+         try: r.recv(2048)\n    \
+         except BlockingIOError: pass\n    \
+         time.sleep(0.01)\n";
+    let slow_reader = || {
+        let mut p = Command::new("python3")
+            .args(["-c", SLOW_READER])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(p.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        p
+    };
+    let mut p = slow_reader();
+    let out = qpslab_command()
+        .args(["doctor", "-d", "2s", "--json", "--pid", &p.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = p.kill();
+    let _ = p.wait();
+    let f = findings(&json(&out));
+    let u = named(&f, "udp-buffer-drops").expect("its socket's drops");
+    assert_eq!(u["severity"], "critical", "{u}");
+    let text = text_of(u);
+    assert!(text.contains("Udp UdpRcvbufErrors +"), "{text}");
+    assert!(text.contains("at the followed processes' own UDP sockets"), "{text}");
+    let server = server_on("epoll");
+    for (url, extra) in [(server.url("/"), &[][..]), ("builtin".to_string(), &["--h3"][..])] {
+        let mut p = slow_reader();
+        let v = if url == "builtin" {
+            let out = qpslab_command()
+                .args(["bench", "-d", "2s", "--warmup", "300ms", "--no-save", "--json"])
+                .args(extra)
+                .output()
+                .unwrap();
+            json(&out)
+        } else {
+            short_bench(&url, "epoll", extra)
+        };
+        let _ = p.kill();
+        let _ = p.wait();
+        let f = findings(&v);
+        let u = named(&f, "udp-buffer-drops").expect("the host's drops");
+        assert_eq!(u["severity"], "info", "{extra:?}: {u}");
+        assert!(
+            u["summary"].as_str().unwrap().starts_with("on this host but not in this run"),
+            "{u}"
+        );
+        let why = if extra.is_empty() { "the run spoke TCP" } else { "dropped none" };
+        assert!(text_of(u).contains(why), "{extra:?}: {u}");
+    }
+}

@@ -101,6 +101,9 @@ pub enum Cause {
     /// A socket's backlog dropped packets while its owner held the socket (the receiving
     /// process behind its sockets), per second.
     SocketBacklog { per_s: f64 },
+    /// UDP datagrams dropped for a full socket buffer: `direction` is `receive` (a reader
+    /// behind its datagrams) or `send` (a writer ahead of its buffer), per second.
+    UdpBuffer { direction: String, per_s: f64 },
     /// irqbalance (`pid`) rewrote IRQ affinities that were set by hand.
     IrqBalance { pid: u32 },
     /// A side's written bytes waited for a window: `window` is `receive` (the peer's) or

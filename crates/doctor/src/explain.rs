@@ -81,6 +81,18 @@ pub struct LoadFacts {
     /// An https run's TLS handshakes in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFacts>,
+    /// An HTTP/3 run's datagrams (the run spoke UDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicFacts>,
+}
+
+/// An HTTP/3 run's own datagrams, as its generator counted them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicFacts {
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    /// Datagrams the generator's socket did not take (its send buffer full).
+    pub send_dropped: u64,
 }
 
 /// The TLS handshakes of an https run, in the window.

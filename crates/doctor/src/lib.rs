@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
-pub use explain::{Explanation, LoadFacts, Resource, Schedule, StreamLimit, TlsFacts};
+pub use explain::{Explanation, LoadFacts, QuicFacts, Resource, Schedule, StreamLimit, TlsFacts};
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};
@@ -446,6 +446,12 @@ pub const RULES: &[Rule] = &[
         remedy: "more workers, or workers pinned away from interrupt CPUs",
     },
     Rule {
+        name: "udp-buffer-drops",
+        catches: "UDP datagrams dropped for a full socket buffer, receiving or sending: what HTTP/3 (QUIC) loses in the host",
+        threshold: "any Udp RcvbufErrors or SndbufErrors (IPv4 and IPv6); critical from 1/s when the followed processes' own sockets dropped datagrams (/proc/PID/net/udp), info when they dropped none or the run spoke TCP (the counters are host-wide), at most a warning when that is not known",
+        remedy: "read faster (workers, batched reads, GRO) or raise net.core.rmem_max / wmem_max and the socket's buffers",
+    },
+    Rule {
         name: "retransmissions",
         catches: "TCP segments were retransmitted: closed-loop load stalls on each",
         threshold: "1% or more of the segments sent, and 10/s or more; info when the run's own connections (all kept open) retransmitted none, or when a saturated link explains them",
@@ -624,6 +630,7 @@ pub fn diagnose(
     rules::irqbalance(host, samples, ctx, &mut out);
     let losses = losses::run_losses(samples, ctx);
     rules::tcp_queues(host, summary, ctx, &explanation, losses.as_ref(), &mut out);
+    rules::udp_buffers(summary, ctx, &mut out);
     rules::softnet(host, summary, losses.as_ref(), &mut out);
     rules::descriptors(samples, summary, server_log::out_of_descriptors(ctx).as_deref(), &mut out);
     rules::ports(host, summary, ctx, &mut out);

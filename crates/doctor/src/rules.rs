@@ -225,6 +225,79 @@ pub(super) fn tcp_queues(
     }
 }
 
+/// UDP datagrams dropped for a full socket buffer (Udp RcvbufErrors, SndbufErrors; IPv4 and
+/// IPv6): what an HTTP/3 run loses in the host. The counters are host-wide; the followed
+/// processes' own sockets' drops (/proc/PID/net/udp) say whose a receive drop was: the run's
+/// when they moved, another program's when they did not. Without them, a run that spoke TCP
+/// sent no datagram to lose (another's), and otherwise it is not known (at most a warning).
+pub(super) fn udp_buffers(s: &Summary, ctx: &Context, out: &mut Vec<Finding>) {
+    let d = |k: &str| s.tcp.get(k).copied().unwrap_or(0).max(0) as u64;
+    for (counter, direction, sysctl) in [
+        ("UdpRcvbufErrors", "receive", "net.core.rmem_max"),
+        ("UdpSndbufErrors", "send", "net.core.wmem_max"),
+    ] {
+        let dropped = d(counter);
+        if dropped == 0 {
+            continue;
+        }
+        let rate = per_s(dropped, s.duration_s);
+        let (what, remedy) = if direction == "receive" {
+            (
+                "UDP datagrams were dropped because a socket's receive buffer was full: its reader fell behind",
+                format!("read the socket faster (more workers, batched reads, GRO) or give it a larger buffer: raise {sysctl} and the socket's SO_RCVBUF (QUIC stacks ask for MiBs)"),
+            )
+        } else {
+            (
+                "UDP datagrams were dropped because a socket's send buffer was full: its writer got ahead of it",
+                format!("pace the sends, or give the socket a larger buffer: raise {sysctl} and its SO_SNDBUF"),
+            )
+        };
+        let mut f = Finding {
+            name: "udp-buffer-drops",
+            severity: if rate >= DROPS_CRITICAL_PER_S { Severity::Critical } else { Severity::Warning },
+            summary: what.into(),
+            evidence: vec![
+                format!("Udp {counter} +{dropped} ({rate:.1}/s) of InDatagrams +{} and OutDatagrams +{}, {}", d("UdpInDatagrams"), d("UdpOutDatagrams"), s.counted()),
+            ],
+            remedy,
+            cause: Some(Cause::UdpBuffer { direction: direction.into(), per_s: rate }),
+        };
+        let own = s.udp_own_drops.filter(|_| direction == "receive");
+        match (own, ctx.load.as_ref().map(|l| l.quic)) {
+            (Some(mine), _) if mine > 0 => {
+                f.evidence.push(format!(
+                    "{mine} of them at the followed processes' own UDP sockets (/proc/PID/net/udp drops)"
+                ));
+            }
+            (Some(_), _) => {
+                let why = "the followed processes' own UDP sockets dropped none (/proc/PID/net/udp drops): the counters are host-wide".into();
+                f = not_this_runs(
+                    f,
+                    why,
+                    "the host's other UDP traffic lost them (ss -uamp shows each socket's drops)",
+                );
+            }
+            (None, Some(None)) => {
+                let why = "the run spoke TCP: it sent and received no UDP datagram (the counters are host-wide)".into();
+                f = not_this_runs(
+                    f,
+                    why,
+                    "the host's other UDP traffic lost them (ss -uanp shows each socket's queue)",
+                );
+            }
+            (None, Some(Some(q))) => {
+                f.severity = f.severity.min(Severity::Warning);
+                f.evidence.push(format!(
+                    "the run spoke HTTP/3: its generator counted {} datagrams in and {} out, {} its own send buffer did not take; the counters are host-wide",
+                    q.datagrams_in, q.datagrams_out, q.send_dropped
+                ));
+            }
+            (None, None) => f.severity = f.severity.min(Severity::Warning),
+        }
+        out.push(f);
+    }
+}
+
 /// Whether the load opened connections in its window (not only kept-alive ones, with no
 /// reconnects): only then can a listen or SYN queue have dropped one of the run's. True when
 /// the load is not known.

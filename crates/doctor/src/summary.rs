@@ -210,6 +210,10 @@ pub struct Summary {
     /// Deltas of the TcpExt counters, and RetransSegs / OutSegs: ours and those of the
     /// [`Summary::server_namespaces`].
     pub tcp: BTreeMap<String, i64>,
+    /// Datagrams dropped on arrival at the followed processes' own UDP sockets over the window
+    /// (/proc/PID/net/udp's `drops`); None when none of them held a UDP socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_own_drops: Option<u64>,
     /// The network namespaces other than ours that followed servers live in (containers),
     /// and those the followed generators live in (a load run with `ip netns exec`), whose
     /// counters, interfaces and connections were read with ours.
@@ -424,6 +428,11 @@ pub fn summarize(samples: &[Sample], roles: &BTreeMap<u32, Role>, tick_hz: f64) 
     let tcp_readings = qpslab_host::sample::TcpSides::over_window(samples)
         .map(|a| TcpReadings { server: a.server.connections, generator: a.client.connections });
     Summary {
+        udp_own_drops: last.procs.iter().fold(None, |acc: Option<u64>, (pid, p)| {
+            let Some(now) = p.udp_drops else { return acc };
+            let before = first.procs.get(pid).and_then(|q| q.udp_drops).unwrap_or(0);
+            Some(acc.unwrap_or(0) + now.saturating_sub(before))
+        }),
         tcp_readings,
         server_namespaces: namespaces(samples)
             .filter(|(_, b, _)| b.role == Role::Server)

@@ -1721,6 +1721,55 @@ fn tcp_memory_pressure_is_named_and_dropped_connections_are_critical() {
     assert!(m.summary.contains("3 connection(s) were dropped"), "{}", m.summary);
 }
 
+/// UDP datagrams dropped for full socket buffers (IPv4 and IPv6 counted together), in a tree
+/// with no process's sockets to tell whose: a warning with no run known, said beside an HTTP/3
+/// run's own datagrams, another's when the run spoke TCP (it sent no datagram to lose); a send
+/// buffer's drops are named apart. (The ground truth in crates/cli/tests/ground_truth.rs
+/// tells the run's own drops from another's by their sockets.)
+#[test]
+fn udp_buffer_drops_are_named_and_attributed_by_the_runs_protocol() {
+    let dropping = |ctx: &Context| {
+        let mut run = Run::new(four_cpus());
+        run.restart();
+        run.step(|c, _| {
+            *c.udp.get_mut("InDatagrams").unwrap() += 50_000;
+            *c.udp.get_mut("RcvbufErrors").unwrap() += 300;
+            *c.udp6.get_mut("RcvbufErrors").unwrap() += 20;
+        });
+        run.findings_with(ctx)
+    };
+    let f = dropping(&Context::default());
+    let u = named(&f, "udp-buffer-drops").expect("receive buffer drops");
+    assert_eq!(u.severity, Severity::Warning, "whose is not known");
+    assert!(u.summary.contains("receive buffer was full"), "{}", u.summary);
+    assert!(u.evidence[0].starts_with("Udp UdpRcvbufErrors +320"), "{:?}", u.evidence);
+    assert!(u.evidence[0].contains("InDatagrams +50000"), "{:?}", u.evidence);
+    assert!(u.remedy.contains("net.core.rmem_max"), "{}", u.remedy);
+
+    let tcp_run = dropping(&with_load(closed_loop(10, 0.001, 1.0)));
+    let u = named(&tcp_run, "udp-buffer-drops").expect("said as the host's");
+    assert_eq!(u.severity, Severity::Info);
+    assert!(u.summary.starts_with("on this host but not in this run"), "{}", u.summary);
+
+    let quic =
+        qpslab_doctor::QuicFacts { datagrams_in: 9000, datagrams_out: 7000, send_dropped: 0 };
+    let h3_run =
+        dropping(&with_load(LoadFacts { quic: Some(quic), ..closed_loop(10, 0.001, 1.0) }));
+    let u = named(&h3_run, "udp-buffer-drops").expect("beside the run's datagrams");
+    assert_eq!(u.severity, Severity::Warning, "whose is not known");
+    assert!(u.evidence[1].contains("9000 datagrams in and 7000 out"), "{:?}", u.evidence);
+
+    let mut run = Run::new(four_cpus());
+    run.restart();
+    run.step(|c, _| *c.udp.get_mut("SndbufErrors").unwrap() += 1);
+    let f = run.findings();
+    let u = named(&f, "udp-buffer-drops").expect("send buffer drops");
+    assert!(u.summary.contains("send buffer was full"), "{}", u.summary);
+    assert_eq!(u.severity, Severity::Warning, "under 1/s");
+    let quiet = Run::new(four_cpus());
+    assert!(named(&quiet.findings(), "udp-buffer-drops").is_none());
+}
+
 /// A conntrack table that dropped packets is critical; one at 95% of its size a warning; a
 /// host without conntrack, or with a table at half, has nothing to say.
 #[test]

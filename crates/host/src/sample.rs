@@ -58,6 +58,10 @@ pub struct ProcSample {
     /// At the window's first and last samples: the memory limits of its cgroup and their
     /// ancestors, with how often each was hit.
     pub memory_limits: Vec<qpslab_sys::memlimit::MemoryLimit>,
+    /// At the window's first and last samples: datagrams dropped on arrival at the UDP
+    /// sockets it holds (the `drops` of /proc/PID/net/udp and udp6, as `ss -uamp` shows them);
+    /// None when it holds none.
+    pub udp_drops: Option<u64>,
 }
 
 /// One thread of a watched process.
@@ -92,6 +96,12 @@ pub const TCPEXT: &[&str] = &[
     "TCPSynRetrans",
 ];
 
+/// UDP counters (/proc/net/snmp's `Udp`, and /proc/net/snmp6's `Udp6` added to them) the doctor
+/// reads, kept beside TcpExt's under `Udp` + the name (`UdpRcvbufErrors`): datagrams dropped
+/// for a full socket buffer each way, what QUIC (HTTP/3) loses in the host.
+pub const UDP: &[&str] =
+    &["InDatagrams", "OutDatagrams", "InErrors", "RcvbufErrors", "SndbufErrors"];
+
 /// The network counters of one namespace: /proc/net's files, or /proc/PID/net's for a
 /// process's namespace (the files show the namespace of the process named).
 #[derive(Debug, Clone, Default)]
@@ -100,6 +110,7 @@ pub struct NetCounters {
     pub ns: String,
     /// Whose namespace it is (ours: the server's).
     pub role: Role,
+    /// TcpExt's counters of [`TCPEXT`], and UDP's of [`UDP`] (IPv4 and IPv6 together).
     pub tcpext: BTreeMap<String, i64>,
     pub retrans_segs: i64,
     pub out_segs: i64,
@@ -122,13 +133,12 @@ impl NetCounters {
             role,
             tcpext: netstat
                 .get("TcpExt")
-                .map(|t| {
-                    t.iter()
-                        .filter(|(k, _)| TCPEXT.contains(&k.as_str()))
-                        .map(|(k, v)| (k.clone(), *v))
-                        .collect()
-                })
-                .unwrap_or_default(),
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| TCPEXT.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), *v))
+                .chain(udp_counters(snmp.get("Udp"), root.read_opt(&format!("{dir}/snmp6"))))
+                .collect(),
             retrans_segs: tcp.and_then(|t| t.get("RetransSegs").copied()).unwrap_or(0),
             out_segs: tcp.and_then(|t| t.get("OutSegs").copied()).unwrap_or(0),
             sockstat: root
@@ -141,6 +151,25 @@ impl NetCounters {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// UDP's counters of [`UDP`], from snmp's `Udp` table and snmp6's `Udp6` lines, summed.
+fn udp_counters(v4: Option<&BTreeMap<String, i64>>, snmp6: Option<String>) -> Vec<(String, i64)> {
+    let mut sums: BTreeMap<&str, i64> = BTreeMap::new();
+    for name in UDP {
+        if let Some(v) = v4.and_then(|t| t.get(*name)) {
+            *sums.entry(name).or_default() += v;
+        }
+    }
+    for line in snmp6.iter().flat_map(|t| t.lines()) {
+        let mut words = line.split_ascii_whitespace();
+        let (Some(key), Some(value)) = (words.next(), words.next()) else { continue };
+        let Some(name) = key.strip_prefix("Udp6") else { continue };
+        if let (Some(name), Ok(v)) = (UDP.iter().find(|n| **n == name), value.parse::<i64>()) {
+            *sums.entry(name).or_default() += v;
+        }
+    }
+    sums.into_iter().map(|(k, v)| (format!("Udp{k}"), v)).collect()
 }
 
 /// A network namespace other than ours that a watched process lives in (a container's, a
@@ -627,6 +656,7 @@ impl Sample {
         self.take_host_limits(root);
         for (pid, p) in &mut self.procs {
             p.memory_limits = qpslab_sys::memlimit::memory_limits(root, *pid);
+            p.udp_drops = udp_drops(root, *pid);
         }
         self.census = root
             .pids()
@@ -699,7 +729,39 @@ fn read_proc(root: &Root, pid: u32) -> Option<ProcSample> {
         cpu_limits: qpslab_sys::cgroup::cpu_limits(root, pid),
         io: root.read_opt(&format!("{base}/io")).and_then(|t| parse::proc_io(&t)),
         memory_limits: Vec::new(),
+        udp_drops: None,
     })
+}
+
+/// Datagrams dropped on arrival at the UDP sockets `pid` holds, from its namespace's
+/// /proc/PID/net/udp and udp6 (a socket's inode and its `drops`, the last column); None when
+/// it holds none. Its descriptors are read only when the namespace has UDP sockets.
+fn udp_drops(root: &Root, pid: u32) -> Option<u64> {
+    let mut drops: BTreeMap<u64, u64> = BTreeMap::new();
+    for table in ["udp", "udp6"] {
+        let Some(text) = root.read_opt(&format!("proc/{pid}/net/{table}")) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            if let (Some(inode), Some(d)) = (f.get(9), f.get(12)) {
+                if let (Ok(inode), Ok(d)) = (inode.parse(), d.parse()) {
+                    drops.insert(inode, d);
+                }
+            }
+        }
+    }
+    if drops.is_empty() {
+        return None;
+    }
+    let mut held = None::<u64>;
+    for fd in root.list(&format!("proc/{pid}/fd")) {
+        let inode = root
+            .read_link(&format!("proc/{pid}/fd/{fd}"))
+            .and_then(|l| qpslab_sys::sockets::socket_inode(&l.to_string_lossy()));
+        if let Some(d) = inode.and_then(|i| drops.remove(&i)) {
+            *held.get_or_insert(0) += d;
+        }
+    }
+    held
 }
 
 /// The TCP sockets in use up to which every sample reads the connections' losses (about 8 ms

@@ -941,6 +941,11 @@ fn load_facts(load: &Report) -> LoadFacts {
             resumed: t.resumed,
             mean_s: t.handshake_us.mean / 1e6,
         }),
+        quic: load.h3.as_ref().map(|h| qpslab_doctor::QuicFacts {
+            datagrams_in: h.datagrams_in,
+            datagrams_out: h.datagrams_out,
+            send_dropped: h.send_dropped,
+        }),
     }
 }
 

@@ -247,7 +247,7 @@ pub fn unix_listener_holders(root: &Root, path: &std::path::Path) -> Vec<Holder>
 }
 
 /// `socket:[12345]` -> 12345.
-fn socket_inode(link: &str) -> Option<u64> {
+pub fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 

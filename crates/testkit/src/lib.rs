@@ -277,6 +277,9 @@ pub struct Counters {
     /// (processed, dropped, time_squeeze) per CPU.
     pub softnet: Vec<(u64, u64, u64)>,
     pub tcpext: BTreeMap<&'static str, i64>,
+    /// /proc/net/snmp's `Udp` counters and /proc/net/snmp6's `Udp6` ones, by name.
+    pub udp: BTreeMap<&'static str, i64>,
+    pub udp6: BTreeMap<&'static str, i64>,
     pub retrans_segs: i64,
     pub out_segs: i64,
     pub sockstat: SockStat,
@@ -290,7 +293,7 @@ pub struct Counters {
     pub conntrack: Option<qpslab_host::parse::Conntrack>,
 }
 
-use qpslab_host::sample::TCPEXT;
+use qpslab_host::sample::{TCPEXT, UDP};
 
 impl Counters {
     /// All counters zero.
@@ -306,6 +309,8 @@ impl Counters {
             irq_counts: shape.irqs().iter().map(|(irq, _, _)| (*irq, vec![0; n])).collect(),
             softnet: vec![(0, 0, 0); n],
             tcpext: TCPEXT.iter().map(|k| (*k, 0)).collect(),
+            udp: UDP.iter().map(|k| (*k, 0)).collect(),
+            udp6: UDP.iter().map(|k| (*k, 0)).collect(),
             retrans_segs: 0,
             out_segs: 0,
             sockstat: SockStat::default(),
@@ -420,10 +425,15 @@ impl Counters {
             dir,
             "proc/net/snmp",
             &format!(
-                "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 {} {}\n",
-                self.out_segs, self.retrans_segs
+                "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 {} {}\nUdp: {}\nUdp: {}\n",
+                self.out_segs,
+                self.retrans_segs,
+                self.udp.keys().copied().collect::<Vec<_>>().join(" "),
+                self.udp.values().map(ToString::to_string).collect::<Vec<_>>().join(" "),
             ),
         )?;
+        let udp6: String = self.udp6.iter().map(|(k, v)| format!("Udp6{k:<24}\t{v}\n")).collect();
+        write(dir, "proc/net/snmp6", &format!("Ip6InReceives                   \t0\n{udp6}"))?;
         let s = &self.sockstat;
         write(
             dir,
