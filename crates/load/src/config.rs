@@ -283,7 +283,19 @@ impl LoadConfig {
                 .transpose()?
                 .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
-            thresholds: thresholds(&opts.thresholds)?,
+            thresholds: {
+                let t = thresholds(&opts.thresholds)?;
+                if let Some(q) = t.iter().find(|t| t.on_quic() && !opts.h3) {
+                    return Err(ConfigError::new(
+                        "--threshold",
+                        format!(
+                            "{}: a QUIC figure, which only --h3 runs have: add --h3 or drop it",
+                            q.expr
+                        ),
+                    ));
+                }
+                t
+            },
             pipeline,
             h3,
             h2: opts.h2.then(|| crate::session::h2::H2Settings {

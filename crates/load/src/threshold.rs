@@ -1,6 +1,7 @@
 //! Pass/fail checks on a finished run (`--threshold`): `p99<2ms`, `p99.9<=10ms`, `mean<1ms`,
 //! `rps>50000`, `errors<0.1%` (a share of the requests sent), `errors<10` (a count),
-//! `gen-busy<0.9` (the generator's busy share). Percentiles come from the run's exact latency
+//! `gen-busy<0.9` (the generator's busy share); over HTTP/3, `lost-packets<10` (QUIC packets
+//! declared lost, a count) and `packet-loss<0.1%` (their share of the datagrams sent). Percentiles come from the run's exact latency
 //! histogram, not from the rounded figures of the summary.
 
 use hdrhistogram::Histogram;
@@ -31,6 +32,10 @@ enum Metric {
     /// Failed requests and bad statuses.
     Errors,
     GenBusy,
+    /// HTTP/3: QUIC packets declared lost (and sent again), a count.
+    LostPackets,
+    /// HTTP/3: lost packets over the datagrams sent.
+    PacketLoss,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,6 +55,8 @@ pub struct Facts<'a> {
     /// Failed requests and bad statuses.
     pub errors: u64,
     pub gen_busy: f64,
+    /// HTTP/3: QUIC packets declared lost, and the datagrams sent.
+    pub quic: Option<(u64, u64)>,
 }
 
 /// A threshold checked: in the report's JSON and its text.
@@ -78,7 +85,8 @@ impl Outcome {
 }
 
 const FORMS: &str = "pN<TIME (p99<2ms, p99.9<10ms), mean<TIME, max<TIME, rps>N, errors<P% or \
-                     errors<N, gen-busy<R (TIME in us, ms or s; <, <=, > or >=)";
+                     errors<N, gen-busy<R, and with --h3 lost-packets<N or packet-loss<P% (TIME in us, ms or s; \
+                     <, <=, > or >=)";
 
 impl Threshold {
     /// Parses `expr`; an error names it, says what is wrong and gives the forms there are.
@@ -100,6 +108,9 @@ impl Threshold {
             "errors" if value.ends_with('%') => Metric::ErrorRate,
             "errors" => Metric::Errors,
             "gen-busy" => Metric::GenBusy,
+            "lost-packets" => Metric::LostPackets,
+            "packet-loss" if value.ends_with('%') => Metric::PacketLoss,
+            "packet-loss" => return Err(bad("packet-loss is a share: give it in %, e.g. 0.1%")),
             p if p.starts_with('p') => match p[1..].parse::<f64>() {
                 Ok(q) if q > 0.0 && q <= 100.0 => Metric::Percentile(q),
                 _ => return Err(bad(&format!("{name}: a percentile is p followed by 0-100"))),
@@ -109,9 +120,11 @@ impl Threshold {
         };
         let limit = match metric {
             Metric::Percentile(_) | Metric::Mean | Metric::Max => time_us(value),
-            Metric::ErrorRate => number(&value[..value.len() - 1]).map(|p| p / 100.0),
+            Metric::ErrorRate | Metric::PacketLoss => {
+                number(&value[..value.len() - 1]).map(|p| p / 100.0)
+            }
             Metric::Rps => rate(value),
-            Metric::Errors | Metric::GenBusy => number(value),
+            Metric::Errors | Metric::GenBusy | Metric::LostPackets => number(value),
         }
         .map_err(|why| bad(&why))?;
         Ok(Threshold { expr: text, metric, op, limit })
@@ -121,6 +134,11 @@ impl Threshold {
     /// `--max-error-rate`).
     pub fn on_errors(&self) -> bool {
         matches!(self.metric, Metric::ErrorRate | Metric::Errors)
+    }
+
+    /// Whether this threshold is on a figure only HTTP/3 runs have.
+    pub fn on_quic(&self) -> bool {
+        matches!(self.metric, Metric::LostPackets | Metric::PacketLoss)
     }
 
     /// This threshold checked against a run's figures.
@@ -146,9 +164,20 @@ impl Threshold {
             }
             Metric::Errors => (f.errors as f64, "count", format!("errors {}", f.errors)),
             Metric::GenBusy => (f.gen_busy, "share", format!("gen-busy {:.2}", f.gen_busy)),
+            Metric::LostPackets => {
+                let lost = f.quic.map_or(0, |q| q.0);
+                (lost as f64, "count", format!("lost-packets {lost}"))
+            }
+            Metric::PacketLoss => {
+                let (lost, out) = f.quic.unwrap_or((0, 0));
+                let v = if out > 0 { lost as f64 / out as f64 } else { 0.0 };
+                (v, "share", format!("packet-loss {:.3}% ({lost} of {out})", v * 100.0))
+            }
         };
-        // No response: no latency to judge, so a latency threshold cannot pass.
-        let measured = !f.latency.is_empty() || !self.on_latency();
+        // No response: no latency to judge, so a latency threshold cannot pass; no QUIC, no
+        // packet loss to judge.
+        let measured =
+            (!f.latency.is_empty() || !self.on_latency()) && (f.quic.is_some() || !self.on_quic());
         let passed = measured
             && match self.op {
                 Op::Lt => value < self.limit,
@@ -156,7 +185,11 @@ impl Threshold {
                 Op::Gt => value > self.limit,
                 Op::Ge => value >= self.limit,
             };
-        let shown = if measured { shown } else { "no response to measure".into() };
+        let shown = match measured {
+            true => shown,
+            false if self.on_quic() => "not an HTTP/3 run: no QUIC packets to judge".into(),
+            false => "no response to measure".into(),
+        };
         Outcome { threshold: self.expr.clone(), passed, value, unit, shown }
     }
 
@@ -208,7 +241,29 @@ mod tests {
     use super::*;
 
     fn facts(h: &Histogram<u64>) -> Facts<'_> {
-        Facts { latency: h, rps: 51_000.0, sent: 10_000, errors: 12, gen_busy: 0.42 }
+        Facts { latency: h, rps: 51_000.0, sent: 10_000, errors: 12, gen_busy: 0.42, quic: None }
+    }
+
+    #[test]
+    fn quic_losses_are_judged_on_http3_runs_only() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        h.record(1000).unwrap();
+        let f = Facts { quic: Some((3, 20_000)), ..facts(&h) };
+        let line = |e: &str, f: &Facts| Threshold::parse(e).unwrap().check(f).line();
+        assert_eq!(
+            line("lost-packets<10", &f),
+            "threshold lost-packets<10: passed, lost-packets 3"
+        );
+        assert_eq!(
+            line("packet-loss<0.01%", &f),
+            "threshold packet-loss<0.01%: failed, packet-loss 0.015% (3 of 20000)"
+        );
+        assert_eq!(
+            line("lost-packets<10", &facts(&h)),
+            "threshold lost-packets<10: failed, not an HTTP/3 run: no QUIC packets to judge"
+        );
+        assert!(Threshold::parse("packet-loss<1").unwrap_err().contains("give it in %"));
+        assert!(Threshold::parse("lost-packets<1").unwrap().on_quic());
     }
 
     #[test]

@@ -366,4 +366,13 @@ fn bench_h3_runs_http3_on_the_builtin_server() {
     assert!(generator.contains("HTTP/3 (10 streams each)"), "{text}");
     usage_error(&["bench", "--h3", "--target", "nginx", "-d", "1s", "--no-save"], "--h3");
     usage_error(&["serve", "--h3", "-l", "127.0.0.1:0"], "--tls-self-signed");
+    // QUIC's own figures as thresholds: judged on HTTP/3 runs, refused on others.
+    let checked = [&args[..], &["--threshold", "lost-packets<1000000", "--json", "--no-save"]];
+    let out = qpslab(&checked.concat());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["load"]["thresholds"][0];
+    assert_eq!(t["passed"], true, "{t}");
+    assert!(t["shown"].as_str().unwrap().starts_with("lost-packets "), "{t}");
+    usage_error(&["bench", "-d", "1s", "--threshold", "packet-loss<1%", "--no-save"], "--h3");
 }

@@ -741,6 +741,7 @@ impl Report {
             sent: requests.sent,
             errors: requests.failed + requests.bad_status,
             gen_busy: generator.busy_ratio,
+            quic: rec.quic.map(|q| (q.lost_packets, q.datagrams_out)),
         };
         let thresholds: Vec<_> = cfg.thresholds.iter().map(|t| t.check(&facts)).collect();
         Self {
