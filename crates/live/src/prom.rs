@@ -135,6 +135,33 @@ fn families(b: &View) -> Vec<Family> {
             |p| p.reconnects,
         ),
     ];
+    if parts.iter().any(|(_, p)| p.datagrams_in + p.datagrams_out > 0) {
+        out.push(Family {
+            name: "qpslab_quic_datagrams_total",
+            kind: "counter",
+            help: "HTTP/3: UDP datagrams the generator read (in) and sent (out).",
+            samples: each(&|agent, p| {
+                vec![
+                    sample(
+                        "qpslab_quic_datagrams_total",
+                        &[("agent", agent), ("direction", "in")],
+                        p.datagrams_in as f64,
+                    ),
+                    sample(
+                        "qpslab_quic_datagrams_total",
+                        &[("agent", agent), ("direction", "out")],
+                        p.datagrams_out as f64,
+                    ),
+                ]
+            }),
+        });
+        out.push(per_agent(
+            "qpslab_quic_lost_packets_total",
+            "counter",
+            "HTTP/3: QUIC packets declared lost (and sent again).",
+            |p| p.lost_packets,
+        ));
+    }
     if let Some(busy) = b.busy {
         out.push(Family {
             name: "qpslab_generator_busy_ratio",

@@ -111,6 +111,10 @@ pub struct Progress {
     /// load threads it runs: busy = CPU / (wall x threads).
     pub cpu: Duration,
     pub threads: u32,
+    /// HTTP/3 runs: datagrams read and sent, QUIC packets declared lost (0 over TCP).
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub lost_packets: u64,
 }
 
 impl Progress {
@@ -134,6 +138,9 @@ impl Progress {
         self.due_unsent += o.due_unsent;
         self.cpu += o.cpu;
         self.threads += o.threads;
+        self.datagrams_in += o.datagrams_in;
+        self.datagrams_out += o.datagrams_out;
+        self.lost_packets += o.lost_packets;
     }
 }
 
@@ -666,6 +673,9 @@ pub fn final_progress(r: &RunResult, threads: usize) -> Progress {
         due_unsent: r.due_unsent,
         cpu: cpu.user + cpu.sys,
         threads: threads as u32,
+        datagrams_in: r.rec.quic.map_or(0, |q| q.datagrams_in),
+        datagrams_out: r.rec.quic.map_or(0, |q| q.datagrams_out),
+        lost_packets: r.rec.quic.map_or(0, |q| q.lost_packets),
     }
 }
 
@@ -693,6 +703,9 @@ fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress 
         p.lagged += t.lagged.load(Ordering::Relaxed);
         p.scheduled += t.scheduled.load(Ordering::Relaxed);
         p.due_unsent += t.due_unsent.load(Ordering::Relaxed);
+        p.datagrams_in += t.datagrams_in.load(Ordering::Relaxed);
+        p.datagrams_out += t.datagrams_out.load(Ordering::Relaxed);
+        p.lost_packets += t.lost_packets.load(Ordering::Relaxed);
     }
     p
 }

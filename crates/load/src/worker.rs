@@ -69,6 +69,10 @@ pub struct ThreadProgress {
     pub scheduled: AtomicU64,
     pub due_unsent: AtomicU64,
     pub connected: AtomicBool,
+    /// HTTP/3: datagrams read and sent, QUIC packets declared lost.
+    pub datagrams_in: AtomicU64,
+    pub datagrams_out: AtomicU64,
+    pub lost_packets: AtomicU64,
 }
 
 /// When the run started, when measuring starts (after warm-up) and when it stops (`-d`): set

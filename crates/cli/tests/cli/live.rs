@@ -326,6 +326,38 @@ fn metrics_are_served_beside_the_page() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// An HTTP/3 run's `/metrics` carries QUIC's own figures: the datagrams each way and the
+/// packets lost, per agent; a run over TCP has none of them.
+#[test]
+fn metrics_of_an_http3_run_carry_its_datagrams() {
+    let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3"]);
+    let url = format!("https://{}/", server.addr);
+    let run =
+        LiveRun::start(&["load", "--h3", "-k", &url, "-d", "3", "-c", "2", "-R", "2000"], None);
+    std::thread::sleep(Duration::from_millis(2200));
+    let (_, body) = get(&run.url, "/metrics");
+    let value = |prefix: &str| -> f64 {
+        let line = body
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{prefix} in {body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(body.contains("# TYPE qpslab_quic_datagrams_total counter"), "{body}");
+    assert!(value("qpslab_quic_datagrams_total{") > 1000.0, "{body}");
+    assert!(body.contains("direction=\"out\""), "{body}");
+    assert!(body.contains("# TYPE qpslab_quic_lost_packets_total counter"), "{body}");
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+    let tcp = ServeChild::start(&[], &["-w", "1"]);
+    let run = LiveRun::start(&["load", &tcp.url("/"), "-d", "2", "-c", "2", "-R", "500"], None);
+    std::thread::sleep(Duration::from_millis(1200));
+    let (_, body) = get(&run.url, "/metrics");
+    assert!(!body.contains("qpslab_quic_"), "{body}");
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(0), "{err}");
+}
+
 /// A taken address or a bad URL is refused before any load (exit 2, one line naming the flag).
 #[test]
 fn a_taken_address_or_a_bad_url_is_refused_at_start() {

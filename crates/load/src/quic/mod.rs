@@ -915,6 +915,13 @@ impl<'a> Thread<'a> {
         }
         p.open.store(self.open, Ordering::Relaxed);
         p.reconnects.store(self.rec.reconnects, Ordering::Relaxed);
+        let c = &self.udp.counts;
+        p.datagrams_in.store(c.datagrams_in, Ordering::Relaxed);
+        p.datagrams_out.store(c.datagrams_out, Ordering::Relaxed);
+        // Those of connections let go, and the open ones' own count so far.
+        let open = self.conns.iter().filter_map(|c| c.conn.as_ref());
+        let lost = open.map(|c| c.stats().path.lost_packets).sum::<u64>();
+        p.lost_packets.store(c.lost_packets + lost, Ordering::Relaxed);
         p.lag_us.store(self.rec.lag_total_us, Ordering::Relaxed);
         p.lagged.store(self.rec.send_lag.len(), Ordering::Relaxed);
         if let Some((scheduled, unsent)) = self.pacer.owed(Instant::now()) {
