@@ -523,9 +523,6 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
     if opts.unix_socket.is_some() {
         return Err(ConfigError::new("--unix-socket", "HTTP/3 runs over UDP, not a unix socket"));
     }
-    if opts.urls_file.is_some() || opts.body_lines.is_some() || opts.targets.is_some() {
-        return not_yet("--urls", "a request pool (--urls, --body-lines, --targets)");
-    }
     if variants.templated() {
         return not_yet("URL", "a templated ID ({seq}, {rand})");
     }

@@ -296,6 +296,10 @@ pub fn run(
         wrong_protocol: std::sync::OnceLock::new(),
         intervals: cfg.log.is_some() || feed.wants_seconds(),
         target_group: cfg.pool.as_ref().map_or_else(Vec::new, config::Pool::recorded_groups),
+        h3_wires: match cfg.h3 {
+            Some(_) => groups.iter().map(quic::wires).collect(),
+            None => Vec::new(),
+        },
     };
     let progress: Vec<ThreadProgress> =
         (0..cfg.threads).map(|_| ThreadProgress::default()).collect();

@@ -162,6 +162,9 @@ pub(crate) struct Shared<'a> {
     pub intervals: bool,
     /// Per target: its group of the `--urls` pool (none: [`crate::pool::NO_GROUP`], or empty).
     pub target_group: Vec<u32>,
+    /// HTTP/3: per group, per position of its request cycle, the request's HEADERS frame (its
+    /// QPACK section) and its body in a DATA frame, built once for every load thread.
+    pub h3_wires: Vec<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

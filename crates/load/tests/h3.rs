@@ -148,6 +148,69 @@ fn a_post_body_reaches_the_server() {
     assert!(server.log(8).iter().all(|l| l == "200 POST /p"));
 }
 
+/// A request pool over HTTP/3 (`--urls`, `--body-lines`): each line's request encoded once
+/// (its QPACK section and DATA frame, shared by the load threads), every line requested
+/// equally often, as the server's log shows.
+#[test]
+fn a_request_pool_is_walked_in_order() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 2, 5);
+    o.threads = Some(2);
+    let base = server.url("");
+    let text: String = ["/a", "/b", "/c"].iter().map(|p| format!("{base}{p}\n")).collect();
+    o.urls_file = Some(qpslab_load::options::FileText { name: "pool.txt".into(), text });
+    o.requests = Some(60);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 60, "{:?}", report.error_examples);
+    let log = server.log(60);
+    for p in ["/a", "/b", "/c"] {
+        let n = log.iter().filter(|l| *l == &format!("200 GET {p}")).count();
+        assert_eq!(n, 20, "{p}: {log:?}");
+    }
+    let mut o = h3_opts(&server, "/post", 1, 4);
+    o.method = "POST".into();
+    let text = "one\ntwo two\nthree three three\n".to_string();
+    o.body_lines = Some(qpslab_load::options::FileText { name: "bodies.txt".into(), text });
+    o.requests = Some(30);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 30, "{:?}", report.error_examples);
+    // The bodies' bytes, each line 10 times, each in one DATA frame of its own.
+    assert!(report.bytes.written >= 10 * (3 + 7 + 17), "{}", report.bytes.written);
+    let log = server.log(90);
+    assert_eq!(log.iter().filter(|l| *l == "200 POST /post").count(), 30, "{log:?}");
+}
+
+/// Weighted targets over HTTP/3 on two servers (`--targets`): each connection goes to its
+/// target's address, each server's log counts its targets' shares exactly.
+#[test]
+fn weighted_targets_on_two_servers() {
+    let (one, two) = (Aioquic::start(), Aioquic::start());
+    let text = format!(
+        "GET {} weight=3\nGET {}\nGET {} weight=2\n",
+        one.url("/a"),
+        one.url("/b"),
+        two.url("/c")
+    );
+    let mut o = h3_opts(&one, "/", 6, 4);
+    o.urls = Vec::new();
+    o.targets = Some(qpslab_load::options::FileText { name: "targets".into(), text });
+    // Both servers' certificates are made apart: verification is another test's matter.
+    o.tls.cacert = None;
+    o.tls.insecure = true;
+    o.requests = Some(600);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 600, "{:?}", report.error_examples);
+    let (a, b) = (one.log(usize::MAX), two.log(usize::MAX));
+    let count =
+        |log: &[String], p: &str| log.iter().filter(|l| *l == &format!("200 GET {p}")).count();
+    // Connections by address weight (4 : 2), requests by the targets' weights within each.
+    assert_eq!(count(&a, "/a") + count(&a, "/b") + count(&b, "/c"), 600);
+    // 3 : 1 within each connection's cycle of 4 (a cycle left partial on each of the 4).
+    let (x, y) = (count(&a, "/a") as i64, count(&a, "/b") as i64);
+    assert!((x - 3 * y).abs() <= 4 && x + y > 300, "{x} {y}");
+    assert!(count(&b, "/c") > 100, "{}", count(&b, "/c"));
+}
+
 #[test]
 fn a_reset_stream_a_closed_connection_and_a_slow_answer_are_named() {
     let server = Aioquic::start();

@@ -107,9 +107,6 @@ struct Thread<'a> {
     conns: Vec<QConn>,
     owners: Vec<Owner>,
     closing: Vec<(ConnectionHandle, Box<Connection>)>,
-    /// Per group, per position of its request cycle: the request's HEADERS frame (its QPACK
-    /// section) and its body in a DATA frame.
-    wires: Vec<Vec<Vec<u8>>>,
     cursors: Vec<usize>,
     pacer: Pacer,
     /// Open loop: requests the schedule made due that no stream could take yet, by their
@@ -211,7 +208,6 @@ impl<'a> Thread<'a> {
             conns,
             owners: Vec::new(),
             closing: Vec::new(),
-            wires: shared.groups.iter().map(wires).collect(),
             cursors: shared
                 .groups
                 .iter()
@@ -766,7 +762,7 @@ impl<'a> Thread<'a> {
                         pos: pos as u32,
                         id: 0,
                     };
-                    if !c.h3.send(conn, req, &self.wires[g][pos]) {
+                    if !c.h3.send(conn, req, &self.shared.h3_wires[g][pos]) {
                         // The server's stream limit: the grant goes back.
                         self.pacer.give_back(1);
                         break;
@@ -820,7 +816,7 @@ impl<'a> Thread<'a> {
                 pos: pos as u32,
                 id: 0,
             };
-            if !c.h3.send(conn, req, &self.wires[g][pos]) {
+            if !c.h3.send(conn, req, &self.shared.h3_wires[g][pos]) {
                 // The server's stream limit: the next connection.
                 self.next_conn = (idx + 1) % n;
                 tried += 1;
