@@ -158,6 +158,22 @@ fn clients_that_break_http3_are_closed_with_its_codes_and_the_server_serves_on()
     assert_eq!((t.requests, t.timeouts), (102, 0));
 }
 
+/// A handshake flood: 400 clients begin a handshake at once and never finish it. The server
+/// takes 256 (handshakes under way before it asks for proof of address), answers the rest
+/// with a Retry (a token they must echo: a spoofed flood gets no further), and serves on.
+#[test]
+fn a_handshake_flood_gets_retry_packets_past_256() {
+    let server = h3_server(|_| {});
+    let got = client(&server, &["flood", "400"]);
+    let retries = got["retries"].as_u64().unwrap();
+    assert_eq!(retries, 400 - 256, "{got}");
+    assert!(got["others"].as_u64().unwrap() >= 256, "the accepted ones' answers: {got}");
+    assert_eq!(load(&server, "/", 1, 10, 100), (100, 0));
+    let t = server.stop();
+    // The 256 flooders and the generator's connection (after its own Retry).
+    assert_eq!(t.accepted, 256 + 1, "{t:?}");
+}
+
 #[test]
 fn a_stopping_server_finishes_what_is_in_flight() {
     let server = h3_server(|_| {});

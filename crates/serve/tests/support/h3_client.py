@@ -7,6 +7,9 @@ object: what came back.
   raw HEX          a request stream carrying these bytes (then its end), as sent
   uni HEX          a unidirectional stream carrying these bytes (its type first), as sent
   goaway           one GET, then a GOAWAY on the control stream (a client done with it)
+  flood N          N handshakes begun at once (each client's first datagrams, from one UDP
+                   socket) and never finished: how many answers were Retry packets and how
+                   many were not, within a second
 
 Every answer also says whether and how the server closed the connection (its error code and
 reason), within two seconds of the last request."""
@@ -76,8 +79,51 @@ class Client(QuicConnectionProtocol):
         return sid, self.waiters[sid]
 
 
+def flood(port, n):
+    import socket
+    import time
+    from aioquic.quic.connection import QuicConnection
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    counts = {"retries": 0, "others": 0}
+
+    def take(data):
+        # A long header's type: 0b11 is Retry (RFC 9000 section 17.2.5).
+        retry = data[0] & 0x80 and (data[0] & 0x30) == 0x30
+        counts["retries" if retry else "others"] += 1
+
+    # Answers are read as the flood goes (a socket buffer capped by net.core.rmem_max would
+    # drop some if they waited for the end).
+    sock.setblocking(False)
+    now = time.time()
+    for _ in range(n):
+        config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+        config.verify_mode = ssl.CERT_NONE
+        q = QuicConnection(configuration=config)
+        q.connect(("127.0.0.1", port), now=now)
+        for data, _ in q.datagrams_to_send(now=now):
+            sock.sendto(data, ("127.0.0.1", port))
+        while True:
+            try:
+                take(sock.recv(65536))
+            except BlockingIOError:
+                break
+    sock.settimeout(0.2)
+    end = time.time() + 1.0
+    while time.time() < end:
+        try:
+            take(sock.recv(65536))
+        except socket.timeout:
+            continue
+    retries, others = counts["retries"], counts["others"]
+    print(json.dumps({"retries": retries, "others": others}), flush=True)
+
+
 async def main():
     port, action, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    if action == "flood":
+        return flood(port, int(args[0]))
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as c:
