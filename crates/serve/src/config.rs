@@ -312,7 +312,7 @@ fn check_h3(
             "HTTP/3 runs over UDP: give an ADDR:PORT in --listen (a unix socket carries no QUIC)",
         ));
     }
-    crate::worker::quic::server_config(&tls.config, settings)
+    tls.quic(settings.h2_streams, settings.idle_timeout)
 }
 
 /// The `unix:PATH` entries of `--listen`, each a path a socket address can hold.

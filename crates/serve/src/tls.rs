@@ -13,7 +13,7 @@ use rustls::server::ServerSessionMemoryCache;
 use rustls::ServerConfig;
 use sha2::{Digest, Sha256};
 
-use crate::config::ConfigError;
+use qpslab_sys::config_error::ConfigError;
 
 /// Where the server's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +77,32 @@ impl ServerTls {
             self_signed: *source == TlsSource::SelfSigned,
             names,
         })
+    }
+}
+
+impl ServerTls {
+    /// `--h3`: QUIC's server set-up from the HTTPS one (ALPN `h3`, TLS 1.3), with the stream
+    /// limits (`streams` request streams: `--h2-streams`; the peer's unidirectional streams)
+    /// and `idle` (`--idle-timeout`) as QUIC's idle timeout.
+    pub fn quic(
+        &self,
+        streams: usize,
+        idle: std::time::Duration,
+    ) -> Result<Arc<quinn_proto::ServerConfig>, ConfigError> {
+        let mut tls = (*self.config).clone();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+            .map_err(|e| ConfigError::new("--h3", format!("QUIC needs TLS 1.3: {e}")))?;
+        let mut transport = quinn_proto::TransportConfig::default();
+        let streams =
+            quinn_proto::VarInt::from_u64(streams as u64).unwrap_or(quinn_proto::VarInt::MAX);
+        transport.max_concurrent_bidi_streams(streams);
+        let uni = quinn_proto::VarInt::from_u64(qpslab_quic::peer::MAX_UNI).unwrap_or_default();
+        transport.max_concurrent_uni_streams(uni);
+        transport.max_idle_timeout(quinn_proto::IdleTimeout::try_from(idle).ok());
+        let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(Arc::new(transport));
+        Ok(Arc::new(config))
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use qpslab_http::h3::frame::code;
-use qpslab_quic::peer::{ConnError, MAX_UNI};
+use qpslab_quic::peer::ConnError;
 use qpslab_quic::udp::{count_connection, QuicCounts, Udp};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint,
@@ -28,7 +28,6 @@ use quinn_proto::{
 
 use super::h3::H3;
 use super::session::Shared;
-use crate::config::ConfigError;
 
 /// Handshakes under way beyond which an unvalidated client is sent a Retry first.
 pub(super) const RETRY_ABOVE: usize = 256;
@@ -36,26 +35,6 @@ pub(super) const RETRY_ABOVE: usize = 256;
 const RECV_BATCHES: usize = 8;
 /// The allocation received datagrams are copied into for quinn-proto.
 const RX_ARENA: usize = 256 * 1024;
-
-/// quinn-proto's server set-up from the HTTPS one: ALPN `h3`, TLS 1.3, the stream limits.
-pub(crate) fn server_config(
-    tls: &rustls::ServerConfig,
-    settings: &crate::config::Settings,
-) -> Result<Arc<ServerConfig>, ConfigError> {
-    let mut tls = tls.clone();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
-        .map_err(|e| ConfigError::new("--h3", format!("QUIC needs TLS 1.3: {e}")))?;
-    let mut transport = quinn_proto::TransportConfig::default();
-    let streams = VarInt::from_u64(settings.h2_streams as u64).unwrap_or(VarInt::MAX);
-    transport.max_concurrent_bidi_streams(streams);
-    transport.max_concurrent_uni_streams(VarInt::from_u64(MAX_UNI).unwrap_or_default());
-    let idle = quinn_proto::IdleTimeout::try_from(settings.idle_timeout).ok();
-    transport.max_idle_timeout(idle);
-    let mut config = ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(transport));
-    Ok(Arc::new(config))
-}
 
 struct QConn {
     conn: Box<Connection>,
