@@ -523,9 +523,6 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
     if opts.unix_socket.is_some() {
         return Err(ConfigError::new("--unix-socket", "HTTP/3 runs over UDP, not a unix socket"));
     }
-    if variants.templated() {
-        return not_yet("URL", "a templated ID ({seq}, {rand})");
-    }
     if opts.io == IoChoice::Uring {
         return not_yet("--io", "io_uring");
     }

@@ -180,6 +180,32 @@ fn a_request_pool_is_walked_in_order() {
     assert_eq!(log.iter().filter(|l| *l == "200 POST /post").count(), 30, "{log:?}");
 }
 
+/// Templated IDs over HTTP/3: the QPACK section is encoded once, its values as written, and
+/// each request writes its `{seq}` and `{rand}` digits in place: every request a path of its
+/// own, as the server's log shows, over two threads that number their requests apart.
+#[test]
+fn templated_ids_are_written_into_each_request() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/item/{seq}?r={rand:6}", 2, 5);
+    o.threads = Some(2);
+    o.requests = Some(100);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 100, "{:?}", report.error_examples);
+    let log = server.log(100);
+    let paths: std::collections::BTreeSet<&str> =
+        log.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(paths.len(), 100, "{log:?}");
+    for p in &paths {
+        let id = p.strip_prefix("/item/").unwrap();
+        let (seq, r) = id.split_once("?r=").unwrap();
+        assert!(seq.len() == 12 && seq.bytes().all(|b| b.is_ascii_digit()), "{p}");
+        assert!(r.len() == 6 && r.bytes().all(|b| b.is_ascii_digit()), "{p}");
+    }
+    let seqs: std::collections::BTreeSet<u64> =
+        paths.iter().map(|p| p[6..18].parse().unwrap()).collect();
+    assert_eq!(seqs, (0..100).collect(), "each number once, over both threads");
+}
+
 /// Weighted targets over HTTP/3 on two servers (`--targets`): each connection goes to its
 /// target's address, each server's log counts its targets' shares exactly.
 #[test]

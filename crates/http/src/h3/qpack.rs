@@ -288,6 +288,12 @@ pub fn put_prefix(out: &mut Vec<u8>) {
 /// Appends one field line: a static reference when the table has the field, else a literal
 /// (with the table's name when it has that), strings Huffman-coded when shorter.
 pub fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    put_field_as(out, name, value, true);
+}
+
+/// [`put_field`], strings Huffman-coded only when `huffman` (else as they are: a value's
+/// bytes then stand in the section as written, where an ID's digits can be written in place).
+fn put_field_as(out: &mut Vec<u8>, name: &[u8], value: &[u8], huffman: bool) {
     if let Some(i) = static_field(name, value) {
         put_integer(out, 0xc0, 6, i);
         return;
@@ -295,15 +301,15 @@ pub fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     if let Some(i) = static_name(name) {
         put_integer(out, 0x50, 4, i);
     } else {
-        put_string(out, 0x20, 3, name);
+        put_string(out, 0x20, 3, name, huffman);
     }
-    put_string(out, 0, 7, value);
+    put_string(out, 0, 7, value, huffman);
 }
 
 /// A string literal whose Huffman flag sits just above a `prefix`-bit length.
-fn put_string(out: &mut Vec<u8>, flags: u8, prefix: u8, s: &[u8]) {
+fn put_string(out: &mut Vec<u8>, flags: u8, prefix: u8, s: &[u8], huffman: bool) {
     let coded = huffman::encoded_len(s);
-    if coded < s.len() {
+    if huffman && coded < s.len() {
         put_integer(out, flags | (1 << prefix), prefix, coded);
         huffman::encode(s, out);
     } else {
@@ -314,10 +320,18 @@ fn put_string(out: &mut Vec<u8>, flags: u8, prefix: u8, s: &[u8]) {
 
 /// A whole field section of `fields`.
 pub fn encode<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
+    encode_as(fields, true)
+}
+
+/// A whole field section of `fields`, its strings Huffman-coded only when `huffman`.
+pub fn encode_as<'a>(
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    huffman: bool,
+) -> Vec<u8> {
     let mut out = Vec::new();
     put_prefix(&mut out);
     for (n, v) in fields {
-        put_field(&mut out, n, v);
+        put_field_as(&mut out, n, v, huffman);
     }
     out
 }
