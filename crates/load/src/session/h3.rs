@@ -282,10 +282,10 @@ fn absorb(s: &mut Stream, dec: &mut qpack::Decoder, b: &[u8]) -> Result<(), Conn
         match e {
             Event::Frame { kind: kind::HEADERS, payload } => {
                 let mut st = None;
-                dec.decode(payload, &mut |n, v| {
-                    if n == b":status" {
-                        st = std::str::from_utf8(v).ok().and_then(|v| v.parse::<u16>().ok());
-                    }
+                // The status alone is read: the other fields' values stay Huffman-coded.
+                let status_only = |n: &[u8]| n == b":status";
+                dec.decode_some(payload, &status_only, &mut |_, v| {
+                    st = std::str::from_utf8(v).ok().and_then(|v| v.parse::<u16>().ok());
                 })
                 .map_err(|e| {
                     ConnError::new(
