@@ -947,6 +947,15 @@ impl<'a> Thread<'a> {
             self.rec.failure(ErrorClass::Timeout, counted, || {
                 format!("no response within {t} (the stream was cancelled)")
             });
+            if self.shared.cfg.conn_per_request {
+                // Its one request is over: the connection goes, the next request opens its own
+                // (a server gone silent is then found by the handshakes that fail).
+                if let Some(mut conn) = self.conns[idx].conn.take() {
+                    let code = VarInt::from_u64(code::REQUEST_CANCELLED).unwrap_or_default();
+                    conn.close(now, code, bytes::Bytes::new());
+                    self.retire(idx, conn, now);
+                }
+            }
             self.issue(idx, now);
             self.transmit(idx, now);
         }
