@@ -297,7 +297,7 @@ pub fn run(
         intervals: cfg.log.is_some() || feed.wants_seconds(),
         target_group: cfg.pool.as_ref().map_or_else(Vec::new, config::Pool::recorded_groups),
         h3_wires: match cfg.h3 {
-            Some(_) => groups.iter().map(quic::wires).collect::<Result<_, _>>()?,
+            Some(_) => groups.iter().map(quic::wire::wires).collect::<Result<_, _>>()?,
             None => Vec::new(),
         },
     };

@@ -164,7 +164,7 @@ pub(crate) struct Shared<'a> {
     pub target_group: Vec<u32>,
     /// HTTP/3: per group, per position of its request cycle, the request's HEADERS frame (its
     /// QPACK section) and its body in a DATA frame, built once for every load thread.
-    pub h3_wires: Vec<Vec<crate::quic::Wire>>,
+    pub h3_wires: Vec<Vec<crate::quic::wire::Wire>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use qpslab_quic::udp::QuicCounts;
 use crate::date::{imf_fixdate, now_secs};
 
 pub(crate) mod epoll;
+mod fields;
 pub mod fuzzing;
 mod h2;
 mod h3;

@@ -9,6 +9,7 @@
 //! alert, the server's close with its code, an idle timeout) and is opened again.
 
 mod preflight;
+pub(crate) mod wire;
 
 pub(crate) use preflight::{handshake_once, Preflight};
 
@@ -19,9 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use hdrhistogram::Histogram;
-use qpslab_http::h2::hpack;
-use qpslab_http::h3::frame::{self, code, kind};
-use qpslab_http::h3::qpack;
+use qpslab_http::h3::frame::code;
 use qpslab_quic::udp::{count_connection, Udp};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
@@ -31,7 +30,6 @@ use quinn_proto::{
     EndpointConfig, Event, StreamEvent, VarInt,
 };
 
-use crate::config::ConfigError;
 use crate::pacer::{Pacer, Schedule};
 use crate::session::h3::{ConnError, Http3};
 use crate::session::Req;
@@ -142,75 +140,6 @@ pub(crate) fn run_thread(
     t.connect_phase()?;
     let clock = hand.ready();
     t.run(clock)
-}
-
-/// A request position's bytes over HTTP/3: its HEADERS frame and its body in a DATA frame, and
-/// where its templated IDs' digits lie in them.
-#[derive(Debug)]
-pub(crate) struct Wire {
-    pub bytes: Vec<u8>,
-    pub slots: Vec<template::Slot>,
-}
-
-/// The HEADERS and DATA frames of a request from its HTTP/2 header block (which uses no
-/// dynamic table, so it decodes on its own) turned into a QPACK field section, Huffman-coded
-/// unless `huffman` is false.
-fn frames(block: &[u8], body: &[u8], huffman: bool) -> Vec<u8> {
-    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    let mut dec = hpack::Decoder::new(hpack::DEFAULT_TABLE_SIZE, usize::MAX);
-    // The block was encoded here; it decodes.
-    let _ = dec.decode(block, &mut |n, v| fields.push((n.to_vec(), v.to_vec())));
-    let section = qpack::encode_as(fields.iter().map(|(n, v)| (&n[..], &v[..])), huffman);
-    let mut out = Vec::new();
-    frame::put_head(&mut out, kind::HEADERS, section.len());
-    out.extend_from_slice(&section);
-    if !body.is_empty() {
-        frame::put_head(&mut out, kind::DATA, body.len());
-        out.extend_from_slice(body);
-    }
-    out
-}
-
-/// Each position's [`Wire`]. A templated request is encoded without Huffman coding (as its
-/// HTTP/2 block is), then once more per ID with that ID's digits at 1: where the bytes differ
-/// is where its digits lie (as `template` locates them in the other encodings).
-pub(crate) fn wires(group: &crate::targets::Group) -> Result<Vec<Wire>, ConfigError> {
-    (0..group.cycle.len())
-        .map(|pos| {
-            let (block, body) = (group.h2_block(pos), group.body(pos));
-            let Some(t) = group.template(pos) else {
-                return Ok(Wire { bytes: frames(block, body, true), slots: Vec::new() });
-            };
-            let bytes = frames(block, body, false);
-            let mut slots = Vec::new();
-            let ones = |text: &[u8], s: &template::Slot| {
-                let mut marked = text.to_vec();
-                if let Some(d) = marked.get_mut(s.at..s.at + usize::from(s.width)) {
-                    d.fill(b'1');
-                }
-                marked
-            };
-            let marked =
-                t.h2.iter()
-                    .map(|s| (s, frames(&ones(block, s), body, false)))
-                    .chain(t.body.iter().map(|s| (s, frames(block, &ones(body, s), false))));
-            for (s, marked) in marked {
-                let slot = template::locate(&bytes, &marked, usize::from(s.width), s.kind);
-                match slot {
-                    Ok(Some(slot)) => slots.push(slot),
-                    _ => {
-                        return Err(ConfigError::new(
-                            "--h3",
-                            "a templated ID is not one run of digits in its QPACK field section \
-                             (a value the static table holds?); put it where the request carries \
-                             it as written",
-                        ))
-                    }
-                }
-            }
-            Ok(Wire { bytes, slots })
-        })
-        .collect()
 }
 
 impl<'a> Thread<'a> {
@@ -815,9 +744,8 @@ impl<'a> Thread<'a> {
                         id: 0,
                     };
                     let wire = &self.shared.h3_wires[g][pos];
-                    let req = Req { id: take_id(&mut self.ids, wire), ..req };
-                    let bytes = with_ids(wire, req.id, &self.ids, &mut self.scratch);
-                    if !c.h3.send(conn, req, bytes) {
+                    let (id, bytes) = wire.next(&mut self.ids, &mut self.scratch);
+                    if !c.h3.send(conn, Req { id, ..req }, bytes) {
                         // The server's stream limit: the grant goes back.
                         self.pacer.give_back(1);
                         break;
@@ -872,8 +800,8 @@ impl<'a> Thread<'a> {
                 id: 0,
             };
             let wire = &self.shared.h3_wires[g][pos];
-            let req = Req { id: take_id(&mut self.ids, wire), ..req };
-            let bytes = with_ids(wire, req.id, &self.ids, &mut self.scratch);
+            let (id, bytes) = wire.next(&mut self.ids, &mut self.scratch);
+            let req = Req { id, ..req };
             if !c.h3.send(conn, req, bytes) {
                 // The server's stream limit: the next connection.
                 self.next_conn = (idx + 1) % n;
@@ -1047,26 +975,6 @@ impl<'a> Thread<'a> {
             waiting,
         }
     }
-}
-
-/// A templated request's number (its IDs derive from it); 0 for others, which take none.
-fn take_id(ids: &mut template::Ids, wire: &Wire) -> u64 {
-    if wire.slots.is_empty() {
-        0
-    } else {
-        ids.take()
-    }
-}
-
-/// The request's bytes: as encoded, or with request `n`'s IDs written into a copy.
-fn with_ids<'w>(wire: &'w Wire, n: u64, ids: &template::Ids, scratch: &'w mut Vec<u8>) -> &'w [u8] {
-    if wire.slots.is_empty() {
-        return &wire.bytes;
-    }
-    scratch.clear();
-    scratch.extend_from_slice(&wire.bytes);
-    template::Template::write(&wire.slots, n, ids.digits_of(n), scratch);
-    scratch
 }
 
 /// A close's reason phrase, for a message (empty when none).

@@ -20,7 +20,7 @@ use qpslab_http::{BodyFraming, Method, RequestHead};
 use qpslab_quic::peer::{ConnError, Peer, Streams, MAX_SECTION};
 use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt, WriteError};
 
-use super::h2::FieldCheck;
+use super::fields::FieldCheck;
 use super::session::Shared;
 use crate::date::DATE_LEN;
 use crate::respond::{push_body, ErrorReply, Plan, BODY_PIECE};
