@@ -121,14 +121,26 @@ impl StatsLines {
             self.last.take().unwrap_or((self.started, vec![WorkerCounters::default(); snap.len()]));
         let secs = now.duration_since(prev.0).as_secs_f64().max(1e-3);
         let line = |label: String, s: &WorkerCounters, p: &WorkerCounters| {
-            format!(
+            let mut l = format!(
                 "{label} open {} req/s {:.0} requests {} rejected {} timeouts {}",
                 s.open,
                 (s.requests - p.requests) as f64 / secs,
                 s.requests,
                 s.rejected,
                 s.timeouts
-            )
+            );
+            // HTTP/3: the UDP datagrams of the interval, a second, each way.
+            if let Some(q) = &s.quic {
+                let pq = p.quic.unwrap_or_default();
+                let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+                l += &format!(
+                    " datagrams/s in {:.0} out {:.0} lost packets {}",
+                    rate(q.datagrams_in, pq.datagrams_in),
+                    rate(q.datagrams_out, pq.datagrams_out),
+                    q.lost_packets
+                );
+            }
+            l
         };
         let t = now.duration_since(self.started).as_secs_f64();
         let (all, before) = (WorkerCounters::sum(snap), WorkerCounters::sum(&prev.1));

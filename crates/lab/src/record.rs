@@ -11,7 +11,8 @@ use serde::Serialize;
 use crate::bench::{BenchOptions, BenchReport};
 use crate::settings::BenchSettings;
 use qpslab_runs::store::{
-    CpuCategories, CpuSeries, FindingFact, NewRun, Percentiles, RunFacts, Store, StoreError,
+    CpuCategories, CpuSeries, FindingFact, NewRun, Percentiles, QuicFacts, RunFacts, Store,
+    StoreError,
 };
 
 /// The figures of a bench.
@@ -77,6 +78,16 @@ pub fn load_facts(l: &Report) -> RunFacts {
         },
         rps: l.intervals.iter().map(|i| i.rps).collect(),
         errors: l.intervals.iter().map(|i| i.failed).collect(),
+        quic: l.h3.as_ref().map(|h| QuicFacts {
+            datagrams_per_send_call: h.datagrams_per_send_call,
+            datagrams_per_recv_call: h.datagrams_per_recv_call,
+            lost_packets: h.lost_packets,
+            packet_loss: if h.datagrams_out == 0 {
+                0.0
+            } else {
+                h.lost_packets as f64 / h.datagrams_out as f64
+            },
+        }),
         ..RunFacts::default()
     }
 }

@@ -76,6 +76,11 @@
       (last.asked_ps != null ? "asked " + si(last.asked_ps) + "/s, " : "") + si(last.due_unsent) + " due unsent";
     $("busy").textContent = last && last.busy != null ? pct(last.busy) : "-";
     $("busy-card").className = "card" + (last && last.busy > 0.9 ? " hot" : "");
+    // HTTP/3: the transport's datagrams each way, and the packets QUIC declared lost.
+    const q = last && last.quic;
+    $("quic-card").className = q ? "card" + (q.lost_packets > 0 ? " hot" : "") : "card hidden";
+    $("quic").textContent = q ? si(q.datagrams_in_ps) + " / " + si(q.datagrams_out_ps) : "-";
+    $("quic-what").textContent = q ? "UDP datagrams/s in / out (HTTP/3), " + q.lost_packets + " packets lost" : "";
     row($("pct-second"), "last complete second" + (sec ? " (" + (sec.i + 1) + ")" : ""), sec || null);
     row($("pct-run"), "run so far", d.whole.n ? d.whole : null);
     $("agents-box").className = d.agents.length ? "" : "hidden";

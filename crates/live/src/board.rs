@@ -67,6 +67,18 @@ pub struct Tick {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub due_unsent: Option<u64>,
     pub behind: bool,
+    /// HTTP/3: UDP datagrams per second each way over the interval, and the QUIC packets
+    /// declared lost so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicTick>,
+}
+
+/// An HTTP/3 run's transport in a progress sample.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QuicTick {
+    pub datagrams_in_ps: f64,
+    pub datagrams_out_ps: f64,
+    pub lost_packets: u64,
 }
 
 /// One complete second: exact percentiles of its merged histogram, in microseconds.
@@ -487,6 +499,11 @@ fn tick(p: &Progress, last: &Progress, dt: f64, owed: u64) -> Tick {
         asked_ps: (open_loop && last.scheduled > 0).then(|| d(p.scheduled, last.scheduled)),
         due_unsent: open_loop.then_some(p.due_unsent),
         behind: open_loop && p.due_unsent as f64 > (BEHIND_SHARE * owed as f64).max(1.0),
+        quic: (p.datagrams_in + p.datagrams_out > 0).then(|| QuicTick {
+            datagrams_in_ps: d(p.datagrams_in, last.datagrams_in),
+            datagrams_out_ps: d(p.datagrams_out, last.datagrams_out),
+            lost_packets: p.lost_packets,
+        }),
     }
 }
 

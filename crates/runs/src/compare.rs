@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::store::{Percentiles, StoredRun};
+use crate::store::{Percentiles, QuicFacts, StoredRun};
 
 /// The largest chance that noise alone separated the ranges for "beyond noise".
 pub const NOISE_CHANCE_MAX: f64 = 0.1;
@@ -84,6 +84,9 @@ pub struct Summary {
     pub disturbed: Vec<i64>,
     /// Open-loop runs that fell behind their schedule.
     pub behind_schedule: Vec<i64>,
+    /// HTTP/3 runs: the medians of their QUIC figures (when every run has them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicFacts>,
 }
 
 /// What a stored run's findings say of it as a measurement, each once: `disturbed`,
@@ -408,7 +411,34 @@ pub fn summarize(g: &Group) -> Option<Summary> {
         profiled: g.runs.iter().all(|r| !r.facts.profile.is_empty()),
         disturbed: ids_marked(g, "disturbed"),
         behind_schedule: ids_marked(g, "behind-schedule"),
+        quic: quic(g),
     })
+}
+
+/// The medians of the group's QUIC figures; None unless every run spoke HTTP/3.
+fn quic(g: &Group) -> Option<QuicFacts> {
+    let q: Vec<QuicFacts> = g.runs.iter().map(|r| r.facts.quic).collect::<Option<_>>()?;
+    let median = |f: fn(&QuicFacts) -> f64| {
+        let v: Vec<f64> = q.iter().map(f).collect();
+        Spread::of(&v).map_or(0.0, |s| s.median)
+    };
+    Some(QuicFacts {
+        datagrams_per_send_call: median(|q| q.datagrams_per_send_call),
+        datagrams_per_recv_call: median(|q| q.datagrams_per_recv_call),
+        lost_packets: median(|q| q.lost_packets as f64) as u64,
+        packet_loss: median(|q| q.packet_loss),
+    })
+}
+
+/// `0.01% packets lost (12), 3.3 datagrams per send call, 1.9 per read`.
+pub fn quic_text(q: &QuicFacts) -> String {
+    format!(
+        "{:.2}% packets lost ({}), {:.1} datagrams per send call, {:.1} per read",
+        q.packet_loss * 100.0,
+        q.lost_packets,
+        q.datagrams_per_send_call,
+        q.datagrams_per_recv_call
+    )
 }
 
 fn ids_marked(g: &Group, mark: &str) -> Vec<i64> {
@@ -643,6 +673,12 @@ pub fn render_table(rows: &[Row]) -> String {
             verdict,
         );
     }
+    // HTTP/3 variants: their transport, a line each under the table.
+    for r in rows {
+        if let Some(q) = &r.summary.quic {
+            let _ = writeln!(o, "QUIC {:<width$}  {}", r.summary.name, quic_text(q));
+        }
+    }
     o
 }
 
@@ -727,6 +763,10 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
     let per = |s: &Summary| s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}"));
     let ratio = c.efficiency_ratio.map_or(String::new(), |r| format!(" ({r:.2}x)"));
     let _ = writeln!(o, "req/CPU-s      A {}   B {}{ratio}", per(&c.a), per(&c.b));
+    if c.a.quic.is_some() || c.b.quic.is_some() {
+        let q = |s: &Summary| s.quic.as_ref().map_or("not HTTP/3".into(), quic_text);
+        let _ = writeln!(o, "QUIC           A {}   B {}", q(&c.a), q(&c.b));
+    }
     let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
     let unprofiled = c.profiled_only.map_or(String::new(), |side| {
         format!(" (only {side} ran with --profile: its profile's findings are not compared)")
@@ -821,6 +861,44 @@ mod tests {
             histogram: String::new(),
             provenance: serde_json::Value::Null,
         }
+    }
+
+    /// HTTP/3 runs carry their transport's figures into the summary (medians), the
+    /// comparison and the sweep's table; a group with a run over TCP has none.
+    #[test]
+    fn quic_figures_are_summarized_compared_and_tabled() {
+        let h3 = |id, loss: f64, per_send: f64| {
+            let mut r = run(id, 30_000, 30_000, 0, 3.0);
+            r.facts.quic = Some(QuicFacts {
+                datagrams_per_send_call: per_send,
+                datagrams_per_recv_call: 2.0,
+                lost_packets: (loss * 1e5) as u64,
+                packet_loss: loss,
+            });
+            r
+        };
+        let a = Group { name: "tcp".into(), runs: vec![run(1, 30_000, 30_000, 0, 3.0)] };
+        let b = Group {
+            name: "h3".into(),
+            runs: vec![h3(2, 0.001, 3.0), h3(3, 0.003, 5.0), h3(4, 0.002, 4.0)],
+        };
+        let mixed =
+            Group { name: "mixed".into(), runs: vec![h3(5, 0.0, 1.0), run(6, 1, 1, 0, 1.0)] };
+        assert_eq!(summarize(&a).unwrap().quic, None);
+        assert_eq!(summarize(&mixed).unwrap().quic, None);
+        let q = summarize(&b).unwrap().quic.unwrap();
+        assert_eq!((q.packet_loss, q.datagrams_per_send_call, q.lost_packets), (0.002, 4.0, 200));
+        let text = render_comparison(&compare(&a, &b).unwrap(), "tcp", "h3");
+        assert!(
+            text.contains("QUIC           A not HTTP/3   B 0.20% packets lost (200), 4.0 datagrams per send call, 2.0 per read"),
+            "{text}"
+        );
+        let table = render_table(&table(&[a, b]));
+        assert!(
+            table.lines().any(|l| l.starts_with("QUIC h3 ") && l.contains("0.20% packets lost")),
+            "{table}"
+        );
+        assert!(!table.contains("QUIC tcp"), "{table}");
     }
 
     /// Regression: A ran with --profile and B without; A's profile findings were listed as

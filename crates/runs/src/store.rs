@@ -104,6 +104,20 @@ pub struct RunFacts {
     /// With `--profile`: each CPU's profile samples by category.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub profile: Vec<CpuCategories>,
+    /// HTTP/3 runs: what the generator's QUIC transport did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicFacts>,
+}
+
+/// An HTTP/3 run's transport: how well its system calls were batched and what was lost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuicFacts {
+    pub datagrams_per_send_call: f64,
+    pub datagrams_per_recv_call: f64,
+    /// Packets declared lost (and sent again).
+    pub lost_packets: u64,
+    /// Those over the datagrams sent.
+    pub packet_loss: f64,
 }
 
 /// One CPU's profile samples by category (`tcp-receive` = 0.21, ...).

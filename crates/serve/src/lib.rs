@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use qpslab_quic::udp::QuicCounts;
 use qpslab_sys::crew::{self, Crew, Hand, Supervise, WorkerError};
 use thiserror::Error;
 
@@ -173,7 +174,7 @@ impl Server {
             every: interval,
             start_line: false,
         };
-        let mut ticker = Ticker { stats: &stats, on_interval };
+        let mut ticker = Ticker { stats: &stats, on_interval, h3: cfg.h3.is_some() };
         crew::run(
             &crew,
             |hand: &Hand<'_, (), ()>| {
@@ -211,17 +212,18 @@ impl Server {
 struct Ticker<'a> {
     stats: &'a [WorkerStats],
     on_interval: &'a mut dyn FnMut(&[WorkerCounters]),
+    h3: bool,
 }
 
 impl Supervise<(), ()> for Ticker<'_> {
     fn start(&mut self) {}
 
     fn tick(&mut self) {
-        (self.on_interval)(&snapshot(self.stats));
+        (self.on_interval)(&snapshot(self.stats, self.h3));
     }
 }
 
-fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
+fn snapshot(stats: &[WorkerStats], h3: bool) -> Vec<WorkerCounters> {
     stats
         .iter()
         .map(|s| WorkerCounters {
@@ -232,7 +234,12 @@ fn snapshot(stats: &[WorkerStats]) -> Vec<WorkerCounters> {
             timeouts: s.timeouts.load(Ordering::Relaxed),
             accept_errors: s.accept_errors.load(Ordering::Relaxed),
             tls_failures: s.tls_failures.load(Ordering::Relaxed),
-            quic: None,
+            quic: h3.then(|| QuicCounts {
+                datagrams_in: s.datagrams_in.load(Ordering::Relaxed),
+                datagrams_out: s.datagrams_out.load(Ordering::Relaxed),
+                lost_packets: s.lost_packets.load(Ordering::Relaxed),
+                ..QuicCounts::default()
+            }),
         })
         .collect()
 }

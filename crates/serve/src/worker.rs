@@ -64,6 +64,10 @@ pub struct WorkerStats {
     /// HTTPS: connections closed because their TLS failed (a bad handshake, an alert, a
     /// record that does not decrypt).
     pub tls_failures: AtomicU64,
+    /// HTTP/3: UDP datagrams read and sent, and QUIC packets lost on connections gone.
+    pub datagrams_in: AtomicU64,
+    pub datagrams_out: AtomicU64,
+    pub lost_packets: AtomicU64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -123,6 +127,17 @@ impl Counters {
         stats.accept_errors.store(self.accept_errors, Ordering::Relaxed);
         stats.tls_failures.store(self.tls_failures, Ordering::Relaxed);
         stats.open.store(open as u64, Ordering::Relaxed);
+    }
+
+    /// HTTP/3: what the worker's QUIC endpoints did so far, for `--stats-every`.
+    fn publish_quic(stats: &WorkerStats, endpoints: &[quic::Quic]) {
+        let mut c = QuicCounts::default();
+        for q in endpoints {
+            c.merge(&q.counts());
+        }
+        stats.datagrams_in.store(c.datagrams_in, Ordering::Relaxed);
+        stats.datagrams_out.store(c.datagrams_out, Ordering::Relaxed);
+        stats.lost_packets.store(c.lost_packets, Ordering::Relaxed);
     }
 
     /// What a stopped worker reports.

@@ -327,14 +327,29 @@ fn metrics_are_served_beside_the_page() {
 }
 
 /// An HTTP/3 run's `/metrics` carries QUIC's own figures: the datagrams each way and the
-/// packets lost, per agent; a run over TCP has none of them.
+/// packets lost, per agent; its page shows the datagrams a second each way and the packets
+/// lost on a card of their own. A run over TCP has none of them.
 #[test]
 fn metrics_of_an_http3_run_carry_its_datagrams() {
     let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3"]);
     let url = format!("https://{}/", server.addr);
     let run =
         LiveRun::start(&["load", "--h3", "-k", &url, "-d", "3", "-c", "2", "-R", "2000"], None);
-    std::thread::sleep(Duration::from_millis(2200));
+    let mut b = Browser::start(1280, 1000);
+    b.open(&run.url);
+    b.wait_for("document.getElementById('quic').textContent != '-'", Duration::from_secs(10));
+    assert_eq!(b.eval("document.getElementById('quic-card').className"), "card");
+    let shown = b.text("quic");
+    let (inbound, outbound) = shown.split_once(" / ").unwrap_or_else(|| panic!("{shown}"));
+    // 2,000 requests a second, each a datagram or more each way (the page writes 12.3k).
+    for n in [inbound, outbound] {
+        let v: f64 = match n.strip_suffix('k') {
+            Some(k) => k.parse::<f64>().unwrap() * 1000.0,
+            None => number(n) as f64,
+        };
+        assert!(v >= 500.0, "{shown}");
+    }
+    assert!(b.text("quic-what").ends_with(" 0 packets lost"), "{}", b.text("quic-what"));
     let (_, body) = get(&run.url, "/metrics");
     let value = |prefix: &str| -> f64 {
         let line = body
@@ -351,7 +366,9 @@ fn metrics_of_an_http3_run_carry_its_datagrams() {
     assert_eq!(code, Some(0), "{err}");
     let tcp = ServeChild::start(&[], &["-w", "1"]);
     let run = LiveRun::start(&["load", &tcp.url("/"), "-d", "2", "-c", "2", "-R", "500"], None);
-    std::thread::sleep(Duration::from_millis(1200));
+    b.open(&run.url);
+    b.wait_for("+document.getElementById('ok').textContent > 0", Duration::from_secs(10));
+    assert_eq!(b.eval("document.getElementById('quic-card').className"), "card hidden");
     let (_, body) = get(&run.url, "/metrics");
     assert!(!body.contains("qpslab_quic_"), "{body}");
     let (code, _, err) = run.wait();

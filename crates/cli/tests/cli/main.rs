@@ -478,6 +478,7 @@ fn serve_stats_lines() {
     assert_eq!(code, Some(0));
     assert!(err.contains(" open ") && err.contains(" req/s "), "{err}");
     assert!(err.contains("  worker 1 open "), "{err}");
+    assert!(!err.contains("datagrams"), "no HTTP/3, no datagrams: {err}");
     assert!(out.contains("served 2000 requests"), "{out}");
 }
 

@@ -376,3 +376,49 @@ fn bench_h3_runs_http3_on_the_builtin_server() {
     assert!(t["shown"].as_str().unwrap().starts_with("lost-packets "), "{t}");
     usage_error(&["bench", "-d", "1s", "--threshold", "packet-loss<1%", "--no-save"], "--h3");
 }
+
+/// Stored HTTP/3 runs carry their transport's figures into `compare` (a QUIC line) and the
+/// sweep-style table; a stored run over TCP is said not to be HTTP/3.
+#[test]
+fn compare_shows_the_quic_figures_of_stored_http3_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let store = store.to_str().unwrap();
+    for h3 in [true, false] {
+        let mut args = vec!["bench", "-d", "1s", "--warmup", "0s", "-c", "2", "--store", store];
+        if h3 {
+            args.push("--h3");
+        }
+        let out = qpslab(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = qpslab(&["compare", "1", "2", "--store", store]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("QUIC ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.starts_with("QUIC           A ") && line.contains("% packets lost ("), "{line}");
+    assert!(
+        line.contains(" datagrams per send call, ") && line.ends_with("B not HTTP/3"),
+        "{line}"
+    );
+}
+
+/// `serve --h3 --stats-every`: each line carries the interval's UDP datagrams a second each
+/// way (a server without HTTP/3 prints none: `serve_stats_lines`).
+#[test]
+fn serve_stats_lines_carry_http3_datagrams() {
+    let server =
+        ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3", "--stats-every", "200ms"]);
+    let url = format!("https://{}/", server.addr);
+    let out = qpslab(&["load", "--h3", "-k", "-c", "2", "--streams", "4", "-n", "3000", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_millis(450));
+    server.signal(libc::SIGINT);
+    let (code, _, err) = server.wait(Duration::from_secs(3));
+    assert_eq!(code, Some(0), "{err}");
+    let busy = err
+        .lines()
+        .filter_map(|l| l.split_once(" datagrams/s in ").map(|(_, r)| r))
+        .filter_map(|r| r.split(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, f64::max);
+    assert!(busy > 100.0, "{err}");
+}

@@ -79,6 +79,7 @@ pub fn render(input: &Input<'_>) -> String {
         let _ = writeln!(o, "<h2 id=\"climb\">The climb, step by step</h2>\n{}", stairs::render(c));
     }
     let _ = writeln!(o, "<h2 id=\"table\">Variants</h2>\n{}", table_html(&rows));
+    o.push_str(&quic_table_html(&rows));
     o.push_str(&legend(input.groups));
     let _ = writeln!(
         o,
@@ -170,6 +171,36 @@ pub fn table_html(rows: &[Row]) -> String {
             fmt_us(s.latency_us.p99),
             s.server_cpu.map_or("-".into(), |c| format!("{c:.2}")),
             s.requests_per_server_cpu_s.map_or("-".into(), |c| format!("{c:.0}")),
+        );
+    }
+    o.push_str("</tbody></table>\n");
+    o
+}
+
+/// HTTP/3 variants' transport under the table (nothing when no variant spoke HTTP/3).
+pub fn quic_table_html(rows: &[Row]) -> String {
+    let quic: Vec<(usize, &Row, &crate::store::QuicFacts)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.summary.quic.as_ref().map(|q| (i, r, q)))
+        .collect();
+    if quic.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from(
+        "<table id=\"quic\"><thead><tr><th>#</th><th>HTTP/3 variant</th><th>packets lost</th><th>loss</th><th>datagrams per send call</th><th>datagrams per read</th></tr></thead><tbody>\n",
+    );
+    for (i, r, q) in quic {
+        let _ = writeln!(
+            o,
+            "<tr data-variant=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.2}%</td><td>{:.1}</td><td>{:.1}</td></tr>",
+            esc(&r.summary.name),
+            i + 1,
+            esc(&r.summary.name),
+            q.lost_packets,
+            q.packet_loss * 100.0,
+            q.datagrams_per_send_call,
+            q.datagrams_per_recv_call,
         );
     }
     o.push_str("</tbody></table>\n");
@@ -611,6 +642,31 @@ mod tests {
     #[test]
     fn the_variants_table_is_pinned() {
         insta::assert_snapshot!(table_html(&compare::table(&groups())));
+    }
+
+    /// An HTTP/3 variant's transport gets a row of its own under the table; a page without
+    /// HTTP/3 has no such table.
+    #[test]
+    fn http3_variants_get_their_transport_under_the_table() {
+        let mut g = groups();
+        assert_eq!(quic_table_html(&compare::table(&g)), "");
+        for r in &mut g[1].runs {
+            r.facts.quic = Some(crate::store::QuicFacts {
+                datagrams_per_send_call: 3.25,
+                datagrams_per_recv_call: 1.5,
+                lost_packets: 7,
+                packet_loss: 0.0005,
+            });
+        }
+        let html = render(&Input { title: "h3".into(), sweep: None, groups: &g, climb: None });
+        let name = &g[1].name;
+        assert!(
+            html.contains(&format!(
+                "<td>2</td><td>{name}</td><td>7</td><td>0.05%</td><td>3.2</td><td>1.5</td>"
+            )),
+            "{html}"
+        );
+        assert_eq!(html.matches("<table id=\"quic\">").count(), 1);
     }
 
     /// 100 runs of a 64-CPU host, a minute each: the page stays readable and small.

@@ -357,6 +357,9 @@ impl<'a> Worker<'a> {
             self.start_draining(now);
         }
         self.sh.counters.publish(self.stats, self.open + self.quic_open());
+        if !self.quic.is_empty() {
+            super::Counters::publish_quic(self.stats, &self.quic);
+        }
     }
 
     /// QUIC connections open on this worker's endpoints.

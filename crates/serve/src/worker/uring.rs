@@ -560,6 +560,9 @@ impl State<'_> {
         }
         let quic: usize = self.quic.iter().map(|q| q.open).sum();
         self.sh.counters.publish(self.stats, self.open + quic);
+        if !self.quic.is_empty() {
+            super::Counters::publish_quic(self.stats, &self.quic);
+        }
     }
 
     fn close(&mut self, slot: usize, sub: &mut Submit<'_>) {
