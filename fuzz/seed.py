@@ -155,6 +155,63 @@ def h3_streams():
     yield h3(0x04, varint(0x02) + varint(1)) + h3(0x06, b"12345678") + h3(0x01, b"\x00")
 
 
+def step(op, payload=b""):
+    """A step of a QUIC script (serve_h3, load_h3_client): operation, length, payload."""
+    return bytes([op, len(payload)]) + payload
+
+
+def qpack_request(method, path, extra=b""):
+    """A request's QPACK section: static :method (GET 17, POST 20), :scheme https (23),
+    :path and :authority as literals with static names."""
+    m = {"GET": 0xd1, "POST": 0xd4}[method]
+    return b"\x00\x00" + bytes([m, 0xd7, 0x51, len(path)]) + path + b"\x50\x09localhost" + extra
+
+
+def serve_h3_scripts():
+    """What an HTTP/3 client does: open a request stream and write (0), write (1), finish (2),
+    open a unidirectional stream and write (3), write on it (4), reset (5), a datagram (6),
+    time passes (7)."""
+    control = step(3, varint(0) + h3(0x04, varint(0x06) + varint(16384)))
+    get = lambda path: step(0, h3(0x01, qpack_request("GET", path))) + step(2)
+    yield control + get(b"/") + get(b"/?s=5000&c=201") + get(b"/nope")
+    # A body in two DATA frames, declared by content-length (static index 4, a literal value).
+    post = h3(0x01, qpack_request("POST", b"/p", b"\x54\x015"))
+    yield control + step(0, post) + step(1, h3(0x00, b"he")) + step(1, h3(0x00, b"llo")) + step(2)
+    # A delay; the client resets a request; GOAWAY from the client; the server's GOAWAY (k=0).
+    yield get(b"/?t=200") + step(7, b"x" * 30) + step(0, h3(0x01, qpack_request("GET", b"/"))) + step(5, b"\x0c")
+    yield control + get(b"/") + step(4, h3(0x07, varint(4))) + get(b"/")
+    yield get(b"/?k=0") + get(b"/")
+    # What breaks HTTP/3: DATA before HEADERS, a stream ending inside a frame, a push stream,
+    # a QPACK encoder inserting, a second control stream, a frame a control stream may not carry.
+    yield step(0, b"\x00\x03abc") + step(2)
+    yield step(0, b"\x01\x0a\x00\x00\xd1") + step(2)
+    yield step(3, b"\x01")
+    yield step(3, b"\x02\x41\x61")
+    yield control + control
+    yield step(3, varint(0) + h3(0x00, b"x"))
+    # Many streams, unknown stream types, a datagram of noise, a request never finished.
+    yield b"".join(get(b"/?s=%d" % i) for i in range(10)) + step(3, b"\x21abc") + step(3, b"\x3f")
+    yield step(6, b"\xc0\x00\x00\x00\x01" + b"\x00" * 40) + get(b"/") + step(0, h3(0x01, qpack_request("GET", b"/")))
+
+
+def load_h3_scripts():
+    """What an HTTP/3 server does to the generator's requests: write on the oldest request
+    stream (0), finish it (1), reset it (2), open a unidirectional stream and write (3), write
+    on it (4), stop reading the oldest request (5), a datagram (6), time passes (7)."""
+    control = step(3, varint(0) + h3(0x04, varint(0x06) + varint(16384)))
+    ok = step(0, h3(0x01, QPACK[1]) + h3(0x00, b"hello")) + step(1)
+    yield control + ok + ok + ok + ok + ok
+    yield control + step(0, h3(0x01, b"\x00\x00\x5f\x09\x03100")) + ok + step(2, b"\x0c") + step(5, b"\x00") + ok
+    yield control + step(0, h3(0x01, QPACK[1])) + step(0, h3(0x00, b"x" * 200)) + step(0, h3(0x01, QPACK[1])) + step(1)
+    yield control + step(4, h3(0x07, varint(4))) + ok + ok
+    yield step(0, h3(0x00, b"ab"))
+    yield step(3, b"\x01") + ok
+    yield step(3, b"\x02\x41\x61") + ok
+    yield control + step(0, h3(0x01, QPACK[6])) + step(1)
+    yield control + step(0, h3(0x01, b"\x00\x00")) + step(1)
+    yield control + step(7, b"x" * 255) + step(6, b"\x40" + b"\x00" * 30) + ok
+
+
 def client_hellos():
     """ClientHellos as Python's ssl module (OpenSSL) writes them: TLS 1.3 and 1.2, with ALPN."""
     import ssl
@@ -199,6 +256,10 @@ def main():
         put("serve_tls", b"\xff" + hello)
         put("serve_tls", b"\x10" + hello)
         put("serve_tls", b"\xff" + hello + b"\x15\x03\x03\x00\x02\x01\x00")
+    for script in serve_h3_scripts():
+        put("serve_h3", script)
+    for script in load_h3_scripts():
+        put("load_h3_client", script)
     for f in h2_server_frames():
         put("load_h2_client", b"\xff" + f)
         put("load_h2_client", b"\x05" + f)

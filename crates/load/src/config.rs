@@ -466,6 +466,8 @@ fn io_and_tls(
 pub struct H3Config {
     pub streams: usize,
     pub client: quinn_proto::ClientConfig,
+    /// `--0rtt`: a resumed connection's first requests go in its first flight.
+    pub zero_rtt: bool,
 }
 
 impl H3Config {
@@ -480,6 +482,7 @@ impl H3Config {
         };
         let mut rustls = (*tls.config).clone();
         rustls.alpn_protocols = vec![b"h3".to_vec()];
+        rustls.enable_early_data = opts.tls.zero_rtt;
         let quic =
             quinn_proto::crypto::rustls::QuicClientConfig::try_from(rustls).map_err(|e| {
                 ConfigError::new("--ciphers", format!("{e}: QUIC needs TLS_AES_128_GCM_SHA256"))
@@ -490,7 +493,7 @@ impl H3Config {
         transport.max_concurrent_uni_streams(uni);
         let mut client = quinn_proto::ClientConfig::new(std::sync::Arc::new(quic));
         client.transport_config(std::sync::Arc::new(transport));
-        Ok(H3Config { streams: opts.streams, client })
+        Ok(H3Config { streams: opts.streams, client, zero_rtt: opts.tls.zero_rtt })
     }
 }
 
@@ -604,6 +607,13 @@ fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
     let d = LoadOptions::default();
     if opts.h3 && opts.h2 {
         return Err(ConfigError::new("--h3", "HTTP/3 and HTTP/2 are two protocols: drop --h2"));
+    }
+    if opts.tls.zero_rtt && !opts.h3 {
+        return Err(ConfigError::new(
+            "--0rtt",
+            "early data is sent over HTTP/3 only (TLS over TCP sends none here): add --h3, or \
+             use --tls-reuse for resumption without it",
+        ));
     }
     if !opts.h2 {
         if opts.h3 && (opts.streams == 0 || opts.streams > 1024) {

@@ -128,6 +128,12 @@ pub struct Recorder {
     /// https: TLS handshakes completed in full, and those that resumed a session.
     pub tls_full: u64,
     pub tls_resumed: u64,
+    /// HTTP/3 with `--0rtt`: resumed handshakes whose early data (the first requests) the
+    /// server took, and those whose it refused (the requests went again after the handshake).
+    #[serde(default)]
+    pub early_accepted: u64,
+    #[serde(default)]
+    pub early_refused: u64,
     /// https: the version and cipher suite of the first handshake (e.g. `TLSv1_3
     /// TLS13_AES_256_GCM_SHA384`).
     pub tls_negotiated: Option<String>,
@@ -182,6 +188,8 @@ impl Default for Recorder {
             connect_latency: new_histogram(),
             tls_full: 0,
             tls_resumed: 0,
+            early_accepted: 0,
+            early_refused: 0,
             tls_negotiated: None,
             handshake_latency: new_histogram(),
             per_target: Vec::new(),
@@ -351,6 +359,8 @@ impl Recorder {
         }
         self.tls_full += other.tls_full;
         self.tls_resumed += other.tls_resumed;
+        self.early_accepted += other.early_accepted;
+        self.early_refused += other.early_refused;
         if self.tls_negotiated.is_none() {
             self.tls_negotiated.clone_from(&other.tls_negotiated);
         }

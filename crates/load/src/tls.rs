@@ -94,6 +94,14 @@ pub struct TlsOptions {
     /// https: the private key (PEM) of --cert
     #[arg(long, value_name = "FILE", requires = "cert", value_parser = crate::file_text::FileText::from_arg)]
     pub key: Option<crate::file_text::FileText>,
+
+    /// HTTP/3: send a resumed connection's first requests in its first flight (0-RTT early
+    /// data) when the server's ticket allows it; implies --tls-reuse. The report counts the
+    /// handshakes whose early data the server took and those it refused (their requests go
+    /// again once the handshake is done)
+    #[arg(id = "zero_rtt", long = "0rtt")]
+    #[serde(rename = "0rtt")]
+    pub zero_rtt: bool,
 }
 
 impl TlsOptions {
@@ -106,6 +114,7 @@ impl TlsOptions {
             || self.reuse
             || self.ciphers.is_some()
             || self.cert.is_some()
+            || self.zero_rtt
     }
 }
 
@@ -119,6 +128,8 @@ pub struct TlsClient {
     pub version: Option<TlsVersion>,
     /// A client certificate is presented (`--cert`).
     pub client_cert: bool,
+    /// `--tls-reuse`: the sessions kept for resumption.
+    sessions: Option<Arc<Sessions>>,
 }
 
 /// TLS 1.3 tickets kept per server name for `--tls-reuse` (each is used once).
@@ -180,6 +191,7 @@ impl ClientSessionStore for Sessions {
     }
 
     fn insert_tls13_ticket(&self, server: ServerName<'static>, value: Tls13ClientSessionValue) {
+        TICKETS_RECEIVED.set(TICKETS_RECEIVED.get() + 1);
         self.with(|m| {
             let tickets = &mut m.entry(server).or_default().tls13;
             if tickets.len() == TICKETS_PER_SERVER {
@@ -195,6 +207,11 @@ impl ClientSessionStore for Sessions {
 }
 
 impl TlsClient {
+    /// `--tls-reuse`: TLS 1.3 tickets held now for resumption, of every server.
+    pub fn tickets_held(&self) -> usize {
+        self.sessions.as_ref().map_or(0, |s| s.with(|m| m.values().map(|r| r.tls13.len()).sum()))
+    }
+
     /// The configuration for a run with these options.
     pub fn new(o: &TlsOptions, h2: bool) -> Result<TlsClient, ConfigError> {
         let mut provider = rustls::crypto::ring::default_provider();
@@ -242,17 +259,18 @@ impl TlsClient {
         } else {
             vec![b"http/1.1".to_vec()]
         };
-        config.resumption = if o.reuse {
-            Resumption::store(Arc::new(Sessions::default()))
-        } else {
-            Resumption::disabled()
+        let sessions = (o.reuse || o.zero_rtt).then(|| Arc::new(Sessions::default()));
+        config.resumption = match &sessions {
+            Some(s) => Resumption::store(s.clone()),
+            None => Resumption::disabled(),
         };
         Ok(TlsClient {
             config: Arc::new(config),
             insecure: o.insecure,
-            reuse: o.reuse,
+            reuse: o.reuse || o.zero_rtt,
             version: o.version,
             client_cert: o.cert.is_some(),
+            sessions,
         })
     }
 }
@@ -550,6 +568,30 @@ struct Verifier {
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
+thread_local! {
+    /// Server certificates this thread's handshakes checked: a handshake that resumes a
+    /// session gets none, so a connection whose handshake checked none was resumed.
+    static CERTIFICATES_CHECKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// TLS 1.3 session tickets this thread's connections were given (QUIC: a connection per
+    /// request waits for one before it closes when none is held).
+    static TICKETS_RECEIVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many session tickets this thread's connections have been given so far.
+pub(crate) fn tickets_received() -> u64 {
+    TICKETS_RECEIVED.get()
+}
+
+/// How many server certificates this thread's handshakes have checked so far (QUIC's
+/// handshakes run inside quinn-proto, which does not say whether a session was resumed: the
+/// load loop reads this before and after a connection takes its datagrams).
+pub(crate) fn certificates_checked() -> u64 {
+    CERTIFICATES_CHECKED.get()
+}
+
 impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
@@ -559,6 +601,7 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        CERTIFICATES_CHECKED.set(CERTIFICATES_CHECKED.get() + 1);
         let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
         let chained =
             chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);

@@ -4,8 +4,11 @@
 //! Owns: the UDP socket as QUIC wants it ([`udp`]: batched reads and writes, GSO and GRO, the
 //! counts of what each system call carried) and the peer's HTTP/3 unidirectional streams
 //! ([`peer`]: its control stream and SETTINGS, QPACK streams with the dynamic table off,
-//! GOAWAY), with the connection errors RFC 9114 names.
+//! GOAWAY), with the connection errors RFC 9114 names; a receive stream read to where it
+//! stands ([`recv`]).
 //! Does not own requests, responses or the event loops: each side has its own.
 
+pub mod pair;
 pub mod peer;
+pub mod recv;
 pub mod udp;

@@ -6,7 +6,9 @@
 
 use qpslab_http::h3::frame::{self, code, kind, setting, stream_type, Event, FrameError, On};
 use qpslab_http::h3::varint;
-use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt};
+use quinn_proto::{Connection, Dir, StreamId, VarInt};
+
+use crate::recv::{drain, Drained};
 
 /// The largest control frame (SETTINGS, GOAWAY, HEADERS) taken.
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -139,41 +141,15 @@ impl Streams {
     /// Reads what unidirectional stream `id` of the peer's has.
     pub fn read(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
         let Some(i) = self.uni.iter().position(|u| u.id == id) else { return Ok(()) };
-        let mut recv = conn.recv_stream(id);
-        let Ok(mut chunks) = recv.read(true) else { return Ok(()) };
-        let mut result = Ok(());
-        let mut ended = false;
-        let mut stop = false;
-        loop {
-            match chunks.next(usize::MAX) {
-                Ok(Some(chunk)) => match self.bytes(i, &chunk.bytes) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        stop = true;
-                        break;
-                    }
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                },
-                Ok(None) | Err(ReadError::Reset(_)) => {
-                    ended = true;
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-            }
-        }
-        let _ = chunks.finalize();
-        result?;
+        let how = drain(conn, id, |b| self.bytes(i, b))?;
         let u = &self.uni[i];
-        if stop {
+        if how == Drained::Stopped {
             let code = VarInt::from_u32(code::STREAM_CREATION_ERROR as u32);
             let _ = conn.recv_stream(id).stop(code);
             self.uni.remove(i);
             return Ok(());
         }
-        if ended {
+        if matches!(how, Drained::Ended | Drained::Reset(_)) {
             if matches!(
                 u.kind,
                 Some(

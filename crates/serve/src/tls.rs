@@ -81,7 +81,8 @@ impl ServerTls {
 }
 
 impl ServerTls {
-    /// `--h3`: QUIC's server set-up from the HTTPS one (ALPN `h3`, TLS 1.3), with the stream
+    /// `--h3`: QUIC's server set-up from the HTTPS one (ALPN `h3`, TLS 1.3, tickets that
+    /// allow 0-RTT early data), with the stream
     /// limits (`streams` request streams: `--h2-streams`; the peer's unidirectional streams)
     /// and `idle` (`--idle-timeout`) as QUIC's idle timeout.
     pub fn quic(
@@ -91,6 +92,12 @@ impl ServerTls {
     ) -> Result<Arc<quinn_proto::ServerConfig>, ConfigError> {
         let mut tls = (*self.config).clone();
         tls.alpn_protocols = vec![b"h3".to_vec()];
+        // 0-RTT: a resuming client's first requests are taken with its first flight (QUIC
+        // allows all or nothing here). rustls takes early data only with sessions kept here
+        // (each resumed once), not in tickets the client holds. A benchmark target answers
+        // replays as any request.
+        tls.max_early_data_size = u32::MAX;
+        tls.ticketer = Arc::new(NoTickets);
         let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
             .map_err(|e| ConfigError::new("--h3", format!("QUIC needs TLS 1.3: {e}")))?;
         let mut transport = quinn_proto::TransportConfig::default();
@@ -103,6 +110,28 @@ impl ServerTls {
         let mut config = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
         config.transport_config(Arc::new(transport));
         Ok(Arc::new(config))
+    }
+}
+
+/// Sessions are resumed from the server's own cache, not from tickets the client keeps.
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
     }
 }
 

@@ -158,6 +158,62 @@ fn clients_that_break_http3_are_closed_with_its_codes_and_the_server_serves_on()
     assert_eq!((t.requests, t.timeouts), (102, 0));
 }
 
+/// 0-RTT: a client resuming a session sends its request in its first flight and the server
+/// answers it; aioquic's client and qpslab's generator (a connection per request) both.
+#[test]
+fn a_resumed_client_is_answered_from_its_first_flight() {
+    let server = h3_server(|_| {});
+    let got = client(&server, &["zerortt", "/?s=100"]);
+    assert_eq!(got["early_data_accepted"], true, "{got}");
+    assert_eq!(
+        (&got["answers"][0]["status"], &got["answers"][0]["body"]),
+        (&200.into(), &100.into()),
+        "{got}"
+    );
+    let url = format!("https://127.0.0.1:{}/", server.addr().port());
+    let mut o = qpslab_load::LoadOptions {
+        urls: vec![url],
+        connections: Some(1),
+        requests: Some(30),
+        h3: true,
+        conn_per_request: true,
+        ..qpslab_load::LoadOptions::default()
+    };
+    o.tls.insecure = true;
+    o.tls.zero_rtt = true;
+    let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let r = qpslab_load::run(&cfg, &stop, &mut qpslab_load::feed::Unwatched).unwrap();
+    assert_eq!((r.rec.ok, r.rec.early_refused), (30, 0), "{:?}", r.rec.errors);
+    assert!(r.rec.early_accepted >= 20, "{} of 30", r.rec.early_accepted);
+    assert_eq!(server.stop().requests, 2 + 30);
+}
+
+/// Hostile clients, each bounded: 40 unidirectional streams of a type the server does not
+/// know against a limit of 16, ended or held open (each is stopped and forgotten, its credit
+/// given back: the request after them is answered); a HEADERS frame declaring 1 MB (the
+/// connection closes with H3_EXCESSIVE_LOAD at its length, without waiting for the bytes);
+/// a body of no declared length that never ends (answered 413 once past `--max-body`, not
+/// kept). The server serves on.
+#[test]
+fn hostile_clients_are_bounded_and_the_server_serves_on() {
+    let server = h3_server(|o| o.settings.max_body = 4 << 20);
+    for end in ["1", "0"] {
+        let got = client(&server, &["unis", "40", end]);
+        assert_eq!(got["answers"][0]["status"], 200, "ended {end}: {got}");
+        assert!(got["closed"].is_null(), "ended {end}: {got}");
+    }
+    let got = client(&server, &["raw", "01801000000000d1d7"]);
+    assert_eq!(got["closed"]["code"], 0x107, "{got}");
+    let started = Instant::now();
+    let got = client(&server, &["endless", "20"]);
+    assert_eq!(got["answers"][0]["status"], 413, "{got}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    assert_eq!(load(&server, "/", 1, 10, 100), (100, 0));
+    let t = server.stop();
+    assert_eq!((t.requests, t.rejected), (2 + 1 + 100, 2), "{t:?}");
+}
+
 /// A handshake flood: 400 clients begin a handshake at once and never finish it. The server
 /// takes 256 (handshakes under way before it asks for proof of address), answers the rest
 /// with a Retry (a token they must echo: a spoofed flood gets no further), and serves on.

@@ -27,7 +27,7 @@ use qpslab_sys::epoll::{self, Epoll};
 use qpslab_sys::thread::CpuTime;
 use quinn_proto::{
     ConnectError, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Endpoint,
-    EndpointConfig, Event, StreamEvent, VarInt,
+    EndpointConfig, Event, VarInt,
 };
 
 use crate::pacer::{Pacer, Schedule};
@@ -68,6 +68,17 @@ struct QConn {
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
+    /// `--0rtt`: its handshake resumes a session with early data, and its first requests go
+    /// before the handshake is done (it counts as open from its connect).
+    early: bool,
+    /// Its handshake checked the server's certificate (so it was done in full).
+    cert_checked: bool,
+    /// A session ticket came on it (`--tls-reuse`).
+    ticket_came: bool,
+    /// How long its handshake took.
+    handshake: Duration,
+    /// A connection per request: when its request was answered (it takes no other).
+    answered_at: Option<Instant>,
     /// In the turn's ready list.
     ready: bool,
     /// When its connection's next timer fires (read after each drive).
@@ -165,6 +176,11 @@ impl<'a> Thread<'a> {
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
+                early: false,
+                cert_checked: false,
+                ticket_came: false,
+                handshake: Duration::ZERO,
+                answered_at: None,
                 ready: false,
                 timer: None,
             })
@@ -385,8 +401,14 @@ impl<'a> Thread<'a> {
             for (h, ev) in events.drain(..) {
                 match self.owner(h) {
                     Owner::Conn(idx) => {
-                        if let Some(c) = self.conns[idx].conn.as_mut() {
+                        let qc = &mut self.conns[idx];
+                        if let Some(c) = qc.conn.as_mut() {
+                            // The server's certificate, if it is checked, is checked in here.
+                            let checked = crate::tls::certificates_checked();
+                            let tickets = crate::tls::tickets_received();
                             c.handle_event(ev);
+                            qc.cert_checked |= crate::tls::certificates_checked() != checked;
+                            qc.ticket_came |= crate::tls::tickets_received() != tickets;
                             self.mark(idx);
                         }
                     }
@@ -434,11 +456,22 @@ impl<'a> Thread<'a> {
         c.opened_at = now;
         c.retry_at = None;
         c.h3 = Http3::new(c.h3.group);
+        c.cert_checked = false;
+        c.ticket_came = false;
+        c.answered_at = None;
+        c.early = false;
         match self.endpoint.connect(now, h3.client.clone(), addr, &name) {
-            Ok((h, conn)) => {
+            Ok((h, mut conn)) => {
                 c.handle = Some(h);
-                c.conn = Some(Box::new(conn));
                 c.phase = Phase::Handshaking;
+                // A ticket that allows early data: the control stream and the first requests
+                // go with the handshake's first flight.
+                if h3.zero_rtt && conn.has_0rtt() && c.h3.connected(&mut conn).is_ok() {
+                    c.early = true;
+                    c.phase = Phase::Open;
+                    self.open += 1;
+                }
+                c.conn = Some(Box::new(conn));
                 // Its Initial goes out at the next turn.
                 c.timer = Some(now);
                 self.rec.connects += 1;
@@ -477,16 +510,25 @@ impl<'a> Thread<'a> {
         }
         let ended = self.events(idx, &mut conn, now);
         let answered = self.hand_over(idx, now);
+        let c = &mut self.conns[idx];
+        if answered && self.shared.cfg.conn_per_request && c.h3.in_flight() == 0 {
+            c.answered_at.get_or_insert(now);
+        }
         match ended {
-            Ended::No if answered && self.shared.cfg.conn_per_request => {
+            Ended::No if c.answered_at.is_some() => {
                 // Its one request is answered: closed (H3_NO_ERROR) and opened again for the
-                // next.
-                if self.conns[idx].h3.in_flight() == 0 {
-                    let code = VarInt::from_u64(code::NO_ERROR).unwrap_or_default();
-                    conn.close(now, code, bytes::Bytes::new());
-                    self.retire(idx, conn, now);
-                    return self.issue(idx, now);
+                // next, once it may go.
+                if let Some(wait) = self.ticket_wait(idx, now) {
+                    self.conns[idx].conn = Some(conn);
+                    self.transmit(idx, now);
+                    let c = &mut self.conns[idx];
+                    c.timer = Some(c.timer.map_or(wait, |t| t.min(wait)));
+                    return;
                 }
+                let code = VarInt::from_u64(code::NO_ERROR).unwrap_or_default();
+                conn.close(now, code, bytes::Bytes::new());
+                self.retire(idx, conn, now);
+                return self.issue(idx, now);
             }
             Ended::No => {}
             Ended::Failed(e) => {
@@ -515,31 +557,41 @@ impl<'a> Thread<'a> {
             let c = &mut self.conns[idx];
             let result = match ev {
                 Event::Connected => {
-                    c.phase = Phase::Open;
+                    let early = std::mem::take(&mut c.early);
+                    if !early {
+                        c.phase = Phase::Open;
+                        self.open += 1;
+                    }
                     c.ever_connected = true;
-                    self.open += 1;
-                    // QUIC's handshake is TLS 1.3's, in full (no resumption yet).
-                    self.rec.tls_full += 1;
-                    let us = now.saturating_duration_since(c.opened_at).as_micros() as u64;
+                    // QUIC's handshake is TLS 1.3's: in full, or resuming a session
+                    // (`--tls-reuse`, `--0rtt`), when no certificate came to be checked.
+                    if c.cert_checked {
+                        self.rec.tls_full += 1;
+                    } else {
+                        self.rec.tls_resumed += 1;
+                    }
+                    c.handshake = now.saturating_duration_since(c.opened_at);
+                    let us = c.handshake.as_micros() as u64;
                     self.rec.handshake_latency.saturating_record(us.max(1));
                     // A QUIC connection is open when its handshake is done.
                     self.rec.connect_latency.saturating_record(us.max(1));
                     if self.rec.tls_negotiated.is_none() {
                         self.rec.tls_negotiated = Some("TLSv1_3 (QUIC)".into());
                     }
-                    c.h3.connected(conn)
+                    match early {
+                        false => c.h3.connected(conn),
+                        true if conn.accepted_0rtt() => {
+                            self.rec.early_accepted += 1;
+                            Ok(())
+                        }
+                        true => {
+                            self.rec.early_refused += 1;
+                            self.send_again(idx, conn)
+                        }
+                    }
                 }
                 Event::ConnectionLost { reason } => return Ended::Lost(reason),
-                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept_uni(conn),
-                Event::Stream(StreamEvent::Readable { id }) => c.h3.readable(conn, id),
-                Event::Stream(StreamEvent::Writable { id }) => {
-                    c.h3.writable(conn, id);
-                    Ok(())
-                }
-                Event::Stream(StreamEvent::Stopped { id, .. }) => {
-                    c.h3.stopped(id);
-                    Ok(())
-                }
+                Event::Stream(ev) => c.h3.stream_event(conn, ev),
                 _ => Ok(()),
             };
             if let Err(e) = result {
@@ -547,6 +599,39 @@ impl<'a> Thread<'a> {
             }
         }
         Ended::No
+    }
+
+    /// The server refused a handshake's early data: QUIC forgot every stream sent in it, so
+    /// the session starts again (its control stream) and the requests go again, as they
+    /// were (their numbers too), on new streams. A request no stream can take now fails.
+    fn send_again(&mut self, idx: usize, conn: &mut Connection) -> Result<(), ConnError> {
+        let c = &mut self.conns[idx];
+        let reqs = c.h3.take_requests();
+        c.h3 = Http3::new(c.h3.group);
+        c.h3.connected(conn)?;
+        let wires = &self.shared.h3_wires[c.h3.group];
+        for req in reqs {
+            let bytes = wires[req.pos as usize].numbered(req.id, &self.ids, &mut self.scratch);
+            if !c.h3.send(conn, req, bytes) {
+                c.h3.reset.push((req, "0-RTT refused, and no stream to send it again".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A connection per request with `--tls-reuse`, answered, waits before it closes for a
+    /// session ticket when none is held for the next connection (the server sends its
+    /// tickets once the handshake is done, which with 0-RTT is after the answer): until one
+    /// comes or for as long as its handshake took (at least a millisecond). Without the
+    /// wait, every connection after a 0-RTT one went in full. When it may close: None.
+    fn ticket_wait(&self, idx: usize, now: Instant) -> Option<Instant> {
+        let c = &self.conns[idx];
+        let tls = self.shared.cfg.tls.as_ref().filter(|t| t.reuse)?;
+        if c.ticket_came || tls.tickets_held() > 0 {
+            return None;
+        }
+        let until = c.answered_at? + c.handshake.max(Duration::from_millis(1));
+        (now < until).then_some(until)
     }
 
     /// Sends what connection `idx` has queued.
@@ -581,7 +666,8 @@ impl<'a> Thread<'a> {
 
     /// Why a lost connection's requests failed; None when this side closed it.
     fn lost_because(&self, idx: usize, reason: &ConnectionError) -> Option<(ErrorClass, String)> {
-        let handshaking = !self.conns[idx].ever_connected || self.conns[idx].phase != Phase::Open;
+        let c = &self.conns[idx];
+        let handshaking = !c.ever_connected || c.phase != Phase::Open || c.early;
         let crypto = |c: u64| (0x100..0x200).contains(&c);
         Some(match reason {
             ConnectionError::LocallyClosed => return None,
@@ -716,7 +802,7 @@ impl<'a> Thread<'a> {
             }
             Phase::Open if self.pacer.is_open() => {}
             Phase::Open => {
-                if c.h3.going_away() {
+                if c.h3.going_away() || c.answered_at.is_some() {
                     return;
                 }
                 let free = depth.saturating_sub(c.h3.in_flight()) as u64;
@@ -776,6 +862,7 @@ impl<'a> Thread<'a> {
             let c = &mut self.conns[idx];
             let free = c.phase == Phase::Open
                 && !c.h3.going_away()
+                && c.answered_at.is_none()
                 && c.h3.in_flight() < depth
                 && c.conn.is_some();
             if !free {

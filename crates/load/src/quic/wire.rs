@@ -90,9 +90,23 @@ impl Wire {
             return (0, &self.bytes);
         }
         let n = ids.take();
+        (n, self.numbered(n, ids, scratch))
+    }
+
+    /// The bytes of request number `n` (sent once already: its IDs again), in `scratch`
+    /// when the request is templated.
+    pub fn numbered<'w>(
+        &'w self,
+        n: u64,
+        ids: &template::Ids,
+        scratch: &'w mut Vec<u8>,
+    ) -> &'w [u8] {
+        if self.slots.is_empty() {
+            return &self.bytes;
+        }
         scratch.clear();
         scratch.extend_from_slice(&self.bytes);
         template::Template::write(&self.slots, n, ids.digits_of(n), scratch);
-        (n, scratch)
+        scratch
     }
 }

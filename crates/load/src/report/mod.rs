@@ -462,6 +462,18 @@ pub struct TlsReport {
     pub reuse: bool,
     /// `--insecure`: server certificates were not verified.
     pub insecure: bool,
+    /// HTTP/3 with `--0rtt`: what became of the early data of resumed handshakes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub early_data: Option<EarlyData>,
+}
+
+/// `--0rtt`: resumed handshakes that sent their first requests in the first flight.
+#[derive(Debug, Clone, Serialize)]
+pub struct EarlyData {
+    /// The server took them: answered a round trip sooner.
+    pub accepted: u64,
+    /// The server refused them: they went again once the handshake was done.
+    pub refused: u64,
 }
 
 /// The connect phase of a keep-alive run, before the measured window.
@@ -777,6 +789,10 @@ impl Report {
                     version: t.version.map(crate::tls::TlsVersion::name),
                     reuse: t.reuse,
                     insecure: t.insecure,
+                    early_data: cfg.h3.as_ref().filter(|h| h.zero_rtt).map(|_| EarlyData {
+                        accepted: rec.early_accepted,
+                        refused: rec.early_refused,
+                    }),
                 }),
                 starved: starved.clone(),
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),

@@ -151,6 +151,14 @@ fn totals(r: &Report, s: &mut String) {
             fmt_us(t.handshake_us.p99 as f64),
             if t.insecure { "; certificates NOT verified (--insecure)" } else { "" }
         );
+        if let Some(e) = &t.early_data {
+            let _ = writeln!(
+                s,
+                "0-RTT:   early data taken on {} resumed handshakes, refused on {} (their requests \
+                 went again after the handshake)",
+                e.accepted, e.refused
+            );
+        }
     }
     if let Some(h) = &r.h2 {
         let _ = writeln!(

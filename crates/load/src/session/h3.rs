@@ -16,7 +16,8 @@ use qpslab_http::h3::qpack;
 use qpslab_http::Response;
 pub(crate) use qpslab_quic::peer::{ConnError, MAX_UNI};
 use qpslab_quic::peer::{Peer, Streams, MAX_FRAME, MAX_SECTION};
-use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt};
+use qpslab_quic::recv::{drain, Drained};
+use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt};
 
 use super::Req;
 
@@ -126,8 +127,24 @@ impl Http3 {
         true
     }
 
+    /// One of the connection's stream events, to what it concerns.
+    pub fn stream_event(
+        &mut self,
+        conn: &mut Connection,
+        ev: StreamEvent,
+    ) -> Result<(), ConnError> {
+        match ev {
+            StreamEvent::Opened { .. } => self.accept_uni(conn)?,
+            StreamEvent::Readable { id } => self.readable(conn, id)?,
+            StreamEvent::Writable { id } => self.writable(conn, id),
+            StreamEvent::Stopped { id, .. } => self.stopped(id),
+            StreamEvent::Finished { .. } | StreamEvent::Available { .. } => {}
+        }
+        Ok(())
+    }
+
     /// A stream the flow control held may take more.
-    pub fn writable(&mut self, conn: &mut Connection, id: StreamId) {
+    fn writable(&mut self, conn: &mut Connection, id: StreamId) {
         if self.peer.is_control(id) {
             return self.peer.write_control(conn, &[]);
         }
@@ -147,7 +164,7 @@ impl Http3 {
     }
 
     /// The server opened unidirectional streams: each is read for its type.
-    pub fn accept_uni(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
+    fn accept_uni(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
         self.peer.accept(conn)?;
         if conn.streams().accept(Dir::Bi).is_some() {
             return Err(ConnError::new(
@@ -159,48 +176,20 @@ impl Http3 {
     }
 
     /// A stream has bytes (or its end, or a reset) to read.
-    pub fn readable(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
+    fn readable(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
         if id.dir() == Dir::Uni {
             return self.peer.read(conn, id);
         }
         let Some(i) = self.find(id) else { return Ok(()) };
-        let mut recv = conn.recv_stream(id);
-        let Ok(mut chunks) = recv.read(true) else { return Ok(()) };
-        let s = &mut self.streams[i];
-        let dec = &mut self.dec;
-        let mut ended = false;
-        let mut reset = None;
-        let mut failed = None;
-        loop {
-            match chunks.next(usize::MAX) {
-                Ok(Some(chunk)) => {
-                    if let Err(e) = absorb(s, dec, &chunk.bytes) {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    ended = true;
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-                Err(ReadError::Reset(code)) => {
-                    reset = Some(code);
-                    break;
-                }
-            }
-        }
-        let _ = chunks.finalize();
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if let Some(c) = reset {
+        let (s, dec) = (&mut self.streams[i], &mut self.dec);
+        let how = drain(conn, id, |b| absorb(s, dec, b).map(|()| true))?;
+        if let Drained::Reset(c) = how {
             let s = self.take(i);
             let why = format!("the server reset the stream ({})", code::name(c.into_inner()));
             self.reset.push((s.req, why));
             return Ok(());
         }
-        if ended {
+        if how == Drained::Ended {
             let s = self.take(i);
             if !s.reader.between_frames() {
                 return Err(FrameError::Truncated.into());
@@ -248,7 +237,7 @@ impl Http3 {
     /// The server no longer reads a stream's request (STOP_SENDING): its response may still
     /// come (RFC 9114 section 4.1: a server may answer before reading the whole request), so
     /// only the writing stops.
-    pub fn stopped(&mut self, id: StreamId) {
+    fn stopped(&mut self, id: StreamId) {
         if let Some(i) = self.find(id) {
             let s = &mut self.streams[i];
             s.finished = true;

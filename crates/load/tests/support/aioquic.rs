@@ -24,6 +24,11 @@ pub fn python() -> String {
 
 impl Aioquic {
     pub fn start() -> Aioquic {
+        Aioquic::start_with(&[])
+    }
+
+    /// With the script's further arguments (`forget-half`).
+    pub fn start_with(args: &[&str]) -> Aioquic {
         let dir = tempfile::tempdir().unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
@@ -36,6 +41,7 @@ impl Aioquic {
         let mut child = Command::new(python())
             .args([script, cert_path.to_str().unwrap(), key_path.to_str().unwrap()])
             .arg(dir.path().join("access.log"))
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -13,7 +13,11 @@ and takes controls in the query string:
   ?encoder=1 open a QPACK encoder stream that inserts into the dynamic table first
 
 Each answered request is one line "STATUS METHOD PATH" in the log file, as an access log.
-Usage: h3_server.py CERT KEY LOG; prints "ready PORT" once it listens on 127.0.0.1."""
+Sessions are resumed from tickets it keeps (each used once), with 0-RTT early data; with
+"forget-half" as a fourth argument it forgets every second ticket asked for (that handshake
+goes in full and refuses the client's early data).
+Usage: h3_server.py CERT KEY LOG [forget-half]; prints "ready PORT" once it listens on
+127.0.0.1."""
 
 import asyncio
 import sys
@@ -98,16 +102,36 @@ class Server(QuicConnectionProtocol):
         asyncio.get_event_loop().call_later(0.01, self.trickle, stream_id)
 
 
-async def main(cert, key, log):
+class Tickets:
+    """Session tickets, each resumed once; with forget_half, every second one asked for is
+    not found."""
+
+    def __init__(self, forget_half):
+        self.kept = {}
+        self.asked = 0
+        self.forget_half = forget_half
+
+    def add(self, ticket):
+        self.kept[ticket.ticket] = ticket
+
+    def pop(self, label):
+        self.asked += 1
+        ticket = self.kept.pop(label, None)
+        return None if self.forget_half and self.asked % 2 == 0 else ticket
+
+
+async def main(cert, key, log, forget_half=False):
     global LOG
     LOG = open(log, "a")
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN, max_datagram_frame_size=None)
     config.load_cert_chain(cert, key)
-    server = await serve("127.0.0.1", 0, configuration=config, create_protocol=Server)
+    tickets = Tickets(forget_half)
+    server = await serve("127.0.0.1", 0, configuration=config, create_protocol=Server,
+                         session_ticket_fetcher=tickets.pop, session_ticket_handler=tickets.add)
     port = server._transport.get_extra_info("sockname")[1]
     print(f"ready {port}", flush=True)
     await asyncio.Future()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:4], forget_half=sys.argv[4:5] == ["forget-half"]))

@@ -18,7 +18,8 @@ use qpslab_http::h3::frame::{self, code, kind, Event, FrameError, On};
 use qpslab_http::h3::qpack;
 use qpslab_http::{BodyFraming, Method, RequestHead};
 use qpslab_quic::peer::{ConnError, Peer, Streams, MAX_SECTION};
-use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt, WriteError};
+use qpslab_quic::recv::{drain, Drained};
+use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt, WriteError};
 
 use super::fields::FieldCheck;
 use super::session::Shared;
@@ -109,9 +110,28 @@ impl H3 {
         self.peer.open_control(conn)
     }
 
+    /// One of the connection's stream events, to what it concerns.
+    pub fn stream_event(
+        &mut self,
+        conn: &mut Connection,
+        ev: StreamEvent,
+        sh: &mut Shared<'_>,
+        now: Instant,
+    ) -> Result<(), ConnError> {
+        match ev {
+            StreamEvent::Opened { .. } => self.accept(conn, sh, now)?,
+            StreamEvent::Readable { id } => self.read(conn, id, sh, now)?,
+            StreamEvent::Writable { id } => self.writable(conn, id),
+            StreamEvent::Stopped { id, .. } => self.stopped(conn, id),
+            StreamEvent::Finished { .. } => self.unacked = self.unacked.saturating_sub(1),
+            StreamEvent::Available { .. } => {}
+        }
+        Ok(())
+    }
+
     /// Streams the client opened: unidirectional ones to the peer's reader, request streams
     /// taken (refused once going away) and read.
-    pub fn accept(
+    fn accept(
         &mut self,
         conn: &mut Connection,
         sh: &mut Shared<'_>,
@@ -139,7 +159,7 @@ impl H3 {
     }
 
     /// A stream has bytes, its end or a reset to read.
-    pub fn read(
+    fn read(
         &mut self,
         conn: &mut Connection,
         id: StreamId,
@@ -150,42 +170,32 @@ impl H3 {
             return self.peer.read(conn, id);
         }
         let Some(i) = self.find(id) else { return Ok(()) };
-        let mut recv = conn.recv_stream(id);
-        let Ok(mut chunks) = recv.read(true) else { return Ok(()) };
-        let (mut ended, mut reset, mut failed) = (false, false, None);
-        loop {
-            match chunks.next(usize::MAX) {
-                Ok(Some(chunk)) => {
-                    if let Err(e) = self.absorb(i, &chunk.bytes, sh) {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    ended = true;
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-                Err(ReadError::Reset(_)) => {
-                    reset = true;
-                    break;
-                }
-            }
-        }
-        let _ = chunks.finalize();
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if reset {
+        let how = drain(conn, id, |b| self.absorb(i, b, sh).map(|()| !self.refused(i)))?;
+        if let Drained::Reset(_) = how {
             // The client gave up on the request: nothing to answer.
             self.remove(i);
             let _ = conn.send_stream(id).reset(VarInt::from_u32(code::REQUEST_CANCELLED as u32));
             return Ok(());
         }
-        if ended {
+        if how == Drained::Ended {
             self.request_ended(conn, i, sh, now)?;
         }
+        if how == Drained::Stopped {
+            // The answer does not depend on the rest (a body past `--max-body`, a malformed
+            // head): the client is asked to stop sending (H3_NO_ERROR, RFC 9114 section 4.1)
+            // and answered now. An endless body is not read to its end that never comes.
+            let _ = conn.recv_stream(id).stop(VarInt::from_u32(code::NO_ERROR as u32));
+            let State::Request { plan, .. } = &mut self.streams[i].state else { return Ok(()) };
+            if let Some(plan) = plan.take() {
+                self.answer(conn, i, plan, sh, now);
+            }
+        }
         Ok(())
+    }
+
+    /// Stream `i`'s request is refused already (its answer is an error reply).
+    fn refused(&self, i: usize) -> bool {
+        matches!(self.streams[i].state, State::Request { plan: Some(Err(_)), .. })
     }
 
     /// The client finished stream `i`: its request is answered (or found incomplete).
@@ -370,7 +380,7 @@ impl H3 {
     }
 
     /// The client's flow control opened on stream `id`: its response goes on.
-    pub fn writable(&mut self, conn: &mut Connection, id: StreamId) {
+    fn writable(&mut self, conn: &mut Connection, id: StreamId) {
         if self.peer.is_control(id) {
             return self.peer.write_control(conn, &[]);
         }
@@ -380,7 +390,7 @@ impl H3 {
     }
 
     /// The client stopped stream `id`: its response is not wanted.
-    pub fn stopped(&mut self, conn: &mut Connection, id: StreamId) {
+    fn stopped(&mut self, conn: &mut Connection, id: StreamId) {
         let Some(i) = self.find(id) else {
             // A response written whole, which no acknowledgement will finish now.
             self.unacked = self.unacked.saturating_sub(1);

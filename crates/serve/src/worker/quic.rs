@@ -23,7 +23,7 @@ use qpslab_quic::peer::ConnError;
 use qpslab_quic::udp::{count_connection, QuicCounts, Udp};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint,
-    EndpointConfig, Event, ServerConfig, StreamEvent, VarInt,
+    EndpointConfig, Event, ServerConfig, VarInt,
 };
 
 use super::h3::H3;
@@ -311,15 +311,7 @@ impl Quic {
                     }
                     self.lose(c);
                 }
-                Event::Stream(StreamEvent::Opened { .. }) => c.h3.accept(&mut c.conn, sh, now)?,
-                Event::Stream(StreamEvent::Readable { id }) => {
-                    c.h3.read(&mut c.conn, id, sh, now)?;
-                }
-                Event::Stream(StreamEvent::Writable { id }) => c.h3.writable(&mut c.conn, id),
-                Event::Stream(StreamEvent::Stopped { id, .. }) => c.h3.stopped(&mut c.conn, id),
-                Event::Stream(StreamEvent::Finished { .. }) => {
-                    c.h3.unacked = c.h3.unacked.saturating_sub(1);
-                }
+                Event::Stream(ev) => c.h3.stream_event(&mut c.conn, ev, sh, now)?,
                 _ => {}
             }
         }

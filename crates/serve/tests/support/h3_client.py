@@ -7,6 +7,12 @@ object: what came back.
   raw HEX          a request stream carrying these bytes (then its end), as sent
   uni HEX          a unidirectional stream carrying these bytes (its type first), as sent
   goaway           one GET, then a GOAWAY on the control stream (a client done with it)
+  unis N END       N unidirectional streams of a reserved type, one after the other, each
+                   ended (END=1) or left open (END=0), then one GET
+  endless SECONDS  a POST of no declared length whose body keeps coming for SECONDS
+  zerortt PATH     a connection that keeps the server's session ticket, then one that
+                   resumes it and sends a GET for PATH in its first flight (0-RTT): its
+                   answer, and whether the server took the early data
   flood N          N handshakes begun at once (each client's first datagrams, from one UDP
                    socket) and never finished: how many answers were Retry packets and how
                    many were not, within a second
@@ -120,10 +126,38 @@ def flood(port, n):
     print(json.dumps({"retries": retries, "others": others}), flush=True)
 
 
+async def zero_rtt(port, path):
+    tickets = []
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=tickets.append) as c:
+        _, w = c.request(b"GET", "/")
+        await asyncio.wait_for(w, 5)
+        for _ in range(50):
+            if tickets:
+                break
+            await asyncio.sleep(0.02)
+    if not tickets:
+        print(json.dumps({"error": "no session ticket"}), flush=True)
+        return
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, session_ticket=tickets[-1])
+    config.verify_mode = ssl.CERT_NONE
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
+                       wait_connected=False) as c:
+        sid, w = c.request(b"GET", path)
+        await asyncio.wait_for(w, 5)
+        early = c._quic.tls.early_data_accepted
+        print(json.dumps({"answers": [c.answers.get(sid)], "early_data_accepted": early,
+                          "closed": c.closed}), flush=True)
+
+
 async def main():
     port, action, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
     if action == "flood":
         return flood(port, int(args[0]))
+    if action == "zerortt":
+        return await zero_rtt(port, args[0])
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as c:
@@ -142,6 +176,30 @@ async def main():
             # GOAWAY (type 0x07), one byte of payload: push ID 0.
             c._quic.send_stream_data(c.h3._local_control_stream_id, bytes([7, 1, 0]))
             c.transmit()
+        elif action == "unis":
+            for _ in range(int(args[0])):
+                sid = c._quic.get_next_available_stream_id(is_unidirectional=True)
+                # A reserved stream type (0x21 + 0x1f * N, RFC 9114 section 6.2.3).
+                c._quic.send_stream_data(sid, b"\x21grease", end_stream=args[1] == "1")
+                c.transmit()
+                await asyncio.sleep(0.002)
+            waits = [c.request(b"GET", "/")]
+        elif action == "endless":
+            sid = c._quic.get_next_available_stream_id()
+            headers = [(b":method", b"POST"), (b":scheme", b"https"),
+                       (b":authority", b"localhost"), (b":path", b"/")]
+            c.h3.send_headers(sid, headers)
+            waits = [c.wait(sid)]
+            loop = asyncio.get_event_loop()
+            until = loop.time() + float(args[0])
+            sent = 0
+            while loop.time() < until and not waits[0][1].done():
+                # As fast as the server's flow control lets it go.
+                if c._quic._streams[sid].sender.buffer_is_empty:
+                    c.h3.send_data(sid, b"x" * 65536, end_stream=False)
+                    sent += 65536
+                c.transmit()
+                await asyncio.sleep(0.001)
         elif action == "uni":
             sid = c._quic.get_next_available_stream_id(is_unidirectional=True)
             c._quic.send_stream_data(sid, bytes.fromhex(args[0]), end_stream=False)
