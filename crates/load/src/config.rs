@@ -378,8 +378,9 @@ impl LoadConfig {
     }
 
     fn compute_port_budgets(&self, root: &Root) -> Vec<PortBudget> {
-        if self.unix_socket.is_some() {
-            // No ports: a unix socket's connections are not 4-tuples.
+        if self.unix_socket.is_some() || self.h3.is_some() {
+            // No ports spent: a unix socket's connections are not 4-tuples, and QUIC's share
+            // the thread's UDP sockets (no TIME_WAIT).
             return Vec::new();
         }
         let groups = self.groups();
@@ -519,9 +520,6 @@ fn check_h3(opts: &LoadOptions, variants: &Variants) -> Result<(), ConfigError> 
             "--pipeline",
             "HTTP/3 keeps requests in flight as streams: use --streams with --h3",
         ));
-    }
-    if opts.source.is_some() {
-        return not_yet("--source", "binding source addresses");
     }
     if opts.unix_socket.is_some() {
         return Err(ConfigError::new("--unix-socket", "HTTP/3 runs over UDP, not a unix socket"));

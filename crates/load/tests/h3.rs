@@ -183,6 +183,54 @@ fn resumed_handshakes_and_0rtt_are_counted_and_refused_early_data_goes_again() {
     assert_eq!(forgetful.log(21).len(), 20);
 }
 
+/// The connections of one load thread each come from a UDP socket of their own (separate
+/// ports, as separate clients); with `--source` the sockets are bound to the range's
+/// addresses, and a port range that is taken fails the run naming the address.
+#[test]
+fn connections_come_from_sockets_of_their_own_and_from_the_source_range() {
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 6, 2);
+    o.threads = Some(1);
+    o.requests = Some(60);
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 60, "{:?}", report.error_examples);
+    let peers = server.peers(6);
+    let ports: std::collections::BTreeSet<&str> =
+        peers.iter().filter_map(|p| p.rsplit_once(':').map(|(_, port)| port)).collect();
+    assert!(ports.len() >= 6, "{peers:?}");
+
+    let server = Aioquic::start();
+    let mut o = h3_opts(&server, "/", 4, 1);
+    o.threads = Some(1);
+    o.requests = Some(40);
+    o.source = Some("127.0.0.2-127.0.0.5".into());
+    let report = run(&o);
+    assert_eq!(report.requests.ok, 40, "{:?}", report.error_examples);
+    let hosts: std::collections::BTreeSet<String> = server
+        .peers(4)
+        .iter()
+        .filter_map(|p| p.rsplit_once(':').map(|(h, _)| h.to_string()))
+        .collect();
+    let want: std::collections::BTreeSet<String> =
+        (2..=5).map(|i| format!("127.0.0.{i}")).collect();
+    assert_eq!(hosts, want);
+
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut o = h3_opts(&server, "/", 1, 1);
+    o.requests = Some(1);
+    o.source = Some(format!("127.0.0.1:{port}"));
+    let e = match qpslab_load::run(
+        &LoadConfig::from_options(&o).unwrap(),
+        &std::sync::atomic::AtomicBool::new(false),
+        &mut qpslab_load::feed::Unwatched,
+    ) {
+        Err(e) => e.to_string(),
+        Ok(r) => panic!("ran on a taken port: {:?}", r.rec.errors),
+    };
+    assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+}
+
 #[test]
 fn a_post_body_reaches_the_server() {
     let server = Aioquic::start();

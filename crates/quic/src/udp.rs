@@ -1,10 +1,15 @@
-//! A load thread's UDP socket as QUIC wants it: datagrams read in batches (recvmmsg, and GRO
-//! where the kernel coalesces them), the turn's datagrams of every connection queued and sent
-//! together (sendmmsg, each connection's run of equal-sized datagrams as one GSO buffer), and
-//! the counts of what each system call carried, for the report.
+//! UDP sockets as QUIC wants them: datagrams read in batches (recvmmsg, and GRO where the
+//! kernel coalesces them), the turn's datagrams of every connection queued and sent together
+//! (sendmmsg per socket, each connection's run of equal-sized datagrams as one GSO buffer),
+//! and the counts of what each system call carried, for the report. A server worker has one
+//! socket per address; a load thread has several (one per connection, up to
+//! [`MAX_SOCKETS`]), so that its connections come from several ports, as separate clients
+//! do, and a server's `SO_REUSEPORT` sockets (one per worker) share them out. The sockets
+//! share one batch each way: only one is read or written at a time.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use qpslab_sys::udp::{self, Datagram, Outgoing, RecvBatch, SendBatch};
@@ -18,17 +23,19 @@ const SLOT_LEN: usize = 64 * 1024;
 const GSO_MAX: usize = 16;
 /// The socket buffers asked for: a burst of every connection's window must not be dropped.
 const SOCKET_BUFFER: usize = 4 << 20;
+/// Sockets a load thread opens at most (its connections beyond share them in turn).
+pub const MAX_SOCKETS: usize = 64;
 
-/// A UDP socket with its batches and counts.
+/// UDP sockets with their batches and counts.
 #[derive(Debug)]
 pub struct Udp {
-    pub sock: UdpSocket,
+    socks: Vec<UdpSocket>,
     recv: RecvBatch,
     got: Vec<Datagram>,
     send: SendBatch,
-    /// The turn's datagrams, queued; where each is in `out`.
+    /// The turn's datagrams, queued, per socket; where each is in `out`.
     out: Vec<u8>,
-    queued: Vec<Outgoing>,
+    queued: Vec<Vec<Outgoing>>,
     tx: Vec<u8>,
     max_datagrams: usize,
     pub counts: QuicCounts,
@@ -37,26 +44,40 @@ pub struct Udp {
 }
 
 impl Udp {
-    /// A socket on the wildcard address of the family of the targets.
-    pub fn new(v6: bool) -> io::Result<Udp> {
-        let any =
-            if v6 { SocketAddr::from(([0u16; 8], 0)) } else { SocketAddr::from(([0, 0, 0, 0], 0)) };
-        Udp::from_socket(UdpSocket::bind(any)?)
+    /// A socket bound to each local address (port 0: one the kernel picks).
+    pub fn bind(locals: &[SocketAddr]) -> io::Result<Udp> {
+        let socks = locals
+            .iter()
+            .map(|a| {
+                UdpSocket::bind(a)
+                    .map_err(|e| io::Error::new(e.kind(), format!("binding {a}: {e}")))
+            })
+            .collect::<io::Result<_>>()?;
+        Udp::from_sockets(socks)
     }
 
-    /// `sock` made non-blocking, its buffers sized, GRO asked for.
+    /// One socket (a server's), made ready as [`Udp::from_sockets`] does.
     pub fn from_socket(sock: UdpSocket) -> io::Result<Udp> {
-        sock.set_nonblocking(true)?;
-        udp::set_buffers(&sock, SOCKET_BUFFER);
-        let gro = udp::enable_gro(&sock);
-        let gso = udp::gso_supported(&sock);
+        Udp::from_sockets(vec![sock])
+    }
+
+    /// The sockets made non-blocking, their buffers sized, GRO asked for.
+    pub fn from_sockets(socks: Vec<UdpSocket>) -> io::Result<Udp> {
+        let mut gro = true;
+        let mut gso = true;
+        for sock in &socks {
+            sock.set_nonblocking(true)?;
+            udp::set_buffers(sock, SOCKET_BUFFER);
+            gro &= udp::enable_gro(sock);
+            gso &= udp::gso_supported(sock);
+        }
         Ok(Udp {
-            sock,
+            queued: socks.iter().map(|_| Vec::new()).collect(),
+            socks,
             recv: RecvBatch::new(RECV_SLOTS, if gro { SLOT_LEN } else { 2048 }),
             got: Vec::new(),
             send: SendBatch::default(),
             out: Vec::with_capacity(64 * 1024),
-            queued: Vec::new(),
             tx: Vec::with_capacity(GSO_MAX * 1500),
             max_datagrams: if gso { GSO_MAX } else { 1 },
             counts: QuicCounts::default(),
@@ -65,10 +86,29 @@ impl Udp {
         })
     }
 
-    /// Reads one batch; calls `each` with every datagram (GRO batches split); false when the
-    /// socket had none.
-    pub fn read(&mut self, each: &mut dyn FnMut(SocketAddr, &[u8])) -> bool {
-        if self.recv.recv(&self.sock, &mut self.got).is_err() || self.got.is_empty() {
+    /// How many sockets there are.
+    pub fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.socks.is_empty()
+    }
+
+    /// Socket `i`'s descriptor (for the event loop to wait on).
+    pub fn fd(&self, i: usize) -> RawFd {
+        self.socks[i].as_raw_fd()
+    }
+
+    /// Socket `i`'s local address.
+    pub fn local_addr(&self, i: usize) -> io::Result<SocketAddr> {
+        self.socks[i].local_addr()
+    }
+
+    /// Reads one batch from socket `i`; calls `each` with every datagram (GRO batches split);
+    /// false when the socket had none.
+    pub fn read(&mut self, i: usize, each: &mut dyn FnMut(SocketAddr, &[u8])) -> bool {
+        if self.recv.recv(&self.socks[i], &mut self.got).is_err() || self.got.is_empty() {
             return false;
         }
         self.counts.recv_calls += 1;
@@ -86,24 +126,25 @@ impl Udp {
         true
     }
 
-    /// Queues every datagram `conn` has ready for this turn's send.
-    pub fn queue(&mut self, conn: &mut Connection, now: Instant) {
+    /// Queues every datagram `conn` has ready for this turn's send, on socket `i`.
+    pub fn queue(&mut self, i: usize, conn: &mut Connection, now: Instant) {
         loop {
             self.tx.clear();
             let Some(t) = conn.poll_transmit(now, self.max_datagrams, &mut self.tx) else { break };
-            self.push(t.destination, t.size, t.segment_size);
+            self.push(i, t.destination, t.size, t.segment_size);
         }
     }
 
-    /// Queues the `len` bytes an endpoint wrote into [`Udp::scratch`] (a stateless answer).
-    pub fn queue_scratch(&mut self, to: SocketAddr, len: usize) {
-        self.push(to, len, None);
+    /// Queues on socket `i` the `len` bytes an endpoint wrote into [`Udp::scratch`] (a
+    /// stateless answer).
+    pub fn queue_scratch(&mut self, i: usize, to: SocketAddr, len: usize) {
+        self.push(i, to, len, None);
     }
 
-    fn push(&mut self, to: SocketAddr, len: usize, segment: Option<usize>) {
+    fn push(&mut self, i: usize, to: SocketAddr, len: usize, segment: Option<usize>) {
         let at = self.out.len();
         self.out.extend_from_slice(&self.tx[..len]);
-        self.queued.push(Outgoing { to, at, len, segment });
+        self.queued[i].push(Outgoing { to, at, len, segment });
     }
 
     /// The room `Endpoint::handle` writes a stateless answer into.
@@ -112,23 +153,28 @@ impl Udp {
         &mut self.tx
     }
 
-    /// Sends what the turn queued; what the socket does not take is dropped and counted.
+    /// Sends what the turn queued, a sendmmsg per socket that has any; what a socket does not
+    /// take is dropped and counted.
     pub fn flush(&mut self) {
-        if self.queued.is_empty() {
-            return;
+        for i in 0..self.socks.len() {
+            if self.queued[i].is_empty() {
+                continue;
+            }
+            let queued = &self.queued[i];
+            let (sent, calls) = self.send.send(&self.socks[i], &self.out, queued).unwrap_or((0, 1));
+            self.counts.send_calls += calls as u64;
+            for o in &queued[..sent] {
+                self.bytes_written += o.len as u64;
+                let n = o.segment.map_or(1, |s| o.len.div_ceil(s.max(1)));
+                self.counts.datagrams_out += n as u64;
+                self.counts.gso_sends += u64::from(n > 1);
+            }
+            for o in &queued[sent..] {
+                self.counts.send_dropped +=
+                    o.segment.map_or(1, |s| o.len.div_ceil(s.max(1))) as u64;
+            }
+            self.queued[i].clear();
         }
-        let (sent, calls) = self.send.send(&self.sock, &self.out, &self.queued).unwrap_or((0, 1));
-        self.counts.send_calls += calls as u64;
-        for o in &self.queued[..sent] {
-            self.bytes_written += o.len as u64;
-            let n = o.segment.map_or(1, |s| o.len.div_ceil(s.max(1)));
-            self.counts.datagrams_out += n as u64;
-            self.counts.gso_sends += u64::from(n > 1);
-        }
-        for o in &self.queued[sent..] {
-            self.counts.send_dropped += o.segment.map_or(1, |s| o.len.div_ceil(s.max(1))) as u64;
-        }
-        self.queued.clear();
         self.out.clear();
     }
 }

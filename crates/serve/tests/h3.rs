@@ -158,6 +158,18 @@ fn clients_that_break_http3_are_closed_with_its_codes_and_the_server_serves_on()
     assert_eq!((t.requests, t.timeouts), (102, 0));
 }
 
+/// One load thread's connections come each from a socket of its own, so a server with a UDP
+/// socket per worker (SO_REUSEPORT: the kernel picks a worker by the datagram's addresses)
+/// spreads them over its workers. (They came from one socket, and all went to one worker.)
+#[test]
+fn one_load_threads_connections_spread_over_the_workers() {
+    let server = h3_server(|o| o.workers = Some(2));
+    assert_eq!(load(&server, "/", 16, 4, 3200), (3200, 0));
+    let each = server.stop_each();
+    assert_eq!(each.iter().map(|w| w.accepted).sum::<u64>(), 16, "{each:?}");
+    assert!(each.iter().all(|w| w.requests >= 50), "{each:?}");
+}
+
 /// 0-RTT: a client resuming a session sends its request in its first flight and the server
 /// answers it; aioquic's client and qpslab's generator (a connection per request) both.
 #[test]

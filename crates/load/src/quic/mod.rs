@@ -14,14 +14,14 @@ pub(crate) mod wire;
 pub(crate) use preflight::{handshake_once, Preflight};
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use hdrhistogram::Histogram;
 use qpslab_http::h3::frame::code;
-use qpslab_quic::udp::{count_connection, Udp};
+use qpslab_quic::udp::{count_connection, Udp, MAX_SOCKETS};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
 use qpslab_sys::thread::CpuTime;
@@ -61,6 +61,8 @@ enum Phase {
 }
 
 struct QConn {
+    /// The thread's socket its datagrams go out on.
+    sock: usize,
     handle: Option<ConnectionHandle>,
     conn: Option<Box<Connection>>,
     h3: Http3,
@@ -117,7 +119,10 @@ struct Thread<'a> {
     endpoint: Endpoint,
     conns: Vec<QConn>,
     owners: Vec<Owner>,
-    closing: Vec<(ConnectionHandle, Box<Connection>)>,
+    /// Closed connections draining, with their sockets.
+    closing: Vec<(ConnectionHandle, Box<Connection>, usize)>,
+    /// Sockets epoll found readable this turn.
+    readable: Vec<usize>,
     cursors: Vec<usize>,
     /// Templated IDs: this thread's request numbers, and the copy a request's IDs are
     /// written into.
@@ -164,11 +169,23 @@ impl<'a> Thread<'a> {
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
         let now = Instant::now();
         let v6 = shared.groups.iter().any(|g| g.endpoint.addr.is_ipv6());
-        let udp = Udp::new(v6)?;
+        // A socket per connection (up to MAX_SOCKETS): separate ports, as separate clients,
+        // each on its `--source` address when there is one.
+        let any = if v6 { SocketAddr::from(([0u16; 8], 0)) } else { SocketAddr::from(([0; 4], 0)) };
+        let locals: Vec<SocketAddr> = (0..cfg.connections_of(index).clamp(1, MAX_SOCKETS))
+            .map(|i| {
+                cfg.source.map_or(any, |r| r.pick(index, cfg.threads, first_conn as u64, i as u64))
+            })
+            .collect();
+        let udp = Udp::bind(&locals)?;
         let epoll = Epoll::new()?;
-        epoll.add(udp.sock.as_raw_fd(), 0, epoll::IN)?;
+        for i in 0..udp.len() {
+            epoll.add(udp.fd(i), i as u64, epoll::IN)?;
+        }
+        let socks = udp.len();
         let conns = (0..cfg.connections_of(index))
             .map(|i| QConn {
+                sock: i % socks,
                 handle: None,
                 conn: None,
                 h3: Http3::new(shared.conn_groups[first_conn + i]),
@@ -203,6 +220,7 @@ impl<'a> Thread<'a> {
             conns,
             owners: Vec::new(),
             closing: Vec::new(),
+            readable: Vec::new(),
             cursors: shared
                 .groups
                 .iter()
@@ -341,16 +359,16 @@ impl<'a> Thread<'a> {
                 wake = wake.min(t);
             }
         }
-        for (_, c) in &mut self.closing {
+        for (_, c, _) in &mut self.closing {
             if let Some(t) = c.poll_timeout() {
                 wake = wake.min(t);
             }
         }
-        let now = Instant::now();
-        if wake > now {
-            let mut events = [epoll::Event { events: 0, u64: 0 }; 1];
-            self.epoll.wait_for(&mut events, wake - now)?;
-        }
+        // Which sockets have datagrams (without waiting when something is due now).
+        let mut events = [epoll::Event { events: 0, u64: 0 }; MAX_SOCKETS];
+        let n = self.epoll.wait_for(&mut events, wake.saturating_duration_since(Instant::now()))?;
+        self.readable.clear();
+        self.readable.extend(events[..n].iter().map(|e| e.u64 as usize));
         let now = Instant::now();
         self.receive(now);
         for idx in 0..self.conns.len() {
@@ -379,14 +397,23 @@ impl<'a> Thread<'a> {
         }
     }
 
-    /// Reads the datagrams waiting, each to its connection.
+    /// Reads the datagrams waiting on the readable sockets, each to its connection.
     fn receive(&mut self, now: Instant) {
+        let readable = std::mem::take(&mut self.readable);
+        for &sock in &readable {
+            self.receive_on(sock, now);
+        }
+        self.readable = readable;
+    }
+
+    /// Reads socket `sock`'s datagrams, a few batches at most.
+    fn receive_on(&mut self, sock: usize, now: Instant) {
         let mut events = std::mem::take(&mut self.events);
         let mut answers = Vec::new();
         for _ in 0..RECV_BATCHES {
             let endpoint = &mut self.endpoint;
             let rx = &mut self.rx;
-            let more = self.udp.read(&mut |from, data| {
+            let more = self.udp.read(sock, &mut |from, data| {
                 let mut scratch = Vec::new();
                 // Datagrams share one allocation until every piece of it was read: quinn-proto
                 // keeps a packet's stream data as slices of it.
@@ -413,7 +440,7 @@ impl<'a> Thread<'a> {
                         }
                     }
                     Owner::Closing => {
-                        if let Some((_, c)) = self.closing.iter_mut().find(|(x, _)| *x == h) {
+                        if let Some((_, c, _)) = self.closing.iter_mut().find(|(x, ..)| *x == h) {
                             c.handle_event(ev);
                         }
                     }
@@ -422,7 +449,7 @@ impl<'a> Thread<'a> {
             }
             for (to, data) in answers.drain(..) {
                 self.udp.scratch().extend_from_slice(&data);
-                self.udp.queue_scratch(to, data.len());
+                self.udp.queue_scratch(sock, to, data.len());
             }
             if !more {
                 break;
@@ -641,7 +668,7 @@ impl<'a> Thread<'a> {
             c.timer = None;
             return;
         };
-        self.udp.queue(conn, now);
+        self.udp.queue(c.sock, conn, now);
         c.timer = conn.poll_timeout();
     }
 
@@ -714,10 +741,11 @@ impl<'a> Thread<'a> {
         c.timer = None;
         if let Some(h) = c.handle.take() {
             self.set_owner(h, Owner::Closing);
+            let sock = self.conns[idx].sock;
             let mut conn = conn;
-            self.udp.queue(&mut conn, now);
+            self.udp.queue(sock, &mut conn, now);
             count_connection(&mut self.udp.counts, &conn);
-            self.closing.push((h, conn));
+            self.closing.push((h, conn, sock));
         }
     }
 
@@ -754,7 +782,7 @@ impl<'a> Thread<'a> {
     fn drive_closing(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.closing.len() {
-            let (h, c) = &mut self.closing[i];
+            let (h, c, sock) = &mut self.closing[i];
             if c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
             }
@@ -764,7 +792,7 @@ impl<'a> Thread<'a> {
                 }
             }
             while c.poll().is_some() {}
-            self.udp.queue(c, now);
+            self.udp.queue(*sock, c, now);
             if c.is_drained() {
                 let h = *h;
                 self.closing.swap_remove(i);

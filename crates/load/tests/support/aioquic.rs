@@ -76,7 +76,16 @@ impl Aioquic {
 
     /// The access log's lines, once it has `n` (or after 2 s, what it has).
     pub fn log(&self, n: usize) -> Vec<String> {
-        let path = self.dir.path().join("access.log");
+        self.lines("access.log", n)
+    }
+
+    /// Where each connection came from (`HOST:PORT`), once there are `n` (or after 2 s).
+    pub fn peers(&self, n: usize) -> Vec<String> {
+        self.lines("access.log.peers", n)
+    }
+
+    fn lines(&self, file: &str, n: usize) -> Vec<String> {
+        let path = self.dir.path().join(file);
         let started = Instant::now();
         loop {
             let text = std::fs::read_to_string(&path).unwrap_or_default();

@@ -12,7 +12,8 @@ and takes controls in the query string:
   ?unis=N    open N unidirectional streams of a reserved type first
   ?encoder=1 open a QPACK encoder stream that inserts into the dynamic table first
 
-Each answered request is one line "STATUS METHOD PATH" in the log file, as an access log.
+Each answered request is one line "STATUS METHOD PATH" in the log file, as an access log;
+each connection one line "HOST:PORT" (where it came from) in the log file's name + ".peers".
 Sessions are resumed from tickets it keeps (each used once), with 0-RTT early data; with
 "forget-half" as a fourth argument it forgets every second ticket asked for (that handshake
 goes in full and refuses the client's early data).
@@ -31,6 +32,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ProtocolNegotiated
 
 LOG = None
+PEERS = None
 
 
 class Server(QuicConnectionProtocol):
@@ -42,6 +44,10 @@ class Server(QuicConnectionProtocol):
     def quic_event_received(self, event):
         if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
             self.h3 = H3Connection(self._quic)
+            # Where the connection comes from, a line in LOG.peers.
+            host, port = self._quic._network_paths[0].addr[:2]
+            PEERS.write(f"{host}:{port}\n")
+            PEERS.flush()
         if self.h3 is None:
             return
         for ev in self.h3.handle_event(event):
@@ -121,8 +127,9 @@ class Tickets:
 
 
 async def main(cert, key, log, forget_half=False):
-    global LOG
+    global LOG, PEERS
     LOG = open(log, "a")
+    PEERS = open(log + ".peers", "a")
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN, max_datagram_frame_size=None)
     config.load_cert_chain(cert, key)
     tickets = Tickets(forget_half)

@@ -13,7 +13,7 @@
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,7 +87,7 @@ impl Quic {
     }
 
     pub(super) fn fd(&self) -> RawFd {
-        self.udp.sock.as_raw_fd()
+        self.udp.fd(0)
     }
 
     /// What the socket and the connections let go so far did.
@@ -151,7 +151,7 @@ impl Quic {
         for c in self.conns.iter_mut().flatten() {
             if !c.closed {
                 c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
-                self.udp.queue(&mut c.conn, now);
+                self.udp.queue(0, &mut c.conn, now);
             }
         }
         self.udp.flush();
@@ -163,7 +163,7 @@ impl Quic {
         let mut incoming = Vec::new();
         let endpoint = &mut self.endpoint;
         let (rx, answers) = (&mut self.rx, &mut self.answers);
-        let more = self.udp.read(&mut |from, data| {
+        let more = self.udp.read(0, &mut |from, data| {
             let mut scratch = Vec::new();
             if rx.capacity() < data.len() {
                 *rx = BytesMut::with_capacity(RX_ARENA);
@@ -192,7 +192,7 @@ impl Quic {
         }
         for (to, data) in self.answers.drain(..) {
             self.udp.scratch().extend_from_slice(&data);
-            self.udp.queue_scratch(to, data.len());
+            self.udp.queue_scratch(0, to, data.len());
         }
         more
     }
@@ -231,7 +231,7 @@ impl Quic {
         if let Some(t) = answer {
             let len = t.size.min(self.buf.len());
             self.udp.scratch().extend_from_slice(&self.buf[..len]);
-            self.udp.queue_scratch(t.destination, len);
+            self.udp.queue_scratch(0, t.destination, len);
         }
     }
 
@@ -269,7 +269,7 @@ impl Quic {
             c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
             self.lose(&mut c);
         }
-        self.udp.queue(&mut c.conn, now);
+        self.udp.queue(0, &mut c.conn, now);
         if c.conn.is_drained() {
             count_connection(&mut self.udp.counts, &c.conn);
             return;

@@ -54,12 +54,17 @@ impl TestServer {
     }
 
     /// Stops the server and returns its totals; fails if it takes more than 2 s.
-    pub fn stop(mut self) -> WorkerCounters {
+    pub fn stop(self) -> WorkerCounters {
+        WorkerCounters::sum(&self.stop_each())
+    }
+
+    /// Stops the server: each worker's totals.
+    pub fn stop_each(mut self) -> Vec<WorkerCounters> {
         self.stop.store(true, Ordering::Relaxed);
         let started = Instant::now();
         let totals = self.handle.take().unwrap().join().unwrap();
         assert!(started.elapsed() < Duration::from_secs(2), "stopped in {:?}", started.elapsed());
-        WorkerCounters::sum(&totals)
+        totals
     }
 }
 
