@@ -714,7 +714,10 @@ fn consequences(ctx: &Context, out: &mut [Finding]) {
     // again after it dropped them; with the accept queue overflowing, also the requests sent
     // on connections the server had dropped at the handshake's last step (the client thinks
     // them open, so its data waits for the retransmission timer).
-    let overflowed = out.iter().any(|f| f.name == "accept-queue-overflow");
+    // The kernel's listen counters moved: said as the server's when a sample saw its
+    // listener full, as the host's when none did (a short overflow falls between samples).
+    let overflowed =
+        out.iter().any(|f| matches!(f.name, "accept-queue-overflow" | "host-listen-overflows"));
     let queues = |f: &&mut Finding| {
         matches!(f.name, "accept-queue-overflow" | "syn-queue-full" | "connections-out-of-service")
             || matches!(&f.cause, Some(Cause::KernelTimer { timer, .. })
@@ -753,6 +756,36 @@ fn keep_alive_consequences(ctx: &Context, out: &mut [Finding]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// nginx out of worker connections: a retransmission-timer tail is its consequence when
+    /// the listen counters moved, whether or not a sample caught the listener full (the
+    /// overflow then said as the host's); without any overflow it stands as found.
+    #[test]
+    fn a_timer_tail_under_a_worker_connection_limit_is_its_consequence() {
+        let finding = |name, severity, cause| Finding {
+            name,
+            severity,
+            summary: String::new(),
+            evidence: Vec::new(),
+            remedy: String::new(),
+            cause,
+        };
+        let timer = || Cause::KernelTimer {
+            timer: "retransmission timeout".into(),
+            ms: 200.0,
+            share: 0.01,
+        };
+        let limit = Cause::WorkerConnections { limit: 256, wanted: 1000 };
+        for (overflow, demoted) in [(Some("host-listen-overflows"), true), (None, false)] {
+            let mut out = vec![
+                finding("server-connection-limit", Severity::Critical, Some(limit.clone())),
+                finding("kernel-timer", Severity::Warning, Some(timer())),
+            ];
+            out.extend(overflow.map(|n| finding(n, Severity::Info, None)));
+            consequences(&Context::default(), &mut out);
+            assert_eq!(out[1].severity == Severity::Info, demoted, "{overflow:?}: {:?}", out[1]);
+        }
+    }
 
     /// The list of profile-only findings is the catalog's rules that need a profile.
     #[test]
