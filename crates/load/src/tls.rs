@@ -214,7 +214,7 @@ impl TlsClient {
 
     /// The configuration for a run with these options.
     pub fn new(o: &TlsOptions, h2: bool) -> Result<TlsClient, ConfigError> {
-        let mut provider = rustls::crypto::ring::default_provider();
+        let mut provider = qpslab_tls::provider();
         if let Some(list) = &o.ciphers {
             provider.cipher_suites = cipher_suites(list, &provider.cipher_suites)?;
         }

@@ -177,7 +177,7 @@ fn make_configs() -> Option<(ClientConfig, Arc<ServerConfig>)> {
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).ok()?;
     let cert = made.cert.der().clone();
     let key = PrivateKeyDer::try_from(made.key_pair.serialize_der()).ok()?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(qpslab_tls::provider());
     let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .ok()?

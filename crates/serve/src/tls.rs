@@ -56,7 +56,7 @@ impl ServerTls {
         } else {
             "--tls-self-signed"
         };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(qpslab_tls::provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| ConfigError::new(flag, e.to_string()))?;

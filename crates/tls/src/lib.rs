@@ -14,6 +14,21 @@ use std::ops::DerefMut;
 
 use rustls::ConnectionCommon;
 
+/// The crypto both sides build their TLS on: ring, with the key exchanges in a fixed order,
+/// X25519 first. rustls sets the order per release (0.23.48 puts P-384 first, which made a QUIC
+/// handshake cost 4 times the CPU in `bench/quic-libs`: 528 handshakes a CPU-second against
+/// 2,261), and a handshake-rate figure must not move with a dependency update.
+pub fn provider() -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::ring::kx_group;
+    #[allow(
+        deprecated,
+        reason = "ring builds with a C compiler only; the key exchanges are pinned here"
+    )]
+    let mut p = rustls::crypto::ring::default_provider();
+    p.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1, kx_group::SECP384R1];
+    p
+}
+
 /// What a batch of received records came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Received {
@@ -181,7 +196,7 @@ mod tests {
     use rustls::{ClientConnection, ServerConnection};
 
     fn pair() -> (Pump<ClientConnection>, Pump<ServerConnection>) {
-        let (client, server) = crate::common::configs();
+        let (client, server) = crate::common::configs(provider());
         let name = ServerName::try_from("localhost").unwrap();
         (
             Pump::new(ClientConnection::new(client, name).unwrap()),
@@ -253,6 +268,22 @@ mod tests {
         c.close_notify();
         let (_, r) = deliver(&mut c, &mut s, false);
         assert!(r.closed);
+    }
+
+    #[test]
+    fn the_key_exchange_is_x25519_whatever_rustls_puts_first() {
+        let (mut c, mut s) = pair();
+        deliver(&mut c, &mut s, true);
+        deliver(&mut s, &mut c, true);
+        let group = |g: Option<&'static dyn rustls::crypto::SupportedKxGroup>| g.map(|g| g.name());
+        assert_eq!(
+            group(c.conn().negotiated_key_exchange_group()),
+            Some(rustls::NamedGroup::X25519)
+        );
+        assert_eq!(
+            group(s.conn().negotiated_key_exchange_group()),
+            Some(rustls::NamedGroup::X25519)
+        );
     }
 
     #[test]

@@ -68,7 +68,7 @@ where
 #[test]
 fn an_idle_server_connection_keeps_under_eight_kib() {
     const CONNS: usize = 50;
-    let (client_cfg, server_cfg) = common::configs();
+    let (client_cfg, server_cfg) = common::configs(qpslab_tls::provider());
     let mut servers = Vec::with_capacity(CONNS);
     let before = LIVE.load(Ordering::Relaxed);
     for _ in 0..CONNS {

@@ -1,5 +1,5 @@
 //! Test configurations: a self-signed ECDSA P-256 certificate for localhost, and a client that
-//! trusts it (shared by the unit tests, through a path module, and the memory test).
+//! trusts it, both on the crypto provider given (shared by the unit tests, through a path module, and the memory test).
 
 use std::sync::Arc;
 
@@ -7,12 +7,12 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
-pub fn configs() -> (Arc<ClientConfig>, Arc<ServerConfig>) {
+pub fn configs(provider: rustls::crypto::CryptoProvider) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let cert =
         rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().self_signed(&key).unwrap();
     let der = CertificateDer::from(cert.der().to_vec());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(provider);
     let server = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap()
