@@ -818,6 +818,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub h3: bool,
 
+    /// HTTP/3: send a new client a Retry (it must echo a token: its address is proven, at one
+    /// round trip more) while N handshakes or more are under way in its worker; `always` asks
+    /// every client (nginx's quic_retry on), `never` none [default: 256]
+    #[arg(long, value_name = "N|always|never", value_parser = parse_retry, requires = "h3")]
+    pub h3_retry: Option<usize>,
+
     /// How workers share listeners: reuseport (one SO_REUSEPORT socket each), shared (one socket
     /// in every worker: the thundering herd of nginx with accept_mutex off), exclusive (shared
     /// with EPOLLEXCLUSIVE)
@@ -915,6 +921,15 @@ fn parse_workers(s: &str) -> Result<Workers, String> {
     }
 }
 
+/// `--h3-retry`: handshakes under way from which a Retry is sent (`always` 0, `never` none).
+fn parse_retry(s: &str) -> Result<usize, String> {
+    match s {
+        "always" => Ok(0),
+        "never" => Ok(usize::MAX),
+        n => n.parse().map_err(|_| format!("{n:?}: give a number of handshakes, always or never")),
+    }
+}
+
 impl ServeArgs {
     /// The server's options, as given; the serve crate validates them.
     pub fn to_options(&self) -> Result<qpslab_serve::ServeOptions, qpslab_serve::ConfigError> {
@@ -956,6 +971,7 @@ impl ServeArgs {
                 body_size: self.body_size,
                 status: self.status,
                 h2_streams: self.h2_streams,
+                h3_retry_above: self.h3_retry.unwrap_or(256),
             },
         })
     }

@@ -168,7 +168,7 @@ fn serve_text(r: &ServeReport) -> String {
         let per = |n: u64, calls: u64| n as f64 / calls.max(1) as f64;
         o += &format!(
             "HTTP/3: datagrams {} in ({:.1} per recvmmsg, {} GRO reads), {} out ({:.1} per \
-             sendmmsg, {} GSO sends, {} dropped); lost packets {}\n",
+             sendmmsg, {} GSO sends, {} dropped); lost packets {}; Retry packets {}\n",
             q.datagrams_in,
             per(q.datagrams_in, q.recv_calls),
             q.gro_reads,
@@ -177,6 +177,7 @@ fn serve_text(r: &ServeReport) -> String {
             q.gso_sends,
             q.send_dropped,
             q.lost_packets,
+            q.retries,
         );
     }
     if r.per_worker.len() > 1 {

@@ -201,6 +201,9 @@ pub struct QuicCounts {
     pub congestion_events: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// A server's Retry packets: new clients asked to prove their address first.
+    #[serde(default)]
+    pub retries: u64,
 }
 
 impl QuicCounts {
@@ -217,6 +220,7 @@ impl QuicCounts {
         self.congestion_events += o.congestion_events;
         self.acks_sent += o.acks_sent;
         self.acks_received += o.acks_received;
+        self.retries += o.retries;
     }
 }
 

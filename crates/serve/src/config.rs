@@ -64,6 +64,9 @@ pub struct Settings {
     pub status: u16,
     /// HTTP/2: streams open at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub h2_streams: usize,
+    /// HTTP/3: handshakes under way in a worker from which a new client whose address is not
+    /// yet validated is sent a Retry first (0: every such client; `usize::MAX`: none).
+    pub h3_retry_above: usize,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             status: 200,
             // nginx's http2_max_concurrent_streams.
             h2_streams: 128,
+            h3_retry_above: 256,
         }
     }
 }

@@ -240,6 +240,27 @@ fn a_handshake_flood_gets_retry_packets_past_256() {
     let t = server.stop();
     // The 256 flooders and the generator's connection (after its own Retry).
     assert_eq!(t.accepted, 256 + 1, "{t:?}");
+    assert_eq!(t.quic.unwrap().retries, 400 - 256 + 1, "the flood's and the generator's: {t:?}");
+}
+
+/// `--h3-retry always` proves every new client's address first (nginx's `quic_retry on`):
+/// each flooder gets a Retry and no connection, and a real client (which echoes the token) is
+/// served; `never` takes the whole flood without one.
+#[test]
+fn the_retry_threshold_is_the_users_to_set() {
+    let server = h3_server(|o| o.settings.h3_retry_above = 0);
+    let got = client(&server, &["flood", "30"]);
+    assert_eq!((got["retries"].as_u64(), got["others"].as_u64()), (Some(30), Some(0)), "{got}");
+    assert_eq!(load(&server, "/", 2, 10, 100), (100, 0));
+    let t = server.stop();
+    assert_eq!((t.accepted, t.quic.unwrap().retries), (2, 30 + 2), "{t:?}");
+
+    let server = h3_server(|o| o.settings.h3_retry_above = usize::MAX);
+    let got = client(&server, &["flood", "300"]);
+    assert_eq!(got["retries"].as_u64(), Some(0), "{got}");
+    assert_eq!(load(&server, "/", 1, 10, 100), (100, 0));
+    let t = server.stop();
+    assert_eq!((t.accepted, t.quic.unwrap().retries), (300 + 1, 0), "{t:?}");
 }
 
 #[test]

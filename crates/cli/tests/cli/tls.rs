@@ -366,6 +366,9 @@ fn bench_h3_runs_http3_on_the_builtin_server() {
     assert!(generator.contains("HTTP/3 (10 streams each)"), "{text}");
     usage_error(&["bench", "--h3", "--target", "nginx", "-d", "1s", "--no-save"], "--h3");
     usage_error(&["serve", "--h3", "-l", "127.0.0.1:0"], "--tls-self-signed");
+    let serve = ["serve", "--tls-self-signed", "-l", "127.0.0.1:0"];
+    usage_error(&[&serve[..], &["--h3", "--h3-retry", "soon"]].concat(), "--h3-retry");
+    usage_error(&[&serve[..], &["--h3-retry", "always"]].concat(), "--h3");
     // QUIC's own figures as thresholds: judged on HTTP/3 runs, refused on others.
     let checked = [&args[..], &["--threshold", "lost-packets<1000000", "--json", "--no-save"]];
     let out = qpslab(&checked.concat());
@@ -403,17 +406,20 @@ fn compare_shows_the_quic_figures_of_stored_http3_runs() {
 }
 
 /// `serve --h3 --stats-every`: each line carries the interval's UDP datagrams a second each
-/// way (a server without HTTP/3 prints none: `serve_stats_lines`).
+/// way (a server without HTTP/3 prints none: `serve_stats_lines`); with `--h3-retry always`
+/// every connection was asked for a Retry, as its summary says.
 #[test]
 fn serve_stats_lines_carry_http3_datagrams() {
-    let server =
-        ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3", "--stats-every", "200ms"]);
+    let server = ServeChild::start(
+        &[],
+        &["-w", "1", "--tls-self-signed", "--h3", "--stats-every", "200ms", "--h3-retry", "always"],
+    );
     let url = format!("https://{}/", server.addr);
     let out = qpslab(&["load", "--h3", "-k", "-c", "2", "--streams", "4", "-n", "3000", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     std::thread::sleep(Duration::from_millis(450));
     server.signal(libc::SIGINT);
-    let (code, _, err) = server.wait(Duration::from_secs(3));
+    let (code, out, err) = server.wait(Duration::from_secs(3));
     assert_eq!(code, Some(0), "{err}");
     let busy = err
         .lines()
@@ -421,4 +427,6 @@ fn serve_stats_lines_carry_http3_datagrams() {
         .filter_map(|r| r.split(' ').next()?.parse::<f64>().ok())
         .fold(0.0, f64::max);
     assert!(busy > 100.0, "{err}");
+    // The load's two connections and its handshake before the run, each asked once.
+    assert!(out.contains("on 3 connections;") && out.contains("; Retry packets 3\n"), "{out}");
 }

@@ -6,7 +6,7 @@
 //! [`H3`].
 //!
 //! Against abuse: connections beyond `--max-conns` are refused (CONNECTION_REFUSED); while
-//! more than [`RETRY_ABOVE`] handshakes are under way, a client whose address is not yet
+//! `--h3-retry` handshakes (256 by default) are under way, a client whose address is not yet
 //! validated gets a Retry first (a token it must echo: a spoofed flood cannot make the
 //! server work); QUIC's own limits hold the rest (three times the bytes received before an
 //! address is validated, stream counts, flow-control windows).
@@ -29,8 +29,6 @@ use quinn_proto::{
 use super::h3::H3;
 use super::session::Shared;
 
-/// Handshakes under way beyond which an unvalidated client is sent a Retry first.
-pub(super) const RETRY_ABOVE: usize = 256;
 /// recvmmsg calls per readiness before the connections get their turn.
 const RECV_BATCHES: usize = 8;
 /// The allocation received datagrams are copied into for quinn-proto.
@@ -203,8 +201,12 @@ impl Quic {
         self.buf.clear();
         let answer = if self.open >= sh.cfg.settings.max_conns || self.draining {
             Some(self.endpoint.refuse(i, &mut self.buf))
-        } else if self.handshaking >= RETRY_ABOVE && !i.remote_address_validated() {
-            self.endpoint.retry(i, &mut self.buf).ok()
+        } else if self.handshaking >= sh.cfg.settings.h3_retry_above
+            && !i.remote_address_validated()
+        {
+            let sent = self.endpoint.retry(i, &mut self.buf).ok();
+            self.udp.counts.retries += u64::from(sent.is_some());
+            sent
         } else {
             match self.endpoint.accept(i, now, &mut self.buf, None) {
                 Ok((h, conn)) => {
