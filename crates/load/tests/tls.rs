@@ -265,17 +265,26 @@ fn ciphers_and_versions_are_what_the_server_is_offered(io: IoChoice) {
     let (cert, key) = pki.server(false);
     let nginx = Nginx::start_tls(&cert, &key);
     for (version, ciphers, expect) in [
-        (None, "TLS13_CHACHA20_POLY1305_SHA256", "TLSv1_3 TLS13_CHACHA20_POLY1305_SHA256"),
+        (None, Some("TLS13_CHACHA20_POLY1305_SHA256"), "TLSv1_3 TLS13_CHACHA20_POLY1305_SHA256"),
         (
             Some(TlsVersion::V1_2),
-            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            Some("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
             "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
         ),
+        (
+            Some(TlsVersion::V1_2),
+            Some("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
+            "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        ),
+        // By default AES-128-GCM comes first, as browsers offer it; nginx follows the
+        // client's order (ssl_prefer_server_ciphers off).
+        (None, None, "TLSv1_3 TLS13_AES_128_GCM_SHA256"),
+        (Some(TlsVersion::V1_2), None, "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
     ] {
         let tls = TlsOptions {
             cacert: Some(pki.ca_file()),
             version,
-            ciphers: Some(ciphers.into()),
+            ciphers: ciphers.map(Into::into),
             ..TlsOptions::default()
         };
         let mut o = tls_on(io, &nginx.https_url("/"), tls);
