@@ -9,6 +9,7 @@
 //! decode or grows past [`MAX_BLOCK`] (a CONTINUATION flood), a window update that overflows,
 //! a push, acknowledgements owed past [`MAX_OWED`] (a PING or SETTINGS flood).
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header, HEADER_LEN, MAX_WINDOW};
@@ -102,8 +103,10 @@ pub(crate) struct Http2 {
     owed_in_flight: usize,
     /// Unconsumed bytes of a frame split across reads.
     carry: Vec<u8>,
-    /// Streams open, in the order they were opened.
-    streams: Vec<Stream>,
+    /// Streams open, in the order they were opened. A deque: servers answer mostly in order,
+    /// and taking the oldest out of a Vec moved every other stream (a memmove of 10 KB a
+    /// response at 100 streams, 6% of the generator's CPU against nginx).
+    streams: VecDeque<Stream>,
     /// Requests taken but not on a stream: refused by the server, or carried to a new
     /// connection past its stream limit. They open as streams end (position, request).
     held: Vec<(u32, Req)>,
@@ -154,7 +157,7 @@ impl Http2 {
             owed: 0,
             owed_in_flight: 0,
             carry: Vec::new(),
-            streams: Vec::with_capacity(cfg.streams as usize),
+            streams: VecDeque::with_capacity(cfg.streams as usize),
             held: Vec::new(),
             next_id: 1,
             dec: Decoder::new(4096, MAX_LIST),
@@ -334,7 +337,7 @@ impl Http2 {
         let window = self.peer_window;
         let s =
             Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0, body_at: 0, window };
-        self.streams.push(s);
+        self.streams.push_back(s);
         at
     }
 
@@ -535,7 +538,7 @@ impl Http2 {
                 } else {
                     let mut s = s;
                     s.req.retried = true;
-                    self.streams.push(s);
+                    self.streams.push_back(s);
                 }
             }
         }
@@ -569,8 +572,7 @@ impl Http2 {
             kind::HEADERS | kind::CONTINUATION => self.header_block(h, payload, answered)?,
             kind::RST_STREAM => {
                 let why = frame::rst_code(&h, payload).map_err(named)?;
-                if let Some(i) = self.find(h.stream) {
-                    let s = self.streams.remove(i);
+                if let Some(s) = self.find(h.stream).and_then(|i| self.streams.remove(i)) {
                     if why == code::REFUSED_STREAM {
                         // Not processed (RFC 9113 8.7): safe to send again, once a stream
                         // ends (at once, it would be refused again).
@@ -813,7 +815,7 @@ impl Http2 {
     }
 
     fn complete(&mut self, i: usize, answered: &mut impl FnMut(Req, Response)) {
-        let s = self.streams.remove(i);
+        let Some(s) = self.streams.remove(i) else { return };
         self.reused = true;
         let resp =
             Response { status: s.status, keep_alive: true, interim: s.interim, body_bytes: s.body };
