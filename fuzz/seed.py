@@ -230,6 +230,45 @@ def client_hellos():
         yield outgoing.read()
 
 
+def quic_frames():
+    """QUIC frame payloads (RFC 9000 section 19): what a server sends a client."""
+    v = varint
+    ack = b"\x02" + v(100) + v(7) + v(2) + v(10) + v(3) + v(5) + v(0) + v(0)
+    ack_ecn = b"\x03" + v(5) + v(0) + v(0) + v(5) + v(1) + v(2) + v(3)
+    crypto = b"\x06" + v(0) + v(4) + b"\x02\x00\x00\x00"
+    stream = b"\x0f" + v(0) + v(1000) + v(5) + b"hello"
+    stream_to_end = b"\x08" + v(4) + b"rest of the packet"
+    ncid = b"\x18" + v(1) + v(0) + b"\x08" + bytes(range(8)) + bytes(16)
+    close = b"\x1c" + v(0x0a) + v(0x08) + v(3) + b"bad"
+    app_close = b"\x1d" + v(0x100) + v(0)
+    maxes = (b"\x10" + v(1 << 20) + b"\x11" + v(0) + v(65536) + b"\x12" + v(100)
+             + b"\x13" + v(3) + b"\x1e" + b"\x01")
+    resets = b"\x04" + v(0) + v(0x10c) + v(3) + b"\x05" + v(4) + v(0x10c)
+    for p in (ack, ack_ecn, crypto, stream, stream_to_end, ncid, close, app_close, maxes,
+              resets, ack + crypto + b"\x00" * 20, b"\x1a" + bytes(8) + b"\x1b" + bytes(8),
+              b"\x07" + v(4) + b"tokn" + b"\x19" + v(2) + b"\x14" + v(9) + b"\x15" + v(0) + v(9)):
+        yield p
+
+
+def quic_packets():
+    """The quic_packets target's inputs: frames (first byte below 64), datagrams of
+    headers (64-127), frames to seal and open (128 and up: packet number, distance to the
+    last acknowledged, then the frames)."""
+    for f in quic_frames():
+        yield b"\x00" + f
+        yield b"\x81" + bytes([0, 0, 1, 44, 0, 10]) + f
+        yield b"\x80" + bytes([0, 1, 0, 0, 0, 200]) + f
+    dcid, scid = bytes(range(8)), bytes(range(8, 12))
+    initial = (b"\xc3\x00\x00\x00\x01" + bytes([8]) + dcid + bytes([4]) + scid + varint(2)
+               + b"tk" + varint(40) + bytes(40))
+    handshake = b"\xe1\x00\x00\x00\x01" + bytes([4]) + scid + bytes([8]) + dcid + varint(30) + bytes(30)
+    short = b"\x41" + dcid + bytes(40)
+    vn = b"\x80\x00\x00\x00\x00" + bytes([8]) + dcid + bytes([4]) + scid + b"\x00\x00\x00\x01"
+    retry = b"\xf0\x00\x00\x00\x01" + bytes([8]) + dcid + bytes([4]) + scid + b"token" + bytes(16)
+    for d in (initial, initial + handshake + short, vn, retry, short, handshake + b"\x00" * 3):
+        yield b"\x40" + d
+
+
 def main():
     for r in REQUESTS:
         put("request_head", r)
@@ -260,6 +299,8 @@ def main():
         put("serve_h3", script)
     for script in load_h3_scripts():
         put("load_h3_client", script)
+    for p in quic_packets():
+        put("quic_packets", p)
     for f in h2_server_frames():
         put("load_h2_client", b"\xff" + f)
         put("load_h2_client", b"\x05" + f)

@@ -5,9 +5,14 @@
 //! counts of what each system call carried) and the peer's HTTP/3 unidirectional streams
 //! ([`peer`]: its control stream and SETTINGS, QPACK streams with the dynamic table off,
 //! GOAWAY), with the connection errors RFC 9114 names; a receive stream read to where it
-//! stands ([`recv`]).
+//! stands ([`recv`]). The first layers of a QUIC transport of qpslab's own: packets
+//! ([`packet`]: headers, packet numbers, protection with rustls's QUIC keys) and frames
+//! ([`frame`]), checked against quinn-proto's packets; nothing drives them yet.
 //! Does not own requests, responses or the event loops: each side has its own.
 
+pub mod frame;
+pub mod fuzzing;
+pub mod packet;
 pub mod pair;
 pub mod peer;
 pub mod recv;

@@ -174,6 +174,18 @@ pub fn configs() -> Option<(ClientConfig, Arc<ServerConfig>)> {
 }
 
 fn make_configs() -> Option<(ClientConfig, Arc<ServerConfig>)> {
+    let (client, server) = tls_configs()?;
+    let server = QuicServerConfig::try_from(Arc::new(server)).ok()?;
+    let client = QuicClientConfig::try_from(client).ok()?;
+    Some((
+        ClientConfig::new(Arc::new(client)),
+        Arc::new(ServerConfig::with_crypto(Arc::new(server))),
+    ))
+}
+
+/// The TLS under [`configs`]: a made-up certificate for `localhost` (TLS 1.3, ALPN `h3`), a
+/// client's configuration that trusts it and the server's over it.
+pub fn tls_configs() -> Option<(rustls::ClientConfig, rustls::ServerConfig)> {
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).ok()?;
     let cert = made.cert.der().clone();
     let key = PrivateKeyDer::try_from(made.key_pair.serialize_der()).ok()?;
@@ -193,12 +205,7 @@ fn make_configs() -> Option<(ClientConfig, Arc<ServerConfig>)> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     client.alpn_protocols = vec![b"h3".to_vec()];
-    let server = QuicServerConfig::try_from(Arc::new(server)).ok()?;
-    let client = QuicClientConfig::try_from(client).ok()?;
-    Some((
-        ClientConfig::new(Arc::new(client)),
-        Arc::new(ServerConfig::with_crypto(Arc::new(server))),
-    ))
+    Some((client, server))
 }
 
 /// What a script does to one of a connection's streams.
