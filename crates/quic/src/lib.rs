@@ -7,9 +7,11 @@
 //! GOAWAY), with the connection errors RFC 9114 names; a receive stream read to where it
 //! stands ([`recv`]). The first layers of a QUIC transport of qpslab's own: packets
 //! ([`packet`]: headers, packet numbers, protection with rustls's QUIC keys) and frames
-//! ([`frame`]), checked against quinn-proto's packets; nothing drives them yet.
+//! ([`frame`]) and a client connection as far as the handshake ([`client`]), checked against
+//! quinn-proto; nothing in the generator drives them yet.
 //! Does not own requests, responses or the event loops: each side has its own.
 
+pub mod client;
 pub mod frame;
 pub mod fuzzing;
 pub mod packet;

@@ -1,0 +1,418 @@
+//! A QUIC client connection of qpslab's own, as far as the handshake (RFC 9000, RFC 9001):
+//! the Initial, Handshake and 1-RTT packet number spaces with their keys, rustls's handshake
+//! carried in CRYPTO frames each way, every packet received acknowledged in its space, and
+//! the handshake confirmed by the server's HANDSHAKE_DONE. Sans-I/O, as quinn-proto is: the
+//! caller hands datagrams in ([`Client::recv`]) and takes datagrams to send
+//! ([`Client::poll_transmit`]).
+//!
+//! Not yet: streams, loss recovery and congestion control, flow control, the idle timeout,
+//! key updates, 0-RTT, Retry and version negotiation. Nothing in the generator drives it.
+
+use std::sync::Arc;
+
+use rustls::quic::{DirectionalKeys, KeyChange, Keys, Version};
+
+use crate::frame::{self, Frame};
+use crate::packet::{self, Head, Kind, Long};
+
+/// Handshake bytes held out of order in a space at most (a certificate chain is a few KB).
+const CRYPTO_HELD: u64 = 64 * 1024;
+
+/// The datagram size this client sends (an Initial's datagram must be at least 1,200).
+pub const MTU: usize = 1200;
+
+/// Why the connection failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// rustls refused the handshake (with the TLS alert it would send, if any).
+    Tls(String),
+    /// The server broke the protocol (a frame that does not parse, one where it may not be).
+    Protocol(String),
+    /// The server closed the connection: its error code and reason.
+    Closed { code: u64, reason: String },
+}
+
+/// One packet number space: its keys, the numbers sent and received, and its handshake
+/// bytes each way.
+#[derive(Default)]
+struct Space {
+    /// Keys to send and to read; None before they exist or once they are dropped.
+    keys: Option<(DirectionalKeys, DirectionalKeys)>,
+    next_pn: u64,
+    /// The largest packet number received, and the ranges received (inclusive, largest
+    /// first) that the next ACK reports.
+    largest: Option<u64>,
+    received: Vec<(u64, u64)>,
+    /// An ack-eliciting packet came since the last ACK sent.
+    ack_owed: bool,
+    /// Handshake bytes to send, from `crypto_sent` on, and the offset of the first.
+    crypto_out: Vec<u8>,
+    crypto_sent: u64,
+    /// Handshake bytes received past the next expected offset, held until it comes.
+    crypto_in: Vec<(u64, Vec<u8>)>,
+    crypto_read: u64,
+}
+
+impl Space {
+    fn received(&mut self, pn: u64, eliciting: bool) {
+        self.largest = Some(self.largest.map_or(pn, |l| l.max(pn)));
+        self.ack_owed |= eliciting;
+        add_range(&mut self.received, pn);
+    }
+}
+
+/// Adds `pn` to inclusive ranges kept largest first, merging neighbours.
+fn add_range(ranges: &mut Vec<(u64, u64)>, pn: u64) {
+    for i in 0..ranges.len() {
+        let (lo, hi) = ranges[i];
+        if pn > hi + 1 {
+            ranges.insert(i, (pn, pn));
+            break;
+        }
+        if pn == hi + 1 {
+            ranges[i].1 = pn;
+            break;
+        }
+        if pn >= lo {
+            return;
+        }
+        if pn + 1 == lo {
+            ranges[i].0 = pn;
+            // It may now touch the range below.
+            if ranges.get(i + 1).is_some_and(|&(_, below)| below + 1 == pn) {
+                ranges[i].0 = ranges[i + 1].0;
+                ranges.remove(i + 1);
+            }
+            return;
+        }
+    }
+    if ranges.last().is_none_or(|&(lo, _)| pn + 1 < lo) {
+        ranges.push((pn, pn));
+    }
+    // Old history goes: 32 ranges are plenty for an ACK.
+    ranges.truncate(32);
+}
+
+const INITIAL: usize = 0;
+const HANDSHAKE: usize = 1;
+const DATA: usize = 2;
+
+/// A client connection's state.
+pub struct Client {
+    tls: rustls::quic::ClientConnection,
+    spaces: [Space; 3],
+    /// The space rustls's next handshake bytes go to.
+    write_space: usize,
+    /// Where packets go (the server's chosen connection ID once it answered), and this
+    /// client's own.
+    dcid: Vec<u8>,
+    scid: Vec<u8>,
+    /// The server's first Initial was read (its connection ID taken).
+    answered: bool,
+    /// The server's HANDSHAKE_DONE came.
+    confirmed: bool,
+    failed: Option<Error>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("scid", &self.scid)
+            .field("dcid", &self.dcid)
+            .field("confirmed", &self.confirmed)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Initial keys of a connection whose client chose `dcid` first, this client's side.
+fn initial_keys(dcid: &[u8]) -> Option<Keys> {
+    let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+    let quic = suite.tls13()?.quic_suite()?;
+    Some(quic.keys(dcid, rustls::Side::Client, Version::V1))
+}
+
+fn split(keys: Keys) -> (DirectionalKeys, DirectionalKeys) {
+    (keys.local, keys.remote)
+}
+
+impl Client {
+    /// A connection to `name` with `config` (TLS 1.3, its ALPN set); `dcid` (8 to 20 random
+    /// bytes) is the server's connection ID until it chooses one, `scid` this client's own.
+    /// Its first flight waits in [`Client::poll_transmit`].
+    pub fn new(
+        config: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+        dcid: &[u8],
+        scid: &[u8],
+    ) -> Result<Client, Error> {
+        let tls = rustls::quic::ClientConnection::new(config, Version::V1, name, params(scid))
+            .map_err(|e| Error::Tls(e.to_string()))?;
+        let keys = initial_keys(dcid).ok_or_else(|| Error::Tls("no Initial keys".into()))?;
+        let mut c = Client {
+            tls,
+            spaces: Default::default(),
+            write_space: INITIAL,
+            dcid: dcid.to_vec(),
+            scid: scid.to_vec(),
+            answered: false,
+            confirmed: false,
+            failed: None,
+        };
+        c.spaces[INITIAL].keys = Some(split(keys));
+        c.write_handshake();
+        Ok(c)
+    }
+
+    /// The handshake is confirmed (the server's HANDSHAKE_DONE came).
+    pub fn is_confirmed(&self) -> bool {
+        self.confirmed
+    }
+
+    /// What ended the connection, if something did.
+    pub fn failure(&self) -> Option<&Error> {
+        self.failed.as_ref()
+    }
+
+    /// The TLS session (the ALPN agreed, the server's transport parameters).
+    pub fn tls(&self) -> &rustls::quic::ClientConnection {
+        &self.tls
+    }
+
+    /// Takes what rustls has to send, each batch into the space it belongs to, and the keys
+    /// it makes ready.
+    fn write_handshake(&mut self) {
+        loop {
+            let mut out = Vec::new();
+            let change = self.tls.write_hs(&mut out);
+            self.spaces[self.write_space].crypto_out.extend_from_slice(&out);
+            match change {
+                Some(KeyChange::Handshake { keys }) => {
+                    self.spaces[HANDSHAKE].keys = Some(split(keys));
+                    self.write_space = HANDSHAKE;
+                }
+                Some(KeyChange::OneRtt { keys, .. }) => {
+                    self.spaces[DATA].keys = Some(split(keys));
+                    self.write_space = DATA;
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Reads a datagram from the server (changed in place: its packets are decrypted there).
+    pub fn recv(&mut self, datagram: &mut [u8]) {
+        let mut at = 0;
+        while at < datagram.len() && self.failed.is_none() {
+            let d = &mut datagram[at..];
+            let Ok(h) = packet::parse(d, self.scid.len()) else { return };
+            let (kind, span, scid) = (h.kind, h.span(), h.scid.to_vec());
+            at += span.end;
+            let space = match kind {
+                Kind::Initial => INITIAL,
+                Kind::Handshake => HANDSHAKE,
+                Kind::OneRtt => DATA,
+                // Not yet: Retry, version negotiation; 0-RTT is never the server's.
+                _ => continue,
+            };
+            let Some((_, remote)) = &self.spaces[space].keys else { continue };
+            let largest = self.spaces[space].largest;
+            let Ok((pn, payload)) = packet::open(d, span, remote, largest) else { continue };
+            let payload = payload.to_vec();
+            if kind == Kind::Initial && !self.answered {
+                // The server's choice of connection ID is where packets go from now on.
+                self.answered = true;
+                self.dcid = scid;
+            }
+            let eliciting = self.frames(space, &payload);
+            self.spaces[space].received(pn, eliciting);
+            // Once the client sends in the Handshake space, the Initial keys go (RFC 9001
+            // section 4.9.1); done at the next send.
+        }
+    }
+
+    /// The frames of a packet in `space`; whether any asks for an acknowledgement.
+    fn frames(&mut self, space: usize, payload: &[u8]) -> bool {
+        let mut eliciting = false;
+        for f in frame::frames(payload) {
+            let f = match f {
+                Ok(f) => f,
+                Err(e) => {
+                    self.failed =
+                        Some(Error::Protocol(format!("a malformed frame (type {:#x})", e.0)));
+                    return false;
+                }
+            };
+            eliciting |=
+                !matches!(f, Frame::Padding | Frame::Ack(_) | Frame::ConnectionClose { .. });
+            match f {
+                Frame::Crypto { offset, data } => self.crypto(space, offset, data),
+                Frame::HandshakeDone if space == DATA => {
+                    self.confirmed = true;
+                    // The Handshake keys go once the handshake is confirmed (section 4.9.2).
+                    self.spaces[HANDSHAKE].keys = None;
+                }
+                Frame::HandshakeDone => {
+                    self.failed = Some(Error::Protocol("HANDSHAKE_DONE before 1-RTT".into()));
+                }
+                Frame::ConnectionClose { code, reason, .. } => {
+                    let reason = String::from_utf8_lossy(reason).into_owned();
+                    self.failed = Some(Error::Closed { code, reason });
+                }
+                _ => {}
+            }
+        }
+        eliciting
+    }
+
+    /// Handshake bytes at `offset` of `space`'s crypto stream: given to rustls in order.
+    fn crypto(&mut self, space: usize, offset: u64, data: &[u8]) {
+        let s = &mut self.spaces[space];
+        let end = offset + data.len() as u64;
+        if end <= s.crypto_read {
+            return;
+        }
+        if offset > s.crypto_read {
+            // Held out of order, to a bound (RFC 9000 section 7.5): past it, the server is
+            // sending a handshake no client needs, or flooding.
+            let held: usize = s.crypto_in.iter().map(|(_, d)| d.len()).sum();
+            if end - s.crypto_read > CRYPTO_HELD || held + data.len() > CRYPTO_HELD as usize {
+                self.failed = Some(Error::Protocol(
+                    "CRYPTO data past the buffer's bound (CRYPTO_BUFFER_EXCEEDED)".into(),
+                ));
+                return;
+            }
+            s.crypto_in.push((offset, data.to_vec()));
+            return;
+        }
+        let mut ready = data[(s.crypto_read - offset) as usize..].to_vec();
+        s.crypto_read = end;
+        // What arrived earlier past the gap, now in order.
+        while let Some(i) = s.crypto_in.iter().position(|(o, _)| *o <= s.crypto_read) {
+            let (o, d) = s.crypto_in.swap_remove(i);
+            let e = o + d.len() as u64;
+            if e > s.crypto_read {
+                ready.extend_from_slice(&d[(s.crypto_read - o) as usize..]);
+                s.crypto_read = e;
+            }
+        }
+        if let Err(e) = self.tls.read_hs(&ready) {
+            let alert = self.tls.alert().map(|a| format!(" (alert {a:?})")).unwrap_or_default();
+            self.failed = Some(Error::Tls(format!("{e}{alert}")));
+            return;
+        }
+        self.write_handshake();
+    }
+
+    /// Writes the next datagram to send into `out` (cleared first): each space's ACK and
+    /// handshake bytes, Initial, Handshake and 1-RTT packets coalesced; false when there is
+    /// nothing to send.
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        if self.failed.is_some() {
+            return false;
+        }
+        let mut initial_sent = false;
+        for space in [INITIAL, HANDSHAKE, DATA] {
+            let mut frames = Vec::new();
+            let s = &mut self.spaces[space];
+            if s.keys.is_none() {
+                continue;
+            }
+            if s.ack_owed {
+                frame::put_ack(&mut frames, &s.received, 0);
+                s.ack_owed = false;
+            }
+            let room = MTU.saturating_sub(out.len() + 100);
+            let pending = &s.crypto_out[..s.crypto_out.len().min(room)];
+            if !pending.is_empty() {
+                frame::put_crypto(&mut frames, s.crypto_sent, pending);
+                let n = pending.len();
+                s.crypto_sent += n as u64;
+                s.crypto_out.drain(..n);
+            }
+            if frames.is_empty() {
+                continue;
+            }
+            let pn = s.next_pn;
+            s.next_pn += 1;
+            let Some((local, _)) = &s.keys else { continue };
+            let head = match space {
+                DATA => Head::Short { dcid: &self.dcid, key_phase: false },
+                _ => Head::Long(Long {
+                    kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
+                    version: packet::V1,
+                    dcid: &self.dcid,
+                    scid: &self.scid,
+                    token: &[],
+                }),
+            };
+            // An Initial's datagram is padded to 1,200 bytes: the last packet of it takes
+            // the padding (here the Initial itself, the others fit in what is left).
+            let min = if space == INITIAL { MTU } else { 0 };
+            let acked = s.largest_acked();
+            if packet::seal(out, head, pn, acked, &frames, min, local).is_err() {
+                self.failed = Some(Error::Protocol("a packet could not be sealed".into()));
+                return false;
+            }
+            initial_sent |= space == INITIAL;
+            if space == HANDSHAKE && self.spaces[INITIAL].keys.is_some() {
+                // Sending in the Handshake space ends the Initial one (RFC 9001 4.9.1).
+                self.spaces[INITIAL].keys = None;
+            }
+            if initial_sent && out.len() >= MTU {
+                break;
+            }
+        }
+        !out.is_empty()
+    }
+}
+
+impl Space {
+    /// Not tracked yet (no loss recovery): packet numbers are written in full width.
+    fn largest_acked(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The transport parameters a client sends (RFC 9000 section 18.2): its connection ID
+/// (initial_source_connection_id, which it must send), and the limits it gives the server.
+fn params(scid: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    let mut put = |id: u64, value: &[u8]| {
+        qpslab_http::h3::varint::put(&mut p, id);
+        qpslab_http::h3::varint::put(&mut p, value.len() as u64);
+        p.extend_from_slice(value);
+    };
+    let v = |x: u64| {
+        let mut b = Vec::new();
+        qpslab_http::h3::varint::put(&mut b, x);
+        b
+    };
+    put(0x0f, scid);
+    put(0x01, &v(30_000)); // max_idle_timeout, ms
+    put(0x04, &v(1 << 24)); // initial_max_data
+    put(0x05, &v(1 << 20)); // initial_max_stream_data_bidi_local
+    put(0x06, &v(1 << 20)); // initial_max_stream_data_bidi_remote
+    put(0x07, &v(1 << 20)); // initial_max_stream_data_uni
+    put(0x09, &v(100)); // initial_max_streams_uni
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_range;
+
+    #[test]
+    fn received_numbers_make_ranges_largest_first() {
+        let mut r = Vec::new();
+        for pn in [0, 1, 2, 5, 4, 9, 3, 9, 7] {
+            add_range(&mut r, pn);
+        }
+        assert_eq!(r, [(9, 9), (7, 7), (0, 5)]);
+        add_range(&mut r, 8);
+        assert_eq!(r, [(7, 9), (0, 5)]);
+        add_range(&mut r, 6);
+        assert_eq!(r, [(0, 9)]);
+    }
+}
