@@ -5,8 +5,9 @@
 //! caller hands datagrams in ([`Client::recv`]) and takes datagrams to send
 //! ([`Client::poll_transmit`]).
 //!
-//! Not yet: streams, loss recovery and congestion control, flow control, the idle timeout,
-//! key updates, 0-RTT, Retry and version negotiation. Nothing in the generator drives it.
+//! Streams and their flow control are [`crate::streams`]'s. Not yet: loss recovery and
+//! congestion control, the idle timeout, key updates, 0-RTT, Retry and version negotiation.
+//! Nothing in the generator drives it.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use rustls::quic::{DirectionalKeys, KeyChange, Keys, Version};
 
 use crate::frame::{self, Frame};
 use crate::packet::{self, Head, Kind, Long};
+use crate::streams::{PeerLimits, Streams};
 
 /// Handshake bytes held out of order in a space at most (a certificate chain is a few KB).
 const CRYPTO_HELD: u64 = 64 * 1024;
@@ -112,6 +114,32 @@ pub struct Client {
     /// The server's HANDSHAKE_DONE came.
     confirmed: bool,
     failed: Option<Error>,
+    /// The connection ID this client chose first for the server (its transport parameters
+    /// must name it).
+    original_dcid: Vec<u8>,
+    pub streams: Streams,
+    pub counts: Counts,
+    /// 1-RTT key updates (RFC 9001 section 6), once the 1-RTT keys are there.
+    key_update: Option<KeyUpdate>,
+}
+
+/// The 1-RTT key phase in use, the packet keys of the next and the secrets after those.
+struct KeyUpdate {
+    phase: bool,
+    next: rustls::quic::PacketKeySet,
+    secrets: rustls::quic::Secrets,
+}
+
+/// What the connection sent and received, in packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub packets_in: u64,
+    /// Packets that did not open (no keys for their space, or the AEAD refused them).
+    pub undecryptable: u64,
+    pub packets_out: u64,
+    pub acks_out: u64,
+    /// 1-RTT key updates the server started, followed.
+    pub key_updates: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -158,6 +186,10 @@ impl Client {
             answered: false,
             confirmed: false,
             failed: None,
+            original_dcid: dcid.to_vec(),
+            streams: Streams::new(),
+            counts: Counts::default(),
+            key_update: None,
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
@@ -191,11 +223,57 @@ impl Client {
                     self.spaces[HANDSHAKE].keys = Some(split(keys));
                     self.write_space = HANDSHAKE;
                 }
-                Some(KeyChange::OneRtt { keys, .. }) => {
+                Some(KeyChange::OneRtt { keys, mut next }) => {
                     self.spaces[DATA].keys = Some(split(keys));
+                    let next_keys = next.next_packet_keys();
+                    self.key_update =
+                        Some(KeyUpdate { phase: false, next: next_keys, secrets: next });
                     self.write_space = DATA;
+                    self.take_params();
                 }
                 None => break,
+            }
+        }
+    }
+
+    /// The server updated the 1-RTT keys (a packet in the other key phase opened with the
+    /// next keys): this side's packets take them too, and the keys after them are made ready.
+    /// Packets of the old phase that arrive later are dropped (not yet kept for reordering).
+    fn update_keys(&mut self) {
+        let (Some(u), Some((local, remote))) = (&mut self.key_update, &mut self.spaces[DATA].keys)
+        else {
+            return;
+        };
+        let next = std::mem::replace(&mut u.next, u.secrets.next_packet_keys());
+        local.packet = next.local;
+        remote.packet = next.remote;
+        u.phase = !u.phase;
+        self.counts.key_updates += 1;
+    }
+
+    /// The server's transport parameters, once its handshake is read: its limits for the
+    /// streams, and the connection IDs it must name (RFC 9000 section 7.3).
+    fn take_params(&mut self) {
+        let Some(b) = self.tls.quic_transport_parameters() else {
+            self.failed = Some(Error::Protocol("no transport parameters from the server".into()));
+            return;
+        };
+        match peer_params(b) {
+            Some((limits, odcid, iscid)) if odcid == self.original_dcid && iscid == self.dcid => {
+                self.streams.peer = limits;
+            }
+            Some(_) => {
+                self.failed = Some(Error::Protocol(
+                    "the server's transport parameters name other connection IDs \
+                     (TRANSPORT_PARAMETER_ERROR)"
+                        .into(),
+                ));
+            }
+            None => {
+                self.failed = Some(Error::Protocol(
+                    "the server's transport parameters do not parse (TRANSPORT_PARAMETER_ERROR)"
+                        .into(),
+                ));
             }
         }
     }
@@ -217,8 +295,21 @@ impl Client {
             };
             let Some((_, remote)) = &self.spaces[space].keys else { continue };
             let largest = self.spaces[space].largest;
-            let Ok((pn, payload)) = packet::open(d, span, remote, largest) else { continue };
+            let update = &self.key_update;
+            let opened =
+                packet::open_phase(d, span, &*remote.header, largest, |phase| match update {
+                    Some(u) if space == DATA && phase != u.phase => Some(&*u.next.remote),
+                    _ => Some(&*remote.packet),
+                });
+            let Ok((pn, phase, payload)) = opened else {
+                self.counts.undecryptable += 1;
+                continue;
+            };
+            self.counts.packets_in += 1;
             let payload = payload.to_vec();
+            if space == DATA && self.key_update.as_ref().is_some_and(|u| u.phase != phase) {
+                self.update_keys();
+            }
             if kind == Kind::Initial && !self.answered {
                 // The server's choice of connection ID is where packets go from now on.
                 self.answered = true;
@@ -259,7 +350,34 @@ impl Client {
                     let reason = String::from_utf8_lossy(reason).into_owned();
                     self.failed = Some(Error::Closed { code, reason });
                 }
+                Frame::Stream { .. }
+                | Frame::ResetStream { .. }
+                | Frame::StopSending { .. }
+                | Frame::MaxData(_)
+                | Frame::MaxStreamData { .. }
+                | Frame::MaxStreams { .. }
+                    if space != DATA =>
+                {
+                    self.failed = Some(Error::Protocol("a stream frame before 1-RTT".into()));
+                }
+                Frame::Stream { id, offset, data, fin } => {
+                    if let Err(b) = self.streams.on_stream(id, offset, data, fin) {
+                        self.failed = Some(Error::Protocol(format!("{} (code {:#x})", b.1, b.0)));
+                    }
+                }
+                Frame::ResetStream { id, code, final_size } => {
+                    if let Err(b) = self.streams.on_reset(id, code, final_size) {
+                        self.failed = Some(Error::Protocol(format!("{} (code {:#x})", b.1, b.0)));
+                    }
+                }
+                Frame::StopSending { id, .. } => self.streams.on_stop(id),
+                Frame::MaxData(max) => self.streams.on_max_data(max),
+                Frame::MaxStreamData { id, max } => self.streams.on_max_stream_data(id, max),
+                Frame::MaxStreams { bidi, max } => self.streams.on_max_streams(bidi, max),
                 _ => {}
+            }
+            if self.failed.is_some() {
+                return false;
             }
         }
         eliciting
@@ -322,6 +440,7 @@ impl Client {
             if s.ack_owed {
                 frame::put_ack(&mut frames, &s.received, 0);
                 s.ack_owed = false;
+                self.counts.acks_out += 1;
             }
             let room = MTU.saturating_sub(out.len() + 100);
             let pending = &s.crypto_out[..s.crypto_out.len().min(room)];
@@ -331,6 +450,11 @@ impl Client {
                 s.crypto_sent += n as u64;
                 s.crypto_out.drain(..n);
             }
+            if space == DATA {
+                // A short header's bytes and the tag: 1 + the connection ID + 4 + 16.
+                let room = MTU.saturating_sub(out.len() + frames.len() + self.dcid.len() + 21);
+                self.streams.write_frames(&mut frames, room);
+            }
             if frames.is_empty() {
                 continue;
             }
@@ -338,7 +462,10 @@ impl Client {
             s.next_pn += 1;
             let Some((local, _)) = &s.keys else { continue };
             let head = match space {
-                DATA => Head::Short { dcid: &self.dcid, key_phase: false },
+                DATA => Head::Short {
+                    dcid: &self.dcid,
+                    key_phase: self.key_update.as_ref().is_some_and(|u| u.phase),
+                },
                 _ => Head::Long(Long {
                     kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
                     version: packet::V1,
@@ -356,6 +483,7 @@ impl Client {
                 return false;
             }
             initial_sent |= space == INITIAL;
+            self.counts.packets_out += 1;
             if space == HANDSHAKE && self.spaces[INITIAL].keys.is_some() {
                 // Sending in the Handshake space ends the Initial one (RFC 9001 4.9.1).
                 self.spaces[INITIAL].keys = None;
@@ -375,6 +503,32 @@ impl Space {
     }
 }
 
+/// The server's transport parameters (RFC 9000 section 18.2): the limits this client keeps
+/// to, its original_destination_connection_id and initial_source_connection_id. None when
+/// they do not parse or either ID is missing.
+fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
+    use qpslab_http::h3::varint;
+    let (mut limits, mut odcid, mut iscid) = (PeerLimits::default(), None, None);
+    while !b.is_empty() {
+        let (id, n) = varint::read(b)?;
+        let (len, m) = varint::read(&b[n..])?;
+        let value = b.get(n + m..n + m + usize::try_from(len).ok()?)?;
+        b = &b[n + m + value.len()..];
+        let int = || varint::read(value).filter(|&(_, k)| k == value.len()).map(|(v, _)| v);
+        match id {
+            0x00 => odcid = Some(value),
+            0x0f => iscid = Some(value),
+            0x04 => limits.max_data = int()?,
+            0x06 => limits.stream_bidi = int()?,
+            0x07 => limits.stream_uni = int()?,
+            0x08 => limits.max_bidi = int()?,
+            0x09 => limits.max_uni = int()?,
+            _ => {}
+        }
+    }
+    Some((limits, odcid?, iscid?))
+}
+
 /// The transport parameters a client sends (RFC 9000 section 18.2): its connection ID
 /// (initial_source_connection_id, which it must send), and the limits it gives the server.
 fn params(scid: &[u8]) -> Vec<u8> {
@@ -391,11 +545,11 @@ fn params(scid: &[u8]) -> Vec<u8> {
     };
     put(0x0f, scid);
     put(0x01, &v(30_000)); // max_idle_timeout, ms
-    put(0x04, &v(1 << 24)); // initial_max_data
-    put(0x05, &v(1 << 20)); // initial_max_stream_data_bidi_local
-    put(0x06, &v(1 << 20)); // initial_max_stream_data_bidi_remote
-    put(0x07, &v(1 << 20)); // initial_max_stream_data_uni
-    put(0x09, &v(100)); // initial_max_streams_uni
+    put(0x04, &v(crate::streams::CONN_WINDOW)); // initial_max_data
+    put(0x05, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_local
+    put(0x06, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_remote
+    put(0x07, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_uni
+    put(0x09, &v(crate::streams::PEER_UNI)); // initial_max_streams_uni
     p
 }
 

@@ -18,4 +18,5 @@ pub mod packet;
 pub mod pair;
 pub mod peer;
 pub mod recv;
+pub mod streams;
 pub mod udp;

@@ -8,7 +8,7 @@
 //! Checked against quinn-proto's own packets (tests below).
 
 use qpslab_http::h3::varint;
-use rustls::quic::DirectionalKeys;
+use rustls::quic::{DirectionalKeys, HeaderProtectionKey, PacketKey};
 
 /// QUIC version 1 (RFC 9000).
 pub const V1: u32 = 1;
@@ -169,6 +169,20 @@ pub fn open<'d>(
     keys: &DirectionalKeys,
     largest: Option<u64>,
 ) -> Result<(u64, &'d [u8]), Error> {
+    let packet = &*keys.packet;
+    open_phase(d, span, &*keys.header, largest, |_| Some(packet)).map(|(pn, _, p)| (pn, p))
+}
+
+/// [`open`] for a short header whose payload key depends on its key phase bit (RFC 9001
+/// section 6): `key` picks the packet key for the phase read (None: drop the packet). The
+/// packet number, the key phase and the payload.
+pub fn open_phase<'d, 'k>(
+    d: &'d mut [u8],
+    span: Span,
+    header_key: &dyn HeaderProtectionKey,
+    largest: Option<u64>,
+    key: impl FnOnce(bool) -> Option<&'k dyn PacketKey>,
+) -> Result<(u64, bool, &'d [u8]), Error> {
     let Span { pn_at, end } = span;
     if pn_at == 0 || end < pn_at + 4 + SAMPLE || end > d.len() {
         return Err(Error::Protection);
@@ -176,22 +190,24 @@ pub fn open<'d>(
     let mut sample = [0u8; SAMPLE];
     sample.copy_from_slice(&d[pn_at + 4..pn_at + 4 + SAMPLE]);
     let (first, rest) = d.split_at_mut(1);
-    keys.header
+    header_key
         .decrypt_in_place(&sample, &mut first[0], &mut rest[pn_at - 1..pn_at + 3])
         .map_err(|_| Error::Protection)?;
-    let reserved = if first[0] & 0x80 != 0 { 0x0c } else { 0x18 };
+    let long = first[0] & 0x80 != 0;
+    let reserved = if long { 0x0c } else { 0x18 };
+    let phase = !long && first[0] & 0x04 != 0;
+    let packet_key = key(phase).ok_or(Error::Protection)?;
     let pn_len = usize::from(first[0] & 0x03) + 1;
     let truncated = d[pn_at..pn_at + pn_len].iter().fold(0u64, |v, &b| (v << 8) | u64::from(b));
     let pn = decode_pn(largest, truncated, pn_len as u32 * 8);
     // Reserved bits are checked only once the packet is known to be genuine (RFC 9000
     // section 17.2): a forged one is dropped, not a protocol violation.
     let (header, payload) = d[..end].split_at_mut(pn_at + pn_len);
-    let frames =
-        keys.packet.decrypt_in_place(pn, header, payload).map_err(|_| Error::Protection)?;
+    let frames = packet_key.decrypt_in_place(pn, header, payload).map_err(|_| Error::Protection)?;
     if header[0] & reserved != 0 {
         return Err(Error::Reserved);
     }
-    Ok((pn, frames))
+    Ok((pn, phase, frames))
 }
 
 /// The full packet number from its last `bits` bits, the one nearest to the next expected
@@ -248,6 +264,22 @@ pub fn seal(
     min_len: usize,
     keys: &DirectionalKeys,
 ) -> Result<(), Error> {
+    seal_with(out, head, pn, acked, frames, min_len, &*keys.header, &*keys.packet)
+}
+
+/// [`seal`] with the header protection and packet keys apart (a 1-RTT packet key changes at
+/// each key update, its header key does not).
+#[allow(clippy::too_many_arguments, reason = "a packet's parts, each needed")]
+pub fn seal_with(
+    out: &mut Vec<u8>,
+    head: Head<'_>,
+    pn: u64,
+    acked: Option<u64>,
+    frames: &[u8],
+    min_len: usize,
+    header_key: &dyn HeaderProtectionKey,
+    packet_key: &dyn PacketKey,
+) -> Result<(), Error> {
     let start = out.len();
     let n = pn_len(pn, acked);
     let pn_bits = (n - 1) as u8;
@@ -296,12 +328,12 @@ pub fn seal(
         out[at..at + 2].copy_from_slice(&(len | 0x4000).to_be_bytes());
     }
     let (header, payload) = out[start..].split_at_mut(payload_at - start);
-    let tag = keys.packet.encrypt_in_place(pn, header, payload).map_err(|_| Error::Protection)?;
+    let tag = packet_key.encrypt_in_place(pn, header, payload).map_err(|_| Error::Protection)?;
     out.extend_from_slice(tag.as_ref());
     let mut sample = [0u8; SAMPLE];
     sample.copy_from_slice(&out[pn_at + 4..pn_at + 4 + SAMPLE]);
     let (first, rest) = out[start..].split_at_mut(1);
-    keys.header
+    header_key
         .encrypt_in_place(&sample, &mut first[0], &mut rest[pn_at - start - 1..][..n])
         .map_err(|_| Error::Protection)
 }

@@ -132,30 +132,45 @@ fn a_quinn_server_accepts_our_initial_and_its_answer_opens() {
     tls.read_hs(&flight).unwrap();
 }
 
-#[test]
-fn our_client_shakes_hands_with_a_quinn_server() {
-    let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
-    let server_config = quinn_proto::ServerConfig::with_crypto(Arc::new(
-        quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap(),
-    ));
-    let config = Arc::new(EndpointConfig::default());
-    let mut sep = Endpoint::new(config, Some(Arc::new(server_config)), false, None);
-    let name = "localhost".try_into().unwrap();
-    let mut c =
-        qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
-    let from = SocketAddr::from(([10, 0, 0, 1], 4433));
-    let (mut server, mut connected, mut buf, mut datagrams) = (None, false, Vec::new(), 0);
-    for _ in 0..20 {
+/// Our client and a quinn-proto server endpoint in memory: datagrams handed across, each
+/// side's timers at the real clock.
+struct Rig {
+    sep: Endpoint,
+    server: Option<(quinn_proto::ConnectionHandle, quinn_proto::Connection)>,
+    client: qpslab_quic::client::Client,
+    /// Datagrams the client sent, and the server's connection events so far.
+    datagrams: usize,
+    connected: bool,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
+        let server_config = quinn_proto::ServerConfig::with_crypto(Arc::new(
+            quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap(),
+        ));
+        let config = Arc::new(EndpointConfig::default());
+        let sep = Endpoint::new(config, Some(Arc::new(server_config)), false, None);
+        let name = "localhost".try_into().unwrap();
+        let client =
+            qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
+        Rig { sep, server: None, client, datagrams: 0, connected: false }
+    }
+
+    /// One round: the client's datagrams to the server, the server's back.
+    fn turn(&mut self) {
         let now = Instant::now();
-        let mut answer = Vec::new();
-        while c.poll_transmit(&mut buf) {
-            datagrams += 1;
-            match sep.handle(now, from, None, None, BytesMut::from(&buf[..]), &mut answer) {
+        let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+        let (mut buf, mut answer) = (Vec::new(), Vec::new());
+        while self.client.poll_transmit(&mut buf) {
+            self.datagrams += 1;
+            let data = BytesMut::from(&buf[..]);
+            match self.sep.handle(now, from, None, None, data, &mut answer) {
                 Some(DatagramEvent::NewConnection(i)) => {
-                    server = Some(sep.accept(i, now, &mut answer, None).unwrap());
+                    self.server = Some(self.sep.accept(i, now, &mut answer, None).unwrap());
                 }
                 Some(DatagramEvent::ConnectionEvent(h, ev)) => {
-                    let (sh, conn) = server.as_mut().unwrap();
+                    let (sh, conn) = self.server.as_mut().unwrap();
                     assert_eq!(h, *sh);
                     conn.handle_event(ev);
                 }
@@ -163,38 +178,202 @@ fn our_client_shakes_hands_with_a_quinn_server() {
                 None => {}
             }
         }
-        let Some((h, conn)) = server.as_mut() else { panic!("no connection accepted") };
+        let Some((h, conn)) = self.server.as_mut() else { panic!("no connection accepted") };
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
         while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(back) = sep.handle_event(*h, ev) {
+            if let Some(back) = self.sep.handle_event(*h, ev) {
                 conn.handle_event(back);
             }
         }
         let mut out = Vec::new();
         while let Some(t) = conn.poll_transmit(now, 1, &mut out) {
-            c.recv(&mut out[..t.size]);
+            self.client.recv(&mut out[..t.size]);
             out.clear();
         }
-        while let Some(e) = conn.poll() {
-            match e {
-                Event::Connected => connected = true,
-                Event::ConnectionLost { reason } => {
-                    panic!("the server lost the connection: {reason}")
-                }
-                _ => {}
+        assert_eq!(self.client.failure(), None);
+    }
+
+    fn conn(&mut self) -> &mut quinn_proto::Connection {
+        &mut self.server.as_mut().unwrap().1
+    }
+
+    /// The server's events since the last call (Connected noted).
+    fn events(&mut self) -> Vec<Event> {
+        let mut got = Vec::new();
+        while let Some(e) = self.conn().poll() {
+            if let Event::ConnectionLost { reason } = &e {
+                panic!("the server lost the connection: {reason}");
+            }
+            self.connected |= matches!(e, Event::Connected);
+            got.push(e);
+        }
+        got
+    }
+
+    /// A rig whose handshake is done.
+    fn connected() -> Rig {
+        let mut rig = Rig::new();
+        for _ in 0..20 {
+            rig.turn();
+            rig.events();
+            if rig.connected && rig.client.is_confirmed() {
+                return rig;
             }
         }
-        if connected && c.is_confirmed() {
+        panic!("no handshake: {:?}", rig.client.failure());
+    }
+
+    /// The server reads every readable stream to its end and answers each bidirectional one
+    /// with `answer` (once ended); the streams it ended.
+    fn serve(&mut self, answer: &[u8]) -> usize {
+        let mut ids = Vec::new();
+        for e in self.events() {
+            if let Event::Stream(quinn_proto::StreamEvent::Readable { id }) = e {
+                ids.push(id);
+            }
+        }
+        let conn = self.conn();
+        while let Some(id) = conn.streams().accept(quinn_proto::Dir::Bi) {
+            ids.push(id);
+        }
+        let mut answered = 0;
+        for id in ids {
+            let mut stream = conn.recv_stream(id);
+            let Ok(mut chunks) = stream.read(true) else { continue };
+            let ended = loop {
+                match chunks.next(usize::MAX) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break true,
+                    Err(_) => break false,
+                }
+            };
+            let _ = chunks.finalize();
+            if ended {
+                let mut send = conn.send_stream(id);
+                send.write(answer).unwrap();
+                send.finish().unwrap();
+                answered += 1;
+            }
+        }
+        answered
+    }
+
+    /// What the client read from each readable stream, and which ended.
+    fn read(&mut self) -> Vec<(u64, Vec<u8>, bool)> {
+        let mut got = Vec::new();
+        for id in self.client.streams.readable() {
+            let mut into = Vec::new();
+            let (ended, reset) = self.client.streams.read(id, &mut into);
+            assert_eq!(reset, None);
+            got.push((id, into, ended));
+        }
+        got
+    }
+}
+
+#[test]
+fn our_client_shakes_hands_with_a_quinn_server() {
+    let rig = Rig::connected();
+    let c = &rig.client;
+    assert_eq!(c.failure(), None);
+    assert_eq!(c.tls().alpn_protocol(), Some(&b"h3"[..]));
+    assert!(!c.tls().is_handshaking());
+    let n = rig.datagrams;
+    assert!(n <= 4, "Initial, then Handshake (Finished) and ACKs: {n} datagrams");
+    let (_, conn) = rig.server.as_ref().unwrap();
+    assert!(conn.stats().frame_rx.acks > 0, "our ACKs read by the server");
+}
+
+/// Streams both ways with a quinn-proto server: a request and its answer; a stream the
+/// server opens; 150 exchanges under its limit of 100 streams at once (its MAX_STREAMS lets
+/// the rest go); 3 MB on one stream through this side's 1 MB window (MAX_STREAM_DATA as it
+/// reads, across the server's key updates); and streams forgotten once both sides ended.
+#[test]
+fn streams_carry_bytes_both_ways_within_the_limits() {
+    let mut rig = Rig::connected();
+    let id = rig.client.streams.open(true).unwrap();
+    assert!(rig.client.streams.write(id, b"ping", true));
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        rig.turn();
+        rig.serve(b"pong");
+        rig.turn();
+        got.extend(rig.read());
+        if !got.is_empty() {
             break;
         }
     }
-    assert_eq!(c.failure(), None);
-    assert!(connected, "quinn-proto's server saw the handshake complete");
-    assert!(c.is_confirmed(), "the server's HANDSHAKE_DONE came");
-    assert_eq!(c.tls().alpn_protocol(), Some(&b"h3"[..]));
-    assert!(!c.tls().is_handshaking());
-    assert!(datagrams <= 4, "Initial, then Handshake (Finished) and ACKs: {datagrams} datagrams");
-    let (_, conn) = server.as_ref().unwrap();
-    assert!(conn.stats().frame_rx.acks > 0, "our ACKs read by the server");
+    assert_eq!(got, [(id, b"pong".to_vec(), true)]);
+    assert!(rig.client.streams.is_empty(), "the stream went once both sides ended");
+
+    // A stream the server opens.
+    let uni = rig.conn().streams().open(quinn_proto::Dir::Uni).unwrap();
+    rig.conn().send_stream(uni).write(b"settings").unwrap();
+    rig.conn().send_stream(uni).finish().unwrap();
+    rig.turn();
+    assert_eq!(rig.read(), [(3, b"settings".to_vec(), true)]);
+
+    // 150 exchanges, 100 streams at most at once.
+    let (mut opened, mut answered, mut most) = (0, 0, 0);
+    for _ in 0..50 {
+        while opened < 150 {
+            let Some(id) = rig.client.streams.open(true) else { break };
+            assert!(rig.client.streams.write(id, b"GET", true));
+            opened += 1;
+        }
+        most = most.max(rig.client.streams.len());
+        rig.turn();
+        rig.serve(b"200");
+        rig.turn();
+        answered += rig.read().iter().filter(|(_, body, ended)| *ended && body == b"200").count();
+        if answered == 150 {
+            break;
+        }
+    }
+    assert_eq!((opened, answered), (150, 150));
+    // The limit of 100, less the first stream's until the server's credit for it came.
+    assert!((99..=100).contains(&most), "the server's limit held: {most} at once");
+    assert!(rig.client.streams.is_empty());
+
+    // 3 MB on one stream, through a 1 MB window.
+    let id = rig.client.streams.open(true).unwrap();
+    rig.client.streams.write(id, b"big", true);
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+    let (mut read, mut ended, mut written) = (Vec::new(), false, 0);
+    for _ in 0..2000 {
+        rig.turn();
+        for e in rig.events() {
+            if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
+                let sid = rig.conn().streams().accept(quinn_proto::Dir::Bi).unwrap();
+                assert_eq!(sid.index(), id / 4);
+            }
+        }
+        let sid =
+            quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
+        if written < big.len() {
+            written += rig.conn().send_stream(sid).write(&big[written..]).unwrap_or(0);
+            if written == big.len() {
+                rig.conn().send_stream(sid).finish().unwrap();
+            }
+        }
+        rig.turn();
+        for (sid, body, end) in rig.read() {
+            assert_eq!(sid, id);
+            read.extend_from_slice(&body);
+            ended |= end;
+        }
+        if ended {
+            break;
+        }
+    }
+    let counts = rig.client.counts;
+    assert!(ended, "{} of {} bytes read, written {written}; {counts:?}", read.len(), big.len());
+    assert!(read == big, "the bytes, in order");
+    // quinn-proto updates its 1-RTT keys after 10 to 1,000 packets, at random: followed.
+    assert!(counts.key_updates >= 1, "{counts:?}");
+    assert_eq!(counts.undecryptable, 0, "{counts:?}");
 }
 
 /// The server's ServerHello in two CRYPTO frames, the second first, and a CRYPTO frame far

@@ -1,0 +1,485 @@
+//! The streams of [`crate::client::Client`]: the ones it opens (bidirectional, and
+//! unidirectional for HTTP/3's control streams), the unidirectional ones the server opens,
+//! their bytes each way in order, and both levels of flow control (RFC 9000 sections 2-4):
+//! what the server lets this side send, and the windows this side gives back as the
+//! application reads.
+//!
+//! Not yet: data sent is not kept for retransmission (no loss recovery), RESET_STREAM and
+//! STOP_SENDING are not sent (received ones end the stream's side).
+
+use std::collections::BTreeMap;
+
+use crate::frame;
+
+/// The window this side gives each stream and the connection, and what it gives back once
+/// half of it was read.
+pub const STREAM_WINDOW: u64 = 1 << 20;
+pub const CONN_WINDOW: u64 = 1 << 24;
+/// Unidirectional streams the server may open (HTTP/3 opens three).
+pub const PEER_UNI: u64 = 100;
+/// Out-of-order bytes held per stream at most, beyond its window's bound.
+const HELD_CHUNKS: usize = 64;
+
+/// What the server's transport parameters allow this side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerLimits {
+    pub max_data: u64,
+    /// For the streams this side opens: bidirectional (the server's
+    /// initial_max_stream_data_bidi_remote) and unidirectional.
+    pub stream_bidi: u64,
+    pub stream_uni: u64,
+    pub max_bidi: u64,
+    pub max_uni: u64,
+}
+
+/// One stream's state.
+#[derive(Debug, Default)]
+struct Stream {
+    /// Bytes written and not yet sent, from offset `sent`; a FIN after them.
+    out: Vec<u8>,
+    sent: u64,
+    fin: bool,
+    fin_sent: bool,
+    /// What the server lets this side send on it.
+    send_max: u64,
+    /// Bytes received in order and not yet read, up to offset `recv`; later ones held.
+    ready: Vec<u8>,
+    recv: u64,
+    held: Vec<(u64, Vec<u8>)>,
+    /// The final size, once a FIN or a reset said it.
+    final_size: Option<u64>,
+    /// Offset read by the application; the window given (offset it may send up to).
+    read: u64,
+    recv_max: u64,
+    window_owed: bool,
+    /// The server reset it (its code), or asked this side to stop sending.
+    reset: Option<u64>,
+    stopped: bool,
+    /// The application read its end.
+    ended: bool,
+    /// The highest offset received, counted against the connection's window.
+    counted: u64,
+}
+
+impl Stream {
+    fn receives(id: u64) -> bool {
+        // Not this side's own unidirectional streams (id & 3 == 2).
+        id & 3 != 2
+    }
+
+    fn sends(id: u64) -> bool {
+        // Not the server's unidirectional streams (id & 3 == 3).
+        id & 3 != 3
+    }
+
+    /// Both directions done: the stream can go.
+    fn done(&self, id: u64) -> bool {
+        let send_done = !Stream::sends(id) || self.fin_sent || self.stopped;
+        let recv_done = !Stream::receives(id) || self.ended || self.reset.is_some();
+        send_done && recv_done
+    }
+}
+
+/// The connection's streams.
+#[derive(Debug, Default)]
+pub struct Streams {
+    map: BTreeMap<u64, Stream>,
+    opened_bidi: u64,
+    opened_uni: u64,
+    /// Server-opened unidirectional streams seen (their count).
+    peer_uni: u64,
+    pub peer: PeerLimits,
+    /// Connection-level: bytes this side sent (stream offsets), bytes received (highest
+    /// offsets), bytes read, and the window given.
+    sent: u64,
+    received: u64,
+    read: u64,
+    max_data: u64,
+    max_data_owed: bool,
+    readable: Vec<u64>,
+}
+
+/// A breach by the server: a transport error code and what it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach(pub u64, pub String);
+
+const FLOW_CONTROL_ERROR: u64 = 0x03;
+const STREAM_LIMIT_ERROR: u64 = 0x04;
+const STREAM_STATE_ERROR: u64 = 0x05;
+const FINAL_SIZE_ERROR: u64 = 0x06;
+
+impl Streams {
+    pub fn new() -> Streams {
+        Streams { max_data: CONN_WINDOW, ..Streams::default() }
+    }
+
+    /// Opens a stream of this side's, bidirectional or not; None while the server's limit
+    /// holds it.
+    pub fn open(&mut self, bidi: bool) -> Option<u64> {
+        let (n, max, kind, send_max) = if bidi {
+            (&mut self.opened_bidi, self.peer.max_bidi, 0, self.peer.stream_bidi)
+        } else {
+            (&mut self.opened_uni, self.peer.max_uni, 2, self.peer.stream_uni)
+        };
+        if *n >= max {
+            return None;
+        }
+        let id = *n * 4 + kind;
+        *n += 1;
+        let recv_max = if bidi { STREAM_WINDOW } else { 0 };
+        self.map.insert(id, Stream { send_max, recv_max, ..Stream::default() });
+        Some(id)
+    }
+
+    /// Streams open now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Queues `data` (and the stream's end, with `fin`) on stream `id`; false when it is not
+    /// open for sending.
+    pub fn write(&mut self, id: u64, data: &[u8], fin: bool) -> bool {
+        match self.map.get_mut(&id) {
+            Some(s) if Stream::sends(id) && !s.fin && !s.stopped => {
+                s.out.extend_from_slice(data);
+                s.fin = fin;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The streams with something new to read (data, an end or a reset) since last asked.
+    pub fn readable(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.readable)
+    }
+
+    /// Reads what stream `id` has in order into `into`; Some(code) as the second value when
+    /// the server reset it. True in the first when its end was read (the stream then goes,
+    /// once its sending side is done too).
+    pub fn read(&mut self, id: u64, into: &mut Vec<u8>) -> (bool, Option<u64>) {
+        let Some(s) = self.map.get_mut(&id) else { return (false, None) };
+        if let Some(code) = s.reset {
+            s.ended = true;
+            self.forget(id);
+            return (false, Some(code));
+        }
+        into.extend_from_slice(&s.ready);
+        let n = s.ready.len() as u64;
+        s.ready.clear();
+        s.read += n;
+        self.read += n;
+        let ended = s.final_size == Some(s.read);
+        s.ended = ended;
+        // Windows given back once half is used.
+        if !ended && s.recv_max - s.read < STREAM_WINDOW / 2 {
+            s.recv_max = s.read + STREAM_WINDOW;
+            s.window_owed = true;
+        }
+        if self.max_data - self.read < CONN_WINDOW / 2 {
+            self.max_data = self.read + CONN_WINDOW;
+            self.max_data_owed = true;
+        }
+        self.forget(id);
+        (ended, None)
+    }
+
+    fn forget(&mut self, id: u64) {
+        if self.map.get(&id).is_some_and(|s| s.done(id)) {
+            self.map.remove(&id);
+        }
+    }
+
+    /// A STREAM frame from the server.
+    pub fn on_stream(
+        &mut self,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<(), Breach> {
+        if !Stream::receives(id) {
+            return Err(Breach(STREAM_STATE_ERROR, format!("STREAM on our send-only stream {id}")));
+        }
+        let Some(s) = self.stream_to_read(id)? else { return Ok(()) };
+        let end = offset + data.len() as u64;
+        if end > s.recv_max {
+            return Err(Breach(FLOW_CONTROL_ERROR, format!("stream {id} past its window")));
+        }
+        if let Some(size) = s.final_size {
+            if end > size || (fin && end != size) {
+                return Err(Breach(FINAL_SIZE_ERROR, format!("stream {id} past its end")));
+            }
+        }
+        if fin {
+            if end < s.recv {
+                return Err(Breach(FINAL_SIZE_ERROR, format!("stream {id} ended below its data")));
+            }
+            s.final_size = Some(end);
+        }
+        if offset <= s.recv {
+            if end > s.recv {
+                s.ready.extend_from_slice(&data[(s.recv - offset) as usize..]);
+                s.recv = end;
+            }
+            while let Some(i) = s.held.iter().position(|(o, _)| *o <= s.recv) {
+                let (o, d) = s.held.swap_remove(i);
+                let e = o + d.len() as u64;
+                if e > s.recv {
+                    s.ready.extend_from_slice(&d[(s.recv - o) as usize..]);
+                    s.recv = e;
+                }
+            }
+        } else if !data.is_empty() {
+            if s.held.len() >= HELD_CHUNKS {
+                return Err(Breach(FLOW_CONTROL_ERROR, format!("stream {id}: too many gaps")));
+            }
+            s.held.push((offset, data.to_vec()));
+        }
+        // Connection-level: each stream's highest offset counts once.
+        let grew = end.saturating_sub(s.counted);
+        s.counted += grew;
+        let readable = !s.ready.is_empty() || s.final_size == Some(s.recv);
+        self.received += grew;
+        if self.received > self.max_data {
+            return Err(Breach(FLOW_CONTROL_ERROR, "past the connection's window".into()));
+        }
+        if readable && !self.readable.contains(&id) {
+            self.readable.push(id);
+        }
+        Ok(())
+    }
+
+    /// The stream a frame from the server names, for reading: opened by the server now if it
+    /// is a new one of its own, None if it was one of ours already done.
+    fn stream_to_read(&mut self, id: u64) -> Result<Option<&mut Stream>, Breach> {
+        if !self.map.contains_key(&id) {
+            if id & 1 == 0 {
+                // One of ours: done (forgotten), or never opened.
+                let (n, kind) =
+                    if id & 2 == 0 { (self.opened_bidi, 0) } else { (self.opened_uni, 2) };
+                if id >= n * 4 + kind {
+                    return Err(Breach(
+                        STREAM_STATE_ERROR,
+                        format!("stream {id} was never opened"),
+                    ));
+                }
+                return Ok(None);
+            }
+            if id & 3 == 1 {
+                return Err(Breach(
+                    STREAM_LIMIT_ERROR,
+                    format!("a bidirectional stream {id} from the server"),
+                ));
+            }
+            // The server's unidirectional streams open in order; a new one opens those below.
+            let n = id / 4 + 1;
+            if n > PEER_UNI {
+                return Err(Breach(
+                    STREAM_LIMIT_ERROR,
+                    format!("unidirectional stream {id} past the limit"),
+                ));
+            }
+            if n <= self.peer_uni {
+                return Ok(None);
+            }
+            for k in self.peer_uni..n {
+                self.map.insert(k * 4 + 3, Stream { recv_max: STREAM_WINDOW, ..Stream::default() });
+            }
+            self.peer_uni = n;
+        }
+        Ok(self.map.get_mut(&id))
+    }
+
+    /// RESET_STREAM from the server: the stream's receiving side ends with `code`.
+    pub fn on_reset(&mut self, id: u64, code: u64, final_size: u64) -> Result<(), Breach> {
+        let Some(s) = self.stream_to_read(id)? else { return Ok(()) };
+        if s.final_size.is_some_and(|f| f != final_size) || final_size < s.recv {
+            return Err(Breach(FINAL_SIZE_ERROR, format!("stream {id} reset at another size")));
+        }
+        s.reset = Some(code);
+        if !self.readable.contains(&id) {
+            self.readable.push(id);
+        }
+        Ok(())
+    }
+
+    /// STOP_SENDING from the server: nothing more is sent on the stream.
+    pub fn on_stop(&mut self, id: u64) {
+        if let Some(s) = self.map.get_mut(&id) {
+            s.stopped = true;
+            s.out.clear();
+        }
+        self.forget(id);
+    }
+
+    pub fn on_max_data(&mut self, max: u64) {
+        self.peer.max_data = self.peer.max_data.max(max);
+    }
+
+    pub fn on_max_stream_data(&mut self, id: u64, max: u64) {
+        if let Some(s) = self.map.get_mut(&id) {
+            s.send_max = s.send_max.max(max);
+        }
+    }
+
+    pub fn on_max_streams(&mut self, bidi: bool, max: u64) {
+        let limit = if bidi { &mut self.peer.max_bidi } else { &mut self.peer.max_uni };
+        *limit = (*limit).max(max);
+    }
+
+    /// Writes the frames the streams have to send into `frames`, in at most `room` bytes:
+    /// windows given back first, then stream data as flow control lets it go.
+    pub fn write_frames(&mut self, frames: &mut Vec<u8>, room: usize) {
+        let start = frames.len();
+        if self.max_data_owed && room >= 9 {
+            frame::put_simple(frames, 0x10, &[self.max_data]);
+            self.max_data_owed = false;
+        }
+        let mut done = Vec::new();
+        for (&id, s) in self.map.iter_mut() {
+            let used = frames.len() - start;
+            if used + 20 >= room {
+                break;
+            }
+            if s.window_owed {
+                frame::put_simple(frames, 0x11, &[id, s.recv_max]);
+                s.window_owed = false;
+            }
+            let fin_due = s.fin && !s.fin_sent;
+            if s.out.is_empty() && !fin_due {
+                continue;
+            }
+            // Header: type, id, offset, length (at most 8 each: 25 bytes).
+            let left = room.saturating_sub(frames.len() - start + 25);
+            let by_stream = s.send_max.saturating_sub(s.sent);
+            let by_conn = self.peer.max_data.saturating_sub(self.sent);
+            let n = (s.out.len() as u64).min(by_stream).min(by_conn).min(left as u64) as usize;
+            let fin = fin_due && n == s.out.len();
+            if n == 0 && !fin {
+                continue;
+            }
+            frame::put_stream(frames, id, s.sent, &s.out[..n], fin);
+            s.out.drain(..n);
+            s.sent += n as u64;
+            self.sent += n as u64;
+            if fin {
+                s.fin_sent = true;
+                done.push(id);
+            }
+        }
+        for id in done {
+            self.forget(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    fn streams() -> Streams {
+        let mut s = Streams::new();
+        let big = 1 << 30;
+        s.peer = PeerLimits {
+            max_data: big,
+            stream_bidi: big,
+            stream_uni: big,
+            max_bidi: 2,
+            max_uni: 1,
+        };
+        s
+    }
+
+    #[test]
+    fn bytes_out_of_order_are_read_in_order_and_the_end_once() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        s.on_stream(id, 5, b"world", true).unwrap();
+        assert!(s.readable().is_empty(), "nothing in order yet");
+        s.on_stream(id, 0, b"hello", false).unwrap();
+        assert_eq!(s.readable(), [id]);
+        let mut got = Vec::new();
+        assert_eq!(s.read(id, &mut got), (true, None));
+        assert_eq!(got, b"helloworld");
+        // Still open for sending: the stream stays until its FIN goes.
+        assert_eq!(s.len(), 1);
+        assert!(s.write(id, b"x", true));
+        let mut frames = Vec::new();
+        s.write_frames(&mut frames, 1200);
+        assert!(s.is_empty(), "both sides ended");
+    }
+
+    #[test]
+    fn the_servers_breaches_are_named_with_their_codes() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        let past = s.on_stream(id, STREAM_WINDOW, b"x", false).unwrap_err();
+        assert_eq!(past.0, FLOW_CONTROL_ERROR);
+        s.on_stream(id, 0, b"abc", true).unwrap();
+        assert_eq!(s.on_stream(id, 3, b"d", false).unwrap_err().0, FINAL_SIZE_ERROR);
+        let uni = s.open(false).unwrap();
+        assert_eq!(uni, 2);
+        assert_eq!(s.on_stream(uni, 0, b"x", false).unwrap_err().0, STREAM_STATE_ERROR);
+        assert_eq!(
+            s.on_stream(8, 0, b"x", false).unwrap_err().0,
+            STREAM_STATE_ERROR,
+            "never opened"
+        );
+        assert_eq!(s.on_stream(1, 0, b"x", false).unwrap_err().0, STREAM_LIMIT_ERROR);
+        let far = PEER_UNI * 4 + 3;
+        assert_eq!(s.on_stream(far, 0, b"x", false).unwrap_err().0, STREAM_LIMIT_ERROR);
+        // Opening a server stream opens those below it; each reads on its own.
+        s.on_stream(11, 0, b"third", false).unwrap();
+        s.on_stream(3, 0, b"first", false).unwrap();
+        assert_eq!(s.readable(), [id, 11, 3]);
+    }
+
+    #[test]
+    fn the_servers_limits_hold_what_is_sent() {
+        let mut s = streams();
+        s.peer.max_data = 10;
+        s.peer.stream_bidi = 6;
+        let (a, b) = (s.open(true).unwrap(), s.open(true).unwrap());
+        assert_eq!(s.open(true), None, "two bidirectional streams at most");
+        s.on_max_streams(true, 3);
+        assert!(s.open(true).is_some());
+        s.write(a, b"0123456789", true);
+        s.write(b, b"abcdefghij", true);
+        let mut frames = Vec::new();
+        s.write_frames(&mut frames, 1200);
+        let sent: usize = crate::frame::frames(&frames)
+            .map(|f| match f.unwrap() {
+                crate::frame::Frame::Stream { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(sent, 10, "the connection's limit: 6 on the first, 4 on the second");
+        s.on_max_data(100);
+        s.on_max_stream_data(a, 100);
+        s.on_max_stream_data(b, 100);
+        let mut more = Vec::new();
+        s.write_frames(&mut more, 1200);
+        let fins = crate::frame::frames(&more)
+            .filter(|f| matches!(f, Ok(crate::frame::Frame::Stream { fin: true, .. })))
+            .count();
+        assert_eq!(fins, 2, "the rest, each with its end");
+    }
+
+    #[test]
+    fn a_reset_is_read_as_one() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        s.on_stream(id, 0, b"par", false).unwrap();
+        s.on_reset(id, 0x10c, 3).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(s.read(id, &mut got), (false, Some(0x10c)));
+        assert_eq!(s.on_reset(id, 0x10c, 3), Ok(()), "the same reset again");
+        assert_eq!(s.on_reset(id, 0x10c, 2).unwrap_err().0, FINAL_SIZE_ERROR, "at another size");
+    }
+}
