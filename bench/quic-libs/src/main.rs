@@ -11,12 +11,17 @@
 //! - `handshakes`: a new connection each time (full TLS 1.3 handshake, certificate checked by
 //!   the client), until both sides are established; then dropped.
 //!
-//! Prints one line: `LIB MODE COUNT CPU_SECONDS DATAGRAMS` (the thread's CPU time over the
-//! measured window only, and the datagrams both sides sent).
+//! `own` is qpslab's own QUIC client (`qpslab_quic::client`, no loss recovery yet) against
+//! quinn-proto's server: beside `quinn`, the client's share shows what each client costs.
+//!
+//! Prints one line: `LIB MODE COUNT CPU_SECONDS DATAGRAMS CLIENT_SECONDS` (the thread's CPU
+//! time over the measured window only, the datagrams both sides sent, and the CPU time of the
+//! client's own work: quinn and own only, each side's work being timed apart).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+mod own_side;
 mod quiche_side;
 mod quinn_side;
 
@@ -71,6 +76,15 @@ fn fail(what: &str) -> ! {
 thread_local! {
     /// Datagrams moved between the two sides.
     static DATAGRAMS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// CPU time in the client's own work (its phases of each exchange of datagrams, and its
+    /// application's reads and requests).
+    static CLIENT: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// Adds the CPU time since `since` to the client's.
+fn client_time(since: Duration) {
+    let d = cpu().saturating_sub(since);
+    CLIENT.with(|c| c.set(c.get() + d));
 }
 
 /// What each library's bench does.
@@ -84,14 +98,15 @@ trait Lib {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, lib, mode, secs] = &args[..] else {
-        fail("usage: quic-libs quinn|quiche exchanges|handshakes SECS")
+        fail("usage: quic-libs quinn|quiche|own exchanges|handshakes SECS")
     };
     let secs: f64 = secs.parse().unwrap_or_else(|_| fail(&format!("SECS: not a number: {secs}")));
     let cert = cert();
     let mut bench: Box<dyn Lib> = match lib.as_str() {
         "quinn" => Box::new(quinn_side::Quinn::new(&cert)),
         "quiche" => Box::new(quiche_side::Quiche::new(&cert)),
-        other => fail(&format!("LIB: use quinn or quiche, not {other}")),
+        "own" => Box::new(own_side::Own::new(&cert)),
+        other => fail(&format!("LIB: use quinn, quiche or own, not {other}")),
     };
     let start = cpu();
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -102,5 +117,10 @@ fn main() {
     };
     let used = cpu() - start;
     let datagrams = DATAGRAMS.with(|d| d.get());
-    println!("{lib} {mode} {count} {:.4} {datagrams}", used.as_secs_f64());
+    let client = CLIENT.with(|c| c.get());
+    println!(
+        "{lib} {mode} {count} {:.4} {datagrams} {:.4}",
+        used.as_secs_f64(),
+        client.as_secs_f64()
+    );
 }

@@ -28,45 +28,53 @@ struct Conns {
     server: Option<(ConnectionHandle, Connection)>,
 }
 
+/// quinn-proto's transport here: datagrams of [`MTU`] bytes, no path MTU discovery.
+fn transport() -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.mtu_discovery_config(None).initial_mtu(MTU as u16);
+    Arc::new(t)
+}
+
+/// The TLS every client here uses (quinn-proto's and qpslab's own), and quinn-proto's server
+/// configuration.
+pub(crate) fn configs(cert: &Cert) -> (rustls::ClientConfig, Arc<ServerConfig>) {
+    // ring as qpslab builds rustls, key exchange X25519 as qpslab's rustls (0.23.46) offers
+    // first (0.23.48, this build's, puts P-384 first: 4x the CPU of a handshake) and as
+    // quiche's BoringSSL does.
+    #[allow(deprecated, reason = "ring is the provider qpslab builds with")]
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.kx_groups = vec![rustls::crypto::ring::kx_group::X25519];
+    let provider = Arc::new(provider);
+    let key = PrivateKeyDer::try_from(cert.key_der.clone())
+        .unwrap_or_else(|e| fail(&format!("key: {e}")));
+    let der = CertificateDer::from(cert.der.clone());
+    let mut tls_server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap_or_else(|e| fail(&e.to_string()))
+        .with_no_client_auth()
+        .with_single_cert(vec![der.clone()], key)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    tls_server.alpn_protocols = vec![b"bench".to_vec()];
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der).unwrap_or_else(|e| fail(&e.to_string()));
+    let mut tls_client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap_or_else(|e| fail(&e.to_string()))
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls_client.alpn_protocols = vec![b"bench".to_vec()];
+    // The session cache off: every handshake in full, as quiche's here.
+    tls_client.resumption = rustls::client::Resumption::disabled();
+    let mut server_config = ServerConfig::with_crypto(Arc::new(
+        QuicServerConfig::try_from(Arc::new(tls_server)).unwrap_or_else(|e| fail(&e.to_string())),
+    ));
+    server_config.transport_config(transport());
+    (tls_client, Arc::new(server_config))
+}
+
 impl Quinn {
     pub fn new(cert: &Cert) -> Quinn {
-        // ring as qpslab builds rustls, key exchange X25519 as qpslab's rustls (0.23.46) offers
-        // first (0.23.48, this build's, puts P-384 first: 4x the CPU of a handshake) and as
-        // quiche's BoringSSL does.
-        #[allow(deprecated, reason = "ring is the provider qpslab builds with")]
-        let mut provider = rustls::crypto::ring::default_provider();
-        provider.kx_groups = vec![rustls::crypto::ring::kx_group::X25519];
-        let provider = Arc::new(provider);
-        let key = PrivateKeyDer::try_from(cert.key_der.clone())
-            .unwrap_or_else(|e| fail(&format!("key: {e}")));
-        let der = CertificateDer::from(cert.der.clone());
-        let mut tls_server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap_or_else(|e| fail(&e.to_string()))
-            .with_no_client_auth()
-            .with_single_cert(vec![der.clone()], key)
-            .unwrap_or_else(|e| fail(&e.to_string()));
-        tls_server.alpn_protocols = vec![b"bench".to_vec()];
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(der).unwrap_or_else(|e| fail(&e.to_string()));
-        let mut tls_client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap_or_else(|e| fail(&e.to_string()))
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls_client.alpn_protocols = vec![b"bench".to_vec()];
-        // The session cache off: every handshake in full, as quiche's here.
-        tls_client.resumption = rustls::client::Resumption::disabled();
-        let transport = || {
-            let mut t = TransportConfig::default();
-            t.mtu_discovery_config(None).initial_mtu(MTU as u16);
-            Arc::new(t)
-        };
-        let mut server_config = ServerConfig::with_crypto(Arc::new(
-            QuicServerConfig::try_from(Arc::new(tls_server))
-                .unwrap_or_else(|e| fail(&e.to_string())),
-        ));
-        server_config.transport_config(transport());
+        let (tls_client, server_config) = configs(cert);
         let mut client_config = ClientConfig::new(Arc::new(
             QuicClientConfig::try_from(tls_client).unwrap_or_else(|e| fail(&e.to_string())),
         ));
@@ -75,12 +83,11 @@ impl Quinn {
         Quinn {
             client_config,
             client: Endpoint::new(config.clone(), None, false, None),
-            server: Endpoint::new(config, Some(Arc::new(server_config)), false, None),
+            server: Endpoint::new(config, Some(server_config), false, None),
             buf: Vec::with_capacity(MTU),
             read: Vec::new(),
         }
     }
-
     fn connect(&mut self, now: Instant) -> Conns {
         let client = self
             .client
@@ -90,19 +97,25 @@ impl Quinn {
     }
 
     /// Moves every datagram each side has ready to the other, both ways, until neither has
-    /// any; due timers fire first.
+    /// any; due timers fire first. Each side's work is timed apart ([`crate::client_time`]).
     fn exchange(&mut self, c: &mut Conns, now: Instant) {
+        let mut datagrams: Vec<Vec<u8>> = Vec::new();
         loop {
-            let mut moved = false;
-            // Client to server.
+            // The client's datagrams.
+            let t = crate::cpu();
             fire(&mut self.client, &mut c.client, now);
             loop {
                 self.buf.clear();
                 let Some(t) = c.client.1.poll_transmit(now, 1, &mut self.buf) else { break };
-                moved = true;
-                crate::DATAGRAMS.with(|d| d.set(d.get() + 1));
-                let data = BytesMut::from(&self.buf[..t.size]);
+                datagrams.push(self.buf[..t.size].to_vec());
+            }
+            crate::client_time(t);
+            let moved = !datagrams.is_empty();
+            crate::DATAGRAMS.with(|d| d.set(d.get() + datagrams.len() as u64));
+            // The server takes them and answers.
+            for d in datagrams.drain(..) {
                 let mut answer = Vec::new();
+                let data = BytesMut::from(&d[..]);
                 match self.server.handle(now, client_addr(), None, None, data, &mut answer) {
                     Some(DatagramEvent::NewConnection(incoming)) => {
                         let accepted = self
@@ -119,26 +132,31 @@ impl Quinn {
                     _ => {}
                 }
             }
-            // Server to client.
             if let Some(s) = c.server.as_mut() {
                 fire(&mut self.server, s, now);
                 loop {
                     self.buf.clear();
                     let Some(t) = s.1.poll_transmit(now, 1, &mut self.buf) else { break };
-                    moved = true;
-                    crate::DATAGRAMS.with(|d| d.set(d.get() + 1));
-                    let data = BytesMut::from(&self.buf[..t.size]);
-                    let mut answer = Vec::new();
-                    if let Some(DatagramEvent::ConnectionEvent(h, ev)) =
-                        self.client.handle(now, server_addr(), None, None, data, &mut answer)
-                    {
-                        if h == c.client.0 {
-                            c.client.1.handle_event(ev);
-                        }
+                    datagrams.push(self.buf[..t.size].to_vec());
+                }
+            }
+            let answered = !datagrams.is_empty();
+            crate::DATAGRAMS.with(|d| d.set(d.get() + datagrams.len() as u64));
+            // The client takes the server's.
+            let t = crate::cpu();
+            for d in datagrams.drain(..) {
+                let mut answer = Vec::new();
+                let data = BytesMut::from(&d[..]);
+                if let Some(DatagramEvent::ConnectionEvent(h, ev)) =
+                    self.client.handle(now, server_addr(), None, None, data, &mut answer)
+                {
+                    if h == c.client.0 {
+                        c.client.1.handle_event(ev);
                     }
                 }
             }
-            if !moved {
+            crate::client_time(t);
+            if !moved && !answered {
                 break;
             }
         }
@@ -230,6 +248,7 @@ impl Lib for Quinn {
                 }
             }
             self.exchange(&mut c, now);
+            let t = crate::cpu();
             ids.clear();
             readable(&mut c.client.1, &mut ids);
             for &id in &ids {
@@ -239,6 +258,7 @@ impl Lib for Quinn {
                     request(&mut c.client.1);
                 }
             }
+            crate::client_time(t);
         }
         self.read = read;
         done

@@ -489,3 +489,102 @@ fn handshakes_that_fail_after_the_server_went_away_are_failed_requests() {
     let e = &report.error_examples["connect"];
     assert!(e.contains("no QUIC handshake"), "{e}");
 }
+
+/// qpslab's own QUIC client (`qpslab_quic::client`, not yet what `load --h3` drives) against
+/// aioquic over real UDP on loopback: a handshake with a QUIC stack that is neither its own
+/// nor quinn-proto, then an HTTP/3 GET on a stream and its answer read, the server's own log
+/// showing the request once.
+#[test]
+fn our_own_quic_client_is_answered_by_aioquic() {
+    use qpslab_http::h3::{frame, qpack, varint};
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    use std::sync::Arc;
+
+    let server = Aioquic::start();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(&server.cert).unwrap()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(qpslab_tls::provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let name = "localhost".try_into().unwrap();
+    let dcid = [0x51, 0x9a, 0x2e, 0x07, 0xc3, 0x44, 0x18, 0xfd];
+    let mut c =
+        qpslab_quic::client::Client::new(Arc::new(tls), name, &dcid, &[1, 2, 3, 4]).unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(("127.0.0.1", server.port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let (mut buf, mut rx) = (Vec::new(), vec![0u8; 65_536]);
+    let (mut request, mut answer, mut ended) = (None, Vec::new(), false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ended && std::time::Instant::now() < deadline {
+        while c.poll_transmit(&mut buf) {
+            sock.send(&buf).unwrap();
+        }
+        match sock.recv(&mut rx) {
+            Ok(n) => c.recv(&mut rx[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(c.failure(), None);
+        if c.is_confirmed() && request.is_none() {
+            // The control stream and its SETTINGS, then the request.
+            let control = c.streams.open(false).unwrap();
+            let mut b = vec![0x00];
+            frame::put_settings(&mut b, &[]);
+            assert!(c.streams.write(control, &b, false));
+            let id = c.streams.open(true).unwrap();
+            let fields: [(&[u8], &[u8]); 4] = [
+                (b":method", b"GET"),
+                (b":scheme", b"https"),
+                (b":authority", b"localhost"),
+                (b":path", b"/?s=5"),
+            ];
+            let section = qpack::encode(fields);
+            let mut h = Vec::new();
+            frame::put_head(&mut h, frame::kind::HEADERS, section.len());
+            h.extend_from_slice(&section);
+            assert!(c.streams.write(id, &h, true));
+            request = Some(id);
+        }
+        for id in c.streams.readable() {
+            let mut into = Vec::new();
+            let (end, reset) = c.streams.read(id, &mut into);
+            assert_eq!(reset, None, "stream {id} reset");
+            if Some(id) == request {
+                answer.extend_from_slice(&into);
+                ended |= end;
+            }
+        }
+    }
+    assert!(ended, "no whole answer in 10 s ({} bytes): {c:?}", answer.len());
+    // The answer's frames: HEADERS (:status 200), then DATA of 5 bytes.
+    let (mut status, mut body, mut at) = (None, 0, 0);
+    while at < answer.len() {
+        let (t, n) = varint::read(&answer[at..]).unwrap();
+        let (len, m) = varint::read(&answer[at + n..]).unwrap();
+        let payload = &answer[at + n + m..at + n + m + len as usize];
+        at += n + m + len as usize;
+        match t {
+            frame::kind::HEADERS => {
+                let mut dec = qpack::Decoder::new(16_384);
+                dec.decode(payload, &mut |name, value| {
+                    if name == b":status" {
+                        status = Some(String::from_utf8_lossy(value).into_owned());
+                    }
+                })
+                .unwrap();
+            }
+            frame::kind::DATA => body += payload.len(),
+            _ => {}
+        }
+    }
+    assert_eq!((status.as_deref(), body), (Some("200"), 5));
+    assert_eq!(server.log(1), ["200 GET /?s=5"]);
+}

@@ -306,7 +306,6 @@ impl Client {
                 continue;
             };
             self.counts.packets_in += 1;
-            let payload = payload.to_vec();
             if space == DATA && self.key_update.as_ref().is_some_and(|u| u.phase != phase) {
                 self.update_keys();
             }
@@ -315,7 +314,7 @@ impl Client {
                 self.answered = true;
                 self.dcid = scid;
             }
-            let eliciting = self.frames(space, &payload);
+            let eliciting = self.frames(space, payload);
             self.spaces[space].received(pn, eliciting);
             // Once the client sends in the Handshake space, the Initial keys go (RFC 9001
             // section 4.9.1); done at the next send.

@@ -7,7 +7,7 @@
 //! Not yet: data sent is not kept for retransmission (no loss recovery), RESET_STREAM and
 //! STOP_SENDING are not sent (received ones end the stream's side).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::frame;
 
@@ -59,6 +59,9 @@ struct Stream {
     ended: bool,
     /// The highest offset received, counted against the connection's window.
     counted: u64,
+    /// On the list of streams with something to send, and on the list of readable ones.
+    queued: bool,
+    listed: bool,
 }
 
 impl Stream {
@@ -97,6 +100,8 @@ pub struct Streams {
     max_data: u64,
     max_data_owed: bool,
     readable: Vec<u64>,
+    /// Streams with bytes, an end or a window update to send, in the order they got them.
+    pending: VecDeque<u64>,
 }
 
 /// A breach by the server: a transport error code and what it was.
@@ -147,6 +152,10 @@ impl Streams {
             Some(s) if Stream::sends(id) && !s.fin && !s.stopped => {
                 s.out.extend_from_slice(data);
                 s.fin = fin;
+                if !s.queued {
+                    s.queued = true;
+                    self.pending.push_back(id);
+                }
                 true
             }
             _ => false,
@@ -155,7 +164,13 @@ impl Streams {
 
     /// The streams with something new to read (data, an end or a reset) since last asked.
     pub fn readable(&mut self) -> Vec<u64> {
-        std::mem::take(&mut self.readable)
+        let ids = std::mem::take(&mut self.readable);
+        for id in &ids {
+            if let Some(s) = self.map.get_mut(id) {
+                s.listed = false;
+            }
+        }
+        ids
     }
 
     /// Reads what stream `id` has in order into `into`; Some(code) as the second value when
@@ -179,6 +194,10 @@ impl Streams {
         if !ended && s.recv_max - s.read < STREAM_WINDOW / 2 {
             s.recv_max = s.read + STREAM_WINDOW;
             s.window_owed = true;
+            if !s.queued {
+                s.queued = true;
+                self.pending.push_back(id);
+            }
         }
         if self.max_data - self.read < CONN_WINDOW / 2 {
             self.max_data = self.read + CONN_WINDOW;
@@ -243,12 +262,13 @@ impl Streams {
         // Connection-level: each stream's highest offset counts once.
         let grew = end.saturating_sub(s.counted);
         s.counted += grew;
-        let readable = !s.ready.is_empty() || s.final_size == Some(s.recv);
+        let list = (!s.ready.is_empty() || s.final_size == Some(s.recv)) && !s.listed;
+        s.listed |= list;
         self.received += grew;
         if self.received > self.max_data {
             return Err(Breach(FLOW_CONTROL_ERROR, "past the connection's window".into()));
         }
-        if readable && !self.readable.contains(&id) {
+        if list {
             self.readable.push(id);
         }
         Ok(())
@@ -302,7 +322,8 @@ impl Streams {
             return Err(Breach(FINAL_SIZE_ERROR, format!("stream {id} reset at another size")));
         }
         s.reset = Some(code);
-        if !self.readable.contains(&id) {
+        if !s.listed {
+            s.listed = true;
             self.readable.push(id);
         }
         Ok(())
@@ -324,6 +345,10 @@ impl Streams {
     pub fn on_max_stream_data(&mut self, id: u64, max: u64) {
         if let Some(s) = self.map.get_mut(&id) {
             s.send_max = s.send_max.max(max);
+            if !s.queued && (!s.out.is_empty() || (s.fin && !s.fin_sent)) {
+                s.queued = true;
+                self.pending.push_back(id);
+            }
         }
     }
 
@@ -333,19 +358,22 @@ impl Streams {
     }
 
     /// Writes the frames the streams have to send into `frames`, in at most `room` bytes:
-    /// windows given back first, then stream data as flow control lets it go.
+    /// windows given back first, then stream data as flow control lets it go, the streams in
+    /// the order they had something to send.
     pub fn write_frames(&mut self, frames: &mut Vec<u8>, room: usize) {
         let start = frames.len();
         if self.max_data_owed && room >= 9 {
             frame::put_simple(frames, 0x10, &[self.max_data]);
             self.max_data_owed = false;
         }
-        let mut done = Vec::new();
-        for (&id, s) in self.map.iter_mut() {
-            let used = frames.len() - start;
-            if used + 20 >= room {
+        while let Some(&id) = self.pending.front() {
+            // Header: type, id, offset, length (at most 8 each), and a window update.
+            if frames.len() - start + 50 >= room {
                 break;
             }
+            self.pending.pop_front();
+            let Some(s) = self.map.get_mut(&id) else { continue };
+            s.queued = false;
             if s.window_owed {
                 frame::put_simple(frames, 0x11, &[id, s.recv_max]);
                 s.window_owed = false;
@@ -354,13 +382,19 @@ impl Streams {
             if s.out.is_empty() && !fin_due {
                 continue;
             }
-            // Header: type, id, offset, length (at most 8 each: 25 bytes).
             let left = room.saturating_sub(frames.len() - start + 25);
             let by_stream = s.send_max.saturating_sub(s.sent);
             let by_conn = self.peer.max_data.saturating_sub(self.sent);
             let n = (s.out.len() as u64).min(by_stream).min(by_conn).min(left as u64) as usize;
             let fin = fin_due && n == s.out.len();
             if n == 0 && !fin {
+                // Held by flow control: queued again when the server's MAX_STREAM_DATA
+                // comes, or (the connection's limit) at the next send after its MAX_DATA.
+                if by_conn == 0 && by_stream > 0 {
+                    s.queued = true;
+                    self.pending.push_front(id);
+                    break;
+                }
                 continue;
             }
             frame::put_stream(frames, id, s.sent, &s.out[..n], fin);
@@ -369,11 +403,12 @@ impl Streams {
             self.sent += n as u64;
             if fin {
                 s.fin_sent = true;
-                done.push(id);
+                self.forget(id);
+            } else if !s.out.is_empty() {
+                // More than this packet took: its turn comes again after the others'.
+                s.queued = true;
+                self.pending.push_back(id);
             }
-        }
-        for id in done {
-            self.forget(id);
         }
     }
 }
