@@ -7,7 +7,7 @@
 //! Not yet: data sent is not kept for retransmission (no loss recovery), RESET_STREAM and
 //! STOP_SENDING are not sent (received ones end the stream's side).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::frame;
 
@@ -86,7 +86,7 @@ impl Stream {
 /// The connection's streams.
 #[derive(Debug, Default)]
 pub struct Streams {
-    map: BTreeMap<u64, Stream>,
+    map: Table,
     opened_bidi: u64,
     opened_uni: u64,
     /// Server-opened unidirectional streams seen (their count).
@@ -132,7 +132,8 @@ impl Streams {
         let id = *n * 4 + kind;
         *n += 1;
         let recv_max = if bidi { STREAM_WINDOW } else { 0 };
-        self.map.insert(id, Stream { send_max, recv_max, ..Stream::default() });
+        let s = self.map.new_stream();
+        self.map.insert(id, Stream { send_max, recv_max, ..s });
         Some(id)
     }
 
@@ -148,7 +149,7 @@ impl Streams {
     /// Queues `data` (and the stream's end, with `fin`) on stream `id`; false when it is not
     /// open for sending.
     pub fn write(&mut self, id: u64, data: &[u8], fin: bool) -> bool {
-        match self.map.get_mut(&id) {
+        match self.map.get_mut(id) {
             Some(s) if Stream::sends(id) && !s.fin && !s.stopped => {
                 s.out.extend_from_slice(data);
                 s.fin = fin;
@@ -166,7 +167,7 @@ impl Streams {
     pub fn readable(&mut self) -> Vec<u64> {
         let ids = std::mem::take(&mut self.readable);
         for id in &ids {
-            if let Some(s) = self.map.get_mut(id) {
+            if let Some(s) = self.map.get_mut(*id) {
                 s.listed = false;
             }
         }
@@ -177,7 +178,7 @@ impl Streams {
     /// the server reset it. True in the first when its end was read (the stream then goes,
     /// once its sending side is done too).
     pub fn read(&mut self, id: u64, into: &mut Vec<u8>) -> (bool, Option<u64>) {
-        let Some(s) = self.map.get_mut(&id) else { return (false, None) };
+        let Some(s) = self.map.get_mut(id) else { return (false, None) };
         if let Some(code) = s.reset {
             s.ended = true;
             self.forget(id);
@@ -208,8 +209,8 @@ impl Streams {
     }
 
     fn forget(&mut self, id: u64) {
-        if self.map.get(&id).is_some_and(|s| s.done(id)) {
-            self.map.remove(&id);
+        if self.map.get(id).is_some_and(|s| s.done(id)) {
+            self.map.remove(id);
         }
     }
 
@@ -277,7 +278,7 @@ impl Streams {
     /// The stream a frame from the server names, for reading: opened by the server now if it
     /// is a new one of its own, None if it was one of ours already done.
     fn stream_to_read(&mut self, id: u64) -> Result<Option<&mut Stream>, Breach> {
-        if !self.map.contains_key(&id) {
+        if self.map.get(id).is_none() {
             if id & 1 == 0 {
                 // One of ours: done (forgotten), or never opened.
                 let (n, kind) =
@@ -308,11 +309,12 @@ impl Streams {
                 return Ok(None);
             }
             for k in self.peer_uni..n {
-                self.map.insert(k * 4 + 3, Stream { recv_max: STREAM_WINDOW, ..Stream::default() });
+                let s = self.map.new_stream();
+                self.map.insert(k * 4 + 3, Stream { recv_max: STREAM_WINDOW, ..s });
             }
             self.peer_uni = n;
         }
-        Ok(self.map.get_mut(&id))
+        Ok(self.map.get_mut(id))
     }
 
     /// RESET_STREAM from the server: the stream's receiving side ends with `code`.
@@ -331,7 +333,7 @@ impl Streams {
 
     /// STOP_SENDING from the server: nothing more is sent on the stream.
     pub fn on_stop(&mut self, id: u64) {
-        if let Some(s) = self.map.get_mut(&id) {
+        if let Some(s) = self.map.get_mut(id) {
             s.stopped = true;
             s.out.clear();
         }
@@ -343,7 +345,7 @@ impl Streams {
     }
 
     pub fn on_max_stream_data(&mut self, id: u64, max: u64) {
-        if let Some(s) = self.map.get_mut(&id) {
+        if let Some(s) = self.map.get_mut(id) {
             s.send_max = s.send_max.max(max);
             if !s.queued && (!s.out.is_empty() || (s.fin && !s.fin_sent)) {
                 s.queued = true;
@@ -372,7 +374,7 @@ impl Streams {
                 break;
             }
             self.pending.pop_front();
-            let Some(s) = self.map.get_mut(&id) else { continue };
+            let Some(s) = self.map.get_mut(id) else { continue };
             s.queued = false;
             if s.window_owed {
                 frame::put_simple(frames, 0x11, &[id, s.recv_max]);
@@ -410,6 +412,97 @@ impl Streams {
                 self.pending.push_back(id);
             }
         }
+    }
+}
+
+/// The streams by id: for each of the three kinds a client meets (its bidirectional and
+/// unidirectional ones, the server's unidirectional ones), a window of slots from the oldest
+/// still open. Streams open in order and mostly end in order, so the window stays about as
+/// long as the streams in flight, with no hashing and no tree; the byte buffers of streams
+/// that ended are kept for the next ones.
+#[derive(Debug, Default)]
+struct Table {
+    kinds: [Slots; 3],
+    len: usize,
+    spare: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    /// The sequence number (id / 4) of the first slot.
+    base: u64,
+    slots: VecDeque<Option<Stream>>,
+}
+
+/// Spare buffer pairs kept at most.
+const SPARE: usize = 256;
+
+impl Table {
+    fn kind(id: u64) -> Option<usize> {
+        match id & 3 {
+            0 => Some(0),
+            2 => Some(1),
+            3 => Some(2),
+            _ => None,
+        }
+    }
+
+    fn get(&self, id: u64) -> Option<&Stream> {
+        let k = &self.kinds[Table::kind(id)?];
+        k.slots.get(usize::try_from((id >> 2).checked_sub(k.base)?).ok()?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Stream> {
+        let k = &mut self.kinds[Table::kind(id)?];
+        k.slots.get_mut(usize::try_from((id >> 2).checked_sub(k.base)?).ok()?)?.as_mut()
+    }
+
+    /// A stream's state with buffers from one that ended, if any.
+    fn new_stream(&mut self) -> Stream {
+        let (out, ready) = self.spare.pop().unwrap_or_default();
+        Stream { out, ready, ..Stream::default() }
+    }
+
+    /// Puts `s` in `id`'s slot; ids past the window's end open the slots before them.
+    fn insert(&mut self, id: u64, s: Stream) {
+        let Some(kind) = Table::kind(id) else { return };
+        let k = &mut self.kinds[kind];
+        let Some(i) = (id >> 2).checked_sub(k.base).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        while k.slots.len() <= i {
+            k.slots.push_back(None);
+        }
+        if k.slots[i].replace(s).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        let Some(kind) = Table::kind(id) else { return };
+        let k = &mut self.kinds[kind];
+        let Some(i) = (id >> 2).checked_sub(k.base).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        let Some(mut s) = k.slots.get_mut(i).and_then(Option::take) else { return };
+        self.len -= 1;
+        while matches!(k.slots.front(), Some(None)) {
+            k.slots.pop_front();
+            k.base += 1;
+        }
+        if self.spare.len() < SPARE {
+            s.out.clear();
+            s.ready.clear();
+            self.spare.push((s.out, s.ready));
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
