@@ -51,7 +51,7 @@ impl Own {
         let mut datagrams: Vec<Vec<u8>> = Vec::new();
         loop {
             let t = crate::cpu();
-            while c.poll_transmit(&mut self.buf) {
+            while c.poll_transmit(&mut self.buf, now) {
                 datagrams.push(self.buf.clone());
             }
             crate::client_time(t);
@@ -95,7 +95,7 @@ impl Own {
             crate::DATAGRAMS.with(|d| d.set(d.get() + datagrams.len() as u64));
             let t = crate::cpu();
             for mut d in datagrams.drain(..) {
-                c.recv(&mut d);
+                c.recv(&mut d, now);
             }
             crate::client_time(t);
             if let Some(e) = c.failure() {

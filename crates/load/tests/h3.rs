@@ -520,11 +520,15 @@ fn our_own_quic_client_is_answered_by_aioquic() {
     let (mut request, mut answer, mut ended) = (None, Vec::new(), false);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !ended && std::time::Instant::now() < deadline {
-        while c.poll_transmit(&mut buf) {
+        let now = std::time::Instant::now();
+        if c.timeout().is_some_and(|t| t <= now) {
+            c.handle_timeout(now);
+        }
+        while c.poll_transmit(&mut buf, now) {
             sock.send(&buf).unwrap();
         }
         match sock.recv(&mut rx) {
-            Ok(n) => c.recv(&mut rx[..n]),
+            Ok(n) => c.recv(&mut rx[..n], std::time::Instant::now()),
             Err(e)
                 if matches!(
                     e.kind(),

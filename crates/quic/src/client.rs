@@ -1,20 +1,25 @@
-//! A QUIC client connection of qpslab's own, as far as the handshake (RFC 9000, RFC 9001):
+//! A QUIC client connection of qpslab's own (RFC 9000, RFC 9001, RFC 9002):
 //! the Initial, Handshake and 1-RTT packet number spaces with their keys, rustls's handshake
 //! carried in CRYPTO frames each way, every packet received acknowledged in its space, and
 //! the handshake confirmed by the server's HANDSHAKE_DONE. Sans-I/O, as quinn-proto is: the
 //! caller hands datagrams in ([`Client::recv`]) and takes datagrams to send
 //! ([`Client::poll_transmit`]).
 //!
-//! Streams and their flow control are [`crate::streams`]'s. Not yet: loss recovery and
-//! congestion control, the idle timeout, key updates, 0-RTT, Retry and version negotiation.
-//! Nothing in the generator drives it.
+//! Streams and their flow control are [`crate::streams`]'s, loss detection and congestion
+//! control [`crate::recovery`]'s (the caller fires [`Client::handle_timeout`] at
+//! [`Client::timeout`]). 1-RTT key updates the server starts are followed. Not yet: the idle
+//! timeout, delayed acknowledgements, 0-RTT, Retry, version negotiation, connection
+//! migration. Nothing in the generator drives it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustls::quic::{DirectionalKeys, KeyChange, Keys, Version};
 
 use crate::frame::{self, Frame};
 use crate::packet::{self, Head, Kind, Long};
+use crate::recovery::{Congestion, Flight, Retx, Rtt, Sent};
 use crate::streams::{PeerLimits, Streams};
 
 /// Handshake bytes held out of order in a space at most (a certificate chain is a few KB).
@@ -47,9 +52,15 @@ struct Space {
     received: Vec<(u64, u64)>,
     /// An ack-eliciting packet came since the last ACK sent.
     ack_owed: bool,
-    /// Handshake bytes to send, from `crypto_sent` on, and the offset of the first.
+    /// Every handshake byte written in this space (kept: a lost one goes again), the next
+    /// offset not yet sent, and ranges lost, to send again.
     crypto_out: Vec<u8>,
     crypto_sent: u64,
+    crypto_lost: VecDeque<(u64, u64)>,
+    /// Packets in flight, for loss detection; a probe owed (a PING when nothing is left to
+    /// send again).
+    flight: Flight,
+    probe: bool,
     /// Handshake bytes received past the next expected offset, held until it comes.
     crypto_in: Vec<(u64, Vec<u8>)>,
     crypto_read: u64,
@@ -121,6 +132,10 @@ pub struct Client {
     pub counts: Counts,
     /// 1-RTT key updates (RFC 9001 section 6), once the 1-RTT keys are there.
     key_update: Option<KeyUpdate>,
+    /// Loss recovery: the round trip, the congestion window, probe timeouts in a row.
+    pub rtt: Rtt,
+    pub cc: Congestion,
+    pto_count: u32,
 }
 
 /// The 1-RTT key phase in use, the packet keys of the next and the secrets after those.
@@ -140,6 +155,8 @@ pub struct Counts {
     pub acks_out: u64,
     /// 1-RTT key updates the server started, followed.
     pub key_updates: u64,
+    /// Probe timeouts that fired.
+    pub probes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -190,6 +207,9 @@ impl Client {
             streams: Streams::new(),
             counts: Counts::default(),
             key_update: None,
+            rtt: Rtt::default(),
+            cc: Congestion::default(),
+            pto_count: 0,
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
@@ -279,7 +299,7 @@ impl Client {
     }
 
     /// Reads a datagram from the server (changed in place: its packets are decrypted there).
-    pub fn recv(&mut self, datagram: &mut [u8]) {
+    pub fn recv(&mut self, datagram: &mut [u8], now: Instant) {
         let mut at = 0;
         while at < datagram.len() && self.failed.is_none() {
             let d = &mut datagram[at..];
@@ -314,7 +334,7 @@ impl Client {
                 self.answered = true;
                 self.dcid = scid;
             }
-            let eliciting = self.frames(space, payload);
+            let eliciting = self.frames(space, payload, now);
             self.spaces[space].received(pn, eliciting);
             // Once the client sends in the Handshake space, the Initial keys go (RFC 9001
             // section 4.9.1); done at the next send.
@@ -322,7 +342,7 @@ impl Client {
     }
 
     /// The frames of a packet in `space`; whether any asks for an acknowledgement.
-    fn frames(&mut self, space: usize, payload: &[u8]) -> bool {
+    fn frames(&mut self, space: usize, payload: &[u8], now: Instant) -> bool {
         let mut eliciting = false;
         for f in frame::frames(payload) {
             let f = match f {
@@ -337,10 +357,20 @@ impl Client {
                 !matches!(f, Frame::Padding | Frame::Ack(_) | Frame::ConnectionClose { .. });
             match f {
                 Frame::Crypto { offset, data } => self.crypto(space, offset, data),
+                Frame::Ack(a) => {
+                    // The delay counts in units of 2^ack_delay_exponent us (3 unless the
+                    // server says otherwise: it does not here).
+                    let delay = if space == DATA {
+                        Duration::from_micros(a.delay.saturating_mul(8)).min(MAX_ACK_DELAY)
+                    } else {
+                        Duration::ZERO
+                    };
+                    self.on_ack(space, a.ranges(), delay, now);
+                }
                 Frame::HandshakeDone if space == DATA => {
                     self.confirmed = true;
                     // The Handshake keys go once the handshake is confirmed (section 4.9.2).
-                    self.spaces[HANDSHAKE].keys = None;
+                    self.drop_space(HANDSHAKE);
                 }
                 Frame::HandshakeDone => {
                     self.failed = Some(Error::Protocol("HANDSHAKE_DONE before 1-RTT".into()));
@@ -421,39 +451,62 @@ impl Client {
         self.write_handshake();
     }
 
-    /// Writes the next datagram to send into `out` (cleared first): each space's ACK and
-    /// handshake bytes, Initial, Handshake and 1-RTT packets coalesced; false when there is
+    /// Writes the next datagram to send into `out` (cleared first): each space's ACK, its
+    /// handshake bytes (lost ones first) and, in 1-RTT, the streams' frames as the congestion
+    /// window allows; Initial, Handshake and 1-RTT packets coalesced. False when there is
     /// nothing to send.
-    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> bool {
         out.clear();
         if self.failed.is_some() {
             return false;
         }
         let mut initial_sent = false;
         for space in [INITIAL, HANDSHAKE, DATA] {
-            let mut frames = Vec::new();
+            let (mut frames, mut carried) = (Vec::new(), Vec::new());
             let s = &mut self.spaces[space];
             if s.keys.is_none() {
                 continue;
             }
-            if s.ack_owed {
+            let ack = s.ack_owed;
+            if ack {
                 frame::put_ack(&mut frames, &s.received, 0);
                 s.ack_owed = false;
                 self.counts.acks_out += 1;
             }
             let room = MTU.saturating_sub(out.len() + 100);
-            let pending = &s.crypto_out[..s.crypto_out.len().min(room)];
-            if !pending.is_empty() {
-                frame::put_crypto(&mut frames, s.crypto_sent, pending);
-                let n = pending.len();
-                s.crypto_sent += n as u64;
-                s.crypto_out.drain(..n);
+            while let Some((off, end)) = s.crypto_lost.pop_front() {
+                let n = (end - off).min(room.saturating_sub(frames.len()) as u64);
+                if n == 0 {
+                    s.crypto_lost.push_front((off, end));
+                    break;
+                }
+                let data = &s.crypto_out[off as usize..(off + n) as usize];
+                frame::put_crypto(&mut frames, off, data);
+                carried.push(Retx::Crypto { offset: off, len: n });
+                if off + n < end {
+                    s.crypto_lost.push_front((off + n, end));
+                    break;
+                }
             }
-            if space == DATA {
+            let unsent = &s.crypto_out[s.crypto_sent as usize..];
+            let n = unsent.len().min(room.saturating_sub(frames.len()));
+            if n > 0 {
+                frame::put_crypto(&mut frames, s.crypto_sent, &unsent[..n]);
+                carried.push(Retx::Crypto { offset: s.crypto_sent, len: n as u64 });
+                s.crypto_sent += n as u64;
+            }
+            if space == DATA && (self.cc.room() || s.probe) {
                 // A short header's bytes and the tag: 1 + the connection ID + 4 + 16.
                 let room = MTU.saturating_sub(out.len() + frames.len() + self.dcid.len() + 21);
-                self.streams.write_frames(&mut frames, room);
+                self.streams.write_frames(&mut frames, room, &mut carried);
             }
+            let s = &mut self.spaces[space];
+            if s.probe && carried.is_empty() {
+                // Nothing to send again: a PING makes the probe ack-eliciting.
+                frame::put_simple(&mut frames, 0x01, &[]);
+            }
+            let eliciting = !carried.is_empty() || s.probe;
+            s.probe = false;
             if frames.is_empty() {
                 continue;
             }
@@ -473,19 +526,22 @@ impl Client {
                     token: &[],
                 }),
             };
-            // An Initial's datagram is padded to 1,200 bytes: the last packet of it takes
-            // the padding (here the Initial itself, the others fit in what is left).
+            // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
+            // padding (the others fit in what is left).
             let min = if space == INITIAL { MTU } else { 0 };
-            let acked = s.largest_acked();
+            let acked = s.flight.largest_acked;
+            let before = out.len();
             if packet::seal(out, head, pn, acked, &frames, min, local).is_err() {
                 self.failed = Some(Error::Protocol("a packet could not be sealed".into()));
                 return false;
             }
+            let size = out.len() - before;
+            s.flight.on_sent(Sent { pn, at: now, size, eliciting, frames: carried }, &mut self.cc);
             initial_sent |= space == INITIAL;
             self.counts.packets_out += 1;
             if space == HANDSHAKE && self.spaces[INITIAL].keys.is_some() {
                 // Sending in the Handshake space ends the Initial one (RFC 9001 4.9.1).
-                self.spaces[INITIAL].keys = None;
+                self.drop_space(INITIAL);
             }
             if initial_sent && out.len() >= MTU {
                 break;
@@ -493,14 +549,110 @@ impl Client {
         }
         !out.is_empty()
     }
-}
 
-impl Space {
-    /// Not tracked yet (no loss recovery): packet numbers are written in full width.
-    fn largest_acked(&self) -> Option<u64> {
-        None
+    /// A space's keys go, and with them what it had in flight.
+    fn drop_space(&mut self, space: usize) {
+        let s = &mut self.spaces[space];
+        s.keys = None;
+        s.crypto_lost.clear();
+        s.flight.discard(&mut self.cc);
+    }
+
+    /// An ACK in `space`: what it acknowledges is done with, what it shows lost goes again.
+    fn on_ack(
+        &mut self,
+        space: usize,
+        ranges: impl Iterator<Item = (u64, u64)>,
+        delay: Duration,
+        now: Instant,
+    ) {
+        let (mut acked, mut lost) = (Vec::new(), Vec::new());
+        let s = &mut self.spaces[space];
+        let new = s.flight.on_ack(
+            ranges,
+            delay,
+            now,
+            &mut self.rtt,
+            &mut self.cc,
+            &mut |r| acked.push(*r),
+            &mut |r| lost.push(*r),
+        );
+        if new {
+            self.pto_count = 0;
+        }
+        for r in &acked {
+            self.streams.on_acked(r);
+        }
+        self.resend(space, &lost);
+    }
+
+    /// What lost packets of `space` carried goes again.
+    fn resend(&mut self, space: usize, lost: &[Retx]) {
+        for r in lost {
+            match *r {
+                Retx::Crypto { offset, len } => {
+                    self.spaces[space].crypto_lost.push_back((offset, offset + len));
+                }
+                _ => self.streams.on_lost(r),
+            }
+        }
+    }
+
+    /// When [`Client::handle_timeout`] is due: a packet's loss by time, or the probe timeout.
+    pub fn timeout(&self) -> Option<Instant> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let loss = self.spaces.iter().filter_map(|s| s.flight.loss_time).min();
+        if loss.is_some() {
+            return loss;
+        }
+        self.pto().map(|(at, _)| at)
+    }
+
+    /// The probe timeout and its space: the earliest space with ack-eliciting packets in
+    /// flight, doubled for each probe in a row.
+    fn pto(&self) -> Option<(Instant, usize)> {
+        (INITIAL..=DATA)
+            .filter(|&i| {
+                self.spaces[i].keys.is_some() && self.spaces[i].flight.eliciting_in_flight()
+            })
+            .filter_map(|i| {
+                let f = &self.spaces[i].flight;
+                let delay = if i == DATA { MAX_ACK_DELAY } else { Duration::ZERO };
+                let wait = self.rtt.pto(delay) * 2u32.saturating_pow(self.pto_count.min(16));
+                Some((f.last_eliciting? + wait, i))
+            })
+            .min()
+    }
+
+    /// Timers due at `now`: packets lost by time go again; at the probe timeout, the oldest
+    /// packet in flight of its space goes again (or a PING), and the timeout doubles.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for space in [INITIAL, HANDSHAKE, DATA] {
+            let s = &mut self.spaces[space];
+            if s.flight.loss_time.is_some_and(|t| t <= now) {
+                let mut lost = Vec::new();
+                s.flight.detect_lost(now, &self.rtt, &mut self.cc, &mut |r| lost.push(*r));
+                self.resend(space, &lost);
+                return;
+            }
+        }
+        if let Some((at, space)) = self.pto() {
+            if at <= now {
+                self.pto_count += 1;
+                self.counts.probes += 1;
+                let frames = self.spaces[space].flight.probe_frames();
+                self.resend(space, &frames);
+                self.spaces[space].probe = true;
+            }
+        }
     }
 }
+
+/// The acknowledgement delay the server may take (its max_ack_delay, 25 ms unless it says
+/// otherwise).
+const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
 
 /// The server's transport parameters (RFC 9000 section 18.2): the limits this client keeps
 /// to, its original_destination_connection_id and initial_source_connection_id. None when

@@ -7,8 +7,9 @@
 //! GOAWAY), with the connection errors RFC 9114 names; a receive stream read to where it
 //! stands ([`recv`]). The first layers of a QUIC transport of qpslab's own: packets
 //! ([`packet`]: headers, packet numbers, protection with rustls's QUIC keys) and frames
-//! ([`frame`]) and a client connection as far as the handshake ([`client`]), checked against
-//! quinn-proto; nothing in the generator drives them yet.
+//! ([`frame`]), and a client connection ([`client`]: the handshake, [`streams`], loss
+//! recovery and congestion control in [`recovery`]), checked against quinn-proto and aioquic;
+//! nothing in the generator drives them yet.
 //! Does not own requests, responses or the event loops: each side has its own.
 
 pub mod client;
@@ -17,6 +18,7 @@ pub mod fuzzing;
 pub mod packet;
 pub mod pair;
 pub mod peer;
+pub mod recovery;
 pub mod recv;
 pub mod streams;
 pub mod udp;

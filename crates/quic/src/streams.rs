@@ -4,12 +4,14 @@
 //! what the server lets this side send, and the windows this side gives back as the
 //! application reads.
 //!
-//! Not yet: data sent is not kept for retransmission (no loss recovery), RESET_STREAM and
-//! STOP_SENDING are not sent (received ones end the stream's side).
+//! Bytes sent are kept until acknowledged, and sent again when their packet is lost
+//! ([`crate::recovery`] says which). Not yet: RESET_STREAM and STOP_SENDING are not sent
+//! (received ones end the stream's side).
 
 use std::collections::VecDeque;
 
 use crate::frame;
+use crate::recovery::Retx;
 
 /// The window this side gives each stream and the connection, and what it gives back once
 /// half of it was read.
@@ -35,11 +37,17 @@ pub struct PeerLimits {
 /// One stream's state.
 #[derive(Debug, Default)]
 struct Stream {
-    /// Bytes written and not yet sent, from offset `sent`; a FIN after them.
+    /// Bytes written and not yet acknowledged, from offset `base`; the next offset not yet
+    /// sent; ranges acknowledged above `base`, and ranges lost, to send again (with whether
+    /// the FIN went with them). A FIN after the written bytes.
     out: Vec<u8>,
+    base: u64,
     sent: u64,
+    acked: Vec<(u64, u64)>,
+    lost: VecDeque<(u64, u64, bool)>,
     fin: bool,
     fin_sent: bool,
+    fin_acked: bool,
     /// What the server lets this side send on it.
     send_max: u64,
     /// Bytes received in order and not yet read, up to offset `recv`; later ones held.
@@ -77,7 +85,8 @@ impl Stream {
 
     /// Both directions done: the stream can go.
     fn done(&self, id: u64) -> bool {
-        let send_done = !Stream::sends(id) || self.fin_sent || self.stopped;
+        let all_acked = self.fin_acked && self.out.is_empty();
+        let send_done = !Stream::sends(id) || all_acked || self.stopped;
         let recv_done = !Stream::receives(id) || self.ended || self.reset.is_some();
         send_done && recv_done
     }
@@ -335,7 +344,7 @@ impl Streams {
     pub fn on_stop(&mut self, id: u64) {
         if let Some(s) = self.map.get_mut(id) {
             s.stopped = true;
-            s.out.clear();
+            s.lost.clear();
         }
         self.forget(id);
     }
@@ -347,10 +356,61 @@ impl Streams {
     pub fn on_max_stream_data(&mut self, id: u64, max: u64) {
         if let Some(s) = self.map.get_mut(id) {
             s.send_max = s.send_max.max(max);
-            if !s.queued && (!s.out.is_empty() || (s.fin && !s.fin_sent)) {
+            let unsent = s.base + s.out.len() as u64 > s.sent || (s.fin && !s.fin_sent);
+            if !s.queued && unsent {
                 s.queued = true;
                 self.pending.push_back(id);
             }
+        }
+    }
+
+    /// A packet that carried `r` was acknowledged.
+    pub fn on_acked(&mut self, r: &Retx) {
+        let Retx::Stream { id, offset, len, fin } = *r else { return };
+        let Some(s) = self.map.get_mut(id) else { return };
+        s.fin_acked |= fin;
+        let end = offset + len;
+        if offset > s.base {
+            s.acked.push((offset, end));
+            return;
+        }
+        let mut base = s.base.max(end);
+        // Ranges acknowledged earlier that now touch the base.
+        while let Some(i) = s.acked.iter().position(|&(o, _)| o <= base) {
+            base = base.max(s.acked.swap_remove(i).1);
+        }
+        let drop = (base - s.base) as usize;
+        s.out.drain(..drop.min(s.out.len()));
+        s.base = base;
+        self.forget(id);
+    }
+
+    /// A packet that carried `r` was lost: what it carried goes again.
+    pub fn on_lost(&mut self, r: &Retx) {
+        match *r {
+            Retx::Stream { id, offset, len, fin } => {
+                let Some(s) = self.map.get_mut(id) else { return };
+                let start = offset.max(s.base);
+                let end = offset + len;
+                if start < end || (fin && !s.fin_acked) {
+                    s.lost.push_back((start, end.max(start), fin && !s.fin_acked));
+                    if !s.queued {
+                        s.queued = true;
+                        self.pending.push_back(id);
+                    }
+                }
+            }
+            Retx::MaxData => self.max_data_owed = true,
+            Retx::MaxStreamData(id) => {
+                if let Some(s) = self.map.get_mut(id) {
+                    s.window_owed = true;
+                    if !s.queued {
+                        s.queued = true;
+                        self.pending.push_back(id);
+                    }
+                }
+            }
+            Retx::Crypto { .. } => {}
         }
     }
 
@@ -359,14 +419,16 @@ impl Streams {
         *limit = (*limit).max(max);
     }
 
-    /// Writes the frames the streams have to send into `frames`, in at most `room` bytes:
-    /// windows given back first, then stream data as flow control lets it go, the streams in
-    /// the order they had something to send.
-    pub fn write_frames(&mut self, frames: &mut Vec<u8>, room: usize) {
+    /// Writes the frames the streams have to send into `frames`, in at most `room` bytes,
+    /// each recorded in `carried` (for loss recovery): windows given back first, then bytes
+    /// lost and due again, then new bytes as flow control lets them go, the streams in the
+    /// order they had something to send.
+    pub fn write_frames(&mut self, frames: &mut Vec<u8>, room: usize, carried: &mut Vec<Retx>) {
         let start = frames.len();
         if self.max_data_owed && room >= 9 {
             frame::put_simple(frames, 0x10, &[self.max_data]);
             self.max_data_owed = false;
+            carried.push(Retx::MaxData);
         }
         while let Some(&id) = self.pending.front() {
             // Header: type, id, offset, length (at most 8 each), and a window update.
@@ -379,16 +441,44 @@ impl Streams {
             if s.window_owed {
                 frame::put_simple(frames, 0x11, &[id, s.recv_max]);
                 s.window_owed = false;
+                carried.push(Retx::MaxStreamData(id));
             }
+            // Bytes lost, sent again (already counted against flow control).
+            let mut full = false;
+            while let Some((off, end, fin)) = s.lost.pop_front() {
+                let left = room.saturating_sub(frames.len() - start + 25) as u64;
+                let off = off.max(s.base);
+                if left == 0 && (off < end || !fin) {
+                    s.lost.push_front((off, end, fin));
+                    full = true;
+                    break;
+                }
+                let n = (end.saturating_sub(off)).min(left);
+                let fin_now = fin && off + n == end;
+                let at = (off - s.base) as usize;
+                frame::put_stream(frames, id, off, &s.out[at..at + n as usize], fin_now);
+                carried.push(Retx::Stream { id, offset: off, len: n, fin: fin_now });
+                if off + n < end || (fin && !fin_now) {
+                    s.lost.push_front((off + n, end, fin));
+                    full = true;
+                    break;
+                }
+            }
+            if full {
+                s.queued = true;
+                self.pending.push_front(id);
+                break;
+            }
+            let written = s.base + s.out.len() as u64;
             let fin_due = s.fin && !s.fin_sent;
-            if s.out.is_empty() && !fin_due {
+            if s.sent == written && !fin_due {
                 continue;
             }
-            let left = room.saturating_sub(frames.len() - start + 25);
+            let left = room.saturating_sub(frames.len() - start + 25) as u64;
             let by_stream = s.send_max.saturating_sub(s.sent);
             let by_conn = self.peer.max_data.saturating_sub(self.sent);
-            let n = (s.out.len() as u64).min(by_stream).min(by_conn).min(left as u64) as usize;
-            let fin = fin_due && n == s.out.len();
+            let n = (written - s.sent).min(by_stream).min(by_conn).min(left);
+            let fin = fin_due && s.sent + n == written;
             if n == 0 && !fin {
                 // Held by flow control: queued again when the server's MAX_STREAM_DATA
                 // comes, or (the connection's limit) at the next send after its MAX_DATA.
@@ -399,14 +489,13 @@ impl Streams {
                 }
                 continue;
             }
-            frame::put_stream(frames, id, s.sent, &s.out[..n], fin);
-            s.out.drain(..n);
-            s.sent += n as u64;
-            self.sent += n as u64;
-            if fin {
-                s.fin_sent = true;
-                self.forget(id);
-            } else if !s.out.is_empty() {
+            let at = (s.sent - s.base) as usize;
+            frame::put_stream(frames, id, s.sent, &s.out[at..at + n as usize], fin);
+            carried.push(Retx::Stream { id, offset: s.sent, len: n, fin });
+            s.sent += n;
+            self.sent += n;
+            s.fin_sent |= fin;
+            if s.sent < written {
                 // More than this packet took: its turn comes again after the others'.
                 s.queued = true;
                 self.pending.push_back(id);
@@ -538,8 +627,10 @@ mod tests {
         // Still open for sending: the stream stays until its FIN goes.
         assert_eq!(s.len(), 1);
         assert!(s.write(id, b"x", true));
-        let mut frames = Vec::new();
-        s.write_frames(&mut frames, 1200);
+        let (mut frames, mut carried) = (Vec::new(), Vec::new());
+        s.write_frames(&mut frames, 1200, &mut carried);
+        assert_eq!(s.len(), 1, "until its FIN is acknowledged");
+        carried.iter().for_each(|r| s.on_acked(r));
         assert!(s.is_empty(), "both sides ended");
     }
 
@@ -580,7 +671,7 @@ mod tests {
         s.write(a, b"0123456789", true);
         s.write(b, b"abcdefghij", true);
         let mut frames = Vec::new();
-        s.write_frames(&mut frames, 1200);
+        s.write_frames(&mut frames, 1200, &mut Vec::new());
         let sent: usize = crate::frame::frames(&frames)
             .map(|f| match f.unwrap() {
                 crate::frame::Frame::Stream { data, .. } => data.len(),
@@ -592,7 +683,7 @@ mod tests {
         s.on_max_stream_data(a, 100);
         s.on_max_stream_data(b, 100);
         let mut more = Vec::new();
-        s.write_frames(&mut more, 1200);
+        s.write_frames(&mut more, 1200, &mut Vec::new());
         let fins = crate::frame::frames(&more)
             .filter(|f| matches!(f, Ok(crate::frame::Frame::Stream { fin: true, .. })))
             .count();

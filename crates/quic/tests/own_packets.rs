@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use qpslab_quic::frame::{self, Frame};
@@ -141,6 +141,12 @@ struct Rig {
     /// Datagrams the client sent, and the server's connection events so far.
     datagrams: usize,
     connected: bool,
+    /// The rig's clock (each turn is a millisecond), and every Nth datagram dropped on the
+    /// way up (client to server) and down.
+    now: Instant,
+    drop_up: Option<usize>,
+    drop_down: Option<usize>,
+    down: usize,
 }
 
 impl Rig {
@@ -154,16 +160,33 @@ impl Rig {
         let name = "localhost".try_into().unwrap();
         let client =
             qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
-        Rig { sep, server: None, client, datagrams: 0, connected: false }
+        Rig {
+            sep,
+            server: None,
+            client,
+            datagrams: 0,
+            connected: false,
+            now: Instant::now(),
+            drop_up: None,
+            drop_down: None,
+            down: 0,
+        }
     }
 
     /// One round: the client's datagrams to the server, the server's back.
     fn turn(&mut self) {
-        let now = Instant::now();
+        self.now += Duration::from_millis(1);
+        let now = self.now;
         let from = SocketAddr::from(([10, 0, 0, 1], 4433));
         let (mut buf, mut answer) = (Vec::new(), Vec::new());
-        while self.client.poll_transmit(&mut buf) {
+        if self.client.timeout().is_some_and(|t| t <= now) {
+            self.client.handle_timeout(now);
+        }
+        while self.client.poll_transmit(&mut buf, now) {
             self.datagrams += 1;
+            if self.drop_up.is_some_and(|n| self.datagrams.is_multiple_of(n)) {
+                continue;
+            }
             let data = BytesMut::from(&buf[..]);
             match self.sep.handle(now, from, None, None, data, &mut answer) {
                 Some(DatagramEvent::NewConnection(i)) => {
@@ -189,7 +212,10 @@ impl Rig {
         }
         let mut out = Vec::new();
         while let Some(t) = conn.poll_transmit(now, 1, &mut out) {
-            self.client.recv(&mut out[..t.size]);
+            self.down += 1;
+            if self.drop_down.is_none_or(|n| !self.down.is_multiple_of(n)) {
+                self.client.recv(&mut out[..t.size], now);
+            }
             out.clear();
         }
         assert_eq!(self.client.failure(), None);
@@ -392,7 +418,7 @@ fn handshake_bytes_out_of_order_are_put_back_and_a_flood_is_refused() {
     let tls_client = Arc::new(tls_client);
     let mut c = qpslab_quic::client::Client::new(tls_client.clone(), name, &dcid, &scid).unwrap();
     let mut buf = Vec::new();
-    assert!(c.poll_transmit(&mut buf));
+    assert!(c.poll_transmit(&mut buf, Instant::now()));
     let (now, from, mut answer) =
         (Instant::now(), SocketAddr::from(([10, 0, 0, 1], 4433)), Vec::new());
     let Some(DatagramEvent::NewConnection(i)) =
@@ -428,15 +454,15 @@ fn handshake_bytes_out_of_order_are_put_back_and_a_flood_is_refused() {
     // The rest of the server's datagram (its Handshake packet) as sent, and the rest of its
     // flight.
     reordered.extend_from_slice(&out[span.end..t.size]);
-    c.recv(&mut reordered);
+    c.recv(&mut reordered, now);
     let mut more = Vec::new();
     while let Some(t) = conn.poll_transmit(now, 1, &mut more) {
-        c.recv(&mut more[..t.size]);
+        c.recv(&mut more[..t.size], now);
         more.clear();
     }
     assert_eq!(c.failure(), None);
     let mut kinds = Vec::new();
-    while c.poll_transmit(&mut buf) {
+    while c.poll_transmit(&mut buf, now) {
         let mut at = 0;
         while at < buf.len() {
             let h = packet::parse(&buf[at..], 0).unwrap();
@@ -461,8 +487,104 @@ fn handshake_bytes_out_of_order_are_put_back_and_a_flood_is_refused() {
     };
     let mut far = Vec::new();
     packet::seal(&mut far, Head::Long(long), 0, None, &frames, 1200, &keys.local).unwrap();
-    c.recv(&mut far);
+    c.recv(&mut far, Instant::now());
     let failed = format!("{:?}", c.failure());
     assert!(failed.contains("CRYPTO_BUFFER_EXCEEDED"), "{failed}");
-    assert!(!c.poll_transmit(&mut buf), "a failed connection sends nothing more");
+    assert!(!c.poll_transmit(&mut buf, Instant::now()), "a failed connection sends nothing more");
+}
+
+/// A link that drops every 4th datagram up and every 5th down, the handshake's first Initial
+/// among them: the client's probe timeout sends its Initial again, and 150 exchanges and a
+/// 300 KB answer all arrive whole and once, what was lost sent again.
+#[test]
+fn lost_datagrams_are_sent_again_and_everything_arrives_once() {
+    let mut rig = Rig::new();
+    // The first datagram (the Initial) is dropped: only a probe timeout brings it again.
+    let mut lost = Vec::new();
+    assert!(rig.client.poll_transmit(&mut lost, rig.now));
+    assert!(!rig.client.poll_transmit(&mut lost, rig.now));
+    let mut turns = 0;
+    while !(rig.connected && rig.client.is_confirmed()) {
+        turns += 1;
+        assert!(turns < 5_000, "no handshake: {:?}", rig.client.counts);
+        if rig.server.is_none() {
+            // Nothing from the server yet: only the client's timer moves things.
+            rig.now += Duration::from_millis(1);
+            let now = rig.now;
+            if rig.client.timeout().is_some_and(|t| t <= now) {
+                rig.client.handle_timeout(now);
+            }
+            let (mut buf, mut answer) = (Vec::new(), Vec::new());
+            let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+            while rig.client.poll_transmit(&mut buf, now) {
+                if let Some(DatagramEvent::NewConnection(i)) =
+                    rig.sep.handle(now, from, None, None, BytesMut::from(&buf[..]), &mut answer)
+                {
+                    rig.server = Some(rig.sep.accept(i, now, &mut answer, None).unwrap());
+                }
+            }
+            continue;
+        }
+        rig.turn();
+        rig.events();
+    }
+    assert!(rig.client.counts.probes >= 1, "{:?}", rig.client.counts);
+
+    rig.drop_up = Some(4);
+    rig.drop_down = Some(5);
+    let (mut opened, mut answered) = (0, 0);
+    for _ in 0..20_000 {
+        while opened < 150 {
+            let Some(id) = rig.client.streams.open(true) else { break };
+            assert!(rig.client.streams.write(id, b"GET", true));
+            opened += 1;
+        }
+        rig.turn();
+        rig.serve(b"200");
+        rig.turn();
+        for (_, body, ended) in rig.read() {
+            if ended {
+                assert_eq!(body, b"200");
+                answered += 1;
+            }
+        }
+        if answered == 150 {
+            break;
+        }
+    }
+    assert_eq!((opened, answered), (150, 150), "{:?}", rig.client.counts);
+    let id = rig.client.streams.open(true).unwrap();
+    rig.client.streams.write(id, b"big", true);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let sid = quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
+    let (mut read, mut ended, mut written) = (Vec::new(), false, 0);
+    for _ in 0..20_000 {
+        rig.turn();
+        for e in rig.events() {
+            if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
+                while rig.conn().streams().accept(quinn_proto::Dir::Bi).is_some() {}
+            }
+        }
+        if written < big.len() {
+            written += rig.conn().send_stream(sid).write(&big[written..]).unwrap_or(0);
+            if written == big.len() {
+                rig.conn().send_stream(sid).finish().unwrap();
+            }
+        }
+        rig.turn();
+        for (got, body, end) in rig.read() {
+            if got == id {
+                read.extend_from_slice(&body);
+                ended |= end;
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    assert!(ended && read == big, "{} of {} bytes", read.len(), big.len());
+    let server_lost = rig.conn().stats().path.lost_packets;
+    let counts = rig.client.counts;
+    assert!(rig.client.cc.lost > 0, "our client found its own losses: {counts:?}");
+    assert!(server_lost > 0, "and the server its");
 }
