@@ -124,6 +124,15 @@ impl<'a> InHand<'a> {
         }
     }
 
+    /// nginx re-listens at the climb's end ([`UserServer::relisten_at_end`]); on another
+    /// host, as [`InHand::relisten`] does.
+    pub fn relisten_at_end(&mut self) -> Result<(), String> {
+        match self {
+            InHand::Here(s) => s.relisten_at_end(),
+            InHand::There { far, .. } => far.nginx_relisten(),
+        }
+    }
+
     /// The original back, byte for byte ([`UserServer::restore`]).
     pub fn restore(&mut self) -> Result<(), String> {
         match self {

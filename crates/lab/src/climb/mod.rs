@@ -448,7 +448,7 @@ pub fn climb(
     if let Some(mut n) = w.server.take() {
         // Listening under the host's own settings again (they were reverted after the last
         // run), and the original back, byte for byte, whatever happened.
-        let relistened = if w.listened.is_empty() { Ok(()) } else { n.relisten() };
+        let relistened = if w.listened.is_empty() { Ok(()) } else { n.relisten_at_end() };
         match relistened.and_then(|()| n.restore()) {
             Ok(()) => n.close(),
             Err(e) => {

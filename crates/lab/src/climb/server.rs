@@ -248,7 +248,10 @@ impl UserServer {
         let original = self.original.clone();
         if self.in_force != original {
             write(&self.file, &original)?;
-            self.reload()?;
+            // In force once the new workers run: the old ones may take long to finish what
+            // they hold (a slow application's queue behind them), and nothing is measured
+            // after a restore.
+            self.reload_with(Drain::NotAwaited)?;
             self.in_force = original;
         }
         let _ = std::fs::remove_file(self.backup());
@@ -272,9 +275,22 @@ impl UserServer {
         }
     }
 
-    fn reload(&self) -> Result<(), String> {
+    /// [`UserServer::relisten`] at the climb's end: nothing is measured after it, so the old
+    /// workers are not waited for.
+    pub fn relisten_at_end(&self) -> Result<(), String> {
         match &self.how {
-            Reload::Nginx(master) => reload_nginx(master.pid),
+            Reload::Nginx(master) => reload_nginx_with(master.pid, Drain::NotAwaited),
+            Reload::Command(_) => Ok(()),
+        }
+    }
+
+    fn reload(&self) -> Result<(), String> {
+        self.reload_with(Drain::Awaited)
+    }
+
+    fn reload_with(&self, drain: Drain) -> Result<(), String> {
+        match &self.how {
+            Reload::Nginx(master) => reload_nginx_with(master.pid, drain),
             Reload::Command(cmd) => {
                 let out = std::process::Command::new("sh")
                     .args(["-c", cmd])
@@ -295,16 +311,31 @@ impl UserServer {
     }
 }
 
+/// Whether a reload waits for nginx's old workers to leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    /// A measurement follows: the old workers must not share the CPU with it.
+    Awaited,
+    /// The new workers running is enough.
+    NotAwaited,
+}
+
 /// SIGHUP to nginx's master, then waits until every worker is one it started after it: the
 /// old ones finish their requests and leave.
 fn reload_nginx(master: u32) -> Result<(), String> {
+    reload_nginx_with(master, Drain::Awaited)
+}
+
+fn reload_nginx_with(master: u32, drain: Drain) -> Result<(), String> {
     let before = workers(master);
     qpslab_sys::process::hang_up(master)
         .map_err(|e| format!("cannot reload nginx (pid {master}): {e}"))?;
     let t = Instant::now();
     while t.elapsed() < RELOAD_PATIENCE {
         let now = workers(master);
-        if !now.is_empty() && now.iter().all(|w| !before.contains(w)) {
+        let started = now.iter().any(|w| !before.contains(w));
+        let drained = now.iter().all(|w| !before.contains(w));
+        if started && (drained || drain == Drain::NotAwaited) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
