@@ -248,9 +248,9 @@ impl UserServer {
         let original = self.original.clone();
         if self.in_force != original {
             write(&self.file, &original)?;
-            // In force once the new workers run: the old ones may take long to finish what
-            // they hold (a slow application's queue behind them), and nothing is measured
-            // after a restore.
+            // In force once the new workers run; the old ones are given the reload's
+            // patience to leave, not more: they may hold a slow application's queue for
+            // longer, and nothing is measured after a restore.
             self.reload_with(Drain::NotAwaited)?;
             self.in_force = original;
         }
@@ -311,12 +311,12 @@ impl UserServer {
     }
 }
 
-/// Whether a reload waits for nginx's old workers to leave.
+/// Whether a reload must see nginx's old workers leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Drain {
     /// A measurement follows: the old workers must not share the CPU with it.
     Awaited,
-    /// The new workers running is enough.
+    /// Waited for as long as the reload's patience, then the new workers running is enough.
     NotAwaited,
 }
 
@@ -331,14 +331,17 @@ fn reload_nginx_with(master: u32, drain: Drain) -> Result<(), String> {
     qpslab_sys::process::hang_up(master)
         .map_err(|e| format!("cannot reload nginx (pid {master}): {e}"))?;
     let t = Instant::now();
+    let mut started = false;
     while t.elapsed() < RELOAD_PATIENCE {
         let now = workers(master);
-        let started = now.iter().any(|w| !before.contains(w));
-        let drained = now.iter().all(|w| !before.contains(w));
-        if started && (drained || drain == Drain::NotAwaited) {
+        started |= now.iter().any(|w| !before.contains(w));
+        if started && now.iter().all(|w| !before.contains(w)) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if started && drain == Drain::NotAwaited {
+        return Ok(());
     }
     Err(format!(
         "nginx (pid {master}) did not replace its workers within {RELOAD_PATIENCE:?} of a reload"
