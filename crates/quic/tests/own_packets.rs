@@ -17,6 +17,13 @@ use quinn_proto::{DatagramEvent, Endpoint, EndpointConfig, Event};
 use rustls::quic::{KeyChange, Keys, Version};
 use rustls::Side;
 
+/// A quinn-proto server endpoint over `tls` (quinn-proto's transport defaults).
+fn quinn_server(tls: rustls::ServerConfig) -> Endpoint {
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls)).unwrap();
+    let server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    Endpoint::new(Arc::new(EndpointConfig::default()), Some(Arc::new(server)), false, None)
+}
+
 fn initial_keys(dcid: &[u8], side: Side) -> Keys {
     let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
     suite.tls13().unwrap().quic_suite().unwrap().keys(dcid, side, Version::V1)
@@ -70,11 +77,7 @@ fn a_quinn_clients_initial_opens_and_carries_its_client_hello() {
 #[test]
 fn a_quinn_server_accepts_our_initial_and_its_answer_opens() {
     let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
-    let server_config = quinn_proto::ServerConfig::with_crypto(Arc::new(
-        quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap(),
-    ));
-    let config = Arc::new(EndpointConfig::default());
-    let mut sep = Endpoint::new(config, Some(Arc::new(server_config)), false, None);
+    let mut sep = quinn_server(tls_server);
     let (dcid, scid) = ([7u8; 8], [9u8; 8]);
     // Transport parameters: initial_source_connection_id (0x0f), as a client must send.
     let mut params = vec![0x0f, 8];
@@ -152,11 +155,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
-        let server_config = quinn_proto::ServerConfig::with_crypto(Arc::new(
-            quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap(),
-        ));
-        let config = Arc::new(EndpointConfig::default());
-        let sep = Endpoint::new(config, Some(Arc::new(server_config)), false, None);
+        let sep = quinn_server(tls_server);
         let name = "localhost".try_into().unwrap();
         let client =
             qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
@@ -408,11 +407,7 @@ fn streams_carry_bytes_both_ways_within_the_limits() {
 #[test]
 fn handshake_bytes_out_of_order_are_put_back_and_a_flood_is_refused() {
     let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
-    let server_config = quinn_proto::ServerConfig::with_crypto(Arc::new(
-        quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap(),
-    ));
-    let config = Arc::new(EndpointConfig::default());
-    let mut sep = Endpoint::new(config, Some(Arc::new(server_config)), false, None);
+    let mut sep = quinn_server(tls_server);
     let name = "localhost".try_into().unwrap();
     let (dcid, scid) = ([7u8; 8], [9u8; 4]);
     let tls_client = Arc::new(tls_client);
