@@ -467,6 +467,9 @@ fn io_and_tls(
 pub struct H3Config {
     pub streams: usize,
     pub client: quinn_proto::ClientConfig,
+    /// `--quic own`: qpslab's own QUIC client, with this TLS configuration (ALPN h3).
+    pub own: bool,
+    pub tls: std::sync::Arc<rustls::ClientConfig>,
     /// `--0rtt`: a resumed connection's first requests go in its first flight.
     pub zero_rtt: bool,
 }
@@ -484,6 +487,7 @@ impl H3Config {
         let mut rustls = (*tls.config).clone();
         rustls.alpn_protocols = vec![b"h3".to_vec()];
         rustls.enable_early_data = opts.tls.zero_rtt;
+        let own_tls = std::sync::Arc::new(rustls.clone());
         let quic =
             quinn_proto::crypto::rustls::QuicClientConfig::try_from(rustls).map_err(|e| {
                 ConfigError::new("--ciphers", format!("{e}: QUIC needs TLS_AES_128_GCM_SHA256"))
@@ -494,7 +498,14 @@ impl H3Config {
         transport.max_concurrent_uni_streams(uni);
         let mut client = quinn_proto::ClientConfig::new(std::sync::Arc::new(quic));
         client.transport_config(std::sync::Arc::new(transport));
-        Ok(H3Config { streams: opts.streams, client, zero_rtt: opts.tls.zero_rtt })
+        let own = opts.quic == crate::options::QuicImpl::Own;
+        Ok(H3Config {
+            streams: opts.streams,
+            client,
+            own,
+            tls: own_tls,
+            zero_rtt: opts.tls.zero_rtt,
+        })
     }
 }
 
@@ -605,6 +616,15 @@ fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
     let d = LoadOptions::default();
     if opts.h3 && opts.h2 {
         return Err(ConfigError::new("--h3", "HTTP/3 and HTTP/2 are two protocols: drop --h2"));
+    }
+    if opts.quic != d.quic && !opts.h3 {
+        return Err(ConfigError::new("--quic", "chooses HTTP/3's QUIC client: add --h3"));
+    }
+    if opts.quic == crate::options::QuicImpl::Own && opts.tls.zero_rtt {
+        return Err(ConfigError::new(
+            "--quic",
+            "qpslab's own QUIC client sends no early data yet: drop --0rtt, or use --quic quinn",
+        ));
     }
     if opts.tls.zero_rtt && !opts.h3 {
         return Err(ConfigError::new(

@@ -37,6 +37,18 @@ pub const DEFAULT_LINGER: Duration = Duration::from_micros(500);
 /// `bench`'s warm-up when `--warmup` is not given (`load` has none).
 pub const BENCH_WARMUP: Duration = Duration::from_secs(1);
 
+/// Which QUIC carries `--h3` (`--quic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum QuicImpl {
+    /// quinn-proto: every feature (0-RTT, Retry, version negotiation, path MTU).
+    #[default]
+    Quinn,
+    /// qpslab's own QUIC client: half quinn-proto's CPU per exchange; no 0-RTT, Retry or
+    /// version negotiation yet.
+    Own,
+}
+
 /// How a load thread waits for its next event (`--poll`).
 ///
 /// Sleeping in `epoll_wait` costs a wake-up per event: on the VM these figures come from that
@@ -200,6 +212,10 @@ pub struct LoadOptions {
     #[arg(long)]
     pub h3: bool,
 
+    /// With --h3: which QUIC client carries it
+    #[arg(long, value_enum, value_name = "IMPL", default_value_t = QuicImpl::Quinn)]
+    pub quic: QuicImpl,
+
     /// With --h2 or --h3: concurrent streams per connection (h2load's -m); -c stays the
     /// number of connections
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -359,6 +375,7 @@ impl Default for LoadOptions {
             rst_close: false,
             h2: false,
             h3: false,
+            quic: QuicImpl::Quinn,
             streams: 1,
             window_bits: 30,
             conn_window_bits: 30,
@@ -569,6 +586,7 @@ mod tests {
             "RANGE" => "127.0.0.2-127.0.0.3".into(),
             "auto|epoll|uring" => "epoll".into(),
             "MODE" => "spin".into(),
+            "IMPL" => "own".into(),
             "1.2|1.3" => "1.3".into(),
             "METHOD" => "PUT".into(),
             "HEADER" => "X-T: 1".into(),

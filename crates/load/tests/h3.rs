@@ -1,6 +1,8 @@
 //! HTTP/3 against a real QUIC stack that is not qpslab's: aioquic's server (PyPI). Counts are
 //! checked against the server's own log; resets, closes, timeouts and a port with nothing on
-//! it are named as what they are.
+//! it are named as what they are. The cases that make a QUIC client's work (exact counts
+//! with many streams, bodies, resets and closes, a hostile server, a handshake per request)
+//! run with both QUIC clients: quinn-proto's and qpslab's own (`--quic own`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -8,6 +10,7 @@ mod support;
 
 use std::time::Duration;
 
+use qpslab_load::options::QuicImpl;
 use qpslab_load::{LoadConfig, LoadError, LoadOptions};
 use support::aioquic::Aioquic;
 use support::{opts_on, run};
@@ -22,12 +25,17 @@ fn h3_opts(server: &Aioquic, path: &str, connections: usize, streams: usize) -> 
     o
 }
 
+/// Both QUIC clients.
+const BOTH: [QuicImpl; 2] = [QuicImpl::Quinn, QuicImpl::Own];
+
 #[test]
 fn every_request_is_answered_once_with_1_10_and_50_streams() {
     let server = Aioquic::start();
     let mut total = 0;
-    for (c, streams, n) in [(1, 1, 50u64), (2, 10, 400), (1, 50, 500)] {
+    let cases = [(1, 1, 50u64), (2, 10, 400), (1, 50, 500)];
+    for ((c, streams, n), quic) in cases.into_iter().flat_map(|k| BOTH.map(|q| (k, q))) {
         let mut o = h3_opts(&server, "/", c, streams);
+        o.quic = quic;
         o.requests = Some(n);
         let report = run(&o);
         assert_eq!(report.config.protocol, "h3");
@@ -37,10 +45,10 @@ fn every_request_is_answered_once_with_1_10_and_50_streams() {
         assert!(h3.datagrams_per_recv_call >= 1.0 && h3.datagrams_per_send_call >= 1.0, "{h3:?}");
         assert!(h3.acks_sent > 0 && h3.acks_received > 0, "{h3:?}");
         assert_eq!(h3.send_dropped, 0, "{h3:?}");
-        assert_eq!(report.requests.ok, n, "{c}x{streams}: {:?}", report.error_examples);
+        assert_eq!(report.requests.ok, n, "{quic:?} {c}x{streams}: {:?}", report.error_examples);
         total += n as usize;
         let lines = server.log(total);
-        assert_eq!(lines.len(), total, "{c}x{streams}: the server answered each once");
+        assert_eq!(lines.len(), total, "{quic:?} {c}x{streams}: the server answered each once");
         assert!(lines.iter().all(|l| l == "200 GET /"), "{:?}", &lines[..2]);
     }
 }
@@ -48,18 +56,29 @@ fn every_request_is_answered_once_with_1_10_and_50_streams() {
 #[test]
 fn statuses_bodies_and_a_timed_run_are_counted() {
     let server = Aioquic::start();
-    let mut o = h3_opts(&server, "/?status=404&s=3000", 2, 4);
-    o.requests = Some(40);
-    let report = run(&o);
-    assert_eq!(report.requests.bad_status, 40, "{:?}", report.error_examples);
-    assert_eq!(report.status.get("404"), Some(&40));
-    assert!(report.bytes.read > 40 * 3000, "{}", report.bytes.read);
-    let mut o = h3_opts(&server, "/", 2, 8);
-    o.requests = None;
-    o.duration = Some(Duration::from_millis(800));
-    let report = run(&o);
-    assert!(report.requests.ok > 50, "{:?}", report.requests);
-    assert_eq!(report.requests.failed, 0, "{:?}", report.error_examples);
+    for quic in BOTH {
+        let mut o = h3_opts(&server, "/?status=404&s=3000", 2, 4);
+        o.quic = quic;
+        o.requests = Some(40);
+        let report = run(&o);
+        assert_eq!(report.requests.bad_status, 40, "{quic:?} {:?}", report.error_examples);
+        assert_eq!(report.status.get("404"), Some(&40));
+        assert!(report.bytes.read > 40 * 3000, "{}", report.bytes.read);
+        // A body past the stream window (1 MiB) and the connection's: window updates go.
+        let mut o = h3_opts(&server, "/?s=3000000", 1, 2);
+        o.quic = quic;
+        o.requests = Some(4);
+        let report = run(&o);
+        assert_eq!(report.requests.ok, 4, "{quic:?} {:?}", report.error_examples);
+        assert!(report.bytes.read > 4 * 3_000_000, "{}", report.bytes.read);
+        let mut o = h3_opts(&server, "/", 2, 8);
+        o.quic = quic;
+        o.requests = None;
+        o.duration = Some(Duration::from_millis(800));
+        let report = run(&o);
+        assert!(report.requests.ok > 50, "{quic:?} {:?}", report.requests);
+        assert_eq!(report.requests.failed, 0, "{quic:?} {:?}", report.error_examples);
+    }
 }
 
 /// A warm-up's responses are left out; the requests in flight when the window opens are
@@ -122,17 +141,32 @@ fn an_open_loop_keeps_its_rate_and_counts_the_wait() {
 #[test]
 fn a_connection_per_request_handshakes_for_each() {
     let server = Aioquic::start();
-    let mut o = h3_opts(&server, "/", 2, 1);
+    let mut total = 0;
+    for quic in BOTH {
+        let mut o = h3_opts(&server, "/", 2, 1);
+        o.quic = quic;
+        o.conn_per_request = true;
+        o.requests = Some(20);
+        let report = run(&o);
+        assert_eq!(report.requests.ok, 20, "{quic:?} {:?}", report.error_examples);
+        assert_eq!(report.connections.connects, 20, "{:?}", report.connections);
+        assert_eq!(report.connections.reconnects, 0, "{:?}", report.connections);
+        let tls = report.connections.tls.as_ref().unwrap();
+        assert_eq!(tls.full_handshakes, 20, "{tls:?}");
+        assert!(report.latency_us.p50 >= tls.handshake_us.p50, "{:?} {tls:?}", report.latency_us);
+        total += 20;
+        assert_eq!(server.log(total).len(), total);
+    }
+    // Resumed with the own client too: rustls keeps the tickets.
+    let mut o = h3_opts(&server, "/", 1, 1);
+    o.quic = QuicImpl::Own;
     o.conn_per_request = true;
-    o.requests = Some(20);
+    o.tls.reuse = true;
+    o.requests = Some(10);
     let report = run(&o);
-    assert_eq!(report.requests.ok, 20, "{:?}", report.error_examples);
-    assert_eq!(report.connections.connects, 20, "{:?}", report.connections);
-    assert_eq!(report.connections.reconnects, 0, "{:?}", report.connections);
+    assert_eq!(report.requests.ok, 10, "{:?}", report.error_examples);
     let tls = report.connections.tls.as_ref().unwrap();
-    assert_eq!(tls.full_handshakes, 20, "{tls:?}");
-    assert!(report.latency_us.p50 >= tls.handshake_us.p50, "{:?} {tls:?}", report.latency_us);
-    assert_eq!(server.log(20).len(), 20);
+    assert_eq!((tls.full_handshakes, tls.resumed), (1, 9), "{tls:?}");
 }
 
 /// Resumption and 0-RTT, a connection per request, one at a time. With `--tls-reuse` the
@@ -336,26 +370,33 @@ fn weighted_targets_on_two_servers() {
 #[test]
 fn a_reset_stream_a_closed_connection_and_a_slow_answer_are_named() {
     let server = Aioquic::start();
-    let mut o = h3_opts(&server, "/?reset=1", 1, 5);
+    for quic in BOTH {
+        reset_closed_and_slow(&server, quic);
+    }
+}
+
+fn reset_closed_and_slow(server: &Aioquic, quic: QuicImpl) {
+    let h3_opts = |server, path, c, s| LoadOptions { quic, ..h3_opts(server, path, c, s) };
+    let mut o = h3_opts(server, "/?reset=1", 1, 5);
     o.requests = Some(10);
     let report = run(&o);
     assert_eq!(report.errors.get("reset"), Some(&10), "{:?}", report.errors);
     let e = &report.error_examples["reset"];
     assert!(e.contains("H3_REQUEST_REJECTED"), "{e}");
 
-    let mut o = h3_opts(&server, "/?close=1", 1, 1);
+    let mut o = h3_opts(server, "/?close=1", 1, 1);
     o.requests = Some(3);
     let report = run(&o);
-    assert_eq!(report.requests.failed, 3, "{:?}", report.errors);
+    assert_eq!(report.requests.failed, 3, "{quic:?} {:?}", report.errors);
     let e = &report.error_examples["read"];
     assert!(e.contains("H3_EXCESSIVE_LOAD") && e.contains("closed by request"), "{e}");
     assert!(report.connections.reconnects >= 2, "{:?}", report.connections);
 
-    let mut o = h3_opts(&server, "/?ms=3000", 1, 2);
+    let mut o = h3_opts(server, "/?ms=3000", 1, 2);
     o.requests = Some(2);
     o.timeout = Duration::from_millis(300);
     let report = run(&o);
-    assert_eq!(report.errors.get("timeout"), Some(&2), "{:?}", report.errors);
+    assert_eq!(report.errors.get("timeout"), Some(&2), "{quic:?} {:?}", report.errors);
 }
 
 #[test]
@@ -424,6 +465,15 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     o.h3 = false;
     o.tls.zero_rtt = true;
     refused(o, "--0rtt");
+    // The QUIC client is HTTP/3's; the own one sends no early data yet.
+    let mut o = base();
+    o.h3 = false;
+    o.quic = QuicImpl::Own;
+    refused(o, "--quic");
+    let mut o = base();
+    o.quic = QuicImpl::Own;
+    o.tls.zero_rtt = true;
+    refused(o, "--quic");
 }
 
 /// A hostile server's HTTP/3: a field section past the 64 KiB bound, a body that never ends, streams
@@ -433,13 +483,20 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
 #[test]
 fn a_hostile_server_is_bounded_and_named() {
     let server = Aioquic::start();
-    let mut o = h3_opts(&server, "/?big=40", 1, 1);
+    for quic in BOTH {
+        hostile(&server, quic);
+    }
+}
+
+fn hostile(server: &Aioquic, quic: QuicImpl) {
+    let h3_opts = |server, path, c, s| LoadOptions { quic, ..h3_opts(server, path, c, s) };
+    let mut o = h3_opts(server, "/?big=40", 1, 1);
     o.requests = Some(1);
     let report = run(&o);
     let e = report.error_examples.get("parse").unwrap_or_else(|| panic!("{report:?}"));
     assert!(e.contains("HEADERS frame") && e.contains("H3_EXCESSIVE_LOAD"), "{e}");
 
-    let mut o = h3_opts(&server, "/?endless=1", 1, 2);
+    let mut o = h3_opts(server, "/?endless=1", 1, 2);
     o.requests = Some(2);
     o.timeout = Duration::from_millis(500);
     let started = std::time::Instant::now();
@@ -447,17 +504,17 @@ fn a_hostile_server_is_bounded_and_named() {
     assert_eq!(report.errors.get("timeout"), Some(&2), "{:?}", report.errors);
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 
-    let mut o = h3_opts(&server, "/?encoder=1", 1, 1);
+    let mut o = h3_opts(server, "/?encoder=1", 1, 1);
     o.requests = Some(1);
     let report = run(&o);
     let e = &report.error_examples["parse"];
     assert!(e.contains("QPACK_ENCODER_STREAM_ERROR"), "{e}");
 
     // Reserved stream types are stopped and forgotten: the request is answered.
-    let mut o = h3_opts(&server, "/?unis=4", 1, 1);
+    let mut o = h3_opts(server, "/?unis=4", 1, 1);
     o.requests = Some(2);
     let report = run(&o);
-    assert_eq!(report.requests.ok, 2, "{:?}", report.error_examples);
+    assert_eq!(report.requests.ok, 2, "{quic:?} {:?}", report.error_examples);
 }
 
 /// The server goes away mid-run, a connection per request: each handshake that then finds
@@ -488,107 +545,4 @@ fn handshakes_that_fail_after_the_server_went_away_are_failed_requests() {
     assert!(connects >= 2, "{:?} {:?}", report.errors, report.error_examples);
     let e = &report.error_examples["connect"];
     assert!(e.contains("no QUIC handshake"), "{e}");
-}
-
-/// qpslab's own QUIC client (`qpslab_quic::client`, not yet what `load --h3` drives) against
-/// aioquic over real UDP on loopback: a handshake with a QUIC stack that is neither its own
-/// nor quinn-proto, then an HTTP/3 GET on a stream and its answer read, the server's own log
-/// showing the request once.
-#[test]
-fn our_own_quic_client_is_answered_by_aioquic() {
-    use qpslab_http::h3::{frame, qpack, varint};
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    use std::sync::Arc;
-
-    let server = Aioquic::start();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_file(&server.cert).unwrap()).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(qpslab_tls::provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let name = "localhost".try_into().unwrap();
-    let dcid = [0x51, 0x9a, 0x2e, 0x07, 0xc3, 0x44, 0x18, 0xfd];
-    let mut c =
-        qpslab_quic::client::Client::new(Arc::new(tls), name, &dcid, &[1, 2, 3, 4]).unwrap();
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.connect(("127.0.0.1", server.port)).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-    let (mut buf, mut rx) = (Vec::new(), vec![0u8; 65_536]);
-    let (mut request, mut answer, mut ended) = (None, Vec::new(), false);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !ended && std::time::Instant::now() < deadline {
-        let now = std::time::Instant::now();
-        if c.timeout().is_some_and(|t| t <= now) {
-            c.handle_timeout(now);
-        }
-        while c.poll_transmit(&mut buf, now) {
-            sock.send(&buf).unwrap();
-        }
-        match sock.recv(&mut rx) {
-            Ok(n) => c.recv(&mut rx[..n], std::time::Instant::now()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => panic!("{e}"),
-        }
-        assert_eq!(c.failure(), None);
-        if c.is_confirmed() && request.is_none() {
-            // The control stream and its SETTINGS, then the request.
-            let control = c.streams.open(false).unwrap();
-            let mut b = vec![0x00];
-            frame::put_settings(&mut b, &[]);
-            assert!(c.streams.write(control, &b, false));
-            let id = c.streams.open(true).unwrap();
-            let fields: [(&[u8], &[u8]); 4] = [
-                (b":method", b"GET"),
-                (b":scheme", b"https"),
-                (b":authority", b"localhost"),
-                (b":path", b"/?s=5"),
-            ];
-            let section = qpack::encode(fields);
-            let mut h = Vec::new();
-            frame::put_head(&mut h, frame::kind::HEADERS, section.len());
-            h.extend_from_slice(&section);
-            assert!(c.streams.write(id, &h, true));
-            request = Some(id);
-        }
-        for id in c.streams.readable() {
-            let mut into = Vec::new();
-            let (end, reset) = c.streams.read(id, &mut into);
-            assert_eq!(reset, None, "stream {id} reset");
-            if Some(id) == request {
-                answer.extend_from_slice(&into);
-                ended |= end;
-            }
-        }
-    }
-    assert!(ended, "no whole answer in 10 s ({} bytes): {c:?}", answer.len());
-    // The answer's frames: HEADERS (:status 200), then DATA of 5 bytes.
-    let (mut status, mut body, mut at) = (None, 0, 0);
-    while at < answer.len() {
-        let (t, n) = varint::read(&answer[at..]).unwrap();
-        let (len, m) = varint::read(&answer[at + n..]).unwrap();
-        let payload = &answer[at + n + m..at + n + m + len as usize];
-        at += n + m + len as usize;
-        match t {
-            frame::kind::HEADERS => {
-                let mut dec = qpack::Decoder::new(16_384);
-                dec.decode(payload, &mut |name, value| {
-                    if name == b":status" {
-                        status = Some(String::from_utf8_lossy(value).into_owned());
-                    }
-                })
-                .unwrap();
-            }
-            frame::kind::DATA => body += payload.len(),
-            _ => {}
-        }
-    }
-    assert_eq!((status.as_deref(), body), (Some("200"), 5));
-    assert_eq!(server.log(1), ["200 GET /?s=5"]);
 }

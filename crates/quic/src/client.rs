@@ -7,9 +7,9 @@
 //!
 //! Streams and their flow control are [`crate::streams`]'s, loss detection and congestion
 //! control [`crate::recovery`]'s (the caller fires [`Client::handle_timeout`] at
-//! [`Client::timeout`]). 1-RTT key updates the server starts are followed. Not yet: the idle
-//! timeout, delayed acknowledgements, 0-RTT, Retry, version negotiation, connection
-//! migration. Nothing in the generator drives it.
+//! [`Client::timeout`]), as is the idle timeout. 1-RTT key updates the server starts are
+//! followed; [`Client::close`] sends a CONNECTION_CLOSE. Not yet: delayed acknowledgements,
+//! 0-RTT, Retry, version negotiation, connection migration.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,8 +35,13 @@ pub enum Error {
     Tls(String),
     /// The server broke the protocol (a frame that does not parse, one where it may not be).
     Protocol(String),
-    /// The server closed the connection: its error code and reason.
-    Closed { code: u64, reason: String },
+    /// The server closed the connection: its error code (the application's or the
+    /// transport's) and reason.
+    Closed { app: bool, code: u64, reason: String },
+    /// Nothing came from the server for the idle timeout.
+    TimedOut,
+    /// This side closed it.
+    Local,
 }
 
 /// One packet number space: its keys, the numbers sent and received, and its handshake
@@ -136,6 +141,14 @@ pub struct Client {
     pub rtt: Rtt,
     pub cc: Congestion,
     pto_count: u32,
+    /// When the connection goes idle (RFC 9000 section 10.1): the timeout, from the last
+    /// packet received or the first ack-eliciting one sent after it.
+    idle_timeout: Duration,
+    idle_at: Option<Instant>,
+    /// A CONNECTION_CLOSE to send (once), in the space its keys allow.
+    close: Option<Vec<u8>>,
+    /// Where [`crate::conn::Conn::read`] puts a stream's bytes.
+    pub(crate) read_buf: Vec<u8>,
 }
 
 /// The 1-RTT key phase in use, the packet keys of the next and the secrets after those.
@@ -153,6 +166,8 @@ pub struct Counts {
     pub undecryptable: u64,
     pub packets_out: u64,
     pub acks_out: u64,
+    /// ACK frames received.
+    pub acks_in: u64,
     /// 1-RTT key updates the server started, followed.
     pub key_updates: u64,
     /// Probe timeouts that fired.
@@ -210,10 +225,25 @@ impl Client {
             rtt: Rtt::default(),
             cc: Congestion::default(),
             pto_count: 0,
+            idle_timeout: IDLE_TIMEOUT,
+            idle_at: None,
+            close: None,
+            read_buf: Vec::new(),
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
         Ok(c)
+    }
+
+    /// The handshake is done on this side (its Finished written, 1-RTT keys there): requests
+    /// may go.
+    pub fn is_established(&self) -> bool {
+        self.spaces[DATA].keys.is_some() && !self.tls.is_handshaking()
+    }
+
+    /// A CONNECTION_CLOSE waits to be sent.
+    pub fn close_pending(&self) -> bool {
+        self.close.is_some()
     }
 
     /// The handshake is confirmed (the server's HANDSHAKE_DONE came).
@@ -224,6 +254,28 @@ impl Client {
     /// What ended the connection, if something did.
     pub fn failure(&self) -> Option<&Error> {
         self.failed.as_ref()
+    }
+
+    /// Closes the connection: a CONNECTION_CLOSE with `code` and `reason` goes at the next
+    /// [`Client::poll_transmit`], the application's (`app`) once 1-RTT keys are there, else
+    /// the transport's APPLICATION_ERROR (RFC 9000 section 10.2.3). Nothing is sent after it,
+    /// and nothing received is read.
+    pub fn close(&mut self, app: bool, code: u64, reason: &[u8]) {
+        if self.close.is_some() || matches!(self.failed, Some(Error::Local)) {
+            return;
+        }
+        let mut f = Vec::new();
+        let one_rtt = self.spaces[DATA].keys.is_some();
+        match (app, one_rtt) {
+            (true, false) => frame::put_close(&mut f, false, 0x0c, b""),
+            _ => frame::put_close(&mut f, app, code, reason),
+        }
+        self.close = Some(f);
+        // A connection that failed already tells the server nothing more.
+        if self.failed.is_some() {
+            self.close = None;
+        }
+        self.failed = Some(Error::Local);
     }
 
     /// The TLS session (the ALPN agreed, the server's transport parameters).
@@ -280,6 +332,10 @@ impl Client {
         };
         match peer_params(b) {
             Some((limits, odcid, iscid)) if odcid == self.original_dcid && iscid == self.dcid => {
+                if limits.idle_ms > 0 {
+                    let peer = Duration::from_millis(limits.idle_ms);
+                    self.idle_timeout = self.idle_timeout.min(peer);
+                }
                 self.streams.peer = limits;
             }
             Some(_) => {
@@ -326,6 +382,7 @@ impl Client {
                 continue;
             };
             self.counts.packets_in += 1;
+            self.idle_at = Some(now + self.idle_timeout);
             if space == DATA && self.key_update.as_ref().is_some_and(|u| u.phase != phase) {
                 self.update_keys();
             }
@@ -358,6 +415,7 @@ impl Client {
             match f {
                 Frame::Crypto { offset, data } => self.crypto(space, offset, data),
                 Frame::Ack(a) => {
+                    self.counts.acks_in += 1;
                     // The delay counts in units of 2^ack_delay_exponent us (3 unless the
                     // server says otherwise: it does not here).
                     let delay = if space == DATA {
@@ -375,9 +433,9 @@ impl Client {
                 Frame::HandshakeDone => {
                     self.failed = Some(Error::Protocol("HANDSHAKE_DONE before 1-RTT".into()));
                 }
-                Frame::ConnectionClose { code, reason, .. } => {
+                Frame::ConnectionClose { app, code, reason, .. } => {
                     let reason = String::from_utf8_lossy(reason).into_owned();
-                    self.failed = Some(Error::Closed { code, reason });
+                    self.failed = Some(Error::Closed { app, code, reason });
                 }
                 Frame::Stream { .. }
                 | Frame::ResetStream { .. }
@@ -457,9 +515,13 @@ impl Client {
     /// nothing to send.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> bool {
         out.clear();
+        if let Some(f) = self.close.take() {
+            return self.send_close(out, &f);
+        }
         if self.failed.is_some() {
             return false;
         }
+        self.idle_at.get_or_insert(now + self.idle_timeout);
         let mut initial_sent = false;
         for space in [INITIAL, HANDSHAKE, DATA] {
             let (mut frames, mut carried) = (Vec::new(), Vec::new());
@@ -550,6 +612,34 @@ impl Client {
         !out.is_empty()
     }
 
+    /// The packet carrying a CONNECTION_CLOSE, in the newest space with keys.
+    fn send_close(&mut self, out: &mut Vec<u8>, f: &[u8]) -> bool {
+        let Some(space) = (INITIAL..=DATA).rev().find(|&i| self.spaces[i].keys.is_some()) else {
+            return false;
+        };
+        let s = &mut self.spaces[space];
+        let pn = s.next_pn;
+        s.next_pn += 1;
+        let Some((local, _)) = &s.keys else { return false };
+        let head = match space {
+            DATA => Head::Short {
+                dcid: &self.dcid,
+                key_phase: self.key_update.as_ref().is_some_and(|u| u.phase),
+            },
+            _ => Head::Long(Long {
+                kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
+                version: packet::V1,
+                dcid: &self.dcid,
+                scid: &self.scid,
+                token: &[],
+            }),
+        };
+        let min = if space == INITIAL { MTU } else { 0 };
+        let ok = packet::seal(out, head, pn, s.flight.largest_acked, f, min, local).is_ok();
+        self.counts.packets_out += u64::from(ok);
+        ok
+    }
+
     /// A space's keys go, and with them what it had in flight.
     fn drop_space(&mut self, space: usize) {
         let s = &mut self.spaces[space];
@@ -604,10 +694,11 @@ impl Client {
             return None;
         }
         let loss = self.spaces.iter().filter_map(|s| s.flight.loss_time).min();
-        if loss.is_some() {
-            return loss;
+        let recovery = loss.or_else(|| self.pto().map(|(at, _)| at));
+        match (recovery, self.idle_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        self.pto().map(|(at, _)| at)
     }
 
     /// The probe timeout and its space: the earliest space with ack-eliciting packets in
@@ -629,6 +720,13 @@ impl Client {
     /// Timers due at `now`: packets lost by time go again; at the probe timeout, the oldest
     /// packet in flight of its space goes again (or a PING), and the timeout doubles.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.idle_at.is_some_and(|t| t <= now) {
+            self.failed = Some(Error::TimedOut);
+            return;
+        }
         for space in [INITIAL, HANDSHAKE, DATA] {
             let s = &mut self.spaces[space];
             if s.flight.loss_time.is_some_and(|t| t <= now) {
@@ -649,6 +747,10 @@ impl Client {
         }
     }
 }
+
+/// How long a connection may go without a packet from the server (sent as max_idle_timeout;
+/// a shorter one of the server's is taken).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The acknowledgement delay the server may take (its max_ack_delay, 25 ms unless it says
 /// otherwise).
@@ -674,6 +776,7 @@ fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
             0x07 => limits.stream_uni = int()?,
             0x08 => limits.max_bidi = int()?,
             0x09 => limits.max_uni = int()?,
+            0x01 => limits.idle_ms = int()?,
             _ => {}
         }
     }
@@ -695,7 +798,7 @@ fn params(scid: &[u8]) -> Vec<u8> {
         b
     };
     put(0x0f, scid);
-    put(0x01, &v(30_000)); // max_idle_timeout, ms
+    put(0x01, &v(IDLE_TIMEOUT.as_millis() as u64)); // max_idle_timeout, ms
     put(0x04, &v(crate::streams::CONN_WINDOW)); // initial_max_data
     put(0x05, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_local
     put(0x06, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_remote

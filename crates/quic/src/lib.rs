@@ -4,8 +4,8 @@
 //! Owns: the UDP socket as QUIC wants it ([`udp`]: batched reads and writes, GSO and GRO, the
 //! counts of what each system call carried) and the peer's HTTP/3 unidirectional streams
 //! ([`peer`]: its control stream and SETTINGS, QPACK streams with the dynamic table off,
-//! GOAWAY), with the connection errors RFC 9114 names; a receive stream read to where it
-//! stands ([`recv`]). The first layers of a QUIC transport of qpslab's own: packets
+//! GOAWAY), with the connection errors RFC 9114 names, over any QUIC with [`conn::Conn`]'s
+//! stream operations. The first layers of a QUIC transport of qpslab's own: packets
 //! ([`packet`]: headers, packet numbers, protection with rustls's QUIC keys) and frames
 //! ([`frame`]), and a client connection ([`client`]: the handshake, [`streams`], loss
 //! recovery and congestion control in [`recovery`]), checked against quinn-proto and aioquic;
@@ -13,12 +13,13 @@
 //! Does not own requests, responses or the event loops: each side has its own.
 
 pub mod client;
+pub mod conn;
 pub mod frame;
 pub mod fuzzing;
 pub mod packet;
 pub mod pair;
 pub mod peer;
 pub mod recovery;
-pub mod recv;
+pub mod stack;
 pub mod streams;
 pub mod udp;

@@ -262,7 +262,7 @@ pub fn read_all(conn: &mut Connection, opened: &mut Vec<StreamId>) -> (usize, u6
         }
     }
     for id in ids {
-        let _ = crate::recv::drain(conn, id, |b| {
+        let _ = crate::conn::Conn::read(conn, u64::from(id), |b| {
             bytes += b.len() as u64;
             Ok::<_, ()>(true)
         });
@@ -303,11 +303,11 @@ mod tests {
         p.exchange();
         assert_eq!(p.server.streams().accept(Dir::Bi), Some(id));
         let mut got = Vec::new();
-        let how = crate::recv::drain(&mut p.server, id, |b| {
+        let how = crate::conn::Conn::read(&mut p.server, u64::from(id), |b| {
             got.extend_from_slice(b);
             Ok::<_, ()>(true)
         });
-        assert_eq!((how, &got[..]), (Ok(crate::recv::Drained::Ended), &b"ping"[..]));
+        assert_eq!((how, &got[..]), (Ok(crate::conn::Drained::Ended), &b"ping"[..]));
     }
 
     #[test]

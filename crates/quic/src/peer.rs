@@ -4,11 +4,9 @@
 //! with a dynamic table of 0 bytes may carry nothing but a capacity of 0). What breaks the
 //! rules is a [`ConnError`] with the code RFC 9114 names, which the side closes with.
 
+use crate::conn::{Conn, Drained};
 use qpslab_http::h3::frame::{self, code, kind, setting, stream_type, Event, FrameError, On};
 use qpslab_http::h3::varint;
-use quinn_proto::{Connection, Dir, StreamId, VarInt};
-
-use crate::recv::{drain, Drained};
 
 /// The largest control frame (SETTINGS, GOAWAY, HEADERS) taken.
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -56,7 +54,7 @@ impl Peer {
 /// One of the peer's unidirectional streams.
 #[derive(Debug)]
 struct Uni {
-    id: StreamId,
+    id: u64,
     /// Its type, once its first varint arrived; the bytes of that varint so far.
     kind: Option<u64>,
     head: Vec<u8>,
@@ -69,7 +67,7 @@ struct Uni {
 pub struct Streams {
     peer: Peer,
     /// Our control stream's bytes not yet taken (its SETTINGS, written once it opens).
-    control: Option<(StreamId, Vec<u8>)>,
+    control: Option<(u64, Vec<u8>)>,
     uni: Vec<Uni>,
     /// The peer's control stream was seen (a second is an error).
     peer_control: bool,
@@ -84,8 +82,8 @@ impl Streams {
 
     /// The connection is up: opens this side's control stream with its SETTINGS (no dynamic
     /// table, no blocked streams, field sections up to [`MAX_SECTION`]).
-    pub fn open_control(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
-        let id = conn.streams().open(Dir::Uni).ok_or_else(|| {
+    pub fn open_control(&mut self, conn: &mut impl Conn) -> Result<(), ConnError> {
+        let id = conn.open(false).ok_or_else(|| {
             ConnError::new(
                 code::STREAM_CREATION_ERROR,
                 format!(
@@ -109,23 +107,22 @@ impl Streams {
     }
 
     /// Appends `bytes` (a frame) to the control stream and writes what flow control takes.
-    pub fn write_control(&mut self, conn: &mut Connection, bytes: &[u8]) {
+    pub fn write_control(&mut self, conn: &mut impl Conn, bytes: &[u8]) {
         if let Some((id, out)) = &mut self.control {
             out.extend_from_slice(bytes);
-            if let Ok(n) = conn.send_stream(*id).write(out) {
-                out.drain(..n);
-            }
+            let n = conn.write(*id, out);
+            out.drain(..n);
         }
     }
 
     /// Whether `id` is our control stream (its writes resume when it is writable).
-    pub fn is_control(&self, id: StreamId) -> bool {
+    pub fn is_control(&self, id: u64) -> bool {
         self.control.as_ref().is_some_and(|(c, _)| *c == id)
     }
 
     /// Takes the unidirectional streams the peer opened and reads what they hold.
-    pub fn accept(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
-        while let Some(id) = conn.streams().accept(Dir::Uni) {
+    pub fn accept(&mut self, conn: &mut impl Conn) -> Result<(), ConnError> {
+        while let Some(id) = conn.accept(false) {
             self.uni.push(Uni {
                 id,
                 kind: None,
@@ -139,13 +136,12 @@ impl Streams {
     }
 
     /// Reads what unidirectional stream `id` of the peer's has.
-    pub fn read(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
+    pub fn read(&mut self, conn: &mut impl Conn, id: u64) -> Result<(), ConnError> {
         let Some(i) = self.uni.iter().position(|u| u.id == id) else { return Ok(()) };
-        let how = drain(conn, id, |b| self.bytes(i, b))?;
+        let how = conn.read(id, |b| self.bytes(i, b))?;
         let u = &self.uni[i];
         if how == Drained::Stopped {
-            let code = VarInt::from_u32(code::STREAM_CREATION_ERROR as u32);
-            let _ = conn.recv_stream(id).stop(code);
+            conn.stop(id, code::STREAM_CREATION_ERROR);
             self.uni.remove(i);
             return Ok(());
         }

@@ -8,10 +8,21 @@ use std::time::{Duration, Instant};
 /// What a packet carried that must go again if it is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retx {
-    Crypto { offset: u64, len: u64 },
-    Stream { id: u64, offset: u64, len: u64, fin: bool },
+    Crypto {
+        offset: u64,
+        len: u64,
+    },
+    Stream {
+        id: u64,
+        offset: u64,
+        len: u64,
+        fin: bool,
+    },
     MaxData,
     MaxStreamData(u64),
+    /// A RESET_STREAM or STOP_SENDING this side sent for the stream.
+    Reset(u64),
+    Stop(u64),
 }
 
 /// A packet sent and not yet acknowledged or declared lost.
@@ -103,8 +114,9 @@ pub struct Congestion {
     pub in_flight: usize,
     threshold: usize,
     recovery_since: Option<Instant>,
-    /// Packets declared lost, and congestion events.
+    /// Packets and bytes declared lost, and congestion events.
     pub lost: u64,
+    pub lost_bytes: u64,
     pub events: u64,
 }
 
@@ -116,6 +128,7 @@ impl Default for Congestion {
             threshold: usize::MAX,
             recovery_since: None,
             lost: 0,
+            lost_bytes: 0,
             events: 0,
         }
     }
@@ -142,6 +155,7 @@ impl Congestion {
     fn lost(&mut self, p: &Sent, now: Instant) {
         self.in_flight = self.in_flight.saturating_sub(p.size);
         self.lost += 1;
+        self.lost_bytes += p.size as u64;
         if self.recovery_since.is_some_and(|t| p.at <= t) {
             return;
         }

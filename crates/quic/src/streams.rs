@@ -5,8 +5,9 @@
 //! application reads.
 //!
 //! Bytes sent are kept until acknowledged, and sent again when their packet is lost
-//! ([`crate::recovery`] says which). Not yet: RESET_STREAM and STOP_SENDING are not sent
-//! (received ones end the stream's side).
+//! ([`crate::recovery`] says which). A stream's sending side may be reset and its receiving
+//! side stopped (RESET_STREAM, STOP_SENDING, each sent until acknowledged); those the server
+//! sends end the stream's side.
 
 use std::collections::VecDeque;
 
@@ -32,6 +33,8 @@ pub struct PeerLimits {
     pub stream_uni: u64,
     pub max_bidi: u64,
     pub max_uni: u64,
+    /// Its max_idle_timeout in milliseconds (0: none).
+    pub idle_ms: u64,
 }
 
 /// One stream's state.
@@ -63,8 +66,15 @@ struct Stream {
     /// The server reset it (its code), or asked this side to stop sending.
     reset: Option<u64>,
     stopped: bool,
-    /// The application read its end.
+    /// The application read its end, or stopped reading (what comes after is dropped).
     ended: bool,
+    /// This side reset its sending (the code, until the RESET_STREAM is acknowledged), or
+    /// asked the server to stop (until the STOP_SENDING is acknowledged).
+    reset_owed: Option<u64>,
+    reset_sent: bool,
+    reset_acked: bool,
+    stop_owed: Option<u64>,
+    stop_sent: bool,
     /// The highest offset received, counted against the connection's window.
     counted: u64,
     /// On the list of streams with something to send, and on the list of readable ones.
@@ -86,7 +96,7 @@ impl Stream {
     /// Both directions done: the stream can go.
     fn done(&self, id: u64) -> bool {
         let all_acked = self.fin_acked && self.out.is_empty();
-        let send_done = !Stream::sends(id) || all_acked || self.stopped;
+        let send_done = !Stream::sends(id) || all_acked || self.stopped || self.reset_acked;
         let recv_done = !Stream::receives(id) || self.ended || self.reset.is_some();
         send_done && recv_done
     }
@@ -98,8 +108,10 @@ pub struct Streams {
     map: Table,
     opened_bidi: u64,
     opened_uni: u64,
-    /// Server-opened unidirectional streams seen (their count).
+    /// Server-opened unidirectional streams seen (their count), and handed to the
+    /// application by [`Streams::accept_uni`].
     peer_uni: u64,
+    accepted_uni: u64,
     pub peer: PeerLimits,
     /// Connection-level: bytes this side sent (stream offsets), bytes received (highest
     /// offsets), bytes read, and the window given.
@@ -169,6 +181,61 @@ impl Streams {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Whether stream `id` takes more bytes (open, not finished, reset or stopped).
+    pub fn is_open_for_sending(&self, id: u64) -> bool {
+        self.map.get(id).is_some_and(|s| !s.fin && !s.stopped && s.reset_owed.is_none())
+    }
+
+    /// Whether the server opened streams not yet handed out.
+    pub fn has_unaccepted(&self) -> bool {
+        self.accepted_uni < self.peer_uni
+    }
+
+    /// The next unidirectional stream the server opened, not yet handed out.
+    pub fn accept_uni(&mut self) -> Option<u64> {
+        (self.accepted_uni < self.peer_uni).then(|| {
+            self.accepted_uni += 1;
+            (self.accepted_uni - 1) * 4 + 3
+        })
+    }
+
+    /// Resets stream `id`'s sending side with `code` (RESET_STREAM, its final size what was
+    /// sent): what was written and not sent is dropped, nothing is sent again.
+    pub fn reset(&mut self, id: u64, code: u64) {
+        let Some(s) = self.map.get_mut(id) else { return };
+        if !Stream::sends(id) || s.reset_owed.is_some() || s.fin_acked || s.stopped {
+            return;
+        }
+        s.reset_owed = Some(code);
+        s.fin = true;
+        s.lost.clear();
+        s.out.truncate((s.sent - s.base) as usize);
+        self.queue(id);
+    }
+
+    /// Stops reading stream `id` (STOP_SENDING with `code`): what it has and what comes is
+    /// dropped.
+    pub fn stop(&mut self, id: u64, code: u64) {
+        let Some(s) = self.map.get_mut(id) else { return };
+        if !Stream::receives(id) || s.ended || s.reset.is_some() || s.stop_owed.is_some() {
+            return;
+        }
+        s.stop_owed = Some(code);
+        s.ended = true;
+        s.ready.clear();
+        s.held.clear();
+        self.queue(id);
+    }
+
+    fn queue(&mut self, id: u64) {
+        if let Some(s) = self.map.get_mut(id) {
+            if !s.queued {
+                s.queued = true;
+                self.pending.push_back(id);
+            }
         }
     }
 
@@ -250,7 +317,10 @@ impl Streams {
             }
             s.final_size = Some(end);
         }
-        if offset <= s.recv {
+        if s.ended {
+            // Stopped by this side: only counted against the windows.
+            s.recv = s.recv.max(end);
+        } else if offset <= s.recv {
             if end > s.recv {
                 s.ready.extend_from_slice(&data[(s.recv - offset) as usize..]);
                 s.recv = end;
@@ -272,7 +342,7 @@ impl Streams {
         // Connection-level: each stream's highest offset counts once.
         let grew = end.saturating_sub(s.counted);
         s.counted += grew;
-        let list = (!s.ready.is_empty() || s.final_size == Some(s.recv)) && !s.listed;
+        let list = (!s.ready.is_empty() || s.final_size == Some(s.recv)) && !s.listed && !s.ended;
         s.listed |= list;
         self.received += grew;
         if self.received > self.max_data {
@@ -333,6 +403,11 @@ impl Streams {
             return Err(Breach(FINAL_SIZE_ERROR, format!("stream {id} reset at another size")));
         }
         s.reset = Some(code);
+        if s.ended {
+            // Stopped by this side: the reset is the answer to its STOP_SENDING.
+            self.forget(id);
+            return Ok(());
+        }
         if !s.listed {
             s.listed = true;
             self.readable.push(id);
@@ -366,6 +441,16 @@ impl Streams {
 
     /// A packet that carried `r` was acknowledged.
     pub fn on_acked(&mut self, r: &Retx) {
+        if let Retx::Reset(id) | Retx::Stop(id) = *r {
+            if let Some(s) = self.map.get_mut(id) {
+                if *r == Retx::Reset(id) {
+                    s.reset_acked = true;
+                } else {
+                    s.stop_owed = None;
+                }
+            }
+            return self.forget(id);
+        }
         let Retx::Stream { id, offset, len, fin } = *r else { return };
         let Some(s) = self.map.get_mut(id) else { return };
         s.fin_acked |= fin;
@@ -390,6 +475,9 @@ impl Streams {
         match *r {
             Retx::Stream { id, offset, len, fin } => {
                 let Some(s) = self.map.get_mut(id) else { return };
+                if s.reset_owed.is_some() {
+                    return;
+                }
                 let start = offset.max(s.base);
                 let end = offset + len;
                 if start < end || (fin && !s.fin_acked) {
@@ -408,6 +496,18 @@ impl Streams {
                         s.queued = true;
                         self.pending.push_back(id);
                     }
+                }
+            }
+            Retx::Reset(id) => {
+                if let Some(s) = self.map.get_mut(id) {
+                    s.reset_sent = false;
+                    self.queue(id);
+                }
+            }
+            Retx::Stop(id) => {
+                if let Some(s) = self.map.get_mut(id) {
+                    s.stop_sent = false;
+                    self.queue(id);
                 }
             }
             Retx::Crypto { .. } => {}
@@ -438,10 +538,23 @@ impl Streams {
             self.pending.pop_front();
             let Some(s) = self.map.get_mut(id) else { continue };
             s.queued = false;
-            if s.window_owed {
+            if s.window_owed && !s.ended {
                 frame::put_simple(frames, 0x11, &[id, s.recv_max]);
                 s.window_owed = false;
                 carried.push(Retx::MaxStreamData(id));
+            }
+            if let (Some(code), false) = (s.stop_owed, s.stop_sent) {
+                frame::put_simple(frames, 0x05, &[id, code]);
+                s.stop_sent = true;
+                carried.push(Retx::Stop(id));
+            }
+            if let Some(code) = s.reset_owed {
+                if !s.reset_sent {
+                    frame::put_simple(frames, 0x04, &[id, code, s.sent]);
+                    s.reset_sent = true;
+                    carried.push(Retx::Reset(id));
+                }
+                continue;
             }
             // Bytes lost, sent again (already counted against flow control).
             let mut full = false;
@@ -609,6 +722,7 @@ mod tests {
             stream_uni: big,
             max_bidi: 2,
             max_uni: 1,
+            idle_ms: 0,
         };
         s
     }
@@ -688,6 +802,58 @@ mod tests {
             .filter(|f| matches!(f, Ok(crate::frame::Frame::Stream { fin: true, .. })))
             .count();
         assert_eq!(fins, 2, "the rest, each with its end");
+    }
+
+    /// The frames `write_frames` writes now, read back.
+    fn sent(s: &mut Streams, carried: &mut Vec<Retx>) -> Vec<String> {
+        let mut frames = Vec::new();
+        s.write_frames(&mut frames, 1200, carried);
+        crate::frame::frames(&frames).map(|f| format!("{:?}", f.unwrap())).collect()
+    }
+
+    #[test]
+    fn a_reset_sends_its_final_size_once_acknowledged_and_nothing_after() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        s.write(id, b"hello", false);
+        let mut carried = Vec::new();
+        assert_eq!(sent(&mut s, &mut carried).len(), 1);
+        s.write(id, b" world", false);
+        s.reset(id, 0x10c);
+        let mut more = Vec::new();
+        let frames = sent(&mut s, &mut more);
+        assert_eq!(frames, ["ResetStream { id: 0, code: 268, final_size: 5 }"], "no data after");
+        assert!(!s.is_open_for_sending(id) && !s.write(id, b"x", false));
+        // Its packet lost: the reset goes again; the data lost before it does not.
+        carried.iter().for_each(|r| s.on_lost(r));
+        more.iter().for_each(|r| s.on_lost(r));
+        assert_eq!(sent(&mut s, &mut Vec::new()).len(), 1);
+        more.iter().for_each(|r| s.on_acked(r));
+        s.on_stream(id, 0, b"", true).unwrap();
+        s.read(id, &mut Vec::new());
+        assert!(s.is_empty(), "reset acknowledged and the answer read: gone");
+    }
+
+    #[test]
+    fn a_stopped_stream_asks_once_and_drops_what_comes() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        s.write(id, b"x", true);
+        let mut carried = Vec::new();
+        sent(&mut s, &mut carried);
+        s.stop(id, 0x10c);
+        let frames = sent(&mut s, &mut carried);
+        assert_eq!(frames, ["StopSending { id: 0, code: 268 }"]);
+        s.on_stream(id, 0, b"late bytes", false).unwrap();
+        assert!(s.readable().is_empty(), "nothing read after a stop");
+        s.on_reset(id, 0x10c, 10).unwrap();
+        assert!(s.readable().is_empty());
+        carried.iter().for_each(|r| s.on_acked(r));
+        assert!(s.is_empty(), "both sides done");
+        // A server's streams are handed out once each, in order.
+        s.on_stream(7, 0, b"x", false).unwrap();
+        assert!(s.has_unaccepted());
+        assert_eq!((s.accept_uni(), s.accept_uni(), s.accept_uni()), (Some(3), Some(7), None));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::time::Instant;
 use qpslab_sys::udp::{self, Datagram, Outgoing, RecvBatch, SendBatch};
 use quinn_proto::Connection;
 
+use crate::stack::Link;
+
 /// Datagrams read per recvmmsg.
 const RECV_SLOTS: usize = 32;
 /// The room for one read: a whole GRO batch.
@@ -127,11 +129,11 @@ impl Udp {
     }
 
     /// Queues every datagram `conn` has ready for this turn's send, on socket `i`.
-    pub fn queue(&mut self, i: usize, conn: &mut Connection, now: Instant) {
+    pub fn queue(&mut self, i: usize, conn: &mut impl Link, now: Instant) {
         loop {
             self.tx.clear();
-            let Some(t) = conn.poll_transmit(now, self.max_datagrams, &mut self.tx) else { break };
-            self.push(i, t.destination, t.size, t.segment_size);
+            let Some(t) = conn.transmit(now, self.max_datagrams, &mut self.tx) else { break };
+            self.push(i, t.to, t.size, t.segment);
         }
     }
 

@@ -583,3 +583,47 @@ fn lost_datagrams_are_sent_again_and_everything_arrives_once() {
     assert!(rig.client.cc.lost > 0, "our client found its own losses: {counts:?}");
     assert!(server_lost > 0, "and the server its");
 }
+
+/// Closing sends one CONNECTION_CLOSE, which the server reads as the application's close
+/// with its code and reason; then nothing more goes. A connection the server stops answering
+/// ends at the idle timeout (30 s, both sides' default), not before.
+#[test]
+fn a_close_reaches_the_server_and_silence_ends_at_the_idle_timeout() {
+    let mut rig = Rig::connected();
+    rig.client.close(true, 0x100, b"bye");
+    let mut buf = Vec::new();
+    let now = rig.now;
+    assert!(rig.client.poll_transmit(&mut buf, now), "the close goes");
+    let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+    let mut answer = Vec::new();
+    match rig.sep.handle(now, from, None, None, BytesMut::from(&buf[..]), &mut answer) {
+        Some(DatagramEvent::ConnectionEvent(_, ev)) => rig.conn().handle_event(ev),
+        _ => panic!("the close was not the connection's"),
+    }
+    let lost = std::iter::from_fn(|| rig.conn().poll()).find_map(|e| match e {
+        Event::ConnectionLost { reason } => Some(reason),
+        _ => None,
+    });
+    match lost {
+        Some(quinn_proto::ConnectionError::ApplicationClosed(a)) => {
+            assert_eq!((a.error_code.into_inner(), &a.reason[..]), (0x100, &b"bye"[..]));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!rig.client.poll_transmit(&mut buf, now), "nothing after the close");
+    assert_eq!(rig.client.failure(), Some(&qpslab_quic::client::Error::Local));
+
+    let mut rig = Rig::connected();
+    let last = rig.now;
+    let mut fired = 0;
+    while rig.client.failure().is_none() {
+        let t = rig.client.timeout().expect("a timer while the connection lives");
+        assert!(t <= last + Duration::from_secs(30), "{:?}", t - last);
+        rig.client.handle_timeout(t);
+        while rig.client.poll_transmit(&mut buf, t) {}
+        fired += 1;
+        assert!(fired < 100, "the timers never end the connection");
+    }
+    assert_eq!(rig.client.failure(), Some(&qpslab_quic::client::Error::TimedOut));
+    assert!(rig.client.timeout().is_none());
+}

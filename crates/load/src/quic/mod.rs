@@ -1,5 +1,6 @@
-//! HTTP/3 load threads: QUIC connections on quinn-proto (a state machine without I/O), each
-//! thread with one UDP socket on its own epoll loop, the same pacer, recorder, per-second rows
+//! HTTP/3 load threads: QUIC connections on a [`Stack`] (quinn-proto's, or qpslab's own with
+//! `--quic own`; both state machines without I/O), each thread with its UDP sockets on its own
+//! epoll loop, the same pacer, recorder, per-second rows
 //! and interval histograms as the TCP loops, so a run over HTTP/3 reads as any other in text,
 //! JSON, thresholds and compare. Each connection's HTTP/3 is [`Http3`]; this file moves
 //! datagrams, timers and the accounting.
@@ -21,14 +22,11 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use hdrhistogram::Histogram;
 use qpslab_http::h3::frame::code;
-use qpslab_quic::udp::{count_connection, Udp, MAX_SOCKETS};
+use qpslab_quic::stack::{Event, Link, Lost, Own, Quinn, Routed, Stack};
+use qpslab_quic::udp::{Udp, MAX_SOCKETS};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
 use qpslab_sys::thread::CpuTime;
-use quinn_proto::{
-    ConnectError, Connection, ConnectionError, ConnectionHandle, DatagramEvent, Endpoint,
-    EndpointConfig, Event, VarInt,
-};
 
 use crate::pacer::{Pacer, Schedule};
 use crate::session::h3::{ConnError, Http3};
@@ -60,11 +58,11 @@ enum Phase {
     Open,
 }
 
-struct QConn {
+struct QConn<L> {
     /// The thread's socket its datagrams go out on.
     sock: usize,
-    handle: Option<ConnectionHandle>,
-    conn: Option<Box<Connection>>,
+    handle: Option<usize>,
+    conn: Option<Box<L>>,
     h3: Http3,
     phase: Phase,
     opened_at: Instant,
@@ -92,7 +90,7 @@ enum Ended {
     No,
     /// The HTTP/3 session found the server breaking the protocol: close with this.
     Failed(ConnError),
-    Lost(ConnectionError),
+    Lost(Lost),
 }
 
 /// Who a connection handle's datagrams go to.
@@ -104,7 +102,7 @@ enum Owner {
     Closing,
 }
 
-struct Thread<'a> {
+struct Thread<'a, S: Stack> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
     send_interval: &'a dyn Fn(u32, Histogram<u64>),
@@ -112,15 +110,15 @@ struct Thread<'a> {
     epoll: Epoll,
     /// Connections to drive this turn: datagrams came, a timer fired, a retry is due.
     ready: Vec<usize>,
-    /// Where received datagrams are copied for quinn-proto (see [`Thread::receive`]), and the
-    /// connection events they made, kept for the next turn.
+    /// Where received datagrams are copied for the stack (see [`Thread::receive`]), and the
+    /// datagrams routed to their connections, kept for the next turn.
     rx: BytesMut,
-    events: Vec<(ConnectionHandle, quinn_proto::ConnectionEvent)>,
-    endpoint: Endpoint,
-    conns: Vec<QConn>,
+    events: Vec<(usize, S::Input)>,
+    stack: S,
+    conns: Vec<QConn<S::Link>>,
     owners: Vec<Owner>,
     /// Closed connections draining, with their sockets.
-    closing: Vec<(ConnectionHandle, Box<Connection>, usize)>,
+    closing: Vec<(usize, Box<S::Link>, usize)>,
     /// Sockets epoll found readable this turn.
     readable: Vec<usize>,
     cursors: Vec<usize>,
@@ -152,18 +150,30 @@ pub(crate) fn run_thread(
     progress: &ThreadProgress,
 ) -> io::Result<ThreadOutcome> {
     let send = |index: u32, hist: Histogram<u64>| hand.send(Msg::Interval { index, hist });
-    let mut t = Thread::new(shared, hand.index(), progress, &send)?;
-    t.connect_phase()?;
-    let clock = hand.ready();
-    t.run(clock)
+    let Some(h3) = &shared.cfg.h3 else {
+        return Err(io::Error::other("an HTTP/3 thread without --h3"));
+    };
+    // The one place the QUIC is chosen: the thread below drives either the same way.
+    if h3.own {
+        let stack = Own::new(h3.tls.clone());
+        let mut t = Thread::new(shared, hand.index(), progress, &send, stack)?;
+        t.connect_phase()?;
+        t.run(hand.ready())
+    } else {
+        let stack = Quinn::new(h3.client.clone());
+        let mut t = Thread::new(shared, hand.index(), progress, &send, stack)?;
+        t.connect_phase()?;
+        t.run(hand.ready())
+    }
 }
 
-impl<'a> Thread<'a> {
+impl<'a, S: Stack> Thread<'a, S> {
     fn new(
         shared: &'a Shared<'a>,
         index: usize,
         progress: &'a ThreadProgress,
         send_interval: &'a dyn Fn(u32, Histogram<u64>),
+        stack: S,
     ) -> io::Result<Self> {
         let cfg = shared.cfg;
         let first_conn: usize = (0..index).map(|i| cfg.connections_of(i)).sum();
@@ -211,12 +221,7 @@ impl<'a> Thread<'a> {
             ready: Vec::new(),
             rx: BytesMut::with_capacity(RX_ARENA),
             events: Vec::new(),
-            endpoint: Endpoint::new(
-                std::sync::Arc::new(EndpointConfig::default()),
-                None,
-                true,
-                None,
-            ),
+            stack,
             conns,
             owners: Vec::new(),
             closing: Vec::new(),
@@ -360,7 +365,7 @@ impl<'a> Thread<'a> {
             }
         }
         for (_, c, _) in &mut self.closing {
-            if let Some(t) = c.poll_timeout() {
+            if let Some(t) = c.timeout() {
                 wake = wake.min(t);
             }
         }
@@ -411,7 +416,7 @@ impl<'a> Thread<'a> {
         let mut events = std::mem::take(&mut self.events);
         let mut answers = Vec::new();
         for _ in 0..RECV_BATCHES {
-            let endpoint = &mut self.endpoint;
+            let stack = &mut self.stack;
             let rx = &mut self.rx;
             let more = self.udp.read(sock, &mut |from, data| {
                 let mut scratch = Vec::new();
@@ -419,10 +424,13 @@ impl<'a> Thread<'a> {
                 // keeps a packet's stream data as slices of it.
                 rx.extend_from_slice(data);
                 let data = rx.split();
-                match endpoint.handle(now, from, None, None, data, &mut scratch) {
-                    Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
-                    Some(DatagramEvent::Response(t)) => answers.push((t.destination, scratch)),
-                    Some(DatagramEvent::NewConnection(_)) | None => {}
+                match stack.route(now, from, data, &mut scratch) {
+                    Routed::To(h, input) => events.push((h, input)),
+                    Routed::Answer(to, len) => {
+                        scratch.truncate(len);
+                        answers.push((to, scratch));
+                    }
+                    Routed::None => {}
                 }
             });
             for (h, ev) in events.drain(..) {
@@ -433,7 +441,7 @@ impl<'a> Thread<'a> {
                             // The server's certificate, if it is checked, is checked in here.
                             let checked = crate::tls::certificates_checked();
                             let tickets = crate::tls::tickets_received();
-                            c.handle_event(ev);
+                            S::deliver(c, ev, now);
                             qc.cert_checked |= crate::tls::certificates_checked() != checked;
                             qc.ticket_came |= crate::tls::tickets_received() != tickets;
                             self.mark(idx);
@@ -441,7 +449,7 @@ impl<'a> Thread<'a> {
                     }
                     Owner::Closing => {
                         if let Some((_, c, _)) = self.closing.iter_mut().find(|(x, ..)| *x == h) {
-                            c.handle_event(ev);
+                            S::deliver(c, ev, now);
                         }
                     }
                     Owner::None => {}
@@ -458,15 +466,15 @@ impl<'a> Thread<'a> {
         self.events = events;
     }
 
-    fn owner(&self, h: ConnectionHandle) -> Owner {
-        self.owners.get(h.0).copied().unwrap_or(Owner::None)
+    fn owner(&self, h: usize) -> Owner {
+        self.owners.get(h).copied().unwrap_or(Owner::None)
     }
 
-    fn set_owner(&mut self, h: ConnectionHandle, o: Owner) {
-        if self.owners.len() <= h.0 {
-            self.owners.resize(h.0 + 1, Owner::None);
+    fn set_owner(&mut self, h: usize, o: Owner) {
+        if self.owners.len() <= h {
+            self.owners.resize(h + 1, Owner::None);
         }
-        self.owners[h.0] = o;
+        self.owners[h] = o;
     }
 
     /// Opens connection `idx` (its QUIC handshake begins).
@@ -487,7 +495,7 @@ impl<'a> Thread<'a> {
         c.ticket_came = false;
         c.answered_at = None;
         c.early = false;
-        match self.endpoint.connect(now, h3.client.clone(), addr, &name) {
+        match self.stack.connect(now, addr, &name) {
             Ok((h, mut conn)) => {
                 c.handle = Some(h);
                 c.phase = Phase::Handshaking;
@@ -507,13 +515,7 @@ impl<'a> Thread<'a> {
                 }
                 self.set_owner(h, Owner::Conn(idx));
             }
-            Err(e) => {
-                let msg = match e {
-                    ConnectError::InvalidServerName(n) => format!("{n:?} is no TLS server name"),
-                    e => e.to_string(),
-                };
-                self.fail_all(idx, ErrorClass::Connect, msg, now);
-            }
+            Err(msg) => self.fail_all(idx, ErrorClass::Connect, msg, now),
         }
     }
 
@@ -526,15 +528,11 @@ impl<'a> Thread<'a> {
             }
             return;
         };
-        if conn.poll_timeout().is_some_and(|t| t <= now) {
+        if conn.timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
-        let h = self.conns[idx].handle.unwrap_or(ConnectionHandle(usize::MAX));
-        while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(back) = self.endpoint.handle_event(h, ev) {
-                conn.handle_event(back);
-            }
-        }
+        let h = self.conns[idx].handle.unwrap_or(usize::MAX);
+        self.stack.sync(h, &mut conn);
         let ended = self.events(idx, &mut conn, now);
         let answered = self.hand_over(idx, now);
         let c = &mut self.conns[idx];
@@ -552,15 +550,13 @@ impl<'a> Thread<'a> {
                     c.timer = Some(c.timer.map_or(wait, |t| t.min(wait)));
                     return;
                 }
-                let code = VarInt::from_u64(code::NO_ERROR).unwrap_or_default();
-                conn.close(now, code, bytes::Bytes::new());
+                conn.close(now, code::NO_ERROR, b"");
                 self.retire(idx, conn, now);
                 return self.issue(idx, now);
             }
             Ended::No => {}
             Ended::Failed(e) => {
-                let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
-                conn.close(now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
+                conn.close(now, e.code, e.msg.as_bytes());
                 self.retire(idx, conn, now);
                 return self.fail_all(idx, ErrorClass::Parse, e.msg, now);
             }
@@ -579,8 +575,8 @@ impl<'a> Thread<'a> {
 
     /// Hands connection `idx`'s events to its HTTP/3 session, until they run out or the
     /// connection ends.
-    fn events(&mut self, idx: usize, conn: &mut Connection, now: Instant) -> Ended {
-        while let Some(ev) = conn.poll() {
+    fn events(&mut self, idx: usize, conn: &mut S::Link, now: Instant) -> Ended {
+        while let Some(ev) = conn.poll_event() {
             let c = &mut self.conns[idx];
             let result = match ev {
                 Event::Connected => {
@@ -617,9 +613,8 @@ impl<'a> Thread<'a> {
                         }
                     }
                 }
-                Event::ConnectionLost { reason } => return Ended::Lost(reason),
-                Event::Stream(ev) => c.h3.stream_event(conn, ev),
-                _ => Ok(()),
+                Event::Lost(reason) => return Ended::Lost(reason),
+                ev => c.h3.stream_event(conn, ev),
             };
             if let Err(e) = result {
                 return Ended::Failed(e);
@@ -631,7 +626,7 @@ impl<'a> Thread<'a> {
     /// The server refused a handshake's early data: QUIC forgot every stream sent in it, so
     /// the session starts again (its control stream) and the requests go again, as they
     /// were (their numbers too), on new streams. A request no stream can take now fails.
-    fn send_again(&mut self, idx: usize, conn: &mut Connection) -> Result<(), ConnError> {
+    fn send_again(&mut self, idx: usize, conn: &mut S::Link) -> Result<(), ConnError> {
         let c = &mut self.conns[idx];
         let reqs = c.h3.take_requests();
         c.h3 = Http3::new(c.h3.group);
@@ -668,8 +663,8 @@ impl<'a> Thread<'a> {
             c.timer = None;
             return;
         };
-        self.udp.queue(c.sock, conn, now);
-        c.timer = conn.poll_timeout();
+        self.udp.queue(c.sock, &mut **conn, now);
+        c.timer = conn.timeout();
     }
 
     /// Responses and failed streams the session handed back, into the record; whether there
@@ -692,47 +687,49 @@ impl<'a> Thread<'a> {
     }
 
     /// Why a lost connection's requests failed; None when this side closed it.
-    fn lost_because(&self, idx: usize, reason: &ConnectionError) -> Option<(ErrorClass, String)> {
+    fn lost_because(&self, idx: usize, reason: &Lost) -> Option<(ErrorClass, String)> {
         let c = &self.conns[idx];
         let handshaking = !c.ever_connected || c.phase != Phase::Open || c.early;
         let crypto = |c: u64| (0x100..0x200).contains(&c);
         Some(match reason {
-            ConnectionError::LocallyClosed => return None,
-            ConnectionError::ConnectionClosed(c) if crypto(u64::from(c.error_code)) => {
-                (ErrorClass::Tls, format!("the server's TLS alert: {c}"))
+            Lost::Local => return None,
+            Lost::Closed { app: false, code, text } if crypto(*code) => {
+                (ErrorClass::Tls, format!("the server's TLS alert: {text}"))
             }
-            ConnectionError::TransportError(e) if crypto(u64::from(e.code)) => {
-                (ErrorClass::Tls, format!("TLS: {e}"))
+            Lost::Broken { code, text } if crypto(*code) => {
+                (ErrorClass::Tls, format!("TLS: {text}"))
             }
-            ConnectionError::TimedOut if handshaking => (
+            Lost::TimedOut if handshaking => (
                 ErrorClass::Connect,
                 "no QUIC handshake: the server sent nothing back (UDP) before the idle timeout"
                     .into(),
             ),
-            ConnectionError::TimedOut => {
+            Lost::TimedOut => {
                 (ErrorClass::Timeout, "the QUIC connection went idle past its timeout".into())
             }
-            ConnectionError::ApplicationClosed(a) => (
+            Lost::Closed { app: true, code, text } => (
                 ErrorClass::Read,
                 format!(
                     "the server closed the connection ({}{})",
-                    code::name(a.error_code.into_inner()),
-                    reason_text(&a.reason)
+                    code::name(*code),
+                    reason_text(text)
                 ),
             ),
-            ConnectionError::ConnectionClosed(c) => {
-                (ErrorClass::Read, format!("the server closed the QUIC connection: {c}"))
+            Lost::Closed { text, .. } => {
+                (ErrorClass::Read, format!("the server closed the QUIC connection: {text}"))
             }
-            ConnectionError::Reset => {
+            Lost::Reset => {
                 (ErrorClass::Read, "the server reset the QUIC connection (stateless reset)".into())
             }
-            e if handshaking => (ErrorClass::Connect, e.to_string()),
-            e => (ErrorClass::Parse, e.to_string()),
+            Lost::Broken { text, .. } | Lost::Other(text) if handshaking => {
+                (ErrorClass::Connect, text.clone())
+            }
+            Lost::Broken { text, .. } | Lost::Other(text) => (ErrorClass::Parse, text.clone()),
         })
     }
 
     /// A connection is done with: it drains apart, its slot is closed.
-    fn retire(&mut self, idx: usize, conn: Box<Connection>, now: Instant) {
+    fn retire(&mut self, idx: usize, conn: Box<S::Link>, now: Instant) {
         let c = &mut self.conns[idx];
         if c.phase == Phase::Open {
             self.open -= 1;
@@ -743,8 +740,8 @@ impl<'a> Thread<'a> {
             self.set_owner(h, Owner::Closing);
             let sock = self.conns[idx].sock;
             let mut conn = conn;
-            self.udp.queue(sock, &mut conn, now);
-            count_connection(&mut self.udp.counts, &conn);
+            self.udp.queue(sock, &mut *conn, now);
+            conn.count(&mut self.udp.counts);
             self.closing.push((h, conn, sock));
         }
     }
@@ -783,20 +780,17 @@ impl<'a> Thread<'a> {
         let mut i = 0;
         while i < self.closing.len() {
             let (h, c, sock) = &mut self.closing[i];
-            if c.poll_timeout().is_some_and(|t| t <= now) {
+            if c.timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
             }
-            while let Some(ev) = c.poll_endpoint_events() {
-                if let Some(back) = self.endpoint.handle_event(*h, ev) {
-                    c.handle_event(back);
-                }
-            }
-            while c.poll().is_some() {}
-            self.udp.queue(*sock, c, now);
+            self.stack.sync(*h, c);
+            while c.poll_event().is_some() {}
+            self.udp.queue(*sock, &mut **c, now);
             if c.is_drained() {
                 let h = *h;
                 self.closing.swap_remove(i);
                 self.set_owner(h, Owner::None);
+                self.stack.forget(h);
             } else {
                 i += 1;
             }
@@ -859,7 +853,7 @@ impl<'a> Thread<'a> {
                     };
                     let wire = &self.shared.h3_wires[g][pos];
                     let (id, bytes) = wire.next(&mut self.ids, &mut self.scratch);
-                    if !c.h3.send(conn, Req { id, ..req }, bytes) {
+                    if !c.h3.send(&mut **conn, Req { id, ..req }, bytes) {
                         // The server's stream limit: the grant goes back.
                         self.pacer.give_back(1);
                         break;
@@ -917,7 +911,7 @@ impl<'a> Thread<'a> {
             let wire = &self.shared.h3_wires[g][pos];
             let (id, bytes) = wire.next(&mut self.ids, &mut self.scratch);
             let req = Req { id, ..req };
-            if !c.h3.send(conn, req, bytes) {
+            if !c.h3.send(&mut **conn, req, bytes) {
                 // The server's stream limit: the next connection.
                 self.next_conn = (idx + 1) % n;
                 tried += 1;
@@ -958,7 +952,7 @@ impl<'a> Thread<'a> {
                 continue;
             }
             if let Some(mut conn) = self.conns[idx].conn.take() {
-                conn.close(now, VarInt::from_u32(0), bytes::Bytes::new());
+                conn.close(now, 0, b"");
                 self.retire(idx, conn, now);
             }
             let msg = format!(
@@ -977,7 +971,7 @@ impl<'a> Thread<'a> {
         for idx in 0..self.conns.len() {
             let c = &mut self.conns[idx];
             let Some(conn) = c.conn.as_mut() else { continue };
-            let late = c.h3.cancel_older(conn, before);
+            let late = c.h3.cancel_older(&mut **conn, before);
             if late.is_empty() {
                 continue;
             }
@@ -994,8 +988,7 @@ impl<'a> Thread<'a> {
                 // Its one request is over: the connection goes, the next request opens its own
                 // (a server gone silent is then found by the handshakes that fail).
                 if let Some(mut conn) = self.conns[idx].conn.take() {
-                    let code = VarInt::from_u64(code::REQUEST_CANCELLED).unwrap_or_default();
-                    conn.close(now, code, bytes::Bytes::new());
+                    conn.close(now, code::REQUEST_CANCELLED, b"");
                     self.retire(idx, conn, now);
                 }
             }
@@ -1026,7 +1019,7 @@ impl<'a> Thread<'a> {
         p.datagrams_out.store(c.datagrams_out, Ordering::Relaxed);
         // Those of connections let go, and the open ones' own count so far.
         let open = self.conns.iter().filter_map(|c| c.conn.as_ref());
-        let lost = open.map(|c| c.stats().path.lost_packets).sum::<u64>();
+        let lost = open.map(|c| c.lost_packets()).sum::<u64>();
         p.lost_packets.store(c.lost_packets + lost, Ordering::Relaxed);
         p.lag_us.store(self.rec.lag_total_us, Ordering::Relaxed);
         p.lagged.store(self.rec.send_lag.len(), Ordering::Relaxed);
@@ -1057,11 +1050,7 @@ impl<'a> Thread<'a> {
         }
         for idx in 0..self.conns.len() {
             if let Some(mut conn) = self.conns[idx].conn.take() {
-                conn.close(
-                    now,
-                    VarInt::from_u64(code::NO_ERROR).unwrap_or_default(),
-                    bytes::Bytes::new(),
-                );
+                conn.close(now, code::NO_ERROR, b"");
                 self.retire(idx, conn, now);
             }
         }
@@ -1093,9 +1082,9 @@ impl<'a> Thread<'a> {
 }
 
 /// A close's reason phrase, for a message (empty when none).
-fn reason_text(reason: &[u8]) -> String {
+fn reason_text(reason: &str) -> String {
     if reason.is_empty() {
         return String::new();
     }
-    format!(": {}", String::from_utf8_lossy(reason))
+    format!(": {reason}")
 }

@@ -172,26 +172,24 @@ impl H3Client {
         wire: &[u8],
         requests: &mut Vec<quinn_proto::StreamId>,
     ) {
-        use quinn_proto::{Event, VarInt};
+        use qpslab_quic::stack::{Event, Link};
         for _ in 0..SETTLE_ROUNDS {
             let mut moved = p.exchange();
-            while let Some(ev) = p.client.poll() {
+            while let Some(ev) = p.client.poll_event() {
                 moved += 1;
                 let result = match ev {
                     Event::Connected => {
                         self.connected = true;
                         self.s.connected(&mut p.client)
                     }
-                    Event::ConnectionLost { .. } => {
+                    Event::Lost(_) => {
                         self.ended = true;
                         return;
                     }
-                    Event::Stream(ev) => self.s.stream_event(&mut p.client, ev),
-                    _ => Ok(()),
+                    ev => self.s.stream_event(&mut p.client, ev),
                 };
                 if let Err(e) = result {
-                    let reason = bytes::Bytes::copy_from_slice(e.msg.as_bytes());
-                    p.client.close(p.now, VarInt::from_u64(e.code).unwrap_or_default(), reason);
+                    Link::close(&mut p.client, p.now, e.code, e.msg.as_bytes());
                     self.ended = true;
                     self.error = Some(e.code);
                     return;

@@ -1,4 +1,4 @@
-//! One QUIC connection's HTTP/3, client side (RFC 9114), over quinn-proto's connection state:
+//! One QUIC connection's HTTP/3, client side (RFC 9114), over any QUIC's streams ([`Conn`]):
 //! the control stream and its SETTINGS, a request per bidirectional stream (its HEADERS and
 //! DATA frames written from the group's encoding, the stream finished), responses read as
 //! their frames arrive, the server's unidirectional streams (control, QPACK) checked. QPACK
@@ -14,17 +14,17 @@ use std::time::Instant;
 use qpslab_http::h3::frame::{self, code, kind, Event, FrameError, On};
 use qpslab_http::h3::qpack;
 use qpslab_http::Response;
+use qpslab_quic::conn::{Conn, Drained};
 pub(crate) use qpslab_quic::peer::{ConnError, MAX_UNI};
 use qpslab_quic::peer::{Peer, Streams, MAX_FRAME, MAX_SECTION};
-use qpslab_quic::recv::{drain, Drained};
-use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt};
+use qpslab_quic::stack::Event as Quic;
 
 use super::Req;
 
 /// What a request stream carries back.
 #[derive(Debug)]
 struct Stream {
-    id: StreamId,
+    id: u64,
     req: Req,
     reader: frame::Reader,
     status: u16,
@@ -44,7 +44,7 @@ pub(crate) struct Http3 {
     streams: Vec<Stream>,
     /// Each stream's id, in the order of `streams`: found by a scan of 8-byte ids rather than
     /// of whole streams.
-    ids: Vec<StreamId>,
+    ids: Vec<u64>,
     /// Our control stream and the server's unidirectional streams (its GOAWAY among them:
     /// streams from its id on will not be processed).
     peer: Streams,
@@ -96,14 +96,14 @@ impl Http3 {
     }
 
     /// The handshake is done: opens the control stream and queues its SETTINGS.
-    pub fn connected(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
+    pub fn connected(&mut self, conn: &mut impl Conn) -> Result<(), ConnError> {
         self.peer.open_control(conn)
     }
 
     /// Opens a stream for `req` and writes its bytes (`wire`: its HEADERS frame, and DATA
     /// when it has a body); false when the server's stream limit allows none now.
-    pub fn send(&mut self, conn: &mut Connection, req: Req, wire: &[u8]) -> bool {
-        let Some(id) = conn.streams().open(Dir::Bi) else { return false };
+    pub fn send(&mut self, conn: &mut impl Conn, req: Req, wire: &[u8]) -> bool {
+        let Some(id) = conn.open(true) else { return false };
         let mut s = Stream {
             id,
             req,
@@ -115,10 +115,9 @@ impl Http3 {
             pending_at: 0,
             finished: false,
         };
-        let mut out = conn.send_stream(id);
-        let n = out.write(wire).unwrap_or(0);
+        let n = conn.write(id, wire);
         if n == wire.len() {
-            s.finished = out.finish().is_ok();
+            s.finished = conn.finish(id);
         } else {
             s.pending.extend_from_slice(&wire[n..]);
         }
@@ -127,24 +126,21 @@ impl Http3 {
         true
     }
 
-    /// One of the connection's stream events, to what it concerns.
-    pub fn stream_event(
-        &mut self,
-        conn: &mut Connection,
-        ev: StreamEvent,
-    ) -> Result<(), ConnError> {
+    /// One of the connection's stream events, to what it concerns (the handshake's end and
+    /// the connection's loss are the loop's).
+    pub fn stream_event(&mut self, conn: &mut impl Conn, ev: Quic) -> Result<(), ConnError> {
         match ev {
-            StreamEvent::Opened { .. } => self.accept_uni(conn)?,
-            StreamEvent::Readable { id } => self.readable(conn, id)?,
-            StreamEvent::Writable { id } => self.writable(conn, id),
-            StreamEvent::Stopped { id, .. } => self.stopped(id),
-            StreamEvent::Finished { .. } | StreamEvent::Available { .. } => {}
+            Quic::Opened => self.accept(conn)?,
+            Quic::Readable(id) => self.readable(conn, id)?,
+            Quic::Writable(id) => self.writable(conn, id),
+            Quic::Stopped(id) => self.stopped(id),
+            Quic::Connected | Quic::Lost(_) => {}
         }
         Ok(())
     }
 
     /// A stream the flow control held may take more.
-    fn writable(&mut self, conn: &mut Connection, id: StreamId) {
+    fn writable(&mut self, conn: &mut impl Conn, id: u64) {
         if self.peer.is_control(id) {
             return self.peer.write_control(conn, &[]);
         }
@@ -153,20 +149,17 @@ impl Http3 {
         if s.finished {
             return;
         }
-        let mut out = conn.send_stream(id);
-        if let Ok(n) = out.write(&s.pending[s.pending_at..]) {
-            s.pending_at += n;
-        }
+        s.pending_at += conn.write(id, &s.pending[s.pending_at..]);
         if s.pending_at == s.pending.len() {
             s.pending = Vec::new();
-            s.finished = out.finish().is_ok();
+            s.finished = conn.finish(id);
         }
     }
 
-    /// The server opened unidirectional streams: each is read for its type.
-    fn accept_uni(&mut self, conn: &mut Connection) -> Result<(), ConnError> {
+    /// The server opened streams: its unidirectional ones are read for their type.
+    fn accept(&mut self, conn: &mut impl Conn) -> Result<(), ConnError> {
         self.peer.accept(conn)?;
-        if conn.streams().accept(Dir::Bi).is_some() {
+        if conn.accept(true).is_some() {
             return Err(ConnError::new(
                 code::STREAM_CREATION_ERROR,
                 "the server opened a bidirectional stream (H3_STREAM_CREATION_ERROR)",
@@ -176,16 +169,17 @@ impl Http3 {
     }
 
     /// A stream has bytes (or its end, or a reset) to read.
-    fn readable(&mut self, conn: &mut Connection, id: StreamId) -> Result<(), ConnError> {
-        if id.dir() == Dir::Uni {
+    fn readable(&mut self, conn: &mut impl Conn, id: u64) -> Result<(), ConnError> {
+        if id & 2 != 0 {
+            // A unidirectional stream: the server's.
             return self.peer.read(conn, id);
         }
         let Some(i) = self.find(id) else { return Ok(()) };
         let (s, dec) = (&mut self.streams[i], &mut self.dec);
-        let how = drain(conn, id, |b| absorb(s, dec, b).map(|()| true))?;
+        let how = conn.read(id, |b| absorb(s, dec, b).map(|()| true))?;
         if let Drained::Reset(c) = how {
             let s = self.take(i);
-            let why = format!("the server reset the stream ({})", code::name(c.into_inner()));
+            let why = format!("the server reset the stream ({})", code::name(c));
             self.reset.push((s.req, why));
             return Ok(());
         }
@@ -203,7 +197,7 @@ impl Http3 {
             }
             if !s.finished {
                 // Answered before the whole request went: the rest is not needed.
-                let _ = conn.send_stream(id).reset(VarInt::from_u32(code::NO_ERROR as u32));
+                conn.reset(id, code::NO_ERROR);
             }
             self.keep_reader(s.reader);
             let resp = Response {
@@ -217,7 +211,7 @@ impl Http3 {
         Ok(())
     }
 
-    fn find(&self, id: StreamId) -> Option<usize> {
+    fn find(&self, id: u64) -> Option<usize> {
         self.ids.iter().position(|&x| x == id)
     }
 
@@ -237,7 +231,7 @@ impl Http3 {
     /// The server no longer reads a stream's request (STOP_SENDING): its response may still
     /// come (RFC 9114 section 4.1: a server may answer before reading the whole request), so
     /// only the writing stops.
-    fn stopped(&mut self, id: StreamId) {
+    fn stopped(&mut self, id: u64) {
         if let Some(i) = self.find(id) {
             let s = &mut self.streams[i];
             s.finished = true;
@@ -246,9 +240,9 @@ impl Http3 {
     }
 
     /// A request timed out: its stream is cancelled both ways and the request handed back.
-    pub fn cancel_older(&mut self, conn: &mut Connection, before: Instant) -> Vec<Req> {
+    pub fn cancel_older(&mut self, conn: &mut impl Conn, before: Instant) -> Vec<Req> {
         let mut out = Vec::new();
-        let cancelled = VarInt::from_u32(code::REQUEST_CANCELLED as u32);
+        let cancelled = code::REQUEST_CANCELLED;
         let mut i = 0;
         while i < self.streams.len() {
             if self.streams[i].req.sent_at >= before {
@@ -256,8 +250,8 @@ impl Http3 {
                 continue;
             }
             let s = self.take(i);
-            let _ = conn.send_stream(s.id).reset(cancelled);
-            let _ = conn.recv_stream(s.id).stop(cancelled);
+            conn.reset(s.id, cancelled);
+            conn.stop(s.id, cancelled);
             out.push(s.req);
         }
         out

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use qpslab_http::h3::frame::{self, code, kind, Event, FrameError, On};
 use qpslab_http::h3::qpack;
 use qpslab_http::{BodyFraming, Method, RequestHead};
+use qpslab_quic::conn::{Conn, Drained};
 use qpslab_quic::peer::{ConnError, Peer, Streams, MAX_SECTION};
-use qpslab_quic::recv::{drain, Drained};
 use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt, WriteError};
 
 use super::fields::FieldCheck;
@@ -167,10 +167,10 @@ impl H3 {
         now: Instant,
     ) -> Result<(), ConnError> {
         if id.dir() == Dir::Uni {
-            return self.peer.read(conn, id);
+            return self.peer.read(conn, u64::from(id));
         }
         let Some(i) = self.find(id) else { return Ok(()) };
-        let how = drain(conn, id, |b| self.absorb(i, b, sh).map(|()| !self.refused(i)))?;
+        let how = conn.read(u64::from(id), |b| self.absorb(i, b, sh).map(|()| !self.refused(i)))?;
         if let Drained::Reset(_) = how {
             // The client gave up on the request: nothing to answer.
             self.remove(i);
@@ -381,7 +381,7 @@ impl H3 {
 
     /// The client's flow control opened on stream `id`: its response goes on.
     fn writable(&mut self, conn: &mut Connection, id: StreamId) {
-        if self.peer.is_control(id) {
+        if self.peer.is_control(u64::from(id)) {
             return self.peer.write_control(conn, &[]);
         }
         if let Some(i) = self.find(id) {

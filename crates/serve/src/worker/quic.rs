@@ -149,7 +149,7 @@ impl Quic {
         for c in self.conns.iter_mut().flatten() {
             if !c.closed {
                 c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
-                self.udp.queue(0, &mut c.conn, now);
+                self.udp.queue(0, &mut *c.conn, now);
             }
         }
         self.udp.flush();
@@ -271,7 +271,7 @@ impl Quic {
             c.conn.close(now, VarInt::from_u32(code::NO_ERROR as u32), bytes::Bytes::new());
             self.lose(&mut c);
         }
-        self.udp.queue(0, &mut c.conn, now);
+        self.udp.queue(0, &mut *c.conn, now);
         if c.conn.is_drained() {
             count_connection(&mut self.udp.counts, &c.conn);
             return;
