@@ -380,7 +380,7 @@ fn reset_closed_and_slow(server: &Aioquic, quic: QuicImpl) {
     let mut o = h3_opts(server, "/?reset=1", 1, 5);
     o.requests = Some(10);
     let report = run(&o);
-    assert_eq!(report.errors.get("reset"), Some(&10), "{:?}", report.errors);
+    assert_eq!(report.errors.get("reset"), Some(&10), "{quic:?} {:?}", report.errors);
     let e = &report.error_examples["reset"];
     assert!(e.contains("H3_REQUEST_REJECTED"), "{e}");
 

@@ -147,8 +147,8 @@ pub struct Client {
     idle_at: Option<Instant>,
     /// A CONNECTION_CLOSE to send (once), in the space its keys allow.
     close: Option<Vec<u8>>,
-    /// Where [`crate::conn::Conn::read`] puts a stream's bytes.
-    pub(crate) read_buf: Vec<u8>,
+    /// Where [`Client::poll_transmit`] writes a packet's frames.
+    frames: Vec<u8>,
 }
 
 /// The 1-RTT key phase in use, the packet keys of the next and the secrets after those.
@@ -228,7 +228,7 @@ impl Client {
             idle_timeout: IDLE_TIMEOUT,
             idle_at: None,
             close: None,
-            read_buf: Vec::new(),
+            frames: Vec::with_capacity(MTU),
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
@@ -523,12 +523,15 @@ impl Client {
         }
         self.idle_at.get_or_insert(now + self.idle_timeout);
         let mut initial_sent = false;
+        // The frames of each packet are written in one buffer kept across calls.
+        let mut frames = std::mem::take(&mut self.frames);
         for space in [INITIAL, HANDSHAKE, DATA] {
-            let (mut frames, mut carried) = (Vec::new(), Vec::new());
             let s = &mut self.spaces[space];
             if s.keys.is_none() {
                 continue;
             }
+            frames.clear();
+            let mut carried = Vec::new();
             let ack = s.ack_owed;
             if ack {
                 frame::put_ack(&mut frames, &s.received, 0);
@@ -560,6 +563,9 @@ impl Client {
             if space == DATA && (self.cc.room() || s.probe) {
                 // A short header's bytes and the tag: 1 + the connection ID + 4 + 16.
                 let room = MTU.saturating_sub(out.len() + frames.len() + self.dcid.len() + 21);
+                if self.streams.has_pending() {
+                    carried.reserve(8);
+                }
                 self.streams.write_frames(&mut frames, room, &mut carried);
             }
             let s = &mut self.spaces[space];
@@ -597,6 +603,7 @@ impl Client {
                 self.failed = Some(Error::Protocol("a packet could not be sealed".into()));
                 return false;
             }
+
             let size = out.len() - before;
             s.flight.on_sent(Sent { pn, at: now, size, eliciting, frames: carried }, &mut self.cc);
             initial_sent |= space == INITIAL;
@@ -609,6 +616,7 @@ impl Client {
                 break;
             }
         }
+        self.frames = frames;
         !out.is_empty()
     }
 

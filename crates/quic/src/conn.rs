@@ -149,20 +149,14 @@ impl Conn for Client {
         id: u64,
         mut each: impl FnMut(&[u8]) -> Result<bool, E>,
     ) -> Result<Drained, E> {
-        let mut buf = std::mem::take(&mut self.read_buf);
-        buf.clear();
-        let (ended, reset) = self.streams.read(id, &mut buf);
-        let how = match reset {
-            Some(code) => Ok(Drained::Reset(code)),
-            None if buf.is_empty() && !ended => Ok(Drained::Blocked),
-            None => match each(&buf) {
-                Ok(false) => Ok(Drained::Stopped),
-                Err(e) => Err(e),
-                Ok(true) if ended => Ok(Drained::Ended),
-                Ok(true) => Ok(Drained::Blocked),
-            },
-        };
-        self.read_buf = buf;
-        how
+        let mut went = Ok(true);
+        let (ended, reset) = self.streams.read_with(id, |b| went = each(b));
+        match (reset, went) {
+            (Some(code), _) => Ok(Drained::Reset(code)),
+            (None, Ok(false)) => Ok(Drained::Stopped),
+            (None, Err(e)) => Err(e),
+            (None, Ok(true)) if ended => Ok(Drained::Ended),
+            (None, Ok(true)) => Ok(Drained::Blocked),
+        }
     }
 }

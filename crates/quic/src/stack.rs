@@ -300,7 +300,9 @@ pub struct OwnLink {
     to: SocketAddr,
     told_connected: bool,
     told_lost: bool,
+    /// Streams found readable, and the next of them to tell.
     readable: Vec<u64>,
+    next: usize,
 }
 
 impl std::fmt::Debug for OwnLink {
@@ -338,8 +340,14 @@ impl Stack for Own {
             self.cids.resize(h + 1, None);
         }
         self.cids[h] = Some(scid);
-        let link =
-            OwnLink { client, to: addr, told_connected: false, told_lost: false, readable: vec![] };
+        let link = OwnLink {
+            client,
+            to: addr,
+            told_connected: false,
+            told_lost: false,
+            readable: Vec::new(),
+            next: 0,
+        };
         Ok((h, link))
     }
 
@@ -431,11 +439,13 @@ impl Link for OwnLink {
         if c.streams.has_unaccepted() {
             return Some(Event::Opened);
         }
-        if self.readable.is_empty() {
-            self.readable = c.streams.readable();
-            self.readable.reverse();
+        if self.next == self.readable.len() {
+            c.streams.take_readable(&mut self.readable);
+            self.next = 0;
         }
-        self.readable.pop().map(Event::Readable)
+        let id = *self.readable.get(self.next)?;
+        self.next += 1;
+        Some(Event::Readable(id))
     }
 
     fn timeout(&mut self) -> Option<Instant> {

@@ -97,7 +97,8 @@ impl Stream {
     fn done(&self, id: u64) -> bool {
         let all_acked = self.fin_acked && self.out.is_empty();
         let send_done = !Stream::sends(id) || all_acked || self.stopped || self.reset_acked;
-        let recv_done = !Stream::receives(id) || self.ended || self.reset.is_some();
+        // A reset counts once the application read it.
+        let recv_done = !Stream::receives(id) || self.ended;
         send_done && recv_done
     }
 }
@@ -189,6 +190,11 @@ impl Streams {
         self.map.get(id).is_some_and(|s| !s.fin && !s.stopped && s.reset_owed.is_none())
     }
 
+    /// Whether streams have frames to send.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty() || self.max_data_owed
+    }
+
     /// Whether the server opened streams not yet handed out.
     pub fn has_unaccepted(&self) -> bool {
         self.accepted_uni < self.peer_uni
@@ -241,26 +247,41 @@ impl Streams {
 
     /// The streams with something new to read (data, an end or a reset) since last asked.
     pub fn readable(&mut self) -> Vec<u64> {
-        let ids = std::mem::take(&mut self.readable);
-        for id in &ids {
+        let mut ids = Vec::new();
+        self.take_readable(&mut ids);
+        ids
+    }
+
+    /// As [`Streams::readable`], into `ids` (its old contents dropped, its buffer kept).
+    pub fn take_readable(&mut self, ids: &mut Vec<u64>) {
+        ids.clear();
+        std::mem::swap(ids, &mut self.readable);
+        for id in ids.iter() {
             if let Some(s) = self.map.get_mut(*id) {
                 s.listed = false;
             }
         }
-        ids
     }
 
     /// Reads what stream `id` has in order into `into`; Some(code) as the second value when
     /// the server reset it. True in the first when its end was read (the stream then goes,
     /// once its sending side is done too).
     pub fn read(&mut self, id: u64, into: &mut Vec<u8>) -> (bool, Option<u64>) {
+        self.read_with(id, |b| into.extend_from_slice(b))
+    }
+
+    /// As [`Streams::read`], handing the bytes in order to `each` (called once, and not
+    /// when there are none) rather than copying them.
+    pub fn read_with(&mut self, id: u64, each: impl FnOnce(&[u8])) -> (bool, Option<u64>) {
         let Some(s) = self.map.get_mut(id) else { return (false, None) };
         if let Some(code) = s.reset {
             s.ended = true;
             self.forget(id);
             return (false, Some(code));
         }
-        into.extend_from_slice(&s.ready);
+        if !s.ready.is_empty() {
+            each(&s.ready);
+        }
         let n = s.ready.len() as u64;
         s.ready.clear();
         s.read += n;
@@ -854,6 +875,22 @@ mod tests {
         s.on_stream(7, 0, b"x", false).unwrap();
         assert!(s.has_unaccepted());
         assert_eq!((s.accept_uni(), s.accept_uni(), s.accept_uni()), (Some(3), Some(7), None));
+    }
+
+    /// The server resets a stream, then acknowledges the request on it: the reset is still
+    /// there to read (the stream went at the acknowledgement once, its reset lost).
+    #[test]
+    fn a_reset_waits_to_be_read_when_the_request_is_acknowledged_after_it() {
+        let mut s = streams();
+        let id = s.open(true).unwrap();
+        s.write(id, b"GET", true);
+        let mut carried = Vec::new();
+        sent(&mut s, &mut carried);
+        s.on_reset(id, 0x10b, 0).unwrap();
+        carried.iter().for_each(|r| s.on_acked(r));
+        assert_eq!(s.readable(), [id]);
+        assert_eq!(s.read(id, &mut Vec::new()), (false, Some(0x10b)));
+        assert!(s.is_empty());
     }
 
     #[test]

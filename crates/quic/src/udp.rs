@@ -38,6 +38,8 @@ pub struct Udp {
     /// The turn's datagrams, queued, per socket; where each is in `out`.
     out: Vec<u8>,
     queued: Vec<Vec<Outgoing>>,
+    /// Each socket's connected peer, if it has one.
+    peers: Vec<Option<SocketAddr>>,
     tx: Vec<u8>,
     max_datagrams: usize,
     pub counts: QuicCounts,
@@ -75,6 +77,7 @@ impl Udp {
         }
         Ok(Udp {
             queued: socks.iter().map(|_| Vec::new()).collect(),
+            peers: socks.iter().map(|_| None).collect(),
             socks,
             recv: RecvBatch::new(RECV_SLOTS, if gro { SLOT_LEN } else { 2048 }),
             got: Vec::new(),
@@ -102,13 +105,22 @@ impl Udp {
         self.socks[i].as_raw_fd()
     }
 
+    /// Connects socket `i` to `peer` (the only address its datagrams go to and come from):
+    /// its sends then skip the kernel's route lookup.
+    pub fn connect(&mut self, i: usize, peer: SocketAddr) -> io::Result<()> {
+        self.socks[i].connect(peer)?;
+        self.peers[i] = Some(peer);
+        Ok(())
+    }
+
     /// Socket `i`'s local address.
     pub fn local_addr(&self, i: usize) -> io::Result<SocketAddr> {
         self.socks[i].local_addr()
     }
 
     /// Reads one batch from socket `i`; calls `each` with every datagram (GRO batches split);
-    /// false when the socket had none.
+    /// whether more may wait (the batch was full). A batch less than full left the socket
+    /// empty: asking again would cost a system call to learn it.
     pub fn read(&mut self, i: usize, each: &mut dyn FnMut(SocketAddr, &[u8])) -> bool {
         if self.recv.recv(&self.socks[i], &mut self.got).is_err() || self.got.is_empty() {
             return false;
@@ -125,7 +137,7 @@ impl Udp {
             self.counts.datagrams_in += n;
             self.counts.gro_reads += u64::from(n > 1);
         }
-        true
+        self.got.len() == RECV_SLOTS
     }
 
     /// Queues every datagram `conn` has ready for this turn's send, on socket `i`.
@@ -163,7 +175,9 @@ impl Udp {
                 continue;
             }
             let queued = &self.queued[i];
-            let (sent, calls) = self.send.send(&self.socks[i], &self.out, queued).unwrap_or((0, 1));
+            let named = self.peers[i].is_none_or(|p| queued.iter().any(|o| o.to != p));
+            let sock = &self.socks[i];
+            let (sent, calls) = self.send.send(sock, &self.out, queued, named).unwrap_or((0, 1));
             self.counts.send_calls += calls as u64;
             for o in &queued[..sent] {
                 self.bytes_written += o.len as u64;

@@ -226,7 +226,7 @@ impl std::fmt::Debug for SendBatch {
 impl SendBatch {
     /// Points one header per datagram of `batch` at its bytes in `buf`, its destination and
     /// (GSO) its segment size.
-    fn fill(&mut self, buf: &[u8], batch: &[Outgoing]) {
+    fn fill(&mut self, buf: &[u8], batch: &[Outgoing], named: bool) {
         let n = batch.len();
         self.names.clear();
         self.names.extend(batch.iter().map(|o| SockAddr::from(o.to)));
@@ -241,8 +241,13 @@ impl SendBatch {
                 iov_len: o.len,
             };
             let h = &mut self.msgs[i].msg_hdr;
-            h.msg_name = self.names[i].as_ptr().cast_mut().cast();
-            h.msg_namelen = self.names[i].len();
+            if named {
+                h.msg_name = self.names[i].as_ptr().cast_mut().cast();
+                h.msg_namelen = self.names[i].len();
+            } else {
+                h.msg_name = std::ptr::null_mut();
+                h.msg_namelen = 0;
+            }
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
             h.msg_flags = 0;
@@ -273,13 +278,16 @@ impl SendBatch {
     /// Sends `batch` (slices of `buf`) with sendmmsg calls until all went or the socket would
     /// block; returns how many went and the system calls made. A datagram the kernel refuses
     /// for itself (an unreachable destination) is skipped, as the network would drop it.
+    /// Without `named`, the datagrams go to the socket's connected peer (their `to` unused):
+    /// the kernel then keeps its route rather than looking it up for each.
     pub fn send(
         &mut self,
         sock: &impl AsRawFd,
         buf: &[u8],
         batch: &[Outgoing],
+        named: bool,
     ) -> io::Result<(usize, usize)> {
-        self.fill(buf, batch);
+        self.fill(buf, batch, named);
         let n = batch.len();
         let (mut sent, mut calls) = (0, 0);
         while sent < n {
@@ -347,7 +355,7 @@ mod tests {
         }
         batch.push(Outgoing { to, at: 10_000, len: 5, segment: None });
         batch.push(Outgoing { to, at: 10_005, len: 6, segment: None });
-        let (sent, calls) = SendBatch::default().send(&tx, &buf, &batch).unwrap();
+        let (sent, calls) = SendBatch::default().send(&tx, &buf, &batch, true).unwrap();
         assert_eq!((sent, calls), (batch.len(), 1));
         let mut r = RecvBatch::new(16, 65_536);
         let mut got: Vec<Vec<u8>> = Vec::new();

@@ -192,7 +192,20 @@ impl<'a, S: Stack> Thread<'a, S> {
         for i in 0..udp.len() {
             epoll.add(udp.fd(i), i as u64, epoll::IN)?;
         }
+        let mut udp = udp;
         let socks = udp.len();
+        // A socket whose connections all go to one server is connected to it (as shb's are):
+        // the kernel keeps the route instead of finding it for every datagram.
+        for sock in 0..socks {
+            let mut peers = (0..cfg.connections_of(index))
+                .filter(|i| i % socks == sock)
+                .map(|i| shared.groups[shared.conn_groups[first_conn + i]].endpoint.addr);
+            let Some(first) = peers.next() else { continue };
+            if peers.all(|a| a == first) {
+                // Left unconnected when the kernel refuses (sends then name their peer).
+                let _ = udp.connect(sock, first);
+            }
+        }
         let conns = (0..cfg.connections_of(index))
             .map(|i| QConn {
                 sock: i % socks,
