@@ -515,11 +515,19 @@ impl Client {
     /// nothing to send.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> bool {
         out.clear();
+        self.append_transmit(out, now) > 0
+    }
+
+    /// As [`Client::poll_transmit`], the datagram appended to `out` (where others are): its
+    /// length, 0 when there is nothing to send.
+    pub fn append_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> usize {
+        let start = out.len();
         if let Some(f) = self.close.take() {
-            return self.send_close(out, &f);
+            self.send_close(out, &f);
+            return out.len() - start;
         }
         if self.failed.is_some() {
-            return false;
+            return 0;
         }
         self.idle_at.get_or_insert(now + self.idle_timeout);
         let mut initial_sent = false;
@@ -538,7 +546,7 @@ impl Client {
                 s.ack_owed = false;
                 self.counts.acks_out += 1;
             }
-            let room = MTU.saturating_sub(out.len() + 100);
+            let room = MTU.saturating_sub(out.len() - start + 100);
             while let Some((off, end)) = s.crypto_lost.pop_front() {
                 let n = (end - off).min(room.saturating_sub(frames.len()) as u64);
                 if n == 0 {
@@ -562,7 +570,8 @@ impl Client {
             }
             if space == DATA && (self.cc.room() || s.probe) {
                 // A short header's bytes and the tag: 1 + the connection ID + 4 + 16.
-                let room = MTU.saturating_sub(out.len() + frames.len() + self.dcid.len() + 21);
+                let used = out.len() - start + frames.len() + self.dcid.len() + 21;
+                let room = MTU.saturating_sub(used);
                 if self.streams.has_pending() {
                     carried.reserve(8);
                 }
@@ -601,7 +610,8 @@ impl Client {
             let before = out.len();
             if packet::seal(out, head, pn, acked, &frames, min, local).is_err() {
                 self.failed = Some(Error::Protocol("a packet could not be sealed".into()));
-                return false;
+                out.truncate(start);
+                return 0;
             }
 
             let size = out.len() - before;
@@ -612,12 +622,12 @@ impl Client {
                 // Sending in the Handshake space ends the Initial one (RFC 9001 4.9.1).
                 self.drop_space(INITIAL);
             }
-            if initial_sent && out.len() >= MTU {
+            if initial_sent && out.len() - start >= MTU {
                 break;
             }
         }
         self.frames = frames;
-        !out.is_empty()
+        out.len() - start
     }
 
     /// The packet carrying a CONNECTION_CLOSE, in the newest space with keys.

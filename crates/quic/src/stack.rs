@@ -76,7 +76,11 @@ pub trait Link: Conn {
     /// When [`Link::handle_timeout`] is due.
     fn timeout(&mut self) -> Option<Instant>;
     fn handle_timeout(&mut self, now: Instant);
-    /// Writes the next datagrams to send (up to `max` of one size) into `buf`.
+    /// Whether [`Link::transmit`] appends to a buffer that holds other datagrams already
+    /// (so they are written where they are sent from, not copied there).
+    const APPENDS: bool = false;
+    /// Writes the next datagrams to send (up to `max` of one size) into `buf`: an empty one,
+    /// or after what is there when [`Link::APPENDS`]; `size` counts what it wrote.
     fn transmit(&mut self, now: Instant, max: usize, buf: &mut Vec<u8>) -> Option<Transmit>;
     /// Closes with an application error code and reason.
     fn close(&mut self, now: Instant, code: u64, reason: &[u8]);
@@ -456,9 +460,11 @@ impl Link for OwnLink {
         self.client.handle_timeout(now);
     }
 
+    const APPENDS: bool = true;
+
     fn transmit(&mut self, now: Instant, _max: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let sent = self.client.poll_transmit(buf, now);
-        sent.then_some(Transmit { to: self.to, size: buf.len(), segment: None })
+        let size = self.client.append_transmit(buf, now);
+        (size > 0).then_some(Transmit { to: self.to, size, segment: None })
     }
 
     fn close(&mut self, _now: Instant, code: u64, reason: &[u8]) {

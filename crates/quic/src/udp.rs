@@ -141,8 +141,15 @@ impl Udp {
     }
 
     /// Queues every datagram `conn` has ready for this turn's send, on socket `i`.
-    pub fn queue(&mut self, i: usize, conn: &mut impl Link, now: Instant) {
+    pub fn queue<L: Link>(&mut self, i: usize, conn: &mut L, now: Instant) {
         loop {
+            if L::APPENDS {
+                let at = self.out.len();
+                let Some(t) = conn.transmit(now, self.max_datagrams, &mut self.out) else { break };
+                let o = Outgoing { to: t.to, at, len: t.size, segment: t.segment };
+                self.queued[i].push(o);
+                continue;
+            }
             self.tx.clear();
             let Some(t) = conn.transmit(now, self.max_datagrams, &mut self.tx) else { break };
             self.push(i, t.to, t.size, t.segment);

@@ -9,6 +9,7 @@
 //! a push, a second control stream) fails the connection with the code RFC 9114 names, which
 //! the thread's loop closes it with.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use qpslab_http::h3::frame::{self, code, kind, Event, FrameError, On};
@@ -41,10 +42,12 @@ struct Stream {
 #[derive(Debug)]
 pub(crate) struct Http3 {
     pub group: usize,
-    streams: Vec<Stream>,
-    /// Each stream's id, in the order of `streams`: found by a scan of 8-byte ids rather than
-    /// of whole streams.
-    ids: Vec<u64>,
+    /// The request streams by their sequence (id / 4) from `base`, the oldest still open
+    /// first (they open in order and mostly end in order: the window stays about as long as
+    /// the streams in flight, and a stream is found without a search); `live` of them open.
+    streams: VecDeque<Option<Stream>>,
+    base: u64,
+    live: usize,
     /// Our control stream and the server's unidirectional streams (its GOAWAY among them:
     /// streams from its id on will not be processed).
     peer: Streams,
@@ -61,8 +64,9 @@ impl Http3 {
     pub fn new(group: usize) -> Self {
         Http3 {
             group,
-            streams: Vec::new(),
-            ids: Vec::new(),
+            streams: VecDeque::new(),
+            base: 0,
+            live: 0,
             peer: Streams::new(Peer::Server),
             dec: qpack::Decoder::new(MAX_SECTION),
             reset: Vec::new(),
@@ -73,21 +77,22 @@ impl Http3 {
 
     /// Requests on streams, waiting for their responses.
     pub fn in_flight(&self) -> usize {
-        self.streams.len()
+        self.live
     }
 
     pub fn requests(&self) -> impl Iterator<Item = &Req> {
-        self.streams.iter().map(|s| &s.req)
+        self.streams.iter().flatten().map(|s| &s.req)
     }
 
     pub fn requests_mut(&mut self) -> impl Iterator<Item = &mut Req> {
-        self.streams.iter_mut().map(|s| &mut s.req)
+        self.streams.iter_mut().flatten().map(|s| &mut s.req)
     }
 
     /// Takes every request off the connection (it failed or closed).
     pub fn take_requests(&mut self) -> Vec<Req> {
-        self.ids.clear();
-        self.streams.drain(..).map(|s| s.req).collect()
+        self.live = 0;
+        self.base += self.streams.len() as u64;
+        self.streams.drain(..).flatten().map(|s| s.req).collect()
     }
 
     /// No more requests may go on this connection (the server's GOAWAY).
@@ -121,8 +126,18 @@ impl Http3 {
         } else {
             s.pending.extend_from_slice(&wire[n..]);
         }
-        self.ids.push(s.id);
-        self.streams.push(s);
+        if self.live == 0 {
+            // The window starts again at this stream (after a refused 0-RTT, far on).
+            self.streams.clear();
+            self.base = s.id >> 2;
+        }
+        // Streams open in order: never below the window.
+        let Some(at) = (s.id >> 2).checked_sub(self.base) else { return false };
+        while self.streams.len() as u64 <= at {
+            self.streams.push_back(None);
+        }
+        self.streams[at as usize] = Some(s);
+        self.live += 1;
         true
     }
 
@@ -145,7 +160,7 @@ impl Http3 {
             return self.peer.write_control(conn, &[]);
         }
         let Some(i) = self.find(id) else { return };
-        let s = &mut self.streams[i];
+        let Some(s) = self.streams[i].as_mut() else { return };
         if s.finished {
             return;
         }
@@ -175,16 +190,17 @@ impl Http3 {
             return self.peer.read(conn, id);
         }
         let Some(i) = self.find(id) else { return Ok(()) };
-        let (s, dec) = (&mut self.streams[i], &mut self.dec);
+        let Some(s) = self.streams[i].as_mut() else { return Ok(()) };
+        let dec = &mut self.dec;
         let how = conn.read(id, |b| absorb(s, dec, b).map(|()| true))?;
         if let Drained::Reset(c) = how {
-            let s = self.take(i);
+            let Some(s) = self.take(i) else { return Ok(()) };
             let why = format!("the server reset the stream ({})", code::name(c));
             self.reset.push((s.req, why));
             return Ok(());
         }
         if how == Drained::Ended {
-            let s = self.take(i);
+            let Some(s) = self.take(i) else { return Ok(()) };
             if !s.reader.between_frames() {
                 return Err(FrameError::Truncated.into());
             }
@@ -212,13 +228,19 @@ impl Http3 {
     }
 
     fn find(&self, id: u64) -> Option<usize> {
-        self.ids.iter().position(|&x| x == id)
+        let i = usize::try_from((id >> 2).checked_sub(self.base)?).ok()?;
+        self.streams.get(i)?.as_ref().filter(|s| s.id == id).map(|_| i)
     }
 
     /// Takes stream `i` off the connection (the last takes its place).
-    fn take(&mut self, i: usize) -> Stream {
-        self.ids.swap_remove(i);
-        self.streams.swap_remove(i)
+    fn take(&mut self, i: usize) -> Option<Stream> {
+        let s = self.streams.get_mut(i)?.take()?;
+        self.live -= 1;
+        while matches!(self.streams.front(), Some(None)) {
+            self.streams.pop_front();
+            self.base += 1;
+        }
+        Some(s)
     }
 
     /// Keeps an ended stream's reader (between frames) for the next stream.
@@ -233,9 +255,10 @@ impl Http3 {
     /// only the writing stops.
     fn stopped(&mut self, id: u64) {
         if let Some(i) = self.find(id) {
-            let s = &mut self.streams[i];
-            s.finished = true;
-            s.pending = Vec::new();
+            if let Some(s) = self.streams[i].as_mut() {
+                s.finished = true;
+                s.pending = Vec::new();
+            }
         }
     }
 
@@ -243,13 +266,15 @@ impl Http3 {
     pub fn cancel_older(&mut self, conn: &mut impl Conn, before: Instant) -> Vec<Req> {
         let mut out = Vec::new();
         let cancelled = code::REQUEST_CANCELLED;
-        let mut i = 0;
-        while i < self.streams.len() {
-            if self.streams[i].req.sent_at >= before {
-                i += 1;
-                continue;
-            }
-            let s = self.take(i);
+        let late: Vec<u64> = self
+            .streams
+            .iter()
+            .flatten()
+            .filter(|s| s.req.sent_at < before)
+            .map(|s| s.id)
+            .collect();
+        for id in late {
+            let Some(s) = self.find(id).and_then(|i| self.take(i)) else { continue };
             conn.reset(s.id, cancelled);
             conn.stop(s.id, cancelled);
             out.push(s.req);
