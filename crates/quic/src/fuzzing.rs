@@ -103,3 +103,260 @@ fn round_trip(mode: u8, rest: &[u8]) {
     assert_eq!(&payload[..frames.len()], frames, "its payload comes back");
     assert!(payload[frames.len()..].iter().all(|&b| b == 0), "then only padding");
 }
+
+/// A server made for the fuzz target [`client`]: rustls's QUIC server handshake carried in
+/// packets of this crate's own, so that once the handshake is done the fuzz input's frames go
+/// to the client in 1-RTT packets as a server's would (what quinn-proto as the server would
+/// never send).
+struct Hostile {
+    tls: rustls::quic::ServerConnection,
+    /// Each space's keys (to send, to read), next packet number and handshake bytes sent.
+    keys: [Option<(DirectionalKeys, DirectionalKeys)>; 3],
+    pn: [u64; 3],
+    crypto_sent: [u64; 3],
+    write_space: usize,
+    scid: [u8; 8],
+    /// The client's connection ID (where the packets go).
+    to: Vec<u8>,
+}
+
+use rustls::quic::{DirectionalKeys, KeyChange};
+
+/// Client and server TLS configurations, made once (a certificate each time would cost more
+/// than the run).
+fn configs(
+) -> Option<&'static (std::sync::Arc<rustls::ClientConfig>, std::sync::Arc<rustls::ServerConfig>)> {
+    static CONFIGS: OnceLock<
+        Option<(std::sync::Arc<rustls::ClientConfig>, std::sync::Arc<rustls::ServerConfig>)>,
+    > = OnceLock::new();
+    CONFIGS
+        .get_or_init(|| {
+            let (c, s) = crate::pair::tls_configs()?;
+            Some((std::sync::Arc::new(c), std::sync::Arc::new(s)))
+        })
+        .as_ref()
+}
+
+impl Hostile {
+    fn new(
+        config: std::sync::Arc<rustls::ServerConfig>,
+        odcid: &[u8],
+        client: &[u8],
+    ) -> Option<Self> {
+        let scid = [0x5e; 8];
+        let mut p = Vec::new();
+        let mut put = |id: u64, value: &[u8]| {
+            qpslab_http::h3::varint::put(&mut p, id);
+            qpslab_http::h3::varint::put(&mut p, value.len() as u64);
+            p.extend_from_slice(value);
+        };
+        let v = |x: u64| {
+            let mut b = Vec::new();
+            qpslab_http::h3::varint::put(&mut b, x);
+            b
+        };
+        put(0x00, odcid);
+        put(0x0f, &scid);
+        put(0x04, &v(1 << 20));
+        put(0x06, &v(1 << 16));
+        put(0x08, &v(16));
+        put(0x01, &v(30_000));
+        let tls = rustls::quic::ServerConnection::new(config, rustls::quic::Version::V1, p).ok()?;
+        let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+        let initial = suite.tls13()?.quic_suite()?.keys(
+            odcid,
+            rustls::Side::Server,
+            rustls::quic::Version::V1,
+        );
+        Some(Hostile {
+            tls,
+            keys: [Some((initial.local, initial.remote)), None, None],
+            pn: [0; 3],
+            crypto_sent: [0; 3],
+            write_space: 0,
+            scid,
+            to: client.to_vec(),
+        })
+    }
+
+    /// Reads the client's datagram: its CRYPTO frames to rustls (in order, as the client
+    /// sends them here).
+    fn read(&mut self, mut d: Vec<u8>) {
+        let mut at = 0;
+        while at < d.len() {
+            let Ok(h) = packet::parse(&d[at..], self.scid.len()) else { return };
+            let (kind, span, end) = (h.kind, h.span(), h.end);
+            let space = match kind {
+                Kind::Initial => 0,
+                Kind::Handshake => 1,
+                Kind::OneRtt => 2,
+                _ => return,
+            };
+            if let Some((_, remote)) = &self.keys[space] {
+                if let Ok((_, payload)) = packet::open(&mut d[at..], span, remote, None) {
+                    let payload = payload.to_vec();
+                    for f in frame::frames(&payload).flatten() {
+                        if let Frame::Crypto { data, .. } = f {
+                            if self.tls.read_hs(data).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            at += end;
+        }
+    }
+
+    /// What rustls has to send, each space's CRYPTO in a packet, coalesced in one datagram.
+    fn write(&mut self) -> Vec<u8> {
+        let mut by_space: [Vec<u8>; 3] = Default::default();
+        loop {
+            let mut out = Vec::new();
+            let change = self.tls.write_hs(&mut out);
+            by_space[self.write_space].extend_from_slice(&out);
+            match change {
+                Some(KeyChange::Handshake { keys }) => {
+                    self.keys[1] = Some((keys.local, keys.remote));
+                    self.write_space = 1;
+                }
+                Some(KeyChange::OneRtt { keys, .. }) => {
+                    self.keys[2] = Some((keys.local, keys.remote));
+                    self.write_space = 2;
+                }
+                None => break,
+            }
+        }
+        let mut d = Vec::new();
+        for (space, bytes) in by_space.iter().enumerate() {
+            if bytes.is_empty() {
+                continue;
+            }
+            let mut frames = Vec::new();
+            frame::put_crypto(&mut frames, self.crypto_sent[space], bytes);
+            self.crypto_sent[space] += bytes.len() as u64;
+            self.seal(&mut d, space, &frames);
+        }
+        d
+    }
+
+    /// Seals `frames` in a packet of `space` onto `d`.
+    fn seal(&mut self, d: &mut Vec<u8>, space: usize, frames: &[u8]) {
+        let Some((local, _)) = &self.keys[space] else { return };
+        let head = match space {
+            2 => Head::Short { dcid: &self.to, key_phase: false },
+            _ => Head::Long(Long {
+                kind: if space == 0 { Kind::Initial } else { Kind::Handshake },
+                version: packet::V1,
+                dcid: &self.to,
+                scid: &self.scid,
+                token: &[],
+            }),
+        };
+        let pn = self.pn[space];
+        self.pn[space] += 1;
+        let _ = packet::seal(d, head, pn, None, frames, 0, local);
+    }
+}
+
+/// Datagrams a client's [`crate::client::Client::poll_transmit`] may give in a row before
+/// the target calls it a loop that never ends.
+const TRANSMITS: usize = 10_000;
+
+/// The fuzz target for qpslab's own QUIC client against a hostile server: a real handshake
+/// (rustls on both sides), then the input as a script of steps ([`crate::pair::steps`]): the
+/// low two bits of each step's operation byte pick
+/// - 0: its bytes as frames in a 1-RTT packet from the server (any frame, any stream, any
+///   offset, any limit);
+/// - 1: its bytes as a datagram as they are (garbage, or a packet of a space without keys);
+/// - 2: a request stream opened and its bytes written (finished when bit 2 is set), or a
+///   stream reset or stopped (bits 3 and 4);
+/// - 3: time moves on by its first byte in milliseconds, and the client's timers fire.
+///
+/// After each step the client's datagrams are taken (a bounded number: more is a loop) and
+/// its readable streams read. It panics only on a bug: a panic inside, a send loop without
+/// end, or bytes held past the windows the client gave.
+pub fn client(data: &[u8]) {
+    let Some((client_tls, server_tls)) = configs() else { return };
+    let Ok(name) = rustls::pki_types::ServerName::try_from("localhost") else { return };
+    let (odcid, scid) = ([0x0d; 8], [0xc1; 8]);
+    let Ok(mut c) = crate::client::Client::new(client_tls.clone(), name, &odcid, &scid) else {
+        return;
+    };
+    let Some(mut s) = Hostile::new(server_tls.clone(), &odcid, &scid) else { return };
+    let mut now = std::time::Instant::now();
+    let mut buf = Vec::new();
+    // The handshake: a few rounds each way.
+    for _ in 0..4 {
+        while c.poll_transmit(&mut buf, now) {
+            s.read(buf.clone());
+        }
+        let mut d = s.write();
+        if !d.is_empty() {
+            c.recv(&mut d, now);
+        }
+    }
+    if !c.is_established() || s.keys[2].is_none() {
+        panic!("no handshake with the fuzz target's own server: {:?}", c.failure());
+    }
+    let mut done = Vec::new();
+    frame::put_simple(&mut done, 0x1e, &[]);
+    let mut d = Vec::new();
+    s.seal(&mut d, 2, &done);
+    c.recv(&mut d, now);
+    let mut opened = Vec::new();
+    for (op, payload) in crate::pair::steps(data) {
+        match op & 3 {
+            0 => {
+                let mut d = Vec::new();
+                s.seal(&mut d, 2, payload);
+                c.recv(&mut d, now);
+            }
+            1 => c.recv(&mut payload.to_vec(), now),
+            2 if op & 0x18 == 0 => {
+                if let Some(id) = crate::conn::Conn::open(&mut c, true) {
+                    crate::conn::Conn::write(&mut c, id, payload);
+                    if op & 4 != 0 {
+                        crate::conn::Conn::finish(&mut c, id);
+                    }
+                    opened.push(id);
+                }
+            }
+            2 => {
+                let Some(&id) = opened
+                    .get(usize::from(payload.first().copied().unwrap_or(0)) % opened.len().max(1))
+                else {
+                    continue;
+                };
+                if op & 8 != 0 {
+                    crate::conn::Conn::reset(&mut c, id, 0x10c);
+                } else {
+                    crate::conn::Conn::stop(&mut c, id, 0x10c);
+                }
+            }
+            _ => {
+                let ms = payload.first().copied().unwrap_or(1);
+                now += std::time::Duration::from_millis(u64::from(ms));
+                if c.timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+            }
+        }
+        let mut sent = 0;
+        while c.poll_transmit(&mut buf, now) {
+            sent += 1;
+            assert!(sent < TRANSMITS, "poll_transmit gives datagrams without end");
+        }
+        for id in c.streams.readable() {
+            let _ = crate::conn::Conn::read(&mut c, id, |b| {
+                assert!(b.len() as u64 <= crate::streams::CONN_WINDOW, "past the window");
+                Ok::<_, ()>(true)
+            });
+        }
+        if c.failure().is_some() {
+            // Closed: nothing more it does matters (a close packet, then silence).
+            while c.poll_transmit(&mut buf, now) {}
+            return;
+        }
+    }
+}
