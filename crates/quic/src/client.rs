@@ -590,19 +590,8 @@ impl Client {
             let pn = s.next_pn;
             s.next_pn += 1;
             let Some((local, _)) = &s.keys else { continue };
-            let head = match space {
-                DATA => Head::Short {
-                    dcid: &self.dcid,
-                    key_phase: self.key_update.as_ref().is_some_and(|u| u.phase),
-                },
-                _ => Head::Long(Long {
-                    kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
-                    version: packet::V1,
-                    dcid: &self.dcid,
-                    scid: &self.scid,
-                    token: &[],
-                }),
-            };
+            let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
+            let head = head(space, &self.dcid, &self.scid, phase);
             // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
             // padding (the others fit in what is left).
             let min = if space == INITIAL { MTU } else { 0 };
@@ -639,19 +628,8 @@ impl Client {
         let pn = s.next_pn;
         s.next_pn += 1;
         let Some((local, _)) = &s.keys else { return false };
-        let head = match space {
-            DATA => Head::Short {
-                dcid: &self.dcid,
-                key_phase: self.key_update.as_ref().is_some_and(|u| u.phase),
-            },
-            _ => Head::Long(Long {
-                kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
-                version: packet::V1,
-                dcid: &self.dcid,
-                scid: &self.scid,
-                token: &[],
-            }),
-        };
+        let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
+        let head = head(space, &self.dcid, &self.scid, phase);
         let min = if space == INITIAL { MTU } else { 0 };
         let ok = packet::seal(out, head, pn, s.flight.largest_acked, f, min, local).is_ok();
         self.counts.packets_out += u64::from(ok);
@@ -766,6 +744,21 @@ impl Client {
     }
 }
 
+/// The header of a packet in `space` (0 Initial, 1 Handshake, 2 1-RTT): short in 1-RTT
+/// (with its key phase), long before.
+pub(crate) fn head<'a>(space: usize, dcid: &'a [u8], scid: &'a [u8], key_phase: bool) -> Head<'a> {
+    match space {
+        DATA => Head::Short { dcid, key_phase },
+        _ => Head::Long(Long {
+            kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
+            version: packet::V1,
+            dcid,
+            scid,
+            token: &[],
+        }),
+    }
+}
+
 /// How long a connection may go without a packet from the server (sent as max_idle_timeout;
 /// a shorter one of the server's is taken).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -804,25 +797,35 @@ fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
 /// The transport parameters a client sends (RFC 9000 section 18.2): its connection ID
 /// (initial_source_connection_id, which it must send), and the limits it gives the server.
 fn params(scid: &[u8]) -> Vec<u8> {
-    let mut p = Vec::new();
-    let mut put = |id: u64, value: &[u8]| {
-        qpslab_http::h3::varint::put(&mut p, id);
-        qpslab_http::h3::varint::put(&mut p, value.len() as u64);
-        p.extend_from_slice(value);
-    };
-    let v = |x: u64| {
-        let mut b = Vec::new();
-        qpslab_http::h3::varint::put(&mut b, x);
-        b
-    };
-    put(0x0f, scid);
-    put(0x01, &v(IDLE_TIMEOUT.as_millis() as u64)); // max_idle_timeout, ms
-    put(0x04, &v(crate::streams::CONN_WINDOW)); // initial_max_data
-    put(0x05, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_local
-    put(0x06, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_bidi_remote
-    put(0x07, &v(crate::streams::STREAM_WINDOW)); // initial_max_stream_data_uni
-    put(0x09, &v(crate::streams::PEER_UNI)); // initial_max_streams_uni
-    p
+    let mut p = Params::default();
+    p.bytes(0x0f, scid);
+    p.int(0x01, IDLE_TIMEOUT.as_millis() as u64); // max_idle_timeout, ms
+    p.int(0x04, crate::streams::CONN_WINDOW); // initial_max_data
+    p.int(0x05, crate::streams::STREAM_WINDOW); // initial_max_stream_data_bidi_local
+    p.int(0x06, crate::streams::STREAM_WINDOW); // initial_max_stream_data_bidi_remote
+    p.int(0x07, crate::streams::STREAM_WINDOW); // initial_max_stream_data_uni
+    p.int(0x09, crate::streams::PEER_UNI); // initial_max_streams_uni
+    p.0
+}
+
+/// Transport parameters as they are encoded (RFC 9000 section 18): each an ID, a length and
+/// a value.
+#[derive(Debug, Default)]
+pub(crate) struct Params(pub Vec<u8>);
+
+impl Params {
+    pub fn bytes(&mut self, id: u64, value: &[u8]) {
+        qpslab_http::h3::varint::put(&mut self.0, id);
+        qpslab_http::h3::varint::put(&mut self.0, value.len() as u64);
+        self.0.extend_from_slice(value);
+    }
+
+    /// An integer parameter (a varint as its value).
+    pub fn int(&mut self, id: u64, value: u64) {
+        let mut b = Vec::with_capacity(8);
+        qpslab_http::h3::varint::put(&mut b, value);
+        self.bytes(id, &b);
+    }
 }
 
 #[cfg(test)]

@@ -144,23 +144,14 @@ impl Hostile {
         client: &[u8],
     ) -> Option<Self> {
         let scid = [0x5e; 8];
-        let mut p = Vec::new();
-        let mut put = |id: u64, value: &[u8]| {
-            qpslab_http::h3::varint::put(&mut p, id);
-            qpslab_http::h3::varint::put(&mut p, value.len() as u64);
-            p.extend_from_slice(value);
-        };
-        let v = |x: u64| {
-            let mut b = Vec::new();
-            qpslab_http::h3::varint::put(&mut b, x);
-            b
-        };
-        put(0x00, odcid);
-        put(0x0f, &scid);
-        put(0x04, &v(1 << 20));
-        put(0x06, &v(1 << 16));
-        put(0x08, &v(16));
-        put(0x01, &v(30_000));
+        let mut p = crate::client::Params::default();
+        p.bytes(0x00, odcid);
+        p.bytes(0x0f, &scid);
+        p.int(0x04, 1 << 20);
+        p.int(0x06, 1 << 16);
+        p.int(0x08, 16);
+        p.int(0x01, 30_000);
+        let p = p.0;
         let tls = rustls::quic::ServerConnection::new(config, rustls::quic::Version::V1, p).ok()?;
         let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
         let initial = suite.tls13()?.quic_suite()?.keys(
@@ -243,16 +234,7 @@ impl Hostile {
     /// Seals `frames` in a packet of `space` onto `d`.
     fn seal(&mut self, d: &mut Vec<u8>, space: usize, frames: &[u8]) {
         let Some((local, _)) = &self.keys[space] else { return };
-        let head = match space {
-            2 => Head::Short { dcid: &self.to, key_phase: false },
-            _ => Head::Long(Long {
-                kind: if space == 0 { Kind::Initial } else { Kind::Handshake },
-                version: packet::V1,
-                dcid: &self.to,
-                scid: &self.scid,
-                token: &[],
-            }),
-        };
+        let head = crate::client::head(space, &self.to, &self.scid, false);
         let pn = self.pn[space];
         self.pn[space] += 1;
         let _ = packet::seal(d, head, pn, None, frames, 0, local);

@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod conn;
+pub mod counts;
 pub mod frame;
 pub mod fuzzing;
 pub mod packet;

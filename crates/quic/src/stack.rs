@@ -16,7 +16,7 @@ use quinn_proto::{
 
 use crate::client::{self, Client};
 use crate::conn::Conn;
-use crate::udp::QuicCounts;
+use crate::counts::QuicCounts;
 
 /// What a connection has to tell its loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +249,7 @@ impl Link for Connection {
     }
 
     fn count(&self, counts: &mut QuicCounts) {
-        crate::udp::count_connection(counts, self);
+        crate::counts::count_connection(counts, self);
     }
 }
 
