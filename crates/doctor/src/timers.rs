@@ -44,10 +44,11 @@ const TIMERS: [Timer; 2] = [
 const TIMER_SHARE_WARN: f64 = 0.1;
 
 /// The first quantile of `tail` at the timer `t` (from 0.9 of it up to 1.6 of it: its first
-/// firing; or within a tenth of two to four times it: as many firings, as when a request and
-/// its response were each lost, or a segment lost again), when the median is under a quarter
-/// of it and that quantile is p99.9 or below (a few responses in a run prove nothing): the
-/// quantile, its value, and the quantile below it.
+/// firing; or within 15% of two to four times it: as many firings, as when a request and its
+/// response were each lost, or a segment lost again, a later firing a little past the
+/// minimum when the first one's wait entered the round-trip estimate), when the median is
+/// under a quarter of it and that quantile is p99.9 or below (a few responses in a run prove
+/// nothing): the quantile, its value, and the quantile below it.
 fn at_timer(tail: &[(f64, f64)], t: f64) -> Option<(f64, f64, f64)> {
     let median = tail.iter().find(|(q, _)| *q == 0.5)?.1;
     if median > t / 4.0 {
@@ -57,7 +58,7 @@ fn at_timer(tail: &[(f64, f64)], t: f64) -> Option<(f64, f64, f64)> {
     let (q, v) = tail[i];
     let below = if i == 0 { 0.0 } else { tail[i - 1].0 };
     let n = (v / t).round();
-    let firings = v <= 1.6 * t || ((2.0..=4.0).contains(&n) && (v - n * t).abs() <= 0.1 * n * t);
+    let firings = v <= 1.6 * t || ((2.0..=4.0).contains(&n) && (v - n * t).abs() <= 0.15 * n * t);
     (q <= 0.999 && firings).then_some((q, v, below))
 }
 
@@ -174,6 +175,9 @@ mod tests {
         // Two firings (a request and its response each lost once): p99 at 2 x 200 ms.
         let twice = tail([0.0005, 0.0006, 0.414, 0.45, 0.45, 0.45]);
         assert_eq!(at_timer(&twice, 0.2), Some((0.99, 0.414, 0.9)));
+        // 200 ms and then 246 (a run on a lossy namespace: p99 at 446 ms).
+        let later = tail([0.000068, 0.000154, 0.446, 0.4506, 0.4506, 0.4506]);
+        assert_eq!(at_timer(&later, 0.2), Some((0.99, 0.446, 0.9)));
         // Past the first firing at once, at no multiple of it: a slow server, not a timer.
         assert_eq!(at_timer(&tail([0.001, 0.002, 0.5, 0.6, 0.7, 0.8]), 0.2), None);
         // Only the few slowest: not evidence.
