@@ -8,8 +8,11 @@
 //! Streams and their flow control are [`crate::streams`]'s, loss detection and congestion
 //! control [`crate::recovery`]'s (the caller fires [`Client::handle_timeout`] at
 //! [`Client::timeout`]), as is the idle timeout. 1-RTT key updates the server starts are
-//! followed; [`Client::close`] sends a CONNECTION_CLOSE. Not yet: delayed acknowledgements,
-//! 0-RTT, Retry, version negotiation, connection migration.
+//! followed; [`Client::close`] sends a CONNECTION_CLOSE. A server's Retry is followed once (its
+//! integrity tag checked, its token sent in every later Initial, its connection ID checked in
+//! the transport parameters); a Version Negotiation without version 1 ends the connection
+//! with the versions the server offers. Not yet: delayed acknowledgements, 0-RTT, connection
+//! migration.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -42,6 +45,9 @@ pub enum Error {
     TimedOut,
     /// This side closed it.
     Local,
+    /// The server does not speak QUIC version 1: the versions its Version Negotiation packet
+    /// offers.
+    Version(Vec<u32>),
 }
 
 /// One packet number space: its keys, the numbers sent and received, and its handshake
@@ -133,6 +139,10 @@ pub struct Client {
     /// The connection ID this client chose first for the server (its transport parameters
     /// must name it).
     original_dcid: Vec<u8>,
+    /// The connection ID of the server's Retry, once one was followed (its transport
+    /// parameters must name it too), and the token every Initial carries from then on.
+    retry_scid: Option<Vec<u8>>,
+    token: Vec<u8>,
     pub streams: Streams,
     pub counts: Counts,
     /// 1-RTT key updates (RFC 9001 section 6), once the 1-RTT keys are there.
@@ -172,6 +182,8 @@ pub struct Counts {
     pub key_updates: u64,
     /// Probe timeouts that fired.
     pub probes: u64,
+    /// A Retry from the server, followed (0 or 1).
+    pub retries: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -219,6 +231,8 @@ impl Client {
             confirmed: false,
             failed: None,
             original_dcid: dcid.to_vec(),
+            retry_scid: None,
+            token: Vec::new(),
             streams: Streams::new(),
             counts: Counts::default(),
             key_update: None,
@@ -331,7 +345,11 @@ impl Client {
             return;
         };
         match peer_params(b) {
-            Some((limits, odcid, iscid)) if odcid == self.original_dcid && iscid == self.dcid => {
+            Some((limits, ids))
+                if ids.odcid == self.original_dcid
+                    && ids.iscid == self.dcid
+                    && ids.retry_scid == self.retry_scid.as_deref() =>
+            {
                 if limits.idle_ms > 0 {
                     let peer = Duration::from_millis(limits.idle_ms);
                     self.idle_timeout = self.idle_timeout.min(peer);
@@ -366,8 +384,11 @@ impl Client {
                 Kind::Initial => INITIAL,
                 Kind::Handshake => HANDSHAKE,
                 Kind::OneRtt => DATA,
-                // Not yet: Retry, version negotiation; 0-RTT is never the server's.
-                _ => continue,
+                // Neither has a length: each is the whole datagram.
+                Kind::Retry => return self.retry(d),
+                Kind::VersionNegotiation => return self.version_negotiation(d),
+                // 0-RTT is never the server's.
+                Kind::ZeroRtt => continue,
             };
             let Some((_, remote)) = &self.spaces[space].keys else { continue };
             let largest = self.spaces[space].largest;
@@ -395,6 +416,55 @@ impl Client {
             self.spaces[space].received(pn, eliciting);
             // Once the client sends in the Handshake space, the Initial keys go (RFC 9001
             // section 4.9.1); done at the next send.
+        }
+    }
+
+    /// A Retry packet (RFC 9000 section 17.2.5): followed when it is the first thing the
+    /// server sent, is to this client, carries a token and its integrity tag checks. The
+    /// Initial packets go again to the connection ID it names, under the keys that ID makes,
+    /// with its token; packet numbers go on, loss recovery starts over (RFC 9002 section
+    /// 6.3).
+    fn retry(&mut self, d: &[u8]) {
+        if self.answered || self.retry_scid.is_some() {
+            return;
+        }
+        let Ok(h) = packet::parse(d, self.scid.len()) else { return };
+        if h.dcid != self.scid
+            || h.token.is_empty()
+            || !packet::retry_is_valid(&self.original_dcid, d)
+        {
+            return;
+        }
+        let Some(keys) = initial_keys(h.scid) else { return };
+        self.dcid = h.scid.to_vec();
+        self.retry_scid = Some(self.dcid.clone());
+        self.token = h.token.to_vec();
+        self.counts.retries += 1;
+        let s = &mut self.spaces[INITIAL];
+        s.keys = Some(split(keys));
+        s.flight.discard(&mut self.cc);
+        s.crypto_lost.clear();
+        s.crypto_sent = 0;
+        self.pto_count = 0;
+    }
+
+    /// A Version Negotiation packet (RFC 9000 section 6.2): the connection ends when it is
+    /// the first thing the server sent, is to this client and does not offer version 1 (one
+    /// that does is forged or stale: dropped).
+    fn version_negotiation(&mut self, d: &[u8]) {
+        if self.answered || self.retry_scid.is_some() || self.counts.packets_in > 0 {
+            return;
+        }
+        let Ok(h) = packet::parse(d, self.scid.len()) else { return };
+        if h.dcid != self.scid || h.scid != self.original_dcid {
+            return;
+        }
+        // After the first byte, the version, and each connection ID with its length.
+        let list = &d[7 + h.dcid.len() + h.scid.len()..];
+        let offered: Vec<u32> =
+            list.chunks_exact(4).map(|v| u32::from_be_bytes([v[0], v[1], v[2], v[3]])).collect();
+        if !offered.contains(&packet::V1) {
+            self.failed = Some(Error::Version(offered));
         }
     }
 
@@ -591,7 +661,7 @@ impl Client {
             s.next_pn += 1;
             let Some((local, _)) = &s.keys else { continue };
             let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
-            let head = head(space, &self.dcid, &self.scid, phase);
+            let head = head(space, &self.dcid, &self.scid, &self.token, phase);
             // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
             // padding (the others fit in what is left).
             let min = if space == INITIAL { MTU } else { 0 };
@@ -629,7 +699,7 @@ impl Client {
         s.next_pn += 1;
         let Some((local, _)) = &s.keys else { return false };
         let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
-        let head = head(space, &self.dcid, &self.scid, phase);
+        let head = head(space, &self.dcid, &self.scid, &self.token, phase);
         let min = if space == INITIAL { MTU } else { 0 };
         let ok = packet::seal(out, head, pn, s.flight.largest_acked, f, min, local).is_ok();
         self.counts.packets_out += u64::from(ok);
@@ -745,8 +815,14 @@ impl Client {
 }
 
 /// The header of a packet in `space` (0 Initial, 1 Handshake, 2 1-RTT): short in 1-RTT
-/// (with its key phase), long before.
-pub(crate) fn head<'a>(space: usize, dcid: &'a [u8], scid: &'a [u8], key_phase: bool) -> Head<'a> {
+/// (with its key phase), long before (an Initial's with `token`).
+pub(crate) fn head<'a>(
+    space: usize,
+    dcid: &'a [u8],
+    scid: &'a [u8],
+    token: &'a [u8],
+    key_phase: bool,
+) -> Head<'a> {
     match space {
         DATA => Head::Short { dcid, key_phase },
         _ => Head::Long(Long {
@@ -754,7 +830,7 @@ pub(crate) fn head<'a>(space: usize, dcid: &'a [u8], scid: &'a [u8], key_phase: 
             version: packet::V1,
             dcid,
             scid,
-            token: &[],
+            token: if space == INITIAL { token } else { &[] },
         }),
     }
 }
@@ -767,12 +843,23 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// otherwise).
 const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
 
+/// The connection IDs a server's transport parameters name (RFC 9000 section 7.3).
+struct PeerIds<'a> {
+    /// original_destination_connection_id: the one this client chose first.
+    odcid: &'a [u8],
+    /// initial_source_connection_id: the server's, as its first Initial gave it.
+    iscid: &'a [u8],
+    /// retry_source_connection_id: its Retry's, when it sent one.
+    retry_scid: Option<&'a [u8]>,
+}
+
 /// The server's transport parameters (RFC 9000 section 18.2): the limits this client keeps
-/// to, its original_destination_connection_id and initial_source_connection_id. None when
-/// they do not parse or either ID is missing.
-fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
+/// to, and the connection IDs they name. None when they do not parse or a required ID is
+/// missing.
+fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, PeerIds<'_>)> {
     use qpslab_http::h3::varint;
     let (mut limits, mut odcid, mut iscid) = (PeerLimits::default(), None, None);
+    let mut retry_scid = None;
     while !b.is_empty() {
         let (id, n) = varint::read(b)?;
         let (len, m) = varint::read(&b[n..])?;
@@ -782,6 +869,7 @@ fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
         match id {
             0x00 => odcid = Some(value),
             0x0f => iscid = Some(value),
+            0x10 => retry_scid = Some(value),
             0x04 => limits.max_data = int()?,
             0x06 => limits.stream_bidi = int()?,
             0x07 => limits.stream_uni = int()?,
@@ -791,7 +879,7 @@ fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, &[u8], &[u8])> {
             _ => {}
         }
     }
-    Some((limits, odcid?, iscid?))
+    Some((limits, PeerIds { odcid: odcid?, iscid: iscid?, retry_scid }))
 }
 
 /// The transport parameters a client sends (RFC 9000 section 18.2): its connection ID

@@ -338,6 +338,34 @@ pub fn seal_with(
         .map_err(|_| Error::Protection)
 }
 
+/// The key and nonce of a QUIC version 1 Retry packet's integrity tag (RFC 9001 section
+/// 5.8): fixed, so that anyone on the path can check a Retry, not forge one it did not see.
+const RETRY_KEY: [u8; 16] = [
+    0xbe, 0x0c, 0x69, 0x0b, 0x9f, 0x66, 0x57, 0x5a, 0x1d, 0x76, 0x6b, 0x54, 0xe3, 0x68, 0xc8, 0x4e,
+];
+const RETRY_NONCE: [u8; 12] =
+    [0x46, 0x15, 0x99, 0xd3, 0x5d, 0x63, 0x2b, 0xf2, 0x23, 0x98, 0x25, 0xbb];
+
+/// Whether the Retry packet `retry` (the whole datagram) ends in the integrity tag a server
+/// makes for a client that first chose `odcid` as its destination (RFC 9001 section 5.8: the
+/// AES-128-GCM tag of nothing, over the original connection ID and the packet before the
+/// tag).
+pub fn retry_is_valid(odcid: &[u8], retry: &[u8]) -> bool {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+    let Some(split) = retry.len().checked_sub(TAG) else { return false };
+    let (packet, tag) = retry.split_at(split);
+    let Ok(odcid_len) = u8::try_from(odcid.len()) else { return false };
+    let mut pseudo = Vec::with_capacity(1 + odcid.len() + packet.len());
+    pseudo.push(odcid_len);
+    pseudo.extend_from_slice(odcid);
+    pseudo.extend_from_slice(packet);
+    let Ok(key) = UnboundKey::new(&AES_128_GCM, &RETRY_KEY) else { return false };
+    let key = LessSafeKey::new(key);
+    let nonce = Nonce::assume_unique_for_key(RETRY_NONCE);
+    key.seal_in_place_separate_tag(nonce, Aad::from(&pseudo[..]), &mut [])
+        .is_ok_and(|t| t.as_ref() == tag)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -391,6 +419,30 @@ mod tests {
         seal(&mut d2, short, 1, None, &[0x01; 30], 0, &client.local).unwrap();
         let h = parse(&d2, 8).unwrap();
         assert_eq!(open(&mut d2.clone(), h.span(), &client.remote, None), Err(Error::Protection));
+    }
+
+    /// RFC 9001 appendix A.4's Retry: its tag checks against the client's original
+    /// connection ID, and not against another, nor with a bit of the token changed.
+    #[test]
+    fn a_retrys_integrity_tag_is_checked_against_the_original_connection_id() {
+        let retry: Vec<u8> = (0..72)
+            .step_by(2)
+            .map(|i| {
+                let hex =
+                    "ff000000010008f067a5502a4262b5746f6b656e04a265ba2eff4d829058fb3f0f2496ba";
+                u8::from_str_radix(&hex[i..i + 2], 16).unwrap()
+            })
+            .collect();
+        let odcid = [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
+        let h = parse(&retry, 0).unwrap();
+        assert_eq!((h.kind, h.token), (Kind::Retry, &b"token"[..]));
+        assert_eq!(h.scid, [0xf0, 0x67, 0xa5, 0x50, 0x2a, 0x42, 0x62, 0xb5]);
+        assert!(retry_is_valid(&odcid, &retry));
+        assert!(!retry_is_valid(&[0x83; 8], &retry));
+        let mut bad = retry.clone();
+        bad[20] ^= 1;
+        assert!(!retry_is_valid(&odcid, &bad));
+        assert!(!retry_is_valid(&odcid, &retry[..10]));
     }
 
     /// RFC 9000 appendix A.2's examples: the bytes a packet number needs.

@@ -512,6 +512,7 @@ fn own_lost(e: &client::Error) -> Lost {
         client::Error::TimedOut => Lost::TimedOut,
         client::Error::Tls(t) => Lost::Broken { code: 0x100, text: format!("TLS: {t}") },
         client::Error::Protocol(t) => Lost::Broken { code: 0x0a, text: t.clone() },
+        client::Error::Version(_) => Lost::Other(error_text(e)),
     }
 }
 
@@ -526,6 +527,13 @@ fn reason_suffix(reason: &str) -> String {
 fn error_text(e: &client::Error) -> String {
     match e {
         client::Error::Tls(t) | client::Error::Protocol(t) => t.clone(),
+        client::Error::Version(offered) => {
+            let list: Vec<String> = offered.iter().map(|v| format!("{v:#x}")).collect();
+            format!(
+                "the server does not speak QUIC version 1 (it offers {})",
+                if list.is_empty() { "none".to_string() } else { list.join(", ") }
+            )
+        }
         e => format!("{e:?}"),
     }
 }

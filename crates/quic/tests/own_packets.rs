@@ -150,6 +150,8 @@ struct Rig {
     drop_up: Option<usize>,
     drop_down: Option<usize>,
     down: usize,
+    /// The server asks a client whose address it has not validated for a Retry first.
+    retry: bool,
 }
 
 impl Rig {
@@ -169,6 +171,7 @@ impl Rig {
             drop_up: None,
             drop_down: None,
             down: 0,
+            retry: false,
         }
     }
 
@@ -181,13 +184,22 @@ impl Rig {
         if self.client.timeout().is_some_and(|t| t <= now) {
             self.client.handle_timeout(now);
         }
+        // What the endpoint answers without a connection (a Retry), for the client.
+        let mut stateless = Vec::new();
         while self.client.poll_transmit(&mut buf, now) {
             self.datagrams += 1;
             if self.drop_up.is_some_and(|n| self.datagrams.is_multiple_of(n)) {
                 continue;
             }
             let data = BytesMut::from(&buf[..]);
+            answer.clear();
             match self.sep.handle(now, from, None, None, data, &mut answer) {
+                Some(DatagramEvent::NewConnection(i))
+                    if self.retry && !i.remote_address_validated() =>
+                {
+                    let t = self.sep.retry(i, &mut answer).unwrap();
+                    stateless.push(answer[..t.size].to_vec());
+                }
                 Some(DatagramEvent::NewConnection(i)) => {
                     self.server = Some(self.sep.accept(i, now, &mut answer, None).unwrap());
                 }
@@ -200,7 +212,13 @@ impl Rig {
                 None => {}
             }
         }
-        let Some((h, conn)) = self.server.as_mut() else { panic!("no connection accepted") };
+        for mut d in stateless {
+            self.client.recv(&mut d, now);
+        }
+        let Some((h, conn)) = self.server.as_mut() else {
+            assert!(self.retry, "no connection accepted");
+            return;
+        };
         if conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
@@ -626,4 +644,128 @@ fn a_close_reaches_the_server_and_silence_ends_at_the_idle_timeout() {
     }
     assert_eq!(rig.client.failure(), Some(&qpslab_quic::client::Error::TimedOut));
     assert!(rig.client.timeout().is_none());
+}
+
+/// A server that asks for a Retry: the client follows it once (the Initial again, with the
+/// token, to the Retry's connection ID, under the keys it makes), the handshake completes
+/// (the server's transport parameters naming the Retry's ID are accepted) and a request is
+/// answered; the server took the client's address as validated.
+#[test]
+fn a_retry_is_followed_and_the_handshake_completes() {
+    let mut rig = Rig::new();
+    rig.retry = true;
+    for _ in 0..20 {
+        rig.turn();
+        if rig.server.is_some() {
+            rig.events();
+        }
+        if rig.connected && rig.client.is_confirmed() {
+            break;
+        }
+    }
+    assert!(rig.connected && rig.client.is_confirmed(), "{:?}", rig.client.failure());
+    assert_eq!(rig.client.counts.retries, 1);
+    let id = rig.client.streams.open(true).unwrap();
+    rig.client.streams.write(id, b"GET", true);
+    let mut answered = 0;
+    for _ in 0..10 {
+        rig.turn();
+        answered += rig.serve(b"ok");
+    }
+    assert_eq!(answered, 1);
+    assert_eq!(rig.read(), [(id, b"ok".to_vec(), true)]);
+}
+
+/// The Retry a quinn-proto server makes for our first Initial, with our client and the
+/// datagram it came in.
+fn a_retry() -> (qpslab_quic::client::Client, Vec<u8>) {
+    let mut rig = Rig::new();
+    let mut first = Vec::new();
+    assert!(rig.client.poll_transmit(&mut first, rig.now));
+    let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+    let mut answer = Vec::new();
+    let Some(DatagramEvent::NewConnection(i)) =
+        rig.sep.handle(rig.now, from, None, None, BytesMut::from(&first[..]), &mut answer)
+    else {
+        panic!("not a new connection");
+    };
+    let t = rig.sep.retry(i, &mut answer).unwrap();
+    (rig.client, answer[..t.size].to_vec())
+}
+
+/// Where the client's next Initial goes, and the token it carries.
+fn next_initial(client: &mut qpslab_quic::client::Client) -> (Vec<u8>, Vec<u8>) {
+    let mut d = Vec::new();
+    // The first flight is lost on purpose: its probe sends it again.
+    let later = Instant::now() + Duration::from_secs(2);
+    client.handle_timeout(later);
+    assert!(client.poll_transmit(&mut d, later));
+    let h = packet::parse(&d, 4).unwrap();
+    assert_eq!(h.kind, Kind::Initial);
+    (h.dcid.to_vec(), h.token.to_vec())
+}
+
+/// A Retry whose integrity tag does not check, one with another destination and one with an
+/// empty token are dropped; a second Retry after one followed is dropped too.
+#[test]
+fn a_forged_or_second_retry_is_dropped() {
+    let (mut client, retry) = a_retry();
+    let mut bad = retry.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    client.recv(&mut bad, Instant::now());
+    let mut other = retry.clone();
+    other[6] ^= 1; // the first byte of the destination connection ID
+    client.recv(&mut other, Instant::now());
+    assert_eq!(client.counts.retries, 0);
+    assert_eq!(next_initial(&mut client), ([7; 8].to_vec(), Vec::new()));
+
+    let (mut client, retry) = a_retry();
+    let h = packet::parse(&retry, 4).unwrap();
+    let (to, token) = (h.scid.to_vec(), h.token.to_vec());
+    client.recv(&mut retry.clone(), Instant::now());
+    assert_eq!(client.counts.retries, 1);
+    client.recv(&mut retry.clone(), Instant::now());
+    assert_eq!(client.counts.retries, 1, "a second Retry is not followed");
+    assert_eq!(next_initial(&mut client), (to, token));
+    assert_eq!(client.failure(), None);
+}
+
+/// A server that does not speak version 1 answers our Initial with a Version Negotiation:
+/// the client fails, naming the versions offered. One that lists version 1 is dropped.
+#[test]
+fn a_version_negotiation_without_version_1_ends_the_connection() {
+    let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
+    let crypto =
+        quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls_server)).unwrap();
+    let server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut config = EndpointConfig::default();
+    config.supported_versions(vec![0xff00_001d]);
+    let mut sep = Endpoint::new(Arc::new(config), Some(Arc::new(server)), false, None);
+    let name = "localhost".try_into().unwrap();
+    let mut client =
+        qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
+    let now = Instant::now();
+    let mut first = Vec::new();
+    assert!(client.poll_transmit(&mut first, now));
+    let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+    let mut answer = Vec::new();
+    let Some(DatagramEvent::Response(t)) =
+        sep.handle(now, from, None, None, BytesMut::from(&first[..]), &mut answer)
+    else {
+        panic!("no Version Negotiation");
+    };
+    let vn = answer[..t.size].to_vec();
+    assert_eq!(packet::parse(&vn, 4).unwrap().kind, Kind::VersionNegotiation);
+    // The same packet listing version 1 too: forged or stale, dropped.
+    let mut with_v1 = vn.clone();
+    with_v1.extend_from_slice(&packet::V1.to_be_bytes());
+    client.recv(&mut with_v1, now);
+    assert_eq!(client.failure(), None);
+    client.recv(&mut vn.clone(), now);
+    let Some(qpslab_quic::client::Error::Version(offered)) = client.failure() else {
+        panic!("not failed on the version: {:?}", client.failure());
+    };
+    assert!(offered.contains(&0xff00_001d), "{offered:x?}");
+    assert!(!offered.contains(&packet::V1));
 }

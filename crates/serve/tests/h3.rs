@@ -48,6 +48,18 @@ fn client(server: &TestServer, args: &[&str]) -> serde_json::Value {
 
 /// `load --h3` against the server: (ok, failed, bytes of bodies read).
 fn load(server: &TestServer, path: &str, connections: usize, streams: usize, n: u64) -> (u64, u64) {
+    load_with(server, path, connections, streams, n, qpslab_load::options::QuicImpl::Quinn)
+}
+
+/// [`load`] with the load's QUIC client chosen (`--quic`).
+fn load_with(
+    server: &TestServer,
+    path: &str,
+    connections: usize,
+    streams: usize,
+    n: u64,
+    quic: qpslab_load::options::QuicImpl,
+) -> (u64, u64) {
     let url = format!("https://127.0.0.1:{}{path}", server.addr().port());
     let mut o = qpslab_load::LoadOptions {
         urls: vec![url],
@@ -56,6 +68,7 @@ fn load(server: &TestServer, path: &str, connections: usize, streams: usize, n: 
         requests: Some(n),
         h3: true,
         streams,
+        quic,
         ..qpslab_load::LoadOptions::default()
     };
     o.tls.insecure = true;
@@ -244,16 +257,19 @@ fn a_handshake_flood_gets_retry_packets_past_256() {
 }
 
 /// `--h3-retry always` proves every new client's address first (nginx's `quic_retry on`):
-/// each flooder gets a Retry and no connection, and a real client (which echoes the token) is
-/// served; `never` takes the whole flood without one.
+/// each flooder gets a Retry and no connection, and a real client (which echoes the token:
+/// quinn-proto's and qpslab's own) is served; `never` takes the whole flood without one.
 #[test]
 fn the_retry_threshold_is_the_users_to_set() {
     let server = h3_server(|o| o.settings.h3_retry_above = 0);
     let got = client(&server, &["flood", "30"]);
     assert_eq!((got["retries"].as_u64(), got["others"].as_u64()), (Some(30), Some(0)), "{got}");
     assert_eq!(load(&server, "/", 2, 10, 100), (100, 0));
+    // qpslab's own QUIC client follows a Retry too (its preflight is quinn-proto's).
+    let own = qpslab_load::options::QuicImpl::Own;
+    assert_eq!(load_with(&server, "/", 2, 10, 100, own), (100, 0));
     let t = server.stop();
-    assert_eq!((t.accepted, t.quic.unwrap().retries), (2, 30 + 2), "{t:?}");
+    assert_eq!((t.accepted, t.quic.unwrap().retries), (4, 30 + 4), "{t:?}");
 
     let server = h3_server(|o| o.settings.h3_retry_above = usize::MAX);
     let got = client(&server, &["flood", "300"]);
