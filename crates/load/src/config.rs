@@ -620,12 +620,6 @@ fn check_h2(opts: &LoadOptions) -> Result<(), ConfigError> {
     if opts.quic != d.quic && !opts.h3 {
         return Err(ConfigError::new("--quic", "chooses HTTP/3's QUIC client: add --h3"));
     }
-    if opts.quic == crate::options::QuicImpl::Own && opts.tls.zero_rtt {
-        return Err(ConfigError::new(
-            "--quic",
-            "qpslab's own QUIC client sends no early data yet: drop --0rtt, or use --quic quinn",
-        ));
-    }
     if opts.tls.zero_rtt && !opts.h3 {
         return Err(ConfigError::new(
             "--0rtt",

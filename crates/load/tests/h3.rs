@@ -174,11 +174,18 @@ fn a_connection_per_request_handshakes_for_each() {
 /// they also send their request in the first flight, which aioquic takes. A server that
 /// forgets every second ticket does those handshakes in full and refuses their early data:
 /// the requests go again once the handshake is done, and each is answered once (the
-/// server's log).
+/// server's log). Both QUIC clients.
 #[test]
 fn resumed_handshakes_and_0rtt_are_counted_and_refused_early_data_goes_again() {
+    for quic in [QuicImpl::Quinn, QuicImpl::Own] {
+        resumed_and_early(quic);
+    }
+}
+
+fn resumed_and_early(quic: QuicImpl) {
     let server = Aioquic::start();
     let mut o = h3_opts(&server, "/", 1, 1);
+    o.quic = quic;
     o.conn_per_request = true;
     o.requests = Some(20);
     o.tls.reuse = true;
@@ -203,6 +210,7 @@ fn resumed_handshakes_and_0rtt_are_counted_and_refused_early_data_goes_again() {
 
     let forgetful = Aioquic::start_with(&["forget-half"]);
     let mut o = h3_opts(&forgetful, "/", 1, 1);
+    o.quic = quic;
     o.conn_per_request = true;
     o.requests = Some(20);
     o.tls.zero_rtt = true;
@@ -465,14 +473,10 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     o.h3 = false;
     o.tls.zero_rtt = true;
     refused(o, "--0rtt");
-    // The QUIC client is HTTP/3's; the own one sends no early data yet.
+    // The QUIC client is HTTP/3's.
     let mut o = base();
     o.h3 = false;
     o.quic = QuicImpl::Own;
-    refused(o, "--quic");
-    let mut o = base();
-    o.quic = QuicImpl::Own;
-    o.tls.zero_rtt = true;
     refused(o, "--quic");
 }
 

@@ -11,8 +11,11 @@
 //! followed; [`Client::close`] sends a CONNECTION_CLOSE. A server's Retry is followed once (its
 //! integrity tag checked, its token sent in every later Initial, its connection ID checked in
 //! the transport parameters); a Version Negotiation without version 1 ends the connection
-//! with the versions the server offers. Not yet: delayed acknowledgements, 0-RTT, connection
-//! migration.
+//! with the versions the server offers. A resumed session whose ticket allows early data
+//! sends its streams in 0-RTT packets until the 1-RTT keys come, under the limits the server
+//! gave the session before (RFC 9000 section 7.4.1); when the server refuses them, every
+//! stream is forgotten, as quinn-proto does, for the caller to open again. Not yet: delayed
+//! acknowledgements, connection migration.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -147,6 +150,11 @@ pub struct Client {
     pub counts: Counts,
     /// 1-RTT key updates (RFC 9001 section 6), once the 1-RTT keys are there.
     key_update: Option<KeyUpdate>,
+    /// The 0-RTT keys, from a resumed session that allows early data until the 1-RTT keys
+    /// come; whether early data was sent for, and whether the server refused it.
+    early: Option<DirectionalKeys>,
+    early_tried: bool,
+    early_refused: bool,
     /// Loss recovery: the round trip, the congestion window, probe timeouts in a row.
     pub rtt: Rtt,
     pub cc: Congestion,
@@ -236,6 +244,9 @@ impl Client {
             streams: Streams::new(),
             counts: Counts::default(),
             key_update: None,
+            early: None,
+            early_tried: false,
+            early_refused: false,
             rtt: Rtt::default(),
             cc: Congestion::default(),
             pto_count: 0,
@@ -246,7 +257,28 @@ impl Client {
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
+        // A resumed session that allows early data: streams may open now, under the limits
+        // the server gave it (the transport parameters rustls kept with the ticket).
+        if let Some(keys) = c.tls.zero_rtt_keys() {
+            let remembered = c.tls.quic_transport_parameters().and_then(peer_params);
+            if let Some((limits, _)) = remembered {
+                c.streams.peer = limits;
+                c.early = Some(keys);
+                c.early_tried = true;
+            }
+        }
         Ok(c)
+    }
+
+    /// Streams went in 0-RTT packets (the resumed session allowed early data).
+    pub fn tried_early(&self) -> bool {
+        self.early_tried
+    }
+
+    /// The server took the early data: it tried and was not refused, once the handshake is
+    /// done.
+    pub fn early_accepted(&self) -> bool {
+        self.early_tried && !self.early_refused && self.is_established()
     }
 
     /// The handshake is done on this side (its Finished written, 1-RTT keys there): requests
@@ -315,6 +347,13 @@ impl Client {
                     self.key_update =
                         Some(KeyUpdate { phase: false, next: next_keys, secrets: next });
                     self.write_space = DATA;
+                    if self.early.take().is_some() && !self.tls.is_early_data_accepted() {
+                        // Refused: the server read none of the 0-RTT packets, so what they
+                        // carried is not in flight, and the streams start over.
+                        self.early_refused = true;
+                        self.spaces[DATA].flight.discard(&mut self.cc);
+                        self.streams = Streams::new();
+                    }
                     self.take_params();
                 }
                 None => break,
@@ -605,7 +644,9 @@ impl Client {
         let mut frames = std::mem::take(&mut self.frames);
         for space in [INITIAL, HANDSHAKE, DATA] {
             let s = &mut self.spaces[space];
-            if s.keys.is_none() {
+            // Before the 1-RTT keys, a resumed session's streams go in 0-RTT packets.
+            let early = space == DATA && s.keys.is_none() && self.early.is_some();
+            if s.keys.is_none() && !early {
                 continue;
             }
             frames.clear();
@@ -639,8 +680,11 @@ impl Client {
                 s.crypto_sent += n as u64;
             }
             if space == DATA && (self.cc.room() || s.probe) {
-                // A short header's bytes and the tag: 1 + the connection ID + 4 + 16.
-                let used = out.len() - start + frames.len() + self.dcid.len() + 21;
+                // A short header's bytes and the tag: 1 + the connection ID + 4 + 16; a 0-RTT
+                // packet's long header adds the version, both IDs' lengths, this side's ID
+                // and its two-byte length.
+                let long = if early { 8 + self.scid.len() } else { 0 };
+                let used = out.len() - start + frames.len() + self.dcid.len() + 21 + long;
                 let room = MTU.saturating_sub(used);
                 if self.streams.has_pending() {
                     carried.reserve(8);
@@ -659,9 +703,14 @@ impl Client {
             }
             let pn = s.next_pn;
             s.next_pn += 1;
-            let Some((local, _)) = &s.keys else { continue };
+            let local = match (&s.keys, &self.early) {
+                (Some((local, _)), _) => local,
+                (None, Some(early)) => early,
+                (None, None) => continue,
+            };
             let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
-            let head = head(space, &self.dcid, &self.scid, &self.token, phase);
+            let kind = if early { Kind::ZeroRtt } else { kind_of(space) };
+            let head = head(kind, &self.dcid, &self.scid, &self.token, phase);
             // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
             // padding (the others fit in what is left).
             let min = if space == INITIAL { MTU } else { 0 };
@@ -699,7 +748,7 @@ impl Client {
         s.next_pn += 1;
         let Some((local, _)) = &s.keys else { return false };
         let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
-        let head = head(space, &self.dcid, &self.scid, &self.token, phase);
+        let head = head(kind_of(space), &self.dcid, &self.scid, &self.token, phase);
         let min = if space == INITIAL { MTU } else { 0 };
         let ok = packet::seal(out, head, pn, s.flight.largest_acked, f, min, local).is_ok();
         self.counts.packets_out += u64::from(ok);
@@ -814,23 +863,32 @@ impl Client {
     }
 }
 
-/// The header of a packet in `space` (0 Initial, 1 Handshake, 2 1-RTT): short in 1-RTT
-/// (with its key phase), long before (an Initial's with `token`).
+/// The kind of packet `space` (0 Initial, 1 Handshake, 2 1-RTT) sends once it has its keys.
+pub(crate) fn kind_of(space: usize) -> Kind {
+    match space {
+        INITIAL => Kind::Initial,
+        HANDSHAKE => Kind::Handshake,
+        _ => Kind::OneRtt,
+    }
+}
+
+/// The header of a packet of `kind`: short in 1-RTT (with its key phase), long before (an
+/// Initial's with `token`).
 pub(crate) fn head<'a>(
-    space: usize,
+    kind: Kind,
     dcid: &'a [u8],
     scid: &'a [u8],
     token: &'a [u8],
     key_phase: bool,
 ) -> Head<'a> {
-    match space {
-        DATA => Head::Short { dcid, key_phase },
+    match kind {
+        Kind::OneRtt => Head::Short { dcid, key_phase },
         _ => Head::Long(Long {
-            kind: if space == INITIAL { Kind::Initial } else { Kind::Handshake },
+            kind,
             version: packet::V1,
             dcid,
             scid,
-            token: if space == INITIAL { token } else { &[] },
+            token: if kind == Kind::Initial { token } else { &[] },
         }),
     }
 }

@@ -234,7 +234,8 @@ impl Hostile {
     /// Seals `frames` in a packet of `space` onto `d`.
     fn seal(&mut self, d: &mut Vec<u8>, space: usize, frames: &[u8]) {
         let Some((local, _)) = &self.keys[space] else { return };
-        let head = crate::client::head(space, &self.to, &self.scid, &[], false);
+        let head =
+            crate::client::head(crate::client::kind_of(space), &self.to, &self.scid, &[], false);
         let pn = self.pn[space];
         self.pn[space] += 1;
         let _ = packet::seal(d, head, pn, None, frames, 0, local);

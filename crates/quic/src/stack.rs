@@ -476,11 +476,11 @@ impl Link for OwnLink {
     }
 
     fn has_0rtt(&self) -> bool {
-        false
+        self.client.tried_early()
     }
 
     fn accepted_0rtt(&self) -> bool {
-        false
+        self.client.early_accepted()
     }
 
     fn lost_packets(&self) -> u64 {

@@ -157,10 +157,14 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let (tls_client, tls_server) = qpslab_quic::pair::tls_configs().unwrap();
-        let sep = quinn_server(tls_server);
+        Rig::with(Arc::new(tls_client), quinn_server(tls_server), 7)
+    }
+
+    /// A rig whose client connects with `tls` to the server endpoint `sep`, its first
+    /// destination connection ID 8 bytes of `id`, its own 4 bytes of `id + 2`.
+    fn with(tls: Arc<rustls::ClientConfig>, sep: Endpoint, id: u8) -> Rig {
         let name = "localhost".try_into().unwrap();
-        let client =
-            qpslab_quic::client::Client::new(Arc::new(tls_client), name, &[7; 8], &[9; 4]).unwrap();
+        let client = qpslab_quic::client::Client::new(tls, name, &[id; 8], &[id + 2; 4]).unwrap();
         Rig {
             sep,
             server: None,
@@ -257,7 +261,12 @@ impl Rig {
 
     /// A rig whose handshake is done.
     fn connected() -> Rig {
-        let mut rig = Rig::new();
+        Rig::new().handshake()
+    }
+
+    /// This rig once its handshake is done.
+    fn handshake(self) -> Rig {
+        let mut rig = self;
         for _ in 0..20 {
             rig.turn();
             rig.events();
@@ -768,4 +777,94 @@ fn a_version_negotiation_without_version_1_ends_the_connection() {
     };
     assert!(offered.contains(&0xff00_001d), "{offered:x?}");
     assert!(!offered.contains(&packet::V1));
+}
+
+/// The kinds of the packets coalesced in a datagram of the client's.
+fn kinds(mut d: &[u8]) -> Vec<Kind> {
+    let mut got = Vec::new();
+    while let Ok(h) = packet::parse(d, 4) {
+        got.push(h.kind);
+        if h.end == 0 || h.end >= d.len() {
+            break;
+        }
+        d = &d[h.end..];
+    }
+    got
+}
+
+/// A client config that sends early data and a quinn-proto server that takes it, and a first
+/// connection between them run until the server's session ticket came: the next connection
+/// of that config resumes.
+fn resumable() -> (Arc<rustls::ClientConfig>, rustls::ServerConfig, Endpoint) {
+    let (mut tls_client, mut tls_server) = qpslab_quic::pair::tls_configs().unwrap();
+    tls_client.enable_early_data = true;
+    tls_server.max_early_data_size = u32::MAX;
+    let tls_client = Arc::new(tls_client);
+    let mut rig = Rig::with(tls_client.clone(), quinn_server(tls_server.clone()), 7).handshake();
+    for _ in 0..5 {
+        rig.turn();
+    }
+    assert!(!rig.client.tried_early(), "a first connection has no session to resume");
+    (tls_client, tls_server, rig.sep)
+}
+
+/// 0-RTT with a quinn-proto server: a resumed session's request goes in a 0-RTT packet of its
+/// first flight (under the limits the server gave the session before), the server reads it
+/// from that flight and it is answered once. A server that does not know the session (a new one) refuses the early
+/// data: the handshake goes in full, the client's streams start over (the stream opened
+/// before is forgotten and its ID given again), and the request sent again is answered.
+#[test]
+fn a_resumed_session_sends_its_request_in_0rtt_and_a_refusal_starts_the_streams_over() {
+    let (tls, _, sep) = resumable();
+    // Other connection IDs: the endpoint still holds the first connection.
+    let mut rig = Rig::with(tls, sep, 17);
+    assert!(rig.client.tried_early());
+    let id = rig.client.streams.open(true).expect("a stream before the handshake");
+    rig.client.streams.write(id, b"GET", true);
+    let (mut d, mut sent) = (Vec::new(), Vec::new());
+    while rig.client.poll_transmit(&mut d, rig.now) {
+        sent.extend(kinds(&d));
+        // Handed to the server as the rig's turn would.
+        let from = SocketAddr::from(([10, 0, 0, 1], 4433));
+        let mut answer = Vec::new();
+        match rig.sep.handle(rig.now, from, None, None, BytesMut::from(&d[..]), &mut answer) {
+            Some(DatagramEvent::NewConnection(i)) => {
+                rig.server = Some(rig.sep.accept(i, rig.now, &mut answer, None).unwrap());
+            }
+            Some(DatagramEvent::ConnectionEvent(_, ev)) => rig.conn().handle_event(ev),
+            _ => {}
+        }
+    }
+    assert_eq!(sent, [Kind::Initial, Kind::ZeroRtt], "the request in the first flight");
+    // The server read it from that flight, before the client's Finished.
+    assert_eq!(rig.serve(b"ok"), 1);
+    let mut answered = 0;
+    for _ in 0..10 {
+        rig.turn();
+        answered += rig.serve(b"ok");
+    }
+    assert!(rig.client.early_accepted() && rig.client.is_confirmed());
+    assert_eq!(answered, 0, "answered once");
+    assert_eq!(rig.read(), [(id, b"ok".to_vec(), true)]);
+
+    // A server that never saw the session.
+    let (tls, mut tls_server, _) = resumable();
+    tls_server.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
+    let mut rig = Rig::with(tls, quinn_server(tls_server), 7);
+    assert!(rig.client.tried_early());
+    let first = rig.client.streams.open(true).unwrap();
+    rig.client.streams.write(first, b"GET", true);
+    rig = rig.handshake();
+    assert!(!rig.client.early_accepted(), "refused");
+    assert!(rig.client.streams.readable().is_empty());
+    let again = rig.client.streams.open(true).unwrap();
+    assert_eq!(again, first, "the streams started over");
+    rig.client.streams.write(again, b"GET", true);
+    let mut answered = 0;
+    for _ in 0..10 {
+        rig.turn();
+        answered += rig.serve(b"ok");
+    }
+    assert_eq!(answered, 1, "the refused request was never read; the one sent again was");
+    assert_eq!(rig.read(), [(again, b"ok".to_vec(), true)]);
 }
