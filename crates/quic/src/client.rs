@@ -485,6 +485,11 @@ impl Client {
         s.crypto_lost.clear();
         s.crypto_sent = 0;
         self.pto_count = 0;
+        // The server dropped the 0-RTT packets sent before (they name the old connection ID
+        // and keys): their streams' bytes go again at once, in 0-RTT to the new ID.
+        let mut again = Vec::new();
+        self.spaces[DATA].flight.forget(&mut self.cc, &mut |r| again.push(*r));
+        self.resend(DATA, &again);
     }
 
     /// A Version Negotiation packet (RFC 9000 section 6.2): the connection ends when it is
@@ -631,18 +636,26 @@ impl Client {
     /// length, 0 when there is nothing to send.
     pub fn append_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> usize {
         let start = out.len();
-        if let Some(f) = self.close.take() {
-            self.send_close(out, &f);
-            return out.len() - start;
-        }
-        if self.failed.is_some() {
+        // A close goes after the handshake bytes still unsent (this side's Finished, when the
+        // answer came in the server's first flight and the connection closes at once): the
+        // server completes its handshake and can read the close in 1-RTT; without them it
+        // drops 1-RTT packets and holds the connection to its idle timeout.
+        let close = self.close.take();
+        if close.is_none() && self.failed.is_some() {
             return 0;
         }
+        let spaces: &[usize] =
+            if close.is_some() { &[HANDSHAKE] } else { &[INITIAL, HANDSHAKE, DATA] };
         self.idle_at.get_or_insert(now + self.idle_timeout);
         let mut initial_sent = false;
+        // With 0-RTT keys, a 0-RTT packet follows an Initial in its datagram and takes the
+        // padding that makes it 1,200 bytes (RFC 9000 section 14.1), as the ClientHello and
+        // the first requests go together; owed once such an Initial is written.
+        let early_follows = self.early.is_some();
+        let mut pad_owed = false;
         // The frames of each packet are written in one buffer kept across calls.
         let mut frames = std::mem::take(&mut self.frames);
-        for space in [INITIAL, HANDSHAKE, DATA] {
+        for &space in spaces {
             let s = &mut self.spaces[space];
             // Before the 1-RTT keys, a resumed session's streams go in 0-RTT packets.
             let early = space == DATA && s.keys.is_none() && self.early.is_some();
@@ -698,7 +711,7 @@ impl Client {
             }
             let eliciting = !carried.is_empty() || s.probe;
             s.probe = false;
-            if frames.is_empty() {
+            if frames.is_empty() && !(early && pad_owed) {
                 continue;
             }
             let pn = s.next_pn;
@@ -712,8 +725,12 @@ impl Client {
             let kind = if early { Kind::ZeroRtt } else { kind_of(space) };
             let head = head(kind, &self.dcid, &self.scid, &self.token, phase);
             // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
-            // padding (the others fit in what is left).
-            let min = if space == INITIAL { MTU } else { 0 };
+            // padding (the others fit in what is left), or the 0-RTT packet after it.
+            let min = match space {
+                INITIAL if !early_follows => MTU,
+                DATA if early && pad_owed => MTU.saturating_sub(out.len() - start),
+                _ => 0,
+            };
             let acked = s.flight.largest_acked;
             let before = out.len();
             if packet::seal(out, head, pn, acked, &frames, min, local).is_err() {
@@ -725,6 +742,7 @@ impl Client {
             let size = out.len() - before;
             s.flight.on_sent(Sent { pn, at: now, size, eliciting, frames: carried }, &mut self.cc);
             initial_sent |= space == INITIAL;
+            pad_owed = (pad_owed || space == INITIAL && early_follows) && !early;
             self.counts.packets_out += 1;
             if space == HANDSHAKE && self.spaces[INITIAL].keys.is_some() {
                 // Sending in the Handshake space ends the Initial one (RFC 9001 4.9.1).
@@ -735,6 +753,9 @@ impl Client {
             }
         }
         self.frames = frames;
+        if let Some(f) = close {
+            self.send_close(out, &f);
+        }
         out.len() - start
     }
 

@@ -258,10 +258,17 @@ impl Flight {
 
     /// Everything in flight is forgotten (its space's keys are gone).
     pub fn discard(&mut self, cc: &mut Congestion) {
+        self.forget(cc, &mut |_| {});
+    }
+
+    /// Everything in flight is forgotten without counting as lost, its frames handed to
+    /// `each` (to send again: the peer dropped the packets unread, as after a Retry).
+    pub fn forget(&mut self, cc: &mut Congestion, each: &mut dyn FnMut(&Retx)) {
         for p in self.sent.drain(..) {
             if p.eliciting {
                 cc.in_flight = cc.in_flight.saturating_sub(p.size);
             }
+            p.frames.iter().for_each(&mut *each);
         }
         self.loss_time = None;
         self.last_eliciting = None;

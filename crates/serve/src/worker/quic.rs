@@ -295,6 +295,12 @@ impl Quic {
                 Event::Connected => {
                     c.established = true;
                     self.handshaking -= 1;
+                    // A client that closed in the datagram that finished its handshake (a
+                    // connection per request answered from its 0-RTT flight) is sent no
+                    // control stream: nothing would read it, and it is not a refusal.
+                    if c.conn.is_closed() {
+                        continue;
+                    }
                     c.h3.connected(&mut c.conn)?;
                     if self.draining {
                         c.h3.go_away(&mut c.conn);
