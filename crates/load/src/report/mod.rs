@@ -176,6 +176,8 @@ impl H2Report {
 #[derive(Debug, Clone, Serialize)]
 pub struct H3Report {
     pub streams_per_connection: usize,
+    /// Which QUIC client ran (`--quic`): "quinn" (quinn-proto's) or "own" (qpslab's).
+    pub quic: &'static str,
     pub datagrams_in: u64,
     pub datagrams_out: u64,
     pub datagrams_per_recv_call: f64,
@@ -197,6 +199,7 @@ impl H3Report {
         let per = |n: u64, calls: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
         H3Report {
             streams_per_connection: cfg.pipeline,
+            quic: if cfg.h3.as_ref().is_some_and(|h| h.own) { "own" } else { "quinn" },
             datagrams_in: c.datagrams_in,
             datagrams_out: c.datagrams_out,
             datagrams_per_recv_call: per(c.datagrams_in, c.recv_calls),
