@@ -53,9 +53,17 @@ fn nineteen_thousand_connections_from_one_process_on_the_default_engine() {
     assert_eq!(code, Some(0), "{err}");
     let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
     eprintln!("serve on {}", totals["io"]);
-    // Every request the generator wrote was read and answered; the preflight's reachability
-    // check is one more connection.
-    assert_eq!(totals["totals"]["requests"], v["requests"]["sent"]);
+    // Every request answered was read by the server; of the requests still in flight when
+    // the run stopped (up to one per connection), the server read those that reached it
+    // before the load closed their connections (a clean-clone run under load had 7,359 of
+    // them unread). The preflight's reachability check is one more connection.
+    let served = totals["totals"]["requests"].as_u64().unwrap();
+    let (sent, in_flight) = (
+        v["requests"]["sent"].as_u64().unwrap(),
+        v["requests"]["in_flight_at_stop"].as_u64().unwrap(),
+    );
+    assert!(in_flight <= 19000, "{}", v["requests"]);
+    assert!(served <= sent && served + in_flight >= sent, "served {served}: {}", v["requests"]);
     assert_eq!(totals["totals"]["accepted"], 19001);
 }
 
