@@ -151,10 +151,9 @@ pub struct Client {
     /// 1-RTT key updates (RFC 9001 section 6), once the 1-RTT keys are there.
     key_update: Option<KeyUpdate>,
     /// The 0-RTT keys, from a resumed session that allows early data until the 1-RTT keys
-    /// come; whether early data was sent for, and whether the server refused it.
+    /// come; whether early data was sent for.
     early: Option<DirectionalKeys>,
     early_tried: bool,
-    early_refused: bool,
     /// Loss recovery: the round trip, the congestion window, probe timeouts in a row.
     pub rtt: Rtt,
     pub cc: Congestion,
@@ -246,7 +245,6 @@ impl Client {
             key_update: None,
             early: None,
             early_tried: false,
-            early_refused: false,
             rtt: Rtt::default(),
             cc: Congestion::default(),
             pto_count: 0,
@@ -278,7 +276,7 @@ impl Client {
     /// The server took the early data: it tried and was not refused, once the handshake is
     /// done.
     pub fn early_accepted(&self) -> bool {
-        self.early_tried && !self.early_refused && self.is_established()
+        self.early_tried && self.is_established() && self.tls.is_early_data_accepted()
     }
 
     /// The handshake is done on this side (its Finished written, 1-RTT keys there): requests
@@ -350,7 +348,6 @@ impl Client {
                     if self.early.take().is_some() && !self.tls.is_early_data_accepted() {
                         // Refused: the server read none of the 0-RTT packets, so what they
                         // carried is not in flight, and the streams start over.
-                        self.early_refused = true;
                         self.spaces[DATA].flight.discard(&mut self.cc);
                         self.streams = Streams::new();
                     }
