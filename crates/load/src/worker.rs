@@ -11,7 +11,7 @@
 mod epoll;
 mod handler;
 mod io;
-mod linger;
+pub(crate) mod linger;
 mod transport;
 mod uring;
 

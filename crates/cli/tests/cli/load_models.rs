@@ -268,3 +268,48 @@ fn a_lingering_loop_counts_every_request_exactly() {
     assert_eq!(totals["totals"]["requests"], answered, "{totals}");
     usage_error(&["load", "--linger", "soon", &url], "--linger");
 }
+
+/// The same over HTTP/3 on both QUIC clients: a closed loop of 100 streams on one connection
+/// that sleeps through its linger before it reads (qpslab's own client) still counts every
+/// request exactly, on the client and on the server, and reports its time holding out within
+/// the window; quinn-proto's client, `--linger 0` and an open loop never hold out.
+#[test]
+fn a_lingering_http3_loop_counts_every_request_exactly() {
+    use std::time::Duration;
+    let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3", "--json"]);
+    let url = format!("https://{}/", server.addr);
+    let load = |quic: &str, extra: &[&str]| {
+        let args =
+            [&["load", "--h3", "-k", "--json", "-t", "1", "--quic", quic][..], extra, &[&url]];
+        let out = qpslab(&args.concat());
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let mut answered = 0;
+    for quic in ["quinn", "own"] {
+        let run = load(quic, &["--streams", "100", "-c", "1", "-n", "20000"]);
+        assert_eq!(run["requests"]["ok"], 20000, "{quic}: {}", run["requests"]);
+        // quinn-proto's client does not hold out (it paid nothing there, docs/load.md).
+        let linger = if quic == "own" { 500 } else { 0 };
+        assert_eq!(run["config"]["linger_us"], linger, "{quic}: {}", run["config"]);
+        let held = run["generator"]["linger_s"].as_f64().unwrap();
+        assert!(held <= run["duration_s"].as_f64().unwrap(), "{quic}: {}", run["generator"]);
+        assert!(quic == "own" || held == 0.0, "{quic}: {}", run["generator"]);
+        let off = load(quic, &["--streams", "10", "-c", "4", "-n", "5000", "--linger", "0"]);
+        assert_eq!(off["requests"]["ok"], 5000, "{quic}: {}", off["requests"]);
+        assert_eq!(off["config"]["linger_us"], 0, "{quic}: {}", off["config"]);
+        assert_eq!(off["generator"]["linger_s"], 0.0, "{quic}: {}", off["generator"]);
+        let open = load(quic, &["-c", "4", "--rate", "2000", "-d", "1s"]);
+        let sent = open["requests"]["sent"].as_u64().unwrap();
+        assert!((1900..=2100).contains(&sent), "{quic}: the schedule kept: {}", open["requests"]);
+        assert_eq!(open["requests"]["ok"], sent, "{quic}: {}", open["requests"]);
+        assert_eq!(open["config"]["linger_us"], 0, "{quic}: an open loop never lingers");
+        assert_eq!(open["generator"]["linger_s"], 0.0, "{quic}: {}", open["generator"]);
+        answered += 25000 + sent;
+    }
+    server.signal(libc::SIGTERM);
+    let (code, out, _) = server.wait(Duration::from_secs(3));
+    assert_eq!(code, Some(0));
+    let totals: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(totals["totals"]["requests"], answered, "{totals}");
+}

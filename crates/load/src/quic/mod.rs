@@ -33,6 +33,7 @@ use crate::session::h3::{ConnError, Http3};
 use crate::session::Req;
 use crate::stats::{ErrorClass, Recorder};
 use crate::template;
+use crate::worker::linger::Linger;
 use crate::worker::{self, Clock, Msg, SetupCounts, Shared, ThreadOutcome, ThreadProgress};
 
 /// The largest UDP datagram the preflight reads.
@@ -135,6 +136,12 @@ struct Thread<'a, S: Stack> {
     measure_start: Instant,
     rec: Recorder,
     outstanding: u64,
+    /// Requests answered or reset so far (a turn's answers are the difference).
+    answers: u64,
+    /// How long a closed loop's turn sleeps before it reads, to take the answers of a busy
+    /// server in fewer wake-ups (`--linger`), and its time when the window opened.
+    linger: Linger,
+    held_from: Duration,
     started: bool,
     measuring: bool,
     log_index: u32,
@@ -256,6 +263,13 @@ impl<'a, S: Stack> Thread<'a, S> {
             measure_start: now,
             rec: Recorder::new(cfg.variants.len(), 0, shared.intervals),
             outstanding: 0,
+            answers: 0,
+            linger: Linger::new(if cfg.rate.is_none() && S::HOLDS_OUT {
+                cfg.linger
+            } else {
+                Duration::ZERO
+            }),
+            held_from: Duration::ZERO,
             started: false,
             measuring: false,
             log_index: 0,
@@ -323,7 +337,7 @@ impl<'a, S: Stack> Thread<'a, S> {
                 // Requests due within a quantum go in one wake-up.
                 wake = wake.min(due.max(Instant::now() + WAKE_QUANTUM));
             }
-            self.turn(wake)?;
+            self.hold_out(wake)?;
             now = Instant::now();
             if self.pacer.is_open() && clock.stop_at.is_none_or(|s| now < s) {
                 self.send_due(now);
@@ -354,6 +368,7 @@ impl<'a, S: Stack> Thread<'a, S> {
     /// the TCP loops do.
     fn open_window(&mut self) {
         self.measuring = true;
+        self.held_from = self.linger.held_for();
         let mut carried = 0;
         for c in &mut self.conns {
             for r in c.h3.requests_mut() {
@@ -365,6 +380,29 @@ impl<'a, S: Stack> Thread<'a, S> {
         }
         self.rec.sent += carried;
         self.rec.from_warmup += carried;
+    }
+
+    /// A closed loop's turn with requests in flight may first sleep through the linger, so
+    /// that the answers of a server busy with the rest come in one read and the requests they
+    /// free go out together ([`Linger`]: how long adapts to the server's pace, and a trial
+    /// keeps it only where the server's rate holds); then the turn. A socket's readiness
+    /// does not say how many datagrams wait, so the sleep is not cut short by the first.
+    fn hold_out(&mut self, wake: Instant) -> io::Result<()> {
+        let in_flight = self.outstanding;
+        let before = self.answers;
+        let hold = if in_flight == 0 { Duration::ZERO } else { self.linger.turn() };
+        let room = wake.saturating_duration_since(Instant::now());
+        let held = !hold.is_zero() && hold < room;
+        if held {
+            std::thread::sleep(hold);
+        }
+        self.turn(wake)?;
+        let answers = self.answers - before;
+        self.linger.answered(answers);
+        if held {
+            self.linger.held(in_flight, answers, false);
+        }
+        Ok(())
     }
 
     /// One turn: waits for datagrams or the earliest timer (until `wake` at the latest), reads
@@ -687,10 +725,12 @@ impl<'a, S: Stack> Thread<'a, S> {
         let any = !c.h3.answered.is_empty() || !c.h3.reset.is_empty();
         for (req, resp) in c.h3.answered.drain(..) {
             self.outstanding -= 1;
+            self.answers += 1;
             self.shared.record(&mut self.rec, req, resp, now);
         }
         for (req, why) in c.h3.reset.drain(..) {
             self.outstanding -= 1;
+            self.answers += 1;
             if req.counted {
                 self.rec.target_failed(req.target as usize, 1);
                 self.rec.failure(ErrorClass::Reset, 1, || why);
@@ -1078,7 +1118,7 @@ impl<'a, S: Stack> Thread<'a, S> {
             in_flight: in_flight_by_target.iter().sum(),
             cpu,
             polled: Duration::ZERO,
-            lingered: Duration::ZERO,
+            lingered: self.linger.held_for().saturating_sub(self.held_from),
             ended: now,
             due_unsent: if self.pacer.is_open() {
                 self.pacer.due(now) + self.due.len() as u64

@@ -131,7 +131,7 @@ impl Trial {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Linger {
+pub(crate) struct Linger {
     /// The run's `--linger`: the longest wait (zero: never).
     most: Duration,
     /// What a turn holds out for now.
@@ -148,7 +148,7 @@ pub(super) struct Linger {
 }
 
 impl Linger {
-    pub(super) fn new(most: Duration) -> Linger {
+    pub(crate) fn new(most: Duration) -> Linger {
         Linger {
             most,
             now: most,
@@ -162,7 +162,7 @@ impl Linger {
     }
 
     /// At a turn's start: how long it may hold out for more completions (zero: not at all).
-    pub(super) fn turn(&mut self) -> Duration {
+    pub(crate) fn turn(&mut self) -> Duration {
         if self.most.is_zero() {
             return Duration::ZERO;
         }
@@ -185,19 +185,19 @@ impl Linger {
     }
 
     /// After every turn: the answers it saw.
-    pub(super) fn answered(&mut self, answers: u64) {
+    pub(crate) fn answered(&mut self, answers: u64) {
         self.trial.answers += answers;
     }
 
     /// The time, so far, in turns that could hold out.
-    pub(super) fn held_for(&self) -> Duration {
+    pub(crate) fn held_for(&self) -> Duration {
         self.held_for
     }
 
     /// After a turn that held out: `answers` of the `in_flight` requests of its start came;
     /// `behind`: a wait found many more completions than it held out for (they were there
     /// before it began), so the server is ahead of the worker, as when it ran dry.
-    pub(super) fn held(&mut self, in_flight: u64, answers: u64, behind: bool) {
+    pub(crate) fn held(&mut self, in_flight: u64, answers: u64, behind: bool) {
         if behind || answers >= in_flight {
             self.dry += 1;
             if self.dry < 2 {
