@@ -616,9 +616,10 @@ impl Streams {
             let n = (written - s.sent).min(by_stream).min(by_conn).min(left);
             let fin = fin_due && s.sent + n == written;
             if n == 0 && !fin {
-                // Held by flow control: queued again when the server's MAX_STREAM_DATA
-                // comes, or (the connection's limit) at the next send after its MAX_DATA.
-                if by_conn == 0 && by_stream > 0 {
+                // No room left in this packet (what was lost took it): next packet. Held by
+                // flow control: queued again when the server's MAX_STREAM_DATA comes, or (the
+                // connection's limit) at the next send after its MAX_DATA.
+                if left == 0 || (by_conn == 0 && by_stream > 0) {
                     s.queued = true;
                     self.pending.push_front(id);
                     break;
@@ -827,6 +828,33 @@ mod tests {
             .filter(|f| matches!(f, Ok(crate::frame::Frame::Stream { fin: true, .. })))
             .count();
         assert_eq!(fins, 2, "the rest, each with its end");
+    }
+
+    /// Bytes sent again after a loss can fill a packet to within a frame header of its room,
+    /// with new bytes of the same stream still to go: whatever the room, the stream keeps its
+    /// turn and its last bytes and end go in a later packet (a stream once dropped from the
+    /// queue here sent nothing more and its request hung).
+    #[test]
+    fn a_stream_whose_lost_bytes_fill_a_packet_keeps_its_turn() {
+        for room in 60..1300 {
+            let mut s = streams();
+            let id = s.open(true).unwrap();
+            s.write(id, &[b'x'; 5000], true);
+            let mut first = Vec::new();
+            s.write_frames(&mut Vec::new(), 1200, &mut first);
+            first.iter().for_each(|r| s.on_lost(r));
+            let mut fin = false;
+            for _ in 0..200 {
+                let mut frames = Vec::new();
+                s.write_frames(&mut frames, room, &mut Vec::new());
+                fin |= crate::frame::frames(&frames)
+                    .any(|f| matches!(f, Ok(crate::frame::Frame::Stream { fin: true, .. })));
+                if fin {
+                    break;
+                }
+            }
+            assert!(fin, "room {room}: the stream's end never went");
+        }
     }
 
     /// The frames `write_frames` writes now, read back.
