@@ -476,7 +476,7 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     // The QUIC client is HTTP/3's.
     let mut o = base();
     o.h3 = false;
-    o.quic = QuicImpl::Own;
+    o.quic = QuicImpl::Quinn;
     refused(o, "--quic");
 }
 

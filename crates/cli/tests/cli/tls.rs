@@ -364,13 +364,13 @@ fn bench_h3_runs_http3_on_the_builtin_server() {
     let text = String::from_utf8_lossy(&out.stdout);
     let generator = text.lines().find(|l| l.starts_with("generator")).unwrap_or_default();
     assert!(generator.contains("HTTP/3 (10 streams each)"), "{text}");
-    assert_eq!(load["h3"]["quic"], "quinn", "{}", load["h3"]);
-    // qpslab's own QUIC client, through bench as through load.
-    let out = qpslab(&[&args[..], &["--quic", "own", "--json", "--no-save"]].concat());
+    assert_eq!(load["h3"]["quic"], "own", "{}", load["h3"]);
+    // quinn-proto's QUIC client, through bench as through load.
+    let out = qpslab(&[&args[..], &["--quic", "quinn", "--json", "--no-save"]].concat());
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let load = &v["load"];
-    assert_eq!(load["h3"]["quic"], "own", "{}", load["h3"]);
+    assert_eq!(load["h3"]["quic"], "quinn", "{}", load["h3"]);
     assert!(load["requests"]["ok"].as_u64().unwrap() > 100, "{}", load["requests"]);
     assert_eq!(load["requests"]["failed"], 0, "{}", load["error_examples"]);
     usage_error(&["bench", "--h3", "--target", "nginx", "-d", "1s", "--no-save"], "--h3");
