@@ -33,6 +33,8 @@ const CRYPTO_HELD: u64 = 64 * 1024;
 
 /// The datagram size this client sends (an Initial's datagram must be at least 1,200).
 pub const MTU: usize = 1200;
+/// A 1-RTT packet this close to filling its datagram is padded to fill it.
+const FULL_SLACK: usize = 48;
 
 /// Why the connection failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -722,10 +724,16 @@ impl Client {
             let kind = if early { Kind::ZeroRtt } else { kind_of(space) };
             let head = head(kind, &self.dcid, &self.scid, &self.token, phase);
             // An Initial's datagram is padded to 1,200 bytes: the Initial itself takes the
-            // padding (the others fit in what is left), or the 0-RTT packet after it.
+            // padding (the others fit in what is left), or the 0-RTT packet after it. A 1-RTT
+            // packet within [`FULL_SLACK`] of filling its datagram fills it, so that a run of
+            // full datagrams is of one size and goes as one GSO buffer
+            // ([`Client::append_transmit`]'s caller).
+            let in_datagram = out.len() - start;
+            let full = in_datagram + frames.len() + self.dcid.len() + 21 + FULL_SLACK >= MTU;
             let min = match space {
                 INITIAL if !early_follows => MTU,
-                DATA if early && pad_owed => MTU.saturating_sub(out.len() - start),
+                DATA if early && pad_owed => MTU.saturating_sub(in_datagram),
+                DATA if !early && full => MTU.saturating_sub(in_datagram),
                 _ => 0,
             };
             let acked = s.flight.largest_acked;

@@ -14,7 +14,7 @@ use quinn_proto::{
     EndpointConfig, StreamEvent, VarInt,
 };
 
-use crate::client::{self, Client};
+use crate::client::{self, Client, MTU};
 use crate::conn::Conn;
 use crate::counts::QuicCounts;
 
@@ -472,9 +472,24 @@ impl Link for OwnLink {
 
     const APPENDS: bool = true;
 
-    fn transmit(&mut self, now: Instant, _max: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let size = self.client.append_transmit(buf, now);
-        (size > 0).then_some(Transmit { to: self.to, size, segment: None })
+    /// A full datagram is followed by as many more as `max` allows while they are full: one
+    /// GSO buffer of equal segments, the last of which may be shorter.
+    fn transmit(&mut self, now: Instant, max: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let first = self.client.append_transmit(buf, now);
+        if first == 0 {
+            return None;
+        }
+        let (mut size, mut n, mut last) = (first, 1, first);
+        while first == MTU && last == MTU && n < max {
+            last = self.client.append_transmit(buf, now);
+            if last == 0 {
+                break;
+            }
+            size += last;
+            n += 1;
+        }
+        let segment = (n > 1).then_some(MTU);
+        Some(Transmit { to: self.to, size, segment })
     }
 
     fn close(&mut self, _now: Instant, code: u64, reason: &[u8]) {
