@@ -41,10 +41,10 @@ pub const BENCH_WARMUP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum QuicImpl {
-    /// quinn-proto's client: path MTU discovery, pacing.
+    /// quinn-proto's client: path MTU discovery, delayed acknowledgements.
     Quinn,
     /// qpslab's own QUIC client (the default): 1.35-1.44x quinn-proto's responses per CPU-second
-    /// here; 1,200-byte datagrams, no pacing.
+    /// here; 1,200-byte datagrams.
     #[default]
     Own,
 }

@@ -25,7 +25,7 @@ use rustls::quic::{DirectionalKeys, KeyChange, Keys, Version};
 
 use crate::frame::{self, Frame};
 use crate::packet::{self, Head, Kind, Long};
-use crate::recovery::{Congestion, Flight, Retx, Rtt, Sent};
+use crate::recovery::{Congestion, Flight, Pacer, Retx, Rtt, Sent};
 use crate::streams::{PeerLimits, Streams};
 
 /// Handshake bytes held out of order in a space at most (a certificate chain is a few KB).
@@ -160,6 +160,9 @@ pub struct Client {
     pub rtt: Rtt,
     pub cc: Congestion,
     pto_count: u32,
+    /// New data's pace, and when it lets the next datagram go (a timer while data waits).
+    pacer: Pacer,
+    pace_at: Option<Instant>,
     /// When the connection goes idle (RFC 9000 section 10.1): the timeout, from the last
     /// packet received or the first ack-eliciting one sent after it.
     idle_timeout: Duration,
@@ -249,6 +252,8 @@ impl Client {
             early_tried: false,
             rtt: Rtt::default(),
             cc: Congestion::default(),
+            pacer: Pacer::default(),
+            pace_at: None,
             pto_count: 0,
             idle_timeout: IDLE_TIMEOUT,
             idle_at: None,
@@ -691,7 +696,8 @@ impl Client {
                 carried.push(Retx::Crypto { offset: s.crypto_sent, len: n as u64 });
                 s.crypto_sent += n as u64;
             }
-            if space == DATA && (self.cc.room() || s.probe) {
+            let probe = s.probe;
+            if space == DATA && (self.cc.room() || probe) && (probe || self.paced(now)) {
                 // A short header's bytes and the tag: 1 + the connection ID + 4 + 16; a 0-RTT
                 // packet's long header adds the version, both IDs' lengths, this side's ID
                 // and its two-byte length.
@@ -746,6 +752,9 @@ impl Client {
 
             let size = out.len() - before;
             s.flight.on_sent(Sent { pn, at: now, size, eliciting, frames: carried }, &mut self.cc);
+            if space == DATA && eliciting {
+                self.pacer.sent(size);
+            }
             initial_sent |= space == INITIAL;
             pad_owed = (pad_owed || space == INITIAL && early_follows) && !early;
             self.counts.packets_out += 1;
@@ -836,10 +845,17 @@ impl Client {
         }
         let loss = self.spaces.iter().filter_map(|s| s.flight.loss_time).min();
         let recovery = loss.or_else(|| self.pto().map(|(at, _)| at));
-        match (recovery, self.idle_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let pace = self.pace_at.filter(|_| self.streams.has_pending());
+        [recovery, self.idle_at, pace].into_iter().flatten().min()
+    }
+
+    /// Whether the pacer lets new data go at `now`; if not, when it will is kept (a timer).
+    fn paced(&mut self, now: Instant) -> bool {
+        if !self.streams.has_pending() {
+            return true;
         }
+        self.pace_at = self.pacer.delay(now, self.cc.window, self.rtt.smoothed);
+        self.pace_at.is_none()
     }
 
     /// The probe timeout and its space: the earliest space with ack-eliciting packets in
@@ -867,6 +883,10 @@ impl Client {
         if self.idle_at.is_some_and(|t| t <= now) {
             self.failed = Some(Error::TimedOut);
             return;
+        }
+        if self.pace_at.is_some_and(|t| t <= now) {
+            // The next send asks the pacer again.
+            self.pace_at = None;
         }
         for space in [INITIAL, HANDSHAKE, DATA] {
             let s = &mut self.spaces[space];

@@ -166,6 +166,63 @@ impl Congestion {
     }
 }
 
+/// Pacing (RFC 9002 section 7.7): new data leaves at 1.25 times the congestion window per
+/// smoothed round trip, in bursts of at most what that rate sends in [`BURST_TIME`] (10 to 256
+/// datagrams). Where the round trip is shorter than that (loopback, a LAN) a burst holds the
+/// whole window and nothing waits; over a long path a window leaves spread over the round trip
+/// instead of at once into the path's queues.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    tokens: usize,
+    last: Option<Instant>,
+}
+
+const BURST_TIME: Duration = Duration::from_millis(2);
+const MIN_BURST: usize = 10 * MAX_DATAGRAM;
+const MAX_BURST: usize = 256 * MAX_DATAGRAM;
+
+impl Default for Pacer {
+    fn default() -> Pacer {
+        Pacer { tokens: MIN_BURST, last: None }
+    }
+}
+
+impl Pacer {
+    fn burst(window: usize, rtt: Duration) -> usize {
+        let rtt = rtt.as_nanos().max(1);
+        let b = window as u128 * BURST_TIME.as_nanos() / rtt;
+        (b.min(MAX_BURST as u128) as usize).max(MIN_BURST)
+    }
+
+    /// Whether a datagram of new data may leave at `now` (None), or when it may.
+    pub fn delay(&mut self, now: Instant, window: usize, rtt: Duration) -> Option<Instant> {
+        let window = window.max(1);
+        let burst = Pacer::burst(window, rtt);
+        // The bytes earned in `d` at 1.25 windows per round trip.
+        let rate = |d: Duration| (d.as_nanos() * window as u128 * 5 / 4) / rtt.as_nanos().max(1);
+        self.tokens = match self.last {
+            // The first data goes as a whole burst.
+            None => burst,
+            Some(last) => {
+                let earned = rate(now.saturating_duration_since(last));
+                (self.tokens as u128 + earned).min(burst as u128) as usize
+            }
+        };
+        self.last = Some(now);
+        if self.tokens >= MAX_DATAGRAM {
+            return None;
+        }
+        let owed = (MAX_DATAGRAM - self.tokens) as u128;
+        let nanos = (owed * rtt.as_nanos() * 4).div_ceil(window as u128 * 5);
+        Some(now + Duration::from_nanos(nanos.min(u64::MAX as u128) as u64))
+    }
+
+    /// A datagram of `size` bytes of new data left.
+    pub fn sent(&mut self, size: usize) {
+        self.tokens = self.tokens.saturating_sub(size);
+    }
+}
+
 impl Flight {
     pub fn on_sent(&mut self, p: Sent, cc: &mut Congestion) {
         if p.eliciting {
@@ -318,6 +375,38 @@ mod tests {
         assert!(f.sent.is_empty());
         assert_eq!(cc.events, 1, "one congestion event for one recovery period");
         assert_eq!(cc.in_flight, 0);
+    }
+
+    /// Over a 50 ms path with a 120 kB window: a burst of 10 datagrams, then one every 400 us
+    /// (1.25 windows a round trip); over loopback's 100 us a burst holds the whole window.
+    #[test]
+    fn new_data_is_paced_over_a_long_path_and_not_over_a_short_one() {
+        let t = Instant::now();
+        let (window, rtt) = (120_000, Duration::from_millis(50));
+        let mut p = Pacer::default();
+        for _ in 0..10 {
+            assert_eq!(p.delay(t, window, rtt), None);
+            p.sent(MAX_DATAGRAM);
+        }
+        let next = p.delay(t, window, rtt).expect("the burst is spent");
+        assert_eq!(next - t, Duration::from_micros(400));
+        assert_eq!(p.delay(next, window, rtt), None);
+        p.sent(MAX_DATAGRAM);
+        // A second later the burst is full again, and no more than full.
+        let later = next + Duration::from_secs(1);
+        let sent = (0..20).take_while(|_| {
+            let free = p.delay(later, window, rtt).is_none();
+            p.sent(MAX_DATAGRAM);
+            free
+        });
+        assert_eq!(sent.count(), 10);
+        let (window, rtt) = (120_000, Duration::from_micros(100));
+        let mut p = Pacer::default();
+        for _ in 0..100 {
+            // Over loopback: the window's 100 datagrams at once.
+            assert_eq!(p.delay(t, window, rtt), None);
+            p.sent(MAX_DATAGRAM);
+        }
     }
 
     #[test]

@@ -917,3 +917,27 @@ fn a_retry_sends_the_0rtt_request_again_at_once() {
     assert_eq!(rig.read(), [(id, b"ok".to_vec(), true)]);
     assert!(rig.client.early_accepted());
 }
+
+/// Over a long path (a 50 ms round trip, a 120 kB window) new data leaves in a burst of 10
+/// datagrams and then one at a time at 1.25 windows a round trip (400 us apart), not the whole
+/// window at once; the client's timer says when the next may go.
+#[test]
+fn new_data_is_paced_over_a_long_round_trip() {
+    let mut rig = Rig::connected();
+    rig.client.rtt.smoothed = Duration::from_millis(50);
+    rig.client.cc.window = 120_000;
+    let id = rig.client.streams.open(true).unwrap();
+    assert!(rig.client.streams.write(id, &[7; 100_000], true));
+    let now = rig.now;
+    let mut buf = Vec::new();
+    let mut burst = 0;
+    while rig.client.poll_transmit(&mut buf, now) {
+        burst += 1;
+    }
+    assert_eq!(burst, 10, "a burst, not the window's 100 datagrams");
+    let next = rig.client.timeout().unwrap();
+    assert!(next > now && next - now <= Duration::from_micros(400), "{:?}", next - now);
+    rig.client.handle_timeout(next);
+    assert!(rig.client.poll_transmit(&mut buf, next), "one datagram earned");
+    assert!(!rig.client.poll_transmit(&mut buf, next), "and only one");
+}
