@@ -586,7 +586,7 @@ mod tests {
             "RANGE" => "127.0.0.2-127.0.0.3".into(),
             "auto|epoll|uring" => "epoll".into(),
             "MODE" => "spin".into(),
-            "IMPL" => "own".into(),
+            "IMPL" => "quinn".into(),
             "1.2|1.3" => "1.3".into(),
             "METHOD" => "PUT".into(),
             "HEADER" => "X-T: 1".into(),
