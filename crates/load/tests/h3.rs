@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use qpslab_load::options::QuicImpl;
-use qpslab_load::{LoadConfig, LoadError, LoadOptions};
+use qpslab_load::{IoChoice, LoadConfig, LoadError, LoadOptions};
 use support::aioquic::Aioquic;
 use support::{opts_on, run};
 
@@ -33,19 +33,29 @@ fn every_request_is_answered_once_with_1_10_and_50_streams() {
     let server = Aioquic::start();
     let mut total = 0;
     let cases = [(1, 1, 50u64), (2, 10, 400), (1, 50, 500)];
-    for ((c, streams, n), quic) in cases.into_iter().flat_map(|k| BOTH.map(|q| (k, q))) {
+    // Each client on each loop (io_uring: datagrams received and sent as ring requests).
+    let mut loops = vec![IoChoice::Epoll];
+    if qpslab_sys::uring::probe().is_ok() {
+        loops.push(IoChoice::Uring);
+    }
+    let runs = cases.into_iter().flat_map(|k| BOTH.map(|q| (k, q)));
+    let runs = runs.flat_map(|r| loops.iter().map(move |io| (r, *io)));
+    for (((c, streams, n), quic), io) in runs {
         let mut o = h3_opts(&server, "/", c, streams);
         o.quic = quic;
+        o.io = io;
         o.requests = Some(n);
         let report = run(&o);
         assert_eq!(report.config.protocol, "h3");
+        assert_eq!(report.config.io, if io == IoChoice::Uring { "uring" } else { "epoll" });
         let h3 = report.h3.as_ref().expect("the transport's figures");
         assert_eq!(h3.streams_per_connection, streams);
         assert!(h3.datagrams_in > 0 && h3.datagrams_out > 0, "{h3:?}");
         assert!(h3.datagrams_per_recv_call >= 1.0 && h3.datagrams_per_send_call >= 1.0, "{h3:?}");
         assert!(h3.acks_sent > 0 && h3.acks_received > 0, "{h3:?}");
         assert_eq!(h3.send_dropped, 0, "{h3:?}");
-        assert_eq!(report.requests.ok, n, "{quic:?} {c}x{streams}: {:?}", report.error_examples);
+        let e = &report.error_examples;
+        assert_eq!(report.requests.ok, n, "{quic:?} {io:?} {c}x{streams}: {e:?}");
         total += n as usize;
         let lines = server.log(total);
         assert_eq!(lines.len(), total, "{quic:?} {c}x{streams}: the server answered each once");
@@ -463,9 +473,6 @@ fn what_http3_does_not_do_yet_is_refused_by_name() {
     let mut o = base();
     o.pipeline = 4;
     refused(o, "--streams");
-    let mut o = base();
-    o.io = qpslab_load::IoChoice::Uring;
-    refused(o, "--io");
     let mut o = base();
     o.conn_per_request = true;
     o.streams = 4;

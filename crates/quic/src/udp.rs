@@ -6,6 +6,11 @@
 //! [`MAX_SOCKETS`]), so that its connections come from several ports, as separate clients
 //! do, and a server's `SO_REUSEPORT` sockets (one per worker) share them out. The sockets
 //! share one batch each way: only one is read or written at a time.
+//!
+//! On an io_uring loop the same sockets are read by a multishot recvmsg each into the ring's
+//! datagram buffers ([`Udp::arm`], [`Udp::take`]) and the turn's datagrams go as one sendmsg
+//! request each ([`Udp::flush_to`]), all in the loop's one system call per turn; the counts
+//! then say how many datagrams each turn carried.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -15,6 +20,7 @@ use std::time::Instant;
 pub use crate::counts::{count_connection, QuicCounts};
 use crate::stack::Link;
 use qpslab_sys::udp::{self, Datagram, Outgoing, RecvBatch, SendBatch};
+use qpslab_sys::uring::{Completion, Failure, Received, Submit};
 
 /// Datagrams read per recvmmsg.
 const RECV_SLOTS: usize = 32;
@@ -41,6 +47,8 @@ pub struct Udp {
     peers: Vec<Option<SocketAddr>>,
     tx: Vec<u8>,
     max_datagrams: usize,
+    /// On a ring: datagrams were taken since the last flush.
+    took: bool,
     pub counts: QuicCounts,
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -84,6 +92,7 @@ impl Udp {
             out: Vec::with_capacity(64 * 1024),
             tx: Vec::with_capacity(GSO_MAX * 1500),
             max_datagrams: if gso { GSO_MAX } else { 1 },
+            took: false,
             counts: QuicCounts::default(),
             bytes_read: 0,
             bytes_written: 0,
@@ -137,6 +146,89 @@ impl Udp {
             self.counts.gro_reads += u64::from(n > 1);
         }
         self.got.len() == RECV_SLOTS
+    }
+
+    /// Arms a multishot receive on every socket (on a ring made with datagram buffers),
+    /// socket `i`'s with the token `tag << 8 | i`: the caller's tag tells its sockets apart
+    /// from other users of the ring, [`Udp::socket_of`] gives `i` back.
+    pub fn arm(&self, sub: &mut Submit<'_>, tag: u32) {
+        for (i, sock) in self.socks.iter().enumerate() {
+            sub.recv_datagrams(sock.as_raw_fd(), tag << 8 | i as u32);
+        }
+    }
+
+    /// The socket a receive's token names, and the caller's tag.
+    pub fn socket_of(token: u32) -> (usize, u32) {
+        ((token & 0xff) as usize, token >> 8)
+    }
+
+    /// A receive's completion on one of these sockets (see [`Udp::arm`]): calls `each` with every datagram (GRO
+    /// batches split) and arms the receive again if the kernel ended it (it found no buffer,
+    /// or the socket's queue overflowed). An error other than those is returned: the ring
+    /// cannot receive here.
+    pub fn take(
+        &mut self,
+        c: &Completion<'_>,
+        sub: &mut Submit<'_>,
+        each: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> io::Result<()> {
+        let (i, _) = Udp::socket_of(c.token);
+        if let Some(Received { from, data, segment, truncated: false }) = c.datagram {
+            self.took = true;
+            self.bytes_read += data.len() as u64;
+            let mut n = 0;
+            for seg in data.chunks(segment.max(1)) {
+                each(from, seg);
+                n += 1;
+            }
+            self.counts.datagrams_in += n;
+            self.counts.gro_reads += u64::from(n > 1);
+        }
+        match c.failure() {
+            Some(Failure::Cancelled) => return Ok(()),
+            Some(Failure::Other(e) | Failure::OutOfResources(e)) => return Err(e),
+            None | Some(Failure::NoBuffers | Failure::Retry) => {}
+        }
+        if !c.more && i < self.socks.len() {
+            sub.recv_datagrams(self.socks[i].as_raw_fd(), c.token);
+        }
+        Ok(())
+    }
+
+    /// A send's completion: its datagrams (the token's count, see [`Udp::flush_to`]) went,
+    /// or were dropped.
+    pub fn sent(&mut self, c: &Completion<'_>) {
+        let n = u64::from(c.token & 0xff);
+        if c.result >= 0 {
+            self.bytes_written += c.result as u64;
+            self.counts.datagrams_out += n;
+            self.counts.gso_sends += u64::from(n > 1);
+        } else {
+            self.counts.send_dropped += n;
+        }
+    }
+
+    /// Sends what the turn queued as one request per datagram (or GSO run), submitted with
+    /// the loop's next turn; a turn that read or sent datagrams counts as a call each way.
+    /// Each request's token is `tag << 8` and its count of datagrams.
+    pub fn flush_to(&mut self, sub: &mut Submit<'_>, tag: u32) {
+        self.counts.recv_calls += u64::from(std::mem::take(&mut self.took));
+        let mut any = false;
+        for i in 0..self.socks.len() {
+            let fd = self.socks[i].as_raw_fd();
+            for o in &self.queued[i] {
+                let to = if self.peers[i] == Some(o.to) { None } else { Some(o.to) };
+                let segment = o.segment.filter(|s| *s < o.len);
+                let n = segment.map_or(1, |s| o.len.div_ceil(s.max(1))).min(255);
+                let seg = segment.and_then(|s| u16::try_from(s).ok());
+                let token = tag << 8 | n as u32;
+                sub.send_datagram(fd, to, &self.out[o.at..o.at + o.len], seg, token);
+                any = true;
+            }
+            self.queued[i].clear();
+        }
+        self.counts.send_calls += u64::from(any);
+        self.out.clear();
     }
 
     /// Queues every datagram `conn` has ready for this turn's send, on socket `i`.

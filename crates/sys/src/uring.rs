@@ -35,6 +35,11 @@ pub enum Op {
     /// A descriptor became readable (a multishot poll: the loop reads it itself, e.g. a UDP
     /// socket read in batches with recvmmsg).
     Poll,
+    /// A datagram (or a GRO batch of them) received by a multishot recvmsg into the ring's
+    /// datagram buffers: [`Completion::datagram`].
+    Datagram,
+    /// A datagram (or a GSO batch) sent from a message this module owned until now.
+    SendTo,
     /// The loop's own wake-ups (a timeout, or a no-op for a turn that must not wait); never
     /// handed to the caller.
     Timer,
@@ -52,6 +57,8 @@ impl Op {
             Op::Timer => 7,
             Op::Connect => 8,
             Op::Poll => 9,
+            Op::Datagram => 10,
+            Op::SendTo => 11,
         }
     }
 
@@ -66,6 +73,8 @@ impl Op {
             7 => Op::Timer,
             8 => Op::Connect,
             9 => Op::Poll,
+            10 => Op::Datagram,
+            11 => Op::SendTo,
             _ => return None,
         })
     }
@@ -90,6 +99,21 @@ pub struct Completion<'a> {
     pub sent: Option<(Vec<u8>, usize)>,
     /// An accepted connection (a successful accept).
     pub sock: Option<Sock>,
+    /// A received datagram (see [`Op::Datagram`]).
+    pub datagram: Option<Received<'a>>,
+}
+
+/// A datagram a multishot recvmsg received: its sender, its bytes (lent for the callback),
+/// and, when the kernel coalesced several of one flow (GRO), each one's size.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    pub from: std::net::SocketAddr,
+    pub data: &'a [u8],
+    /// The size of each coalesced datagram (the last may be shorter); the length when the
+    /// kernel did not coalesce.
+    pub segment: usize,
+    /// It did not fit its buffer (cut short: the caller should drop it).
+    pub truncated: bool,
 }
 
 /// A socket as the ring names it: a descriptor, or a slot of the ring's table of registered
@@ -163,7 +187,7 @@ impl Completion<'_> {
         let errno = self.result.checked_neg().filter(|e| *e > 0)?;
         Some(match errno {
             libc::ECANCELED => Failure::Cancelled,
-            libc::ENOBUFS if self.op == Op::Recv => Failure::NoBuffers,
+            libc::ENOBUFS if matches!(self.op, Op::Recv | Op::Datagram) => Failure::NoBuffers,
             libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
                 Failure::OutOfResources(io::Error::from_raw_os_error(errno))
             }
@@ -272,7 +296,18 @@ pub struct RingOptions {
     /// sockets are then plain descriptors). Without the room for the table (it may not exceed
     /// RLIMIT_NOFILE) the ring works without one: see [`Uring::direct`].
     pub direct: u32,
+    /// Buffers for received datagrams (a power of two; 0: none, the ring receives no
+    /// datagrams), each [`DATAGRAM_BUFFER`] bytes (a whole GRO batch with its sender and
+    /// control message), provided as they are needed as the receive buffers are.
+    pub datagrams: u16,
 }
+
+/// The size of a datagram buffer: the kernel's header, the sender's address, the control
+/// message, and a GRO batch of up to 64 KiB.
+pub const DATAGRAM_BUFFER: usize = 65536 + 256;
+
+/// Control-message room of a received datagram (GRO's segment size, an `int`).
+const DATAGRAM_CONTROL: usize = 32;
 
 /// The kernel's largest completion queue (IORING_MAX_CQ_ENTRIES): 1 MiB of entries.
 pub const MAX_COMPLETIONS: u32 = 65536;
@@ -290,12 +325,15 @@ impl Default for RingOptions {
             start_buffers: 0,
             sqpoll: false,
             direct: 0,
+            datagrams: 0,
         }
     }
 }
 
 /// The buffer group of the provided receive buffers.
 const GROUP: u16 = 0;
+/// The buffer group of the datagram buffers.
+const DATAGRAM_GROUP: u16 = 1;
 
 /// An anonymous, page-aligned memory mapping, unmapped on drop.
 #[derive(Debug)]
@@ -425,6 +463,8 @@ enum Held {
     ),
     /// A connect's address.
     Addr(Box<SockAddr>),
+    /// A datagram's message: header, address, control message and bytes.
+    Msg(Box<OutMsg>),
     /// A timeout's duration (with a polling thread the kernel reads it after the enter).
     Time(
         #[allow(dead_code, reason = "held only to keep the timespec alive until the completion")]
@@ -450,6 +490,85 @@ struct Sends {
         reason = "the boxes move into requests, whose pointers must not move"
     )]
     times: Vec<Box<Timespec>>,
+    /// Messages of sent datagrams, reused (no allocation per datagram once warm).
+    #[allow(
+        clippy::vec_box,
+        reason = "the boxes move into requests, whose pointers must not move"
+    )]
+    msgs: Vec<Box<OutMsg>>,
+}
+
+/// A datagram being sent: the message header points into the same box (its address, its
+/// one iovec over `bytes`, its GSO control message), which does not move until the
+/// completion.
+struct OutMsg {
+    hdr: libc::msghdr,
+    iov: libc::iovec,
+    name: SockAddr,
+    control: [u64; 4],
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for OutMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OutMsg({} bytes)", self.bytes.len())
+    }
+}
+
+impl OutMsg {
+    fn new() -> Box<OutMsg> {
+        Box::new(OutMsg {
+            // SAFETY: all-zero is a valid msghdr and iovec (null pointers, zero lengths).
+            hdr: unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            iov: unsafe { std::mem::zeroed() },
+            name: SockAddr::from(std::net::SocketAddr::from(([0; 4], 0))),
+            control: [0; 4],
+            bytes: Vec::new(),
+        })
+    }
+
+    /// Points the header at this box's fields: `bytes`, the address unless `to` is None
+    /// (a connected socket's peer), and a UDP_SEGMENT control message with `segment`.
+    fn aim(&mut self, to: Option<std::net::SocketAddr>, segment: Option<u16>) {
+        self.iov =
+            libc::iovec { iov_base: self.bytes.as_mut_ptr().cast(), iov_len: self.bytes.len() };
+        self.hdr.msg_iov = &mut self.iov;
+        self.hdr.msg_iovlen = 1;
+        self.hdr.msg_flags = 0;
+        match to {
+            Some(to) => {
+                self.name = SockAddr::from(to);
+                self.hdr.msg_name = self.name.as_ptr().cast_mut().cast();
+                self.hdr.msg_namelen = self.name.len();
+            }
+            None => {
+                self.hdr.msg_name = std::ptr::null_mut();
+                self.hdr.msg_namelen = 0;
+            }
+        }
+        match segment {
+            Some(seg) => {
+                self.hdr.msg_control = self.control.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is arithmetic.
+                self.hdr.msg_controllen =
+                    unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+                // SAFETY: the control room (32 bytes, aligned as u64) holds CMSG_SPACE(2);
+                // CMSG_FIRSTHDR is non-null for a non-empty control buffer.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(&self.hdr);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+                }
+            }
+            None => {
+                self.hdr.msg_control = std::ptr::null_mut();
+                self.hdr.msg_controllen = 0;
+            }
+        }
+    }
 }
 
 impl Sends {
@@ -488,6 +607,10 @@ impl Sends {
                 self.addrs.push(b);
                 None
             }
+            Held::Msg(b) => {
+                self.msgs.push(b);
+                None
+            }
         }
     }
 }
@@ -496,6 +619,10 @@ impl Sends {
 pub struct Uring {
     ring: IoUring,
     bufs: BufRing,
+    /// The datagram buffers, if the ring receives datagrams, and the message header its
+    /// receives are made from (only its name and control lengths are read).
+    dgrams: Option<BufRing>,
+    recv_hdr: Box<libc::msghdr>,
     sends: Sends,
     /// The wake-up armed in the ring: its number and when it fires. A turn waits for a
     /// completion with a timeout request in the ring rather than the enter's own timeout
@@ -549,12 +676,33 @@ impl Uring {
                 0,
             )?;
         }
+        let dgrams = if o.datagrams == 0 {
+            None
+        } else {
+            let d = BufRing::new(o.datagrams, DATAGRAM_BUFFER, 16.min(o.datagrams))?;
+            // SAFETY: as above: the mapping lives in `dgrams`, dropped after the ring.
+            unsafe {
+                ring.submitter().register_buf_ring_with_flags(
+                    d.entries.ptr as u64,
+                    o.datagrams,
+                    DATAGRAM_GROUP,
+                    0,
+                )?;
+            }
+            Some(d)
+        };
+        // SAFETY: all-zero is a valid msghdr.
+        let mut recv_hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        recv_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in6>() as u32;
+        recv_hdr.msg_controllen = DATAGRAM_CONTROL;
         // A table the limit refuses (EMFILE) leaves accepted sockets as plain descriptors.
         let direct = o.direct > 0 && ring.submitter().register_files_sparse(o.direct).is_ok();
         let min_wait = ring.params().is_feature_min_timeout();
         Ok(Uring {
             ring,
             bufs,
+            dgrams,
+            recv_hdr,
             sends: Sends::default(),
             timer: None,
             timers: 0,
@@ -588,8 +736,13 @@ impl Uring {
     /// Queues requests outside a turn (they are submitted by the next turn).
     pub fn queue(&mut self, f: impl FnOnce(&mut Submit<'_>)) {
         let (submitter, sq, _) = self.ring.split();
-        let mut submit =
-            Submit { sq, submitter: &submitter, sends: &mut self.sends, direct: self.direct };
+        let mut submit = Submit {
+            sq,
+            submitter: &submitter,
+            sends: &mut self.sends,
+            direct: self.direct,
+            recv_hdr: &*self.recv_hdr,
+        };
         f(&mut submit);
         submit.sq.sync();
     }
@@ -601,16 +754,29 @@ impl Uring {
         timeout: Duration,
         f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
-        let Uring { ring, bufs, sends, timer, timers, direct, batch, min_wait, entered } = self;
+        let Uring {
+            ring,
+            bufs,
+            dgrams,
+            recv_hdr,
+            sends,
+            timer,
+            timers,
+            direct,
+            batch,
+            min_wait,
+            entered,
+        } = self;
         let (submitter, sq, mut cq) = ring.split();
-        let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
+        let mut submit =
+            Submit { sq, submitter: &submitter, sends, direct: *direct, recv_hdr: &**recv_hdr };
         let now = Instant::now();
         arm(&mut submit, timer, timers, now, timeout);
         submit.sq.sync();
         enter(&submitter, *batch, min_wait, None)?;
         *entered = now.elapsed();
         cq.sync();
-        drain(&mut cq, bufs, timer, &mut submit, f);
+        drain(&mut cq, (bufs, dgrams.as_mut()), timer, &mut submit, f);
         submit.sq.sync();
         Ok(())
     }
@@ -627,16 +793,29 @@ impl Uring {
         if !self.min_wait {
             return self.turn(timeout, f);
         }
-        let Uring { ring, bufs, sends, timer, direct, batch, min_wait, entered, .. } = self;
+        let Uring {
+            ring,
+            bufs,
+            dgrams,
+            recv_hdr,
+            sends,
+            timer,
+            direct,
+            batch,
+            min_wait,
+            entered,
+            ..
+        } = self;
         let (submitter, sq, mut cq) = ring.split();
-        let mut submit = Submit { sq, submitter: &submitter, sends, direct: *direct };
+        let mut submit =
+            Submit { sq, submitter: &submitter, sends, direct: *direct, recv_hdr: &**recv_hdr };
         let now = Instant::now();
         submit.sq.sync();
         let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
         enter(&submitter, *batch, min_wait, Some(&ts))?;
         *entered = now.elapsed();
         cq.sync();
-        drain(&mut cq, bufs, timer, &mut submit, f);
+        drain(&mut cq, (bufs, dgrams.as_mut()), timer, &mut submit, f);
         submit.sq.sync();
         Ok(())
     }
@@ -723,13 +902,14 @@ fn enter(
 /// back to the ring after their completion, and it grows when a receive found none.
 fn drain(
     cq: &mut io_uring::CompletionQueue<'_>,
-    bufs: &mut BufRing,
+    (bufs, mut dgrams): (&mut BufRing, Option<&mut BufRing>),
     timer: &mut Option<(u32, Instant)>,
     submit: &mut Submit<'_>,
     mut f: impl FnMut(Completion<'_>, &mut Submit<'_>),
 ) {
     let mut gave_back = false;
     let mut starved = false;
+    let (mut dgram_back, mut dgram_starved) = (false, false);
     for cqe in cq {
         let ud = cqe.user_data();
         let Some(op) = Op::of(ud >> 60) else { continue };
@@ -750,8 +930,17 @@ fn drain(
             (Op::Recv, Some(b)) if result > 0 => bufs.bytes(b, result as usize),
             _ => &[],
         };
-        let sent =
-            if matches!(op, Op::Send | Op::Connect) { submit.sends.release(slot) } else { None };
+        let datagram = match (op, bid, dgrams.as_deref()) {
+            (Op::Datagram, Some(b), Some(d)) if result > 0 => {
+                received(d.bytes(b, result as usize), submit.recv_hdr)
+            }
+            _ => None,
+        };
+        let sent = if matches!(op, Op::Send | Op::Connect | Op::SendTo) {
+            submit.sends.release(slot)
+        } else {
+            None
+        };
         let sock = (op == Op::Accept && result >= 0).then(|| {
             if submit.direct {
                 Sock::Direct(result as u32)
@@ -762,11 +951,19 @@ fn drain(
             }
         });
         starved |= op == Op::Recv && result == -libc::ENOBUFS;
+        dgram_starved |= op == Op::Datagram && result == -libc::ENOBUFS;
         let more = cqueue::more(flags);
-        f(Completion { op, token: ud as u32, result, more, data, sent, sock }, submit);
-        if let Some(b) = bid {
-            bufs.give_back(b);
-            gave_back = true;
+        f(Completion { op, token: ud as u32, result, more, data, sent, sock, datagram }, submit);
+        match (op, bid, dgrams.as_deref_mut()) {
+            (Op::Datagram, Some(b), Some(d)) => {
+                d.give_back(b);
+                dgram_back = true;
+            }
+            (_, Some(b), _) => {
+                bufs.give_back(b);
+                gave_back = true;
+            }
+            _ => {}
         }
     }
     if starved {
@@ -775,6 +972,59 @@ fn drain(
     if gave_back {
         bufs.publish();
     }
+    if let Some(d) = dgrams {
+        if dgram_starved {
+            dgram_back |= d.grow();
+        }
+        if dgram_back {
+            d.publish();
+        }
+    }
+}
+
+/// A datagram buffer's contents, as the kernel laid them out for a multishot recvmsg made
+/// from `hdr`: its header, the sender's address, the control messages, the bytes.
+fn received<'a>(buf: &'a [u8], hdr: *const libc::msghdr) -> Option<Received<'a>> {
+    // SAFETY: the ring's own header, alive as long as the ring.
+    let hdr = unsafe { &*hdr };
+    let out = io_uring::types::RecvMsgOut::parse(buf, hdr).ok()?;
+    let name = out.name_data();
+    // SAFETY: all-zero is a valid sockaddr_storage; the kernel's address is copied into it
+    // (at most its size), and its length says how much of it is the address.
+    let from = unsafe {
+        let mut storage: libc::sockaddr_storage = std::mem::zeroed();
+        let n = name.len().min(std::mem::size_of::<libc::sockaddr_storage>());
+        std::ptr::copy_nonoverlapping(name.as_ptr(), (&raw mut storage).cast::<u8>(), n);
+        SockAddr::new(storage, n as libc::socklen_t).as_socket()?
+    };
+    // The payload is a slice of `buf` (borrowed here from `out`): taken again from `buf`.
+    let payload = out.payload_data();
+    let at = (payload.as_ptr() as usize).checked_sub(buf.as_ptr() as usize)?;
+    let data = buf.get(at..at + payload.len())?;
+    let mut segment = data.len();
+    let control = out.control_data();
+    // Walks the control messages by their own lengths (cmsghdr, then the data, aligned).
+    let mut at = 0;
+    let head = std::mem::size_of::<libc::cmsghdr>();
+    while at + head <= control.len() {
+        // SAFETY: `head` bytes from `at` are inside `control`; read unaligned (bytes).
+        let c: libc::cmsghdr = unsafe { std::ptr::read_unaligned(control[at..].as_ptr().cast()) };
+        let len = c.cmsg_len as usize;
+        if len < head || at + len > control.len() {
+            break;
+        }
+        if c.cmsg_level == libc::SOL_UDP && c.cmsg_type == libc::UDP_GRO && len >= head + 4 {
+            let v = i32::from_ne_bytes(control[at + head..at + head + 4].try_into().ok()?);
+            segment = usize::try_from(v).unwrap_or(segment).max(1);
+        }
+        at += (len + 7) & !7;
+    }
+    Some(Received {
+        from,
+        data,
+        segment,
+        truncated: out.is_payload_truncated() || out.is_name_data_truncated(),
+    })
 }
 
 /// Queues requests during a turn (submitted at the next turn's enter, or at once when the
@@ -784,6 +1034,7 @@ pub struct Submit<'a> {
     submitter: &'a io_uring::Submitter<'a>,
     sends: &'a mut Sends,
     direct: bool,
+    recv_hdr: *const libc::msghdr,
 }
 
 impl std::fmt::Debug for Submit<'_> {
@@ -861,6 +1112,46 @@ impl Submit<'_> {
             .user_data(user_data(Op::Send, slot, token));
         // SAFETY: the buffer stays in `sends`, unmodified, until this request's completion
         // takes it out.
+        unsafe { self.push(&e) }
+    }
+
+    /// Receives datagrams on `fd` into the ring's datagram buffers until cancelled or an error
+    /// ends it (then `more` is false; a receive that found no buffer ends it too, and the
+    /// caller arms it again: the datagram waits in the socket). The ring must have been made
+    /// with [`RingOptions::datagrams`].
+    pub fn recv_datagrams(&mut self, fd: RawFd, token: u32) {
+        let e = opcode::RecvMsgMulti::new(types::Fd(fd), self.recv_hdr, DATAGRAM_GROUP)
+            .build()
+            .user_data(user_data(Op::Datagram, 0, token));
+        // SAFETY: the header is the ring's (it lives as long as the ring), the buffers are
+        // the registered group's.
+        unsafe { self.push(&e) }
+    }
+
+    /// Sends `bytes` on the UDP socket `fd` as one datagram, or with `segment` as datagrams
+    /// of that size (GSO), to `to` (None: the socket's connected peer). The bytes are copied
+    /// into a message this module keeps until the completion.
+    pub fn send_datagram(
+        &mut self,
+        fd: RawFd,
+        to: Option<std::net::SocketAddr>,
+        bytes: &[u8],
+        segment: Option<u16>,
+        token: u32,
+    ) {
+        let mut m = self.sends.msgs.pop().unwrap_or_else(OutMsg::new);
+        m.bytes.clear();
+        m.bytes.extend_from_slice(bytes);
+        m.aim(to, segment);
+        let ptr: *const libc::msghdr = &m.hdr;
+        let slot = self.sends.insert(Held::Msg(m));
+        let e = opcode::SendMsg::new(types::Fd(fd), ptr).build().user_data(user_data(
+            Op::SendTo,
+            slot,
+            token,
+        ));
+        // SAFETY: the boxed message (header, iovec, address, control, bytes) stays in the
+        // slab, unmoved and unmodified, until this request's completion.
         unsafe { self.push(&e) }
     }
 
@@ -976,6 +1267,8 @@ fn try_ring() -> Result<(), String> {
         ("accept", opcode::AcceptMulti::CODE),
         ("recv", opcode::RecvMulti::CODE),
         ("send", opcode::Send::CODE),
+        ("recvmsg", opcode::RecvMsgMulti::CODE),
+        ("sendmsg", opcode::SendMsg::CODE),
         ("async cancel", opcode::AsyncCancel::CODE),
         ("close", opcode::Close::CODE),
         ("shutdown", opcode::Shutdown::CODE),
@@ -1145,6 +1438,56 @@ mod tests {
 
     /// A ring that starts with one provided buffer: a receive larger than it runs out, the
     /// ring provides more (twice as many each time) and the rest of the data arrives intact.
+    #[test]
+    fn datagrams_go_and_come_back_with_their_sender_and_gso_segments() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gro = crate::udp::enable_gro(&rx);
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let o = RingOptions { entries: 16, datagrams: 4, ..RingOptions::default() };
+        let mut ring = Uring::new(&o).unwrap();
+        ring.queue(|sub| {
+            sub.recv_datagrams(rx.as_raw_fd(), 7);
+            // Three datagrams of 1,200 bytes and one of 100 in one GSO send, to the
+            // connected peer; then one named datagram.
+            let run: Vec<u8> = (0..3700u32).map(|i| i as u8).collect();
+            sub.send_datagram(tx.as_raw_fd(), None, &run, Some(1200), 4);
+            sub.send_datagram(tx.as_raw_fd(), rx.local_addr().ok(), b"alone", None, 1);
+        });
+        let (mut got, mut sent, mut rounds) = (Vec::new(), Vec::new(), 0);
+        while (got.iter().map(|(n, _): &(usize, usize)| n).sum::<usize>() < 3705 || sent.len() < 2)
+            && rounds < 100
+        {
+            rounds += 1;
+            ring.turn(Duration::from_millis(20), |c, sub| match c.op {
+                Op::Datagram => {
+                    assert_eq!(c.token, 7);
+                    let d = c.datagram.expect("a datagram");
+                    assert_eq!(d.from, tx.local_addr().unwrap());
+                    assert!(!d.truncated);
+                    got.push((d.data.len(), d.segment));
+                    if !c.more {
+                        sub.recv_datagrams(rx.as_raw_fd(), 7);
+                    }
+                }
+                Op::SendTo => sent.push((c.token, c.result)),
+                _ => {}
+            })
+            .unwrap();
+        }
+        sent.sort_unstable();
+        assert_eq!(sent, [(1, 5), (4, 3700)]);
+        let total: usize = got.iter().map(|(n, _)| n).sum();
+        assert_eq!(total, 3705, "{got:?}");
+        // Each read is one datagram, or (GRO) a batch of 1,200-byte ones.
+        for (n, seg) in &got {
+            assert!(*n == 5 || *seg == 1200 || *n == 100, "{got:?}");
+        }
+        if gro {
+            assert!(got.iter().any(|(n, seg)| *n > *seg), "no GRO batch: {got:?}");
+        }
+    }
+
     #[test]
     fn a_receive_that_finds_no_buffer_makes_the_ring_provide_more() {
         probe().unwrap();

@@ -465,15 +465,19 @@ fn http3_over_a_lossy_path_counts_every_request_exactly() {
     let body = "b".repeat(50_000);
     let mut answered = 0;
     let mut lost = 0;
-    for quic in ["own", "quinn"] {
+    // Each QUIC client; the own one on both loops (io_uring: receives and sends as ring
+    // requests).
+    for (quic, io) in [("own", "epoll"), ("quinn", "epoll"), ("own", "uring")] {
         let get = ["-c", "4", "--streams", "8", "-n", "2000"];
         let post = ["-c", "2", "--streams", "4", "-n", "100", "-m", "POST", "--body", &body];
         for (what, args) in [("GET", &get[..]), ("POST", &post[..])] {
             let load = [&["load", "--h3", "-k", "--json", "-t", "1", "--quic", quic][..], args];
-            let out = ns.exec(&[&load.concat()[..], &[&url]].concat());
+            let load = [&load.concat()[..], &["--io", io]].concat();
+            let out = ns.exec(&[&load[..], &[&url]].concat());
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(0), "{quic} {what}: {err}");
+            assert_eq!(out.status.code(), Some(0), "{quic} {io} {what}: {err}");
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["config"]["io"], io, "{quic} {what}");
             let n = if what == "GET" { 2000 } else { 100 };
             assert_eq!(v["requests"]["ok"], n, "{quic} {what}: {}", v["error_examples"]);
             assert_eq!(v["requests"]["failed"], 0, "{quic} {what}: {}", v["error_examples"]);

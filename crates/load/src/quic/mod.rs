@@ -27,6 +27,7 @@ use qpslab_quic::udp::{Udp, MAX_SOCKETS};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
 use qpslab_sys::thread::CpuTime;
+use qpslab_sys::uring::{Engine, Op, RingOptions, Uring};
 
 use crate::pacer::{Pacer, Schedule};
 use crate::session::h3::{ConnError, Http3};
@@ -103,18 +104,27 @@ enum Owner {
     Closing,
 }
 
+/// What a thread waits on: epoll, then it reads and sends with recvmmsg and sendmmsg; or a
+/// ring, whose one system call per turn submits the turn's sends and takes what came.
+enum Io {
+    Epoll(Epoll),
+    Ring(Box<Uring>),
+}
+
 struct Thread<'a, S: Stack> {
     shared: &'a Shared<'a>,
     progress: &'a ThreadProgress,
     send_interval: &'a dyn Fn(u32, Histogram<u64>),
     udp: Udp,
-    epoll: Epoll,
+    io: Io,
     /// Connections to drive this turn: datagrams came, a timer fired, a retry is due.
     ready: Vec<usize>,
     /// Where received datagrams are copied for the stack (see [`Thread::receive`]), and the
     /// datagrams routed to their connections, kept for the next turn.
     rx: BytesMut,
     events: Vec<(usize, S::Input)>,
+    /// Stateless answers to send, by socket.
+    stateless: Vec<(usize, SocketAddr, Vec<u8>)>,
     stack: S,
     conns: Vec<QConn<S::Link>>,
     owners: Vec<Owner>,
@@ -194,12 +204,7 @@ impl<'a, S: Stack> Thread<'a, S> {
                 cfg.source.map_or(any, |r| r.pick(index, cfg.threads, first_conn as u64, i as u64))
             })
             .collect();
-        let udp = Udp::bind(&locals)?;
-        let epoll = Epoll::new()?;
-        for i in 0..udp.len() {
-            epoll.add(udp.fd(i), i as u64, epoll::IN)?;
-        }
-        let mut udp = udp;
+        let mut udp = Udp::bind(&locals)?;
         let socks = udp.len();
         // A socket whose connections all go to one server is connected to it (as shb's are):
         // the kernel keeps the route instead of finding it for every datagram.
@@ -213,6 +218,24 @@ impl<'a, S: Stack> Thread<'a, S> {
                 let _ = udp.connect(sock, first);
             }
         }
+        let io = if cfg.io == Engine::Uring {
+            let o = RingOptions {
+                entries: 1024,
+                buffers: 2,
+                buffer_size: 64,
+                datagrams: 256,
+                ..RingOptions::default()
+            };
+            let mut ring = Box::new(Uring::new(&o)?);
+            ring.queue(|sub| udp.arm(sub, 0));
+            Io::Ring(ring)
+        } else {
+            let epoll = Epoll::new()?;
+            for i in 0..udp.len() {
+                epoll.add(udp.fd(i), i as u64, epoll::IN)?;
+            }
+            Io::Epoll(epoll)
+        };
         let conns = (0..cfg.connections_of(index))
             .map(|i| QConn {
                 sock: i % socks,
@@ -237,10 +260,11 @@ impl<'a, S: Stack> Thread<'a, S> {
             progress,
             send_interval,
             udp,
-            epoll,
+            io,
             ready: Vec::new(),
             rx: BytesMut::with_capacity(RX_ARENA),
             events: Vec::new(),
+            stateless: Vec::new(),
             stack,
             conns,
             owners: Vec::new(),
@@ -420,13 +444,51 @@ impl<'a, S: Stack> Thread<'a, S> {
                 wake = wake.min(t);
             }
         }
-        // Which sockets have datagrams (without waiting when something is due now).
-        let mut events = [epoll::Event { events: 0, u64: 0 }; MAX_SOCKETS];
-        let n = self.epoll.wait_for(&mut events, wake.saturating_duration_since(Instant::now()))?;
-        self.readable.clear();
-        self.readable.extend(events[..n].iter().map(|e| e.u64 as usize));
-        let now = Instant::now();
-        self.receive(now);
+        let timeout = wake.saturating_duration_since(Instant::now());
+        let now = match &mut self.io {
+            Io::Epoll(epoll) => {
+                // Which sockets have datagrams (without waiting when something is due now).
+                let mut events = [epoll::Event { events: 0, u64: 0 }; MAX_SOCKETS];
+                let n = epoll.wait_for(&mut events, timeout)?;
+                self.readable.clear();
+                self.readable.extend(events[..n].iter().map(|e| e.u64 as usize));
+                let now = Instant::now();
+                self.receive(now);
+                now
+            }
+            Io::Ring(ring) => {
+                // The previous turn's sends go, what came is routed as it is taken.
+                let mut now = None;
+                let mut failed = None;
+                let (udp, stack, rx) = (&mut self.udp, &mut self.stack, &mut self.rx);
+                let (events, answers) = (&mut self.events, &mut self.stateless);
+                ring.turn(timeout, |c, sub| {
+                    let now = *now.get_or_insert_with(Instant::now);
+                    match c.op {
+                        Op::Datagram => {
+                            let (sock, _) = Udp::socket_of(c.token);
+                            let r = udp.take(&c, sub, &mut |from, data| {
+                                route(stack, rx, events, answers, now, sock, from, data);
+                            });
+                            if let Err(e) = r {
+                                failed.get_or_insert(e);
+                            }
+                        }
+                        Op::SendTo => udp.sent(&c),
+                        _ => {}
+                    }
+                })?;
+                if let Some(e) = failed {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("io_uring cannot receive datagrams here ({e}): use --io epoll"),
+                    ));
+                }
+                let now = now.unwrap_or_else(Instant::now);
+                self.deliver(now);
+                now
+            }
+        };
         for idx in 0..self.conns.len() {
             let c = &self.conns[idx];
             if c.timer.or(c.retry_at).is_some_and(|t| t <= now) {
@@ -441,8 +503,19 @@ impl<'a, S: Stack> Thread<'a, S> {
         ready.clear();
         self.ready = ready;
         self.drive_closing(now);
-        self.udp.flush();
+        self.flush();
         Ok(())
+    }
+
+    /// Sends what the turn queued: at once on epoll, with the next turn's enter on a ring.
+    fn flush(&mut self) {
+        match &mut self.io {
+            Io::Epoll(_) => self.udp.flush(),
+            Io::Ring(ring) => {
+                let udp = &mut self.udp;
+                ring.queue(|sub| udp.flush_to(sub, 0));
+            }
+        }
     }
 
     /// Puts connection `idx` on the turn's ready list.
@@ -464,57 +537,51 @@ impl<'a, S: Stack> Thread<'a, S> {
 
     /// Reads socket `sock`'s datagrams, a few batches at most.
     fn receive_on(&mut self, sock: usize, now: Instant) {
-        let mut events = std::mem::take(&mut self.events);
-        let mut answers = Vec::new();
         for _ in 0..RECV_BATCHES {
-            let stack = &mut self.stack;
-            let rx = &mut self.rx;
+            let (stack, rx) = (&mut self.stack, &mut self.rx);
+            let (events, answers) = (&mut self.events, &mut self.stateless);
             let more = self.udp.read(sock, &mut |from, data| {
-                let mut scratch = Vec::new();
-                // Datagrams share one allocation until every piece of it was read: quinn-proto
-                // keeps a packet's stream data as slices of it.
-                rx.extend_from_slice(data);
-                let data = rx.split();
-                match stack.route(now, from, data, &mut scratch) {
-                    Routed::To(h, input) => events.push((h, input)),
-                    Routed::Answer(to, len) => {
-                        scratch.truncate(len);
-                        answers.push((to, scratch));
-                    }
-                    Routed::None => {}
-                }
+                route(stack, rx, events, answers, now, sock, from, data);
             });
-            for (h, ev) in events.drain(..) {
-                match self.owner(h) {
-                    Owner::Conn(idx) => {
-                        let qc = &mut self.conns[idx];
-                        if let Some(c) = qc.conn.as_mut() {
-                            // The server's certificate, if it is checked, is checked in here.
-                            let checked = crate::tls::certificates_checked();
-                            let tickets = crate::tls::tickets_received();
-                            S::deliver(c, ev, now);
-                            qc.cert_checked |= crate::tls::certificates_checked() != checked;
-                            qc.ticket_came |= crate::tls::tickets_received() != tickets;
-                            self.mark(idx);
-                        }
-                    }
-                    Owner::Closing => {
-                        if let Some((_, c, _)) = self.closing.iter_mut().find(|(x, ..)| *x == h) {
-                            S::deliver(c, ev, now);
-                        }
-                    }
-                    Owner::None => {}
-                }
-            }
-            for (to, data) in answers.drain(..) {
-                self.udp.scratch().extend_from_slice(&data);
-                self.udp.queue_scratch(sock, to, data.len());
-            }
+            self.deliver(now);
             if !more {
                 break;
             }
         }
+    }
+
+    /// Hands the routed datagrams to their connections, and queues the stateless answers.
+    fn deliver(&mut self, now: Instant) {
+        let mut events = std::mem::take(&mut self.events);
+        for (h, ev) in events.drain(..) {
+            match self.owner(h) {
+                Owner::Conn(idx) => {
+                    let qc = &mut self.conns[idx];
+                    if let Some(c) = qc.conn.as_mut() {
+                        // The server's certificate, if it is checked, is checked in here.
+                        let checked = crate::tls::certificates_checked();
+                        let tickets = crate::tls::tickets_received();
+                        S::deliver(c, ev, now);
+                        qc.cert_checked |= crate::tls::certificates_checked() != checked;
+                        qc.ticket_came |= crate::tls::tickets_received() != tickets;
+                        self.mark(idx);
+                    }
+                }
+                Owner::Closing => {
+                    if let Some((_, c, _)) = self.closing.iter_mut().find(|(x, ..)| *x == h) {
+                        S::deliver(c, ev, now);
+                    }
+                }
+                Owner::None => {}
+            }
+        }
         self.events = events;
+        let mut stateless = std::mem::take(&mut self.stateless);
+        for (sock, to, data) in stateless.drain(..) {
+            self.udp.scratch().extend_from_slice(&data);
+            self.udp.queue_scratch(sock, to, data.len());
+        }
+        self.stateless = stateless;
     }
 
     fn owner(&self, h: usize) -> Owner {
@@ -1111,6 +1178,16 @@ impl<'a, S: Stack> Thread<'a, S> {
         while !self.closing.is_empty() && Instant::now() < end {
             let _ = self.turn(end.min(Instant::now() + Duration::from_millis(5)));
         }
+        self.flush();
+        if let Io::Ring(ring) = &mut self.io {
+            // The last sends (the closes) are submitted, and the completions that came taken.
+            let udp = &mut self.udp;
+            let _ = ring.turn(Duration::ZERO, |c, _| {
+                if c.op == Op::SendTo {
+                    udp.sent(&c);
+                }
+            });
+        }
         self.rec.bytes_read = self.udp.bytes_read;
         self.rec.bytes_written = self.udp.bytes_written;
         self.rec.quic = Some(self.udp.counts);
@@ -1140,4 +1217,32 @@ fn reason_text(reason: &str) -> String {
         return String::new();
     }
     format!(": {reason}")
+}
+
+/// A datagram `sock` received from `from`, routed by the stack: an input for a connection
+/// (delivered by [`Thread::deliver`]), or a stateless answer to send back.
+#[allow(clippy::too_many_arguments, reason = "the thread's fields a read borrows apart")]
+fn route<S: Stack>(
+    stack: &mut S,
+    rx: &mut BytesMut,
+    events: &mut Vec<(usize, S::Input)>,
+    answers: &mut Vec<(usize, SocketAddr, Vec<u8>)>,
+    now: Instant,
+    sock: usize,
+    from: SocketAddr,
+    data: &[u8],
+) {
+    let mut scratch = Vec::new();
+    // Datagrams share one allocation until every piece of it was read: quinn-proto keeps a
+    // packet's stream data as slices of it.
+    rx.extend_from_slice(data);
+    let data = rx.split();
+    match stack.route(now, from, data, &mut scratch) {
+        Routed::To(h, input) => events.push((h, input)),
+        Routed::Answer(to, len) => {
+            scratch.truncate(len);
+            answers.push((sock, to, scratch));
+        }
+        Routed::None => {}
+    }
 }

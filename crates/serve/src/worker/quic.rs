@@ -2,8 +2,10 @@
 //! kernel keeps each client's datagrams on one worker) and a quinn-proto endpoint over it,
 //! driven from the worker's own loop: datagrams read in batches (recvmmsg, GRO), each to its
 //! connection, only the connections a datagram or timer concerns driven, and the turn's
-//! datagrams of every connection sent together (sendmmsg, GSO). Each connection's HTTP/3 is
-//! [`H3`].
+//! datagrams of every connection sent together (sendmmsg, GSO). On the io_uring loop the
+//! socket is read by a multishot recvmsg into the ring's datagram buffers and the turn's
+//! datagrams go as ring requests, in the loop's one system call per turn. Each connection's
+//! HTTP/3 is [`H3`].
 //!
 //! Against abuse: connections beyond `--max-conns` are refused (CONNECTION_REFUSED); while
 //! `--h3-retry` handshakes (256 by default) are under way, a client whose address is not yet
@@ -21,6 +23,7 @@ use bytes::BytesMut;
 use qpslab_http::h3::frame::code;
 use qpslab_quic::peer::ConnError;
 use qpslab_quic::udp::{count_connection, QuicCounts, Udp};
+use qpslab_sys::uring::{Completion, Op, Submit};
 use quinn_proto::{
     Connection, ConnectionError, ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint,
     EndpointConfig, Event, ServerConfig, VarInt,
@@ -61,9 +64,10 @@ pub(crate) struct Quic {
     pub open: usize,
     handshaking: usize,
     draining: bool,
-    /// The last read stopped at its batch limit with datagrams left: a loop told of
-    /// readiness by edges (io_uring's poll) reads again without waiting for the next.
-    pub backlog: bool,
+    /// On a ring: this endpoint's tag in its requests' tokens, and what stopped its
+    /// receives (the worker stops with it).
+    ring: Option<u32>,
+    pub failed: Option<io::Error>,
 }
 
 impl Quic {
@@ -80,8 +84,48 @@ impl Quic {
             open: 0,
             handshaking: 0,
             draining: false,
-            backlog: false,
+            ring: None,
+            failed: None,
         })
+    }
+
+    /// Moves this endpoint onto a ring (made with datagram buffers): its socket's receive is
+    /// armed with `tag`, and its sends wait for [`Quic::flush_to`].
+    pub(super) fn arm(&mut self, sub: &mut Submit<'_>, tag: u32) {
+        self.ring = Some(tag);
+        self.udp.arm(sub, tag);
+    }
+
+    /// A ring completion of this endpoint's: datagrams received (each to its connection), or
+    /// a send done.
+    pub(super) fn on_completion(
+        &mut self,
+        c: &Completion<'_>,
+        sub: &mut Submit<'_>,
+        sh: &mut Shared<'_>,
+        now: Instant,
+    ) {
+        if c.op == Op::SendTo {
+            self.udp.sent(c);
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        let mut incoming = Vec::new();
+        let (endpoint, rx, answers) = (&mut self.endpoint, &mut self.rx, &mut self.answers);
+        let taken = self.udp.take(c, sub, &mut |from, data| {
+            route(endpoint, rx, &mut events, &mut incoming, answers, now, from, data);
+        });
+        if let Err(e) = taken {
+            self.failed.get_or_insert(e);
+        }
+        self.settle(events, incoming, sh, now);
+    }
+
+    /// On a ring: queues the turn's datagrams as its requests.
+    pub(super) fn flush_to(&mut self, sub: &mut Submit<'_>) {
+        if let Some(tag) = self.ring {
+            self.udp.flush_to(sub, tag);
+        }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -98,13 +142,11 @@ impl Quic {
         self.conns.iter().flatten().filter_map(|c| c.timer).min()
     }
 
-    /// Reads what the socket holds, lets the connections it concerns act, sends their
-    /// datagrams.
+    /// Reads what the socket holds (a few batches; epoll tells again of what is left), lets
+    /// the connections it concerns act, sends their datagrams.
     pub(super) fn readable(&mut self, sh: &mut Shared<'_>, now: Instant) {
-        self.backlog = true;
         for _ in 0..RECV_BATCHES {
             if !self.receive(sh, now) {
-                self.backlog = false;
                 break;
             }
         }
@@ -127,7 +169,9 @@ impl Quic {
         }
         ready.clear();
         self.ready = ready;
-        self.udp.flush();
+        if self.ring.is_none() {
+            self.udp.flush();
+        }
     }
 
     /// The server stops: every connection is told (GOAWAY) and closes once its requests are
@@ -159,25 +203,23 @@ impl Quic {
     fn receive(&mut self, sh: &mut Shared<'_>, now: Instant) -> bool {
         let mut events = std::mem::take(&mut self.events);
         let mut incoming = Vec::new();
-        let endpoint = &mut self.endpoint;
-        let (rx, answers) = (&mut self.rx, &mut self.answers);
+        let (endpoint, rx, answers) = (&mut self.endpoint, &mut self.rx, &mut self.answers);
         let more = self.udp.read(0, &mut |from, data| {
-            let mut scratch = Vec::new();
-            if rx.capacity() < data.len() {
-                *rx = BytesMut::with_capacity(RX_ARENA);
-            }
-            rx.extend_from_slice(data);
-            let data = rx.split();
-            match endpoint.handle(now, from, None, None, data, &mut scratch) {
-                Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
-                Some(DatagramEvent::Response(t)) => {
-                    scratch.truncate(t.size);
-                    answers.push((t.destination, scratch));
-                }
-                Some(DatagramEvent::NewConnection(i)) => incoming.push(i),
-                None => {}
-            }
+            route(endpoint, rx, &mut events, &mut incoming, answers, now, from, data);
         });
+        self.settle(events, incoming, sh, now);
+        more
+    }
+
+    /// Hands the routed datagrams to their connections, takes the new ones in, queues the
+    /// stateless answers.
+    fn settle(
+        &mut self,
+        mut events: Vec<(ConnectionHandle, ConnectionEvent)>,
+        incoming: Vec<quinn_proto::Incoming>,
+        sh: &mut Shared<'_>,
+        now: Instant,
+    ) {
         for (h, ev) in events.drain(..) {
             if let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) {
                 c.conn.handle_event(ev);
@@ -192,7 +234,6 @@ impl Quic {
             self.udp.scratch().extend_from_slice(&data);
             self.udp.queue_scratch(0, to, data.len());
         }
-        more
     }
 
     /// A client's first packet: refused past the connection cap or while stopping, sent a
@@ -341,4 +382,34 @@ impl Quic {
 /// QUIC's codes for a TLS alert (RFC 9001 section 4.8).
 fn crypto(c: u64) -> bool {
     (0x100..0x200).contains(&c)
+}
+
+/// A datagram from `from`, routed by the endpoint: an event of a connection, a new
+/// connection, or a stateless answer.
+#[allow(clippy::too_many_arguments, reason = "the endpoint's fields a read borrows apart")]
+fn route(
+    endpoint: &mut Endpoint,
+    rx: &mut BytesMut,
+    events: &mut Vec<(ConnectionHandle, ConnectionEvent)>,
+    incoming: &mut Vec<quinn_proto::Incoming>,
+    answers: &mut Vec<(std::net::SocketAddr, Vec<u8>)>,
+    now: Instant,
+    from: std::net::SocketAddr,
+    data: &[u8],
+) {
+    let mut scratch = Vec::new();
+    if rx.capacity() < data.len() {
+        *rx = BytesMut::with_capacity(RX_ARENA);
+    }
+    rx.extend_from_slice(data);
+    let data = rx.split();
+    match endpoint.handle(now, from, None, None, data, &mut scratch) {
+        Some(DatagramEvent::ConnectionEvent(h, ev)) => events.push((h, ev)),
+        Some(DatagramEvent::Response(t)) => {
+            scratch.truncate(t.size);
+            answers.push((t.destination, scratch));
+        }
+        Some(DatagramEvent::NewConnection(i)) => incoming.push(i),
+        None => {}
+    }
 }

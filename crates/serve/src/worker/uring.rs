@@ -126,6 +126,8 @@ impl<'a> Worker<'a> {
             start_buffers: 16,
             sqpoll: cfg.sqpoll,
             direct,
+            // Each HTTP/3 socket's datagrams (and GRO batches) land in these.
+            datagrams: if quic.is_empty() { 0 } else { 256 },
         })?;
         let table = if ring.direct() { direct } else { 0 };
         let max_open = match table {
@@ -156,8 +158,8 @@ impl<'a> Worker<'a> {
         let st = &mut w.st;
         w.ring.queue(|sub| {
             st.set_accepting(true, sub);
-            for (i, q) in st.quic.iter().enumerate() {
-                sub.poll_multi(q.fd(), i as u32);
+            for (i, q) in st.quic.iter_mut().enumerate() {
+                q.arm(sub, i as u32);
             }
         });
         Ok(w)
@@ -171,10 +173,7 @@ impl<'a> Worker<'a> {
             for q in &st.quic {
                 wake = q.wake().map_or(wake, |t| wake.min(t));
             }
-            let mut timeout = wake.saturating_duration_since(st.now);
-            if st.quic.iter().any(|q| q.backlog) {
-                timeout = Duration::ZERO;
-            }
+            let timeout = wake.saturating_duration_since(st.now);
             // One clock read per turn, as the epoll loop reads it once per batch: deadlines
             // need no finer clock.
             let mut clock_read = false;
@@ -188,12 +187,18 @@ impl<'a> Worker<'a> {
             let now = if clock_read { st.now } else { Instant::now() };
             st.now = now;
             for q in &mut st.quic {
-                if q.backlog {
-                    q.readable(&mut st.sh, now);
-                }
                 q.run(&mut st.sh, now);
+                if let Some(e) = q.failed.take() {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("io_uring cannot receive datagrams here ({e}): use --io epoll"),
+                    ));
+                }
             }
             self.ring.queue(|sub| {
+                for q in &mut st.quic {
+                    q.flush_to(sub);
+                }
                 st.fire_delays(now, sub);
                 if now >= next_tick {
                     st.on_tick(now, sub);
@@ -234,17 +239,13 @@ impl State<'_> {
             Op::Recv => self.on_recv(&c, sub),
             Op::Send => self.on_send(c, sub),
             Op::Shutdown => self.on_shutdown(c.token, sub),
-            Op::Poll => {
-                let i = c.token as usize;
-                if let Some(q) = self.quic.get_mut(i) {
-                    q.readable(&mut self.sh, self.now);
-                    if !c.more {
-                        // The kernel ended the multishot poll (an error, or a full queue).
-                        sub.poll_multi(q.fd(), c.token);
-                    }
+            Op::Datagram | Op::SendTo => {
+                let (_, i) = qpslab_quic::udp::Udp::socket_of(c.token);
+                if let Some(q) = self.quic.get_mut(i as usize) {
+                    q.on_completion(&c, sub, &mut self.sh, self.now);
                 }
             }
-            Op::Cancel | Op::Close | Op::Timer | Op::Connect => {}
+            Op::Cancel | Op::Close | Op::Timer | Op::Connect | Op::Poll => {}
         }
     }
 
