@@ -117,8 +117,7 @@ fn every_request_is_answered_once(io: IoChoice) {
 
 #[test]
 fn large_bodies_and_delays_follow_flow_control_and_the_clock() {
-    // io_uring's poll reports readiness by edges: bodies of 2 MB make bursts of ACKs past
-    // one read's batch.
+    // On io_uring: bodies of 2 MB make bursts of ACKs, many datagram completions a turn.
     let io = if qpslab_sys::uring::probe().is_ok() { IoChoice::Uring } else { IoChoice::Auto };
     let server = h3_server_on(io, |_| {});
     // 2 MB bodies: past the client's stream window, written as it opens.

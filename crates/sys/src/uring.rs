@@ -32,9 +32,6 @@ pub enum Op {
     Close,
     Shutdown,
     Connect,
-    /// A descriptor became readable (a multishot poll: the loop reads it itself, e.g. a UDP
-    /// socket read in batches with recvmmsg).
-    Poll,
     /// A datagram (or a GRO batch of them) received by a multishot recvmsg into the ring's
     /// datagram buffers: [`Completion::datagram`].
     Datagram,
@@ -56,7 +53,6 @@ impl Op {
             Op::Shutdown => 6,
             Op::Timer => 7,
             Op::Connect => 8,
-            Op::Poll => 9,
             Op::Datagram => 10,
             Op::SendTo => 11,
         }
@@ -72,7 +68,6 @@ impl Op {
             6 => Op::Shutdown,
             7 => Op::Timer,
             8 => Op::Connect,
-            9 => Op::Poll,
             10 => Op::Datagram,
             11 => Op::SendTo,
             _ => return None,
@@ -1071,17 +1066,6 @@ impl Submit<'_> {
             accept.flags(libc::SOCK_CLOEXEC)
         };
         let e = accept.build().user_data(user_data(Op::Accept, 0, token));
-        // SAFETY: no memory besides the descriptor.
-        unsafe { self.push(&e) }
-    }
-
-    /// Reports `fd` readable each time it is, until cancelled or an error ends it (then
-    /// `more` is false and the caller arms it again).
-    pub fn poll_multi(&mut self, fd: RawFd, token: u32) {
-        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
-            .multi(true)
-            .build()
-            .user_data(user_data(Op::Poll, 0, token));
         // SAFETY: no memory besides the descriptor.
         unsafe { self.push(&e) }
     }

@@ -245,7 +245,7 @@ impl State<'_> {
                     q.on_completion(&c, sub, &mut self.sh, self.now);
                 }
             }
-            Op::Cancel | Op::Close | Op::Timer | Op::Connect | Op::Poll => {}
+            Op::Cancel | Op::Close | Op::Timer | Op::Connect => {}
         }
     }
 
