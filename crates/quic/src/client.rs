@@ -66,8 +66,14 @@ struct Space {
     /// first) that the next ACK reports.
     largest: Option<u64>,
     received: Vec<(u64, u64)>,
-    /// An ack-eliciting packet came since the last ACK sent.
+    /// An ack-eliciting packet came since the last ACK sent; how many, when the first of
+    /// them came (1-RTT: the ACK may wait for a second, up to [`ACK_DELAY`]) and whether
+    /// one came out of order (then it goes at once); when the largest came.
     ack_owed: bool,
+    unacked: u32,
+    ack_at: Option<Instant>,
+    ack_now: bool,
+    largest_at: Option<Instant>,
     /// Every handshake byte written in this space (kept: a lost one goes again), the next
     /// offset not yet sent, and ranges lost, to send again.
     crypto_out: Vec<u8>,
@@ -83,10 +89,36 @@ struct Space {
 }
 
 impl Space {
-    fn received(&mut self, pn: u64, eliciting: bool) {
-        self.largest = Some(self.largest.map_or(pn, |l| l.max(pn)));
-        self.ack_owed |= eliciting;
+    /// Packet `pn` came at `now`. Its acknowledgement is owed at once unless the space
+    /// `delays` it (1-RTT, RFC 9000 section 13.2.1): there an ACK goes with whatever this
+    /// side sends next, and alone only for every second ack-eliciting packet, for one out of
+    /// order, or [`ACK_DELAY`] after the first it owes.
+    fn received(&mut self, pn: u64, eliciting: bool, delays: bool, now: Instant) {
+        let in_order = self.largest.is_none_or(|l| pn == l + 1);
+        if self.largest.is_none_or(|l| pn > l) {
+            self.largest = Some(pn);
+            self.largest_at = Some(now);
+        }
+        if eliciting {
+            self.ack_owed = true;
+            self.unacked += 1;
+            self.ack_now |= !delays || !in_order || self.unacked >= 2;
+            self.ack_at.get_or_insert(now + ACK_DELAY);
+        }
         add_range(&mut self.received, pn);
+    }
+
+    /// An ACK owed must go now, alone if need be.
+    fn ack_due(&self, now: Instant) -> bool {
+        self.ack_owed && (self.ack_now || self.ack_at.is_some_and(|t| t <= now))
+    }
+
+    /// An ACK went: nothing is owed.
+    fn acked(&mut self) {
+        self.ack_owed = false;
+        self.unacked = 0;
+        self.ack_at = None;
+        self.ack_now = false;
     }
 }
 
@@ -456,7 +488,7 @@ impl Client {
                 self.dcid = scid;
             }
             let eliciting = self.frames(space, payload, now);
-            self.spaces[space].received(pn, eliciting);
+            self.spaces[space].received(pn, eliciting, space == DATA, now);
             // Once the client sends in the Handshake space, the Initial keys go (RFC 9001
             // section 4.9.1); done at the next send.
         }
@@ -669,10 +701,14 @@ impl Client {
             frames.clear();
             let mut carried = Vec::new();
             let ack = s.ack_owed;
+            let ack_due = s.ack_due(now);
             if ack {
-                frame::put_ack(&mut frames, &s.received, 0);
-                s.ack_owed = false;
-                self.counts.acks_out += 1;
+                // The delay since the largest came, in units of 2^3 us (1-RTT only: the
+                // handshake spaces acknowledge at once).
+                let waited =
+                    s.largest_at.map_or(0, |t| now.saturating_duration_since(t).as_micros());
+                let delay = if space == DATA { (waited >> 3) as u64 } else { 0 };
+                frame::put_ack(&mut frames, &s.received, delay);
             }
             let room = MTU.saturating_sub(out.len() - start + 100);
             while let Some((off, end)) = s.crypto_lost.pop_front() {
@@ -715,7 +751,17 @@ impl Client {
                 frame::put_simple(&mut frames, 0x01, &[]);
             }
             let eliciting = !carried.is_empty() || s.probe;
+            let lone_ack = ack && !eliciting && !(early && pad_owed);
+            if lone_ack && !ack_due {
+                // Only an ACK that may wait: it goes with the next packet, or when due.
+                frames.clear();
+                continue;
+            }
             s.probe = false;
+            if ack {
+                s.acked();
+                self.counts.acks_out += 1;
+            }
             if frames.is_empty() && !(early && pad_owed) {
                 continue;
             }
@@ -846,7 +892,8 @@ impl Client {
         let loss = self.spaces.iter().filter_map(|s| s.flight.loss_time).min();
         let recovery = loss.or_else(|| self.pto().map(|(at, _)| at));
         let pace = self.pace_at.filter(|_| self.streams.has_pending());
-        [recovery, self.idle_at, pace].into_iter().flatten().min()
+        let ack = self.spaces.iter().filter(|s| s.ack_owed).filter_map(|s| s.ack_at).min();
+        [recovery, self.idle_at, pace, ack].into_iter().flatten().min()
     }
 
     /// Whether the pacer lets new data go at `now`; if not, when it will is kept (a timer).
@@ -942,6 +989,11 @@ pub(crate) fn head<'a>(
 /// How long a connection may go without a packet from the server (sent as max_idle_timeout;
 /// a shorter one of the server's is taken).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long this client may hold an acknowledgement it owes in the 1-RTT space, waiting for
+/// a packet of its own to carry it or a second packet to acknowledge (the default
+/// max_ack_delay, which it does not change, RFC 9000 section 18.2).
+const ACK_DELAY: Duration = Duration::from_millis(25);
 
 /// The acknowledgement delay the server may take (its max_ack_delay, 25 ms unless it says
 /// otherwise).

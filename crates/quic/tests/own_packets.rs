@@ -941,3 +941,50 @@ fn new_data_is_paced_over_a_long_round_trip() {
     assert!(rig.client.poll_transmit(&mut buf, next), "one datagram earned");
     assert!(!rig.client.poll_transmit(&mut buf, next), "and only one");
 }
+
+/// RFC 9000 section 13.2.1: a 1-RTT packet's acknowledgement waits for a packet of the
+/// client's own to carry it, for a second packet, or 25 ms; never longer.
+#[test]
+fn a_lone_acknowledgement_waits_for_a_second_packet_or_the_delay() {
+    let mut rig = Rig::connected();
+    // Settle what the handshake left owed.
+    for _ in 0..30 {
+        rig.turn();
+    }
+    let server_sends = |rig: &mut Rig, what: &[u8]| {
+        let uni = rig.conn().streams().open(quinn_proto::Dir::Uni).unwrap();
+        rig.conn().send_stream(uni).write(what).unwrap();
+        rig.conn().send_stream(uni).finish().unwrap();
+        rig.turn();
+    };
+    let mut buf = Vec::new();
+    let acks = |rig: &Rig| rig.client.counts.acks_out;
+
+    // One packet: nothing goes, the ACK waits for its deadline.
+    server_sends(&mut rig, b"one");
+    let (before, now) = (acks(&rig), rig.now);
+    assert!(!rig.client.poll_transmit(&mut buf, now), "a lone ACK waits");
+    let due = rig.client.timeout().unwrap();
+    assert!(due > now && due - now <= Duration::from_millis(25), "{:?}", due - now);
+    rig.client.handle_timeout(due);
+    assert!(rig.client.poll_transmit(&mut buf, due), "due: it goes alone");
+    assert_eq!(acks(&rig), before + 1);
+    assert!(!rig.client.poll_transmit(&mut buf, due));
+
+    // Two packets: it goes at once.
+    rig.now = due;
+    server_sends(&mut rig, b"two");
+    server_sends(&mut rig, b"three");
+    let before = acks(&rig);
+    assert!(rig.client.poll_transmit(&mut buf, rig.now), "a second packet: the ACK goes");
+    assert_eq!(acks(&rig), before + 1);
+
+    // One packet and a request of the client's: the ACK goes with it.
+    server_sends(&mut rig, b"four");
+    let before = acks(&rig);
+    let id = rig.client.streams.open(true).unwrap();
+    assert!(rig.client.streams.write(id, b"GET", true));
+    assert!(rig.client.poll_transmit(&mut buf, rig.now), "the request goes");
+    assert_eq!(acks(&rig), before + 1, "carrying the ACK");
+    assert!(!rig.client.poll_transmit(&mut buf, rig.now), "in one packet");
+}
