@@ -28,6 +28,13 @@ pub struct QuicCounts {
     /// A server's Retry packets: new clients asked to prove their address first.
     #[serde(default)]
     pub retries: u64,
+    /// The datagrams that came in GRO reads (of several).
+    #[serde(default)]
+    pub gro_segments: u64,
+    /// A client's CPU time spent on its handshakes (starting them, and reading and answering
+    /// the server's handshake packets), in nanoseconds.
+    #[serde(default)]
+    pub handshake_cpu_ns: u64,
 }
 
 impl QuicCounts {
@@ -45,6 +52,8 @@ impl QuicCounts {
         self.acks_sent += o.acks_sent;
         self.acks_received += o.acks_received;
         self.retries += o.retries;
+        self.gro_segments += o.gro_segments;
+        self.handshake_cpu_ns += o.handshake_cpu_ns;
     }
 }
 

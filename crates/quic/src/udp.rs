@@ -144,6 +144,7 @@ impl Udp {
             }
             self.counts.datagrams_in += n;
             self.counts.gro_reads += u64::from(n > 1);
+            self.counts.gro_segments += if n > 1 { n } else { 0 };
         }
         self.got.len() == RECV_SLOTS
     }
@@ -183,6 +184,7 @@ impl Udp {
             }
             self.counts.datagrams_in += n;
             self.counts.gro_reads += u64::from(n > 1);
+            self.counts.gro_segments += if n > 1 { n } else { 0 };
         }
         match c.failure() {
             Some(Failure::Cancelled) => return Ok(()),

@@ -440,6 +440,43 @@ fn serve_stats_lines_carry_http3_datagrams() {
     assert!(out.contains("on 3 connections;") && out.contains("; Retry packets 3\n"), "{out}");
 }
 
+/// The transport's own figures of an HTTP/3 run: large answers (which the server sends as GSO
+/// runs) arrive in GRO reads of several datagrams, how often the client acknowledges, and the
+/// CPU its handshakes took, which is most of a run that handshakes for every request.
+#[test]
+fn http3_runs_report_gro_batches_ack_frequency_and_handshake_cpu() {
+    let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed", "--h3"]);
+    let json = |args: &[&str], path: &str| {
+        let load = [&["load", "--h3", "-k", "--json", "-t", "1"][..], args].concat();
+        let out = qpslab(&[&load[..], &[&https(&server, path)]].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let cpu_us = |v: &serde_json::Value| {
+        let g = &v["generator"];
+        (g["cpu_user_s"].as_f64().unwrap() + g["cpu_sys_s"].as_f64().unwrap()) * 1e6
+    };
+    let v = json(&["-c", "1", "--streams", "4", "-n", "40"], "/?s=100000");
+    let h3 = &v["h3"];
+    assert_eq!(v["requests"]["ok"], 40, "{}", v["error_examples"]);
+    assert!(h3["gro_reads"].as_u64().unwrap() > 0, "{h3}");
+    assert!(h3["segments_per_gro_read"].as_f64().unwrap() > 1.0, "{h3}");
+    assert!(h3["datagrams_per_ack"].as_f64().unwrap() > 1.0, "{h3}");
+    let one = h3["handshake_cpu_us"].as_f64().unwrap();
+    assert!(one > 0.0 && one < cpu_us(&v), "{h3}");
+
+    // A handshake per request: the handshakes are most of the generator's CPU (the rest is
+    // the run's preflight handshake, the requests, the process).
+    let v = json(&["-c", "1", "--conn-per-request", "-n", "100"], "/");
+    let h3 = &v["h3"];
+    assert_eq!(v["requests"]["ok"], 100, "{}", v["error_examples"]);
+    let tls = &v["connections"]["tls"];
+    let handshakes = tls["full_handshakes"].as_u64().unwrap() + tls["resumed"].as_u64().unwrap();
+    let spent = h3["handshake_cpu_us"].as_f64().unwrap() * handshakes as f64;
+    let share = spent / cpu_us(&v);
+    assert!((0.3..=1.0).contains(&share), "{share}: {h3} {}", v["generator"]);
+}
+
 /// HTTP/3 over a path that drops datagrams: an nftables rule in a network namespace of the
 /// test's own drops 5% of the 1-RTT packets (short header: the first byte's top bit clear) on
 /// its loopback, both ways. Both QUIC clients recover every loss and count every request

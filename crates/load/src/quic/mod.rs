@@ -26,7 +26,7 @@ use qpslab_quic::stack::{Event, Link, Lost, Own, Quinn, Routed, Stack};
 use qpslab_quic::udp::{Udp, MAX_SOCKETS};
 use qpslab_sys::crew::Hand;
 use qpslab_sys::epoll::{self, Epoll};
-use qpslab_sys::thread::CpuTime;
+use qpslab_sys::thread::{thread_cpu_ns, CpuTime};
 use qpslab_sys::uring::{Engine, Op, RingOptions, Uring};
 
 use crate::pacer::{Pacer, Schedule};
@@ -561,7 +561,11 @@ impl<'a, S: Stack> Thread<'a, S> {
                         // The server's certificate, if it is checked, is checked in here.
                         let checked = crate::tls::certificates_checked();
                         let tickets = crate::tls::tickets_received();
+                        let t0 = (qc.phase == Phase::Handshaking).then(thread_cpu_ns);
                         S::deliver(c, ev, now);
+                        if let Some(t0) = t0 {
+                            self.udp.counts.handshake_cpu_ns += thread_cpu_ns().saturating_sub(t0);
+                        }
                         qc.cert_checked |= crate::tls::certificates_checked() != checked;
                         qc.ticket_came |= crate::tls::tickets_received() != tickets;
                         self.mark(idx);
@@ -613,7 +617,12 @@ impl<'a, S: Stack> Thread<'a, S> {
         c.ticket_came = false;
         c.answered_at = None;
         c.early = false;
-        match self.stack.connect(now, addr, &name) {
+        // A handshake's CPU: this start (the ClientHello's key share), then the turns that
+        // read and answer the server's handshake packets ([`Thread::drive`]).
+        let t0 = thread_cpu_ns();
+        let made = self.stack.connect(now, addr, &name);
+        self.udp.counts.handshake_cpu_ns += thread_cpu_ns().saturating_sub(t0);
+        match made {
             Ok((h, mut conn)) => {
                 c.handle = Some(h);
                 c.phase = Phase::Handshaking;
@@ -637,8 +646,18 @@ impl<'a, S: Stack> Thread<'a, S> {
         }
     }
 
-    /// Lets connection `idx` act on what came and on its timers, then sends what it has.
+    /// Lets connection `idx` act on what came and on its timers, then sends what it has; the
+    /// CPU time of a handshaking connection's turn is counted as its handshake's.
     fn drive(&mut self, idx: usize, now: Instant) {
+        if self.conns[idx].phase != Phase::Handshaking {
+            return self.drive_now(idx, now);
+        }
+        let t0 = thread_cpu_ns();
+        self.drive_now(idx, now);
+        self.udp.counts.handshake_cpu_ns += thread_cpu_ns().saturating_sub(t0);
+    }
+
+    fn drive_now(&mut self, idx: usize, now: Instant) {
         let Some(mut conn) = self.conns[idx].conn.take() else {
             let c = &self.conns[idx];
             if c.phase == Phase::Closed && c.retry_at.is_some_and(|t| now >= t) {

@@ -192,10 +192,17 @@ pub struct H3Report {
     pub congestion_events: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// The datagrams a GRO read held, on average (0 without GRO reads).
+    pub segments_per_gro_read: f64,
+    /// Datagrams received per ACK frame sent (how often this side acknowledges).
+    pub datagrams_per_ack: f64,
+    /// The generator's CPU time per completed handshake, in microseconds: starting it, and
+    /// the turns that read and answer the server's handshake packets (0 without handshakes).
+    pub handshake_cpu_us: f64,
 }
 
 impl H3Report {
-    fn new(cfg: &LoadConfig, c: &crate::stats::QuicCounts) -> Self {
+    fn new(cfg: &LoadConfig, c: &crate::stats::QuicCounts, handshakes: u64) -> Self {
         let per = |n: u64, calls: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
         H3Report {
             streams_per_connection: cfg.pipeline,
@@ -212,6 +219,9 @@ impl H3Report {
             congestion_events: c.congestion_events,
             acks_sent: c.acks_sent,
             acks_received: c.acks_received,
+            segments_per_gro_read: per(c.gro_segments, c.gro_reads),
+            datagrams_per_ack: per(c.datagrams_in, c.acks_sent),
+            handshake_cpu_us: per(c.handshake_cpu_ns, handshakes) / 1000.0,
         }
     }
 }
@@ -801,7 +811,9 @@ impl Report {
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
-            h3: cfg.h3.as_ref().map(|_| H3Report::new(cfg, &rec.quic.unwrap_or_default())),
+            h3: cfg.h3.as_ref().map(|_| {
+                H3Report::new(cfg, &rec.quic.unwrap_or_default(), rec.tls_full + rec.tls_resumed)
+            }),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
             latency_us,
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),

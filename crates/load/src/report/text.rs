@@ -180,13 +180,18 @@ fn totals(r: &Report, s: &mut String) {
     if let Some(h) = &r.h3 {
         let _ = writeln!(
             s,
-            "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO), {:.1} \
+            "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO{}), {:.1} \
              per send call ({} GSO), {} dropped; {} packets lost ({} bytes), {} congestion \
-             events; {} ACKs sent, {} received",
+             events; {} ACKs sent (one per {:.1} datagrams in), {} received{}",
             h.streams_per_connection,
             plural(h.streams_per_connection as u64, "stream", "streams"),
             h.datagrams_per_recv_call,
             h.gro_reads,
+            if h.gro_reads > 0 {
+                format!(", {:.1} datagrams each", h.segments_per_gro_read)
+            } else {
+                String::new()
+            },
             h.datagrams_per_send_call,
             h.gso_sends,
             h.send_dropped,
@@ -194,7 +199,13 @@ fn totals(r: &Report, s: &mut String) {
             h.lost_bytes,
             h.congestion_events,
             h.acks_sent,
+            h.datagrams_per_ack,
             h.acks_received,
+            if h.handshake_cpu_us > 0.0 {
+                format!("; handshake CPU {:.0}us each", h.handshake_cpu_us)
+            } else {
+                String::new()
+            },
         );
     }
     let race = &r.retries;
