@@ -150,7 +150,8 @@ pub struct LoadConfig {
     /// The event loop the threads run.
     pub io: Engine,
     /// How long a closed loop's turn may hold out for a batch of completions (`--linger`;
-    /// zero: none).
+    /// zero: none, and over HTTP/3 on a QUIC stack that does not hold out,
+    /// `Stack::HOLDS_OUT`).
     pub linger: Duration,
     /// https targets: the client set-up every connection shares (None: no https target).
     pub tls: Option<crate::tls::TlsClient>,
@@ -265,6 +266,8 @@ impl LoadConfig {
         let pool_file = pool_file.or(opts.targets.as_ref().filter(|_| by_name));
         let pool = pool_file.map(|f| Pool::of(f, &variants, opts)).transpose()?;
         let h3 = if opts.h3 { Some(H3Config::new(opts, &variants, tls.as_ref())?) } else { None };
+        let linger =
+            if h3.as_ref().is_some_and(|h| !h.holds_out()) { Duration::ZERO } else { opts.linger };
         let pipeline = if opts.h2 || opts.h3 { opts.streams } else { opts.pipeline };
         variants.shrink();
         let groups = targets::groups(&variants, pipeline, order, unix_peer.as_ref());
@@ -324,7 +327,7 @@ impl LoadConfig {
             retry_closed: !opts.no_retry,
             notes,
             io,
-            linger: opts.linger,
+            linger,
             tls,
             port_budgets: Vec::new(),
         }
@@ -483,6 +486,17 @@ pub struct H3Config {
 }
 
 impl H3Config {
+    /// Whether the chosen QUIC client's loop holds out for a batch of answers (measured per
+    /// stack: see `Stack::HOLDS_OUT`).
+    pub fn holds_out(&self) -> bool {
+        use qpslab_quic::stack::{Own, Quinn, Stack};
+        if self.own {
+            Own::HOLDS_OUT
+        } else {
+            Quinn::HOLDS_OUT
+        }
+    }
+
     fn new(
         opts: &LoadOptions,
         variants: &Variants,

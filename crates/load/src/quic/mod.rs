@@ -288,11 +288,7 @@ impl<'a, S: Stack> Thread<'a, S> {
             rec: Recorder::new(cfg.variants.len(), 0, shared.intervals),
             outstanding: 0,
             answers: 0,
-            linger: Linger::new(if cfg.rate.is_none() && S::HOLDS_OUT {
-                cfg.linger
-            } else {
-                Duration::ZERO
-            }),
+            linger: Linger::new(if cfg.rate.is_none() { cfg.linger } else { Duration::ZERO }),
             held_from: Duration::ZERO,
             started: false,
             measuring: false,

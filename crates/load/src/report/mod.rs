@@ -858,8 +858,7 @@ impl ConfigReport {
             source: cfg.source,
             poll: cfg.poll.name(),
             io: cfg.io.name(),
-            // Over HTTP/3 only qpslab's own QUIC client holds out (`Stack::HOLDS_OUT`).
-            linger_us: if cfg.rate.is_none() && cfg.h3.as_ref().is_none_or(|h| h.own) {
+            linger_us: if cfg.rate.is_none() {
                 u64::try_from(cfg.linger.as_micros()).unwrap_or(u64::MAX)
             } else {
                 0
