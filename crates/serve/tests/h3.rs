@@ -108,6 +108,21 @@ fn every_request_is_answered_once(io: IoChoice) {
     assert_eq!(got["answers"][0]["status"], 200, "{got}");
     assert!(got["closed"].is_null(), "{got}");
     total += 3 + 2 + 1;
+    // libcurl over HTTP/3 (curl_cffi's build, ngtcp2 and nghttp3): 20 GETs of 20 kB on one
+    // connection, then 3 POSTs of 50 kB to the same path.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/curl_h3.py");
+    let port = server.addr().port().to_string();
+    let out = Command::new("timeout")
+        .args(["60", &python(), script, &port, "/?s=20000", "20", "50000", "3"])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs curl_cffi)", python()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(got["ok"], 23, "{got}");
+    assert_eq!(got["versions"], serde_json::json!([30]), "HTTP/3 each time: {got}");
+    assert_eq!(got["read"], 23 * 20000, "{got}");
+    total += 23;
     let t = server.stop();
     // The generator's preflight handshake per address runs no request.
     assert_eq!((t.requests, t.rejected, t.tls_failures), (total, 0, 0));
