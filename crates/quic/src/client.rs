@@ -203,6 +203,38 @@ pub struct Client {
     close: Option<Vec<u8>>,
     /// Where [`Client::poll_transmit`] writes a packet's frames.
     frames: Vec<u8>,
+    /// The largest datagram the path is known to carry (from [`MTU`]), and the search for a
+    /// larger one (RFC 8899, once the handshake is confirmed).
+    mtu: usize,
+    mtu_search: MtuSearch,
+}
+
+/// Path MTU discovery (DPLPMTUD, RFC 8899): padded PINGs of a size between what the path is
+/// known to carry and the ceiling, one at a time; an acknowledged one raises the floor (and
+/// the datagram size), a lost one lowers the ceiling. The ceiling first (the common Ethernet
+/// path), then halving the gap until it is under [`MTU_STEP`].
+#[derive(Debug, Clone, Copy)]
+struct MtuSearch {
+    floor: usize,
+    ceiling: usize,
+    /// A probe of this size is in flight; one was sent before.
+    probing: Option<usize>,
+    tried: bool,
+}
+
+/// The largest datagram probed for: 1,500 bytes of Ethernet less IPv6 and UDP headers.
+pub const MTU_CEILING: usize = 1452;
+/// The search ends when the gap between what worked and what did not is this small.
+const MTU_STEP: usize = 20;
+
+impl MtuSearch {
+    /// The next size to probe, if the search goes on.
+    fn next(&self) -> Option<usize> {
+        if self.probing.is_some() || self.ceiling < self.floor + MTU_STEP {
+            return None;
+        }
+        Some(if self.tried { (self.floor + self.ceiling).div_ceil(2) } else { self.ceiling })
+    }
 }
 
 /// The 1-RTT key phase in use, the packet keys of the next and the secrets after those.
@@ -228,6 +260,8 @@ pub struct Counts {
     pub probes: u64,
     /// A Retry from the server, followed (0 or 1).
     pub retries: u64,
+    /// Path MTU probes sent.
+    pub mtu_probes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -291,6 +325,8 @@ impl Client {
             idle_at: None,
             close: None,
             frames: Vec::with_capacity(MTU),
+            mtu: MTU,
+            mtu_search: MtuSearch { floor: MTU, ceiling: MTU_CEILING, probing: None, tried: false },
         };
         c.spaces[INITIAL].keys = Some(split(keys));
         c.write_handshake();
@@ -428,6 +464,10 @@ impl Client {
                 if limits.idle_ms > 0 {
                     let peer = Duration::from_millis(limits.idle_ms);
                     self.idle_timeout = self.idle_timeout.min(peer);
+                }
+                if limits.max_udp_payload > 0 {
+                    let most = usize::try_from(limits.max_udp_payload).unwrap_or(usize::MAX);
+                    self.mtu_search.ceiling = self.mtu_search.ceiling.min(most);
                 }
                 self.streams.peer = limits;
             }
@@ -659,13 +699,13 @@ impl Client {
         self.write_handshake();
     }
 
-    /// Writes the next datagram to send into `out` (cleared first): each space's ACK, its
-    /// handshake bytes (lost ones first) and, in 1-RTT, the streams' frames as the congestion
-    /// window allows; Initial, Handshake and 1-RTT packets coalesced. False when there is
-    /// nothing to send.
+    /// Writes the next datagram to send into `out` (cleared first): a path MTU probe when one
+    /// is due ([`Client::probe_mtu`]), else each space's ACK, its handshake bytes (lost ones
+    /// first) and, in 1-RTT, the streams' frames as the congestion window allows; Initial,
+    /// Handshake and 1-RTT packets coalesced. False when there is nothing to send.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>, now: Instant) -> bool {
         out.clear();
-        self.append_transmit(out, now) > 0
+        self.probe_mtu(out, now) > 0 || self.append_transmit(out, now) > 0
     }
 
     /// As [`Client::poll_transmit`], the datagram appended to `out` (where others are): its
@@ -710,7 +750,7 @@ impl Client {
                 let delay = if space == DATA { (waited >> 3) as u64 } else { 0 };
                 frame::put_ack(&mut frames, &s.received, delay);
             }
-            let room = MTU.saturating_sub(out.len() - start + 100);
+            let room = self.mtu.saturating_sub(out.len() - start + 100);
             while let Some((off, end)) = s.crypto_lost.pop_front() {
                 let n = (end - off).min(room.saturating_sub(frames.len()) as u64);
                 if n == 0 {
@@ -739,7 +779,7 @@ impl Client {
                 // and its two-byte length.
                 let long = if early { 8 + self.scid.len() } else { 0 };
                 let used = out.len() - start + frames.len() + self.dcid.len() + 21 + long;
-                let room = MTU.saturating_sub(used);
+                let room = self.mtu.saturating_sub(used);
                 if self.streams.has_pending() {
                     carried.reserve(8);
                 }
@@ -781,11 +821,11 @@ impl Client {
             // full datagrams is of one size and goes as one GSO buffer
             // ([`Client::append_transmit`]'s caller).
             let in_datagram = out.len() - start;
-            let full = in_datagram + frames.len() + self.dcid.len() + 21 + FULL_SLACK >= MTU;
+            let full = in_datagram + frames.len() + self.dcid.len() + 21 + FULL_SLACK >= self.mtu;
             let min = match space {
                 INITIAL if !early_follows => MTU,
                 DATA if early && pad_owed => MTU.saturating_sub(in_datagram),
-                DATA if !early && full => MTU.saturating_sub(in_datagram),
+                DATA if !early && full => self.mtu.saturating_sub(in_datagram),
                 _ => 0,
             };
             let acked = s.flight.largest_acked;
@@ -817,6 +857,42 @@ impl Client {
             self.send_close(out, &f);
         }
         out.len() - start
+    }
+
+    /// The largest datagram this connection sends (what the path was found to carry).
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Appends a path MTU probe to `out` when one is due (RFC 8899: once the handshake is
+    /// confirmed, one at a time, within the congestion window): a 1-RTT packet of a PING
+    /// padded to the size tried, alone in its datagram. Its length, 0 when none went.
+    pub fn probe_mtu(&mut self, out: &mut Vec<u8>, now: Instant) -> usize {
+        if !self.confirmed || self.failed.is_some() || self.close.is_some() || !self.cc.room() {
+            return 0;
+        }
+        let Some(size) = self.mtu_search.next() else { return 0 };
+        let s = &mut self.spaces[DATA];
+        let Some((local, _)) = &s.keys else { return 0 };
+        let start = out.len();
+        let pn = s.next_pn;
+        let phase = self.key_update.as_ref().is_some_and(|u| u.phase);
+        let head = head(Kind::OneRtt, &self.dcid, &self.scid, &self.token, phase);
+        let ping = [0x01];
+        if packet::seal(out, head, pn, s.flight.largest_acked, &ping, size, local).is_err() {
+            out.truncate(start);
+            return 0;
+        }
+        s.next_pn += 1;
+        let len = out.len() - start;
+        let probe = Retx::MtuProbe(u16::try_from(len).unwrap_or(u16::MAX));
+        let sent = Sent { pn, at: now, size: len, eliciting: true, frames: vec![probe] };
+        s.flight.on_sent(sent, &mut self.cc);
+        self.mtu_search.probing = Some(len);
+        self.mtu_search.tried = true;
+        self.counts.packets_out += 1;
+        self.counts.mtu_probes += 1;
+        len
     }
 
     /// The packet carrying a CONNECTION_CLOSE, in the newest space with keys.
@@ -867,6 +943,14 @@ impl Client {
             self.pto_count = 0;
         }
         for r in &acked {
+            if let Retx::MtuProbe(size) = *r {
+                // The path carries datagrams of this size: they are the size from now on.
+                let size = usize::from(size);
+                self.mtu_search.floor = size;
+                self.mtu_search.probing = None;
+                self.mtu = self.mtu.max(size);
+                continue;
+            }
             self.streams.on_acked(r);
         }
         self.resend(space, &lost);
@@ -878,6 +962,11 @@ impl Client {
             match *r {
                 Retx::Crypto { offset, len } => {
                     self.spaces[space].crypto_lost.push_back((offset, offset + len));
+                }
+                Retx::MtuProbe(size) => {
+                    // Too large for the path (or lost by chance: the search is cautious).
+                    self.mtu_search.ceiling = usize::from(size) - 1;
+                    self.mtu_search.probing = None;
                 }
                 _ => self.streams.on_lost(r),
             }
@@ -1032,6 +1121,7 @@ fn peer_params(mut b: &[u8]) -> Option<(PeerLimits, PeerIds<'_>)> {
             0x08 => limits.max_bidi = int()?,
             0x09 => limits.max_uni = int()?,
             0x01 => limits.idle_ms = int()?,
+            0x03 => limits.max_udp_payload = int()?,
             _ => {}
         }
     }

@@ -35,6 +35,10 @@ pub struct QuicCounts {
     /// the server's handshake packets), in nanoseconds.
     #[serde(default)]
     pub handshake_cpu_ns: u64,
+    /// The largest datagram size a connection used (what path MTU discovery found; the
+    /// largest over the connections).
+    #[serde(default)]
+    pub datagram_size: u64,
 }
 
 impl QuicCounts {
@@ -54,6 +58,7 @@ impl QuicCounts {
         self.retries += o.retries;
         self.gro_segments += o.gro_segments;
         self.handshake_cpu_ns += o.handshake_cpu_ns;
+        self.datagram_size = self.datagram_size.max(o.datagram_size);
     }
 }
 
@@ -66,4 +71,5 @@ pub fn count_connection(counts: &mut QuicCounts, conn: &Connection) {
     counts.congestion_events += s.path.congestion_events;
     counts.acks_sent += s.frame_tx.acks;
     counts.acks_received += s.frame_rx.acks;
+    counts.datagram_size = counts.datagram_size.max(u64::from(s.path.current_mtu));
 }

@@ -23,6 +23,9 @@ pub enum Retx {
     /// A RESET_STREAM or STOP_SENDING this side sent for the stream.
     Reset(u64),
     Stop(u64),
+    /// A PING padded to a larger datagram than the path is known to carry (RFC 8899): its
+    /// acknowledgement says the path carries the size, its loss says nothing of congestion.
+    MtuProbe(u16),
 }
 
 /// A packet sent and not yet acknowledged or declared lost.
@@ -290,7 +293,9 @@ impl Flight {
             let by_time = now.saturating_duration_since(p.at) >= delay;
             if by_count || by_time {
                 if let Some(p) = self.sent.remove(i) {
-                    if p.eliciting {
+                    if p.frames.iter().any(|f| matches!(f, Retx::MtuProbe(_))) {
+                        cc.in_flight = cc.in_flight.saturating_sub(p.size);
+                    } else if p.eliciting {
                         cc.lost(&p, now);
                     }
                     p.frames.iter().for_each(&mut *lost);

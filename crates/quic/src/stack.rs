@@ -14,7 +14,7 @@ use quinn_proto::{
     EndpointConfig, StreamEvent, VarInt,
 };
 
-use crate::client::{self, Client, MTU};
+use crate::client::{self, Client};
 use crate::conn::Conn;
 use crate::counts::QuicCounts;
 
@@ -475,12 +475,18 @@ impl Link for OwnLink {
     /// A full datagram is followed by as many more as `max` allows while they are full: one
     /// GSO buffer of equal segments, the last of which may be shorter.
     fn transmit(&mut self, now: Instant, max: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        // A path MTU probe goes alone (a GSO run would cut it into segments).
+        let probe = self.client.probe_mtu(buf, now);
+        if probe > 0 {
+            return Some(Transmit { to: self.to, size: probe, segment: None });
+        }
         let first = self.client.append_transmit(buf, now);
         if first == 0 {
             return None;
         }
+        let mtu = self.client.mtu();
         let (mut size, mut n, mut last) = (first, 1, first);
-        while first == MTU && last == MTU && n < max {
+        while first == mtu && last == mtu && n < max {
             last = self.client.append_transmit(buf, now);
             if last == 0 {
                 break;
@@ -488,7 +494,7 @@ impl Link for OwnLink {
             size += last;
             n += 1;
         }
-        let segment = (n > 1).then_some(MTU);
+        let segment = (n > 1).then_some(mtu);
         Some(Transmit { to: self.to, size, segment })
     }
 
@@ -519,6 +525,7 @@ impl Link for OwnLink {
         counts.congestion_events += c.cc.events;
         counts.acks_sent += c.counts.acks_out;
         counts.acks_received += c.counts.acks_in;
+        counts.datagram_size = counts.datagram_size.max(c.mtu() as u64);
     }
 }
 

@@ -35,6 +35,8 @@ pub struct PeerLimits {
     pub max_uni: u64,
     /// Its max_idle_timeout in milliseconds (0: none).
     pub idle_ms: u64,
+    /// Its max_udp_payload_size: the largest datagram it takes (0: not said, 65527).
+    pub max_udp_payload: u64,
 }
 
 /// One stream's state.
@@ -533,7 +535,7 @@ impl Streams {
                     self.queue(id);
                 }
             }
-            Retx::Crypto { .. } => {}
+            Retx::Crypto { .. } | Retx::MtuProbe(_) => {}
         }
     }
 
@@ -749,6 +751,7 @@ mod tests {
             max_bidi: 2,
             max_uni: 1,
             idle_ms: 0,
+            max_udp_payload: 0,
         };
         s
     }

@@ -79,6 +79,7 @@ impl Udp {
         for sock in &socks {
             sock.set_nonblocking(true)?;
             udp::set_buffers(sock, SOCKET_BUFFER);
+            udp::set_dont_fragment(sock);
             gro &= udp::enable_gro(sock);
             gso &= udp::gso_supported(sock);
         }

@@ -152,6 +152,8 @@ struct Rig {
     down: usize,
     /// The server asks a client whose address it has not validated for a Retry first.
     retry: bool,
+    /// The path up carries datagrams of this size at most (larger ones are dropped).
+    max_up: Option<usize>,
 }
 
 impl Rig {
@@ -176,6 +178,7 @@ impl Rig {
             drop_down: None,
             down: 0,
             retry: false,
+            max_up: None,
         }
     }
 
@@ -192,7 +195,9 @@ impl Rig {
         let mut stateless = Vec::new();
         while self.client.poll_transmit(&mut buf, now) {
             self.datagrams += 1;
-            if self.drop_up.is_some_and(|n| self.datagrams.is_multiple_of(n)) {
+            if self.drop_up.is_some_and(|n| self.datagrams.is_multiple_of(n))
+                || self.max_up.is_some_and(|m| buf.len() > m)
+            {
                 continue;
             }
             let data = BytesMut::from(&buf[..]);
@@ -924,6 +929,10 @@ fn a_retry_sends_the_0rtt_request_again_at_once() {
 #[test]
 fn new_data_is_paced_over_a_long_round_trip() {
     let mut rig = Rig::connected();
+    // The path MTU probe goes (and is answered) first.
+    for _ in 0..5 {
+        rig.turn();
+    }
     rig.client.rtt.smoothed = Duration::from_millis(50);
     rig.client.cc.window = 120_000;
     let id = rig.client.streams.open(true).unwrap();
@@ -987,4 +996,55 @@ fn a_lone_acknowledgement_waits_for_a_second_packet_or_the_delay() {
     assert!(rig.client.poll_transmit(&mut buf, rig.now), "the request goes");
     assert_eq!(acks(&rig), before + 1, "carrying the ACK");
     assert!(!rig.client.poll_transmit(&mut buf, rig.now), "in one packet");
+}
+
+/// Path MTU discovery (RFC 8899): once the handshake is confirmed the client probes for
+/// larger datagrams, one padded PING at a time, and sends what the path carries: 1,452 bytes
+/// (its ceiling) where everything gets through; where the path drops datagrams over 1,300
+/// bytes, a size within 20 bytes under that, found without a congestion event. A large
+/// upload then goes in datagrams of that size, every byte arriving.
+#[test]
+fn the_client_finds_the_largest_datagram_the_path_carries() {
+    let mut rig = Rig::connected();
+    for _ in 0..50 {
+        rig.turn();
+    }
+    let c = &rig.client;
+    assert_eq!(c.mtu(), qpslab_quic::client::MTU_CEILING, "{:?} {:?}", c.counts, c.cc);
+    assert_eq!(c.counts.mtu_probes, 1);
+
+    let mut rig = Rig::new();
+    rig.max_up = Some(1300);
+    let mut rig = rig.handshake();
+    for _ in 0..300 {
+        rig.turn();
+    }
+    let mtu = rig.client.mtu();
+    assert!((1281..=1300).contains(&mtu), "{mtu} ({} probes)", rig.client.counts.mtu_probes);
+    assert_eq!(rig.client.cc.events, 0, "a lost probe is not congestion");
+    let id = rig.client.streams.open(true).unwrap();
+    let body = vec![9u8; 200_000];
+    assert!(rig.client.streams.write(id, &body, true));
+    let mut got = 0;
+    for _ in 0..300 {
+        rig.turn();
+        for e in rig.events() {
+            if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
+                rig.conn().streams().accept(quinn_proto::Dir::Bi).unwrap();
+            }
+        }
+        let sid =
+            quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
+        if let Ok(mut chunks) = rig.conn().recv_stream(sid).read(true) {
+            while let Ok(Some(c)) = chunks.next(usize::MAX) {
+                got += c.bytes.len();
+            }
+            let _ = chunks.finalize();
+        }
+        if got == body.len() {
+            break;
+        }
+    }
+    assert_eq!(got, body.len(), "the upload, in datagrams the path carries");
+    assert_eq!(rig.client.cc.lost, 0, "none too large");
 }

@@ -48,6 +48,17 @@ pub fn gso_supported(sock: &impl AsRawFd) -> bool {
     rc == 0
 }
 
+/// Sets the don't-fragment bit on every datagram and keeps the kernel's own path MTU guess
+/// out of it (`IP_PMTUDISC_PROBE`, and the IPv6 one on a socket that has IPv6): QUIC's
+/// datagrams must not be fragmented (RFC 9000 section 14), and its own path MTU discovery
+/// needs a datagram too large for the path dropped, not split (a send larger than the
+/// interface fails with EMSGSIZE).
+pub fn set_dont_fragment(sock: &impl AsRawFd) {
+    let _ = setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE);
+    let v6 = libc::IPV6_PMTUDISC_PROBE;
+    let _ = setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, v6);
+}
+
 /// Sets the socket's receive and send buffers (the kernel doubles what is asked, capped by
 /// net.core.rmem_max/wmem_max unless the caller may force it).
 pub fn set_buffers(sock: &impl AsRawFd, bytes: usize) {

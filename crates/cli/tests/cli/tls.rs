@@ -477,6 +477,37 @@ fn http3_runs_report_gro_batches_ack_frequency_and_handshake_cpu() {
     assert!((0.3..=1.0).contains(&share), "{share}: {h3} {}", v["generator"]);
 }
 
+/// Path MTU discovery over a path narrower than Ethernet: the loopback of a network namespace
+/// of the test's own set to an MTU of 1,300 bytes (1,272 bytes of UDP payload over IPv4). The
+/// own client's datagrams go with the don't-fragment bit, so its larger probes fail, and it
+/// settles within 20 bytes under the path's limit; uploads in datagrams of that size all
+/// arrive, on both event loops.
+#[test]
+fn http3_finds_the_datagram_size_a_narrow_path_carries() {
+    let ns = crate::common::Netns::create("qmtu");
+    for args in
+        [&["ip", "link", "set", "lo", "up"][..], &["ip", "link", "set", "lo", "mtu", "1300"]]
+    {
+        let out = Command::new("ip").args(["netns", "exec", &ns.name]).args(args).output();
+        assert!(out.expect("ip (iproute2)").status.success(), "{args:?}");
+    }
+    let netns = ["ip", "netns", "exec", ns.name.as_str()];
+    let server = ServeChild::start(&netns, &["-w", "1", "--tls-self-signed", "--h3"]);
+    let body = "b".repeat(20_000);
+    for io in ["epoll", "uring"] {
+        let load = ["load", "--h3", "-k", "--json", "-t", "1", "-c", "2", "--streams", "4"];
+        let post = ["-d", "1s", "-m", "POST", "--body", &body, "--io", io];
+        let out = ns.exec(&[&load[..], &post[..], &[&https(&server, "/")]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{io}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["requests"]["ok"].as_u64().unwrap() > 10, "{io}: {}", v["requests"]);
+        assert_eq!(v["requests"]["failed"], 0, "{io}: {}", v["error_examples"]);
+        let size = v["h3"]["datagram_size"].as_u64().unwrap();
+        assert!((1252..=1272).contains(&size), "{io}: {size} {}", v["h3"]);
+    }
+}
+
 /// HTTP/3 over a path that drops datagrams: an nftables rule in a network namespace of the
 /// test's own drops 5% of the 1-RTT packets (short header: the first byte's top bit clear) on
 /// its loopback, both ways. Both QUIC clients recover every loss and count every request

@@ -199,6 +199,9 @@ pub struct H3Report {
     /// The generator's CPU time per completed handshake, in microseconds: starting it, and
     /// the turns that read and answer the server's handshake packets (0 without handshakes).
     pub handshake_cpu_us: f64,
+    /// The largest datagram a connection sent once path MTU discovery was done (1,200 until
+    /// it finds more).
+    pub datagram_size: u64,
 }
 
 impl H3Report {
@@ -222,6 +225,7 @@ impl H3Report {
             segments_per_gro_read: per(c.gro_segments, c.gro_reads),
             datagrams_per_ack: per(c.datagrams_in, c.acks_sent),
             handshake_cpu_us: per(c.handshake_cpu_ns, handshakes) / 1000.0,
+            datagram_size: c.datagram_size,
         }
     }
 }
