@@ -181,7 +181,8 @@ fn totals(r: &Report, s: &mut String) {
         let _ = writeln!(
             s,
             "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO{}), {:.1} \
-             per send call ({} GSO), {} dropped; {} packets lost ({} bytes), {} congestion \
+             per send call ({} GSO), {} dropped, datagrams of up to {} bytes; {} packets lost \
+             ({} bytes), {} congestion \
              events; {} ACKs sent (one per {:.1} datagrams in), {} received{}",
             h.streams_per_connection,
             plural(h.streams_per_connection as u64, "stream", "streams"),
@@ -195,6 +196,7 @@ fn totals(r: &Report, s: &mut String) {
             h.datagrams_per_send_call,
             h.gso_sends,
             h.send_dropped,
+            h.datagram_size,
             h.lost_packets,
             h.lost_bytes,
             h.congestion_events,
