@@ -269,6 +269,25 @@ def quic_packets():
         yield b"\x40" + d
 
 
+def grpc_streams():
+    """gRPC response bodies: messages framed as servers frame them (one, several, an empty
+    one), and the malformed ones a generator must name: a compressed flag, an unknown flag, a
+    length past the limit, a body cut inside a prefix and inside a message."""
+    def msg(body, flag=0):
+        return bytes([flag]) + struct.pack(">I", len(body)) + body
+    hello = b"\x0a\x05hello"  # a protobuf message: field 1, the string "hello"
+    return [
+        msg(hello),
+        msg(hello) + msg(b"") + msg(b"\x08\x96\x01"),
+        msg(b"x" * 300),
+        msg(hello, flag=1),
+        msg(hello, flag=7),
+        b"\x00\xff\xff\xff\xff" + hello,
+        msg(hello)[:3],
+        msg(hello)[:-2],
+    ]
+
+
 def main():
     for r in REQUESTS:
         put("request_head", r)
@@ -301,6 +320,9 @@ def main():
         put("load_h3_client", script)
     for p in quic_packets():
         put("quic_packets", p)
+    for body in grpc_streams():
+        put("grpc_messages", b"\xff" + body)
+        put("grpc_messages", b"\x03" + body)
     for f in h2_server_frames():
         put("load_h2_client", b"\xff" + f)
         put("load_h2_client", b"\x05" + f)

@@ -202,3 +202,19 @@ pub fn h3_frames(data: &[u8]) {
         assert_eq!(whole, read(&bytes, control));
     }
 }
+
+/// gRPC messages in a stream's DATA bytes (the generator's side): the first byte sets the
+/// size of the pieces the rest is fed in; each piece reads or names what is wrong, never
+/// panics, and no more is kept than the limit allows.
+pub fn grpc_messages(data: &[u8]) {
+    let Some((&piece, rest)) = data.split_first() else { return };
+    let mut m = crate::grpc::Messages::new(256).keep_first();
+    for chunk in rest.chunks(usize::from(piece).max(1)) {
+        if m.feed(chunk).is_err() {
+            return;
+        }
+    }
+    assert!(m.count <= rest.len() as u64 / crate::grpc::PREFIX as u64);
+    assert!(m.first().is_none_or(|f| f.len() <= 256));
+    let _ = m.finish();
+}

@@ -2,12 +2,14 @@
 //!
 //! Owns: HTTP/1.1 request encoding ([`request`]), request-head parsing with the server's limits
 //! and smuggling rules ([`request_head`]), the chunked transfer-coding decoder ([`chunked`]) and
-//! the incremental response parser ([`response`]); HTTP/2's frames and HPACK ([`h2`]); HTTP/3's frames and QPACK ([`h3`]). Does not own sockets, buffers across reads, timing
+//! the incremental response parser ([`response`]); HTTP/2's frames and HPACK ([`h2`]); HTTP/3's frames and QPACK ([`h3`]); gRPC's message framing, status codes and timeouts
+//! ([`grpc`]). Does not own sockets, buffers across reads, timing
 //! or statistics: callers feed bytes and act on the events returned.
 
 pub mod chunked;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grpc;
 pub mod h2;
 pub mod h3;
 pub mod request;

@@ -38,3 +38,8 @@ fn qpack_sections() {
 fn h3_frames() {
     replay_corpus("h3_frames", 3, qpslab_http::fuzzing::h3_frames);
 }
+
+#[test]
+fn grpc_messages() {
+    replay_corpus("grpc_messages", 5, qpslab_http::fuzzing::grpc_messages);
+}
