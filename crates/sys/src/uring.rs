@@ -388,6 +388,21 @@ impl BufRing {
         Ok(ring)
     }
 
+    /// Registers the ring of entries with `ring` as buffer group `group`. The entries mapping
+    /// must outlive the registration: the [`Uring`] that owns both drops the ring first (its
+    /// fields drop in order).
+    fn register(&self, ring: &IoUring, group: u16) -> io::Result<()> {
+        // SAFETY: the mapping holds `count` entries and lives as long as the ring (above).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                self.entries.ptr as u64,
+                self.count,
+                group,
+                0,
+            )
+        }
+    }
+
     /// Provides buffers up to `n` (seen by the kernel after the next publish).
     fn provide(&mut self, n: u16) {
         for bid in self.provided..n {
@@ -661,29 +676,12 @@ impl Uring {
         }
         let ring = b.build(o.entries)?;
         let bufs = BufRing::new(o.buffers, o.buffer_size, o.start_buffers)?;
-        // SAFETY: the entries mapping lives in `bufs`, which this value owns alongside the ring
-        // and drops after it (fields drop in order: ring first).
-        unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                bufs.entries.ptr as u64,
-                o.buffers,
-                GROUP,
-                0,
-            )?;
-        }
+        bufs.register(&ring, GROUP)?;
         let dgrams = if o.datagrams == 0 {
             None
         } else {
             let d = BufRing::new(o.datagrams, DATAGRAM_BUFFER, 16.min(o.datagrams))?;
-            // SAFETY: as above: the mapping lives in `dgrams`, dropped after the ring.
-            unsafe {
-                ring.submitter().register_buf_ring_with_flags(
-                    d.entries.ptr as u64,
-                    o.datagrams,
-                    DATAGRAM_GROUP,
-                    0,
-                )?;
-            }
+            d.register(&ring, DATAGRAM_GROUP)?;
             Some(d)
         };
         // SAFETY: all-zero is a valid msghdr.
