@@ -747,6 +747,30 @@ impl Uring {
         timeout: Duration,
         f: impl FnMut(Completion<'_>, &mut Submit<'_>),
     ) -> io::Result<()> {
+        self.round(Wait::Timer(timeout), f)
+    }
+
+    /// A turn whose wait the enter itself bounds (no timer request outlives it): for the short
+    /// waits that follow a turn's first while it holds out for a batch, each of which would
+    /// otherwise leave a timer in flight. Where the kernel cannot bound a batch wait, a
+    /// [`Uring::turn`].
+    pub fn turn_within(
+        &mut self,
+        timeout: Duration,
+        f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+    ) -> io::Result<()> {
+        if !self.min_wait {
+            return self.turn(timeout, f);
+        }
+        self.round(Wait::Bounded(timeout), f)
+    }
+
+    /// A turn: submits, waits as `wait` says, hands the completions to `f`.
+    fn round(
+        &mut self,
+        wait: Wait,
+        f: impl FnMut(Completion<'_>, &mut Submit<'_>),
+    ) -> io::Result<()> {
         let Uring {
             ring,
             bufs,
@@ -764,48 +788,15 @@ impl Uring {
         let mut submit =
             Submit { sq, submitter: &submitter, sends, direct: *direct, recv_hdr: &**recv_hdr };
         let now = Instant::now();
-        arm(&mut submit, timer, timers, now, timeout);
+        let bound = match wait {
+            Wait::Timer(timeout) => {
+                arm(&mut submit, timer, timers, now, timeout);
+                None
+            }
+            Wait::Bounded(t) => Some(Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos())),
+        };
         submit.sq.sync();
-        enter(&submitter, *batch, min_wait, None)?;
-        *entered = now.elapsed();
-        cq.sync();
-        drain(&mut cq, (bufs, dgrams.as_mut()), timer, &mut submit, f);
-        submit.sq.sync();
-        Ok(())
-    }
-
-    /// A turn whose wait the enter itself bounds (no timer request outlives it): for the short
-    /// waits that follow a turn's first while it holds out for a batch, each of which would
-    /// otherwise leave a timer in flight. Where the kernel cannot bound a batch wait, a
-    /// [`Uring::turn`].
-    pub fn turn_within(
-        &mut self,
-        timeout: Duration,
-        f: impl FnMut(Completion<'_>, &mut Submit<'_>),
-    ) -> io::Result<()> {
-        if !self.min_wait {
-            return self.turn(timeout, f);
-        }
-        let Uring {
-            ring,
-            bufs,
-            dgrams,
-            recv_hdr,
-            sends,
-            timer,
-            direct,
-            batch,
-            min_wait,
-            entered,
-            ..
-        } = self;
-        let (submitter, sq, mut cq) = ring.split();
-        let mut submit =
-            Submit { sq, submitter: &submitter, sends, direct: *direct, recv_hdr: &**recv_hdr };
-        let now = Instant::now();
-        submit.sq.sync();
-        let ts = Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
-        enter(&submitter, *batch, min_wait, Some(&ts))?;
+        enter(&submitter, *batch, min_wait, bound.as_ref())?;
         *entered = now.elapsed();
         cq.sync();
         drain(&mut cq, (bufs, dgrams.as_mut()), timer, &mut submit, f);
@@ -817,6 +808,14 @@ impl Uring {
     pub fn entered(&self) -> Duration {
         self.entered
     }
+}
+
+/// How a turn waits: with a timeout request in the ring (armed unless an earlier one fires in
+/// time), or bounded by the enter's own argument.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Timer(Duration),
+    Bounded(Duration),
 }
 
 /// The turn's wake-up: a timeout request, unless one armed earlier fires in time; a no-op
