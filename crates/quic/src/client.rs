@@ -226,6 +226,10 @@ struct MtuSearch {
 pub const MTU_CEILING: usize = 1452;
 /// The search ends when the gap between what worked and what did not is this small.
 const MTU_STEP: usize = 20;
+/// Datagrams larger than [`MTU`] lost in a row (none of them acknowledged) that say the path
+/// no longer carries them: the size goes back to [`MTU`] and the search starts again below
+/// the size that failed.
+const BLACK_HOLE_RUN: u32 = 3;
 
 impl MtuSearch {
     /// The next size to probe, if the search goes on.
@@ -260,8 +264,9 @@ pub struct Counts {
     pub probes: u64,
     /// A Retry from the server, followed (0 or 1).
     pub retries: u64,
-    /// Path MTU probes sent.
+    /// Path MTU probes sent, and times the size found stopped getting through.
     pub mtu_probes: u64,
+    pub black_holes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -954,6 +959,22 @@ impl Client {
             self.streams.on_acked(r);
         }
         self.resend(space, &lost);
+        self.black_hole();
+    }
+
+    /// A run of lost datagrams larger than [`MTU`] with none acknowledged, or probe timeouts
+    /// in a row (nothing came back to show a loss by): the path may have stopped carrying the
+    /// size found (RFC 8899 section 4.3); back to [`MTU`], searching again below it.
+    fn black_hole(&mut self) {
+        let silent = self.pto_count >= 2;
+        if self.mtu > MTU && (self.cc.large_lost_run >= BLACK_HOLE_RUN || silent) {
+            let failed = self.mtu;
+            self.mtu = MTU;
+            self.cc.large_lost_run = 0;
+            self.mtu_search =
+                MtuSearch { floor: MTU, ceiling: failed - 1, probing: None, tried: true };
+            self.counts.black_holes += 1;
+        }
     }
 
     /// What lost packets of `space` carried goes again.
@@ -1030,6 +1051,7 @@ impl Client {
                 let mut lost = Vec::new();
                 s.flight.detect_lost(now, &self.rtt, &mut self.cc, &mut |r| lost.push(*r));
                 self.resend(space, &lost);
+                self.black_hole();
                 return;
             }
         }
@@ -1037,6 +1059,7 @@ impl Client {
             if at <= now {
                 self.pto_count += 1;
                 self.counts.probes += 1;
+                self.black_hole();
                 let frames = self.spaces[space].flight.probe_frames();
                 self.resend(space, &frames);
                 self.spaces[space].probe = true;

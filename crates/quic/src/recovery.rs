@@ -121,6 +121,10 @@ pub struct Congestion {
     pub lost: u64,
     pub lost_bytes: u64,
     pub events: u64,
+    /// Packets larger than [`MAX_DATAGRAM`] lost since one of them was last acknowledged: a
+    /// path that stopped carrying them (a black hole for the datagram size path MTU discovery
+    /// found) shows as a run of them.
+    pub large_lost_run: u32,
 }
 
 impl Default for Congestion {
@@ -133,6 +137,7 @@ impl Default for Congestion {
             lost: 0,
             lost_bytes: 0,
             events: 0,
+            large_lost_run: 0,
         }
     }
 }
@@ -145,6 +150,9 @@ impl Congestion {
 
     fn acked(&mut self, p: &Sent) {
         self.in_flight = self.in_flight.saturating_sub(p.size);
+        if p.size > MAX_DATAGRAM {
+            self.large_lost_run = 0;
+        }
         if self.recovery_since.is_some_and(|t| p.at <= t) {
             return;
         }
@@ -157,6 +165,9 @@ impl Congestion {
 
     fn lost(&mut self, p: &Sent, now: Instant) {
         self.in_flight = self.in_flight.saturating_sub(p.size);
+        if p.size > MAX_DATAGRAM {
+            self.large_lost_run += 1;
+        }
         self.lost += 1;
         self.lost_bytes += p.size as u64;
         if self.recovery_since.is_some_and(|t| p.at <= t) {

@@ -1048,3 +1048,43 @@ fn the_client_finds_the_largest_datagram_the_path_carries() {
     assert_eq!(got, body.len(), "the upload, in datagrams the path carries");
     assert_eq!(rig.client.cc.lost, 0, "none too large");
 }
+
+/// A path that stops carrying the size found (RFC 8899 section 4.3, a black hole): the
+/// client's large datagrams go unanswered, it falls back to 1,200 bytes, finds the new limit,
+/// and an upload that began at the old size completes.
+#[test]
+fn a_path_that_narrows_is_noticed_and_the_upload_completes() {
+    let mut rig = Rig::connected();
+    for _ in 0..50 {
+        rig.turn();
+    }
+    assert_eq!(rig.client.mtu(), qpslab_quic::client::MTU_CEILING);
+    rig.max_up = Some(1300);
+    let id = rig.client.streams.open(true).unwrap();
+    let body = vec![7u8; 300_000];
+    assert!(rig.client.streams.write(id, &body, true));
+    let mut got = 0;
+    for _ in 0..3000 {
+        rig.turn();
+        for e in rig.events() {
+            if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
+                rig.conn().streams().accept(quinn_proto::Dir::Bi).unwrap();
+            }
+        }
+        let sid =
+            quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
+        if let Ok(mut chunks) = rig.conn().recv_stream(sid).read(true) {
+            while let Ok(Some(c)) = chunks.next(usize::MAX) {
+                got += c.bytes.len();
+            }
+            let _ = chunks.finalize();
+        }
+        if got == body.len() {
+            break;
+        }
+    }
+    let c = &rig.client;
+    assert_eq!(got, body.len(), "{:?} mtu {}", c.counts, c.mtu());
+    assert!(c.counts.black_holes >= 1, "{:?}", c.counts);
+    assert!((1200..=1300).contains(&c.mtu()), "{}", c.mtu());
+}
