@@ -16,6 +16,7 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
+use qpslab_http::grpc::PREFIX;
 use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header};
 use qpslab_http::h2::hpack::{self, Indexing};
 use qpslab_http::{BodyFraming, Method, RequestHead};
@@ -47,6 +48,9 @@ struct Head {
     malformed: bool,
     complete: bool,
     mismatch: bool,
+    /// A gRPC call (content-type application/grpc): the status to end it with (see
+    /// [`grpc_status`]).
+    grpc: Option<u8>,
 }
 
 /// Why the connection ends: the GOAWAY's code, and for the log, why.
@@ -67,8 +71,10 @@ enum StreamState {
     Body { plan: Result<Plan, ErrorReply>, left: u64, expect: Option<u64>, got: u64 },
     /// A `t=` delay runs until the instant.
     Delayed(Plan, Instant),
-    /// Response body bytes still to send (flow control held them back).
-    Sending { left: u64, sent: u64 },
+    /// Response body bytes still to send (flow control held them back); a gRPC call's
+    /// message (its bytes are zeros: an empty message) ends with trailers carrying the
+    /// status instead of END_STREAM on its DATA.
+    Sending { left: u64, sent: u64, grpc: Option<u8> },
 }
 
 #[derive(Debug)]
@@ -77,6 +83,8 @@ struct Stream {
     /// What the client lets this side send on the stream.
     window: i64,
     state: StreamState,
+    /// A gRPC call, and the status it ends with.
+    grpc: Option<u8>,
 }
 
 /// A header block being gathered (HEADERS, then CONTINUATIONs until END_HEADERS).
@@ -542,7 +550,7 @@ impl H2 {
             Some((_, head)) if !trailers => head,
             _ => self.decode_head(block, trailers, &mut sh.h2)?,
         };
-        let Head { method, has_path, length, malformed, complete, mismatch } = head;
+        let Head { method, has_path, length, malformed, complete, mismatch, grpc } = head;
         let malformed = malformed || refuse;
         if let Some(i) = self.streams.iter().position(|s| s.id == id) {
             // Trailers end a body.
@@ -558,7 +566,7 @@ impl H2 {
                     sh.counters.rejected += 1;
                     frame::put_rst_stream(out, id, code::PROTOCOL_ERROR);
                 } else {
-                    self.answer(id, plan, out, sh, slot, now);
+                    self.answer(id, plan, s.grpc, out, sh, slot, now);
                 }
             }
             return Ok(());
@@ -615,12 +623,12 @@ impl H2 {
         };
         let plan = Plan::new(&head, sh.cfg);
         if end_stream {
-            self.answer(id, plan, out, sh, slot, now);
+            self.answer(id, plan, grpc, out, sh, slot, now);
         } else {
             let left = sh.cfg.settings.max_body;
             let window = self.peer_window;
             let state = StreamState::Body { plan, left, expect: length, got: 0 };
-            self.open(Stream { id, window, state }, &mut sh.h2);
+            self.open(Stream { id, window, state, grpc }, &mut sh.h2);
         }
         Ok(())
     }
@@ -638,6 +646,8 @@ impl H2 {
         let mut method = None;
         let mut has_path = false;
         let mut length = None;
+        let mut grpc = false;
+        let mut grpc_control = None;
         let mut check = FieldCheck::default();
         // The path goes into a buffer the connection keeps, authority and Host into the
         // worker's, so a request allocates nothing. Trailers leave the path alone (and forget
@@ -663,6 +673,8 @@ impl H2 {
                 b"content-length" => {
                     length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
                 }
+                b"content-type" => grpc = value.starts_with(b"application/grpc"),
+                b"qpslab-grpc-status" => grpc_control = parse_code(value),
                 _ => {}
             }
         });
@@ -677,6 +689,7 @@ impl H2 {
             complete: check.complete(),
             // Host and :authority, when both are given, must name the same (8.3.1).
             mismatch: check.has_host && !authority.is_empty() && host != authority,
+            grpc: grpc.then(|| grpc_status(path, grpc_control)),
         };
         self.last_head = None;
         if !trailers && self.dec.table_changes() == changes {
@@ -733,7 +746,7 @@ impl H2 {
             let e = ErrorReply { status: 413, reason: "request body too large" };
             self.streams.swap_remove(i);
             sh.counters.rejected += 1;
-            self.answer(h.stream, Err(e), out, sh, slot, now);
+            self.answer(h.stream, Err(e), None, out, sh, slot, now);
             frame::put_rst_stream(out, h.stream, code::NO_ERROR);
             return Ok(());
         }
@@ -741,17 +754,20 @@ impl H2 {
         if h.has(flag::END_STREAM) {
             let s = self.streams.swap_remove(i);
             if let StreamState::Body { plan, .. } = s.state {
-                self.answer(h.stream, plan, out, sh, slot, now);
+                self.answer(h.stream, plan, s.grpc, out, sh, slot, now);
             }
         }
         Ok(())
     }
 
-    /// Answers a request: the HEADERS, and as much of the body as the windows allow.
+    /// Answers a request: the HEADERS, and as much of the body as the windows allow; a gRPC
+    /// call (`grpc`) the gRPC way ([`H2::answer_grpc`]).
+    #[allow(clippy::too_many_arguments, reason = "the stream, its answer, and the connection's")]
     fn answer(
         &mut self,
         id: u32,
         plan: Result<Plan, ErrorReply>,
+        grpc: Option<u8>,
         out: &mut Vec<u8>,
         sh: &mut Shared<'_>,
         slot: usize,
@@ -774,12 +790,16 @@ impl H2 {
             let until = now + Duration::from_millis(u64::from(plan.delay_ms));
             let plan = Plan { delay_ms: 0, ..plan };
             let window = self.peer_window;
-            self.open(Stream { id, window, state: StreamState::Delayed(plan, until) }, &mut sh.h2);
+            let state = StreamState::Delayed(plan, until);
+            self.open(Stream { id, window, state, grpc }, &mut sh.h2);
             sh.delays.push(std::cmp::Reverse((until, slot, self.gen)));
             return;
         }
         if !plan.keep_alive {
             self.goaway(out, code::NO_ERROR);
+        }
+        if let Some(code) = grpc {
+            return self.answer_grpc(id, code, out, &mut sh.h2);
         }
         let body =
             if plan.head_only || matches!(plan.status, 204 | 304) { 0 } else { plan.body_len };
@@ -787,10 +807,25 @@ impl H2 {
         sh.h2.write_headers(out, id, plan.status, length, &sh.date, body == 0);
         if body > 0 {
             let window = self.peer_window;
-            let state = StreamState::Sending { left: body, sent: 0 };
-            self.open(Stream { id, window, state }, &mut sh.h2);
+            let state = StreamState::Sending { left: body, sent: 0, grpc: None };
+            self.open(Stream { id, window, state, grpc: None }, &mut sh.h2);
             self.send_bodies(out);
         }
+    }
+
+    /// Answers a gRPC call: with status OK, its response headers, one empty message (valid
+    /// for every message type) and trailers with grpc-status 0; with another status, a
+    /// Trailers-Only response (one HEADERS carrying the status, ending the stream).
+    fn answer_grpc(&mut self, id: u32, code: u8, out: &mut Vec<u8>, scratch: &mut Scratch) {
+        if code != 0 {
+            write_grpc_headers(out, id, Some(code), true);
+            return;
+        }
+        write_grpc_headers(out, id, None, false);
+        let window = self.peer_window;
+        let state = StreamState::Sending { left: PREFIX as u64, sent: 0, grpc: Some(0) };
+        self.open(Stream { id, window, state, grpc: Some(0) }, scratch);
+        self.send_bodies(out);
     }
 
     /// Answers the streams whose `t=` delay ended by `now`.
@@ -808,7 +843,7 @@ impl H2 {
         {
             let s = self.streams.swap_remove(i);
             if let StreamState::Delayed(plan, _) = s.state {
-                self.answer(s.id, Ok(plan), out, sh, slot, now);
+                self.answer(s.id, Ok(plan), s.grpc, out, sh, slot, now);
             }
         }
     }
@@ -820,21 +855,23 @@ impl H2 {
         let mut i = 0;
         while i < self.streams.len() && self.conn_window > 0 {
             let s = &mut self.streams[i];
-            let StreamState::Sending { left, sent } = &mut s.state else {
+            let StreamState::Sending { left, sent, grpc } = &mut s.state else {
                 i += 1;
                 continue;
             };
             while *left > 0 && s.window > 0 && self.conn_window > 0 {
                 let n = (*left).min(max as u64).min(s.window as u64).min(self.conn_window as u64);
                 let last = n == *left;
-                frame::put_header(
-                    out,
-                    n as usize,
-                    kind::DATA,
-                    if last { flag::END_STREAM } else { 0 },
-                    s.id,
-                );
-                push_body(out, n as usize, *sent);
+                let end = if last && grpc.is_none() { flag::END_STREAM } else { 0 };
+                frame::put_header(out, n as usize, kind::DATA, end, s.id);
+                match grpc {
+                    // An empty message's prefix: all zeros.
+                    Some(_) => out.resize(out.len() + n as usize, 0),
+                    None => push_body(out, n as usize, *sent),
+                }
+                if let (true, Some(code)) = (last, *grpc) {
+                    write_grpc_trailers(out, s.id, code);
+                }
                 *left -= n;
                 *sent += n;
                 s.window -= n as i64;
@@ -863,6 +900,46 @@ impl H2 {
         self.streams.retain(|s| s.id != id);
         frame::put_rst_stream(out, id, error);
     }
+}
+
+/// A gRPC call's status: `grpc-status=N` in the path's query, else a `qpslab-grpc-status`
+/// request header, else 0 (OK).
+fn grpc_status(path: &str, control: Option<u8>) -> u8 {
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    let asked = query.split('&').find_map(|kv| kv.strip_prefix("grpc-status="));
+    asked.and_then(|v| parse_code(v.as_bytes())).or(control).unwrap_or(0)
+}
+
+/// A status code as a control gives it: 0 to 16 (gRPC's codes).
+fn parse_code(value: &[u8]) -> Option<u8> {
+    qpslab_http::grpc::parse_status(value).filter(|&c| c <= 16).map(|c| c as u8)
+}
+
+/// A gRPC response's HEADERS: :status 200, the server, content-type application/grpc, and
+/// with `status` the grpc-status of a Trailers-Only response.
+fn write_grpc_headers(out: &mut Vec<u8>, id: u32, status: Option<u8>, end_stream: bool) {
+    let at = out.len();
+    let flags = flag::END_HEADERS | if end_stream { flag::END_STREAM } else { 0 };
+    frame::put_header(out, 0, kind::HEADERS, flags, id);
+    let start = out.len();
+    hpack::indexed(out, 8);
+    hpack::literal(out, Indexing::Without, 54, b"", b"qpslab");
+    hpack::literal(out, Indexing::Without, 31, b"", b"application/grpc");
+    if let Some(code) = status {
+        hpack::literal(out, Indexing::Without, 0, b"grpc-status", code.to_string().as_bytes());
+    }
+    let len = (out.len() - start).to_be_bytes();
+    out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
+}
+
+/// A gRPC call's trailers: its grpc-status, ending the stream.
+fn write_grpc_trailers(out: &mut Vec<u8>, id: u32, code: u8) {
+    let at = out.len();
+    frame::put_header(out, 0, kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, id);
+    let start = out.len();
+    hpack::literal(out, Indexing::Without, 0, b"grpc-status", code.to_string().as_bytes());
+    let len = (out.len() - start).to_be_bytes();
+    out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
 }
 
 /// Whether `data` (a connection's first bytes) is or may become the HTTP/2 client preface:
