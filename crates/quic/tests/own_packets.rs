@@ -1022,30 +1022,8 @@ fn the_client_finds_the_largest_datagram_the_path_carries() {
     let mtu = rig.client.mtu();
     assert!((1281..=1300).contains(&mtu), "{mtu} ({} probes)", rig.client.counts.mtu_probes);
     assert_eq!(rig.client.cc.events, 0, "a lost probe is not congestion");
-    let id = rig.client.streams.open(true).unwrap();
-    let body = vec![9u8; 200_000];
-    assert!(rig.client.streams.write(id, &body, true));
-    let mut got = 0;
-    for _ in 0..300 {
-        rig.turn();
-        for e in rig.events() {
-            if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
-                rig.conn().streams().accept(quinn_proto::Dir::Bi).unwrap();
-            }
-        }
-        let sid =
-            quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
-        if let Ok(mut chunks) = rig.conn().recv_stream(sid).read(true) {
-            while let Ok(Some(c)) = chunks.next(usize::MAX) {
-                got += c.bytes.len();
-            }
-            let _ = chunks.finalize();
-        }
-        if got == body.len() {
-            break;
-        }
-    }
-    assert_eq!(got, body.len(), "the upload, in datagrams the path carries");
+    let got = upload(&mut rig, 200_000, 300);
+    assert_eq!(got, 200_000, "the upload, in datagrams the path carries");
     assert_eq!(rig.client.cc.lost, 0, "none too large");
 }
 
@@ -1060,31 +1038,36 @@ fn a_path_that_narrows_is_noticed_and_the_upload_completes() {
     }
     assert_eq!(rig.client.mtu(), qpslab_quic::client::MTU_CEILING);
     rig.max_up = Some(1300);
+    let got = upload(&mut rig, 300_000, 3000);
+    let c = &rig.client;
+    assert_eq!(got, 300_000, "{:?} mtu {}", c.counts, c.mtu());
+    assert!(c.counts.black_holes >= 1, "{:?}", c.counts);
+    assert!((1200..=1300).contains(&c.mtu()), "{}", c.mtu());
+}
+
+/// Uploads `len` bytes on a new stream, the server reading them, for `turns` turns at most;
+/// the bytes the server read.
+fn upload(rig: &mut Rig, len: usize, turns: usize) -> usize {
     let id = rig.client.streams.open(true).unwrap();
-    let body = vec![7u8; 300_000];
-    assert!(rig.client.streams.write(id, &body, true));
+    assert!(rig.client.streams.write(id, &vec![9u8; len], true));
+    let sid = quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
     let mut got = 0;
-    for _ in 0..3000 {
+    for _ in 0..turns {
         rig.turn();
         for e in rig.events() {
             if let Event::Stream(quinn_proto::StreamEvent::Opened { .. }) = e {
                 rig.conn().streams().accept(quinn_proto::Dir::Bi).unwrap();
             }
         }
-        let sid =
-            quinn_proto::StreamId::new(quinn_proto::Side::Client, quinn_proto::Dir::Bi, id / 4);
         if let Ok(mut chunks) = rig.conn().recv_stream(sid).read(true) {
             while let Ok(Some(c)) = chunks.next(usize::MAX) {
                 got += c.bytes.len();
             }
             let _ = chunks.finalize();
         }
-        if got == body.len() {
+        if got == len {
             break;
         }
     }
-    let c = &rig.client;
-    assert_eq!(got, body.len(), "{:?} mtu {}", c.counts, c.mtu());
-    assert!(c.counts.black_holes >= 1, "{:?}", c.counts);
-    assert!((1200..=1300).contains(&c.mtu()), "{}", c.mtu());
+    got
 }
