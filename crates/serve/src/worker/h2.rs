@@ -926,10 +926,28 @@ fn write_grpc_headers(out: &mut Vec<u8>, id: u32, status: Option<u8>, end_stream
     hpack::literal(out, Indexing::Without, 54, b"", b"qpslab");
     hpack::literal(out, Indexing::Without, 31, b"", b"application/grpc");
     if let Some(code) = status {
-        hpack::literal(out, Indexing::Without, 0, b"grpc-status", code.to_string().as_bytes());
+        hpack::literal(out, Indexing::Without, 0, b"grpc-status", code_digits(code).as_ref());
     }
     let len = (out.len() - start).to_be_bytes();
     out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
+}
+
+/// A status code's digits (0 to 16), without a formatted string per response.
+fn code_digits(code: u8) -> Digits {
+    if code < 10 {
+        Digits([b'0' + code, 0], 1)
+    } else {
+        Digits([b'0' + code / 10, b'0' + code % 10], 2)
+    }
+}
+
+/// One or two digits.
+struct Digits([u8; 2], usize);
+
+impl AsRef<[u8]> for Digits {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..self.1]
+    }
 }
 
 /// A gRPC call's trailers: its grpc-status, ending the stream.
@@ -937,7 +955,7 @@ fn write_grpc_trailers(out: &mut Vec<u8>, id: u32, code: u8) {
     let at = out.len();
     frame::put_header(out, 0, kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, id);
     let start = out.len();
-    hpack::literal(out, Indexing::Without, 0, b"grpc-status", code.to_string().as_bytes());
+    hpack::literal(out, Indexing::Without, 0, b"grpc-status", code_digits(code).as_ref());
     let len = (out.len() - start).to_be_bytes();
     out[at..at + 3].copy_from_slice(&len[len.len() - 3..]);
 }
