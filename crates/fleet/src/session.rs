@@ -341,18 +341,21 @@ impl<'a> Session<'a> {
         method: &str,
         params: serde_json::Value,
         limit: Duration,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, CallError> {
         self.calls += 1;
         let id = self.calls;
         if !self.send(i, &Command::Call { id, method: method.into(), params }) {
-            return Err(format!("{method}: the agent's input is closed"));
+            return Err(CallError::Lost(format!("{method}: the agent's input is closed")));
         }
         let deadline = Instant::now() + limit;
         loop {
             let Some((from, _, what)) =
                 self.recv(deadline.saturating_duration_since(Instant::now()))
             else {
-                return Err(format!("{method}: no answer in {} s", limit.as_secs()));
+                return Err(CallError::Lost(format!(
+                    "{method}: no answer in {} s",
+                    limit.as_secs()
+                )));
             };
             if from != i {
                 continue;
@@ -360,16 +363,40 @@ impl<'a> Session<'a> {
             match what {
                 Incoming::Event(Event::Reply { id: got, result, error }) if got == id => {
                     return match error {
-                        Some(e) => Err(e),
+                        Some(e) => Err(CallError::Failed(e)),
                         None => Ok(result.unwrap_or(serde_json::Value::Null)),
                     };
                 }
                 Incoming::Closed => {
                     let why = self.why_closed(i);
-                    return Err(format!("{method}: the agent ended: {why}"));
+                    return Err(CallError::Lost(format!("{method}: the agent ended: {why}")));
                 }
                 _ => {}
             }
         }
+    }
+}
+
+/// Why a [`Session::call`] has no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The agent answered with this error: the call ran there and failed as a whole.
+    Failed(String),
+    /// No answer came (the agent or its session ended, or the time ran out): the call may
+    /// have done part or all of its work there.
+    Lost(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Failed(e) | CallError::Lost(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<CallError> for String {
+    fn from(e: CallError) -> String {
+        e.to_string()
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use qpslab_doctor::{Context, Generator, LoadFacts};
 use qpslab_doctor::{Diagnosis, Examination};
 use qpslab_fleet::agent::HostSide;
-use qpslab_fleet::session::{FleetOptions, Session};
+use qpslab_fleet::session::{CallError, FleetOptions, Session};
 use qpslab_host::sample::{Role, Sample};
 use qpslab_host::Root;
 use serde::de::DeserializeOwned;
@@ -176,8 +176,10 @@ impl<'a> ServerHost<'a> {
     }
 
     /// Applies a variant's host settings there (journaled on the server host).
-    pub fn tune_apply(&mut self, c: &TuneCall) -> Result<(), String> {
-        self.call("tune-apply", c)
+    /// A lost answer ([`CallError::Lost`]) may leave them applied there, with their journal.
+    pub fn tune_apply(&mut self, c: &TuneCall) -> Result<(), CallError> {
+        let params = serde_json::to_value(c).map_err(|e| CallError::Failed(e.to_string()))?;
+        self.session.call(0, "tune-apply", params, CALL_LIMIT).map(drop)
     }
 
     /// Reverts them; Some(note) when a value someone else changed meanwhile was kept.
@@ -257,7 +259,12 @@ impl<'a> InForce<'a> {
             if let Err(e) = far.tune_apply(c) {
                 let name = far.name.clone();
                 far.close();
-                return Err(format!("cannot apply its host settings on {name}: {e}"));
+                // An agent that ended mid-apply may have written some: its journal says which.
+                let after = match e {
+                    CallError::Failed(_) => "",
+                    CallError::Lost(_) => "; run `qpslab tune revert` there",
+                };
+                return Err(format!("cannot apply its host settings on {name}: {e}{after}"));
             }
         }
         Ok(InForce::There(far, call.is_some()))
