@@ -23,7 +23,7 @@ pub fn put_message(out: &mut Vec<u8>, msg: &[u8]) {
 }
 
 /// What is wrong with a stream's messages.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MessageError {
     /// The compressed flag is set, and no compression was agreed (no `grpc-encoding`).
     #[error("a compressed message without grpc-encoding agreed")]
@@ -137,6 +137,163 @@ impl Messages {
             return Err(MessageError::Truncated { missing });
         }
         Ok(())
+    }
+}
+
+/// What this side found wrong with a call's response, whatever its status said: each is the
+/// status code a gRPC client reports for it ([`Fault::code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    /// The stream ended without a `grpc-status` (no trailers, and no Trailers-Only answer).
+    #[error("the stream ended without grpc-status")]
+    NoStatus,
+    /// No `grpc-status`, and an HTTP status other than 200 (a proxy's answer): mapped as
+    /// gRPC's HTTP-to-status table says.
+    #[error("HTTP status {0} without grpc-status")]
+    Http(u16),
+    /// A `grpc-status` that is not a number.
+    #[error("a grpc-status that is not a number")]
+    BadStatus,
+    /// `grpc-status` in the response headers and again in its trailers.
+    #[error("grpc-status in both the headers and the trailers")]
+    StatusTwice,
+    /// The response's messages were malformed or over the size limit.
+    #[error("{0}")]
+    Message(MessageError),
+    /// A unary call answered OK with other than one message.
+    #[error("a unary call answered OK with {0} messages")]
+    Messages(u64),
+}
+
+/// How many kinds of [`Fault`] there are ([`Fault::index`]).
+pub const FAULTS: usize = 9;
+
+impl Fault {
+    /// The kinds' short names, by [`Fault::index`] (for counts in reports).
+    pub const NAMES: [&'static str; FAULTS] = [
+        "no-status",
+        "http-status",
+        "bad-status",
+        "status-twice",
+        "compressed",
+        "bad-flag",
+        "too-large",
+        "truncated",
+        "message-count",
+    ];
+
+    /// The kind's place in [`Fault::NAMES`].
+    pub fn index(self) -> usize {
+        match self {
+            Fault::NoStatus => 0,
+            Fault::Http(_) => 1,
+            Fault::BadStatus => 2,
+            Fault::StatusTwice => 3,
+            Fault::Message(MessageError::Compressed) => 4,
+            Fault::Message(MessageError::BadFlag(_)) => 5,
+            Fault::Message(MessageError::TooLarge { .. }) => 6,
+            Fault::Message(MessageError::Truncated { .. }) => 7,
+            Fault::Messages(_) => 8,
+        }
+    }
+
+    /// The status code gRPC's clients report for it: RESOURCE_EXHAUSTED for a message over
+    /// the limit, an HTTP status by gRPC's mapping table, INTERNAL for the rest.
+    pub fn code(self) -> u32 {
+        match self {
+            Fault::Message(MessageError::TooLarge { .. }) => 8,
+            Fault::Http(status) => match status {
+                400 => 13,
+                401 => 16,
+                403 => 7,
+                404 => 12,
+                429 | 502 | 503 | 504 => 14,
+                _ => 2,
+            },
+            _ => 13,
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server's `grpc-status`, and nothing wrong found with the response.
+    Status(u32),
+    /// Something wrong with the response (see [`Fault::code`] for its status code).
+    Fault(Fault),
+}
+
+impl Outcome {
+    /// The call's status code, as a gRPC client would report it.
+    pub fn code(self) -> u32 {
+        match self {
+            Outcome::Status(c) => c,
+            Outcome::Fault(f) => f.code(),
+        }
+    }
+}
+
+/// A `grpc-status` field as a header block carried it: absent, not a number, or a code.
+pub type StatusField = Option<Option<u32>>;
+
+/// One call's response as it arrives: header blocks' `grpc-status`, the messages, and the
+/// outcome once the stream ends.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub messages: Messages,
+    status: StatusField,
+    /// A `grpc-status` came in headers that did not end the stream.
+    early: bool,
+    fault: Option<Fault>,
+}
+
+impl Call {
+    /// A call whose messages may be up to `max` bytes each.
+    pub fn new(max: usize) -> Call {
+        Call { messages: Messages::new(max), status: None, early: false, fault: None }
+    }
+
+    /// A header block of the response with its `grpc-status` (`ends`: it ended the stream:
+    /// trailers, or a Trailers-Only answer).
+    pub fn block(&mut self, status: StatusField, ends: bool) {
+        if status.is_none() {
+            return;
+        }
+        if !ends {
+            self.early = true;
+        } else if self.early {
+            self.fault.get_or_insert(Fault::StatusTwice);
+        }
+        self.status = status;
+    }
+
+    /// DATA bytes of the response (after a fault, not read on).
+    pub fn data(&mut self, bytes: &[u8]) {
+        if self.fault.is_none() {
+            if let Err(e) = self.messages.feed(bytes) {
+                self.fault = Some(Fault::Message(e));
+            }
+        }
+    }
+
+    /// The stream ended with HTTP status `http`; `unary`: one message is owed with OK.
+    pub fn outcome(&self, http: u16, unary: bool) -> Outcome {
+        if let Some(f) = self.fault {
+            return Outcome::Fault(f);
+        }
+        if let Err(e) = self.messages.finish() {
+            return Outcome::Fault(Fault::Message(e));
+        }
+        match self.status {
+            Some(Some(0)) if unary && self.messages.count != 1 => {
+                Outcome::Fault(Fault::Messages(self.messages.count))
+            }
+            Some(Some(code)) => Outcome::Status(code),
+            Some(None) => Outcome::Fault(Fault::BadStatus),
+            None if http != 200 => Outcome::Fault(Fault::Http(http)),
+            None => Outcome::Fault(Fault::NoStatus),
+        }
     }
 }
 
@@ -258,6 +415,50 @@ mod tests {
         assert_eq!(m.feed(&bytes).unwrap(), 3);
         assert_eq!(m.first(), Some(&b"hello"[..]));
         assert_eq!(m.finish(), Ok(()));
+    }
+
+    /// A call's outcome from the blocks and DATA a server sent.
+    fn call(http: u16, head: StatusField, data: &[u8], trailers: Option<StatusField>) -> Outcome {
+        let mut c = Call::new(100);
+        c.block(head, trailers.is_none());
+        c.data(data);
+        if let Some(t) = trailers {
+            c.block(t, true);
+        }
+        c.outcome(http, true)
+    }
+
+    #[test]
+    fn a_call_is_judged_by_its_status_and_its_messages() {
+        let one = framed(&[b"hi"]);
+        assert_eq!(call(200, None, &one, Some(Some(Some(0)))), Outcome::Status(0));
+        // Trailers-Only: the status in the only block, no message.
+        assert_eq!(call(200, Some(Some(14)), b"", None), Outcome::Status(14));
+        assert_eq!(call(200, Some(Some(14)), b"", None).code(), 14);
+        let fault = |o: Outcome| match o {
+            Outcome::Fault(f) => (f, f.code()),
+            Outcome::Status(c) => panic!("status {c}, a fault was due"),
+        };
+        assert_eq!(fault(call(200, None, &one, Some(None))), (Fault::NoStatus, 13));
+        assert_eq!(fault(call(200, None, &one, Some(Some(None)))), (Fault::BadStatus, 13));
+        assert_eq!(
+            fault(call(200, Some(Some(0)), &one, Some(Some(Some(0))))),
+            (Fault::StatusTwice, 13)
+        );
+        assert_eq!(fault(call(503, None, b"", None)), (Fault::Http(503), 14));
+        assert_eq!(fault(call(404, None, b"", None)), (Fault::Http(404), 12));
+        assert_eq!(fault(call(500, None, b"", None)), (Fault::Http(500), 2));
+        assert_eq!(fault(call(200, None, b"", Some(Some(Some(0))))), (Fault::Messages(0), 13));
+        let two = framed(&[b"a", b"b"]);
+        assert_eq!(fault(call(200, None, &two, Some(Some(Some(0))))), (Fault::Messages(2), 13));
+        // A failed call owes no message.
+        assert_eq!(call(200, None, b"", Some(Some(Some(8)))), Outcome::Status(8));
+        let big = framed(&[&[7u8; 101]]);
+        let (f, code) = fault(call(200, None, &big, Some(Some(Some(0)))));
+        assert_eq!((f.index(), code), (6, 8), "{f}: RESOURCE_EXHAUSTED");
+        let (f, _) = fault(call(200, None, &one[..4], Some(Some(Some(0)))));
+        assert_eq!(Fault::NAMES[f.index()], "truncated");
+        assert_eq!(fault(call(200, None, &[1, 0, 0, 0, 0], Some(Some(Some(0))))).1, 13);
     }
 
     #[test]

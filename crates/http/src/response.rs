@@ -57,6 +57,8 @@ pub struct Response {
     pub interim: u16,
     /// Payload bytes (chunk framing excluded).
     pub body_bytes: u64,
+    /// A gRPC call's outcome (HTTP/2 with `--grpc`).
+    pub grpc: Option<crate::grpc::Outcome>,
 }
 
 /// Result of one [`ResponseParser::feed`] call.
@@ -148,6 +150,7 @@ impl ResponseParser {
                         keep_alive: head.keep_alive,
                         interim,
                         body_bytes: 0,
+                        grpc: None,
                     };
                     let no_body = head_request || head.status == 204 || head.status == 304;
                     let body = match head.framing {

@@ -213,6 +213,8 @@ impl Pool {
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
+        // A gRPC run is the HTTP/2 run its calls are.
+        let opts = &crate::grpc::apply(opts)?;
         if opts.group_by.is_some() {
             GroupBy::from_options(opts)?;
         }
@@ -305,6 +307,16 @@ impl LoadConfig {
                         ),
                     ));
                 }
+                if let Some(g) = t.iter().find(|t| t.on_grpc() && opts.grpc.is_none()) {
+                    return Err(ConfigError::new(
+                        "--threshold",
+                        format!(
+                            "{}: a gRPC status, which only --grpc runs have: add --grpc \
+                             SERVICE/METHOD or drop it",
+                            g.expr
+                        ),
+                    ));
+                }
                 t
             },
             pipeline,
@@ -314,6 +326,7 @@ impl LoadConfig {
                 window: (1u32 << opts.window_bits) - 1,
                 conn_window: (1u32 << opts.conn_window_bits) - 1,
                 table: opts.header_table_size,
+                grpc: crate::grpc::settings(opts),
             }),
             rate,
             conn_per_request: opts.conn_per_request,

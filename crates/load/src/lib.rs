@@ -8,6 +8,7 @@
 pub mod config;
 pub mod feed;
 mod file_text;
+pub mod grpc;
 pub mod hlog;
 pub mod options;
 mod pacer;

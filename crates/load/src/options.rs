@@ -212,6 +212,26 @@ pub struct LoadOptions {
     #[arg(long)]
     pub h3: bool,
 
+    /// gRPC: unary calls to SERVICE/METHOD (e.g. helloworld.Greeter/SayHello) over HTTP/2 at
+    /// the URL's server; the message from --body, --binary or --body-lines (one per line),
+    /// framed once; a call succeeds only with grpc-status 0 and one well-formed message
+    #[arg(long, value_name = "SERVICE/METHOD")]
+    pub grpc: Option<String>,
+
+    /// With --grpc: the request message, serialized (protobuf bytes), from FILE
+    #[arg(long, value_name = "FILE", value_parser = Body::from_file)]
+    pub binary: Option<Body>,
+
+    /// With --grpc: each call's deadline, sent as grpc-timeout (the server gives up after it)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[serde(with = "dur::opt")]
+    pub grpc_timeout: Option<Duration>,
+
+    /// With --grpc: the largest response message taken; a larger one fails its call as
+    /// RESOURCE_EXHAUSTED, as gRPC's clients do [default: 4194304]
+    #[arg(long, value_name = "BYTES")]
+    pub max_message_size: Option<u32>,
+
     /// With --h3: which QUIC client carries it
     #[arg(long, value_enum, value_name = "IMPL", default_value_t = QuicImpl::Own)]
     pub quic: QuicImpl,
@@ -375,6 +395,10 @@ impl Default for LoadOptions {
             rst_close: false,
             h2: false,
             h3: false,
+            grpc: None,
+            binary: None,
+            grpc_timeout: None,
+            max_message_size: None,
             quic: QuicImpl::Own,
             streams: 1,
             window_bits: 30,
@@ -413,6 +437,13 @@ impl LoadOptions {
 pub struct Body(pub Vec<u8>);
 
 impl Body {
+    /// The bytes of the file at `path`.
+    pub fn from_file(path: &str) -> Result<Body, String> {
+        std::fs::read(path)
+            .map(Body)
+            .map_err(|e| format!("cannot read {path:?}: {e}; give an existing file"))
+    }
+
     /// A literal, or `@FILE`.
     pub fn from_arg(arg: &str) -> Result<Body, String> {
         match arg.strip_prefix('@') {
@@ -599,6 +630,7 @@ mod tests {
             "N|none|name" => "none".into(),
             "PATH" => "/tmp/qpslab-test.sock".into(),
             "EXPR" => "p99<2ms".into(),
+            "SERVICE/METHOD" => "helloworld.Greeter/SayHello".into(),
             _ => return None,
         })
     }

@@ -3,6 +3,7 @@
 //! and summarising happen once, at the end.
 
 use hdrhistogram::Histogram;
+use qpslab_http::grpc;
 pub use qpslab_quic::udp::QuicCounts;
 
 /// Highest latency the histogram tracks, in microseconds (60 s); larger values saturate.
@@ -48,6 +49,61 @@ impl ErrorClass {
             Self::Parse => "parse",
             Self::Tls => "tls",
             Self::Reset => "reset",
+        }
+    }
+}
+
+/// gRPC calls by how they ended: every call by its status code (the server's, or the one a
+/// gRPC client reports for what this side found wrong), and those findings by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct GrpcCounts {
+    /// Calls by status code 0-16 ([`grpc::CODES`]).
+    pub codes: [u64; grpc::CODES.len()],
+    /// Calls with a code past 16 (a server may send any number).
+    pub other_codes: u64,
+    /// Of the calls, those this side found wrong, by [`grpc::Fault::index`].
+    pub faults: [u64; grpc::FAULTS],
+    /// The first finding, described.
+    pub fault_example: Option<String>,
+}
+
+impl GrpcCounts {
+    /// A call that ended with `o`.
+    #[inline]
+    pub fn call(&mut self, o: grpc::Outcome) {
+        match self.codes.get_mut(o.code() as usize) {
+            Some(n) => *n += 1,
+            None => self.other_codes += 1,
+        }
+        if let grpc::Outcome::Fault(f) = o {
+            self.faults[f.index()] += 1;
+            if self.fault_example.is_none() {
+                self.fault_example = Some(f.to_string());
+            }
+        }
+    }
+
+    /// Calls that ended with status `code`.
+    pub fn with_code(&self, code: u32) -> u64 {
+        self.codes.get(code as usize).copied().unwrap_or(0)
+    }
+
+    /// Calls counted.
+    pub fn calls(&self) -> u64 {
+        self.codes.iter().sum::<u64>() + self.other_codes
+    }
+
+    pub fn merge(&mut self, o: &GrpcCounts) {
+        for (a, b) in self.codes.iter_mut().zip(o.codes) {
+            *a += b;
+        }
+        self.other_codes += o.other_codes;
+        for (a, b) in self.faults.iter_mut().zip(o.faults) {
+            *a += b;
+        }
+        if self.fault_example.is_none() {
+            self.fault_example.clone_from(&o.fault_example);
         }
     }
 }
@@ -150,6 +206,9 @@ pub struct Recorder {
     /// HTTP/3 (`--h3`): what QUIC and UDP did.
     #[serde(default)]
     pub quic: Option<QuicCounts>,
+    /// gRPC (`--grpc`): the calls by status code and what was found wrong.
+    #[serde(default)]
+    pub grpc: Option<GrpcCounts>,
     /// With `--log` or a feed that wants seconds: `latency` as it was when the current
     /// interval began. An interval's histogram is the difference, taken once a second, so a
     /// response is recorded once whether intervals are kept or not.
@@ -196,6 +255,7 @@ impl Default for Recorder {
             per_group: Vec::new(),
             h2: None,
             quic: None,
+            grpc: None,
             interval_base: None,
             seconds: Vec::new(),
         }
@@ -356,6 +416,9 @@ impl Recorder {
         }
         if let Some(o) = &other.h2 {
             self.h2.get_or_insert_with(Default::default).merge(o);
+        }
+        if let Some(o) = &other.grpc {
+            self.grpc.get_or_insert_with(Default::default).merge(o);
         }
         self.tls_full += other.tls_full;
         self.tls_resumed += other.tls_resumed;

@@ -148,7 +148,8 @@ impl Builder<'_> {
                     ConfigError::new(flag, format!("body=@{p}: cannot read it ({why})"))
                 })?,
             };
-            let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body };
+            let grpc = self.o.grpc.is_some();
+            let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body, grpc };
             let mut t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache)
                 .map_err(
                     |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
@@ -182,8 +183,8 @@ impl Builder<'_> {
         let sni = o.tls.sni.as_deref();
         let before = self.out.len();
         for (i, line) in file.text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
-            let req =
-                Req { url: &url, method: &o.method, headers: &self.headers, body: line.as_bytes() };
+            let (headers, grpc) = (&self.headers, o.grpc.is_some());
+            let req = Req { url: &url, method: &o.method, headers, body: line.as_bytes(), grpc };
             let mut t =
                 resolve_target(req, 1, sni, self.rand_seed, &mut self.cache).map_err(|e| {
                     if e.flag == "--sni" {
@@ -239,7 +240,8 @@ impl Builder<'_> {
                 line.to_string()
             };
             let sni = o.tls.sni.as_deref();
-            let req = Req { url: &url, method: &o.method, headers: &self.headers, body: self.body };
+            let (headers, body) = (&self.headers, self.body);
+            let req = Req { url: &url, method: &o.method, headers, body, grpc: false };
             let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
                 .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
@@ -288,7 +290,7 @@ pub fn distinct_addresses(v: &Variants) -> usize {
 
 /// `localhost:8080/x` -> `http://localhost:8080/x`, as curl reads a URL without a scheme; None
 /// when the URL has one.
-fn with_default_scheme(url: &str) -> Option<String> {
+pub(crate) fn with_default_scheme(url: &str) -> Option<String> {
     let bare = !url.contains("://") && !url.is_empty() && !url.contains(char::is_whitespace);
     bare.then(|| format!("http://{url}"))
 }
@@ -318,6 +320,8 @@ struct Req<'a> {
     method: &'a str,
     headers: &'a [HeaderArg],
     body: &'a [u8],
+    /// The body is a gRPC message: it goes framed (its 5-byte prefix before it).
+    grpc: bool,
 }
 
 /// The target of `req`; its `{seq}` and `{rand}` IDs found (see [`template`]): the request is
@@ -374,7 +378,7 @@ fn resolve_target(
             })
             .collect();
         let body = template::fill(req.body, &in_body, first, digit);
-        let filled = Req { url: &url, method: req.method, headers: &headers, body: &body };
+        let filled = Req { url: &url, method: req.method, headers: &headers, body: &body, ..req };
         resolve_plain(filled, weight, sni, cache, false)
     };
     let flag_of = |k: usize| match k {
@@ -415,6 +419,14 @@ fn resolve_target(
     Ok(base)
 }
 
+/// `msg` as one gRPC message: its prefix, then its bytes (templated IDs keep their width, so
+/// the length is the same for every request).
+fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(qpslab_http::grpc::PREFIX + msg.len());
+    qpslab_http::grpc::put_message(&mut out, msg);
+    out
+}
+
 /// The target of `req` as it is; its HTTP/2 header block Huffman-coded when `huffman`.
 fn resolve_plain(
     req: Req<'_>,
@@ -423,7 +435,7 @@ fn resolve_plain(
     cache: &mut Resolved,
     huffman: bool,
 ) -> Result<Target, ConfigError> {
-    let Req { url: raw, method, headers, body } = req;
+    let Req { url: raw, method, headers, body, grpc } = req;
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
             "URL",
@@ -467,7 +479,7 @@ fn resolve_plain(
         target,
         host: authority,
         headers,
-        body: body.to_vec(),
+        body: if grpc { framed(body) } else { body.to_vec() },
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
     let h2_block = if huffman { spec.encode_h2(https) } else { spec.encode_h2_raw(https) }
@@ -503,7 +515,7 @@ mod tests {
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
         let get = |url: &str, hs: &[HeaderArg]| {
-            let req = Req { url, method: "GET", headers: hs, body: &[] };
+            let req = Req { url, method: "GET", headers: hs, body: &[], grpc: false };
             resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap()
         };
         let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
@@ -579,6 +591,7 @@ mod tests {
             method: "POST",
             headers: &hs,
             body: b"id={seq:7}",
+            grpc: false,
         };
         let t = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap();
         let tm = t.template.as_ref().unwrap();
@@ -599,11 +612,18 @@ mod tests {
         let one = String::from_utf8(one).unwrap();
         assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
         assert!(one.ends_with("id=000000000012"), "{one}");
-        let host = Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"" };
+        let host =
+            Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"", grpc: false };
         let e = resolve_target(host, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert!(e.message.contains("not the host"), "{e:?}");
         let bad = [HeaderArg { name: "X".into(), value: "{rand:99}".into() }];
-        let req = Req { url: "http://127.0.0.1:1/", method: "GET", headers: &bad, body: b"" };
+        let req = Req {
+            url: "http://127.0.0.1:1/",
+            method: "GET",
+            headers: &bad,
+            body: b"",
+            grpc: false,
+        };
         let e = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert_eq!(e.flag, "--header");
         assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");

@@ -1,6 +1,7 @@
 //! Pass/fail checks on a finished run (`--threshold`): `p99<2ms`, `p99.9<=10ms`, `mean<1ms`,
 //! `rps>50000`, `errors<0.1%` (a share of the requests sent), `errors<10` (a count),
-//! `gen-busy<0.9` (the generator's busy share); over HTTP/3, `lost-packets<10` (QUIC packets
+//! `gen-busy<0.9` (the generator's busy share); gRPC calls ending with a status code
+//! (`grpc-status:14<10`, `grpc-status:UNAVAILABLE<0.1%`, a count or a share of the calls); over HTTP/3, `lost-packets<10` (QUIC packets
 //! declared lost, a count) and `packet-loss<0.1%` (their share of the datagrams sent). Percentiles come from the run's exact latency
 //! histogram, not from the rounded figures of the summary.
 
@@ -36,6 +37,10 @@ enum Metric {
     LostPackets,
     /// HTTP/3: lost packets over the datagrams sent.
     PacketLoss,
+    /// gRPC: calls that ended with this status code, a count.
+    GrpcStatus(u32),
+    /// gRPC: their share of the calls answered.
+    GrpcStatusRate(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,6 +62,8 @@ pub struct Facts<'a> {
     pub gen_busy: f64,
     /// HTTP/3: QUIC packets declared lost, and the datagrams sent.
     pub quic: Option<(u64, u64)>,
+    /// gRPC: the calls by how they ended.
+    pub grpc: Option<&'a crate::stats::GrpcCounts>,
 }
 
 /// A threshold checked: in the report's JSON and its text.
@@ -85,8 +92,9 @@ impl Outcome {
 }
 
 const FORMS: &str = "pN<TIME (p99<2ms, p99.9<10ms), mean<TIME, max<TIME, rps>N, errors<P% or \
-                     errors<N, gen-busy<R, and with --h3 lost-packets<N or packet-loss<P% (TIME in us, ms or s; \
-                     <, <=, > or >=)";
+                     errors<N, gen-busy<R, with --grpc grpc-status:CODE<N or <P% (CODE a number or a \
+                     name: 14, UNAVAILABLE), and with --h3 lost-packets<N or packet-loss<P% (TIME \
+                     in us, ms or s; <, <=, > or >=)";
 
 impl Threshold {
     /// Parses `expr`; an error names it, says what is wrong and gives the forms there are.
@@ -111,6 +119,19 @@ impl Threshold {
             "lost-packets" => Metric::LostPackets,
             "packet-loss" if value.ends_with('%') => Metric::PacketLoss,
             "packet-loss" => return Err(bad("packet-loss is a share: give it in %, e.g. 0.1%")),
+            g if g.starts_with("grpc-status:") => {
+                let code = &name["grpc-status:".len()..];
+                match qpslab_http::grpc::code_of(code) {
+                    Some(c) if value.ends_with('%') => Metric::GrpcStatusRate(c),
+                    Some(c) => Metric::GrpcStatus(c),
+                    None => {
+                        return Err(bad(&format!(
+                            "{code:?} is not a gRPC status code: give a number or a name \
+                             (OK, UNAVAILABLE, RESOURCE_EXHAUSTED, ...)"
+                        )))
+                    }
+                }
+            }
             p if p.starts_with('p') => match p[1..].parse::<f64>() {
                 Ok(q) if q > 0.0 && q <= 100.0 => Metric::Percentile(q),
                 _ => return Err(bad(&format!("{name}: a percentile is p followed by 0-100"))),
@@ -120,11 +141,13 @@ impl Threshold {
         };
         let limit = match metric {
             Metric::Percentile(_) | Metric::Mean | Metric::Max => time_us(value),
-            Metric::ErrorRate | Metric::PacketLoss => {
+            Metric::ErrorRate | Metric::PacketLoss | Metric::GrpcStatusRate(_) => {
                 number(&value[..value.len() - 1]).map(|p| p / 100.0)
             }
             Metric::Rps => rate(value),
-            Metric::Errors | Metric::GenBusy | Metric::LostPackets => number(value),
+            Metric::Errors | Metric::GenBusy | Metric::LostPackets | Metric::GrpcStatus(_) => {
+                number(value)
+            }
         }
         .map_err(|why| bad(&why))?;
         Ok(Threshold { expr: text, metric, op, limit })
@@ -134,6 +157,11 @@ impl Threshold {
     /// `--max-error-rate`).
     pub fn on_errors(&self) -> bool {
         matches!(self.metric, Metric::ErrorRate | Metric::Errors)
+    }
+
+    /// Whether this threshold is on a figure only gRPC runs have.
+    pub fn on_grpc(&self) -> bool {
+        matches!(self.metric, Metric::GrpcStatus(_) | Metric::GrpcStatusRate(_))
     }
 
     /// Whether this threshold is on a figure only HTTP/3 runs have.
@@ -173,11 +201,23 @@ impl Threshold {
                 let v = if out > 0 { lost as f64 / out as f64 } else { 0.0 };
                 (v, "share", format!("packet-loss {:.3}% ({lost} of {out})", v * 100.0))
             }
+            Metric::GrpcStatus(c) | Metric::GrpcStatusRate(c) => {
+                let calls = f.grpc.map_or(0, |g| g.calls());
+                let n = f.grpc.map_or(0, |g| g.with_code(c));
+                let name = qpslab_http::grpc::code_name(c).map_or(c.to_string(), String::from);
+                if matches!(self.metric, Metric::GrpcStatus(_)) {
+                    (n as f64, "count", format!("grpc-status {name} {n}"))
+                } else {
+                    let v = if calls > 0 { n as f64 / calls as f64 } else { 0.0 };
+                    (v, "share", format!("grpc-status {name} {:.3}% ({n} of {calls})", v * 100.0))
+                }
+            }
         };
         // No response: no latency to judge, so a latency threshold cannot pass; no QUIC, no
         // packet loss to judge.
-        let measured =
-            (!f.latency.is_empty() || !self.on_latency()) && (f.quic.is_some() || !self.on_quic());
+        let measured = (!f.latency.is_empty() || !self.on_latency())
+            && (f.quic.is_some() || !self.on_quic())
+            && (f.grpc.is_some() || !self.on_grpc());
         let passed = measured
             && match self.op {
                 Op::Lt => value < self.limit,
@@ -188,6 +228,7 @@ impl Threshold {
         let shown = match measured {
             true => shown,
             false if self.on_quic() => "not an HTTP/3 run: no QUIC packets to judge".into(),
+            false if self.on_grpc() => "no gRPC call answered".into(),
             false => "no response to measure".into(),
         };
         Outcome { threshold: self.expr.clone(), passed, value, unit, shown }
@@ -241,7 +282,48 @@ mod tests {
     use super::*;
 
     fn facts(h: &Histogram<u64>) -> Facts<'_> {
-        Facts { latency: h, rps: 51_000.0, sent: 10_000, errors: 12, gen_busy: 0.42, quic: None }
+        Facts {
+            latency: h,
+            rps: 51_000.0,
+            sent: 10_000,
+            errors: 12,
+            gen_busy: 0.42,
+            quic: None,
+            grpc: None,
+        }
+    }
+
+    #[test]
+    fn grpc_status_codes_are_judged_by_count_or_share_of_the_calls() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        h.record(1000).unwrap();
+        let mut g = crate::stats::GrpcCounts::default();
+        for _ in 0..990 {
+            g.call(qpslab_http::grpc::Outcome::Status(0));
+        }
+        for _ in 0..10 {
+            g.call(qpslab_http::grpc::Outcome::Status(14));
+        }
+        let f = Facts { grpc: Some(&g), ..facts(&h) };
+        let line = |e: &str, f: &Facts| Threshold::parse(e).unwrap().check(f).line();
+        assert_eq!(
+            line("grpc-status:14<10", &f),
+            "threshold grpc-status:14<10: failed, grpc-status UNAVAILABLE 10"
+        );
+        assert_eq!(
+            line("grpc-status:unavailable<=1%", &f),
+            "threshold grpc-status:unavailable<=1%: passed, grpc-status UNAVAILABLE 1.000% (10 of 1000)"
+        );
+        assert_eq!(
+            line("grpc-status:OK>=990", &f),
+            "threshold grpc-status:OK>=990: passed, grpc-status OK 990"
+        );
+        assert_eq!(
+            line("grpc-status:8<1", &facts(&h)),
+            "threshold grpc-status:8<1: failed, no gRPC call answered"
+        );
+        let e = Threshold::parse("grpc-status:NOPE<1").unwrap_err();
+        assert!(e.contains("\"NOPE\" is not a gRPC status code"), "{e}");
     }
 
     #[test]

@@ -1219,7 +1219,14 @@ impl Shared<'_> {
     #[inline]
     pub(crate) fn record(&self, rec: &mut Recorder, req: Req, resp: Response, now: Instant) {
         if req.counted {
-            let ok = resp.status < 400 || self.cfg.accept_status.contains(resp.status);
+            let ok = match resp.grpc {
+                // A call succeeds with OK alone, whatever the HTTP status.
+                Some(o) => {
+                    rec.grpc.get_or_insert_with(Default::default).call(o);
+                    o.code() == 0
+                }
+                None => resp.status < 400 || self.cfg.accept_status.contains(resp.status),
+            };
             rec.target_response(req.target as usize, ok);
             if req.warm && self.cfg.exclude_warmup_latency {
                 rec.response_unmeasured(resp.status, ok);

@@ -77,6 +77,9 @@ pub struct Report {
     /// HTTP/2 (`--h2`): streams, header compression, what the server announced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub h2: Option<H2Report>,
+    /// gRPC (`--grpc`): the calls by status code, and what was found wrong with responses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcReport>,
     /// Keep-alive runs: the connections opened before the measured window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<SetupReport>,
@@ -124,6 +127,64 @@ pub struct Report {
     /// A load over agents: what the coordinator cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordinator: Option<CoordinatorCost>,
+}
+
+/// A gRPC run's calls by how they ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct GrpcReport {
+    /// The method called, `/SERVICE/METHOD`.
+    pub method: String,
+    /// Calls answered (= `requests.completed`); `requests.ok` is those with status OK.
+    pub calls: u64,
+    /// Calls by status code name (`OK`, `UNAVAILABLE`, ...; a code past 16 by its number):
+    /// the server's `grpc-status`, or for a response found wrong the code a gRPC client
+    /// reports for it (see `faults`).
+    pub status: BTreeMap<String, u64>,
+    /// Responses found wrong, by kind: no-status (no grpc-status: no trailers), http-status
+    /// (none, and HTTP status not 200), bad-status, status-twice (in headers and trailers),
+    /// compressed (flag set, no compression agreed), bad-flag, too-large (over
+    /// `--max-message-size`), truncated, message-count (OK with other than one message).
+    pub faults: BTreeMap<&'static str, u64>,
+    /// The first one found, described.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_example: Option<String>,
+    /// `--max-message-size`.
+    pub max_message_size: u32,
+}
+
+/// A gRPC run that answered no call.
+static NO_CALLS: crate::stats::GrpcCounts = crate::stats::GrpcCounts {
+    codes: [0; qpslab_http::grpc::CODES.len()],
+    other_codes: 0,
+    faults: [0; qpslab_http::grpc::FAULTS],
+    fault_example: None,
+};
+
+impl GrpcReport {
+    fn new(cfg: &LoadConfig, c: &crate::stats::GrpcCounts) -> Option<Self> {
+        let g = cfg.h2.and_then(|h| h.grpc)?;
+        let mut status = BTreeMap::new();
+        for (code, &n) in c.codes.iter().enumerate().filter(|(_, n)| **n > 0) {
+            status.insert(qpslab_http::grpc::CODES[code].to_string(), n);
+        }
+        if c.other_codes > 0 {
+            status.insert("other".to_string(), c.other_codes);
+        }
+        let faults = (c.faults.iter().enumerate())
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, &n)| (qpslab_http::grpc::Fault::NAMES[i], n))
+            .collect();
+        let shown = pool::shown_targets(cfg).into_iter().next().unwrap_or_default();
+        let method = url::Url::parse(&shown).map_or(shown, |u| u.path().to_string());
+        Some(GrpcReport {
+            method,
+            calls: c.calls(),
+            status,
+            faults,
+            fault_example: c.fault_example.clone(),
+            max_message_size: g.max_message,
+        })
+    }
 }
 
 /// What HTTP/2 connections saw while measuring (the server's SETTINGS whenever they came).
@@ -771,6 +832,7 @@ impl Report {
             errors: requests.failed + requests.bad_status,
             gen_busy: generator.busy_ratio,
             quic: rec.quic.map(|q| (q.lost_packets, q.datagrams_out)),
+            grpc: rec.grpc.as_ref().or(cfg.h2.and_then(|h| h.grpc).map(|_| &NO_CALLS)),
         };
         let thresholds: Vec<_> = cfg.thresholds.iter().map(|t| t.check(&facts)).collect();
         Self {
@@ -815,6 +877,7 @@ impl Report {
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
+            grpc: GrpcReport::new(cfg, &rec.grpc.clone().unwrap_or_default()),
             h3: cfg.h3.as_ref().map(|_| {
                 H3Report::new(cfg, &rec.quic.unwrap_or_default(), rec.tls_full + rec.tls_resumed)
             }),

@@ -177,6 +177,27 @@ fn totals(r: &Report, s: &mut String) {
             h.refused_streams,
         );
     }
+    if let Some(g) = &r.grpc {
+        let codes: Vec<String> = g.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let faults: Vec<String> = g.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            s,
+            "gRPC:    {} {} {}: {}{}",
+            g.calls,
+            plural(g.calls, "call", "calls"),
+            g.method,
+            if codes.is_empty() { "none answered".into() } else { codes.join(", ") },
+            if faults.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; found wrong here: {} (first: {})",
+                    faults.join(", "),
+                    g.fault_example.as_deref().unwrap_or("")
+                )
+            }
+        );
+    }
     if let Some(h) = &r.h3 {
         let _ = writeln!(
             s,

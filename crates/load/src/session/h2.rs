@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use qpslab_http::grpc::{self, StatusField};
 use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header, HEADER_LEN, MAX_WINDOW};
 use qpslab_http::h2::hpack::Decoder;
 use qpslab_http::Response;
@@ -36,6 +37,18 @@ pub struct H2Settings {
     pub window: u32,
     pub conn_window: u32,
     pub table: u32,
+    /// gRPC (`--grpc`): every response is a call's, judged by its status and messages.
+    #[serde(default)]
+    pub grpc: Option<GrpcSettings>,
+}
+
+/// How gRPC calls are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GrpcSettings {
+    /// The largest response message taken (`--max-message-size`).
+    pub max_message: u32,
+    /// Unary calls: an OK answer carries exactly one message.
+    pub unary: bool,
 }
 
 /// What the HTTP/2 connections of a thread saw, for the report.
@@ -86,6 +99,8 @@ struct Stream {
     /// Request body bytes sent so far, and what the server lets this side send on the stream.
     body_at: usize,
     window: i64,
+    /// gRPC: the call's status and messages so far.
+    grpc: Option<grpc::Call>,
 }
 
 /// One connection's HTTP/2 exchange.
@@ -144,6 +159,7 @@ pub(crate) struct Http2 {
     last_block: Vec<u8>,
     last_status: u16,
     last_decoded: usize,
+    last_grpc: StatusField,
     last_changes: Option<u64>,
 }
 
@@ -178,6 +194,7 @@ impl Http2 {
             last_block: Vec::new(),
             last_status: 0,
             last_decoded: 0,
+            last_grpc: None,
             last_changes: None,
         };
         s.start();
@@ -335,8 +352,19 @@ impl Http2 {
         let at = self.out.len();
         self.out.extend_from_slice(block);
         let window = self.peer_window;
-        let s =
-            Stream { id, pos, req, status: 0, interim: 0, body: 0, unacked: 0, body_at: 0, window };
+        let grpc = self.cfg.grpc.map(|g| grpc::Call::new(g.max_message as usize));
+        let s = Stream {
+            id,
+            pos,
+            req,
+            status: 0,
+            interim: 0,
+            body: 0,
+            unacked: 0,
+            body_at: 0,
+            window,
+            grpc,
+        };
         self.streams.push_back(s);
         at
     }
@@ -729,7 +757,7 @@ impl Http2 {
         if h.stream == 0 {
             return Err(named(frame::FrameError::StreamZero("DATA")));
         }
-        let body = frame::unpadded(&h, payload).map_err(named)?.len() as u64;
+        let data = frame::unpadded(&h, payload).map_err(named)?;
         // Flow control counts the whole payload, padding included.
         let len = payload.len() as u32;
         self.conn_unacked += len;
@@ -746,7 +774,10 @@ impl Http2 {
                 s.id
             ));
         }
-        s.body += body;
+        s.body += data.len() as u64;
+        if let Some(call) = &mut s.grpc {
+            call.data(data);
+        }
         if h.has(flag::END_STREAM) {
             self.complete(i, answered);
             return Ok(());
@@ -768,30 +799,34 @@ impl Http2 {
         answered: &mut impl FnMut(Req, Response),
     ) -> Result<(), String> {
         let changes = self.dec.table_changes();
-        let (status, decoded) =
-            if self.last_changes == Some(changes) && self.block == self.last_block {
-                (self.last_status, self.last_decoded)
-            } else {
-                let mut status = 0u16;
-                let decoded = self
-                    .dec
-                    .decode(&self.block, &mut |name, value| {
-                        if name == b":status" {
-                            let v = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-                            status = v.unwrap_or(0);
-                        }
-                    })
-                    .map_err(|e| {
-                        format!("a header block that does not decode: {e} (COMPRESSION_ERROR)")
-                    })?;
-                // Kept for the next block only if this one left the table as it was.
-                let unchanged = self.dec.table_changes() == changes;
-                self.last_changes = unchanged.then_some(changes);
-                self.last_block.clear();
-                self.last_block.extend_from_slice(&self.block);
-                (self.last_status, self.last_decoded) = (status, decoded);
-                (status, decoded)
-            };
+        let (status, decoded, grpc_status) = if self.last_changes == Some(changes)
+            && self.block == self.last_block
+        {
+            (self.last_status, self.last_decoded, self.last_grpc)
+        } else {
+            let mut status = 0u16;
+            let mut grpc_status: StatusField = None;
+            let decoded = self
+                .dec
+                .decode(&self.block, &mut |name, value| {
+                    if name == b":status" {
+                        let v = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                        status = v.unwrap_or(0);
+                    } else if name == b"grpc-status" {
+                        grpc_status = Some(grpc::parse_status(value));
+                    }
+                })
+                .map_err(|e| {
+                    format!("a header block that does not decode: {e} (COMPRESSION_ERROR)")
+                })?;
+            // Kept for the next block only if this one left the table as it was.
+            let unchanged = self.dec.table_changes() == changes;
+            self.last_changes = unchanged.then_some(changes);
+            self.last_block.clear();
+            self.last_block.extend_from_slice(&self.block);
+            (self.last_status, self.last_decoded, self.last_grpc) = (status, decoded, grpc_status);
+            (status, decoded, grpc_status)
+        };
         self.counts.responses += 1;
         self.counts.decoded_bytes += decoded as u64;
         let Some(i) = self.find(stream) else { return Ok(()) };
@@ -808,6 +843,9 @@ impl Http2 {
             }
             s.status = status;
         }
+        if let Some(call) = &mut s.grpc {
+            call.block(grpc_status, self.block_ends_stream);
+        }
         if self.block_ends_stream {
             self.complete(i, answered);
         }
@@ -817,8 +855,14 @@ impl Http2 {
     fn complete(&mut self, i: usize, answered: &mut impl FnMut(Req, Response)) {
         let Some(s) = self.streams.remove(i) else { return };
         self.reused = true;
-        let resp =
-            Response { status: s.status, keep_alive: true, interim: s.interim, body_bytes: s.body };
+        let unary = self.cfg.grpc.is_some_and(|g| g.unary);
+        let resp = Response {
+            status: s.status,
+            keep_alive: true,
+            interim: s.interim,
+            body_bytes: s.body,
+            grpc: s.grpc.as_ref().map(|c| c.outcome(s.status, unary)),
+        };
         answered(s.req, resp);
     }
 }

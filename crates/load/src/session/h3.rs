@@ -221,6 +221,7 @@ impl Http3 {
                 keep_alive: true,
                 interim: s.interim,
                 body_bytes: s.body,
+                grpc: None,
             };
             self.answered.push((s.req, resp));
         }

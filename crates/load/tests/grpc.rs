@@ -1,0 +1,214 @@
+//! gRPC calls (`--grpc`) against grpcio's server (gRPC's C core, PyPI) on both event loops:
+//! every call counted once on the server's own count and judged by its status (OK, a status
+//! the server chose, grpcio's UNIMPLEMENTED, a message over the size limit); and scripted
+//! servers whose answers are wrong in each way gRPC's framing allows (no trailers, a status
+//! twice or not a number, a compressed or oversized or cut message, a proxy's HTTP error),
+//! each a failed call with its code and its kind named.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::time::Duration;
+
+use qpslab_load::IoChoice;
+use support::grpcio::Grpcio;
+use support::h2_script::{frame, frames_after_settings};
+use support::{opts_on, run};
+
+const LOOPS: [IoChoice; 2] = [IoChoice::Epoll, IoChoice::Uring];
+
+fn grpc_opts(io: IoChoice, url: &str, method: &str, n: u64) -> qpslab_load::LoadOptions {
+    let mut o = opts_on(io, url);
+    o.grpc = Some(method.into());
+    o.connections = Some(2);
+    o.requests = Some(n);
+    o.timeout = Duration::from_secs(5);
+    // A protobuf message: field 1, the string "hello".
+    o.body = Some(qpslab_load::options::Body(b"\x0a\x05hello".to_vec()));
+    o
+}
+
+/// The report's calls by status name.
+fn status(r: &qpslab_load::Report) -> Vec<(String, u64)> {
+    let g = r.grpc.as_ref().expect("a gRPC section");
+    assert_eq!(g.calls, r.requests.completed);
+    g.status.iter().map(|(k, v)| (k.clone(), *v)).collect()
+}
+
+#[test]
+fn every_call_to_grpcio_is_counted_once_and_judged_by_its_status() {
+    let mut server = Grpcio::start();
+    let mut echoed = 0;
+    for io in LOOPS {
+        for streams in [1, 10] {
+            let what = format!("{io:?} with {streams} streams");
+            let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 300);
+            o.streams = streams;
+            let r = run(&o);
+            echoed += 300;
+            assert_eq!(r.requests.ok, 300, "{what}: {:?} {:?}", r.requests, r.grpc);
+            assert_eq!(status(&r), [("OK".to_string(), 300)], "{what}");
+            assert_eq!(r.grpc.as_ref().unwrap().method, "/test.Echo/Echo");
+            assert_eq!(server.calls("Echo", echoed)["Echo"], echoed, "{what}: the server's count");
+            // Each answer is the 7-byte message echoed in its 5-byte frame.
+            assert!(r.bytes.read > 300 * 12, "{what}");
+        }
+        // A status the server chose: a completed call that failed, by its code.
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Exhaust", 40);
+        o.thresholds = vec!["grpc-status:RESOURCE_EXHAUSTED<10".into()];
+        let cfg = qpslab_load::LoadConfig::from_options(&o).unwrap();
+        let r = run(&o);
+        assert_eq!((r.requests.completed, r.requests.ok), (40, 0), "{io:?}");
+        assert_eq!(status(&r), [("RESOURCE_EXHAUSTED".to_string(), 40)], "{io:?}");
+        assert!(r.grpc.as_ref().unwrap().faults.is_empty(), "the server's own status");
+        assert!(!r.thresholds[0].passed, "{:?}", r.thresholds);
+        assert_eq!(r.thresholds[0].shown, "grpc-status RESOURCE_EXHAUSTED 40");
+        assert_eq!(cfg.h2.unwrap().grpc.unwrap().max_message, 4 << 20);
+        // A method grpcio does not have: its UNIMPLEMENTED.
+        let r = run(&grpc_opts(io, &server.url(), "test.Echo/Nope", 20));
+        assert_eq!(status(&r), [("UNIMPLEMENTED".to_string(), 20)], "{io:?}");
+        // An answer over --max-message-size: RESOURCE_EXHAUSTED found here, the server
+        // having answered OK.
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Big", 30);
+        o.max_message_size = Some(4096);
+        let r = run(&o);
+        assert_eq!(status(&r), [("RESOURCE_EXHAUSTED".to_string(), 30)], "{io:?}");
+        let g = r.grpc.as_ref().unwrap();
+        assert_eq!(g.faults.get("too-large"), Some(&30), "{g:?}");
+        let example = g.fault_example.as_deref().unwrap();
+        assert_eq!(example, "a message of 5000 bytes, over the limit of 4096");
+        // Within the limit, the same answers are fine.
+        let r = run(&grpc_opts(io, &server.url(), "test.Echo/Big", 30));
+        assert_eq!(r.requests.ok, 30, "{io:?}: {:?}", r.grpc);
+    }
+    let calls = server.calls("Big", 120);
+    assert_eq!(calls["Exhaust"], 80);
+    assert_eq!(calls["Big"], 120);
+}
+
+/// HPACK: a literal field without indexing, its name new (no Huffman).
+fn field(name: &str, value: &str) -> Vec<u8> {
+    let mut b = vec![0, name.len() as u8];
+    b.extend_from_slice(name.as_bytes());
+    b.push(value.len() as u8);
+    b.extend_from_slice(value.as_bytes());
+    b
+}
+
+/// Response headers on stream 1: `:status` 200 (static index 8) or another, and fields.
+fn headers(status: u16, fields: &[(&str, &str)], end: bool) -> Vec<u8> {
+    let mut block = if status == 200 {
+        vec![0x88]
+    } else {
+        let s = status.to_string();
+        let mut b = vec![0x08, s.len() as u8];
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    for (n, v) in fields {
+        block.extend(field(n, v));
+    }
+    frame(1, 0x4 | u8::from(end), 1, &block)
+}
+
+fn data(payload: &[u8], end: bool) -> Vec<u8> {
+    frame(0, u8::from(end), 1, payload)
+}
+
+fn message(m: &[u8]) -> Vec<u8> {
+    let mut b = vec![0];
+    b.extend_from_slice(&(m.len() as u32).to_be_bytes());
+    b.extend_from_slice(m);
+    b
+}
+
+#[test]
+fn a_wrong_answer_fails_its_call_with_its_kind_and_code_named() {
+    let ct = ("content-type", "application/grpc");
+    let ok = headers(200, &[("grpc-status", "0")], true);
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        (
+            "no trailers",
+            [headers(200, &[ct], false), data(&message(b"hi"), true)].concat(),
+            "no-status",
+            "INTERNAL",
+        ),
+        (
+            "a status in headers and trailers",
+            [
+                headers(200, &[ct, ("grpc-status", "0")], false),
+                data(&message(b"hi"), false),
+                ok.clone(),
+            ]
+            .concat(),
+            "status-twice",
+            "INTERNAL",
+        ),
+        (
+            "a status that is no number",
+            [
+                headers(200, &[ct], false),
+                data(&message(b"hi"), false),
+                headers(200, &[("grpc-status", "x")], true),
+            ]
+            .concat(),
+            "bad-status",
+            "INTERNAL",
+        ),
+        (
+            "a compressed message without grpc-encoding",
+            [headers(200, &[ct], false), data(&[1, 0, 0, 0, 2, 7, 7], false), ok.clone()].concat(),
+            "compressed",
+            "INTERNAL",
+        ),
+        (
+            "a length prefix of 4 GiB",
+            [headers(200, &[ct], false), data(&[0, 0xff, 0xff, 0xff, 0xff, 7], false), ok.clone()]
+                .concat(),
+            "too-large",
+            "RESOURCE_EXHAUSTED",
+        ),
+        (
+            "a message cut short",
+            [headers(200, &[ct], false), data(&message(b"hello")[..7], false), ok.clone()].concat(),
+            "truncated",
+            "INTERNAL",
+        ),
+        (
+            "OK without a message",
+            [headers(200, &[ct], false), ok.clone()].concat(),
+            "message-count",
+            "INTERNAL",
+        ),
+        (
+            "a proxy's 503",
+            headers(503, &[("content-type", "text/html")], true),
+            "http-status",
+            "UNAVAILABLE",
+        ),
+    ];
+    for io in LOOPS {
+        for (name, frames, kind, code) in &cases {
+            let server = frames_after_settings(frames.clone());
+            let mut o = grpc_opts(io, &server.url(), "a.B/C", 1);
+            o.connections = Some(1);
+            o.timeout = Duration::from_secs(3);
+            let r = run(&o);
+            assert_eq!(
+                (r.requests.completed, r.requests.ok),
+                (1, 0),
+                "{io:?} {name}: {:?}",
+                r.errors
+            );
+            assert_eq!(status(&r), [(code.to_string(), 1)], "{io:?} {name}");
+            let g = r.grpc.as_ref().unwrap();
+            assert_eq!(g.faults.iter().collect::<Vec<_>>(), [(kind, &1)], "{io:?} {name}: {g:?}");
+        }
+        // The well-formed answer the cases break passes.
+        let good = [headers(200, &[ct], false), data(&message(b"hi"), false), ok.clone()].concat();
+        let server = frames_after_settings(good);
+        let r = run(&grpc_opts(io, &server.url(), "a.B/C", 1));
+        assert_eq!(status(&r), [("OK".to_string(), 1)], "{io:?}: {:?}", r.grpc);
+    }
+}

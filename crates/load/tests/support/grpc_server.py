@@ -1,0 +1,64 @@
+"""grpcio's server (PyPI: gRPC's C core) on a free loopback port, h2c, with a generic handler,
+no generated code (messages are bytes):
+
+  /test.Echo/Echo      answers the request message
+  /test.Echo/Exhaust   ends with RESOURCE_EXHAUSTED (8)
+  /test.Echo/Big       answers a message of 5000 bytes
+  any other method     UNIMPLEMENTED (grpcio's own answer)
+
+Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
+took per method, as JSON. Ends when stdin closes.
+
+Usage: grpc_server.py
+"""
+
+import json
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+
+counts = {}
+lock = threading.Lock()
+
+
+def counted(name, behaviour):
+    def handler(request, context):
+        with lock:
+            counts[name] = counts.get(name, 0) + 1
+        return behaviour(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(handler)
+
+
+def exhaust(request, context):
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota")
+
+
+METHODS = {
+    "/test.Echo/Echo": counted("Echo", lambda request, context: request),
+    "/test.Echo/Exhaust": counted("Exhaust", exhaust),
+    "/test.Echo/Big": counted("Big", lambda request, context: b"\x07" * 5000),
+}
+
+
+class Generic(grpc.GenericRpcHandler):
+    def service(self, handler_call_details):
+        return METHODS.get(handler_call_details.method)
+
+
+def main():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((Generic(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(f"ready {port}", flush=True)
+    for _ in sys.stdin:
+        with lock:
+            print(json.dumps(counts), flush=True)
+    server.stop(0)
+
+
+if __name__ == "__main__":
+    main()
