@@ -81,6 +81,8 @@ pub fn run_load(
 ) -> Result<Outcome, FleetError> {
     // Seeds picked once: every agent shuffles the same way and writes the same {rand}.
     let opts = &opts.with_seeds();
+    // A gRPC schema goes compiled: the agents' hosts need not have its files.
+    let opts = &qpslab_load::grpc::portable(opts).map_err(|e| FleetError::Usage(e.to_string()))?;
     // The totals' configuration, checked here first: a bad flag fails before any ssh. CPU
     // lists are the agents' machines' to check.
     let total_opts = LoadOptions { cpus: None, log: None, ..opts.clone() };

@@ -19,7 +19,7 @@ use qpslab_load::LoadOptions;
 /// A file taken out of a load's options: which option it was, its name, its digest, its size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detached {
-    /// The option's flag without dashes: `urls`, `body-lines` or `targets`.
+    /// The option's flag without dashes: `urls`, `body-lines`, `data-file` or `targets`.
     pub option: String,
     pub name: String,
     pub sha256: String,
@@ -31,6 +31,7 @@ fn slot<'a>(o: &'a mut LoadOptions, option: &str) -> Option<&'a mut Option<FileT
     match option {
         "urls" => Some(&mut o.urls_file),
         "body-lines" => Some(&mut o.body_lines),
+        "data-file" => Some(&mut o.data_file),
         "targets" => Some(&mut o.targets),
         _ => None,
     }
@@ -45,7 +46,7 @@ pub fn digest(text: &str) -> String {
 /// its digest.
 pub fn detach(o: &mut LoadOptions) -> (Vec<Detached>, Vec<(String, String)>) {
     let (mut taken, mut texts) = (Vec::new(), Vec::new());
-    for option in ["urls", "body-lines", "targets"] {
+    for option in ["urls", "body-lines", "data-file", "targets"] {
         let Some(Some(f)) = slot(o, option) else { continue };
         let text = std::mem::take(&mut f.text);
         let sha256 = digest(&text);

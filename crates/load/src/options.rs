@@ -222,6 +222,42 @@ pub struct LoadOptions {
     #[arg(long, value_name = "FILE", value_parser = Body::from_file)]
     pub binary: Option<Body>,
 
+    /// With --grpc: the request message as JSON (protobuf's JSON mapping), encoded once by the
+    /// schema (--proto or --protoset), e.g. '{"name": "x"}'
+    #[arg(long, value_name = "JSON")]
+    pub data: Option<String>,
+
+    /// With --grpc: a pool of request messages from FILE, one JSON message per line (blank
+    /// lines skipped), each encoded once by the schema, as --body-lines
+    #[arg(long = "data-file", value_name = "FILE", value_parser = FileText::from_arg)]
+    pub data_file: Option<FileText>,
+
+    /// With --grpc: a .proto file defining the service (repeatable), compiled at start (no
+    /// protoc needed)
+    #[arg(long, value_name = "FILE")]
+    pub proto: Vec<String>,
+
+    /// With --proto: a directory its imports are found under (repeatable) [default: each
+    /// file's own directory]
+    #[arg(long = "import-path", value_name = "DIR")]
+    pub import_path: Vec<String>,
+
+    /// With --grpc: the schema as a descriptor set (repeatable), as `protoc -o FILE
+    /// --include_imports` or `buf build -o FILE` write it
+    #[arg(long, value_name = "FILE")]
+    pub protoset: Vec<String>,
+
+    /// The --proto and --protoset schema compiled (a descriptor set), as a coordinator ships
+    /// it to agents on hosts without those files.
+    #[arg(skip)]
+    pub grpc_schema: Option<Body>,
+
+    /// With --grpc and --data-file: each line's message encoded, with its line number (made
+    /// from the file and the schema where the run is configured, never shipped).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub grpc_messages: Vec<(u32, Body)>,
+
     /// With --grpc: each call's deadline, sent as grpc-timeout (the server gives up after it)
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     #[serde(with = "dur::opt")]
@@ -397,6 +433,13 @@ impl Default for LoadOptions {
             h3: false,
             grpc: None,
             binary: None,
+            data: None,
+            data_file: None,
+            proto: Vec::new(),
+            import_path: Vec::new(),
+            protoset: Vec::new(),
+            grpc_schema: None,
+            grpc_messages: Vec::new(),
             grpc_timeout: None,
             max_message_size: None,
             quic: QuicImpl::Own,
@@ -631,6 +674,8 @@ mod tests {
             "PATH" => "/tmp/qpslab-test.sock".into(),
             "EXPR" => "p99<2ms".into(),
             "SERVICE/METHOD" => "helloworld.Greeter/SayHello".into(),
+            "JSON" => "{\"name\": \"x\"}".into(),
+            "DIR" => dir.display().to_string(),
             _ => return None,
         })
     }

@@ -182,9 +182,16 @@ impl Builder<'_> {
         let url = with_default_scheme(url).unwrap_or_else(|| url.clone());
         let sni = o.tls.sni.as_deref();
         let before = self.out.len();
-        for (i, line) in file.text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+        // gRPC messages encoded from the file's JSON lines go in their place.
+        let lines: Vec<(usize, &[u8])> = if o.grpc_messages.is_empty() {
+            let lines = file.text.lines().enumerate().filter(|(_, l)| !l.is_empty());
+            lines.map(|(i, l)| (i, l.as_bytes())).collect()
+        } else {
+            o.grpc_messages.iter().map(|(n, m)| (*n as usize - 1, m.0.as_slice())).collect()
+        };
+        for (i, line) in lines {
             let (headers, grpc) = (&self.headers, o.grpc.is_some());
-            let req = Req { url: &url, method: &o.method, headers, body: line.as_bytes(), grpc };
+            let req = Req { url: &url, method: &o.method, headers, body: line, grpc };
             let mut t =
                 resolve_target(req, 1, sni, self.rand_seed, &mut self.cache).map_err(|e| {
                     if e.flag == "--sni" {

@@ -1,0 +1,363 @@
+//! `--grpc SERVICE/METHOD`: a run's options made into the HTTP/2 requests gRPC calls are
+//! (gRPC's PROTOCOL-HTTP2 document): POSTs to `/SERVICE/METHOD` with `content-type:
+//! application/grpc` and `te: trailers`, the deadline as `grpc-timeout`, the message framed
+//! with its 5-byte prefix (by the target builder, once per variant). Everything else (pools,
+//! templated IDs, connections, streams, agents) is the HTTP/2 run's own; the session judges
+//! each response as a call ([`qpslab_http::grpc::Call`]). Messages given as JSON are encoded
+//! by the schema ([`schema`]).
+
+pub mod schema;
+
+use qpslab_http::grpc;
+use qpslab_sys::config_error::ConfigError;
+
+use crate::options::LoadOptions;
+use crate::session::h2::GrpcSettings;
+
+/// The options of a `--grpc` run as the HTTP/2 run that carries it; other options unchanged.
+/// The gRPC-only flags without `--grpc`, and what a gRPC call cannot be, are refused here.
+pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
+    let Some(method) = o.grpc.as_deref() else {
+        let given = [
+            ("--binary", o.binary.is_some()),
+            ("--data", o.data.is_some()),
+            ("--data-file", o.data_file.is_some()),
+            ("--proto", !o.proto.is_empty()),
+            ("--protoset", !o.protoset.is_empty()),
+            ("--grpc-timeout", o.grpc_timeout.is_some()),
+            ("--max-message-size", o.max_message_size.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(ConfigError::new(flag, "applies to gRPC calls; add --grpc SERVICE/METHOD"));
+        }
+        return Ok(o.clone());
+    };
+    let path = method_path(method)?;
+    let messages = messages(o, &path)?;
+    if o.h3 {
+        return Err(ConfigError::new("--h3", "gRPC runs over HTTP/2 here: drop --h3"));
+    }
+    if !["GET", "POST"].contains(&o.method.as_str()) {
+        return Err(ConfigError::new("--method", "gRPC calls are POSTs: drop --method"));
+    }
+    for (flag, given) in [("--urls", o.urls_file.is_some()), ("--targets", o.targets.is_some())] {
+        if given {
+            return Err(ConfigError::new(
+                flag,
+                "a gRPC run calls one method at the URL's server: give messages with \
+                 --body-lines FILE (one per line) instead",
+            ));
+        }
+    }
+    let sources = [
+        ("--data", o.data.is_some()),
+        ("--data-file", o.data_file.is_some()),
+        ("--binary", o.binary.is_some()),
+        ("--body", o.body.is_some()),
+        ("--body-lines", o.body_lines.is_some()),
+    ];
+    let mut given = sources.iter().filter(|(_, g)| *g);
+    if let (Some(_), Some((flag, _))) = (given.next(), given.next()) {
+        return Err(ConfigError::new(
+            flag,
+            "the message comes from one of --data, --data-file, --binary, --body or \
+             --body-lines: keep one",
+        ));
+    }
+    if o.urls.is_empty() {
+        return Err(ConfigError::new(
+            "URL",
+            "no server given; e.g. http://127.0.0.1:50051 (https:// for gRPC over TLS)",
+        ));
+    }
+    let urls = o.urls.iter().map(|u| call_url(u, &path)).collect::<Result<Vec<_>, _>>()?;
+    let mut headers = vec!["content-type: application/grpc".to_string(), "te: trailers".into()];
+    if let Some(d) = o.grpc_timeout {
+        headers.push(format!("grpc-timeout: {}", grpc::timeout_value(d)));
+    }
+    // -H comes after: a header given there replaces the one above (metadata, or another
+    // content-type such as application/grpc+proto).
+    let named = |h: &String| h.split(':').next().unwrap_or("").trim().to_ascii_lowercase();
+    let given: Vec<String> = o.headers.iter().map(named).collect();
+    headers.retain(|h| !given.contains(&named(h)));
+    headers.extend(o.headers.iter().cloned());
+    Ok(LoadOptions {
+        urls,
+        h2: true,
+        method: "POST".into(),
+        headers,
+        body: messages.one.or_else(|| o.binary.clone()).or_else(|| o.body.clone()),
+        binary: None,
+        // The pool's file names its lines (reports, --group-by, agents' file transfer).
+        body_lines: o.data_file.clone().or_else(|| o.body_lines.clone()),
+        grpc_messages: messages.pool,
+        ..o.clone()
+    })
+}
+
+/// The messages given as JSON, encoded.
+#[derive(Default)]
+struct Encoded {
+    /// `--data`.
+    one: Option<crate::options::Body>,
+    /// `--data-file`'s lines.
+    pool: Vec<(u32, crate::options::Body)>,
+}
+
+/// `--data` or `--data-file` encoded by the schema's request type of the method at `path`;
+/// the schema checked to have the method even without them.
+fn messages(o: &LoadOptions, path: &str) -> Result<Encoded, ConfigError> {
+    let pool = schema::load(o)?;
+    let Some(pool) = pool else {
+        for (flag, given) in [("--data", o.data.is_some()), ("--data-file", o.data_file.is_some())]
+        {
+            if given {
+                return Err(ConfigError::new(
+                    flag,
+                    "is JSON: give the schema with --proto FILE or --protoset FILE (or the \
+                     serialized message with --binary FILE)",
+                ));
+            }
+        }
+        return Ok(Encoded::default());
+    };
+    let (service, name) = path[1..].split_once('/').unwrap_or_default();
+    let method = schema::method(&pool, service, name)?;
+    if method.is_client_streaming() || method.is_server_streaming() {
+        return Err(ConfigError::new(
+            "--grpc",
+            format!("{service}/{name} is a streaming method: unary calls only, so far"),
+        ));
+    }
+    let input = method.input();
+    let mut out = Encoded::default();
+    if let Some(json) = &o.data {
+        let m = schema::encode(&input, json).map_err(|e| ConfigError::new("--data", e))?;
+        out.one = Some(m);
+    }
+    if let Some(file) = &o.data_file {
+        for (i, line) in file.text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let m = schema::encode(&input, line).map_err(|e| {
+                ConfigError::new("--data-file", format!("{} line {}: {e}", file.name, i + 1))
+            })?;
+            out.pool.push((u32::try_from(i + 1).unwrap_or(u32::MAX), m));
+        }
+        if out.pool.is_empty() {
+            return Err(ConfigError::new(
+                "--data-file",
+                format!("{} has no message; write one JSON message per line", file.name),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// These options with their schema compiled into them (`grpc_schema`), for agents on hosts
+/// without the `--proto` and `--protoset` files.
+pub fn portable(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
+    if o.grpc.is_none() || (o.proto.is_empty() && o.protoset.is_empty()) {
+        return Ok(o.clone());
+    }
+    let pool = schema::load(o)?;
+    Ok(LoadOptions {
+        grpc_schema: pool.as_ref().map(schema::compiled),
+        proto: Vec::new(),
+        protoset: Vec::new(),
+        import_path: Vec::new(),
+        ..o.clone()
+    })
+}
+
+/// How calls of a `--grpc` run are judged.
+pub fn settings(o: &LoadOptions) -> Option<GrpcSettings> {
+    o.grpc.as_ref().map(|_| GrpcSettings {
+        max_message: o.max_message_size.unwrap_or(grpc::DEFAULT_MAX_MESSAGE as u32),
+        unary: true,
+    })
+}
+
+/// `/SERVICE/METHOD` of `--grpc`'s value (a leading `/` is taken too).
+fn method_path(method: &str) -> Result<String, ConfigError> {
+    let bare = method.strip_prefix('/').unwrap_or(method);
+    let valid = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic() && !b"/?#%{}".contains(&b))
+    };
+    match bare.split_once('/') {
+        Some((service, m)) if valid(service) && valid(m) => Ok(format!("/{service}/{m}")),
+        _ => Err(ConfigError::new(
+            "--grpc",
+            format!("{method:?}: give SERVICE/METHOD, e.g. helloworld.Greeter/SayHello"),
+        )),
+    }
+}
+
+/// The server's URL with the method's path; a URL with its own path is refused (gRPC's path
+/// is the method's).
+fn call_url(url: &str, path: &str) -> Result<String, ConfigError> {
+    let full = crate::target::with_default_scheme(url).unwrap_or_else(|| url.to_string());
+    let mut u = url::Url::parse(&full).map_err(|e| {
+        ConfigError::new(
+            "URL",
+            format!("{url:?} is not a valid URL ({e}); e.g. http://127.0.0.1:50051"),
+        )
+    })?;
+    if !matches!(u.path(), "" | "/") || u.query().is_some() {
+        return Err(ConfigError::new(
+            "URL",
+            format!(
+                "{url:?}: with --grpc the path is the method's ({path}); give the server \
+                 alone, e.g. http://127.0.0.1:50051"
+            ),
+        ));
+    }
+    u.set_path(path);
+    Ok(u.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    fn grpc(
+        method: &str,
+        extra: impl FnOnce(&mut LoadOptions),
+    ) -> Result<LoadOptions, ConfigError> {
+        let mut o = LoadOptions {
+            urls: vec!["127.0.0.1:50051".into()],
+            grpc: Some(method.into()),
+            ..LoadOptions::default()
+        };
+        extra(&mut o);
+        apply(&o)
+    }
+
+    #[test]
+    fn a_call_is_a_post_to_the_methods_path_with_grpcs_headers() {
+        let o = grpc("helloworld.Greeter/SayHello", |o| {
+            o.grpc_timeout = Some(std::time::Duration::from_millis(250));
+            o.headers = vec!["x-tenant: 7".into(), "Content-Type: application/grpc+proto".into()];
+            o.body = Some(crate::options::Body(b"\x0a\x03abc".to_vec()));
+        })
+        .unwrap();
+        assert_eq!(o.urls, ["http://127.0.0.1:50051/helloworld.Greeter/SayHello"]);
+        assert!(o.h2);
+        assert_eq!(o.method, "POST");
+        assert_eq!(
+            o.headers,
+            [
+                "te: trailers",
+                "grpc-timeout: 250000u",
+                "x-tenant: 7",
+                "Content-Type: application/grpc+proto"
+            ]
+        );
+        assert_eq!(o.body.unwrap().0, b"\x0a\x03abc");
+        assert_eq!(grpc("/a.B/C", |_| {}).unwrap().urls, ["http://127.0.0.1:50051/a.B/C"]);
+    }
+
+    const PROTO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/proto/echo.proto");
+
+    /// Options with the test schema and `extra`.
+    fn with_schema(
+        method: &str,
+        extra: impl FnOnce(&mut LoadOptions),
+    ) -> Result<LoadOptions, ConfigError> {
+        grpc(method, |o| {
+            o.proto = vec![PROTO.into()];
+            extra(o);
+        })
+    }
+
+    #[test]
+    fn json_messages_are_encoded_once_by_the_compiled_schema() {
+        let o = with_schema("test.Echo/Echo", |o| o.data = Some(r#"{"name": "hello"}"#.into()))
+            .unwrap();
+        assert_eq!(o.body.unwrap().0, b"\x0a\x05hello");
+        // A message of the imported file, nested and repeated, and a number.
+        let json = r#"{"name": "a", "n": 300, "tags": [{"key": "k"}]}"#;
+        let o = with_schema("test.Echo/Echo", |o| o.data = Some(json.into())).unwrap();
+        assert_eq!(o.body.unwrap().0, b"\x0a\x01a\x10\xac\x02\x1a\x03\x0a\x01k");
+        // A pool: one message per line, blank lines skipped, each with its line.
+        let text = "{\"name\": \"a\"}\n\n{\"n\": 1}\n".to_string();
+        let file = crate::options::FileText { name: "calls.jsonl".into(), text };
+        let o = with_schema("test.Echo/Echo", |o| o.data_file = Some(file)).unwrap();
+        let pool: Vec<(u32, &[u8])> =
+            o.grpc_messages.iter().map(|(n, m)| (*n, m.0.as_slice())).collect();
+        assert_eq!(pool, [(1, &b"\x0a\x01a"[..]), (3, &b"\x10\x01"[..])]);
+        assert_eq!(o.body_lines.unwrap().name, "calls.jsonl");
+        // Shipped compiled, the schema encodes the same without its files.
+        let given = LoadOptions {
+            data: Some(json.into()),
+            ..with_schema("test.Echo/Echo", |_| {}).unwrap()
+        };
+        let mut shipped = portable(&LoadOptions { proto: vec![PROTO.into()], ..given }).unwrap();
+        assert!(shipped.proto.is_empty() && shipped.grpc_schema.is_some());
+        shipped.urls = vec!["127.0.0.1:1".into()];
+        let o = apply(&shipped).unwrap();
+        assert_eq!(o.body.unwrap().0, b"\x0a\x01a\x10\xac\x02\x1a\x03\x0a\x01k");
+    }
+
+    #[test]
+    fn a_schema_that_does_not_fit_the_call_is_named() {
+        let err = |r: Result<LoadOptions, ConfigError>| {
+            let e = r.unwrap_err();
+            (e.flag, e.message)
+        };
+        let (flag, m) = err(with_schema("test.Echo/Nope", |_| {}));
+        assert_eq!(flag, "--grpc");
+        assert_eq!(
+            m,
+            "no method \"Nope\" in service test.Echo; it has Echo, Exhaust, Big, Updates"
+        );
+        let (_, m) = err(with_schema("test.Other/Echo", |_| {}));
+        assert_eq!(m, "no service \"test.Other\" in the schema; it has test.Echo");
+        let (_, m) = err(with_schema("test.Echo/Updates", |_| {}));
+        assert!(m.contains("streaming method"), "{m}");
+        let (flag, m) =
+            err(with_schema("test.Echo/Echo", |o| o.data = Some(r#"{"nme": 1}"#.into())));
+        assert_eq!(flag, "--data");
+        assert!(m.starts_with("not a test.Hello in JSON: ") && m.contains("nme"), "{m}");
+        let (flag, m) = err(grpc("test.Echo/Echo", |o| o.data = Some("{}".into())));
+        assert_eq!(flag, "--data");
+        assert!(m.contains("--proto FILE"), "{m}");
+        let (flag, m) =
+            err(with_schema("test.Echo/Echo", |o| o.proto = vec!["/nonexistent.proto".into()]));
+        assert_eq!((flag, m.as_str()), ("--proto", "\"/nonexistent.proto\": no such file"));
+        // An import that is not under the import path given.
+        let (flag, m) = err(with_schema("test.Echo/Echo", |o| o.import_path = vec!["/tmp".into()]));
+        assert_eq!(flag, "--proto");
+        assert!(!m.contains('\n'), "{m}");
+        let text = "{\"name\": \"a\"}\n{\"n\": \"x\"}\n".to_string();
+        let file = crate::options::FileText { name: "calls.jsonl".into(), text };
+        let (flag, m) = err(with_schema("test.Echo/Echo", |o| o.data_file = Some(file)));
+        assert_eq!(flag, "--data-file");
+        assert!(m.starts_with("calls.jsonl line 2: not a test.Hello in JSON"), "{m}");
+        let both = |o: &mut LoadOptions| {
+            o.data = Some("{}".into());
+            o.body = Some(crate::options::Body(vec![1]));
+        };
+        assert_eq!(err(with_schema("test.Echo/Echo", both)).0, "--body");
+    }
+
+    #[test]
+    fn what_a_grpc_call_cannot_be_is_refused_with_the_flag_named() {
+        let flag = |r: Result<LoadOptions, ConfigError>| r.unwrap_err().flag;
+        assert_eq!(flag(grpc("SayHello", |_| {})), "--grpc");
+        assert_eq!(flag(grpc("a/b/c", |_| {})), "--grpc");
+        assert_eq!(flag(grpc("a/ b", |_| {})), "--grpc");
+        assert_eq!(flag(grpc("a/b", |o| o.h3 = true)), "--h3");
+        assert_eq!(flag(grpc("a/b", |o| o.method = "PUT".into())), "--method");
+        assert_eq!(flag(grpc("a/b", |o| o.urls = vec!["http://h:1/x".into()])), "URL");
+        let both = |o: &mut LoadOptions| {
+            o.binary = Some(crate::options::Body(vec![1]));
+            o.body = Some(crate::options::Body(vec![2]));
+        };
+        assert_eq!(flag(grpc("a/b", both)), "--body", "the second source named");
+        let alone = LoadOptions {
+            grpc_timeout: Some(std::time::Duration::from_secs(1)),
+            ..LoadOptions::default()
+        };
+        assert_eq!(apply(&alone).unwrap_err().flag, "--grpc-timeout");
+    }
+}
