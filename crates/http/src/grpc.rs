@@ -254,6 +254,11 @@ impl Call {
         Call { messages: Messages::new(max), status: None, early: false, fault: None }
     }
 
+    /// This call keeping its first message ([`Messages::first`]).
+    pub fn keeping_first(self) -> Call {
+        Call { messages: self.messages.keep_first(), ..self }
+    }
+
     /// A header block of the response with its `grpc-status` (`ends`: it ended the stream:
     /// trailers, or a Trailers-Only answer).
     pub fn block(&mut self, status: StatusField, ends: bool) {

@@ -155,6 +155,8 @@ pub struct LoadConfig {
     pub linger: Duration,
     /// https targets: the client set-up every connection shares (None: no https target).
     pub tls: Option<crate::tls::TlsClient>,
+    /// gRPC's `--check-response`: the message the first OK answer must be.
+    pub grpc_check: Option<crate::grpc::ResponseCheck>,
     /// See [`LoadConfig::port_budgets`].
     port_budgets: Vec<PortBudget>,
 }
@@ -214,7 +216,8 @@ impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
         // A gRPC run is the HTTP/2 run its calls are.
-        let opts = &crate::grpc::apply(opts)?;
+        let (opts, grpc_check) = crate::grpc::configure(opts)?;
+        let opts = &opts;
         if opts.group_by.is_some() {
             GroupBy::from_options(opts)?;
         }
@@ -326,7 +329,7 @@ impl LoadConfig {
                 window: (1u32 << opts.window_bits) - 1,
                 conn_window: (1u32 << opts.conn_window_bits) - 1,
                 table: opts.header_table_size,
-                grpc: crate::grpc::settings(opts),
+                grpc: crate::grpc::settings(opts, grpc_check.is_some()),
             }),
             rate,
             conn_per_request: opts.conn_per_request,
@@ -343,6 +346,7 @@ impl LoadConfig {
             linger,
             tls,
             port_budgets: Vec::new(),
+            grpc_check,
         }
         .with_port_budgets(&Root::live()))
     }

@@ -232,6 +232,11 @@ pub struct LoadOptions {
     #[arg(long = "data-file", value_name = "FILE", value_parser = FileText::from_arg)]
     pub data_file: Option<FileText>,
 
+    /// With --grpc and a schema: the message (JSON) the first OK answer must be; the run fails
+    /// (exit 1) when it is not, the answer shown as JSON
+    #[arg(long = "check-response", value_name = "FILE", value_parser = FileText::from_arg)]
+    pub check_response: Option<FileText>,
+
     /// With --grpc: a .proto file defining the service (repeatable), compiled at start (no
     /// protoc needed)
     #[arg(long, value_name = "FILE")]
@@ -435,6 +440,7 @@ impl Default for LoadOptions {
             binary: None,
             data: None,
             data_file: None,
+            check_response: None,
             proto: Vec::new(),
             import_path: Vec::new(),
             protoset: Vec::new(),

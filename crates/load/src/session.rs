@@ -423,6 +423,14 @@ impl Session {
         }
     }
 
+    /// gRPC with `--check-response`: the first OK answer's message on this connection, once.
+    pub fn take_first_message(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Session::H1(_) => None,
+            Session::H2(h) => h.take_first_message(),
+        }
+    }
+
     /// HTTP/2's counts (frames, resets, the server's settings).
     pub fn h2_counts(&self) -> Option<&h2::H2Counts> {
         match self {

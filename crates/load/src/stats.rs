@@ -66,6 +66,8 @@ pub struct GrpcCounts {
     pub faults: [u64; grpc::FAULTS],
     /// The first finding, described.
     pub fault_example: Option<String>,
+    /// With `--check-response`: the first OK answer's message.
+    pub first_response: Option<Vec<u8>>,
 }
 
 impl GrpcCounts {
@@ -104,6 +106,9 @@ impl GrpcCounts {
         }
         if self.fault_example.is_none() {
             self.fault_example.clone_from(&o.fault_example);
+        }
+        if self.first_response.is_none() {
+            self.first_response.clone_from(&o.first_response);
         }
     }
 }

@@ -571,6 +571,12 @@ impl<'a> Worker<'a> {
         }
         let mut in_flight_by_target = vec![0; self.shared.cfg.variants.len()];
         let mut waiting = crate::Waiting::default();
+        for c in &mut self.conns {
+            if let Some(m) = c.s.take_first_message() {
+                let g = self.rec.grpc.get_or_insert_with(Default::default);
+                g.first_response.get_or_insert(m);
+            }
+        }
         for c in &self.conns {
             if let Some(rtt) = c.sock.as_ref().and_then(qpslab_sys::net::min_rtt_us) {
                 waiting.min_rtt_us.push(rtt);

@@ -87,6 +87,54 @@ fn every_call_to_grpcio_is_counted_once_and_judged_by_its_status() {
     assert_eq!(calls["Big"], 120);
 }
 
+const PROTO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/proto/echo.proto");
+
+/// Messages from JSON through the compiled schema, a pool of them, and the first answer
+/// checked against an expected message: grpcio echoes each, and counts them.
+#[test]
+fn json_messages_from_a_proto_file_reach_the_server_and_the_answer_is_checked() {
+    let mut server = Grpcio::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        qpslab_load::options::FileText::from_arg(p.to_str().unwrap()).unwrap()
+    };
+    let mut echoed = 0;
+    for io in LOOPS {
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 200);
+        o.body = None;
+        o.proto = vec![PROTO.into()];
+        o.data = Some(r#"{"name": "hello", "tags": [{"key": "k"}]}"#.into());
+        o.check_response = Some(file("same.json", r#"{"tags": [{"key": "k"}], "name": "hello"}"#));
+        let r = run(&o);
+        echoed += 200;
+        assert_eq!(r.requests.ok, 200, "{io:?}: {:?}", r.grpc);
+        let c = r.grpc.as_ref().unwrap().check_response.as_ref().unwrap();
+        assert!(c.passed, "{io:?}: {c:?}");
+        assert!(r.check.passed, "{io:?}: {:?}", r.check);
+        // Another expected message: the run fails, the answer shown.
+        o.check_response = Some(file("other.json", r#"{"name": "bye"}"#));
+        let r = run(&o);
+        echoed += 200;
+        let c = r.grpc.as_ref().unwrap().check_response.as_ref().unwrap();
+        assert!(!c.passed);
+        let reason = r.check.reason.as_deref().unwrap();
+        assert!(reason.contains("other.json's message: got {\"name\":\"hello\""), "{reason}");
+        // A pool: three messages in turn, every call answered OK.
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 300);
+        o.body = None;
+        o.proto = vec![PROTO.into()];
+        o.data_file = Some(file("calls.jsonl", "{\"n\": 1}\n{\"n\": 2}\n\n{\"n\": 3}\n"));
+        let r = run(&o);
+        echoed += 300;
+        assert_eq!(r.requests.ok, 300, "{io:?}: {:?}", r.grpc);
+        let pool = r.pool.as_ref().unwrap();
+        assert!(pool.file.ends_with("/calls.jsonl") && pool.size == 3, "{pool:?}");
+    }
+    assert_eq!(server.calls("Echo", echoed)["Echo"], echoed, "the server's count");
+}
+
 /// HPACK: a literal field without indexing, its name new (no Huffman).
 fn field(name: &str, value: &str) -> Vec<u8> {
     let mut b = vec![0, name.len() as u8];

@@ -14,11 +14,40 @@ use qpslab_sys::config_error::ConfigError;
 use crate::options::LoadOptions;
 use crate::session::h2::GrpcSettings;
 
+/// `--check-response`: the message the first OK answer must be, and how to read answers.
+#[derive(Debug, Clone)]
+pub struct ResponseCheck {
+    /// The file it came from, as given.
+    pub file: String,
+    /// The method's response type.
+    pub output: prost_reflect::MessageDescriptor,
+    pub expected: prost_reflect::DynamicMessage,
+}
+
+impl ResponseCheck {
+    /// Whether `got` (a response message's bytes) is the expected message, and it as JSON
+    /// (or why it does not decode).
+    pub fn judge(&self, got: &[u8]) -> (bool, String) {
+        match prost_reflect::DynamicMessage::decode(self.output.clone(), got) {
+            Ok(m) => (m == self.expected, serde_json::to_string(&m).unwrap_or_default()),
+            Err(e) => {
+                (false, format!("{} bytes that are no {}: {e}", got.len(), self.output.full_name()))
+            }
+        }
+    }
+}
+
 /// The options of a `--grpc` run as the HTTP/2 run that carries it; other options unchanged.
 /// The gRPC-only flags without `--grpc`, and what a gRPC call cannot be, are refused here.
 pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
+    configure(o).map(|(o, _)| o)
+}
+
+/// [`apply`], and the `--check-response` check.
+pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<ResponseCheck>), ConfigError> {
     let Some(method) = o.grpc.as_deref() else {
         let given = [
+            ("--check-response", o.check_response.is_some()),
             ("--binary", o.binary.is_some()),
             ("--data", o.data.is_some()),
             ("--data-file", o.data_file.is_some()),
@@ -30,10 +59,10 @@ pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
         if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
             return Err(ConfigError::new(flag, "applies to gRPC calls; add --grpc SERVICE/METHOD"));
         }
-        return Ok(o.clone());
+        return Ok((o.clone(), None));
     };
     let path = method_path(method)?;
-    let messages = messages(o, &path)?;
+    let (messages, check) = messages(o, &path)?;
     if o.h3 {
         return Err(ConfigError::new("--h3", "gRPC runs over HTTP/2 here: drop --h3"));
     }
@@ -81,7 +110,7 @@ pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
     let given: Vec<String> = o.headers.iter().map(named).collect();
     headers.retain(|h| !given.contains(&named(h)));
     headers.extend(o.headers.iter().cloned());
-    Ok(LoadOptions {
+    let o = LoadOptions {
         urls,
         h2: true,
         method: "POST".into(),
@@ -92,7 +121,8 @@ pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
         body_lines: o.data_file.clone().or_else(|| o.body_lines.clone()),
         grpc_messages: messages.pool,
         ..o.clone()
-    })
+    };
+    Ok((o, check))
 }
 
 /// The messages given as JSON, encoded.
@@ -104,22 +134,25 @@ struct Encoded {
     pool: Vec<(u32, crate::options::Body)>,
 }
 
-/// `--data` or `--data-file` encoded by the schema's request type of the method at `path`;
-/// the schema checked to have the method even without them.
-fn messages(o: &LoadOptions, path: &str) -> Result<Encoded, ConfigError> {
+/// `--data` or `--data-file` encoded by the schema's request type of the method at `path`,
+/// and `--check-response`'s message by its response type; the schema checked to have the
+/// method even without them.
+fn messages(o: &LoadOptions, path: &str) -> Result<(Encoded, Option<ResponseCheck>), ConfigError> {
     let pool = schema::load(o)?;
     let Some(pool) = pool else {
-        for (flag, given) in [("--data", o.data.is_some()), ("--data-file", o.data_file.is_some())]
-        {
-            if given {
-                return Err(ConfigError::new(
-                    flag,
-                    "is JSON: give the schema with --proto FILE or --protoset FILE (or the \
-                     serialized message with --binary FILE)",
-                ));
-            }
+        let json = [
+            ("--data", o.data.is_some()),
+            ("--data-file", o.data_file.is_some()),
+            ("--check-response", o.check_response.is_some()),
+        ];
+        if let Some((flag, _)) = json.iter().find(|(_, g)| *g) {
+            return Err(ConfigError::new(
+                flag,
+                "a JSON message needs the schema: give --proto FILE or --protoset FILE (or \
+                 the serialized message with --binary FILE)",
+            ));
         }
-        return Ok(Encoded::default());
+        return Ok((Encoded::default(), None));
     };
     let (service, name) = path[1..].split_once('/').unwrap_or_default();
     let method = schema::method(&pool, service, name)?;
@@ -129,6 +162,13 @@ fn messages(o: &LoadOptions, path: &str) -> Result<Encoded, ConfigError> {
             format!("{service}/{name} is a streaming method: unary calls only, so far"),
         ));
     }
+    let check = o.check_response.as_ref().map(|f| {
+        let output = method.output();
+        let bad = |e: String| ConfigError::new("--check-response", format!("{}: {e}", f.name));
+        let expected = schema::decode_json(&output, &f.text).map_err(bad)?;
+        Ok::<_, ConfigError>(ResponseCheck { file: f.name.clone(), output, expected })
+    });
+    let check = check.transpose()?;
     let input = method.input();
     let mut out = Encoded::default();
     if let Some(json) = &o.data {
@@ -149,7 +189,7 @@ fn messages(o: &LoadOptions, path: &str) -> Result<Encoded, ConfigError> {
             ));
         }
     }
-    Ok(out)
+    Ok((out, check))
 }
 
 /// These options with their schema compiled into them (`grpc_schema`), for agents on hosts
@@ -168,11 +208,13 @@ pub fn portable(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
     })
 }
 
-/// How calls of a `--grpc` run are judged.
-pub fn settings(o: &LoadOptions) -> Option<GrpcSettings> {
+/// How calls of a `--grpc` run are judged; `keep_first`: the first OK answer's message is
+/// kept (for `--check-response`).
+pub fn settings(o: &LoadOptions, keep_first: bool) -> Option<GrpcSettings> {
     o.grpc.as_ref().map(|_| GrpcSettings {
         max_message: o.max_message_size.unwrap_or(grpc::DEFAULT_MAX_MESSAGE as u32),
         unary: true,
+        keep_first,
     })
 }
 

@@ -111,11 +111,15 @@ pub fn method(
 
 /// `json` (protobuf's JSON mapping) as a message of type `desc`, serialized.
 pub fn encode(desc: &MessageDescriptor, json: &str) -> Result<Body, String> {
+    decode_json(desc, json).map(|m| Body(m.encode_to_vec()))
+}
+
+/// `json` (protobuf's JSON mapping) as a message of type `desc`.
+pub fn decode_json(desc: &MessageDescriptor, json: &str) -> Result<DynamicMessage, String> {
     let mut de = serde_json::Deserializer::from_str(json);
-    let msg = DynamicMessage::deserialize(desc.clone(), &mut de)
+    DynamicMessage::deserialize(desc.clone(), &mut de)
         .and_then(|m| de.end().map(|()| m))
-        .map_err(|e| format!("not a {} in JSON: {e}", desc.full_name()))?;
-    Ok(Body(msg.encode_to_vec()))
+        .map_err(|e| format!("not a {} in JSON: {e}", desc.full_name()))
 }
 
 /// The schema compiled, for agents on hosts without its files.

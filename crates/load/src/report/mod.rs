@@ -150,6 +150,34 @@ pub struct GrpcReport {
     pub fault_example: Option<String>,
     /// `--max-message-size`.
     pub max_message_size: u32,
+    /// `--check-response`: the first OK answer against the expected message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_response: Option<ResponseCheckReport>,
+}
+
+/// The first OK answer against `--check-response`'s message.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResponseCheckReport {
+    /// The file of the expected message, as given.
+    pub file: String,
+    pub passed: bool,
+    /// The answer as JSON (protobuf's JSON mapping), or why it did not decode; None when no
+    /// call was answered OK.
+    pub got: Option<String>,
+}
+
+impl ResponseCheckReport {
+    /// Why the run fails, if it does: `the first OK answer is not FILE's message: got JSON`.
+    pub fn failure(&self) -> Option<String> {
+        match (&self.got, self.passed) {
+            (_, true) => None,
+            (None, _) => Some(format!("--check-response {}: no call was answered OK", self.file)),
+            (Some(got), false) => Some(format!(
+                "--check-response: the first OK answer is not {}'s message: got {got}",
+                self.file
+            )),
+        }
+    }
 }
 
 /// A gRPC run that answered no call.
@@ -158,6 +186,7 @@ static NO_CALLS: crate::stats::GrpcCounts = crate::stats::GrpcCounts {
     other_codes: 0,
     faults: [0; qpslab_http::grpc::FAULTS],
     fault_example: None,
+    first_response: None,
 };
 
 impl GrpcReport {
@@ -183,6 +212,14 @@ impl GrpcReport {
             faults,
             fault_example: c.fault_example.clone(),
             max_message_size: g.max_message,
+            check_response: cfg.grpc_check.as_ref().map(|check| {
+                let judged = c.first_response.as_deref().map(|m| check.judge(m));
+                ResponseCheckReport {
+                    file: check.file.clone(),
+                    passed: judged.as_ref().is_some_and(|(ok, _)| *ok),
+                    got: judged.map(|(_, got)| got),
+                }
+            }),
         })
     }
 }
@@ -835,6 +872,9 @@ impl Report {
             grpc: rec.grpc.as_ref().or(cfg.h2.and_then(|h| h.grpc).map(|_| &NO_CALLS)),
         };
         let thresholds: Vec<_> = cfg.thresholds.iter().map(|t| t.check(&facts)).collect();
+        let grpc = GrpcReport::new(cfg, rec.grpc.as_ref().unwrap_or(&NO_CALLS));
+        let response_check = grpc.as_ref().and_then(|g| g.check_response.as_ref());
+        let wrong_answer = response_check.and_then(ResponseCheckReport::failure);
         Self {
             version: meta.version.clone(),
             command: meta.command.clone(),
@@ -877,7 +917,7 @@ impl Report {
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
             h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
-            grpc: GrpcReport::new(cfg, &rec.grpc.clone().unwrap_or_default()),
+            grpc,
             h3: cfg.h3.as_ref().map(|_| {
                 H3Report::new(cfg, &rec.quic.unwrap_or_default(), rec.tls_full + rec.tls_resumed)
             }),
@@ -891,7 +931,14 @@ impl Report {
             per_target: per_target(cfg, result),
             pool: pool::PoolReport::new(cfg, result),
             port_budget: result.port_budget.clone(),
-            check: check(&requests, cfg, result.setup.as_ref(), &starved, &thresholds),
+            check: check(
+                &requests,
+                cfg,
+                result.setup.as_ref(),
+                &starved,
+                &thresholds,
+                wrong_answer,
+            ),
             thresholds,
             intervals: interval_rows(&result.intervals),
             stopped_early: result.stopped_early,
@@ -1101,6 +1148,7 @@ fn check(
     setup: Option<&crate::Setup>,
     starved: &Starved,
     thresholds: &[crate::threshold::Outcome],
+    wrong_answer: Option<String>,
 ) -> Check {
     let max_error_rate = cfg.max_error_rate;
     let bad = r.failed + r.bad_status;
@@ -1132,7 +1180,7 @@ fn check(
             max_error_rate
         ))
     } else {
-        None
+        wrong_answer
     };
     let reason = run_failure.clone().or_else(|| failed_thresholds(thresholds));
     Check { passed: reason.is_none(), error_rate, max_error_rate, reason, run_failure }

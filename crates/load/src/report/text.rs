@@ -198,6 +198,13 @@ fn totals(r: &Report, s: &mut String) {
             }
         );
     }
+    if let Some(c) = r.grpc.as_ref().and_then(|g| g.check_response.as_ref()) {
+        let verdict = match c.failure() {
+            None => format!("the first OK answer is {}'s message", c.file),
+            Some(why) => why,
+        };
+        let _ = writeln!(s, "         {verdict}");
+    }
     if let Some(h) = &r.h3 {
         let _ = writeln!(
             s,

@@ -49,6 +49,9 @@ pub struct GrpcSettings {
     pub max_message: u32,
     /// Unary calls: an OK answer carries exactly one message.
     pub unary: bool,
+    /// The first OK answer's message is kept ([`Http2::take_first_message`]).
+    #[serde(default)]
+    pub keep_first: bool,
 }
 
 /// What the HTTP/2 connections of a thread saw, for the report.
@@ -161,6 +164,8 @@ pub(crate) struct Http2 {
     last_decoded: usize,
     last_grpc: StatusField,
     last_changes: Option<u64>,
+    /// gRPC with `keep_first`: the first OK answer's message, once one came.
+    first_message: Option<Vec<u8>>,
 }
 
 impl Http2 {
@@ -196,6 +201,7 @@ impl Http2 {
             last_decoded: 0,
             last_grpc: None,
             last_changes: None,
+            first_message: None,
         };
         s.start();
         s
@@ -352,7 +358,13 @@ impl Http2 {
         let at = self.out.len();
         self.out.extend_from_slice(block);
         let window = self.peer_window;
-        let grpc = self.cfg.grpc.map(|g| grpc::Call::new(g.max_message as usize));
+        let grpc = self.cfg.grpc.map(|g| {
+            let call = grpc::Call::new(g.max_message as usize);
+            match g.keep_first && self.first_message.is_none() {
+                true => call.keeping_first(),
+                false => call,
+            }
+        });
         let s = Stream {
             id,
             pos,
@@ -574,6 +586,11 @@ impl Http2 {
             || (idle && one_request && self.reused)
             || (idle && self.next_id >= LAST_ID - 2);
         Ok(if done { Absorbed::Close } else { Absorbed::Keep })
+    }
+
+    /// gRPC with `keep_first`: the first OK answer's message on this connection, once.
+    pub fn take_first_message(&mut self) -> Option<Vec<u8>> {
+        self.first_message.take()
     }
 
     fn find(&self, id: u32) -> Option<usize> {
@@ -856,12 +873,17 @@ impl Http2 {
         let Some(s) = self.streams.remove(i) else { return };
         self.reused = true;
         let unary = self.cfg.grpc.is_some_and(|g| g.unary);
+        let outcome = s.grpc.as_ref().map(|c| c.outcome(s.status, unary));
+        if outcome == Some(grpc::Outcome::Status(0)) && self.first_message.is_none() {
+            self.first_message =
+                s.grpc.as_ref().and_then(|c| c.messages.first()).map(<[u8]>::to_vec);
+        }
         let resp = Response {
             status: s.status,
             keep_alive: true,
             interim: s.interim,
             body_bytes: s.body,
-            grpc: s.grpc.as_ref().map(|c| c.outcome(s.status, unary)),
+            grpc: outcome,
         };
         answered(s.req, resp);
     }
