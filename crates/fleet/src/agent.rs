@@ -264,7 +264,9 @@ impl Feed for Watch<'_> {
     fn event(&mut self, e: &LoadEvent<'_>) {
         match e {
             LoadEvent::Ready => self.ready(),
-            LoadEvent::Progress(p) => say(&self.job.out, &Event::Progress { progress: **p }),
+            LoadEvent::Progress(p) => {
+                say(&self.job.out, &Event::Progress { progress: Box::new(**p) })
+            }
             LoadEvent::Second { index, hist } => {
                 say(
                     &self.job.out,

@@ -310,7 +310,7 @@ impl<'a> Coordinator<'a> {
             a.last_heard = at;
             match what {
                 Incoming::Event(Event::Started { late_ns }) => a.late_ns = Some(late_ns),
-                Incoming::Event(Event::Progress { progress }) => a.progress = progress,
+                Incoming::Event(Event::Progress { progress }) => a.progress = *progress,
                 Incoming::Event(Event::Interval { index, hist }) => {
                     let t = Instant::now();
                     if let Ok(h) = qpslab_load::hlog::decode(&hist) {

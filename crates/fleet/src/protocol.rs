@@ -108,7 +108,7 @@ pub enum Event {
     },
     /// The live counters, about once a second.
     Progress {
-        progress: qpslab_load::Progress,
+        progress: Box<qpslab_load::Progress>,
     },
     /// Second `index` of the measured window is complete: its corrected latency (V2, base64).
     Interval {

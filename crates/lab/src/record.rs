@@ -88,6 +88,7 @@ pub fn load_facts(l: &Report) -> RunFacts {
                 h.lost_packets as f64 / h.datagrams_out as f64
             },
         }),
+        grpc: l.grpc.as_ref().map(|g| g.status.clone()),
         ..RunFacts::default()
     }
 }

@@ -419,12 +419,15 @@ impl Board {
         let ticks_from = if same { seen.ticks.min(self.cur.ticks.len()) } else { 0 };
         let seconds_from = if same { seen.seconds.min(self.cur.seconds.len()) } else { 0 };
         let p = &self.cur.progress;
-        let errors: serde_json::Map<String, serde_json::Value> = ErrorClass::ALL
+        let mut errors: serde_json::Map<String, serde_json::Value> = ErrorClass::ALL
             .iter()
             .zip(p.errors)
             .filter(|(_, n)| *n > 0)
             .map(|(c, n)| (c.name().to_string(), n.into()))
             .collect();
+        // gRPC calls that ended with a status other than OK, by its name.
+        let codes = qpslab_load::stats::GRPC_CODES.iter().zip(p.grpc).skip(1);
+        errors.extend(codes.filter(|(_, n)| *n > 0).map(|(c, n)| (c.to_string(), n.into())));
         let v = serde_json::json!({
             "info": self.info,
             "seq": self.seq,

@@ -162,6 +162,24 @@ fn families(b: &View) -> Vec<Family> {
             |p| p.lost_packets,
         ));
     }
+    if parts.iter().any(|(_, p)| p.grpc.iter().any(|n| *n > 0)) {
+        out.push(Family {
+            name: "qpslab_grpc_calls_total",
+            kind: "counter",
+            help: "gRPC calls that ended, by status code name (the server's grpc-status, or the \
+                   code a gRPC client reports for an answer found wrong).",
+            samples: each(&|agent, p| {
+                qpslab_load::stats::GRPC_CODES
+                    .iter()
+                    .zip(p.grpc)
+                    .map(|(code, n)| {
+                        let labels = [("agent", agent), ("code", *code)];
+                        sample("qpslab_grpc_calls_total", &labels, n as f64)
+                    })
+                    .collect()
+            }),
+        });
+    }
     if let Some(busy) = b.busy {
         out.push(Family {
             name: "qpslab_generator_busy_ratio",

@@ -116,6 +116,8 @@ pub struct Progress {
     pub datagrams_in: u64,
     pub datagrams_out: u64,
     pub lost_packets: u64,
+    /// gRPC runs: calls by status code 0-16 (all zero otherwise).
+    pub grpc: [u64; qpslab_http::grpc::CODES.len()],
 }
 
 impl Progress {
@@ -142,6 +144,9 @@ impl Progress {
         self.datagrams_in += o.datagrams_in;
         self.datagrams_out += o.datagrams_out;
         self.lost_packets += o.lost_packets;
+        for (sum, n) in self.grpc.iter_mut().zip(o.grpc) {
+            *sum += n;
+        }
     }
 }
 
@@ -681,6 +686,7 @@ pub fn final_progress(r: &RunResult, threads: usize) -> Progress {
         datagrams_in: r.rec.quic.map_or(0, |q| q.datagrams_in),
         datagrams_out: r.rec.quic.map_or(0, |q| q.datagrams_out),
         lost_packets: r.rec.quic.map_or(0, |q| q.lost_packets),
+        grpc: r.rec.grpc.as_ref().map_or([0; qpslab_http::grpc::CODES.len()], |g| g.codes),
     }
 }
 
@@ -711,6 +717,9 @@ fn sum_progress(threads: &[ThreadProgress], measure_start: Instant) -> Progress 
         p.datagrams_in += t.datagrams_in.load(Ordering::Relaxed);
         p.datagrams_out += t.datagrams_out.load(Ordering::Relaxed);
         p.lost_packets += t.lost_packets.load(Ordering::Relaxed);
+        for (sum, n) in p.grpc.iter_mut().zip(&t.grpc) {
+            *sum += n.load(Ordering::Relaxed);
+        }
     }
     p
 }

@@ -4,6 +4,8 @@
 
 use hdrhistogram::Histogram;
 use qpslab_http::grpc;
+/// gRPC's status code names, by code (the live page and the metrics name calls by them).
+pub use qpslab_http::grpc::CODES as GRPC_CODES;
 pub use qpslab_quic::udp::QuicCounts;
 
 /// Highest latency the histogram tracks, in microseconds (60 s); larger values saturate.

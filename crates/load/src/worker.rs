@@ -73,6 +73,8 @@ pub struct ThreadProgress {
     pub datagrams_in: AtomicU64,
     pub datagrams_out: AtomicU64,
     pub lost_packets: AtomicU64,
+    /// gRPC: calls by status code 0-16.
+    pub grpc: [AtomicU64; qpslab_http::grpc::CODES.len()],
 }
 
 /// When the run started, when measuring starts (after warm-up) and when it stops (`-d`): set
@@ -1139,6 +1141,11 @@ impl<'a> Worker<'a> {
         self.progress.ok.store(self.rec.ok, Ordering::Relaxed);
         for (a, e) in self.progress.errors.iter().zip(self.rec.errors) {
             a.store(e, Ordering::Relaxed);
+        }
+        if let Some(g) = &self.rec.grpc {
+            for (a, n) in self.progress.grpc.iter().zip(g.codes) {
+                a.store(n, Ordering::Relaxed);
+            }
         }
         self.progress.open.store(self.open, Ordering::Relaxed);
         self.progress.reconnects.store(self.rec.reconnects, Ordering::Relaxed);

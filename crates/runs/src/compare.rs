@@ -19,7 +19,7 @@
 //! of noise at most 1 in 100: a real but uneven gain (seven pairs from 1.00x to 1.44x, median
 //! 1.21x) is not called noise for one pair at 0.997x.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -87,6 +87,9 @@ pub struct Summary {
     /// HTTP/3 runs: the medians of their QUIC figures (when every run has them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicFacts>,
+    /// gRPC runs: the calls of every run by status name (when every run was gRPC's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<BTreeMap<String, u64>>,
 }
 
 /// What a stored run's findings say of it as a measurement, each once: `disturbed`,
@@ -412,7 +415,36 @@ pub fn summarize(g: &Group) -> Option<Summary> {
         disturbed: ids_marked(g, "disturbed"),
         behind_schedule: ids_marked(g, "behind-schedule"),
         quic: quic(g),
+        grpc: grpc(g),
     })
+}
+
+/// The group's gRPC calls by status name, summed over its runs; None unless every run was a
+/// gRPC run.
+fn grpc(g: &Group) -> Option<BTreeMap<String, u64>> {
+    let mut sum = BTreeMap::new();
+    for r in &g.runs {
+        for (name, n) in r.facts.grpc.as_ref()? {
+            *sum.entry(name.clone()).or_insert(0) += n;
+        }
+    }
+    Some(sum)
+}
+
+/// `OK 99.2%, UNAVAILABLE 0.8%`: a gRPC status mix, largest first.
+pub fn grpc_text(mix: &BTreeMap<String, u64>) -> String {
+    let total: u64 = mix.values().sum();
+    let mut v: Vec<(&String, &u64)> = mix.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = v
+        .iter()
+        .map(|(k, n)| format!("{k} {:.1}%", **n as f64 * 100.0 / total.max(1) as f64))
+        .collect();
+    if parts.is_empty() {
+        "no call".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// The medians of the group's QUIC figures; None unless every run spoke HTTP/3.
@@ -678,6 +710,9 @@ pub fn render_table(rows: &[Row]) -> String {
         if let Some(q) = &r.summary.quic {
             let _ = writeln!(o, "QUIC {:<width$}  {}", r.summary.name, quic_text(q));
         }
+        if let Some(g) = &r.summary.grpc {
+            let _ = writeln!(o, "gRPC {:<width$}  {}", r.summary.name, grpc_text(g));
+        }
     }
     o
 }
@@ -766,6 +801,10 @@ pub fn render_comparison(c: &Comparison, a_what: &str, b_what: &str) -> String {
     if c.a.quic.is_some() || c.b.quic.is_some() {
         let q = |s: &Summary| s.quic.as_ref().map_or("not HTTP/3".into(), quic_text);
         let _ = writeln!(o, "QUIC           A {}   B {}", q(&c.a), q(&c.b));
+    }
+    if c.a.grpc.is_some() || c.b.grpc.is_some() {
+        let g = |s: &Summary| s.grpc.as_ref().map_or("not gRPC".into(), grpc_text);
+        let _ = writeln!(o, "gRPC status    A {}   B {}", g(&c.a), g(&c.b));
     }
     let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
     let unprofiled = c.profiled_only.map_or(String::new(), |side| {
@@ -861,6 +900,40 @@ mod tests {
             histogram: String::new(),
             provenance: serde_json::Value::Null,
         }
+    }
+
+    /// gRPC runs carry their status mix into the summary (summed), the comparison and the
+    /// sweep's table, so a B whose calls fail faster shows why.
+    #[test]
+    fn grpc_status_mixes_are_summed_compared_and_tabled() {
+        let grpc = |id, ok: u64, unavailable: u64| {
+            let mut r = run(id, ok, ok, unavailable, 3.0);
+            let mut mix = BTreeMap::from([("OK".to_string(), ok)]);
+            if unavailable > 0 {
+                mix.insert("UNAVAILABLE".into(), unavailable);
+            }
+            r.facts.grpc = Some(mix);
+            r
+        };
+        let a = Group { name: "before".into(), runs: vec![grpc(1, 1000, 0), grpc(2, 1000, 0)] };
+        let b = Group { name: "after".into(), runs: vec![grpc(3, 900, 100), grpc(4, 950, 50)] };
+        let tcp = Group { name: "h1".into(), runs: vec![run(5, 1000, 1000, 0, 3.0)] };
+        let sb = summarize(&b).unwrap();
+        let want = BTreeMap::from([("OK".to_string(), 1850), ("UNAVAILABLE".to_string(), 150)]);
+        assert_eq!(sb.grpc, Some(want));
+        assert_eq!(summarize(&tcp).unwrap().grpc, None);
+        let text = render_comparison(&compare(&a, &b).unwrap(), "before", "after");
+        assert!(
+            text.contains("gRPC status    A OK 100.0%   B OK 92.5%, UNAVAILABLE 7.5%"),
+            "{text}"
+        );
+        let text = render_comparison(&compare(&tcp, &b).unwrap(), "h1", "after");
+        assert!(text.contains("gRPC status    A not gRPC   B OK 92.5%"), "{text}");
+        let table = render_table(&table(&[a, b]));
+        assert!(
+            table.lines().any(|l| l.starts_with("gRPC after ") && l.ends_with("UNAVAILABLE 7.5%")),
+            "{table}"
+        );
     }
 
     /// HTTP/3 runs carry their transport's figures into the summary (medians), the

@@ -107,6 +107,9 @@ pub struct RunFacts {
     /// HTTP/3 runs: what the generator's QUIC transport did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicFacts>,
+    /// gRPC runs: the calls by status name (`OK`, `UNAVAILABLE`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// An HTTP/3 run's transport: how well its system calls were batched and what was lost.

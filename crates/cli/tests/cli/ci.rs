@@ -20,7 +20,7 @@ fn run(args: &[&str], env: &[(&str, &Path)]) -> Output {
 
 /// The JUnit file as junitparser reads it: per suite, its name, tests, failures and each
 /// case's (name, classname, failure message or null).
-fn junit(path: &Path) -> serde_json::Value {
+pub fn junit(path: &Path) -> serde_json::Value {
     let script = r#"
 import json, sys
 from junitparser import JUnitXml, Failure

@@ -378,6 +378,39 @@ fn metrics_of_an_http3_run_carry_its_datagrams() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A gRPC run whose server answers UNAVAILABLE: the page's failed card names the status,
+/// and `/metrics` counts the calls by status code.
+#[test]
+fn a_grpc_runs_statuses_are_on_the_page_and_in_the_metrics() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("");
+    let args = ["load", "--grpc", "a.B/C", "-H", "qpslab-grpc-status: 14", &url];
+    let run = LiveRun::start(&[&args[..], &["-d", "3", "-c", "2", "-R", "500"]].concat(), None);
+    let mut b = Browser::start(1280, 1000);
+    b.open(&run.url);
+    b.wait_for("+document.getElementById('failed').textContent > 0", Duration::from_secs(10));
+    b.wait_for(
+        "document.getElementById('errors').textContent.startsWith('UNAVAILABLE ')",
+        Duration::from_secs(5),
+    );
+    assert_eq!(b.text("ok"), "0");
+    let (_, body) = get(&run.url, "/metrics");
+    assert!(body.contains("# TYPE qpslab_grpc_calls_total counter"), "{body}");
+    let count = |code: &str| -> f64 {
+        let line = body
+            .lines()
+            .find(|l| l.starts_with("qpslab_grpc_calls_total{") && l.contains(code))
+            .unwrap_or_else(|| panic!("{code} in {body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(count("code=\"UNAVAILABLE\"") > 0.0, "{body}");
+    assert_eq!(count("code=\"OK\""), 0.0, "{body}");
+    let (code, _, err) = run.wait();
+    assert_eq!(code, Some(1), "every call failed: {err}");
+    b.drain();
+    assert!(b.errors.is_empty(), "{:?}", b.errors);
+}
+
 /// A taken address or a bad URL is refused before any load (exit 2, one line naming the flag).
 #[test]
 fn a_taken_address_or_a_bad_url_is_refused_at_start() {

@@ -8,6 +8,7 @@ mod ci;
 #[path = "../common/mod.rs"]
 mod common;
 mod feed;
+mod grpc;
 mod lab;
 mod live;
 mod load_models;
