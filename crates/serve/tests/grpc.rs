@@ -1,7 +1,9 @@
 //! The server answers gRPC calls (HTTP/2 requests with content-type application/grpc): any
-//! unary method, with one empty message (valid for every message type) and grpc-status 0 in
-//! the trailers, or, when the call asks for another status, a Trailers-Only response. The
-//! client is grpcio (PyPI: gRPC's own C core), which checks all of it.
+//! method, with one empty message (valid for every message type) and grpc-status 0 in the
+//! trailers, or, when the call asks for another status, a Trailers-Only response; asked by
+//! its metadata, with its own messages back (echo, unary or bidirectional), a message of a
+//! size, or several (a server stream). The client is grpcio (PyPI: gRPC's own C core), which
+//! checks all of it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -64,8 +66,21 @@ fn every_call_is_answered_with_its_status(io: IoChoice) {
     let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert_eq!(&out[at..at + 5], [0u8; 5], "{}", String::from_utf8_lossy(&out));
     assert!(String::from_utf8_lossy(&out[at + 5..]).contains("grpc-status: 0"));
+    // Echo, a sized message, a server stream, a bidirectional echo: as grpcio reads them.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc_replies.py");
+    let out = Command::new("timeout")
+        .args(["60", &python(), script, &server.addr().port().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        got,
+        serde_json::json!({"echo": true, "size": [1000, "0ae507"], "stream": [3, 3, 3, 3, 3], "bidi": true})
+    );
     let t = server.stop();
-    assert_eq!((t.requests, t.rejected), (50, 0));
+    assert_eq!((t.requests, t.rejected), (54, 0));
 }
 
 #[test]

@@ -48,9 +48,139 @@ struct Head {
     malformed: bool,
     complete: bool,
     mismatch: bool,
-    /// A gRPC call (content-type application/grpc): the status to end it with (see
-    /// [`grpc_status`]).
-    grpc: Option<u8>,
+    /// A gRPC call (content-type application/grpc): how to answer it (see [`GrpcAnswer`]).
+    grpc: Option<GrpcAnswer>,
+}
+
+/// How a gRPC call is answered, as the call's controls ask: the path's query (`grpc-status=N`,
+/// `grpc-reply=echo|BYTES`, `grpc-messages=K`), else its metadata (`qpslab-grpc-status`,
+/// `qpslab-grpc-reply`, `qpslab-grpc-messages`); by default one empty message and OK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GrpcAnswer {
+    status: u8,
+    reply: Reply,
+    /// Response messages (a server-streaming answer when more than one), 1 to
+    /// [`MAX_GRPC_MESSAGES`].
+    messages: u32,
+}
+
+/// Each response message of a gRPC answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// An empty message (valid for every message type).
+    Empty,
+    /// The request's messages, as they came.
+    Echo,
+    /// A message of this many bytes (a bytes field 1 of the length that makes it so), up to
+    /// gRPC's default limit, 4 MiB.
+    Size(u32),
+}
+
+/// The most response messages a call may ask for.
+const MAX_GRPC_MESSAGES: u32 = 100_000;
+
+/// A gRPC call's controls as its metadata gave them (`qpslab-grpc-status`,
+/// `qpslab-grpc-reply`, `qpslab-grpc-messages`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Controls {
+    status: Option<u8>,
+    reply: Option<Reply>,
+    messages: Option<u32>,
+}
+
+impl Controls {
+    /// Takes the field if it is a control.
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        match name {
+            b"qpslab-grpc-status" => self.status = parse_code(value),
+            b"qpslab-grpc-reply" => self.reply = Reply::parse(value),
+            b"qpslab-grpc-messages" => self.messages = parse_number(value),
+            _ => {}
+        }
+    }
+}
+
+fn parse_number(v: &[u8]) -> Option<u32> {
+    std::str::from_utf8(v).ok().and_then(|v| v.parse().ok())
+}
+
+impl Reply {
+    /// `echo`, or a message size in bytes (up to 4 MiB).
+    fn parse(v: &[u8]) -> Option<Reply> {
+        match v {
+            b"echo" => Some(Reply::Echo),
+            _ => parse_number(v).filter(|&n| n <= 4 << 20).map(Reply::Size),
+        }
+    }
+}
+
+impl GrpcAnswer {
+    /// The answer the controls ask for: the path's `query` first, then the metadata's.
+    fn asked(query: &str, meta: Controls) -> GrpcAnswer {
+        let get = |key: &str| {
+            let v = query.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='));
+            v.map(str::as_bytes)
+        };
+        GrpcAnswer {
+            status: get("grpc-status").and_then(parse_code).or(meta.status).unwrap_or(0),
+            reply: get("grpc-reply").and_then(Reply::parse).or(meta.reply).unwrap_or(Reply::Empty),
+            messages: get("grpc-messages")
+                .and_then(parse_number)
+                .or(meta.messages)
+                .map_or(1, |n| n.clamp(1, MAX_GRPC_MESSAGES)),
+        }
+    }
+
+    /// The response's DATA bytes (framed messages), None for the one empty message (its
+    /// five zero bytes go without a buffer); `kept`: the request's body (for echo).
+    fn body(&self, kept: &[u8]) -> Option<Box<[u8]>> {
+        let one: Vec<u8> = match self.reply {
+            Reply::Empty if self.messages == 1 => return None,
+            Reply::Empty => vec![0; PREFIX],
+            Reply::Echo => kept.to_vec(),
+            Reply::Size(n) => {
+                let mut m = Vec::with_capacity(PREFIX + n as usize);
+                qpslab_http::grpc::put_message(&mut m, &sized_message(n as usize));
+                m
+            }
+        };
+        Some(one.repeat(self.messages as usize).into_boxed_slice())
+    }
+}
+
+/// A protobuf message of `n` bytes: field 1 (bytes) filled with 'x' (under 2 bytes, 'x's).
+fn sized_message(n: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(n);
+    // The field's length L and its varint's own length v: 1 + v + L = n.
+    let varint_len = |l: usize| {
+        if l < 128 {
+            1
+        } else if l < 16384 {
+            2
+        } else if l < 2_097_152 {
+            3
+        } else {
+            4
+        }
+    };
+    let body = (1..=4).map(|v| n.saturating_sub(1 + v)).find(|&l| 1 + varint_len(l) + l == n);
+    match body {
+        Some(mut l) if n >= 2 => {
+            m.push(0x0a);
+            loop {
+                let b = (l & 0x7f) as u8;
+                l >>= 7;
+                if l == 0 {
+                    m.push(b);
+                    break;
+                }
+                m.push(b | 0x80);
+            }
+            m.resize(n, b'x');
+        }
+        _ => m.resize(n, b'x'),
+    }
+    m
 }
 
 /// Why the connection ends: the GOAWAY's code, and for the log, why.
@@ -72,9 +202,9 @@ enum StreamState {
     /// A `t=` delay runs until the instant.
     Delayed(Plan, Instant),
     /// Response body bytes still to send (flow control held them back); a gRPC call's
-    /// message (its bytes are zeros: an empty message) ends with trailers carrying the
-    /// status instead of END_STREAM on its DATA.
-    Sending { left: u64, sent: u64, grpc: Option<u8> },
+    /// messages (`bytes`, or zeros: one empty message) end with trailers carrying the status
+    /// instead of END_STREAM on its DATA.
+    Sending { left: u64, sent: u64, grpc: Option<u8>, bytes: Option<Box<[u8]>> },
 }
 
 #[derive(Debug)]
@@ -83,8 +213,10 @@ struct Stream {
     /// What the client lets this side send on the stream.
     window: i64,
     state: StreamState,
-    /// A gRPC call, and the status it ends with.
-    grpc: Option<u8>,
+    /// A gRPC call, and how it is answered.
+    grpc: Option<GrpcAnswer>,
+    /// A gRPC call answered by echo: the request's body so far.
+    kept: Vec<u8>,
 }
 
 /// A header block being gathered (HEADERS, then CONTINUATIONs until END_HEADERS).
@@ -566,7 +698,7 @@ impl H2 {
                     sh.counters.rejected += 1;
                     frame::put_rst_stream(out, id, code::PROTOCOL_ERROR);
                 } else {
-                    self.answer(id, plan, s.grpc, out, sh, slot, now);
+                    self.answer(id, plan, (s.grpc, s.kept), out, sh, slot, now);
                 }
             }
             return Ok(());
@@ -623,12 +755,12 @@ impl H2 {
         };
         let plan = Plan::new(&head, sh.cfg);
         if end_stream {
-            self.answer(id, plan, grpc, out, sh, slot, now);
+            self.answer(id, plan, (grpc, Vec::new()), out, sh, slot, now);
         } else {
             let left = sh.cfg.settings.max_body;
             let window = self.peer_window;
             let state = StreamState::Body { plan, left, expect: length, got: 0 };
-            self.open(Stream { id, window, state, grpc }, &mut sh.h2);
+            self.open(Stream { id, window, state, grpc, kept: Vec::new() }, &mut sh.h2);
         }
         Ok(())
     }
@@ -647,7 +779,7 @@ impl H2 {
         let mut has_path = false;
         let mut length = None;
         let mut grpc = false;
-        let mut grpc_control = None;
+        let mut controls = Controls::default();
         let mut check = FieldCheck::default();
         // The path goes into a buffer the connection keeps, authority and Host into the
         // worker's, so a request allocates nothing. Trailers leave the path alone (and forget
@@ -674,7 +806,7 @@ impl H2 {
                     length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
                 }
                 b"content-type" => grpc = value.starts_with(b"application/grpc"),
-                b"qpslab-grpc-status" => grpc_control = parse_code(value),
+                n if n.starts_with(b"qpslab-grpc-") => controls.field(n, value),
                 _ => {}
             }
         });
@@ -689,7 +821,8 @@ impl H2 {
             complete: check.complete(),
             // Host and :authority, when both are given, must name the same (8.3.1).
             mismatch: check.has_host && !authority.is_empty() && host != authority,
-            grpc: grpc.then(|| grpc_status(path, grpc_control)),
+            grpc: grpc
+                .then(|| GrpcAnswer::asked(path.split_once('?').map_or("", |(_, q)| q), controls)),
         };
         self.last_head = None;
         if !trailers && self.dec.table_changes() == changes {
@@ -746,28 +879,32 @@ impl H2 {
             let e = ErrorReply { status: 413, reason: "request body too large" };
             self.streams.swap_remove(i);
             sh.counters.rejected += 1;
-            self.answer(h.stream, Err(e), None, out, sh, slot, now);
+            self.answer(h.stream, Err(e), (None, Vec::new()), out, sh, slot, now);
             frame::put_rst_stream(out, h.stream, code::NO_ERROR);
             return Ok(());
         }
         *left -= data.len() as u64;
+        let s = &mut self.streams[i];
+        if s.grpc.is_some_and(|g| g.reply == Reply::Echo) {
+            s.kept.extend_from_slice(data);
+        }
         if h.has(flag::END_STREAM) {
             let s = self.streams.swap_remove(i);
             if let StreamState::Body { plan, .. } = s.state {
-                self.answer(h.stream, plan, s.grpc, out, sh, slot, now);
+                self.answer(h.stream, plan, (s.grpc, s.kept), out, sh, slot, now);
             }
         }
         Ok(())
     }
 
     /// Answers a request: the HEADERS, and as much of the body as the windows allow; a gRPC
-    /// call (`grpc`) the gRPC way ([`H2::answer_grpc`]).
+    /// call (`grpc`, with the request body it kept) the gRPC way ([`H2::answer_grpc`]).
     #[allow(clippy::too_many_arguments, reason = "the stream, its answer, and the connection's")]
     fn answer(
         &mut self,
         id: u32,
         plan: Result<Plan, ErrorReply>,
-        grpc: Option<u8>,
+        (grpc, kept): (Option<GrpcAnswer>, Vec<u8>),
         out: &mut Vec<u8>,
         sh: &mut Shared<'_>,
         slot: usize,
@@ -791,15 +928,15 @@ impl H2 {
             let plan = Plan { delay_ms: 0, ..plan };
             let window = self.peer_window;
             let state = StreamState::Delayed(plan, until);
-            self.open(Stream { id, window, state, grpc }, &mut sh.h2);
+            self.open(Stream { id, window, state, grpc, kept }, &mut sh.h2);
             sh.delays.push(std::cmp::Reverse((until, slot, self.gen)));
             return;
         }
         if !plan.keep_alive {
             self.goaway(out, code::NO_ERROR);
         }
-        if let Some(code) = grpc {
-            return self.answer_grpc(id, code, out, &mut sh.h2);
+        if let Some(g) = grpc {
+            return self.answer_grpc(id, g, &kept, out, &mut sh.h2);
         }
         let body =
             if plan.head_only || matches!(plan.status, 204 | 304) { 0 } else { plan.body_len };
@@ -807,24 +944,34 @@ impl H2 {
         sh.h2.write_headers(out, id, plan.status, length, &sh.date, body == 0);
         if body > 0 {
             let window = self.peer_window;
-            let state = StreamState::Sending { left: body, sent: 0, grpc: None };
-            self.open(Stream { id, window, state, grpc: None }, &mut sh.h2);
+            let state = StreamState::Sending { left: body, sent: 0, grpc: None, bytes: None };
+            self.open(Stream { id, window, state, grpc: None, kept: Vec::new() }, &mut sh.h2);
             self.send_bodies(out);
         }
     }
 
-    /// Answers a gRPC call: with status OK, its response headers, one empty message (valid
-    /// for every message type) and trailers with grpc-status 0; with another status, a
-    /// Trailers-Only response (one HEADERS carrying the status, ending the stream).
-    fn answer_grpc(&mut self, id: u32, code: u8, out: &mut Vec<u8>, scratch: &mut Scratch) {
-        if code != 0 {
-            write_grpc_headers(out, id, Some(code), true);
+    /// Answers a gRPC call: with status OK, its response headers, its messages (by default
+    /// one empty message, valid for every message type) and trailers with grpc-status 0;
+    /// with another status, a Trailers-Only response (one HEADERS carrying the status, ending
+    /// the stream).
+    fn answer_grpc(
+        &mut self,
+        id: u32,
+        g: GrpcAnswer,
+        kept: &[u8],
+        out: &mut Vec<u8>,
+        scratch: &mut Scratch,
+    ) {
+        if g.status != 0 {
+            write_grpc_headers(out, id, Some(g.status), true);
             return;
         }
         write_grpc_headers(out, id, None, false);
         let window = self.peer_window;
-        let state = StreamState::Sending { left: PREFIX as u64, sent: 0, grpc: Some(0) };
-        self.open(Stream { id, window, state, grpc: Some(0) }, scratch);
+        let bytes = g.body(kept);
+        let left = bytes.as_ref().map_or(PREFIX, |b| b.len()) as u64;
+        let state = StreamState::Sending { left, sent: 0, grpc: Some(0), bytes };
+        self.open(Stream { id, window, state, grpc: Some(g), kept: Vec::new() }, scratch);
         self.send_bodies(out);
     }
 
@@ -843,7 +990,7 @@ impl H2 {
         {
             let s = self.streams.swap_remove(i);
             if let StreamState::Delayed(plan, _) = s.state {
-                self.answer(s.id, Ok(plan), s.grpc, out, sh, slot, now);
+                self.answer(s.id, Ok(plan), (s.grpc, s.kept), out, sh, slot, now);
             }
         }
     }
@@ -855,7 +1002,7 @@ impl H2 {
         let mut i = 0;
         while i < self.streams.len() && self.conn_window > 0 {
             let s = &mut self.streams[i];
-            let StreamState::Sending { left, sent, grpc } = &mut s.state else {
+            let StreamState::Sending { left, sent, grpc, bytes } = &mut s.state else {
                 i += 1;
                 continue;
             };
@@ -864,10 +1011,13 @@ impl H2 {
                 let last = n == *left;
                 let end = if last && grpc.is_none() { flag::END_STREAM } else { 0 };
                 frame::put_header(out, n as usize, kind::DATA, end, s.id);
-                match grpc {
+                match (grpc.is_some(), bytes.as_deref()) {
+                    (_, Some(b)) => {
+                        out.extend_from_slice(&b[*sent as usize..(*sent + n) as usize]);
+                    }
                     // An empty message's prefix: all zeros.
-                    Some(_) => out.resize(out.len() + n as usize, 0),
-                    None => push_body(out, n as usize, *sent),
+                    (true, None) => out.resize(out.len() + n as usize, 0),
+                    (false, None) => push_body(out, n as usize, *sent),
                 }
                 if let (true, Some(code)) = (last, *grpc) {
                     write_grpc_trailers(out, s.id, code);
@@ -900,14 +1050,6 @@ impl H2 {
         self.streams.retain(|s| s.id != id);
         frame::put_rst_stream(out, id, error);
     }
-}
-
-/// A gRPC call's status: `grpc-status=N` in the path's query, else a `qpslab-grpc-status`
-/// request header, else 0 (OK).
-fn grpc_status(path: &str, control: Option<u8>) -> u8 {
-    let query = path.split_once('?').map_or("", |(_, q)| q);
-    let asked = query.split('&').find_map(|kv| kv.strip_prefix("grpc-status="));
-    asked.and_then(|v| parse_code(v.as_bytes())).or(control).unwrap_or(0)
 }
 
 /// A status code as a control gives it: 0 to 16 (gRPC's codes).
