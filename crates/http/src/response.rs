@@ -59,6 +59,8 @@ pub struct Response {
     pub body_bytes: u64,
     /// A gRPC call's outcome (HTTP/2 with `--grpc`).
     pub grpc: Option<crate::grpc::Outcome>,
+    /// A gRPC call's response messages.
+    pub messages: u64,
 }
 
 /// Result of one [`ResponseParser::feed`] call.
@@ -151,6 +153,7 @@ impl ResponseParser {
                         interim,
                         body_bytes: 0,
                         grpc: None,
+                        messages: 0,
                     };
                     let no_body = head_request || head.status == 204 || head.status == 304;
                     let body = match head.framing {

@@ -11,7 +11,7 @@ fn whole(input: &[u8]) -> Result<Vec<Response>, ParseError> {
 }
 
 fn resp(status: u16, keep_alive: bool, body_bytes: u64) -> Response {
-    Response { status, keep_alive, interim: 0, body_bytes, grpc: None }
+    Response { status, keep_alive, interim: 0, body_bytes, grpc: None, messages: 0 }
 }
 
 const NGINX_200: &[u8] = b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sun, 22 Nov 2026 05:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n";
@@ -44,7 +44,14 @@ fn interim_responses_are_skipped_and_counted() {
     let got = whole(input).unwrap();
     assert_eq!(
         got,
-        vec![Response { status: 201, keep_alive: true, interim: 2, body_bytes: 0, grpc: None }]
+        vec![Response {
+            status: 201,
+            keep_alive: true,
+            interim: 2,
+            body_bytes: 0,
+            grpc: None,
+            messages: 0
+        }]
     );
 }
 
@@ -138,7 +145,14 @@ fn stream() -> Vec<u8> {
 fn expected() -> Vec<Response> {
     vec![
         resp(200, true, 0),
-        Response { status: 200, keep_alive: true, interim: 1, body_bytes: 1024, grpc: None },
+        Response {
+            status: 200,
+            keep_alive: true,
+            interim: 1,
+            body_bytes: 1024,
+            grpc: None,
+            messages: 0,
+        },
         resp(404, true, 19),
         resp(204, true, 0),
         resp(200, false, 23),

@@ -157,6 +157,8 @@ pub struct LoadConfig {
     pub tls: Option<crate::tls::TlsClient>,
     /// gRPC's `--check-response`: the message the first OK answer must be.
     pub grpc_check: Option<crate::grpc::ResponseCheck>,
+    /// gRPC: the request messages each call sends (`--stream-messages`, else 1).
+    pub grpc_messages_per_call: u32,
     /// See [`LoadConfig::port_budgets`].
     port_budgets: Vec<PortBudget>,
 }
@@ -216,7 +218,7 @@ impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
         // A gRPC run is the HTTP/2 run its calls are.
-        let (opts, grpc_check) = crate::grpc::configure(opts)?;
+        let (opts, grpc) = crate::grpc::configure(opts)?;
         let opts = &opts;
         if opts.group_by.is_some() {
             GroupBy::from_options(opts)?;
@@ -329,7 +331,7 @@ impl LoadConfig {
                 window: (1u32 << opts.window_bits) - 1,
                 conn_window: (1u32 << opts.conn_window_bits) - 1,
                 table: opts.header_table_size,
-                grpc: crate::grpc::settings(opts, grpc_check.is_some()),
+                grpc: grpc.as_ref().map(|g| g.settings),
             }),
             rate,
             conn_per_request: opts.conn_per_request,
@@ -346,7 +348,8 @@ impl LoadConfig {
             linger,
             tls,
             port_budgets: Vec::new(),
-            grpc_check,
+            grpc_check: grpc.and_then(|g| g.check),
+            grpc_messages_per_call: opts.stream_messages.unwrap_or(1),
         }
         .with_port_budgets(&Root::live()))
     }

@@ -263,6 +263,13 @@ pub struct LoadOptions {
     #[serde(skip)]
     pub grpc_messages: Vec<(u32, Body)>,
 
+    /// With --grpc: request messages each call sends (a client-streaming or bidirectional
+    /// call): the message N times, or N consecutive messages of the pool; response messages
+    /// are then counted, any number of them (one for a client stream), their rate and the
+    /// gaps between them reported
+    #[arg(long, value_name = "N")]
+    pub stream_messages: Option<u32>,
+
     /// With --grpc: each call's deadline, sent as grpc-timeout (the server gives up after it)
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     #[serde(with = "dur::opt")]
@@ -446,6 +453,7 @@ impl Default for LoadOptions {
             protoset: Vec::new(),
             grpc_schema: None,
             grpc_messages: Vec::new(),
+            stream_messages: None,
             grpc_timeout: None,
             max_message_size: None,
             quic: QuicImpl::Own,

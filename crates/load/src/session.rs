@@ -423,6 +423,14 @@ impl Session {
         }
     }
 
+    /// Streaming gRPC calls: the gaps between response messages since the last call, each
+    /// handed to `f`.
+    pub fn take_message_gaps(&mut self, f: impl FnMut(u64)) {
+        if let Session::H2(h) = self {
+            h.take_message_gaps().for_each(f);
+        }
+    }
+
     /// gRPC with `--check-response`: the first OK answer's message on this connection, once.
     pub fn take_first_message(&mut self) -> Option<Vec<u8>> {
         match self {

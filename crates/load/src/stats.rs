@@ -70,6 +70,8 @@ pub struct GrpcCounts {
     pub fault_example: Option<String>,
     /// With `--check-response`: the first OK answer's message.
     pub first_response: Option<Vec<u8>>,
+    /// Response messages of the calls counted.
+    pub messages_in: u64,
 }
 
 impl GrpcCounts {
@@ -112,6 +114,7 @@ impl GrpcCounts {
         if self.first_response.is_none() {
             self.first_response.clone_from(&o.first_response);
         }
+        self.messages_in += o.messages_in;
     }
 }
 
@@ -216,6 +219,10 @@ pub struct Recorder {
     /// gRPC (`--grpc`): the calls by status code and what was found wrong.
     #[serde(default)]
     pub grpc: Option<GrpcCounts>,
+    /// Streaming gRPC calls: the gaps between a call's response messages (the first from
+    /// the request), in microseconds.
+    #[serde(default = "new_histogram", with = "crate::wire::histogram")]
+    pub message_gaps: Histogram<u64>,
     /// With `--log` or a feed that wants seconds: `latency` as it was when the current
     /// interval began. An interval's histogram is the difference, taken once a second, so a
     /// response is recorded once whether intervals are kept or not.
@@ -263,6 +270,7 @@ impl Default for Recorder {
             h2: None,
             quic: None,
             grpc: None,
+            message_gaps: new_histogram(),
             interval_base: None,
             seconds: Vec::new(),
         }
@@ -342,6 +350,12 @@ impl Recorder {
         if let Some(c) = self.per_target.get_mut(t) {
             c.failed += n;
         }
+    }
+
+    /// Streaming gRPC: a gap between a call's response messages.
+    #[inline]
+    pub fn message_gap(&mut self, us: u64) {
+        self.message_gaps.saturating_record(us.max(1));
     }
 
     /// Open loop: the latency from the actual write beside the corrected one.
@@ -427,6 +441,7 @@ impl Recorder {
         if let Some(o) = &other.grpc {
             self.grpc.get_or_insert_with(Default::default).merge(o);
         }
+        let _ = self.message_gaps.add(&other.message_gaps);
         self.tls_full += other.tls_full;
         self.tls_resumed += other.tls_resumed;
         self.early_accepted += other.early_accepted;

@@ -148,7 +148,7 @@ impl Builder<'_> {
                     ConfigError::new(flag, format!("body=@{p}: cannot read it ({why})"))
                 })?,
             };
-            let grpc = self.o.grpc.is_some();
+            let grpc = grpc_count(self.o);
             let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body, grpc };
             let mut t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache)
                 .map_err(
@@ -189,9 +189,16 @@ impl Builder<'_> {
         } else {
             o.grpc_messages.iter().map(|(n, m)| (*n as usize - 1, m.0.as_slice())).collect()
         };
-        for (i, line) in lines {
-            let (headers, grpc) = (&self.headers, o.grpc.is_some());
-            let req = Req { url: &url, method: &o.method, headers, body: line, grpc };
+        let n = grpc_count(o) as usize;
+        for (k, &(i, line)) in lines.iter().enumerate() {
+            // gRPC calls of N messages: this line's and the next N-1's, each framed.
+            let streamed: Vec<u8> = match n {
+                0 | 1 => Vec::new(),
+                n => (0..n).flat_map(|j| framed(lines[(k + j) % lines.len()].1)).collect(),
+            };
+            let (body, grpc) = if n > 1 { (&streamed[..], 0) } else { (line, n as u32) };
+            let headers = &self.headers;
+            let req = Req { url: &url, method: &o.method, headers, body, grpc };
             let mut t =
                 resolve_target(req, 1, sni, self.rand_seed, &mut self.cache).map_err(|e| {
                     if e.flag == "--sni" {
@@ -248,7 +255,7 @@ impl Builder<'_> {
             };
             let sni = o.tls.sni.as_deref();
             let (headers, body) = (&self.headers, self.body);
-            let req = Req { url: &url, method: &o.method, headers, body, grpc: false };
+            let req = Req { url: &url, method: &o.method, headers, body, grpc: 0 };
             let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
                 .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
@@ -327,8 +334,9 @@ struct Req<'a> {
     method: &'a str,
     headers: &'a [HeaderArg],
     body: &'a [u8],
-    /// The body is a gRPC message: it goes framed (its 5-byte prefix before it).
-    grpc: bool,
+    /// The body is a gRPC message: it goes framed (its 5-byte prefix before it), this many
+    /// times (0: not gRPC's).
+    grpc: u32,
 }
 
 /// The target of `req`; its `{seq}` and `{rand}` IDs found (see [`template`]): the request is
@@ -426,6 +434,14 @@ fn resolve_target(
     Ok(base)
 }
 
+/// The messages a gRPC call of `o` sends (0: no gRPC).
+fn grpc_count(o: &LoadOptions) -> u32 {
+    match o.grpc {
+        Some(_) => o.stream_messages.unwrap_or(1),
+        None => 0,
+    }
+}
+
 /// `msg` as one gRPC message: its prefix, then its bytes (templated IDs keep their width, so
 /// the length is the same for every request).
 fn framed(msg: &[u8]) -> Vec<u8> {
@@ -486,7 +502,7 @@ fn resolve_plain(
         target,
         host: authority,
         headers,
-        body: if grpc { framed(body) } else { body.to_vec() },
+        body: if grpc > 0 { framed(body).repeat(grpc as usize) } else { body.to_vec() },
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
     let h2_block = if huffman { spec.encode_h2(https) } else { spec.encode_h2_raw(https) }
@@ -522,7 +538,7 @@ mod tests {
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
         let get = |url: &str, hs: &[HeaderArg]| {
-            let req = Req { url, method: "GET", headers: hs, body: &[], grpc: false };
+            let req = Req { url, method: "GET", headers: hs, body: &[], grpc: 0 };
             resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap()
         };
         let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
@@ -598,7 +614,7 @@ mod tests {
             method: "POST",
             headers: &hs,
             body: b"id={seq:7}",
-            grpc: false,
+            grpc: 0,
         };
         let t = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap();
         let tm = t.template.as_ref().unwrap();
@@ -620,17 +636,12 @@ mod tests {
         assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
         assert!(one.ends_with("id=000000000012"), "{one}");
         let host =
-            Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"", grpc: false };
+            Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"", grpc: 0 };
         let e = resolve_target(host, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert!(e.message.contains("not the host"), "{e:?}");
         let bad = [HeaderArg { name: "X".into(), value: "{rand:99}".into() }];
-        let req = Req {
-            url: "http://127.0.0.1:1/",
-            method: "GET",
-            headers: &bad,
-            body: b"",
-            grpc: false,
-        };
+        let req =
+            Req { url: "http://127.0.0.1:1/", method: "GET", headers: &bad, body: b"", grpc: 0 };
         let e = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert_eq!(e.flag, "--header");
         assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");

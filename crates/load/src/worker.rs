@@ -921,6 +921,7 @@ impl<'a> Worker<'a> {
                 shared.record(rec, req, resp, now);
             });
         c.answered = c.answered.saturating_add(answered);
+        c.s.take_message_gaps(|us| rec.message_gap(us));
         while let Some((req, msg)) = c.s.take_reset() {
             // One stream failed; the connection goes on.
             *outstanding -= 1;
@@ -1235,7 +1236,9 @@ impl Shared<'_> {
             let ok = match resp.grpc {
                 // A call succeeds with OK alone, whatever the HTTP status.
                 Some(o) => {
-                    rec.grpc.get_or_insert_with(Default::default).call(o);
+                    let g = rec.grpc.get_or_insert_with(Default::default);
+                    g.call(o);
+                    g.messages_in += resp.messages;
                     o.code() == 0
                 }
                 None => resp.status < 400 || self.cfg.accept_status.contains(resp.status),

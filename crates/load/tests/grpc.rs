@@ -135,6 +135,39 @@ fn json_messages_from_a_proto_file_reach_the_server_and_the_answer_is_checked() 
     assert_eq!(server.calls("Echo", echoed)["Echo"], echoed, "the server's count");
 }
 
+/// Streaming calls by the schema's kinds, each message counted on grpcio's side: a server
+/// stream of three answers, a client stream of four requests answered once, a bidirectional
+/// echo of four; the response messages counted, their gaps measured.
+#[test]
+fn streaming_calls_carry_every_message_each_way() {
+    let mut server = Grpcio::start();
+    let mut seen = std::collections::HashMap::<&str, u64>::new();
+    for io in LOOPS {
+        for (method, per_call, answers) in [("Updates", 1, 3), ("Upload", 4, 1), ("Chat", 4, 4)] {
+            let mut o = grpc_opts(io, &server.url(), &format!("test.Echo/{method}"), 50);
+            o.body = None;
+            o.proto = vec![PROTO.into()];
+            o.data = Some(r#"{"name": "hello"}"#.into());
+            o.streams = 4;
+            if per_call > 1 {
+                o.stream_messages = Some(per_call);
+            }
+            let r = run(&o);
+            let what = format!("{io:?} {method}");
+            assert_eq!(r.requests.ok, 50, "{what}: {:?}", r.grpc);
+            let st = r.grpc.as_ref().unwrap().streams.as_ref().expect("a streams section");
+            assert_eq!(st.request_messages, 50 * u64::from(per_call), "{what}");
+            assert_eq!(st.response_messages, 50 * answers, "{what}");
+            assert!(st.message_gap_us.min > 0, "{what}");
+            *seen.entry(method).or_default() += 50;
+            let calls = server.calls(method, seen[method]);
+            assert_eq!(calls[method], seen[method], "{what}: calls on the server's count");
+            let messages = format!("{method}-messages");
+            assert_eq!(calls[&messages], seen[method] * u64::from(per_call), "{what}: {calls}");
+        }
+    }
+}
+
 /// HPACK: a literal field without indexing, its name new (no Huffman).
 fn field(name: &str, value: &str) -> Vec<u8> {
     let mut b = vec![0, name.len() as u8];

@@ -95,3 +95,51 @@ fn bad_grpc_input_is_refused_with_the_flag_named() {
         assert!(err.starts_with(&format!("qpslab: error: {says}")), "{args:?}: {err}");
     }
 }
+
+/// Streaming calls against `qpslab serve`: a bidirectional echo of four messages a call and
+/// a server stream of ten (the server asked by metadata), every message counted; the text
+/// says so.
+#[test]
+fn streaming_calls_against_serve_count_every_message() {
+    let server = ServeChild::start(&[], &["-w", "1"]);
+    let url = server.url("");
+    let load = |args: &[&str]| {
+        let out = qpslab_command()
+            .args(["load", "-n", "500", "-c", "2", "--streams", "4", &url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let out = load(&[
+        "--grpc",
+        "a.B/Chat",
+        "--stream-messages",
+        "4",
+        "-H",
+        "qpslab-grpc-reply: echo",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let st = &v["grpc"]["streams"];
+    assert_eq!(
+        (st["request_messages"].as_u64(), st["response_messages"].as_u64()),
+        (Some(2000), Some(2000)),
+        "{st}"
+    );
+    let out = load(&[
+        "--grpc",
+        "a.B/Updates",
+        "--stream-messages",
+        "1",
+        "-H",
+        "qpslab-grpc-messages: 10",
+    ]);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains("streams: 1 request message a call (")
+            && text.contains("), 5000 response messages (10.0 a call, "),
+        "{text}"
+    );
+}

@@ -43,11 +43,20 @@ pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
     configure(o).map(|(o, _)| o)
 }
 
-/// [`apply`], and the `--check-response` check.
-pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<ResponseCheck>), ConfigError> {
+/// What a gRPC run needs beside its HTTP/2 options: how calls are judged, and
+/// `--check-response`'s check.
+#[derive(Debug, Clone)]
+pub struct Grpc {
+    pub settings: GrpcSettings,
+    pub check: Option<ResponseCheck>,
+}
+
+/// [`apply`], and how the calls are judged (None without `--grpc`).
+pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigError> {
     let Some(method) = o.grpc.as_deref() else {
         let given = [
             ("--check-response", o.check_response.is_some()),
+            ("--stream-messages", o.stream_messages.is_some()),
             ("--binary", o.binary.is_some()),
             ("--data", o.data.is_some()),
             ("--data-file", o.data_file.is_some()),
@@ -62,7 +71,18 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<ResponseCheck>)
         return Ok((o.clone(), None));
     };
     let path = method_path(method)?;
-    let (messages, check) = messages(o, &path)?;
+    if o.stream_messages.is_some_and(|n| n == 0 || n > 10_000) {
+        return Err(ConfigError::new("--stream-messages", "must be between 1 and 10000"));
+    }
+    let (messages, check, kind) = messages(o, &path)?;
+    let streaming = kind.map_or(o.stream_messages.is_some(), |(client, server)| client || server);
+    let settings = GrpcSettings {
+        max_message: o.max_message_size.unwrap_or(grpc::DEFAULT_MAX_MESSAGE as u32),
+        // Unary and client-streaming calls are answered with one message.
+        one_response: kind.map_or(!streaming, |(_, server)| !server),
+        streaming,
+        keep_first: check.is_some(),
+    };
     if o.h3 {
         return Err(ConfigError::new("--h3", "gRPC runs over HTTP/2 here: drop --h3"));
     }
@@ -122,7 +142,7 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<ResponseCheck>)
         grpc_messages: messages.pool,
         ..o.clone()
     };
-    Ok((o, check))
+    Ok((o, Some(Grpc { settings, check })))
 }
 
 /// The messages given as JSON, encoded.
@@ -134,10 +154,16 @@ struct Encoded {
     pool: Vec<(u32, crate::options::Body)>,
 }
 
+/// A method's streaming as the schema says: (client streams, server streams).
+type Kind = (bool, bool);
+
 /// `--data` or `--data-file` encoded by the schema's request type of the method at `path`,
 /// and `--check-response`'s message by its response type; the schema checked to have the
-/// method even without them.
-fn messages(o: &LoadOptions, path: &str) -> Result<(Encoded, Option<ResponseCheck>), ConfigError> {
+/// method even without them, and the method's streaming (None without a schema).
+fn messages(
+    o: &LoadOptions,
+    path: &str,
+) -> Result<(Encoded, Option<ResponseCheck>, Option<Kind>), ConfigError> {
     let pool = schema::load(o)?;
     let Some(pool) = pool else {
         let json = [
@@ -152,14 +178,18 @@ fn messages(o: &LoadOptions, path: &str) -> Result<(Encoded, Option<ResponseChec
                  the serialized message with --binary FILE)",
             ));
         }
-        return Ok((Encoded::default(), None));
+        return Ok((Encoded::default(), None, None));
     };
     let (service, name) = path[1..].split_once('/').unwrap_or_default();
     let method = schema::method(&pool, service, name)?;
-    if method.is_client_streaming() || method.is_server_streaming() {
+    let kind = (method.is_client_streaming(), method.is_server_streaming());
+    if o.stream_messages.is_some_and(|n| n > 1) && !kind.0 {
         return Err(ConfigError::new(
-            "--grpc",
-            format!("{service}/{name} is a streaming method: unary calls only, so far"),
+            "--stream-messages",
+            format!(
+                "{service}/{name} takes one request message (its requests are no stream): \
+                 drop it"
+            ),
         ));
     }
     let check = o.check_response.as_ref().map(|f| {
@@ -189,7 +219,7 @@ fn messages(o: &LoadOptions, path: &str) -> Result<(Encoded, Option<ResponseChec
             ));
         }
     }
-    Ok((out, check))
+    Ok((out, check, Some(kind)))
 }
 
 /// These options with their schema compiled into them (`grpc_schema`), for agents on hosts
@@ -205,16 +235,6 @@ pub fn portable(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
         protoset: Vec::new(),
         import_path: Vec::new(),
         ..o.clone()
-    })
-}
-
-/// How calls of a `--grpc` run are judged; `keep_first`: the first OK answer's message is
-/// kept (for `--check-response`).
-pub fn settings(o: &LoadOptions, keep_first: bool) -> Option<GrpcSettings> {
-    o.grpc.as_ref().map(|_| GrpcSettings {
-        max_message: o.max_message_size.unwrap_or(grpc::DEFAULT_MAX_MESSAGE as u32),
-        unary: true,
-        keep_first,
     })
 }
 
@@ -350,12 +370,29 @@ mod tests {
         assert_eq!(flag, "--grpc");
         assert_eq!(
             m,
-            "no method \"Nope\" in service test.Echo; it has Echo, Exhaust, Big, Updates"
+            "no method \"Nope\" in service test.Echo; it has Echo, Exhaust, Big, Updates, Upload, Chat"
         );
         let (_, m) = err(with_schema("test.Other/Echo", |_| {}));
         assert_eq!(m, "no service \"test.Other\" in the schema; it has test.Echo");
-        let (_, m) = err(with_schema("test.Echo/Updates", |_| {}));
-        assert!(m.contains("streaming method"), "{m}");
+        // Several request messages for a method whose requests are no stream; the kinds a
+        // schema gives set how answers are judged.
+        let (flag, m) = err(with_schema("test.Echo/Updates", |o| o.stream_messages = Some(3)));
+        assert_eq!(flag, "--stream-messages");
+        assert!(m.starts_with("test.Echo/Updates takes one request message"), "{m}");
+        let kind = |method: &str| {
+            let o = LoadOptions {
+                urls: vec!["127.0.0.1:50051".into()],
+                grpc: Some(method.into()),
+                proto: vec![PROTO.into()],
+                ..LoadOptions::default()
+            };
+            let s = configure(&o).unwrap().1.unwrap().settings;
+            (s.one_response, s.streaming)
+        };
+        assert_eq!(kind("test.Echo/Echo"), (true, false));
+        assert_eq!(kind("test.Echo/Updates"), (false, true));
+        assert_eq!(kind("test.Echo/Upload"), (true, true));
+        assert_eq!(kind("test.Echo/Chat"), (false, true));
         let (flag, m) =
             err(with_schema("test.Echo/Echo", |o| o.data = Some(r#"{"nme": 1}"#.into())));
         assert_eq!(flag, "--data");

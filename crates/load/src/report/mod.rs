@@ -153,6 +153,26 @@ pub struct GrpcReport {
     /// `--check-response`: the first OK answer against the expected message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_response: Option<ResponseCheckReport>,
+    /// Streaming calls: their messages apart from the calls (whose latency, in `latency_us`,
+    /// is each stream's lifetime).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<GrpcStreams>,
+}
+
+/// A streaming gRPC run's messages.
+#[derive(Debug, Clone, Serialize)]
+pub struct GrpcStreams {
+    /// Request messages each call sends (`--stream-messages`).
+    pub request_messages_per_call: u32,
+    /// Request messages of the calls answered, and per second.
+    pub request_messages: u64,
+    pub request_messages_per_s: f64,
+    /// Response messages of the calls answered, per call, and per second.
+    pub response_messages: u64,
+    pub response_messages_per_call: f64,
+    pub response_messages_per_s: f64,
+    /// From the request to a call's first response message, and from each to the next.
+    pub message_gap_us: Latency,
 }
 
 /// The first OK answer against `--check-response`'s message.
@@ -187,10 +207,16 @@ static NO_CALLS: crate::stats::GrpcCounts = crate::stats::GrpcCounts {
     faults: [0; qpslab_http::grpc::FAULTS],
     fault_example: None,
     first_response: None,
+    messages_in: 0,
 };
 
 impl GrpcReport {
-    fn new(cfg: &LoadConfig, c: &crate::stats::GrpcCounts) -> Option<Self> {
+    fn new(
+        cfg: &LoadConfig,
+        c: &crate::stats::GrpcCounts,
+        gaps: &Histogram<u64>,
+        secs: f64,
+    ) -> Option<Self> {
         let g = cfg.h2.and_then(|h| h.grpc)?;
         let mut status = BTreeMap::new();
         for (code, &n) in c.codes.iter().enumerate().filter(|(_, n)| **n > 0) {
@@ -212,6 +238,20 @@ impl GrpcReport {
             faults,
             fault_example: c.fault_example.clone(),
             max_message_size: g.max_message,
+            streams: g.streaming.then(|| {
+                let per_call = cfg.grpc_messages_per_call;
+                let calls = c.calls();
+                let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+                GrpcStreams {
+                    request_messages_per_call: per_call,
+                    request_messages: calls * u64::from(per_call),
+                    request_messages_per_s: per_s(calls * u64::from(per_call)),
+                    response_messages: c.messages_in,
+                    response_messages_per_call: c.messages_in as f64 / calls.max(1) as f64,
+                    response_messages_per_s: per_s(c.messages_in),
+                    message_gap_us: Latency::from_histogram(gaps),
+                }
+            }),
             check_response: cfg.grpc_check.as_ref().map(|check| {
                 let judged = c.first_response.as_deref().map(|m| check.judge(m));
                 ResponseCheckReport {
@@ -872,7 +912,8 @@ impl Report {
             grpc: rec.grpc.as_ref().or(cfg.h2.and_then(|h| h.grpc).map(|_| &NO_CALLS)),
         };
         let thresholds: Vec<_> = cfg.thresholds.iter().map(|t| t.check(&facts)).collect();
-        let grpc = GrpcReport::new(cfg, rec.grpc.as_ref().unwrap_or(&NO_CALLS));
+        let grpc =
+            GrpcReport::new(cfg, rec.grpc.as_ref().unwrap_or(&NO_CALLS), &rec.message_gaps, secs);
         let response_check = grpc.as_ref().and_then(|g| g.check_response.as_ref());
         let wrong_answer = response_check.and_then(ResponseCheckReport::failure);
         Self {

@@ -198,6 +198,21 @@ fn totals(r: &Report, s: &mut String) {
             }
         );
     }
+    if let Some(st) = r.grpc.as_ref().and_then(|g| g.streams.as_ref()) {
+        let _ = writeln!(
+            s,
+            "         streams: {} request {} a call ({:.0}/s), {} response messages ({:.1} a \
+             call, {:.0}/s); between messages mean {}, p99 {}",
+            st.request_messages_per_call,
+            plural(u64::from(st.request_messages_per_call), "message", "messages"),
+            st.request_messages_per_s,
+            st.response_messages,
+            st.response_messages_per_call,
+            st.response_messages_per_s,
+            fmt_us(st.message_gap_us.mean),
+            fmt_us(st.message_gap_us.p99 as f64),
+        );
+    }
     if let Some(c) = r.grpc.as_ref().and_then(|g| g.check_response.as_ref()) {
         let verdict = match c.failure() {
             None => format!("the first OK answer is {}'s message", c.file),

@@ -47,8 +47,12 @@ pub struct H2Settings {
 pub struct GrpcSettings {
     /// The largest response message taken (`--max-message-size`).
     pub max_message: u32,
-    /// Unary calls: an OK answer carries exactly one message.
-    pub unary: bool,
+    /// Unary and client-streaming calls: an OK answer carries exactly one message.
+    pub one_response: bool,
+    /// Streaming calls: the gaps between response messages are kept
+    /// ([`Http2::take_message_gaps`]).
+    #[serde(default)]
+    pub streaming: bool,
     /// The first OK answer's message is kept ([`Http2::take_first_message`]).
     #[serde(default)]
     pub keep_first: bool,
@@ -104,6 +108,8 @@ struct Stream {
     window: i64,
     /// gRPC: the call's status and messages so far.
     grpc: Option<grpc::Call>,
+    /// Streaming gRPC calls: when the last response message (or the request) went by.
+    last_message: Option<Instant>,
 }
 
 /// One connection's HTTP/2 exchange.
@@ -166,6 +172,9 @@ pub(crate) struct Http2 {
     last_changes: Option<u64>,
     /// gRPC with `keep_first`: the first OK answer's message, once one came.
     first_message: Option<Vec<u8>>,
+    /// Streaming gRPC calls: the gaps between response messages of counted calls (the
+    /// first from the request), in microseconds, until the worker takes them.
+    message_gaps: Vec<u64>,
 }
 
 impl Http2 {
@@ -202,6 +211,7 @@ impl Http2 {
             last_grpc: None,
             last_changes: None,
             first_message: None,
+            message_gaps: Vec::new(),
         };
         s.start();
         s
@@ -376,6 +386,7 @@ impl Http2 {
             body_at: 0,
             window,
             grpc,
+            last_message: None,
         };
         self.streams.push_back(s);
         at
@@ -593,6 +604,11 @@ impl Http2 {
         self.first_message.take()
     }
 
+    /// Streaming gRPC calls: the gaps between response messages since the last call.
+    pub fn take_message_gaps(&mut self) -> impl Iterator<Item = u64> + '_ {
+        self.message_gaps.drain(..)
+    }
+
     fn find(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
     }
@@ -793,7 +809,18 @@ impl Http2 {
         }
         s.body += data.len() as u64;
         if let Some(call) = &mut s.grpc {
+            let before = call.messages.count;
             call.data(data);
+            let done = call.messages.count - before;
+            if done > 0 && self.cfg.grpc.is_some_and(|g| g.streaming) && s.req.counted {
+                let now = Instant::now();
+                let since = s.last_message.unwrap_or(s.req.sent_at);
+                let gap = now.saturating_duration_since(since).as_micros() as u64;
+                // Messages of one read arrived together: the first took the gap.
+                self.message_gaps.push(gap);
+                self.message_gaps.extend(std::iter::repeat_n(0, done as usize - 1));
+                s.last_message = Some(now);
+            }
         }
         if h.has(flag::END_STREAM) {
             self.complete(i, answered);
@@ -872,8 +899,8 @@ impl Http2 {
     fn complete(&mut self, i: usize, answered: &mut impl FnMut(Req, Response)) {
         let Some(s) = self.streams.remove(i) else { return };
         self.reused = true;
-        let unary = self.cfg.grpc.is_some_and(|g| g.unary);
-        let outcome = s.grpc.as_ref().map(|c| c.outcome(s.status, unary));
+        let one = self.cfg.grpc.is_some_and(|g| g.one_response);
+        let outcome = s.grpc.as_ref().map(|c| c.outcome(s.status, one));
         if outcome == Some(grpc::Outcome::Status(0)) && self.first_message.is_none() {
             self.first_message =
                 s.grpc.as_ref().and_then(|c| c.messages.first()).map(<[u8]>::to_vec);
@@ -884,6 +911,7 @@ impl Http2 {
             interim: s.interim,
             body_bytes: s.body,
             grpc: outcome,
+            messages: s.grpc.as_ref().map_or(0, |c| c.messages.count),
         };
         answered(s.req, resp);
     }

@@ -222,6 +222,7 @@ impl Http3 {
                 interim: s.interim,
                 body_bytes: s.body,
                 grpc: None,
+                messages: 0,
             };
             self.answered.push((s.req, resp));
         }

@@ -4,7 +4,12 @@ no generated code (messages are bytes):
   /test.Echo/Echo      answers the request message
   /test.Echo/Exhaust   ends with RESOURCE_EXHAUSTED (8)
   /test.Echo/Big       answers a message of 5000 bytes
+  /test.Echo/Updates   server streaming: the request message three times
+  /test.Echo/Upload    client streaming: the last request message, once all came
+  /test.Echo/Chat      bidirectional: each request message echoed as it comes
   any other method     UNIMPLEMENTED (grpcio's own answer)
+
+The streaming methods also count the request messages they read (as "<name>-messages").
 
 Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
 took per method, as JSON. Ends when stdin closes.
@@ -36,7 +41,43 @@ def exhaust(request, context):
     context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota")
 
 
+def streamed(name, kind, behaviour):
+    def handler(request_or_iterator, context):
+        with lock:
+            counts[name] = counts.get(name, 0) + 1
+        return behaviour(request_or_iterator, context)
+
+    return kind(handler)
+
+
+def read(name, message):
+    with lock:
+        counts[name + "-messages"] = counts.get(name + "-messages", 0) + 1
+    return message
+
+
+def updates(request, context):
+    read("Updates", request)
+    for _ in range(3):
+        yield request
+
+
+def upload(requests, context):
+    last = b""
+    for m in requests:
+        last = read("Upload", m)
+    return last
+
+
+def chat(requests, context):
+    for m in requests:
+        yield read("Chat", m)
+
+
 METHODS = {
+    "/test.Echo/Updates": streamed("Updates", grpc.unary_stream_rpc_method_handler, updates),
+    "/test.Echo/Upload": streamed("Upload", grpc.stream_unary_rpc_method_handler, upload),
+    "/test.Echo/Chat": streamed("Chat", grpc.stream_stream_rpc_method_handler, chat),
     "/test.Echo/Echo": counted("Echo", lambda request, context: request),
     "/test.Echo/Exhaust": counted("Exhaust", exhaust),
     "/test.Echo/Big": counted("Big", lambda request, context: b"\x07" * 5000),
