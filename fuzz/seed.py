@@ -288,6 +288,32 @@ def grpc_streams():
     ]
 
 
+def grpc_server_frames():
+    """A gRPC server's frames, as the generator's calls read them (streams 1, 3, 5, 7):
+    headers, messages, trailers; a Trailers-Only answer; a status in headers and trailers; a
+    compressed message; a length past the limit; a cut message; a proxy's 503."""
+    def literal(name, value):
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+    ct = b"\x0f\x10" + bytes([16]) + b"application/grpc"
+    ok = literal(b"grpc-status", b"0")
+    def msg(body, flag=0):
+        return bytes([flag]) + struct.pack(">I", len(body)) + body
+    settings = frame(SETTINGS, 0, 0, struct.pack(">HI", 3, 100))
+    head = frame(HEADERS, END_HEADERS, 1, STATUS_200 + ct)
+    yield settings + head + frame(DATA, 0, 1, msg(b"\x0a\x01a") * 3) \
+        + frame(HEADERS, END_STREAM | END_HEADERS, 1, ok)
+    yield settings + frame(HEADERS, END_STREAM | END_HEADERS, 1, STATUS_200 + ct
+                           + literal(b"grpc-status", b"14") + literal(b"grpc-message", b"down%20now"))
+    yield settings + frame(HEADERS, END_HEADERS, 1, STATUS_200 + ct + ok) \
+        + frame(DATA, 0, 1, msg(b"x")) + frame(HEADERS, END_STREAM | END_HEADERS, 1, ok)
+    yield settings + head + frame(DATA, 0, 1, msg(b"xy", flag=1)) \
+        + frame(HEADERS, END_STREAM | END_HEADERS, 1, ok)
+    yield settings + head + frame(DATA, 0, 1, b"\x00\xff\xff\xff\xff" + b"x" * 10) \
+        + frame(HEADERS, END_STREAM | END_HEADERS, 1, ok)
+    yield settings + head + frame(DATA, END_STREAM, 1, msg(b"hello")[:7])
+    yield settings + frame(HEADERS, END_STREAM | END_HEADERS, 1, b"\x08\x03503")
+
+
 def main():
     for r in REQUESTS:
         put("request_head", r)
@@ -323,6 +349,9 @@ def main():
     for body in grpc_streams():
         put("grpc_messages", b"\xff" + body)
         put("grpc_messages", b"\x03" + body)
+    for f in grpc_server_frames():
+        put("load_grpc_client", b"\xff" + f)
+        put("load_grpc_client", b"\x06" + f)
     for f in h2_server_frames():
         put("load_h2_client", b"\xff" + f)
         put("load_h2_client", b"\x05" + f)

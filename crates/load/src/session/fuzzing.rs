@@ -15,7 +15,6 @@ use crate::{LoadConfig, LoadOptions};
 const STREAMS: usize = 4;
 
 pub fn h2_client(data: &[u8]) {
-    let Some((&size, input)) = data.split_first() else { return };
     let o = LoadOptions {
         urls: vec!["http://127.0.0.1:1/a".into()],
         h2: true,
@@ -25,7 +24,30 @@ pub fn h2_client(data: &[u8]) {
         body: Some(crate::options::Body(vec![b'x'; 70_000])),
         ..LoadOptions::default()
     };
-    let Ok(cfg) = LoadConfig::from_options(&o) else { panic!("the fuzz target's options") };
+    h2_session(data, &o);
+}
+
+/// [`h2_client`] making gRPC calls: streaming ones (four request messages, any number of
+/// answers, each counted with its gap), whose answers the connection judges by their
+/// messages (prefixes, a 1 KiB limit) and status (headers, trailers, Trailers-Only), keeping
+/// the first OK message.
+pub fn h2_grpc_client(data: &[u8]) {
+    let o = LoadOptions {
+        urls: vec!["http://127.0.0.1:1".into()],
+        grpc: Some("a.B/C".into()),
+        stream_messages: Some(4),
+        max_message_size: Some(1024),
+        streams: STREAMS,
+        connections: Some(1),
+        body: Some(crate::options::Body(vec![b'x'; 20_000])),
+        ..LoadOptions::default()
+    };
+    h2_session(data, &o);
+}
+
+fn h2_session(data: &[u8], o: &LoadOptions) {
+    let Some((&size, input)) = data.split_first() else { return };
+    let Ok(cfg) = LoadConfig::from_options(o) else { panic!("the fuzz target's options") };
     let (Some(settings), Some(group)) = (cfg.h2, cfg.groups().first()) else {
         panic!("an HTTP/2 group")
     };
@@ -56,6 +78,8 @@ pub fn h2_client(data: &[u8]) {
         while s.take_reset().is_some() {
             answered += 1;
         }
+        let _ = s.take_message_gaps().count();
+        let _ = s.take_first_message();
         assert!(answered <= opened, "{answered} answers to {opened} requests");
         assert!(s.in_flight() <= STREAMS);
     }
