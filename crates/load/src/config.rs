@@ -157,6 +157,8 @@ pub struct LoadConfig {
     pub tls: Option<crate::tls::TlsClient>,
     /// gRPC's `--check-response`: the message the first OK answer must be.
     pub grpc_check: Option<crate::grpc::ResponseCheck>,
+    /// gRPC: the method called, `/SERVICE/METHOD`.
+    pub grpc_method: Option<String>,
     /// gRPC: the request messages each call sends (`--stream-messages`, else 1).
     pub grpc_messages_per_call: u32,
     /// See [`LoadConfig::port_budgets`].
@@ -348,6 +350,7 @@ impl LoadConfig {
             linger,
             tls,
             port_budgets: Vec::new(),
+            grpc_method: grpc.as_ref().map(|g| g.method.clone()),
             grpc_check: grpc.and_then(|g| g.check),
             grpc_messages_per_call: opts.stream_messages.unwrap_or(1),
         }

@@ -47,6 +47,8 @@ pub fn apply(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
 /// `--check-response`'s check.
 #[derive(Debug, Clone)]
 pub struct Grpc {
+    /// The method called, `/SERVICE/METHOD`.
+    pub method: String,
     pub settings: GrpcSettings,
     pub check: Option<ResponseCheck>,
 }
@@ -142,7 +144,7 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
         grpc_messages: messages.pool,
         ..o.clone()
     };
-    Ok((o, Some(Grpc { settings, check })))
+    Ok((o, Some(Grpc { method: path, settings, check })))
 }
 
 /// The messages given as JSON, encoded.

@@ -229,8 +229,7 @@ impl GrpcReport {
             .filter(|(_, n)| **n > 0)
             .map(|(i, &n)| (qpslab_http::grpc::Fault::NAMES[i], n))
             .collect();
-        let shown = pool::shown_targets(cfg).into_iter().next().unwrap_or_default();
-        let method = url::Url::parse(&shown).map_or(shown, |u| u.path().to_string());
+        let method = cfg.grpc_method.clone().unwrap_or_default();
         Some(GrpcReport {
             method,
             calls: c.calls(),
