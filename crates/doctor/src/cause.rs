@@ -26,8 +26,11 @@ pub enum Cause {
     },
     /// A rate limit answered the requests over it with a fast error status.
     RateLimit {
-        /// The status it answered (503, 429).
+        /// The status it answered (503, 429; 200 for a gRPC status).
         status: u16,
+        /// A gRPC limit: the gRPC status it answered (RESOURCE_EXHAUSTED, UNAVAILABLE).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grpc_status: Option<String>,
         /// Ok responses a second, the limit's rate in this run.
         ok_per_s: f64,
         /// The limit as configured, when the server's configuration says (`limit_req_zone

@@ -42,6 +42,10 @@ pub struct LoadFacts {
     /// Responses by status code.
     #[serde(default)]
     pub statuses: std::collections::BTreeMap<String, u64>,
+    /// A gRPC run: its calls by status name (`OK`, `UNAVAILABLE`, ...), the statuses its
+    /// client read (their HTTP status is 200 whatever they say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_statuses: Option<std::collections::BTreeMap<String, u64>>,
     /// Mean latency of a response, in seconds.
     pub mean_latency_s: f64,
     /// Mean time to open a connection, in seconds (a connection per request pays it each time).

@@ -501,9 +501,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         name: "rate-limited",
-        catches: "a limit set the ok rate: the requests over it were answered with a limit status (503, 429) at once; not a failed run, and the ok rate is the limit's, not the server's capacity",
-        threshold: "some responses ok, 10% or more of the answers 503 or 429, under 10% failed outright (transport, timeout); named with nginx's limit_req_zone and its log lines when it is nginx; when most answers were the limit's, no bound is given",
-        remedy: "lift the limit for the benchmark, or measure below it (an open loop at 90% of the ok rate); --accept-status counts the limit's answers as served",
+        catches: "a limit set the ok rate: the requests over it were answered with a limit status (503, 429; a gRPC run's calls with grpc-status RESOURCE_EXHAUSTED or UNAVAILABLE) at once; not a failed run, and the ok rate is the limit's, not the server's capacity",
+        threshold: "some responses ok, 10% or more of the answers 503 or 429 (gRPC: RESOURCE_EXHAUSTED or UNAVAILABLE), under 10% failed outright (transport, timeout); named with nginx's limit_req_zone and its log lines when it is nginx; when most answers were the limit's, no bound is given",
+        remedy: "lift the limit for the benchmark, or measure below it (an open loop at 90% of the ok rate); --accept-status counts an HTTP limit's answers as served",
     },
     Rule {
         name: "server-connection-limit",

@@ -175,9 +175,21 @@ fn unjudgeable(s: &Summary, ctx: &Context) -> Option<Finding> {
 fn failed_run(s: &Summary, ctx: &Context) -> Option<Finding> {
     let l = ctx.load.as_ref().filter(|l| l.failed_run())?;
     let total = l.ok + l.failed + l.bad_status;
-    let mut codes: Vec<(&String, &u64)> =
-        l.statuses.iter().filter(|(c, _)| c.as_str() >= "400").collect();
-    codes.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    // The statuses the client read: HTTP's from 400, or a gRPC run's other than OK.
+    let mut codes: Vec<(String, u64)> = match &l.grpc_statuses {
+        Some(g) => g
+            .iter()
+            .filter(|(c, _)| *c != "OK")
+            .map(|(c, n)| (format!("grpc-status {c}"), *n))
+            .collect(),
+        None => l
+            .statuses
+            .iter()
+            .filter(|(c, _)| c.as_str() >= "400")
+            .map(|(c, n)| (c.clone(), *n))
+            .collect(),
+    };
+    codes.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     let codes: Vec<String> = codes.iter().take(3).map(|(c, n)| format!("{c}: {n}")).collect();
     let mut evidence = vec![format!(
         "{} ok of {total} requests answered or failed: {} failed (transport, timeout, parse), {} bad status{}",
@@ -224,6 +236,8 @@ fn failed_run(s: &Summary, ctx: &Context) -> Option<Finding> {
 /// Statuses a server answers when it turns a request away on purpose (a rate or connection
 /// limit, load shedding).
 const LIMIT_STATUSES: [&str; 2] = ["429", "503"];
+/// The same for gRPC: a limit's own status, and an overloaded server's or proxy's.
+const GRPC_LIMIT_STATUSES: [&str; 2] = ["RESOURCE_EXHAUSTED", "UNAVAILABLE"];
 /// Share of the answers a limit status must reach to be called a limit.
 const LIMITED_SHARE: f64 = 0.10;
 
@@ -231,10 +245,17 @@ const LIMITED_SHARE: f64 = 0.10;
 /// status (429, 503), few failed outright. Not a broken target: the ok rate is the limit's.
 fn rate_limited(ctx: &Context) -> Option<Finding> {
     let l = ctx.load.as_ref().filter(|l| l.ok > 0 && l.duration_s > 0.0)?;
-    let (code, limited) = LIMIT_STATUSES
+    // A gRPC run's calls are turned away by a gRPC status (their HTTP status is 200).
+    let (statuses, names) = match &l.grpc_statuses {
+        Some(g) => (g, &GRPC_LIMIT_STATUSES),
+        None => (&l.statuses, &LIMIT_STATUSES),
+    };
+    let grpc = l.grpc_statuses.is_some();
+    let (code, limited) = names
         .iter()
-        .map(|c| (*c, l.statuses.get(*c).copied().unwrap_or(0)))
+        .map(|c| (*c, statuses.get(*c).copied().unwrap_or(0)))
         .max_by_key(|(_, n)| *n)?;
+    let answered_with = if grpc { format!("grpc-status {code}") } else { code.to_string() };
     let answered = l.ok + l.bad_status;
     let all = answered + l.failed;
     if (limited as f64) < LIMITED_SHARE * answered as f64
@@ -246,7 +267,7 @@ fn rate_limited(ctx: &Context) -> Option<Finding> {
     let zones = ctx.nginx.as_ref().filter(|n| n.limit_req).map(|n| n.limit_req_zones.join("; "));
     let configured = zones.filter(|z| !z.is_empty());
     let mut evidence = vec![format!(
-        "{} ok ({ok_per_s:.0}/s), {limited} answered {code} ({}), {} other bad status, {} failed, over {:.1} s",
+        "{} ok ({ok_per_s:.0}/s), {limited} answered {answered_with} ({}), {} other bad status, {} failed, over {:.1} s",
         l.ok,
         pct(limited as f64 / answered.max(1) as f64),
         l.bad_status - limited.min(l.bad_status),
@@ -271,17 +292,27 @@ fn rate_limited(ctx: &Context) -> Option<Finding> {
         name: "rate-limited",
         severity: Severity::Warning,
         summary: format!(
-            "a limit set the rate: {ok_per_s:.0} ok responses/s, and the requests over it answered {code} ({} of the answers): the ok rate is the limit's, not what the server can do{}",
+            "a limit set the rate: {ok_per_s:.0} ok responses/s, and the requests over it answered {answered_with} ({} of the answers): the ok rate is the limit's, not what the server can do{}",
             pct(limited as f64 / answered.max(1) as f64),
             configured.as_ref().map(|z| format!(" (limit_req_zone {z})")).unwrap_or_default()
         ),
         evidence,
         remedy: format!(
-            "lift the limit for the benchmark{}, or measure below it (an open loop: -R {:.0}); --accept-status {code} counts the limit's answers as served",
+            "lift the limit for the benchmark{}, or measure below it (an open loop: -R {:.0}){}",
             if configured.is_some() { " (nginx's limit_req)" } else { "" },
-            (ok_per_s * 0.9).floor()
+            (ok_per_s * 0.9).floor(),
+            if grpc {
+                String::new()
+            } else {
+                format!("; --accept-status {code} counts the limit's answers as served")
+            }
         ),
-        cause: Some(Cause::RateLimit { status: code.parse().unwrap_or(0), ok_per_s, configured }),
+        cause: Some(Cause::RateLimit {
+            status: if grpc { 200 } else { code.parse().unwrap_or(0) },
+            grpc_status: grpc.then(|| code.to_string()),
+            ok_per_s,
+            configured,
+        }),
     })
 }
 

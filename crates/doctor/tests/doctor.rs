@@ -2134,3 +2134,41 @@ fn a_v2_cgroups_own_memory_waits_make_its_limit_a_warning() {
         "{l:?}"
     );
 }
+
+/// A gRPC run's calls turned away with RESOURCE_EXHAUSTED (their HTTP status 200): a limit
+/// set the ok rate, named by the gRPC status, with no HTTP-only remedy; calls failing with
+/// INTERNAL are a failed run naming that status; the same counts as HTTP 200s alone name
+/// neither.
+#[test]
+fn a_grpc_limit_is_named_by_the_status_the_client_read() {
+    let run = two_sides(30, 30, 4, |_| 10_000);
+    let grpc = |ok: u64, code: &str, n: u64| LoadFacts {
+        ok,
+        bad_status: n,
+        responses: ok + n,
+        statuses: [("200".to_string(), ok + n)].into(),
+        grpc_statuses: Some([("OK".to_string(), ok), (code.to_string(), n)].into()),
+        ..closed_loop(16, 0.001, 4.0)
+    };
+    let f = run.findings_with(&with_load(grpc(8_000, "RESOURCE_EXHAUSTED", 2_000)));
+    let limited = named(&f, "rate-limited").unwrap_or_else(|| panic!("{f:?}"));
+    assert!(
+        limited.summary.contains("answered grpc-status RESOURCE_EXHAUSTED (20%"),
+        "{}",
+        limited.summary
+    );
+    assert!(!limited.remedy.contains("--accept-status"), "{}", limited.remedy);
+    match &limited.cause {
+        Some(qpslab_doctor::Cause::RateLimit { status, grpc_status, .. }) => {
+            assert_eq!((*status, grpc_status.as_deref()), (200, Some("RESOURCE_EXHAUSTED")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let f = run.findings_with(&with_load(grpc(1_000, "INTERNAL", 9_000)));
+    assert!(named(&f, "rate-limited").is_none(), "{f:?}");
+    let failed = named(&f, "run-failed").unwrap_or_else(|| panic!("{f:?}"));
+    assert!(failed.evidence[0].contains("(grpc-status INTERNAL: 9000)"), "{:?}", failed.evidence);
+    // Without the gRPC statuses, 200s are no limit's.
+    let http = LoadFacts { grpc_statuses: None, ..grpc(8_000, "RESOURCE_EXHAUSTED", 2_000) };
+    assert!(named(&run.findings_with(&with_load(http)), "rate-limited").is_none());
+}

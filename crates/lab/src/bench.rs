@@ -912,6 +912,7 @@ fn load_facts(load: &Report) -> LoadFacts {
         failed: r.failed,
         bad_status: r.bad_status,
         statuses: load.status.clone(),
+        grpc_statuses: load.grpc.as_ref().map(|g| g.status.clone()),
         // Behind its schedule an open loop is paced by its connections: the latency of a send,
         // not of its slot, is what Little's law relates to them.
         mean_latency_s: match (&schedule, &load.latency_uncorrected_us) {

@@ -1071,7 +1071,7 @@ mod tests {
         );
         let limit = finding(
             "rate-limited",
-            Cause::RateLimit { status: 503, ok_per_s: 200.0, configured: None },
+            Cause::RateLimit { status: 503, grpc_status: None, ok_per_s: 200.0, configured: None },
         );
         let Remedy::Stop(why) = remedy(&limit, &k) else { panic!("a limit stops the climb") };
         assert!(why.contains("--allow-limits"), "{why}");

@@ -14,7 +14,8 @@ The streaming methods also count the request messages they read (as "<name>-mess
 Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
 took per method, as JSON. Ends when stdin closes.
 
-Usage: grpc_server.py
+Usage: grpc_server.py [MAX_CONCURRENT]   (more calls at once are refused with
+RESOURCE_EXHAUSTED, grpcio's maximum_concurrent_rpcs)
 """
 
 import json
@@ -90,7 +91,9 @@ class Generic(grpc.GenericRpcHandler):
 
 
 def main():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    limit = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                         maximum_concurrent_rpcs=limit)
     server.add_generic_rpc_handlers((Generic(),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
