@@ -252,6 +252,11 @@ pub struct LoadOptions {
     #[arg(long, value_name = "FILE")]
     pub protoset: Vec<String>,
 
+    /// With --grpc: the schema from the server's reflection service (grpc.reflection.v1, else
+    /// v1alpha), asked once before the run
+    #[arg(long)]
+    pub reflect: bool,
+
     /// The --proto and --protoset schema compiled (a descriptor set), as a coordinator ships
     /// it to agents on hosts without those files.
     #[arg(skip)]
@@ -451,6 +456,7 @@ impl Default for LoadOptions {
             proto: Vec::new(),
             import_path: Vec::new(),
             protoset: Vec::new(),
+            reflect: false,
             grpc_schema: None,
             grpc_messages: Vec::new(),
             stream_messages: None,

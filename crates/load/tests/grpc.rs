@@ -168,6 +168,45 @@ fn streaming_calls_carry_every_message_each_way() {
     }
 }
 
+/// `--reflect`: the schema asked of grpcio's reflection service (given the descriptor set
+/// qpslab compiles from echo.proto), then JSON encoded by it as with the file; a server
+/// without reflection, and a service it does not have, are named.
+#[test]
+fn the_schema_is_asked_of_the_servers_reflection() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("echo.protoset");
+    let files = qpslab_load::LoadOptions { proto: vec![PROTO.into()], ..Default::default() };
+    let pool = qpslab_load::grpc::schema::load(&files).unwrap().unwrap();
+    std::fs::write(&set, qpslab_load::grpc::schema::compiled(&pool).0).unwrap();
+    let mut server = Grpcio::start_with(&["0", set.to_str().unwrap()]);
+    for io in LOOPS {
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 100);
+        o.body = None;
+        o.reflect = true;
+        o.data = Some(r#"{"name": "hello", "tags": [{"key": "k"}]}"#.into());
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 100, "{io:?}: {:?}", r.grpc);
+        // The streaming kind comes from the reflected schema too.
+        o.grpc = Some("test.Echo/Chat".into());
+        o.stream_messages = Some(3);
+        let r = run(&o);
+        let st = r.grpc.as_ref().unwrap().streams.as_ref().expect("streams");
+        assert_eq!(st.response_messages, 300, "{io:?}");
+    }
+    assert_eq!(server.calls("Echo", 200)["Echo"], 200);
+    let mut o = grpc_opts(IoChoice::Epoll, &server.url(), "test.Nope/Echo", 1);
+    o.reflect = true;
+    let e = qpslab_load::LoadConfig::from_options(&o).unwrap_err();
+    assert_eq!(e.flag, "--reflect");
+    assert!(e.message.contains("test.Nope") && e.message.contains("test.Echo"), "{}", e.message);
+    // A server without reflection.
+    let plain = Grpcio::start();
+    let mut o = grpc_opts(IoChoice::Epoll, &plain.url(), "test.Echo/Echo", 1);
+    o.reflect = true;
+    let e = qpslab_load::LoadConfig::from_options(&o).unwrap_err();
+    assert!(e.message.contains("has no reflection service"), "{}", e.message);
+}
+
 /// HPACK: a literal field without indexing, its name new (no Huffman).
 fn field(name: &str, value: &str) -> Vec<u8> {
     let mut b = vec![0, name.len() as u8];

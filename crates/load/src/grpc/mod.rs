@@ -6,6 +6,7 @@
 //! each response as a call ([`qpslab_http::grpc::Call`]). Messages given as JSON are encoded
 //! by the schema ([`schema`]).
 
+pub mod reflect;
 pub mod schema;
 
 use qpslab_http::grpc;
@@ -64,6 +65,7 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
             ("--data-file", o.data_file.is_some()),
             ("--proto", !o.proto.is_empty()),
             ("--protoset", !o.protoset.is_empty()),
+            ("--reflect", o.reflect),
             ("--grpc-timeout", o.grpc_timeout.is_some()),
             ("--max-message-size", o.max_message_size.is_some()),
         ];
@@ -227,7 +229,7 @@ fn messages(
 /// These options with their schema compiled into them (`grpc_schema`), for agents on hosts
 /// without the `--proto` and `--protoset` files.
 pub fn portable(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
-    if o.grpc.is_none() || (o.proto.is_empty() && o.protoset.is_empty()) {
+    if o.grpc.is_none() || (o.proto.is_empty() && o.protoset.is_empty() && !o.reflect) {
         return Ok(o.clone());
     }
     let pool = schema::load(o)?;
@@ -236,6 +238,7 @@ pub fn portable(o: &LoadOptions) -> Result<LoadOptions, ConfigError> {
         proto: Vec::new(),
         protoset: Vec::new(),
         import_path: Vec::new(),
+        reflect: false,
         ..o.clone()
     })
 }

@@ -18,6 +18,15 @@ pub fn load(o: &LoadOptions) -> Result<Option<DescriptorPool>, ConfigError> {
             .map_err(|e| ConfigError::new("--proto", format!("the compiled schema: {e}")))?;
         return Ok(Some(pool));
     }
+    if o.reflect {
+        if !o.proto.is_empty() || !o.protoset.is_empty() {
+            return Err(ConfigError::new(
+                "--reflect",
+                "the schema comes from the server or from files: drop --reflect or --proto/--protoset",
+            ));
+        }
+        return reflected(o).map(Some);
+    }
     if o.proto.is_empty() && o.protoset.is_empty() {
         if !o.import_path.is_empty() {
             return Err(ConfigError::new(
@@ -43,6 +52,35 @@ pub fn load(o: &LoadOptions) -> Result<Option<DescriptorPool>, ConfigError> {
         })?;
     }
     Ok(Some(pool))
+}
+
+/// The schema the server at the first URL reflects, for `--grpc`'s service.
+fn reflected(o: &LoadOptions) -> Result<DescriptorPool, ConfigError> {
+    let bad = |m: String| ConfigError::new("--reflect", m);
+    let raw = o.urls.first().ok_or_else(|| bad("give the server's URL".into()))?;
+    let full = crate::target::with_default_scheme(raw).unwrap_or_else(|| raw.clone());
+    let url = url::Url::parse(&full).map_err(|e| bad(format!("{raw:?}: {e}")))?;
+    let host = url.host_str().ok_or_else(|| bad(format!("{raw:?} has no host")))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let lookup = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(lookup, port))
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| bad(format!("cannot resolve {host:?}")))?;
+    let tls = if url.scheme() == "https" {
+        let client = crate::tls::TlsClient::new(&o.tls, true)?;
+        Some((client.config, crate::tls::server_name(host, o.tls.sni.as_deref())?))
+    } else {
+        None
+    };
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    let service = o.grpc.as_deref().unwrap_or("").trim_start_matches('/');
+    let service = service.split_once('/').map_or(service, |(s, _)| s);
+    let server = super::reflect::Server { addr, authority: &authority, tls };
+    super::reflect::schema(&server, service).map_err(|e| bad(format!("{raw}: {e}")))
 }
 
 /// The `--proto` files compiled, their imports found under `--import-path` (or, without it,

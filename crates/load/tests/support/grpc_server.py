@@ -14,8 +14,11 @@ The streaming methods also count the request messages they read (as "<name>-mess
 Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
 took per method, as JSON. Ends when stdin closes.
 
-Usage: grpc_server.py [MAX_CONCURRENT]   (more calls at once are refused with
-RESOURCE_EXHAUSTED, grpcio's maximum_concurrent_rpcs)
+Usage: grpc_server.py [MAX_CONCURRENT [DESCRIPTOR_SET]]
+  MAX_CONCURRENT: more calls at once are refused with RESOURCE_EXHAUSTED (grpcio's
+  maximum_concurrent_rpcs; 0: no limit)
+  DESCRIPTOR_SET: the schema of test.Echo as a descriptor set file, served by gRPC server
+  reflection (grpcio-reflection, v1alpha and v1)
 """
 
 import json
@@ -91,10 +94,21 @@ class Generic(grpc.GenericRpcHandler):
 
 
 def main():
-    limit = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    limit = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "0" else None
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
                          maximum_concurrent_rpcs=limit)
     server.add_generic_rpc_handlers((Generic(),))
+    if len(sys.argv) > 2:
+        from google.protobuf import descriptor_pb2, descriptor_pool
+        from grpc_reflection.v1alpha import reflection
+        files = descriptor_pb2.FileDescriptorSet()
+        with open(sys.argv[2], "rb") as f:
+            files.ParseFromString(f.read())
+        pool = descriptor_pool.DescriptorPool()
+        for fd in files.file:
+            pool.Add(fd)
+        reflection.enable_server_reflection(("test.Echo", reflection.SERVICE_NAME), server,
+                                            pool=pool)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(f"ready {port}", flush=True)

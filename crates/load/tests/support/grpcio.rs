@@ -14,10 +14,16 @@ pub struct Grpcio {
 
 impl Grpcio {
     pub fn start() -> Grpcio {
+        Grpcio::start_with(&[])
+    }
+
+    /// With the script's arguments (a concurrency limit, a descriptor set to reflect).
+    pub fn start_with(args: &[&str]) -> Grpcio {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc_server.py");
         let python = super::aioquic::python();
         let mut child = Command::new(&python)
             .arg(script)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
