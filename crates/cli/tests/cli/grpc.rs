@@ -143,3 +143,32 @@ fn streaming_calls_against_serve_count_every_message() {
         "{text}"
     );
 }
+
+/// gRPC over TLS (h2 by ALPN) against `qpslab serve --tls-self-signed`, on both event loops;
+/// and `bench --grpc` on its built-in server, nothing else installed.
+#[test]
+fn grpc_over_tls_and_bench_on_the_built_in_server() {
+    let server = ServeChild::start(&[], &["-w", "1", "--tls-self-signed"]);
+    let url = format!("https://{}", server.addr);
+    for io in ["epoll", "uring"] {
+        let out = qpslab_command()
+            .args(["load", "--grpc", "a.B/C", "-k", "--io", io, "-n", "1000", "-c", "2"])
+            .args(["--streams", "4", "--json", &url])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{io}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["grpc"]["status"], serde_json::json!({"OK": 1000}), "{io}");
+        assert_eq!(v["config"]["protocol"], "h2", "{io}");
+        assert!(v["connections"]["tls"]["negotiated"].as_str().unwrap().starts_with("TLSv1_3"));
+    }
+    let out = qpslab_command()
+        .args(["bench", "--grpc", "a.B/C", "-d", "1s", "--warmup", "200ms", "--no-save", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let g = &v["load"]["grpc"];
+    assert!(g["status"]["OK"].as_u64().unwrap() > 0, "{g}");
+    assert_eq!(g["calls"], v["load"]["requests"]["ok"], "{g}");
+}

@@ -365,6 +365,27 @@ mod tests {
         assert_eq!(o.body.unwrap().0, b"\x0a\x01a\x10\xac\x02\x1a\x03\x0a\x01k");
     }
 
+    /// A descriptor set (`--protoset`, as protoc -o writes one) gives the same encoding as
+    /// the .proto file; a file that is no descriptor set is named.
+    #[test]
+    fn a_protoset_is_a_schema_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = dir.path().join("echo.protoset");
+        let files = LoadOptions { proto: vec![PROTO.into()], ..LoadOptions::default() };
+        let pool = schema::load(&files).unwrap().unwrap();
+        std::fs::write(&set, schema::compiled(&pool).0).unwrap();
+        let json = r#"{"name": "a", "n": 300, "tags": [{"key": "k"}]}"#;
+        let o = grpc("test.Echo/Echo", |o| {
+            o.protoset = vec![set.display().to_string()];
+            o.data = Some(json.into());
+        })
+        .unwrap();
+        assert_eq!(o.body.unwrap().0, b"\x0a\x01a\x10\xac\x02\x1a\x03\x0a\x01k");
+        let e = grpc("test.Echo/Echo", |o| o.protoset = vec![PROTO.into()]).unwrap_err();
+        assert_eq!(e.flag, "--protoset");
+        assert!(e.message.contains("is not a descriptor set"), "{}", e.message);
+    }
+
     #[test]
     fn a_schema_that_does_not_fit_the_call_is_named() {
         let err = |r: Result<LoadOptions, ConfigError>| {
