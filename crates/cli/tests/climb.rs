@@ -322,6 +322,22 @@ fn a_rate_limit_is_lifted_only_when_allowed() {
     assert!(v["steps"][0]["ratio_range"][0].as_f64().unwrap() > 3.0, "{v:#}");
 }
 
+/// A gRPC server's own limit (grpcio taking two calls at once, the others RESOURCE_EXHAUSTED)
+/// is the user's to lift too: the climb over gRPC calls stops at once and says so.
+#[test]
+fn a_grpc_servers_limit_stops_the_climb() {
+    let _one = one_at_a_time();
+    let server = common::GrpcioLimited::start(2);
+    let db = tempfile::tempdir().unwrap();
+    let db = db.path().join("runs.sqlite");
+    let args = ["--grpc", "test.Echo/Echo", "-c", "8", "--streams", "4", "--steps", "1"];
+    let (v, code) = climb(&[&args[..], &["--budget", "60s"]].concat(), &db, &server.url);
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(v["steps"][0]["verdict"], "stopped", "{v:#}");
+    let why = v["steps"][0]["why"].as_str().unwrap();
+    assert!(why.contains("a limit sets the rate") && why.contains("RESOURCE_EXHAUSTED"), "{v:#}");
+}
+
 /// nginx out of descriptors (worker_rlimit_nofile 40, 100 connections) fails the run: its log
 /// says "Too many open files" and heads; the worker's full table follows. The run fails, but
 /// a finding names a limit in the climb's hands, so the climb raises `worker_rlimit_nofile`

@@ -1367,26 +1367,12 @@ fn a_rate_limit_is_a_limit_not_a_failed_run() {
 /// run and not a bound.
 #[test]
 fn a_grpc_servers_limit_is_named_by_its_status() {
-    use std::io::BufRead;
     let _one = one_at_a_time();
-    let python = std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
-        format!("{}/.cache/qpslab/aioquic/bin/python", std::env::var("HOME").unwrap_or_default())
-    });
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../load/tests/support/grpc_server.py");
-    // It stops when its stdin closes (the child dropped with the test).
-    let mut server = Command::new(&python)
-        .args([script, "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/test installs grpcio)"));
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().strip_prefix("ready ").unwrap_or_else(|| panic!("{line:?}"));
-    let url = format!("http://127.0.0.1:{port}");
+    let server = common::GrpcioLimited::start(2);
+    let url = &server.url;
     for _ in 0..runs() {
         let args = ["--grpc", "test.Echo/Echo", "-c", "8", "--streams", "4"];
-        let v = bench_for("2s", "300ms", &url, &args);
+        let v = bench_for("2s", "300ms", url, &args);
         let f = findings(&v);
         assert_eq!(f[0]["name"], "rate-limited", "the headline: {f:#?}");
         let c = &f[0]["cause"];
@@ -1397,8 +1383,6 @@ fn a_grpc_servers_limit_is_named_by_its_status() {
             .contains("answered grpc-status RESOURCE_EXHAUSTED"));
         none_of(&f, &["run-failed", "latency-bound", "server-bound", "client-bound"]);
     }
-    drop(server.stdin.take());
-    let _ = server.wait();
 }
 
 /// Per-worker balance: nginx with two workers, one on each CPU, gzipping 110 KB of text at

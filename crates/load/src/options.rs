@@ -212,9 +212,10 @@ pub struct LoadOptions {
     #[arg(long)]
     pub h3: bool,
 
-    /// gRPC: unary calls to SERVICE/METHOD (e.g. helloworld.Greeter/SayHello) over HTTP/2 at
-    /// the URL's server; the message from --body, --binary or --body-lines (one per line),
-    /// framed once; a call succeeds only with grpc-status 0 and one well-formed message
+    /// gRPC: calls to SERVICE/METHOD (e.g. helloworld.Greeter/SayHello) over HTTP/2 at the
+    /// URL's server; the message from --data or --data-file (JSON, with --proto, --protoset or
+    /// --reflect), --binary, --body or --body-lines, framed once; a call succeeds only with
+    /// grpc-status 0 and well-formed messages
     #[arg(long, value_name = "SERVICE/METHOD")]
     pub grpc: Option<String>,
 

@@ -622,3 +622,42 @@ pub fn rate_limited_nginx() -> NginxWithCosts {
 pub fn descriptor_starved_nginx() -> NginxWithCosts {
     NginxWithCosts::start_main("worker_rlimit_nofile 40;", "worker_connections 1024;", "", "")
 }
+
+/// grpcio's gRPC server (PyPI, in the venv scripts/test makes) on a free loopback port, taking
+/// `limit` calls at once (more are refused with RESOURCE_EXHAUSTED, its
+/// `maximum_concurrent_rpcs`); it stops when dropped (its stdin closes). See
+/// crates/load/tests/support/grpc_server.py for its methods.
+pub struct GrpcioLimited {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl GrpcioLimited {
+    pub fn start(limit: u32) -> GrpcioLimited {
+        use std::io::BufRead;
+        let python = std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
+            let home = std::env::var("HOME").unwrap_or_default();
+            format!("{home}/.cache/qpslab/aioquic/bin/python")
+        });
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../load/tests/support/grpc_server.py");
+        let mut child = Command::new(&python)
+            .args([script, &limit.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{python}: {e} (scripts/test installs grpcio)"));
+        let mut line = String::new();
+        let out = child.stdout.take().expect("its stdout");
+        std::io::BufReader::new(out).read_line(&mut line).expect("its first line");
+        let port = line.trim().strip_prefix("ready ").unwrap_or_else(|| panic!("{line:?}"));
+        let url = format!("http://127.0.0.1:{port}");
+        GrpcioLimited { child, url }
+    }
+}
+
+impl Drop for GrpcioLimited {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
