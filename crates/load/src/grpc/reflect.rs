@@ -170,21 +170,30 @@ impl Conn {
     }
 }
 
-/// One bidirectional call of `path` sending `requests`, read to its end.
-fn call(server: &Server<'_>, path: &str, requests: &[ReflectionRequest]) -> Result<Answer, String> {
-    let started = Instant::now();
+/// A connection to the server, plain or TLS, with a short read timeout (the exchange's own
+/// limit is checked between reads).
+fn connect(server: &Server<'_>) -> Result<Conn, String> {
     let io = |e: std::io::Error| format!("{}: {e}", server.addr);
     let tcp = TcpStream::connect_timeout(&server.addr, LIMIT).map_err(io)?;
     tcp.set_read_timeout(Some(Duration::from_millis(500))).map_err(io)?;
     tcp.set_nodelay(true).map_err(io)?;
-    let mut conn = match &server.tls {
+    Ok(match &server.tls {
         None => Conn::Plain(tcp),
         Some((config, name)) => {
             let c = rustls::ClientConnection::new(config.clone(), name.clone())
                 .map_err(|e| format!("TLS: {e}"))?;
             Conn::Tls(Box::new(rustls::StreamOwned::new(c, tcp)))
         }
-    };
+    })
+}
+
+/// The connection's first bytes: the preface, SETTINGS and a large window, then the call on
+/// stream 1 (its HEADERS, and `requests` framed in one DATA ending the stream).
+fn request(
+    server: &Server<'_>,
+    path: &str,
+    requests: &[ReflectionRequest],
+) -> Result<Vec<u8>, String> {
     let mut out = frame::PREFACE.to_vec();
     frame::put_settings(
         &mut out,
@@ -210,6 +219,15 @@ fn call(server: &Server<'_>, path: &str, requests: &[ReflectionRequest]) -> Resu
     }
     frame::put_header(&mut out, body.len(), kind::DATA, flag::END_STREAM, 1);
     out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// One bidirectional call of `path` sending `requests`, read to its end.
+fn call(server: &Server<'_>, path: &str, requests: &[ReflectionRequest]) -> Result<Answer, String> {
+    let started = Instant::now();
+    let io = |e: std::io::Error| format!("{}: {e}", server.addr);
+    let mut conn = connect(server)?;
+    let out = request(server, path, requests)?;
     conn.write_all(&out).map_err(io)?;
     let mut dec = Decoder::new(4096, 64 * 1024);
     let mut got = Vec::new();
