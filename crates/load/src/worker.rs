@@ -210,6 +210,10 @@ struct Conn {
     idle: bool,
     /// A send is under way (one at a time; the loop's [`io::Event::Sent`] ends it).
     sending: bool,
+    /// A send found the server's end of the connection gone (EPIPE, ECONNRESET): nothing more
+    /// is written, and what the server answered before it closed is read to the end, which
+    /// then judges the requests in flight (a close it announced sends them again).
+    send_error: Option<stdio::Error>,
     opened_at: Instant,
     retry_at: Option<Instant>,
     ever_connected: bool,
@@ -330,6 +334,7 @@ impl<'a> Worker<'a> {
                 waiting_intended: None,
                 idle: false,
                 sending: false,
+                send_error: None,
                 opened_at: now,
                 retry_at: None,
                 ever_connected: false,
@@ -659,6 +664,7 @@ impl<'a> Worker<'a> {
                 self.commit(k, u64::from(counted));
                 self.connect(idx, now);
             }
+            Phase::Open if c.send_error.is_some() => {}
             Phase::Open => {
                 if c.s.writing() {
                     // A batch partly written, or (HTTP/2) acknowledgements queued by a read:
@@ -953,6 +959,10 @@ impl<'a> Worker<'a> {
                 self.close(idx);
                 self.setup.closed_by_server += usize::from(!self.started);
             }
+            Ok(_) if c.send_error.is_some() => {
+                let e = c.send_error.take().unwrap_or_else(|| stdio::ErrorKind::BrokenPipe.into());
+                return self.closed_before_response(idx, ErrorClass::Write, &e, now);
+            }
             Ok(_) => {
                 let closed = stdio::Error::new(
                     stdio::ErrorKind::UnexpectedEof,
@@ -1076,6 +1086,7 @@ impl<'a> Worker<'a> {
         c.gen = c.gen.wrapping_add(1);
         c.phase = Phase::Closed;
         c.heard = false;
+        c.send_error = None;
         c.t = Transport::Plain;
         c.s.closed();
     }

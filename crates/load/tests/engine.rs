@@ -461,6 +461,56 @@ fn requests_pipelined_behind_a_close_are_written_again_on_a_new_connection(io: I
         .all(|l| l.split(' ').nth(4).is_some_and(|n| n.parse::<u32>().unwrap() <= 10)));
 }
 
+/// A server that answers a request's head at once, refusing its body, and closes with the
+/// body unread (the kernel then resets the connection), as a server does with a 413 or 401
+/// and no lingering close. Returns its port and the answers it wrote.
+fn early_answers() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answered = std::sync::Arc::new(AtomicU64::new(0));
+    let count = answered.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(100) {
+            let Ok(mut s) = stream else { return };
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut chunk) {
+                    Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            let answer = b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\n\
+                           Content-Length: 0\r\n\r\n";
+            if s.write_all(answer).is_ok() {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    (port, answered)
+}
+
+fn an_answer_before_the_body_was_taken_counts_though_the_write_then_fails(io: IoChoice) {
+    // The request's 8 MiB body is still going out when the answer and the reset come: the
+    // write fails, and the answer read after it is the request's (not a broken write).
+    let (port, answered) = early_answers();
+    let mut o = opts_on(io, &format!("http://127.0.0.1:{port}/"));
+    o.requests = Some(20);
+    o.connections = Some(1);
+    o.method = "POST".into();
+    o.body = Some(qpslab_load::options::Body(vec![b'x'; 8 << 20]));
+    o.max_error_rate = 1.0;
+    let report = run(&o);
+    let r = &report.requests;
+    assert_eq!(r.failed, 0, "{r:?} {:?}", report.error_examples);
+    assert_eq!((r.completed, r.bad_status), (20, 20), "{r:?}");
+    assert_eq!(report.status.get("413"), Some(&20));
+    let written = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(written >= 20, "the server answered {written} times");
+}
+
 fn pipelined_requests_are_counted_exactly(io: IoChoice) {
     let nginx = Nginx::start();
     let mut o = opts_on(io, &nginx.url("/"));
@@ -618,6 +668,7 @@ qpslab_testkit::on_both_loops!(
     open_loop_keeps_5000_per_second_within_2_percent_over_10_seconds,
     a_one_second_stall_shows_in_corrected_latency_and_hides_in_uncorrected,
     requests_pipelined_behind_a_close_are_written_again_on_a_new_connection,
+    an_answer_before_the_body_was_taken_counts_though_the_write_then_fails,
     pipelined_requests_are_counted_exactly,
     open_loop_starts_its_schedule_once_the_connections_are_open,
     polling_time_is_reported_apart_from_work,

@@ -79,7 +79,7 @@ impl Worker<'_> {
     #[inline]
     pub(super) fn push(&mut self, idx: usize) {
         let c = &mut self.conns[idx];
-        if c.sock.is_some() && !c.sending && c.t.wants_send(&c.s) {
+        if c.sock.is_some() && !c.sending && c.send_error.is_none() && c.t.wants_send(&c.s) {
             c.sending = true;
             self.ops.push(Op::Send(ConnId { idx, gen: c.gen }));
         }
@@ -105,7 +105,7 @@ impl Worker<'_> {
                 if let Some((b, _)) = buf {
                     c.spare = b;
                 }
-                return self.send_failed(idx, &e, Instant::now());
+                return self.send_failed(idx, e, Instant::now());
             }
         };
         let written = c.t.sent(&mut c.s, n, buf, &mut c.spare);
@@ -165,13 +165,18 @@ impl Worker<'_> {
         }
     }
 
-    /// A send failed: during a TLS handshake, the handshake did.
-    fn send_failed(&mut self, idx: usize, e: &io::Error, now: Instant) {
-        if self.conns[idx].phase == Phase::Handshaking {
-            let msg = format!("TLS handshake failure: {}", qpslab_sys::net::message(e));
+    /// A send failed: during a TLS handshake, the handshake did. When the server's end is
+    /// gone (it closed after a response, and the requests pipelined behind it met its reset),
+    /// the responses it sent before are still to be read: the connection's end judges them.
+    fn send_failed(&mut self, idx: usize, e: io::Error, now: Instant) {
+        let c = &mut self.conns[idx];
+        if c.phase == Phase::Handshaking {
+            let msg = format!("TLS handshake failure: {}", qpslab_sys::net::message(&e));
             self.fail_with(idx, ErrorClass::Tls, msg, now);
+        } else if c.phase == Phase::Open && peer_gone(&e) {
+            c.send_error = Some(e);
         } else {
-            self.closed_before_response(idx, ErrorClass::Write, e, now);
+            self.closed_before_response(idx, ErrorClass::Write, &e, now);
         }
     }
 }
@@ -263,7 +268,12 @@ impl Handler for Worker<'_> {
             }
             Event::Eof => self.data(idx, &[]),
             Event::ReadFailed(e) => {
-                self.closed_before_response(idx, ErrorClass::Read, &e, Instant::now());
+                // After a failed send, the reset the read meets is that send's news.
+                let (class, e) = match self.conns[idx].send_error.take() {
+                    Some(sent) => (ErrorClass::Write, sent),
+                    None => (ErrorClass::Read, e),
+                };
+                self.closed_before_response(idx, class, &e, Instant::now());
             }
         }
         self.events += 1;
@@ -272,4 +282,10 @@ impl Handler for Worker<'_> {
             self.send_due(Instant::now());
         }
     }
+}
+
+/// A send's error that says the server's end of the connection is gone, with what it sent
+/// before still to be read.
+fn peer_gone(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset)
 }
