@@ -327,11 +327,11 @@ fn a_rate_limit_is_lifted_only_when_allowed() {
 #[test]
 fn a_grpc_servers_limit_stops_the_climb() {
     let _one = one_at_a_time();
-    let server = common::GrpcioLimited::start(2);
+    let server = qpslab_testkit::grpcio::Grpcio::start_with(&["--limit", "2"]);
     let db = tempfile::tempdir().unwrap();
     let db = db.path().join("runs.sqlite");
     let args = ["--grpc", "test.Echo/Echo", "-c", "8", "--streams", "4", "--steps", "1"];
-    let (v, code) = climb(&[&args[..], &["--budget", "60s"]].concat(), &db, &server.url);
+    let (v, code) = climb(&[&args[..], &["--budget", "60s"]].concat(), &db, &server.url());
     assert_eq!(code, Some(1), "{v:#}");
     assert_eq!(v["steps"][0]["verdict"], "stopped", "{v:#}");
     let why = v["steps"][0]["why"].as_str().unwrap();

@@ -1368,11 +1368,11 @@ fn a_rate_limit_is_a_limit_not_a_failed_run() {
 #[test]
 fn a_grpc_servers_limit_is_named_by_its_status() {
     let _one = one_at_a_time();
-    let server = common::GrpcioLimited::start(2);
-    let url = &server.url;
+    let server = qpslab_testkit::grpcio::Grpcio::start_with(&["--limit", "2"]);
+    let url = server.url();
     for _ in 0..runs() {
         let args = ["--grpc", "test.Echo/Echo", "-c", "8", "--streams", "4"];
-        let v = bench_for("2s", "300ms", url, &args);
+        let v = bench_for("2s", "300ms", &url, &args);
         let f = findings(&v);
         assert_eq!(f[0]["name"], "rate-limited", "the headline: {f:#?}");
         let c = &f[0]["cause"];

@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use qpslab_load::IoChoice;
-use support::grpcio::Grpcio;
+use qpslab_testkit::grpcio::Grpcio;
 use support::h2_script::{frame, frames_after_settings};
 use support::{opts_on, run};
 
@@ -178,7 +178,7 @@ fn the_schema_is_asked_of_the_servers_reflection() {
     let files = qpslab_load::LoadOptions { proto: vec![PROTO.into()], ..Default::default() };
     let pool = qpslab_load::grpc::schema::load(&files).unwrap().unwrap();
     std::fs::write(&set, qpslab_load::grpc::schema::compiled(&pool).0).unwrap();
-    let mut server = Grpcio::start_with(&["0", set.to_str().unwrap()]);
+    let mut server = Grpcio::start_with(&["--reflect", set.to_str().unwrap()]);
     for io in LOOPS {
         let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 100);
         o.body = None;

@@ -15,10 +15,7 @@ use qpslab_serve::IoChoice;
 use support::{opts_on, TestServer};
 
 fn python() -> String {
-    std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/qpslab/aioquic/bin/python")
-    })
+    qpslab_testkit::venv_python()
 }
 
 /// grpcio's client: `ok` calls, then `unavailable` calls asking for status 14.

@@ -27,10 +27,7 @@ fn h3_server_on(io: IoChoice, tune: impl FnOnce(&mut ServeOptions)) -> TestServe
 }
 
 fn python() -> String {
-    std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/qpslab/aioquic/bin/python")
-    })
+    qpslab_testkit::venv_python()
 }
 
 /// aioquic's client against `server`: what it printed (see h3_client.py).

@@ -25,6 +25,8 @@ macro_rules! on_both_loops {
     };
 }
 
+pub mod grpcio;
+
 use qpslab_host::cpuset::CpuSet;
 use qpslab_host::parse::{CpuTimes, SockStat};
 use std::collections::BTreeMap;
@@ -536,4 +538,13 @@ pub fn replay_corpus(target: &str, min: usize, f: fn(&[u8])) {
         n += 1;
     }
     assert!(n >= min, "{target}: {n} inputs in {}, expected {min} or more", dir.display());
+}
+
+/// The python of the venv scripts/test makes (aioquic, grpcio, grpcio-reflection):
+/// `QPSLAB_AIOQUIC_PYTHON`, else ~/.cache/qpslab/aioquic/bin/python.
+pub fn venv_python() -> String {
+    std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/qpslab/aioquic/bin/python")
+    })
 }

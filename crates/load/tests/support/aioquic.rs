@@ -16,10 +16,7 @@ pub struct Aioquic {
 
 /// The python that has aioquic.
 pub fn python() -> String {
-    std::env::var("QPSLAB_AIOQUIC_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/qpslab/aioquic/bin/python")
-    })
+    qpslab_testkit::venv_python()
 }
 
 impl Aioquic {

@@ -4,7 +4,6 @@
 #![allow(dead_code, reason = "each test uses a subset of the helpers")]
 
 pub mod aioquic;
-pub mod grpcio;
 pub mod h2_script;
 pub mod h2o;
 pub mod httpd;

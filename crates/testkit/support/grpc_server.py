@@ -4,6 +4,7 @@ no generated code (messages are bytes):
   /test.Echo/Echo      answers the request message
   /test.Echo/Exhaust   ends with RESOURCE_EXHAUSTED (8)
   /test.Echo/Big       answers a message of 5000 bytes
+  /test.Echo/Sink      answers an empty message
   /test.Echo/Updates   server streaming: the request message three times
   /test.Echo/Upload    client streaming: the last request message, once all came
   /test.Echo/Chat      bidirectional: each request message echoed as it comes
@@ -14,13 +15,17 @@ The streaming methods also count the request messages they read (as "<name>-mess
 Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
 took per method, as JSON. Ends when stdin closes.
 
-Usage: grpc_server.py [MAX_CONCURRENT [DESCRIPTOR_SET]]
-  MAX_CONCURRENT: more calls at once are refused with RESOURCE_EXHAUSTED (grpcio's
-  maximum_concurrent_rpcs; 0: no limit)
-  DESCRIPTOR_SET: the schema of test.Echo as a descriptor set file, served by gRPC server
-  reflection (grpcio-reflection, v1alpha and v1)
+Usage: grpc_server.py [--limit N] [--reflect FILE] [--bind ADDR] [--window BYTES]
+  --limit N: more calls at once are refused with RESOURCE_EXHAUSTED (grpcio's
+    maximum_concurrent_rpcs; 0: no limit)
+  --reflect FILE: the schema of test.Echo as a descriptor set file, served by gRPC server
+    reflection (grpcio-reflection, v1alpha and v1)
+  --bind ADDR: the address to listen on (default 127.0.0.1)
+  --window BYTES: the HTTP/2 flow-control window it grants each call, kept (gRPC core's
+    grpc.http2.lookahead_bytes, its window probing off); by default it grows with the path
 """
 
+import argparse
 import json
 import sys
 import threading
@@ -85,6 +90,7 @@ METHODS = {
     "/test.Echo/Echo": counted("Echo", lambda request, context: request),
     "/test.Echo/Exhaust": counted("Exhaust", exhaust),
     "/test.Echo/Big": counted("Big", lambda request, context: b"\x07" * 5000),
+    "/test.Echo/Sink": counted("Sink", lambda request, context: b""),
 }
 
 
@@ -94,22 +100,30 @@ class Generic(grpc.GenericRpcHandler):
 
 
 def main():
-    limit = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "0" else None
+    args = argparse.ArgumentParser()
+    args.add_argument("--limit", type=int, default=0)
+    args.add_argument("--reflect")
+    args.add_argument("--bind", default="127.0.0.1")
+    args.add_argument("--window", type=int)
+    a = args.parse_args()
+    options = []
+    if a.window:
+        options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", a.window)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                         maximum_concurrent_rpcs=limit)
+                         maximum_concurrent_rpcs=a.limit or None, options=options)
     server.add_generic_rpc_handlers((Generic(),))
-    if len(sys.argv) > 2:
+    if a.reflect:
         from google.protobuf import descriptor_pb2, descriptor_pool
         from grpc_reflection.v1alpha import reflection
         files = descriptor_pb2.FileDescriptorSet()
-        with open(sys.argv[2], "rb") as f:
+        with open(a.reflect, "rb") as f:
             files.ParseFromString(f.read())
         pool = descriptor_pool.DescriptorPool()
         for fd in files.file:
             pool.Add(fd)
         reflection.enable_server_reflection(("test.Echo", reflection.SERVICE_NAME), server,
                                             pool=pool)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"{a.bind}:0")
     server.start()
     print(f"ready {port}", flush=True)
     for _ in sys.stdin:
