@@ -2,6 +2,8 @@
 //! count of the calls it took per method. See support/grpc_server.py for its methods and
 //! arguments.
 
+#![allow(clippy::expect_used, reason = "test support: a broken set-up fails the test loudly")]
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
