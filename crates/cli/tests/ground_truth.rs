@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{qpslab_command, Netns, NsPair, ServeChild};
+use qpslab_testkit::delay::DelayRelay;
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -1382,6 +1383,85 @@ fn a_grpc_servers_limit_is_named_by_its_status() {
             .unwrap()
             .contains("answered grpc-status RESOURCE_EXHAUSTED"));
         none_of(&f, &["run-failed", "latency-bound", "server-bound", "client-bound"]);
+    }
+}
+
+/// gRPC against grpcio allowing one stream per connection (grpc.max_concurrent_streams), 16
+/// asked on each of 2: every call is answered (the load keeps to the limit), and the doctor
+/// takes the server's limit, not the 16 asked, as the concurrency; when the generator is not
+/// the bound, the headline is the limit with more connections as the remedy.
+#[test]
+fn a_grpc_servers_stream_limit_is_the_concurrency() {
+    let _one = one_at_a_time();
+    let server = qpslab_testkit::grpcio::Grpcio::start_with(&["--max-streams", "1"]);
+    for i in 0..runs() {
+        let args = ["--grpc", "test.Echo/Echo", "--streams", "16", "-c", "2", "--io", loops(i).1];
+        let v = bench_for("2s", "300ms", &server.url(), &args);
+        let load = &v["load"];
+        assert_eq!(load["requests"]["failed"], 0, "{}", load["requests"]);
+        assert_eq!(load["grpc"]["status"]["OK"], load["requests"]["completed"], "{}", load["grpc"]);
+        assert_eq!(load["h2"]["server_max_concurrent_streams"], 1, "{}", load["h2"]);
+        let f = findings(&v);
+        let e = &v["doctor"]["explanation"];
+        assert_eq!(e["concurrency"], 2, "{e}");
+        let limit = "the server's HTTP/2 limit: 1 stream(s) per connection of the 16 asked";
+        assert!(e["chain"].to_string().contains(limit), "{e}");
+        if let Some(lb) = named(&f, "latency-bound") {
+            let cause = serde_json::json!({"kind": "stream-limit", "server": 1, "asked": 16});
+            assert_eq!(lb["cause"], cause, "{lb}");
+            assert!(lb["remedy"].as_str().unwrap().starts_with("more connections"), "{lb}");
+        }
+        no_warnings_but(&f, &["client-bound", "server-bound"]);
+    }
+}
+
+/// gRPC calls of 256 KiB messages to grpcio behind a 10 ms round trip (a relay delaying each
+/// byte 5 ms each way). Granting each call 16 KiB at first (its window probing off), the
+/// server holds every body a round trip before it widens the window to the message: the
+/// headline is latency-bound by its stream window, with the window and the share held. Its default window (grown with the path, 4 MiB at the start)
+/// holds nothing: round trips, no flow-control cause, nothing held in the evidence.
+#[test]
+fn a_grpc_servers_small_window_holds_the_request_bodies() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let message = dir.path().join("message.bin");
+    std::fs::write(&message, vec![7u8; 256 << 10]).unwrap();
+    let message = message.to_str().unwrap();
+    for (i, window) in ["16384", ""].into_iter().enumerate() {
+        let args: &[&str] = if window.is_empty() { &[] } else { &["--window", window] };
+        let server = qpslab_testkit::grpcio::Grpcio::start_with(args);
+        let upstream = ([127, 0, 0, 1], server.port).into();
+        let relay = DelayRelay::start(upstream, Duration::from_millis(5)).unwrap();
+        let url = format!("http://{}", relay.addr);
+        let load = ["--grpc", "test.Echo/Sink", "--binary", message, "-c", "4"];
+        let v = bench_for("2s", "300ms", &url, &[&load[..], &["--io", loops(i).1]].concat());
+        let f = findings(&v);
+        let chain = v["doctor"]["explanation"]["chain"].to_string();
+        let held = &v["load"]["h2"]["bodies_held"];
+        if window.is_empty() {
+            assert!(held.is_null(), "{held}");
+            assert!(!chain.contains("flow control"), "{chain}");
+            let lb = named(&f, "latency-bound").unwrap_or_else(|| panic!("{f:#?}"));
+            assert_eq!(lb["cause"]["kind"], "round-trips", "{lb}");
+        } else {
+            let share = held["share_of_latency"].as_f64().unwrap_or(0.0);
+            // gRPC core widens a call's window to its message once the message's length
+            // came: a round trip of the two each call spends held.
+            assert!(share >= 0.4, "{held}");
+            let lb = &f[0];
+            assert_eq!(lb["name"], "latency-bound", "the headline: {f:#?}");
+            assert_eq!(lb["cause"]["kind"], "flow-control", "{lb}");
+            assert_eq!(lb["cause"]["window"], 16384, "{lb}");
+            assert_eq!(lb["cause"]["connection"], false, "{lb}");
+            assert!(
+                text_of(lb).contains("the server's HTTP/2 stream window (16384 bytes)"),
+                "{lb}"
+            );
+            assert!(lb["remedy"].as_str().unwrap().contains("grpc.http2.lookahead_bytes"), "{lb}");
+            assert!(chain.contains("HTTP/2 flow control: "), "{chain}");
+        }
+        no_warnings_but(&f, &["client-bound"]);
+        drop(relay);
     }
 }
 

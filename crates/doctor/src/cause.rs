@@ -40,6 +40,10 @@ pub enum Cause {
     /// The server's HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS set the concurrency below the
     /// streams the load asked for.
     StreamLimit { server: u64, asked: u64 },
+    /// The server's HTTP/2 flow-control window held request bodies back this share of the
+    /// responses' time: its stream window of `window` bytes, or its connection's
+    /// (`connection`).
+    FlowControl { window: u64, share: f64, connection: bool },
     /// The server's requests spent this share of their time at a block device (its queue
     /// over the requests in service, or its threads' uninterruptible sleep); the device.
     DiskWait { share: f64, device: Option<String> },

@@ -75,6 +75,9 @@ pub struct LoadFacts {
     /// asked per connection; `concurrency` is then connections x the server's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_limit: Option<StreamLimit>,
+    /// HTTP/2: the flow-control windows each side granted and what they held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<FlowFacts>,
     /// The responses' latency at its quantiles (0.5, 0.9, 0.99, 0.999, 0.9999, 1 for the
     /// maximum), in seconds: where a tail stands at a kernel timer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -107,6 +110,34 @@ pub struct TlsFacts {
     pub resumed: u64,
     /// The mean handshake, from the TCP connection open to the TLS handshake's end, in seconds.
     pub mean_s: f64,
+}
+
+/// An HTTP/2 run's flow control: the windows each side granted, and the request bodies the
+/// server's held back before they were all sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowFacts {
+    /// The server's SETTINGS_INITIAL_WINDOW_SIZE: what each stream may send it unasked.
+    pub server_window: u64,
+    /// Request bodies held, those first held by the connection's window (not their
+    /// stream's), and their time held, as a share of all the responses' time from their write.
+    pub held: u64,
+    pub held_on_connection: u64,
+    pub held_share: f64,
+    /// The window the generator grants each stream, and the responses larger than it (the
+    /// server waited for the generator's WINDOW_UPDATEs to finish them).
+    pub client_window: u64,
+    pub past_client_window: u64,
+}
+
+impl FlowFacts {
+    /// The window that held the bodies, in words.
+    pub fn holder(&self) -> String {
+        if self.held_on_connection * 2 > self.held {
+            "the server's HTTP/2 connection window".into()
+        } else {
+            format!("the server's HTTP/2 stream window ({} bytes)", self.server_window)
+        }
+    }
 }
 
 /// A server's HTTP/2 stream limit below the streams the load asked for.
@@ -474,9 +505,15 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     let waiting_ms = closed.and(latency_ms).map(|ms| (ms - spent).max(0.0));
     let path_ms = load.and_then(|l| l.path_rtt_s).map(|s| s * 1e3);
     chain.extend(costs_line(&resources));
+    chain.extend(load.and_then(|l| flow_line(l, latency_ms)));
     chain.push(match &bound {
         Some(_) => bound_line(&resources, waited),
-        None => unsaturated_line(s, &resources, spent, waiting_ms, latency_ms, path_ms),
+        None => {
+            // Of the waiting, request bodies held by the server's HTTP/2 window.
+            let held_ms = load.and_then(|l| l.flow).map(|f| f.held_share).zip(latency_ms);
+            let waits = Waits { waiting_ms, path_ms, held_ms: held_ms.map(|(h, ms)| h * ms) };
+            unsaturated_line(s, &resources, spent, latency_ms, waits)
+        }
     });
     Explanation {
         rate,
@@ -547,14 +584,22 @@ fn bound_line(resources: &[Resource], waited: bool) -> String {
 }
 
 /// No resource saturated: where the latency went (the sides' CPU work in turn, or waiting).
+/// What a response's time went to besides the resources' work: the waiting in all, the
+/// path's own round trip, and request bodies held by the server's HTTP/2 window (ms).
+struct Waits {
+    waiting_ms: Option<f64>,
+    path_ms: Option<f64>,
+    held_ms: Option<f64>,
+}
+
 fn unsaturated_line(
     s: &Summary,
     resources: &[Resource],
     spent: f64,
-    waiting_ms: Option<f64>,
     latency_ms: Option<f64>,
-    path_ms: Option<f64>,
+    waits: Waits,
 ) -> String {
+    let Waits { waiting_ms, path_ms, held_ms } = waits;
     let top = resources.iter().find(|r| r.carries_work()).map_or("nothing measured".into(), |r| {
         format!("the most used, {}, at {}", r.name, pct(r.utilization))
     });
@@ -568,27 +613,64 @@ fn unsaturated_line(
             "no resource saturated ({top}): of {} per response, {} is no measured resource's work but waiting{}{}",
             fmt_ms(ms),
             fmt_ms(w),
-            where_waited(w, path_ms),
+            where_waited(w, path_ms, held_ms.filter(|h| *h > 0.0)),
             s.cpu_pressure.map_or(String::new(), |p| format!("; tasks waited for a CPU {} of the window", pct(p)))
         ),
         _ => format!("no resource saturated ({top})"),
     }
 }
 
-/// Where the waiting went: the path's own round trip (when measured) and the rest, in the
-/// server and its queues.
-fn where_waited(waiting_ms: f64, path_ms: Option<f64>) -> String {
+/// Where the waiting went: request bodies held by the server's HTTP/2 window (when any
+/// were), the path's own round trip (when measured) and the rest, in the server and its
+/// queues.
+fn where_waited(waiting_ms: f64, path_ms: Option<f64>, held_ms: Option<f64>) -> String {
+    let held = held_ms.map_or(0.0, |h| h.min(waiting_ms));
+    let window = held_ms.map_or(String::new(), |_| {
+        format!("{} request bodies held by the server's HTTP/2 window, ", fmt_ms(held))
+    });
     match path_ms {
         Some(p) => {
-            let path = p.min(waiting_ms);
+            let path = p.min(waiting_ms - held);
             format!(
-                ": {} on the path (its round trip, the smallest the kernel saw on the load's connections), {} in the server and its queues",
+                ": {window}{} on the path (its round trip, the smallest the kernel saw on the load's connections), {} in the server and its queues",
                 fmt_ms(path),
-                fmt_ms(waiting_ms - path)
+                fmt_ms(waiting_ms - held - path)
             )
+        }
+        None if held_ms.is_some() => {
+            format!(": {window}{} in the server, on the path, in queues", fmt_ms(waiting_ms - held))
         }
         None => " (in the server, on the path, in queues)".into(),
     }
+}
+
+/// HTTP/2's flow control as evidence, when a window held anything back: `request bodies
+/// were held by the server's HTTP/2 stream window (65535 bytes) 93% of the responses' time
+/// (...)`, and responses past the window the generator grants.
+fn flow_line(l: &LoadFacts, latency_ms: Option<f64>) -> Option<String> {
+    let f = l.flow?;
+    let mut parts = Vec::new();
+    if f.held > 0 {
+        parts.push(format!(
+            "{} request bod{} held by {} before all was sent: {} of the responses' time{}",
+            f.held,
+            if f.held == 1 { "y was" } else { "ies were" },
+            f.holder(),
+            pct(f.held_share),
+            latency_ms.map_or(String::new(), |ms| format!(
+                " ({} of the {} per response)",
+                fmt_ms(ms * f.held_share),
+                fmt_ms(ms)
+            ))
+        ));
+    }
+    if f.past_client_window > 0 {
+        parts.push(format!(
+            "{} response(s) were larger than the {} bytes a stream the generator grants (--window-bits): the server waited for its WINDOW_UPDATEs",
+            f.past_client_window, f.client_window
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("HTTP/2 flow control: {}", parts.join("; ")))
 }
 
 /// Bits per second as a link is named: `10.0 Mbit/s`, `1.00 Gbit/s`.

@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 
 pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
-pub use explain::{Explanation, LoadFacts, QuicFacts, Resource, Schedule, StreamLimit, TlsFacts};
+pub use explain::{
+    Explanation, FlowFacts, LoadFacts, QuicFacts, Resource, Schedule, StreamLimit, TlsFacts,
+};
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
 pub use summary::{summarize, CpuShare, IfRate, IntervalRow, IrqRate, ProcSummary, Summary};

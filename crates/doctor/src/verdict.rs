@@ -8,7 +8,7 @@
 //! short to have made the rate; otherwise it is said as `info`. A run with no response,
 //! too short, or failed gets no bound at all.
 
-use super::explain::{fmt_ms, Explanation, IN_SERVICE_LOW};
+use super::explain::{fmt_ms, Explanation, FlowFacts, LoadFacts, IN_SERVICE_LOW};
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
     Cause, Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS,
@@ -901,6 +901,38 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Findin
     }
 }
 
+/// The share of the responses' time request bodies were held by the server's HTTP/2 window
+/// past which the window is what the latency is made of: a window that grants a body only
+/// after a round trip of its own holds it about half a call.
+const FLOW_HELD: f64 = 1.0 / 3.0;
+
+/// latency-bound by the server's HTTP/2 flow control: request bodies waited for its window
+/// most of their time, so each stream carries a window per round trip.
+fn flow_held(l: &LoadFacts, ex: &Explanation, f: &FlowFacts, evidence: Vec<String>) -> Finding {
+    let connection = f.held_on_connection * 2 > f.held;
+    let raise = if connection {
+        "raise the server's HTTP/2 connection window (a WINDOW_UPDATE on stream 0 at the start: grpc-go InitialConnWindowSize, nginx sends its own)"
+    } else {
+        "raise the server's HTTP/2 stream window (SETTINGS_INITIAL_WINDOW_SIZE: grpc-go InitialWindowSize, gRPC core grpc.http2.lookahead_bytes or its BDP probing left on, nginx http2_body_preread_size)"
+    };
+    Finding {
+        name: "latency-bound",
+        severity: Severity::Info,
+        summary: format!(
+            "no resource is saturated: {} held the request bodies {} of the responses' time: {} request(s) in flight over {} each (Little's law), each body waited for the server's WINDOW_UPDATEs",
+            f.holder(),
+            pct(f.held_share),
+            l.concurrency,
+            ex.latency_ms.map_or("-".into(), fmt_ms)
+        ),
+        evidence,
+        remedy: format!(
+            "{raise} to at least a body's size; or more connections (-c) or streams for more bodies in flight at once"
+        ),
+        cause: Some(Cause::FlowControl { window: f.server_window, share: f.held_share, connection }),
+    }
+}
+
 /// latency-bound (a closed loop: Little's law explains the rate), paced (an open loop: the
 /// schedule set it), or, without the load's facts, latency-bound or no-single-bottleneck by how
 /// flat the packet rate was.
@@ -931,6 +963,9 @@ fn neither_saturated(
                 remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop for its maximum".into(),
                 cause: Some(Cause::Paced),
             });
+        }
+        if let Some(f) = l.flow.filter(|f| f.held > 0 && f.held_share >= FLOW_HELD) {
+            return Some(flow_held(l, ex, &f, evidence));
         }
         if let Some(k) = l.stream_limit {
             return Some(Finding {

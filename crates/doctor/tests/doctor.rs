@@ -1600,6 +1600,59 @@ fn a_servers_stream_limit_is_the_concurrency() {
     );
 }
 
+/// HTTP/2 request bodies held by the server's flow-control window: over a third of the
+/// responses' time with nothing saturated, the window is the headline (the stream's or the
+/// connection's, as held first), and the waiting is split to show it; at a tenth it is
+/// evidence in the chain, not the cause; with the server's CPU saturated the CPU is the bound.
+#[test]
+fn request_bodies_held_by_the_servers_window() {
+    let flow = |held_share: f64, on_connection: u64| LoadFacts {
+        flow: Some(qpslab_doctor::FlowFacts {
+            server_window: 16_384,
+            held: 1000,
+            held_on_connection: on_connection,
+            held_share,
+            client_window: (1 << 30) - 1,
+            past_client_window: 0,
+        }),
+        ..closed_loop(4, 0.020, 4.0)
+    };
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let (f, e) = run.diagnose(&with_load(flow(0.5, 0)));
+    assert_eq!(f[0].name, "latency-bound", "{f:?}");
+    let cause = qpslab_doctor::Cause::FlowControl { window: 16_384, share: 0.5, connection: false };
+    assert_eq!(f[0].cause, Some(cause));
+    assert!(f[0].summary.contains("the server's HTTP/2 stream window (16384 bytes) held the request bodies 50% of the responses' time"), "{}", f[0].summary);
+    assert!(f[0].remedy.contains("SETTINGS_INITIAL_WINDOW_SIZE"), "{}", f[0].remedy);
+    let chain = e.chain.join("\n");
+    assert!(chain.contains("1000 request bodies were held by the server's HTTP/2 stream window (16384 bytes) before all was sent: 50% of the responses' time (10.0 ms of the 20.0 ms per response)"), "{chain}");
+    assert!(
+        chain.contains("10.0 ms request bodies held by the server's HTTP/2 window, "),
+        "{chain}"
+    );
+
+    let (f, _) = run.diagnose(&with_load(flow(0.5, 900)));
+    assert!(matches!(f[0].cause, Some(qpslab_doctor::Cause::FlowControl { connection: true, .. })));
+    assert!(
+        f[0].summary.contains("the server's HTTP/2 connection window held"),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].remedy.contains("connection window"), "{}", f[0].remedy);
+
+    let (f, e) = run.diagnose(&with_load(flow(0.1, 0)));
+    assert_eq!(f[0].cause, Some(qpslab_doctor::Cause::RoundTrips), "{f:?}");
+    assert!(e.chain.iter().any(|c| c.starts_with("HTTP/2 flow control: ")), "{:?}", e.chain);
+
+    let busy = two_sides(30, 97, 4, |_| 20_000);
+    let (f, e) = busy.diagnose(&with_load(flow(0.5, 0)));
+    assert!(
+        f.iter().all(|f| !matches!(f.cause, Some(qpslab_doctor::Cause::FlowControl { .. }))),
+        "{f:?}"
+    );
+    assert!(e.chain.iter().any(|c| c.starts_with("HTTP/2 flow control: ")), "{:?}", e.chain);
+}
+
 /// A VM whose hypervisor runs other guests on its CPUs: steal is named with its share, a
 /// warning from 20% when a side was short of CPU (a server pinned to CPU 0 at 95% of it), info
 /// at 23% when none was, and at 9%, and nothing at 0.5%.

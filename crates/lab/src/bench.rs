@@ -907,6 +907,15 @@ fn load_facts(load: &Report) -> LoadFacts {
                 server,
                 asked: load.config.pipeline as u64,
             }),
+        flow: load.h2.as_ref().map(|h| qpslab_doctor::FlowFacts {
+            // Not sent: HTTP/2's default (RFC 9113 6.5.2).
+            server_window: u64::from(h.server_initial_window.unwrap_or(65_535)),
+            held: h.bodies_held.map_or(0, |b| b.requests),
+            held_on_connection: h.bodies_held.map_or(0, |b| b.on_connection_window),
+            held_share: h.bodies_held.map_or(0.0, |b| b.share_of_latency),
+            client_window: u64::from(h.client_window),
+            past_client_window: h.responses_past_client_window,
+        }),
         responses: r.completed,
         ok: r.ok,
         failed: r.failed,

@@ -87,6 +87,44 @@ fn every_call_to_grpcio_is_counted_once_and_judged_by_its_status() {
     assert_eq!(calls["Big"], 120);
 }
 
+/// Flow control both ways, measured: a server granting each call 16 KiB at first holds every
+/// 256 KiB request body (its stream's window, not the connection's) until its WINDOW_UPDATE
+/// comes; its default window (4 MiB) holds none. Echoed back, a 256 KiB answer is larger than
+/// the 64 KiB a stream this side grants with --window-bits 16, and none is with the default.
+#[test]
+fn the_windows_each_side_grants_are_measured() {
+    let big = vec![7u8; 256 << 10];
+    let small = Grpcio::start_with(&["--window", "16384"]);
+    let wide = Grpcio::start();
+    for io in LOOPS {
+        let mut o = grpc_opts(io, &small.url(), "test.Echo/Sink", 40);
+        o.body = Some(qpslab_load::options::Body(big.clone()));
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 40, "{io:?}: {:?}", r.grpc);
+        let h2 = r.h2.as_ref().unwrap();
+        assert_eq!(h2.server_initial_window, Some(16384));
+        let held = h2.bodies_held.expect("bodies held");
+        assert_eq!((held.requests, held.on_connection_window), (40, 0), "{io:?}: {held:?}");
+        assert!(held.mean_ms > 0.0 && held.share_of_latency > 0.0, "{held:?}");
+        assert!(held.share_of_latency <= 1.0, "{held:?}");
+
+        o.urls = vec![wide.url()];
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 40, "{io:?}");
+        let h2 = r.h2.as_ref().unwrap();
+        assert!(h2.bodies_held.is_none(), "{io:?}: {:?}", h2.bodies_held);
+        assert_eq!(h2.responses_past_client_window, 0);
+
+        let mut o = grpc_opts(io, &wide.url(), "test.Echo/Echo", 40);
+        o.body = Some(qpslab_load::options::Body(big.clone()));
+        o.window_bits = 16;
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 40, "{io:?}: {:?}", r.grpc);
+        let h2 = r.h2.as_ref().unwrap();
+        assert_eq!((h2.client_window, h2.responses_past_client_window), (65_535, 40), "{io:?}");
+    }
+}
+
 const PROTO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/proto/echo.proto");
 
 /// Messages from JSON through the compiled schema, a pool of them, and the first answer

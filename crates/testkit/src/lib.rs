@@ -25,6 +25,7 @@ macro_rules! on_both_loops {
     };
 }
 
+pub mod delay;
 pub mod grpcio;
 
 use qpslab_host::cpuset::CpuSet;

@@ -15,9 +15,12 @@ The streaming methods also count the request messages they read (as "<name>-mess
 Prints "ready PORT"; then each line read on stdin ("count") is answered with the calls it
 took per method, as JSON. Ends when stdin closes.
 
-Usage: grpc_server.py [--limit N] [--reflect FILE] [--bind ADDR] [--window BYTES]
+Usage: grpc_server.py [--limit N] [--max-streams N] [--reflect FILE] [--bind ADDR]
+                      [--window BYTES]
   --limit N: more calls at once are refused with RESOURCE_EXHAUSTED (grpcio's
     maximum_concurrent_rpcs; 0: no limit)
+  --max-streams N: the streams a connection may have open at once (its HTTP/2
+    SETTINGS_MAX_CONCURRENT_STREAMS, grpc.max_concurrent_streams)
   --reflect FILE: the schema of test.Echo as a descriptor set file, served by gRPC server
     reflection (grpcio-reflection, v1alpha and v1)
   --bind ADDR: the address to listen on (default 127.0.0.1)
@@ -102,6 +105,7 @@ class Generic(grpc.GenericRpcHandler):
 def main():
     args = argparse.ArgumentParser()
     args.add_argument("--limit", type=int, default=0)
+    args.add_argument("--max-streams", type=int)
     args.add_argument("--reflect")
     args.add_argument("--bind", default="127.0.0.1")
     args.add_argument("--window", type=int)
@@ -109,6 +113,8 @@ def main():
     options = []
     if a.window:
         options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", a.window)]
+    if a.max_streams:
+        options.append(("grpc.max_concurrent_streams", a.max_streams))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
                          maximum_concurrent_rpcs=a.limit or None, options=options)
     server.add_generic_rpc_handlers((Generic(),))

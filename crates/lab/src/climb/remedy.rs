@@ -442,7 +442,7 @@ pub fn remedies(
         Some(Cause::NginxCosts { access_log, keepalive_requests, workers, accept_mutex }) => {
             nginx_remedies([*access_log, *keepalive_requests, *workers, *accept_mutex], k)
         }
-        Some(Cause::RoundTrips | Cause::StreamLimit { .. }) => {
+        Some(Cause::RoundTrips | Cause::StreamLimit { .. } | Cause::FlowControl { .. }) => {
             // Requests wait in the server as well as on the path: when more of them in
             // flight gain nothing, a server that takes fewer at once needs more threads (the
             // cheaper way to wait on a database or a file: gunicorn's gthread, puma), then
@@ -589,13 +589,13 @@ fn remedy(f: &Finding, k: &Knobs) -> Remedy {
         return na("no change of the climb's answers it: see the finding's remedy");
     };
     match cause {
-        Cause::RoundTrips | Cause::StreamLimit { .. } if k.connections < MAX_CONNECTIONS => {
+        Cause::RoundTrips | Cause::StreamLimit { .. } | Cause::FlowControl { .. } if k.connections < MAX_CONNECTIONS => {
             Remedy::Change(Change::Connections {
                 from: k.connections,
                 to: (k.connections * 2).min(MAX_CONNECTIONS),
             })
         }
-        Cause::RoundTrips | Cause::StreamLimit { .. } => {
+        Cause::RoundTrips | Cause::StreamLimit { .. } | Cause::FlowControl { .. } => {
             na("the load keeps the most connections the climb opens")
         }
         Cause::WorkerImbalance { workers, .. }

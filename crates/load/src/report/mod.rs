@@ -283,10 +283,41 @@ pub struct H2Report {
     pub last_goaway: Option<&'static str>,
     /// Streams the server refused (REFUSED_STREAM), sent again on the same connection.
     pub refused_streams: u64,
+    /// Request bodies the server's flow-control window held back (none: absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bodies_held: Option<BodiesHeld>,
+    /// The window this side grants each stream (--window-bits), and the responses larger
+    /// than it: the server waited for this side's WINDOW_UPDATEs to finish those.
+    pub client_window: u32,
+    pub responses_past_client_window: u64,
+}
+
+/// Request bodies that stopped on the server's flow-control window before they were all sent:
+/// how many, how many stopped first on the connection's window (else their stream's), and
+/// the time held, from the first stop to the last byte sent (or the response): each on
+/// average, and in all as a share of all responses' latency.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BodiesHeld {
+    pub requests: u64,
+    pub on_connection_window: u64,
+    pub mean_ms: f64,
+    pub share_of_latency: f64,
+}
+
+impl BodiesHeld {
+    /// `latency_total_us`: the counted responses' latency, from their write, summed.
+    fn new(c: &crate::session::h2::H2Counts, latency_total_us: f64) -> Option<Self> {
+        (c.bodies_held > 0).then(|| BodiesHeld {
+            requests: c.bodies_held,
+            on_connection_window: c.held_on_connection,
+            mean_ms: c.held_us as f64 / c.bodies_held as f64 / 1e3,
+            share_of_latency: (c.held_us as f64 / latency_total_us.max(1.0)).min(1.0),
+        })
+    }
 }
 
 impl H2Report {
-    fn new(cfg: &LoadConfig, c: &crate::session::h2::H2Counts) -> Self {
+    fn new(cfg: &LoadConfig, c: &crate::session::h2::H2Counts, latency_total_us: f64) -> Self {
         let n = c.responses.max(1) as f64;
         let savings = if c.decoded_bytes > 0 {
             1.0 - c.header_bytes as f64 / c.decoded_bytes as f64
@@ -303,6 +334,9 @@ impl H2Report {
             goaways: c.goaways,
             last_goaway: c.goaway_code.map(qpslab_http::h2::frame::code::name),
             refused_streams: c.refused,
+            bodies_held: BodiesHeld::new(c, latency_total_us),
+            client_window: cfg.h2.map_or(0, |h| h.window),
+            responses_past_client_window: c.past_client_window,
         }
     }
 }
@@ -956,7 +990,12 @@ impl Report {
                 starved: starved.clone(),
                 path_rtt_us: PathRtt::new(&result.waiting.min_rtt_us),
             },
-            h2: cfg.h2.map(|_| H2Report::new(cfg, &rec.h2.unwrap_or_default())),
+            h2: cfg.h2.map(|_| {
+                // From each request's write: what a body's hold is a part of.
+                let from_write = if open { &rec.latency_uncorrected } else { &rec.latency };
+                let total = from_write.mean() * from_write.len() as f64;
+                H2Report::new(cfg, &rec.h2.unwrap_or_default(), total)
+            }),
             grpc,
             h3: cfg.h3.as_ref().map(|_| {
                 H3Report::new(cfg, &rec.quic.unwrap_or_default(), rec.tls_full + rec.tls_resumed)

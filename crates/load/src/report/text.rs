@@ -176,6 +176,25 @@ fn totals(r: &Report, s: &mut String) {
             h.last_goaway.map(|c| format!(" (last {c})")).unwrap_or_default(),
             h.refused_streams,
         );
+        if let Some(b) = &h.bodies_held {
+            let _ = writeln!(
+                s,
+                "         request bodies held by the server's flow-control window: {} ({} first \
+                 on the connection's), {:.2} ms each, {:.1}% of the responses' time",
+                b.requests,
+                b.on_connection_window,
+                b.mean_ms,
+                b.share_of_latency * 100.0
+            );
+        }
+        if h.responses_past_client_window > 0 {
+            let _ = writeln!(
+                s,
+                "         responses larger than the window this side grants ({} bytes, \
+                 --window-bits): {}",
+                h.client_window, h.responses_past_client_window
+            );
+        }
     }
     if let Some(g) = &r.grpc {
         let codes: Vec<String> = g.status.iter().map(|(k, v)| format!("{k} {v}")).collect();

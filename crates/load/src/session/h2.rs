@@ -10,7 +10,7 @@
 //! a push, acknowledgements owed past [`MAX_OWED`] (a PING or SETTINGS flood).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use qpslab_http::grpc::{self, StatusField};
 use qpslab_http::h2::frame::{self, code, flag, kind, setting, Header, HEADER_LEN, MAX_WINDOW};
@@ -77,6 +77,20 @@ pub struct H2Counts {
     pub max_streams: Option<u32>,
     /// The server's SETTINGS_INITIAL_WINDOW_SIZE, as last seen.
     pub window: Option<u32>,
+    /// Counted responses whose request body stopped on the server's flow-control window
+    /// (its own stream's or the connection's) before it was all sent, those of them that
+    /// first stopped on the connection's, and the time they were held in all, from the first
+    /// stop to the body's last byte (or the response), in microseconds.
+    #[serde(default)]
+    pub bodies_held: u64,
+    #[serde(default)]
+    pub held_on_connection: u64,
+    #[serde(default)]
+    pub held_us: u64,
+    /// Counted responses larger than the window this side grants a stream: the server had
+    /// to wait for its WINDOW_UPDATEs to finish them.
+    #[serde(default)]
+    pub past_client_window: u64,
 }
 
 impl H2Counts {
@@ -89,6 +103,10 @@ impl H2Counts {
         self.refused += o.refused;
         self.max_streams = o.max_streams.or(self.max_streams);
         self.window = o.window.or(self.window);
+        self.bodies_held += o.bodies_held;
+        self.held_on_connection += o.held_on_connection;
+        self.held_us += o.held_us;
+        self.past_client_window += o.past_client_window;
     }
 }
 
@@ -110,6 +128,34 @@ struct Stream {
     grpc: Option<grpc::Call>,
     /// Streaming gRPC calls: when the last response message (or the request) went by.
     last_message: Option<Instant>,
+    /// Since when its body has been held by the server's window (None: not held, or all
+    /// sent), whether the connection's window held it first, and for how long it was held
+    /// (counted when the response completes the stream).
+    held_since: Option<Instant>,
+    held_on_connection: bool,
+    held: Option<Duration>,
+}
+
+impl Stream {
+    /// Its body is no longer held: all sent at `now`, or answered.
+    fn release_hold(&mut self, now: Instant) {
+        if let Some(since) = self.held_since.take() {
+            self.held = Some(now.saturating_duration_since(since));
+        }
+    }
+
+    /// Answered: its body's hold counts, if the request does.
+    fn count_hold(&mut self, counts: &mut H2Counts) {
+        if self.held_since.is_some() {
+            // Answered before its body was all sent.
+            self.release_hold(Instant::now());
+        }
+        if let Some(held) = self.held.filter(|_| self.req.counted) {
+            counts.bodies_held += 1;
+            counts.held_on_connection += u64::from(self.held_on_connection);
+            counts.held_us += held.as_micros() as u64;
+        }
+    }
 }
 
 /// One connection's HTTP/2 exchange.
@@ -387,6 +433,9 @@ impl Http2 {
             window,
             grpc,
             last_message: None,
+            held_since: None,
+            held_on_connection: false,
+            held: None,
         };
         self.streams.push_back(s);
         at
@@ -418,11 +467,12 @@ impl Http2 {
 
     /// Request body DATA for every stream with some left, within the connection's and each
     /// stream's send window, in frames of at most the server's largest; the last ends the
-    /// stream.
+    /// stream. A body the windows stop is held from then until its last byte goes.
     fn send_bodies(&mut self, group: &Group) {
         if !group.h2.has_body {
             return;
         }
+        let mut now = None;
         for s in &mut self.streams {
             let body = group.body(s.pos as usize);
             while s.body_at < body.len() && self.send_window > 0 && s.window > 0 {
@@ -441,6 +491,16 @@ impl Http2 {
                 s.body_at += n;
                 self.send_window -= n as i64;
                 s.window -= n as i64;
+            }
+            let held = s.body_at < body.len();
+            if held != s.held_since.is_some() {
+                let t = *now.get_or_insert_with(Instant::now);
+                if held {
+                    s.held_since = Some(t);
+                    s.held_on_connection = s.window > 0;
+                } else {
+                    s.release_hold(t);
+                }
             }
         }
     }
@@ -897,8 +957,12 @@ impl Http2 {
     }
 
     fn complete(&mut self, i: usize, answered: &mut impl FnMut(Req, Response)) {
-        let Some(s) = self.streams.remove(i) else { return };
+        let Some(mut s) = self.streams.remove(i) else { return };
         self.reused = true;
+        s.count_hold(&mut self.counts);
+        if s.req.counted && s.body > u64::from(self.cfg.window) {
+            self.counts.past_client_window += 1;
+        }
         let one = self.cfg.grpc.is_some_and(|g| g.one_response);
         let outcome = s.grpc.as_ref().map(|c| c.outcome(s.status, one));
         if outcome == Some(grpc::Outcome::Status(0)) && self.first_message.is_none() {
