@@ -809,6 +809,13 @@ mod tests {
             remedy(&finding("latency-bound", Cause::RoundTrips), &k),
             Remedy::Change(Change::Connections { from: 1, to: 2 })
         );
+        // A server's HTTP/2 window holding the bodies: more of them in flight at once (the
+        // window itself is the server's to raise, said by the finding).
+        let window = Cause::FlowControl { window: 16_384, share: 0.5, connection: false };
+        assert_eq!(
+            remedy(&finding("latency-bound", window), &k),
+            Remedy::Change(Change::Connections { from: 1, to: 2 })
+        );
         // One CPU each: neither side can get another thread.
         assert!(matches!(
             remedy(&finding("client-bound", saturated("generator", "own")), &k),
