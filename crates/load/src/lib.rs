@@ -26,6 +26,7 @@ pub mod targets_file;
 pub mod template;
 pub mod threshold;
 pub mod tls;
+mod units;
 pub mod variants;
 pub mod wire;
 mod worker;

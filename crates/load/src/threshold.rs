@@ -8,7 +8,7 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::report::fmt_us;
+use crate::units::fmt_us;
 
 /// One check, parsed.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,6 +8,7 @@
 //! target groups decide where a connection goes and which request it sends next. Steady state per
 //! request: one read, one parse, one histogram record, one write; no allocation, lock or log.
 
+mod engine;
 mod epoll;
 mod handler;
 mod io;
@@ -24,7 +25,8 @@ use hdrhistogram::Histogram;
 use qpslab_http::Response;
 use socket2::{Protocol, SockAddr, Socket, Type};
 
-use io::{Io, Op};
+use engine::Io;
+use io::Op;
 use linger::Linger;
 use transport::Transport;
 

@@ -7,12 +7,18 @@
 //! (every response a read produced in one write), bounded output (input pauses while too much
 //! is pending), the deadlines' timer, lingering close after errors, and draining on stop.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use qpslab_quic::udp::QuicCounts;
 
-use crate::date::{imf_fixdate, now_secs};
+use crate::bufpool::BufPool;
+use crate::config::ServeConfig;
+use crate::date::{imf_fixdate, now_secs, DATE_LEN};
+use crate::reqcache::RequestCache;
+use crate::respond::Template;
 
 pub(crate) mod epoll;
 mod fields;
@@ -48,6 +54,41 @@ const DRAIN: Duration = Duration::from_millis(1500);
 const FLUSH_BUDGET: usize = 256 * 1024;
 /// Request heads up to this size are remembered for the identical-request fast path.
 const CACHED_HEAD_MAX: usize = 512;
+
+/// What every connection of a worker shares: the configuration, the response template and
+/// the date in it, the counters, the delayed responses, whether the worker is draining, the
+/// spare buffers and the remembered request heads.
+#[derive(Debug)]
+struct Shared<'a> {
+    pub cfg: &'a ServeConfig,
+    pub template: Template,
+    pub date: [u8; DATE_LEN],
+    pub counters: Counters,
+    /// Delayed responses: (when, connection slot, its generation).
+    pub delays: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    pub draining: bool,
+    pub pool: BufPool,
+    pub cache: RequestCache,
+    pub h2: h2::Scratch,
+    pub h3: h3::Scratch,
+}
+
+impl Shared<'_> {
+    /// When the loop must wake: at `tick`, or earlier for a delayed response.
+    pub fn wake(&self, tick: Instant) -> Instant {
+        self.delays.peek().map_or(tick, |Reverse((t, _, _))| tick.min(*t))
+    }
+
+    /// The next delayed response due by `now`, taken off the heap: (slot, generation).
+    pub fn next_due(&mut self, now: Instant) -> Option<(usize, u32)> {
+        let &Reverse((t, slot, gen)) = self.delays.peek()?;
+        if t > now {
+            return None;
+        }
+        self.delays.pop();
+        Some((slot, gen))
+    }
+}
 
 /// Counters a worker publishes every tick, read by the stats printer and at exit.
 #[derive(Debug, Default)]
@@ -156,7 +197,7 @@ impl Counters {
 }
 
 /// The date in responses, refreshed when the second changes.
-fn refresh_date(sh: &mut session::Shared<'_>, secs: &mut u64) {
+fn refresh_date(sh: &mut Shared<'_>, secs: &mut u64) {
     let now = now_secs();
     if now != *secs {
         *secs = now;
@@ -166,10 +207,10 @@ fn refresh_date(sh: &mut session::Shared<'_>, secs: &mut u64) {
 }
 
 /// A worker's shared state at its start.
-fn shared(cfg: &crate::config::ServeConfig) -> (session::Shared<'_>, u64) {
+fn shared(cfg: &crate::config::ServeConfig) -> (Shared<'_>, u64) {
     let secs = now_secs();
     let date = imf_fixdate(secs);
-    let sh = session::Shared {
+    let sh = Shared {
         cfg,
         template: crate::respond::Template::new(cfg, &date),
         date,

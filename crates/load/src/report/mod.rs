@@ -17,6 +17,7 @@ use crate::stats::ErrorClass;
 use crate::RunResult;
 
 mod pool;
+pub use crate::units::fmt_us;
 pub use pool::{PoolGroup, PoolReport};
 mod text;
 
@@ -1282,18 +1283,6 @@ fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
     } else {
         many
     }
-}
-
-/// Microseconds in the largest unit that keeps them above 1: `35.2us`, `1.23ms`, `2.50s`.
-pub fn fmt_us(us: f64) -> String {
-    let (v, unit) = if us >= 1e6 {
-        (us / 1e6, "s")
-    } else if us >= 1e3 {
-        (us / 1e3, "ms")
-    } else {
-        (us, "us")
-    };
-    format!("{v:.2}{unit}")
 }
 
 fn fmt_secs(s: f64) -> String {

@@ -14,11 +14,7 @@
 use std::io;
 use std::time::Duration;
 
-use qpslab_sys::uring::Engine;
 use socket2::{SockAddr, Socket};
-
-use super::epoll::EpollLoop;
-use super::uring::UringLoop;
 
 /// A connection as a loop names it: its slot in the thread, and its generation (moved on by
 /// every close, so what a loop reports about a closed socket is not taken for its
@@ -105,37 +101,4 @@ pub(super) trait Loop {
     /// Before the thread stops: carries out what is queued (closes above all, so no socket
     /// stays open until the process exits).
     fn settle<H: Handler>(&mut self, h: &mut H);
-}
-
-/// The thread's loop, as chosen for the run.
-#[derive(Debug)]
-pub(super) enum Io {
-    Epoll(EpollLoop),
-    Uring(UringLoop),
-}
-
-impl Io {
-    /// The loop of a thread with `conns` connections.
-    pub(super) fn new(engine: Engine, conns: usize) -> io::Result<Io> {
-        Ok(match engine {
-            Engine::Epoll => Io::Epoll(EpollLoop::new(conns)?),
-            Engine::Uring => Io::Uring(UringLoop::new(conns)?),
-        })
-    }
-}
-
-impl Loop for Io {
-    fn wait<H: Handler>(&mut self, timeout: Duration, h: &mut H) -> io::Result<usize> {
-        match self {
-            Io::Epoll(l) => l.wait(timeout, h),
-            Io::Uring(l) => l.wait(timeout, h),
-        }
-    }
-
-    fn settle<H: Handler>(&mut self, h: &mut H) {
-        match self {
-            Io::Epoll(l) => l.settle(h),
-            Io::Uring(l) => l.settle(h),
-        }
-    }
 }

@@ -13,8 +13,9 @@ use qpslab_sys::net::AcceptError;
 use socket2::Socket;
 
 use super::quic::Quic;
-use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
+use super::session::{AcceptGate, AfterOutput, Phase, Session};
 use super::transport::{Got, Sent, Transport};
+use super::Shared;
 use super::{
     ms_until, refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_BATCH, ACCEPT_PAUSE, DRAIN,
     FLUSH_BUDGET, LISTENER, QUIC, READ_CHUNK, TICK,

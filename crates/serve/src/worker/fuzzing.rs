@@ -82,12 +82,7 @@ fn drive(data: &[u8], h2: bool) {
 
 /// Answers what is buffered and writes it all, firing delays as their time comes, until
 /// nothing moves. False once the connection closes (or its output passed [`MAX_OUT`]).
-fn turn(
-    s: &mut Session,
-    sh: &mut super::session::Shared<'_>,
-    now: &mut Instant,
-    out: &mut usize,
-) -> bool {
+fn turn(s: &mut Session, sh: &mut super::Shared<'_>, now: &mut Instant, out: &mut usize) -> bool {
     let cfg = sh.cfg;
     for _ in 0..100_000 {
         let mut progress = s.consume(sh, 0, 0, *now);
@@ -216,7 +211,7 @@ struct H3Server {
 impl H3Server {
     /// Datagrams, the server's events and answers, and the client's reads, until nothing
     /// moves.
-    fn settle(&mut self, p: &mut qpslab_quic::pair::Pair, sh: &mut super::session::Shared<'_>) {
+    fn settle(&mut self, p: &mut qpslab_quic::pair::Pair, sh: &mut super::Shared<'_>) {
         use quinn_proto::{Event, VarInt};
         let streams = sh.cfg.settings.h2_streams;
         for _ in 0..SETTLE_ROUNDS {

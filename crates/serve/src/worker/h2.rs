@@ -26,7 +26,7 @@ use crate::inbuf::InBuf;
 use crate::respond::{push_body, ErrorReply, Plan};
 
 use super::fields::FieldCheck;
-use super::session::Shared;
+use super::Shared;
 
 /// The largest frame this side takes (SETTINGS_MAX_FRAME_SIZE's default).
 const MAX_FRAME: usize = frame::DEFAULT_MAX_FRAME;

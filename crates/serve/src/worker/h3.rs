@@ -22,7 +22,7 @@ use qpslab_quic::peer::{ConnError, Peer, Streams, MAX_SECTION};
 use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt, WriteError};
 
 use super::fields::FieldCheck;
-use super::session::Shared;
+use super::Shared;
 use crate::date::DATE_LEN;
 use crate::respond::{push_body, ErrorReply, Plan, BODY_PIECE};
 

@@ -30,7 +30,7 @@ use quinn_proto::{
 };
 
 use super::h3::H3;
-use super::session::Shared;
+use super::Shared;
 
 /// recvmmsg calls per readiness before the connections get their turn.
 const RECV_BATCHES: usize = 8;

@@ -8,22 +8,19 @@
 //! calls, so the loops do not know which protocol a connection speaks.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use qpslab_http::{parse_request, BodyFraming, ChunkedDecoder};
 
 use crate::bufpool::BufPool;
 use crate::config::ServeConfig;
-use crate::date::DATE_LEN;
 use crate::inbuf::InBuf;
-use crate::reqcache::RequestCache;
 use crate::respond::{
-    push_body, push_chunk, write_error, write_head, ErrorReply, Plan, Template, BODY_PIECE,
+    push_body, push_chunk, write_error, write_head, ErrorReply, Plan, BODY_PIECE,
 };
 
 use super::h2::{self, H2};
-use super::{Counters, CACHED_HEAD_MAX, LINGER, OUT_HIGH};
+use super::{Shared, CACHED_HEAD_MAX, LINGER, OUT_HIGH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum Phase {
@@ -58,41 +55,6 @@ struct Stream {
     left: u64,
     sent: u64,
     chunked: bool,
-}
-
-/// What every connection of a worker shares: the configuration, the response template and
-/// the date in it, the counters, the delayed responses, whether the worker is draining, the
-/// spare buffers and the remembered request heads.
-#[derive(Debug)]
-pub(super) struct Shared<'a> {
-    pub cfg: &'a ServeConfig,
-    pub template: Template,
-    pub date: [u8; DATE_LEN],
-    pub counters: Counters,
-    /// Delayed responses: (when, connection slot, its generation).
-    pub delays: BinaryHeap<Reverse<(Instant, usize, u32)>>,
-    pub draining: bool,
-    pub pool: BufPool,
-    pub cache: RequestCache,
-    pub h2: h2::Scratch,
-    pub h3: super::h3::Scratch,
-}
-
-impl Shared<'_> {
-    /// When the loop must wake: at `tick`, or earlier for a delayed response.
-    pub fn wake(&self, tick: Instant) -> Instant {
-        self.delays.peek().map_or(tick, |Reverse((t, _, _))| tick.min(*t))
-    }
-
-    /// The next delayed response due by `now`, taken off the heap: (slot, generation).
-    pub fn next_due(&mut self, now: Instant) -> Option<(usize, u32)> {
-        let &Reverse((t, slot, gen)) = self.delays.peek()?;
-        if t > now {
-            return None;
-        }
-        self.delays.pop();
-        Some((slot, gen))
-    }
 }
 
 /// A worker's accepting: on or off, when a pause after a descriptor shortage ends, and when an

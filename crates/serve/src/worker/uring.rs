@@ -14,8 +14,9 @@ use qpslab_sys::uring::{Completion, Failure, Op, RingOptions, Sock, Submit, Urin
 use socket2::Socket;
 
 use super::quic::Quic;
-use super::session::{AcceptGate, AfterOutput, Phase, Session, Shared};
+use super::session::{AcceptGate, AfterOutput, Phase, Session};
 use super::transport::Transport;
+use super::Shared;
 use super::{
     refresh_date, shared, WorkerCounters, WorkerStats, ACCEPT_PAUSE, DRAIN, FLUSH_BUDGET,
     READ_CHUNK, TICK,
