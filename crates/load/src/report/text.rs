@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use super::{fmt_bytes, fmt_secs, fmt_us, plural, Report};
+use super::{
+    fmt_bytes, fmt_secs, fmt_us, plural, GrpcReport, H2Report, H3Report, Report, TlsReport,
+};
 use crate::config::GroupBy;
 
 /// The whole summary.
@@ -140,137 +142,16 @@ fn totals(r: &Report, s: &mut String) {
         );
     }
     if let Some(t) = &r.connections.tls {
-        let _ = writeln!(
-            s,
-            "TLS:     {}{} full handshakes, {} resumed ({:.2}/s), handshake mean {}, p99 {}{}",
-            t.negotiated.as_deref().map(|n| format!("{n}; ")).unwrap_or_default(),
-            t.full_handshakes,
-            t.resumed,
-            t.handshakes_per_s,
-            fmt_us(t.handshake_us.mean),
-            fmt_us(t.handshake_us.p99 as f64),
-            if t.insecure { "; certificates NOT verified (--insecure)" } else { "" }
-        );
-        if let Some(e) = &t.early_data {
-            let _ = writeln!(
-                s,
-                "0-RTT:   early data taken on {} resumed handshakes, refused on {} (their requests \
-                 went again after the handshake)",
-                e.accepted, e.refused
-            );
-        }
+        tls_lines(t, s);
     }
     if let Some(h) = &r.h2 {
-        let _ = writeln!(
-            s,
-            "HTTP/2:  {} {} per connection; header blocks {:.1} bytes per response, space \
-             savings {:.1}%; server max streams {}, window {}; {} {}{}, {} refused streams",
-            h.streams_per_connection,
-            plural(h.streams_per_connection as u64, "stream", "streams"),
-            h.header_bytes_per_response,
-            h.hpack_space_savings * 100.0,
-            h.server_max_concurrent_streams.map_or("unlimited".into(), |n| n.to_string()),
-            h.server_initial_window.unwrap_or(qpslab_http::h2::frame::DEFAULT_WINDOW),
-            h.goaways,
-            plural(h.goaways, "GOAWAY", "GOAWAYs"),
-            h.last_goaway.map(|c| format!(" (last {c})")).unwrap_or_default(),
-            h.refused_streams,
-        );
-        if let Some(b) = &h.bodies_held {
-            let _ = writeln!(
-                s,
-                "         request bodies held by the server's flow-control window: {} ({} first \
-                 on the connection's), {:.2} ms each, {:.1}% of the responses' time",
-                b.requests,
-                b.on_connection_window,
-                b.mean_ms,
-                b.share_of_latency * 100.0
-            );
-        }
-        if h.responses_past_client_window > 0 {
-            let _ = writeln!(
-                s,
-                "         responses larger than the window this side grants ({} bytes, \
-                 --window-bits): {}",
-                h.client_window, h.responses_past_client_window
-            );
-        }
+        h2_lines(h, s);
     }
     if let Some(g) = &r.grpc {
-        let codes: Vec<String> = g.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let faults: Vec<String> = g.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(
-            s,
-            "gRPC:    {} {} {}: {}{}",
-            g.calls,
-            plural(g.calls, "call", "calls"),
-            g.method,
-            if codes.is_empty() { "none answered".into() } else { codes.join(", ") },
-            if faults.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; found wrong here: {} (first: {})",
-                    faults.join(", "),
-                    g.fault_example.as_deref().unwrap_or("")
-                )
-            }
-        );
-    }
-    if let Some(st) = r.grpc.as_ref().and_then(|g| g.streams.as_ref()) {
-        let _ = writeln!(
-            s,
-            "         streams: {} request {} a call ({:.0}/s), {} response messages ({:.1} a \
-             call, {:.0}/s); between messages mean {}, p99 {}",
-            st.request_messages_per_call,
-            plural(u64::from(st.request_messages_per_call), "message", "messages"),
-            st.request_messages_per_s,
-            st.response_messages,
-            st.response_messages_per_call,
-            st.response_messages_per_s,
-            fmt_us(st.message_gap_us.mean),
-            fmt_us(st.message_gap_us.p99 as f64),
-        );
-    }
-    if let Some(c) = r.grpc.as_ref().and_then(|g| g.check_response.as_ref()) {
-        let verdict = match c.failure() {
-            None => format!("the first OK answer is {}'s message", c.file),
-            Some(why) => why,
-        };
-        let _ = writeln!(s, "         {verdict}");
+        grpc_lines(g, s);
     }
     if let Some(h) = &r.h3 {
-        let _ = writeln!(
-            s,
-            "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO{}), {:.1} \
-             per send call ({} GSO), {} dropped, datagrams of up to {} bytes; {} packets lost \
-             ({} bytes), {} congestion \
-             events; {} ACKs sent (one per {:.1} datagrams in), {} received{}",
-            h.streams_per_connection,
-            plural(h.streams_per_connection as u64, "stream", "streams"),
-            h.datagrams_per_recv_call,
-            h.gro_reads,
-            if h.gro_reads > 0 {
-                format!(", {:.1} datagrams each", h.segments_per_gro_read)
-            } else {
-                String::new()
-            },
-            h.datagrams_per_send_call,
-            h.gso_sends,
-            h.send_dropped,
-            h.datagram_size,
-            h.lost_packets,
-            h.lost_bytes,
-            h.congestion_events,
-            h.acks_sent,
-            h.datagrams_per_ack,
-            h.acks_received,
-            if h.handshake_cpu_us > 0.0 {
-                format!("; handshake CPU {:.0}us each", h.handshake_cpu_us)
-            } else {
-                String::new()
-            },
-        );
+        h3_line(h, s);
     }
     let race = &r.retries;
     if race.closed_before_response > 0 {
@@ -292,6 +173,147 @@ fn totals(r: &Report, s: &mut String) {
         let parts: Vec<String> = r.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         let _ = writeln!(s, "Status:  {}", parts.join(", "));
     }
+}
+
+/// The TLS line, and early data's when there was any.
+fn tls_lines(t: &TlsReport, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "TLS:     {}{} full handshakes, {} resumed ({:.2}/s), handshake mean {}, p99 {}{}",
+        t.negotiated.as_deref().map(|n| format!("{n}; ")).unwrap_or_default(),
+        t.full_handshakes,
+        t.resumed,
+        t.handshakes_per_s,
+        fmt_us(t.handshake_us.mean),
+        fmt_us(t.handshake_us.p99 as f64),
+        if t.insecure { "; certificates NOT verified (--insecure)" } else { "" }
+    );
+    if let Some(e) = &t.early_data {
+        let _ = writeln!(
+            s,
+            "0-RTT:   early data taken on {} resumed handshakes, refused on {} (their requests \
+             went again after the handshake)",
+            e.accepted, e.refused
+        );
+    }
+}
+
+/// The HTTP/2 line, and what the flow-control windows held when they held anything.
+fn h2_lines(h: &H2Report, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "HTTP/2:  {} {} per connection; header blocks {:.1} bytes per response, space \
+         savings {:.1}%; server max streams {}, window {}; {} {}{}, {} refused streams",
+        h.streams_per_connection,
+        plural(h.streams_per_connection as u64, "stream", "streams"),
+        h.header_bytes_per_response,
+        h.hpack_space_savings * 100.0,
+        h.server_max_concurrent_streams.map_or("unlimited".into(), |n| n.to_string()),
+        h.server_initial_window.unwrap_or(qpslab_http::h2::frame::DEFAULT_WINDOW),
+        h.goaways,
+        plural(h.goaways, "GOAWAY", "GOAWAYs"),
+        h.last_goaway.map(|c| format!(" (last {c})")).unwrap_or_default(),
+        h.refused_streams,
+    );
+    if let Some(b) = &h.bodies_held {
+        let _ = writeln!(
+            s,
+            "         request bodies held by the server's flow-control window: {} ({} first \
+             on the connection's), {:.2} ms each, {:.1}% of the responses' time",
+            b.requests,
+            b.on_connection_window,
+            b.mean_ms,
+            b.share_of_latency * 100.0
+        );
+    }
+    if h.responses_past_client_window > 0 {
+        let _ = writeln!(
+            s,
+            "         responses larger than the window this side grants ({} bytes, \
+             --window-bits): {}",
+            h.client_window, h.responses_past_client_window
+        );
+    }
+}
+
+/// The gRPC line: calls by status and faults; the streams' messages; the checked answer.
+fn grpc_lines(g: &GrpcReport, s: &mut String) {
+    let codes: Vec<String> = g.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let faults: Vec<String> = g.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        s,
+        "gRPC:    {} {} {}: {}{}",
+        g.calls,
+        plural(g.calls, "call", "calls"),
+        g.method,
+        if codes.is_empty() { "none answered".into() } else { codes.join(", ") },
+        if faults.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; found wrong here: {} (first: {})",
+                faults.join(", "),
+                g.fault_example.as_deref().unwrap_or("")
+            )
+        }
+    );
+    if let Some(st) = &g.streams {
+        let _ = writeln!(
+            s,
+            "         streams: {} request {} a call ({:.0}/s), {} response messages ({:.1} a \
+             call, {:.0}/s); between messages mean {}, p99 {}",
+            st.request_messages_per_call,
+            plural(u64::from(st.request_messages_per_call), "message", "messages"),
+            st.request_messages_per_s,
+            st.response_messages,
+            st.response_messages_per_call,
+            st.response_messages_per_s,
+            fmt_us(st.message_gap_us.mean),
+            fmt_us(st.message_gap_us.p99 as f64),
+        );
+    }
+    if let Some(c) = &g.check_response {
+        let verdict = match c.failure() {
+            None => format!("the first OK answer is {}'s message", c.file),
+            Some(why) => why,
+        };
+        let _ = writeln!(s, "         {verdict}");
+    }
+}
+
+/// The HTTP/3 line: UDP's batching, loss, ACKs and the handshakes' CPU.
+fn h3_line(h: &H3Report, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "HTTP/3:  {} {} per connection; UDP {:.1} datagrams per read call ({} GRO{}), {:.1} \
+         per send call ({} GSO), {} dropped, datagrams of up to {} bytes; {} packets lost \
+         ({} bytes), {} congestion \
+         events; {} ACKs sent (one per {:.1} datagrams in), {} received{}",
+        h.streams_per_connection,
+        plural(h.streams_per_connection as u64, "stream", "streams"),
+        h.datagrams_per_recv_call,
+        h.gro_reads,
+        if h.gro_reads > 0 {
+            format!(", {:.1} datagrams each", h.segments_per_gro_read)
+        } else {
+            String::new()
+        },
+        h.datagrams_per_send_call,
+        h.gso_sends,
+        h.send_dropped,
+        h.datagram_size,
+        h.lost_packets,
+        h.lost_bytes,
+        h.congestion_events,
+        h.acks_sent,
+        h.datagrams_per_ack,
+        h.acks_received,
+        if h.handshake_cpu_us > 0.0 {
+            format!("; handshake CPU {:.0}us each", h.handshake_cpu_us)
+        } else {
+            String::new()
+        },
+    );
 }
 
 /// A connection per request: connects per second and their latency; the port budget.
