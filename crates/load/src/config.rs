@@ -216,6 +216,39 @@ impl Pool {
     }
 }
 
+/// The loop of an HTTP/3 run (others keep `io`): io_uring when asked for; `auto` goes by what
+/// was measured for QUIC.
+fn quic_io(opts: &LoadOptions, io: Engine) -> Engine {
+    match (opts.h3, opts.io) {
+        (false, _) => io,
+        (true, IoChoice::Uring) => Engine::Uring,
+        (true, _) if H3_URING_MEASURED_FASTER && io == Engine::Uring => Engine::Uring,
+        (true, _) => Engine::Epoll,
+    }
+}
+
+/// The run's thresholds, each on a figure the run has: QUIC's need --h3, gRPC statuses --grpc.
+fn run_thresholds(opts: &LoadOptions) -> Result<Vec<crate::threshold::Threshold>, ConfigError> {
+    let t = thresholds(&opts.thresholds)?;
+    if let Some(q) = t.iter().find(|t| t.on_quic() && !opts.h3) {
+        return Err(ConfigError::new(
+            "--threshold",
+            format!("{}: a QUIC figure, which only --h3 runs have: add --h3 or drop it", q.expr),
+        ));
+    }
+    if let Some(g) = t.iter().find(|t| t.on_grpc() && opts.grpc.is_none()) {
+        return Err(ConfigError::new(
+            "--threshold",
+            format!(
+                "{}: a gRPC status, which only --grpc runs have: add --grpc SERVICE/METHOD or \
+                 drop it",
+                g.expr
+            ),
+        ));
+    }
+    Ok(t)
+}
+
 impl LoadConfig {
     /// Validates and resolves user options.
     pub fn from_options(opts: &LoadOptions) -> Result<Self, ConfigError> {
@@ -228,13 +261,7 @@ impl LoadConfig {
         let (mut variants, notes) = target_mod::build(opts)?;
         let mut notes = notes;
         let (io, tls) = io_and_tls(opts, &variants, &mut notes)?;
-        // QUIC's loop: io_uring when asked for; `auto` goes by what was measured for it.
-        let io = match (opts.h3, opts.io) {
-            (false, _) => io,
-            (true, IoChoice::Uring) => Engine::Uring,
-            (true, _) if H3_URING_MEASURED_FASTER && io == Engine::Uring => Engine::Uring,
-            (true, _) => Engine::Epoll,
-        };
+        let io = quic_io(opts, io);
         let connections = opts.connections.unwrap_or(DEFAULT_CONNECTIONS);
         let threads = threads(opts.threads, connections)?;
         check_limits(opts)?;
@@ -303,29 +330,7 @@ impl LoadConfig {
                 .transpose()?
                 .unwrap_or_default(),
             max_error_rate: opts.max_error_rate,
-            thresholds: {
-                let t = thresholds(&opts.thresholds)?;
-                if let Some(q) = t.iter().find(|t| t.on_quic() && !opts.h3) {
-                    return Err(ConfigError::new(
-                        "--threshold",
-                        format!(
-                            "{}: a QUIC figure, which only --h3 runs have: add --h3 or drop it",
-                            q.expr
-                        ),
-                    ));
-                }
-                if let Some(g) = t.iter().find(|t| t.on_grpc() && opts.grpc.is_none()) {
-                    return Err(ConfigError::new(
-                        "--threshold",
-                        format!(
-                            "{}: a gRPC status, which only --grpc runs have: add --grpc \
-                             SERVICE/METHOD or drop it",
-                            g.expr
-                        ),
-                    ));
-                }
-                t
-            },
+            thresholds: run_thresholds(opts)?,
             pipeline,
             h3,
             h2: opts.h2.then(|| crate::session::h2::H2Settings {
