@@ -169,8 +169,18 @@ fn json_messages_from_a_proto_file_reach_the_server_and_the_answer_is_checked() 
         assert_eq!(r.requests.ok, 300, "{io:?}: {:?}", r.grpc);
         let pool = r.pool.as_ref().unwrap();
         assert!(pool.file.ends_with("/calls.jsonl") && pool.size == 3, "{pool:?}");
+        // A templated ID in a JSON string: each call's message differs on the server.
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Distinct", 200);
+        o.body = None;
+        o.proto = vec![PROTO.into()];
+        o.data = Some(format!(r#"{{"name": "{io:?}-{{seq}}"}}"#));
+        let r = run(&o);
+        assert_eq!(r.requests.ok, 200, "{io:?}: {:?}", r.grpc);
     }
     assert_eq!(server.calls("Echo", echoed)["Echo"], echoed, "the server's count");
+    let distinct = server.calls("Distinct", 400);
+    let counts = (distinct["Distinct"].as_u64(), distinct["Distinct-seen"].as_u64());
+    assert_eq!(counts, (Some(400), Some(400)), "{distinct}");
 }
 
 /// Streaming calls by the schema's kinds, each message counted on grpcio's side: a server

@@ -5,6 +5,7 @@ no generated code (messages are bytes):
   /test.Echo/Exhaust   ends with RESOURCE_EXHAUSTED (8)
   /test.Echo/Big       answers a message of 5000 bytes
   /test.Echo/Sink      answers an empty message
+  /test.Echo/Distinct  answers the request message, counting the distinct ones it saw
   /test.Echo/Updates   server streaming: the request message three times
   /test.Echo/Upload    client streaming: the last request message, once all came
   /test.Echo/Chat      bidirectional: each request message echoed as it comes
@@ -47,6 +48,17 @@ def counted(name, behaviour):
         return behaviour(request, context)
 
     return grpc.unary_unary_rpc_method_handler(handler)
+
+
+seen = set()
+
+
+def distinct(request):
+    """Remembers each request message; the count says how many differed ("Distinct-seen")."""
+    with lock:
+        seen.add(request)
+        counts["Distinct-seen"] = len(seen)
+    return request
 
 
 def exhaust(request, context):
@@ -94,6 +106,7 @@ METHODS = {
     "/test.Echo/Exhaust": counted("Exhaust", exhaust),
     "/test.Echo/Big": counted("Big", lambda request, context: b"\x07" * 5000),
     "/test.Echo/Sink": counted("Sink", lambda request, context: b""),
+    "/test.Echo/Distinct": counted("Distinct", lambda request, context: distinct(request)),
 }
 
 

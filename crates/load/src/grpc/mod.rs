@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(flag, "--grpc");
         assert_eq!(
             m,
-            "no method \"Nope\" in service test.Echo; it has Echo, Exhaust, Big, Updates, Upload, Chat"
+            "no method \"Nope\" in service test.Echo; it has Echo, Exhaust, Big, Sink, Distinct, Updates, Upload, Chat"
         );
         let (_, m) = err(with_schema("test.Other/Echo", |_| {}));
         assert_eq!(m, "no service \"test.Other\" in the schema; it has test.Echo");
