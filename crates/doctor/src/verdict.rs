@@ -598,12 +598,16 @@ fn describe(p: &ProcSummary) -> String {
         Some(t) if p.quota_bound() => format!(" (its cgroup's quota of {:.2} CPUs)", t.quota_cpus),
         _ => String::new(),
     };
+    // A thread is busy from a tenth of a CPU: a process below has none to count.
+    let threads = match p.busy_threads {
+        0 => "no thread busy".to_string(),
+        n => format!("over {n} busy thread(s)"),
+    };
     format!(
-        "{} (pid {}): {:.2} CPUs over {} busy thread(s), {} of capacity{quota}{cpus}",
+        "{} (pid {}): {:.2} CPUs {threads}, {} of capacity{quota}{cpus}",
         p.comm,
         p.pid,
         p.cpu,
-        p.busy_threads,
         pct(p.busy_ratio)
     )
 }
