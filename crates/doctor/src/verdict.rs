@@ -600,11 +600,11 @@ fn describe(p: &ProcSummary) -> String {
     };
     // A thread is busy from a tenth of a CPU: a process below has none to count.
     let threads = match p.busy_threads {
-        0 => "no thread busy".to_string(),
-        n => format!("over {n} busy thread(s)"),
+        0 => ", no thread busy".to_string(),
+        n => format!(" over {n} busy thread(s)"),
     };
     format!(
-        "{} (pid {}): {:.2} CPUs {threads}, {} of capacity{quota}{cpus}",
+        "{} (pid {}): {:.2} CPUs{threads}, {} of capacity{quota}{cpus}",
         p.comm,
         p.pid,
         p.cpu,
