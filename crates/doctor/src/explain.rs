@@ -124,7 +124,7 @@ pub struct FlowFacts {
     pub held_on_connection: u64,
     pub held_share: f64,
     /// The window the generator grants each stream, and the responses larger than it (the
-    /// server waited for the generator's WINDOW_UPDATEs to finish them).
+    /// server needed the generator's WINDOW_UPDATEs to finish them).
     pub client_window: u64,
     pub past_client_window: u64,
 }
@@ -666,7 +666,7 @@ fn flow_line(l: &LoadFacts, latency_ms: Option<f64>) -> Option<String> {
     }
     if f.past_client_window > 0 {
         parts.push(format!(
-            "{} response(s) were larger than the {} bytes a stream the generator grants (--window-bits): the server waited for its WINDOW_UPDATEs",
+            "{} response(s) were larger than the {} bytes a stream the generator grants (--window-bits): the server needed its WINDOW_UPDATEs to finish them (a wait, when they came later than a round trip)",
             f.past_client_window, f.client_window
         ));
     }

@@ -911,7 +911,7 @@ fn cpu_saturated(hot: &[&CpuShare], sides: &Sides, severity: Severity) -> Findin
 const FLOW_HELD: f64 = 1.0 / 3.0;
 
 /// latency-bound by the server's HTTP/2 flow control: request bodies waited for its window
-/// most of their time, so each stream carries a window per round trip.
+/// a third of the responses' time or more ([`FLOW_HELD`]).
 fn flow_held(l: &LoadFacts, ex: &Explanation, f: &FlowFacts, evidence: Vec<String>) -> Finding {
     let connection = f.held_on_connection * 2 > f.held;
     let raise = if connection {

@@ -87,8 +87,8 @@ pub struct H2Counts {
     pub held_on_connection: u64,
     #[serde(default)]
     pub held_us: u64,
-    /// Counted responses larger than the window this side grants a stream: the server had
-    /// to wait for its WINDOW_UPDATEs to finish them.
+    /// Counted responses larger than the window this side grants a stream: the server needed
+    /// its WINDOW_UPDATEs to finish them.
     #[serde(default)]
     pub past_client_window: u64,
 }
