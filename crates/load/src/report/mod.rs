@@ -288,7 +288,7 @@ pub struct H2Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bodies_held: Option<BodiesHeld>,
     /// The window this side grants each stream (--window-bits), and the responses larger
-    /// than it: the server waited for this side's WINDOW_UPDATEs to finish those.
+    /// than it: the server needed this side's WINDOW_UPDATEs to finish those.
     pub client_window: u32,
     pub responses_past_client_window: u64,
 }
