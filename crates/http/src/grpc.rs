@@ -17,7 +17,13 @@ pub const DEFAULT_MAX_MESSAGE: usize = 4 << 20;
 
 /// Appends `msg` framed as one uncompressed message.
 pub fn put_message(out: &mut Vec<u8>, msg: &[u8]) {
-    out.push(0);
+    put_framed(out, msg, false);
+}
+
+/// Appends `msg` framed as one message, its compressed flag set when `compressed` (`msg` is
+/// then the compressed bytes).
+pub fn put_framed(out: &mut Vec<u8>, msg: &[u8], compressed: bool) {
+    out.push(u8::from(compressed));
     out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     out.extend_from_slice(msg);
 }
@@ -25,7 +31,8 @@ pub fn put_message(out: &mut Vec<u8>, msg: &[u8]) {
 /// What is wrong with a stream's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MessageError {
-    /// The compressed flag is set, and no compression was agreed (no `grpc-encoding`).
+    /// The compressed flag is set, and no compression was agreed (this side offered none and
+    /// the response named none in `grpc-encoding`).
     #[error("a compressed message without grpc-encoding agreed")]
     Compressed,
     /// A flag byte other than 0 or 1.
@@ -50,9 +57,13 @@ pub struct Messages {
     remaining: u64,
     /// Messages complete so far.
     pub count: u64,
-    /// The first message's bytes, when kept (see [`Messages::keep_first`]).
+    /// The first message's bytes, when kept (see [`Messages::keep_first`]), and whether
+    /// they are compressed.
     first: Option<Vec<u8>>,
+    first_compressed: bool,
     keep_first: bool,
+    /// Compressed messages are taken: this side offered an encoding (`grpc-accept-encoding`).
+    compressed_ok: bool,
 }
 
 impl Messages {
@@ -65,8 +76,22 @@ impl Messages {
             remaining: 0,
             count: 0,
             first: None,
+            first_compressed: false,
             keep_first: false,
+            compressed_ok: false,
         }
+    }
+
+    /// Takes compressed messages (this side offered their encoding) as messages; their
+    /// length is the compressed one.
+    pub fn accepting_compressed(mut self) -> Messages {
+        self.compressed_ok = true;
+        self
+    }
+
+    /// The first message was compressed (its bytes, from [`Messages::first`], are).
+    pub fn first_compressed(&self) -> bool {
+        self.first_compressed
     }
 
     /// Keeps the first message's bytes (within the limit) for [`Messages::first`].
@@ -106,6 +131,7 @@ impl Messages {
             self.have = 0;
             match self.prefix[0] {
                 0 => {}
+                1 if self.compressed_ok => {}
                 1 => return Err(MessageError::Compressed),
                 f => return Err(MessageError::BadFlag(f)),
             }
@@ -120,6 +146,7 @@ impl Messages {
             }
             if self.keep_first && self.count == 0 {
                 self.first = Some(Vec::with_capacity(len as usize));
+                self.first_compressed = self.prefix[0] == 1;
             }
             if len == 0 {
                 self.count += 1;
@@ -257,6 +284,17 @@ impl Call {
     /// This call keeping its first message ([`Messages::first`]).
     pub fn keeping_first(self) -> Call {
         Call { messages: self.messages.keep_first(), ..self }
+    }
+
+    /// This call taking compressed messages ([`Messages::accepting_compressed`]).
+    pub fn accepting_compressed(self) -> Call {
+        Call { messages: self.messages.accepting_compressed(), ..self }
+    }
+
+    /// The response named its messages' encoding (`grpc-encoding`): compressed ones are
+    /// messages from here on, as every gRPC client decodes them.
+    pub fn encoding_declared(&mut self) {
+        self.messages.compressed_ok = true;
     }
 
     /// A header block of the response with its `grpc-status` (`ends`: it ended the stream:
@@ -472,6 +510,11 @@ mod tests {
         assert_eq!(m.feed(&framed(&[b"12345"])), Err(MessageError::TooLarge { len: 5, max: 4 }));
         let mut m = Messages::new(100);
         assert_eq!(m.feed(&[1, 0, 0, 0, 1, 7]), Err(MessageError::Compressed));
+        // Offered an encoding, a compressed message is one; the first kept says so.
+        let mut m = Messages::new(10).accepting_compressed().keep_first();
+        assert_eq!(m.feed(&[1, 0, 0, 0, 2, 7, 8, 0, 0, 0, 0, 0]), Ok(2));
+        assert_eq!((m.first(), m.first_compressed()), (Some(&[7u8, 8][..]), true));
+        assert_eq!(m.feed(&[2, 0, 0, 0, 0]), Err(MessageError::BadFlag(2)));
         let mut m = Messages::new(100);
         assert_eq!(m.feed(&[2, 0, 0, 0, 1, 7]), Err(MessageError::BadFlag(2)));
         // A length the peer chose is not allocated: 4 GiB less one, refused.

@@ -49,6 +49,14 @@ pub enum QuicImpl {
     Own,
 }
 
+/// How gRPC messages are compressed (`--grpc-encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GrpcEncoding {
+    /// gzip, which every gRPC implementation has.
+    Gzip,
+}
+
 /// How a load thread waits for its next event (`--poll`).
 ///
 /// Sleeping in `epoll_wait` costs a wake-up per event: on the VM these figures come from that
@@ -286,6 +294,12 @@ pub struct LoadOptions {
     #[arg(long, value_name = "BYTES")]
     pub max_message_size: Option<u32>,
 
+    /// With --grpc: request messages compressed (once, before the run; grpc-encoding) and
+    /// compressed answers taken (grpc-accept-encoding); templated IDs cannot be written into
+    /// compressed messages
+    #[arg(long, value_enum, value_name = "gzip")]
+    pub grpc_encoding: Option<GrpcEncoding>,
+
     /// With --h3: which QUIC client carries it
     #[arg(long, value_enum, value_name = "IMPL", default_value_t = QuicImpl::Own)]
     pub quic: QuicImpl,
@@ -463,6 +477,7 @@ impl Default for LoadOptions {
             stream_messages: None,
             grpc_timeout: None,
             max_message_size: None,
+            grpc_encoding: None,
             quic: QuicImpl::Own,
             streams: 1,
             window_bits: 30,
@@ -682,6 +697,7 @@ mod tests {
             "auto|epoll|uring" => "epoll".into(),
             "MODE" => "spin".into(),
             "IMPL" => "quinn".into(),
+            "gzip" => "gzip".into(),
             "1.2|1.3" => "1.3".into(),
             "METHOD" => "PUT".into(),
             "HEADER" => "X-T: 1".into(),

@@ -149,7 +149,8 @@ impl Builder<'_> {
                 })?,
             };
             let grpc = grpc_count(self.o);
-            let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body, grpc };
+            let gzip = self.o.grpc_encoding.is_some();
+            let req = Req { url: &l.url, method: &l.method, headers: &hs, body: &body, grpc, gzip };
             let mut t = resolve_target(req, l.weight, sni, self.rand_seed, &mut self.cache)
                 .map_err(
                     |e| if e.flag == "--sni" { e } else { ConfigError::new(flag, e.message) },
@@ -190,15 +191,16 @@ impl Builder<'_> {
             o.grpc_messages.iter().map(|(n, m)| (*n as usize - 1, m.0.as_slice())).collect()
         };
         let n = grpc_count(o) as usize;
+        let gzip = o.grpc_encoding.is_some();
         for (k, &(i, line)) in lines.iter().enumerate() {
             // gRPC calls of N messages: this line's and the next N-1's, each framed.
             let streamed: Vec<u8> = match n {
                 0 | 1 => Vec::new(),
-                n => (0..n).flat_map(|j| framed(lines[(k + j) % lines.len()].1)).collect(),
+                n => (0..n).flat_map(|j| framed(lines[(k + j) % lines.len()].1, gzip)).collect(),
             };
             let (body, grpc) = if n > 1 { (&streamed[..], 0) } else { (line, n as u32) };
             let headers = &self.headers;
-            let req = Req { url: &url, method: &o.method, headers, body, grpc };
+            let req = Req { url: &url, method: &o.method, headers, body, grpc, gzip };
             let mut t =
                 resolve_target(req, 1, sni, self.rand_seed, &mut self.cache).map_err(|e| {
                     if e.flag == "--sni" {
@@ -255,7 +257,7 @@ impl Builder<'_> {
             };
             let sni = o.tls.sni.as_deref();
             let (headers, body) = (&self.headers, self.body);
-            let req = Req { url: &url, method: &o.method, headers, body, grpc: 0 };
+            let req = Req { url: &url, method: &o.method, headers, body, grpc: 0, gzip: false };
             let mut t = resolve_target(req, 1, sni, self.rand_seed, &mut self.cache)
                 .map_err(|e| if e.flag == "--sni" { e } else { at(e.message) })?;
             t.pool = true;
@@ -337,6 +339,9 @@ struct Req<'a> {
     /// The body is a gRPC message: it goes framed (its 5-byte prefix before it), this many
     /// times (0: not gRPC's).
     grpc: u32,
+    /// gRPC messages go gzip-compressed (`--grpc-encoding`): the body holds no templated ID
+    /// (refused before) and, framed already, is not read for one.
+    gzip: bool,
 }
 
 /// The target of `req`; its `{seq}` and `{rand}` IDs found (see [`template`]): the request is
@@ -370,7 +375,7 @@ fn resolve_target(
         .iter()
         .map(|h| scan("--header", h.value.as_bytes()))
         .collect::<Result<Vec<_>, _>>()?;
-    let in_body = scan("--body", req.body)?;
+    let in_body = if req.gzip { Vec::new() } else { scan("--body", req.body)? };
     let tokens: Vec<&Token> =
         in_url.iter().chain(in_headers.iter().flatten()).chain(&in_body).collect();
     if tokens.is_empty() {
@@ -443,10 +448,18 @@ fn grpc_count(o: &LoadOptions) -> u32 {
 }
 
 /// `msg` as one gRPC message: its prefix, then its bytes (templated IDs keep their width, so
-/// the length is the same for every request).
-fn framed(msg: &[u8]) -> Vec<u8> {
+/// the length is the same for every request), gzip-compressed when `gzip`.
+fn framed(msg: &[u8], gzip: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(qpslab_http::grpc::PREFIX + msg.len());
-    qpslab_http::grpc::put_message(&mut out, msg);
+    if gzip {
+        use std::io::Write as _;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        // Writing into memory does not fail.
+        let packed = z.write_all(msg).and_then(|()| z.finish()).unwrap_or_default();
+        qpslab_http::grpc::put_framed(&mut out, &packed, true);
+    } else {
+        qpslab_http::grpc::put_message(&mut out, msg);
+    }
     out
 }
 
@@ -458,7 +471,7 @@ fn resolve_plain(
     cache: &mut Resolved,
     huffman: bool,
 ) -> Result<Target, ConfigError> {
-    let Req { url: raw, method, headers, body, grpc } = req;
+    let Req { url: raw, method, headers, body, grpc, gzip } = req;
     let url = url::Url::parse(raw).map_err(|e| {
         ConfigError::new(
             "URL",
@@ -502,7 +515,7 @@ fn resolve_plain(
         target,
         host: authority,
         headers,
-        body: if grpc > 0 { framed(body).repeat(grpc as usize) } else { body.to_vec() },
+        body: if grpc > 0 { framed(body, gzip).repeat(grpc as usize) } else { body.to_vec() },
     };
     let request = spec.encode().map_err(|e| ConfigError::new("--method", e.to_string()))?;
     let h2_block = if huffman { spec.encode_h2(https) } else { spec.encode_h2_raw(https) }
@@ -538,7 +551,7 @@ mod tests {
     #[test]
     fn credentials_in_the_url_become_basic_auth() {
         let get = |url: &str, hs: &[HeaderArg]| {
-            let req = Req { url, method: "GET", headers: hs, body: &[], grpc: 0 };
+            let req = Req { url, method: "GET", headers: hs, body: &[], grpc: 0, gzip: false };
             resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap()
         };
         let t = get("http://alice:s%40cret@127.0.0.1:8080/x", &[]);
@@ -615,6 +628,7 @@ mod tests {
             headers: &hs,
             body: b"id={seq:7}",
             grpc: 0,
+            gzip: false,
         };
         let t = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap();
         let tm = t.template.as_ref().unwrap();
@@ -635,13 +649,25 @@ mod tests {
         let one = String::from_utf8(one).unwrap();
         assert!(one.starts_with("POST /i/000000000005?q=1 "), "{one}");
         assert!(one.ends_with("id=000000000012"), "{one}");
-        let host =
-            Req { url: "http://{seq}.x:1/", method: "GET", headers: &[], body: b"", grpc: 0 };
+        let host = Req {
+            url: "http://{seq}.x:1/",
+            method: "GET",
+            headers: &[],
+            body: b"",
+            grpc: 0,
+            gzip: false,
+        };
         let e = resolve_target(host, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert!(e.message.contains("not the host"), "{e:?}");
         let bad = [HeaderArg { name: "X".into(), value: "{rand:99}".into() }];
-        let req =
-            Req { url: "http://127.0.0.1:1/", method: "GET", headers: &bad, body: b"", grpc: 0 };
+        let req = Req {
+            url: "http://127.0.0.1:1/",
+            method: "GET",
+            headers: &bad,
+            body: b"",
+            grpc: 0,
+            gzip: false,
+        };
         let e = resolve_target(req, 1, None, 0, &mut Resolved::default()).unwrap_err();
         assert_eq!(e.flag, "--header");
         assert!(e.message.contains("WIDTH is 1 to 19"), "{e:?}");

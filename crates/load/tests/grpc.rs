@@ -125,6 +125,47 @@ fn the_windows_each_side_grants_are_measured() {
     }
 }
 
+/// grpcio compressing its answers (gzip, named in grpc-encoding; small ones it leaves plain),
+/// 3,000-byte messages echoed: its compressed answers are taken as messages whether or not
+/// this side offered gzip (as gRPC's clients take them), and the first one, decompressed, is
+/// the message sent. With `--grpc-encoding gzip` the requests go compressed too (grpcio
+/// decompresses each to echo it). A templated ID cannot go into a compressed message.
+#[test]
+fn compressed_calls_reach_grpcio_and_its_compressed_answers_are_taken() {
+    let mut server = Grpcio::start_with(&["--compress"]);
+    let dir = tempfile::tempdir().unwrap();
+    let name = "a".repeat(3000);
+    let json = format!(r#"{{"name": "{name}"}}"#);
+    let expected = dir.path().join("same.json");
+    std::fs::write(&expected, &json).unwrap();
+    let expected = qpslab_load::options::FileText::from_arg(expected.to_str().unwrap()).unwrap();
+    for io in LOOPS {
+        let mut o = grpc_opts(io, &server.url(), "test.Echo/Echo", 200);
+        o.body = None;
+        o.proto = vec![PROTO.into()];
+        o.data = Some(json.clone());
+        o.check_response = Some(expected.clone());
+        let r = run(&o);
+        assert_eq!(status(&r), [("OK".to_string(), 200)], "{io:?}: {:?}", r.grpc);
+        assert!(r.grpc.as_ref().unwrap().check_response.as_ref().unwrap().passed, "{io:?}");
+        assert!(r.bytes.written > 200 * 3000, "sent plain: {:?}", r.bytes);
+        assert!(r.bytes.read < 200 * 1000, "answered compressed: {:?}", r.bytes);
+
+        o.grpc_encoding = Some(qpslab_load::options::GrpcEncoding::Gzip);
+        let r = run(&o);
+        assert_eq!(status(&r), [("OK".to_string(), 200)], "{io:?}: {:?}", r.grpc);
+        assert!(r.grpc.as_ref().unwrap().check_response.as_ref().unwrap().passed, "{io:?}");
+        assert!(r.bytes.written < 200 * 1000, "sent compressed: {:?}", r.bytes);
+        assert!(r.bytes.read < 200 * 1000, "answered compressed: {:?}", r.bytes);
+
+        o.data = Some(r#"{"name": "call-{seq}"}"#.into());
+        let e = qpslab_load::LoadConfig::from_options(&o).unwrap_err();
+        assert_eq!(e.flag, "--data", "{e}");
+        assert!(e.to_string().contains("templated ID"), "{e}");
+    }
+    assert_eq!(server.calls("Echo", 800)["Echo"], 800, "the server's count");
+}
+
 const PROTO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/proto/echo.proto");
 
 /// Messages from JSON through the compiled schema, a pool of them, and the first answer

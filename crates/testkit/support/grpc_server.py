@@ -17,7 +17,7 @@ Prints "ready PORT"; then each line read on stdin ("count") is answered with the
 took per method, as JSON. Ends when stdin closes.
 
 Usage: grpc_server.py [--limit N] [--max-streams N] [--reflect FILE] [--bind ADDR]
-                      [--window BYTES]
+                      [--window BYTES] [--compress]
   --limit N: more calls at once are refused with RESOURCE_EXHAUSTED (grpcio's
     maximum_concurrent_rpcs; 0: no limit)
   --max-streams N: the streams a connection may have open at once (its HTTP/2
@@ -25,6 +25,7 @@ Usage: grpc_server.py [--limit N] [--max-streams N] [--reflect FILE] [--bind ADD
   --reflect FILE: the schema of test.Echo as a descriptor set file, served by gRPC server
     reflection (grpcio-reflection, v1alpha and v1)
   --bind ADDR: the address to listen on (default 127.0.0.1)
+  --compress: answers gzip-compressed to a client that offers gzip (grpc-accept-encoding)
   --window BYTES: the HTTP/2 flow-control window it grants each call, kept (gRPC core's
     grpc.http2.lookahead_bytes, its window probing off); by default it grows with the path
 """
@@ -122,6 +123,7 @@ def main():
     args.add_argument("--reflect")
     args.add_argument("--bind", default="127.0.0.1")
     args.add_argument("--window", type=int)
+    args.add_argument("--compress", action="store_true")
     a = args.parse_args()
     options = []
     if a.window:
@@ -129,7 +131,8 @@ def main():
     if a.max_streams:
         options.append(("grpc.max_concurrent_streams", a.max_streams))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                         maximum_concurrent_rpcs=a.limit or None, options=options)
+                         maximum_concurrent_rpcs=a.limit or None, options=options,
+                         compression=grpc.Compression.Gzip if a.compress else None)
     server.add_generic_rpc_handlers((Generic(),))
     if a.reflect:
         from google.protobuf import descriptor_pb2, descriptor_pool

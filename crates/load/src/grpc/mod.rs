@@ -68,6 +68,7 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
             ("--reflect", o.reflect),
             ("--grpc-timeout", o.grpc_timeout.is_some()),
             ("--max-message-size", o.max_message_size.is_some()),
+            ("--grpc-encoding", o.grpc_encoding.is_some()),
         ];
         if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
             return Err(ConfigError::new(flag, "applies to gRPC calls; add --grpc SERVICE/METHOD"));
@@ -86,6 +87,7 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
         one_response: kind.map_or(!streaming, |(_, server)| !server),
         streaming,
         keep_first: check.is_some(),
+        compressed: o.grpc_encoding.is_some(),
     };
     if o.h3 {
         return Err(ConfigError::new("--h3", "gRPC runs over HTTP/2 here: drop --h3"));
@@ -128,6 +130,11 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
     if let Some(d) = o.grpc_timeout {
         headers.push(format!("grpc-timeout: {}", grpc::timeout_value(d)));
     }
+    if o.grpc_encoding.is_some() {
+        refuse_templates(o, &messages)?;
+        headers.push("grpc-encoding: gzip".into());
+        headers.push("grpc-accept-encoding: gzip".into());
+    }
     // -H comes after: a header given there replaces the one above (metadata, or another
     // content-type such as application/grpc+proto).
     let named = |h: &String| h.split(':').next().unwrap_or("").trim().to_ascii_lowercase();
@@ -147,6 +154,30 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
         ..o.clone()
     };
     Ok((o, Some(Grpc { method: path, settings, check })))
+}
+
+/// `--grpc-encoding`: a message is compressed once, before the run, so a templated ID
+/// (`{seq}`, `{rand}`) in it could not be written per call: refused, naming where it is.
+fn refuse_templates(o: &LoadOptions, messages: &Encoded) -> Result<(), ConfigError> {
+    let pool = messages.pool.iter().map(|(_, m)| m.0.as_slice());
+    let given = [("--data", messages.one.as_ref()), ("--binary", o.binary.as_ref())];
+    let given = given.into_iter().chain([("--body", o.body.as_ref())]);
+    let mut all: Vec<(&str, &[u8])> =
+        given.filter_map(|(flag, b)| b.map(|b| (flag, b.0.as_slice()))).collect();
+    all.extend(pool.map(|m| ("--data-file", m)));
+    if messages.pool.is_empty() {
+        all.extend(o.body_lines.iter().map(|f| ("--body-lines", f.text.as_bytes())));
+    }
+    for (flag, bytes) in all {
+        if crate::template::scan(bytes, 0).map_or(true, |t| !t.is_empty()) {
+            return Err(ConfigError::new(
+                flag,
+                "holds a templated ID ({seq} or {rand}), which cannot be written into a message \
+                 compressed before the run: drop it or --grpc-encoding",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The messages given as JSON, encoded.

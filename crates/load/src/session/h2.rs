@@ -56,6 +56,9 @@ pub struct GrpcSettings {
     /// The first OK answer's message is kept ([`Http2::take_first_message`]).
     #[serde(default)]
     pub keep_first: bool,
+    /// Compressed answers are taken (gzip offered, `--grpc-encoding`).
+    #[serde(default)]
+    pub compressed: bool,
 }
 
 /// What the HTTP/2 connections of a thread saw, for the report.
@@ -136,6 +139,31 @@ struct Stream {
     held: Option<Duration>,
 }
 
+/// What a response's header block said, as the session reads it.
+#[derive(Debug, Clone, Copy, Default)]
+struct BlockFacts {
+    status: u16,
+    /// Its decoded size, as the header list size counts it.
+    decoded: usize,
+    grpc: StatusField,
+    /// A `grpc-encoding` other than identity: the call's messages may be compressed.
+    encoded: bool,
+}
+
+/// A compressed message's bytes (gzip, or gRPC's deflate: zlib), no more than `max` of them
+/// (a bomb is cut short; the check that reads them then names what it got).
+fn gunzip(compressed: &[u8], max: usize) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX);
+    let _ = if compressed.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(compressed).take(limit).read_to_end(&mut out)
+    } else {
+        flate2::read::ZlibDecoder::new(compressed).take(limit).read_to_end(&mut out)
+    };
+    out
+}
+
 impl Stream {
     /// Its body is no longer held: all sent at `now`, or answered.
     fn release_hold(&mut self, now: Instant) {
@@ -212,9 +240,7 @@ pub(crate) struct Http2 {
     /// itself changed nothing) decode the same, so they are not decoded again. Servers send
     /// the same response head until the date changes.
     last_block: Vec<u8>,
-    last_status: u16,
-    last_decoded: usize,
-    last_grpc: StatusField,
+    last_facts: BlockFacts,
     last_changes: Option<u64>,
     /// gRPC with `keep_first`: the first OK answer's message, once one came.
     first_message: Option<Vec<u8>>,
@@ -252,9 +278,7 @@ impl Http2 {
             counts: H2Counts::default(),
             reset: Vec::new(),
             last_block: Vec::new(),
-            last_status: 0,
-            last_decoded: 0,
-            last_grpc: None,
+            last_facts: BlockFacts::default(),
             last_changes: None,
             first_message: None,
             message_gaps: Vec::new(),
@@ -415,7 +439,10 @@ impl Http2 {
         self.out.extend_from_slice(block);
         let window = self.peer_window;
         let grpc = self.cfg.grpc.map(|g| {
-            let call = grpc::Call::new(g.max_message as usize);
+            let mut call = grpc::Call::new(g.max_message as usize);
+            if g.compressed {
+                call = call.accepting_compressed();
+            }
             match g.keep_first && self.first_message.is_none() {
                 true => call.keeping_first(),
                 false => call,
@@ -903,21 +930,20 @@ impl Http2 {
         answered: &mut impl FnMut(Req, Response),
     ) -> Result<(), String> {
         let changes = self.dec.table_changes();
-        let (status, decoded, grpc_status) = if self.last_changes == Some(changes)
-            && self.block == self.last_block
-        {
-            (self.last_status, self.last_decoded, self.last_grpc)
+        let facts = if self.last_changes == Some(changes) && self.block == self.last_block {
+            self.last_facts
         } else {
-            let mut status = 0u16;
-            let mut grpc_status: StatusField = None;
-            let decoded = self
+            let mut f = BlockFacts::default();
+            f.decoded = self
                 .dec
                 .decode(&self.block, &mut |name, value| {
                     if name == b":status" {
                         let v = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-                        status = v.unwrap_or(0);
+                        f.status = v.unwrap_or(0);
                     } else if name == b"grpc-status" {
-                        grpc_status = Some(grpc::parse_status(value));
+                        f.grpc = Some(grpc::parse_status(value));
+                    } else if name == b"grpc-encoding" {
+                        f.encoded = value != b"identity";
                     }
                 })
                 .map_err(|e| {
@@ -928,9 +954,10 @@ impl Http2 {
             self.last_changes = unchanged.then_some(changes);
             self.last_block.clear();
             self.last_block.extend_from_slice(&self.block);
-            (self.last_status, self.last_decoded, self.last_grpc) = (status, decoded, grpc_status);
-            (status, decoded, grpc_status)
+            self.last_facts = f;
+            f
         };
+        let BlockFacts { status, decoded, grpc: grpc_status, encoded } = facts;
         self.counts.responses += 1;
         self.counts.decoded_bytes += decoded as u64;
         let Some(i) = self.find(stream) else { return Ok(()) };
@@ -949,6 +976,10 @@ impl Http2 {
         }
         if let Some(call) = &mut s.grpc {
             call.block(grpc_status, self.block_ends_stream);
+            if encoded {
+                // The server named its messages' encoding: compressed ones are messages.
+                call.encoding_declared();
+            }
         }
         if self.block_ends_stream {
             self.complete(i, answered);
@@ -966,8 +997,11 @@ impl Http2 {
         let one = self.cfg.grpc.is_some_and(|g| g.one_response);
         let outcome = s.grpc.as_ref().map(|c| c.outcome(s.status, one));
         if outcome == Some(grpc::Outcome::Status(0)) && self.first_message.is_none() {
-            self.first_message =
-                s.grpc.as_ref().and_then(|c| c.messages.first()).map(<[u8]>::to_vec);
+            let max = self.cfg.grpc.map_or(0, |g| g.max_message as usize);
+            self.first_message = s.grpc.as_ref().and_then(|c| {
+                let m = c.messages.first()?;
+                Some(if c.messages.first_compressed() { gunzip(m, max) } else { m.to_vec() })
+            });
         }
         let resp = Response {
             status: s.status,
