@@ -159,16 +159,17 @@ pub fn configure(o: &LoadOptions) -> Result<(LoadOptions, Option<Grpc>), ConfigE
 /// `--grpc-encoding`: a message is compressed once, before the run, so a templated ID
 /// (`{seq}`, `{rand}`) in it could not be written per call: refused, naming where it is.
 fn refuse_templates(o: &LoadOptions, messages: &Encoded) -> Result<(), ConfigError> {
-    let pool = messages.pool.iter().map(|(_, m)| m.0.as_slice());
-    let given = [("--data", messages.one.as_ref()), ("--binary", o.binary.as_ref())];
-    let given = given.into_iter().chain([("--body", o.body.as_ref())]);
-    let mut all: Vec<(&str, &[u8])> =
-        given.filter_map(|(flag, b)| b.map(|b| (flag, b.0.as_slice()))).collect();
-    all.extend(pool.map(|m| ("--data-file", m)));
-    if messages.pool.is_empty() {
-        all.extend(o.body_lines.iter().map(|f| ("--body-lines", f.text.as_bytes())));
-    }
-    for (flag, bytes) in all {
+    let one = [
+        ("--data", messages.one.as_ref()),
+        ("--binary", o.binary.as_ref()),
+        ("--body", o.body.as_ref()),
+    ];
+    let one = one.into_iter().filter_map(|(flag, b)| b.map(|b| (flag, b.0.as_slice())));
+    let pool = messages.pool.iter().map(|(_, m)| ("--data-file", m.0.as_slice()));
+    // --body-lines are the messages only when no --data-file gave them.
+    let lines = o.body_lines.iter().filter(|_| messages.pool.is_empty());
+    let lines = lines.map(|f| ("--body-lines", f.text.as_bytes()));
+    for (flag, bytes) in one.chain(pool).chain(lines) {
         if crate::template::scan(bytes, 0).map_or(true, |t| !t.is_empty()) {
             return Err(ConfigError::new(
                 flag,
