@@ -44,6 +44,9 @@ pub enum Cause {
     /// responses' time: its stream window of `window` bytes, or its connection's
     /// (`connection`).
     FlowControl { window: u64, share: f64, connection: bool },
+    /// The server stopped as a whole `count` times (no response on any connection while
+    /// requests waited), `share` of the window, the longest `longest_ms`.
+    Stalls { count: u64, share: f64, longest_ms: f64 },
     /// The server's requests spent this share of their time at a block device (its queue
     /// over the requests in service, or its threads' uninterruptible sleep); the device.
     DiskWait { share: f64, device: Option<String> },

@@ -78,6 +78,9 @@ pub struct LoadFacts {
     /// HTTP/2: the flow-control windows each side granted and what they held back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<FlowFacts>,
+    /// Stretches with no response on any connection while requests waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<StallFacts>,
     /// The responses' latency at its quantiles (0.5, 0.9, 0.99, 0.999, 0.9999, 1 for the
     /// maximum), in seconds: where a tail stands at a kernel timer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -130,13 +133,50 @@ pub struct FlowFacts {
 }
 
 impl FlowFacts {
+    /// Whether the connection's window, not the streams', held most of the bodies held.
+    pub fn by_connection(&self) -> bool {
+        self.held_on_connection * 2 > self.held
+    }
+
     /// The window that held the bodies, in words.
     pub fn holder(&self) -> String {
-        if self.held_on_connection * 2 > self.held {
+        if self.by_connection() {
             "the server's HTTP/2 connection window".into()
         } else {
             format!("the server's HTTP/2 stream window ({} bytes)", self.server_window)
         }
+    }
+}
+
+/// Stretches of the window in which no response came on any connection while requests
+/// waited (each at least `threshold_s`, holding two requests at least): the server stopped
+/// as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallFacts {
+    pub count: u64,
+    pub total_s: f64,
+    pub longest_s: f64,
+    /// `total_s` over the window.
+    pub share: f64,
+    /// Requests out through a whole stall, summed over the stalls.
+    pub held: u64,
+    pub threshold_s: f64,
+}
+
+impl StallFacts {
+    /// `7 stops of 10 ms or longer with no response on any connection while requests waited:
+    /// 1.41 s, 28% of the window, the longest 201 ms; 20 requests held through each`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} stop{} of {} or longer with no response on any connection while requests waited: {:.2} s in all, {} of the window, the longest {}; {:.0} request(s) held through each",
+            self.count,
+            if self.count == 1 { "" } else { "s" },
+            fmt_ms(self.threshold_s * 1e3),
+            self.total_s,
+            pct(self.share),
+            fmt_ms(self.longest_s * 1e3),
+            self.held as f64 / self.count.max(1) as f64
+        )
     }
 }
 
@@ -506,6 +546,9 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     let path_ms = load.and_then(|l| l.path_rtt_s).map(|s| s * 1e3);
     chain.extend(costs_line(&resources));
     chain.extend(load.and_then(|l| flow_line(l, latency_ms)));
+    chain.extend(
+        load.and_then(|l| l.stalls).map(|s| format!("the server stopped: {}", s.describe())),
+    );
     chain.push(match &bound {
         Some(_) => bound_line(&resources, waited),
         None => {

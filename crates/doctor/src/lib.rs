@@ -33,7 +33,8 @@ use serde::{Deserialize, Serialize};
 pub use cause::Cause;
 pub use exam::{Diagnosis, Examination};
 pub use explain::{
-    Explanation, FlowFacts, LoadFacts, QuicFacts, Resource, Schedule, StreamLimit, TlsFacts,
+    Explanation, FlowFacts, LoadFacts, QuicFacts, Resource, Schedule, StallFacts, StreamLimit,
+    TlsFacts,
 };
 use qpslab_host::host::Host;
 use qpslab_host::sample::Sample;
@@ -368,6 +369,12 @@ pub const RULES: &[Rule] = &[
         catches: "neither side is saturated and the rate was not steady",
         threshold: "without the load's figures (doctor -- COMMAND): no side and no CPU saturated; packet rate varying 10% or more",
         remedy: "run longer, or look at the per-interval rows for stalls",
+    },
+    Rule {
+        name: "stalls",
+        catches: "the server stopped as a whole: stretches with no response on any connection while requests waited (a garbage collection, a blocking call in an event loop, a lock, a fork, a synchronous write, a CPU quota's periods); closed-loop percentiles hide them",
+        threshold: "stretches of 10 ms and 4x the median latency or longer, holding two requests or more, seen by every load thread, the generator not saturated: 2% of the window (info), a warning from 10%; the headline (latency-bound) from 10% when nothing is saturated and no quota held a side",
+        remedy: "find what stops the server (its logs, doctor --profile); an open-loop run (-R) shows what the stops cost",
     },
     Rule {
         name: "connections-out-of-service",

@@ -8,7 +8,7 @@
 //! short to have made the rate; otherwise it is said as `info`. A run with no response,
 //! too short, or failed gets no bound at all.
 
-use super::explain::{fmt_ms, Explanation, FlowFacts, LoadFacts, IN_SERVICE_LOW};
+use super::explain::{fmt_ms, Explanation, FlowFacts, LoadFacts, StallFacts, IN_SERVICE_LOW};
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
     Cause, Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS,
@@ -54,7 +54,8 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
         if !hot.is_empty() && waits {
             out.push(cpu_saturated(&hot, &sides, Severity::Warning));
         } else {
-            out.extend(neither_saturated(s, ctx, ex, &sides));
+            let throttled = out.iter().any(|f| matches!(f.cause, Some(Cause::Throttled)));
+            out.extend(neither_saturated(s, ctx, ex, &sides, throttled));
             if !hot.is_empty() {
                 out.push(cpu_saturated(&hot, &sides, Severity::Info));
             }
@@ -65,6 +66,66 @@ pub(super) fn bound(s: &Summary, ctx: &Context, ex: &Explanation, out: &mut Vec<
     }
     out.extend(out_of_service(s, ctx, ex, sides.client_sat));
     out.extend(behind_schedule(ctx, ex));
+    out.extend(stopped(ctx, out, sides.client_sat));
+}
+
+/// The share of the window the server's stops took past which they are what the rate is
+/// made of (a closed loop completes nothing while stopped): the headline when nothing is
+/// saturated.
+const STALLED: f64 = 0.1;
+
+/// The share past which the stops are said beside another headline.
+const STALLS_SAID: f64 = 0.02;
+
+/// What the server's stops cost and what stops a whole server.
+const STALL_REMEDY: &str = "find what stops the whole server this long: a garbage collection, a blocking call in an event loop, a lock held across requests, a fork or a synchronous write (its logs, and a profile of the run: doctor --profile); closed-loop percentiles hide the stops (only the requests in flight wait), an open-loop run (-R) shows what they cost every request due meanwhile";
+
+/// latency-bound by the server's stops: for [`STALLED`] of the window or more nothing was
+/// answered on any connection while requests waited, and nothing was saturated.
+fn stalled(l: &LoadFacts, ex: &Explanation, st: &StallFacts, evidence: Vec<String>) -> Finding {
+    let gain = 1.0 / (1.0 - st.share).max(0.05);
+    Finding {
+        name: "latency-bound",
+        severity: Severity::Info,
+        summary: format!(
+            "no resource is saturated: the server stopped answering as a whole {} time(s), for up to {} ({} of the window): nothing came back on any connection while {} request(s) waited; without the stops the rate would be about {gain:.2}x",
+            st.count,
+            fmt_ms(st.longest_s * 1e3),
+            pct(st.share),
+            l.concurrency
+        ),
+        evidence,
+        remedy: format!("{STALL_REMEDY}; between the stops, {}", latency_remedy(ex)),
+        cause: Some(Cause::Stalls { count: st.count, share: st.share, longest_ms: st.longest_s * 1e3 }),
+    }
+}
+
+/// The server's stops beside a headline that is not them: a warning from [`STALLED`] of the
+/// window, info from [`STALLS_SAID`]. A CPU quota that held a side back stops it each period,
+/// which the finding says. A saturated generator says nothing of them: a busy thread reads
+/// no response either, so the stretches may be its own.
+fn stopped(ctx: &Context, found: &[Finding], client_sat: bool) -> Option<Finding> {
+    let st = ctx.load.as_ref()?.stalls.filter(|s| s.share >= STALLS_SAID && !client_sat)?;
+    if found.iter().any(|f| matches!(f.cause, Some(Cause::Stalls { .. }))) {
+        return None;
+    }
+    let mut evidence = vec![st.describe()];
+    if found.iter().any(|f| matches!(f.cause, Some(Cause::Throttled))) {
+        evidence.push("a cgroup CPU quota held a side back in the window: each period it spends its quota, it stops until the next (these stops may be its)".into());
+    }
+    Some(Finding {
+        name: "stalls",
+        severity: if st.share >= STALLED { Severity::Warning } else { Severity::Info },
+        summary: format!(
+            "nothing was answered on any connection for {} of the window, in {} stop(s) of up to {}, while requests waited",
+            pct(st.share),
+            st.count,
+            fmt_ms(st.longest_s * 1e3)
+        ),
+        evidence,
+        remedy: STALL_REMEDY.into(),
+        cause: Some(Cause::Stalls { count: st.count, share: st.share, longest_ms: st.longest_s * 1e3 }),
+    })
 }
 
 /// An open loop that fell behind its schedule: said beside the bound (which Little's law
@@ -913,7 +974,7 @@ const FLOW_HELD: f64 = 1.0 / 3.0;
 /// latency-bound by the server's HTTP/2 flow control: request bodies waited for its window
 /// a third of the responses' time or more ([`FLOW_HELD`]).
 fn flow_held(l: &LoadFacts, ex: &Explanation, f: &FlowFacts, evidence: Vec<String>) -> Finding {
-    let connection = f.held_on_connection * 2 > f.held;
+    let connection = f.by_connection();
     let raise = if connection {
         "raise the server's HTTP/2 connection window (a WINDOW_UPDATE on stream 0 at the start: grpc-go InitialConnWindowSize, nginx sends its own)"
     } else {
@@ -945,6 +1006,7 @@ fn neither_saturated(
     ctx: &Context,
     ex: &Explanation,
     sides: &Sides,
+    throttled: bool,
 ) -> Option<Finding> {
     if sides.servers.is_empty() && sides.clients.is_empty() && sides.remote.is_empty() {
         return None;
@@ -967,6 +1029,9 @@ fn neither_saturated(
                 remedy: "raise the rate (-R) to find where the target stops keeping up, or run closed loop for its maximum".into(),
                 cause: Some(Cause::Paced),
             });
+        }
+        if let Some(st) = l.stalls.filter(|s| s.share >= STALLED && !throttled) {
+            return Some(stalled(l, ex, &st, evidence));
         }
         if let Some(f) = l.flow.filter(|f| f.held > 0 && f.held_share >= FLOW_HELD) {
             return Some(flow_held(l, ex, &f, evidence));

@@ -1653,6 +1653,69 @@ fn request_bodies_held_by_the_servers_window() {
     assert!(e.chain.iter().any(|c| c.starts_with("HTTP/2 flow control: ")), "{:?}", e.chain);
 }
 
+/// The server stopping as a whole (stretches with no response on any connection while
+/// requests waited): a tenth of the window or more with nothing saturated is the headline,
+/// with what the rate would be without the stops; a twentieth is said beside the round trips;
+/// a saturated server stays the bound with the stops a warning beside it; a saturated
+/// generator says nothing of them (its busy turns read no response either).
+#[test]
+fn a_server_that_stops_as_a_whole_is_named_by_its_stops() {
+    let stops = |share: f64| LoadFacts {
+        stalls: Some(qpslab_doctor::StallFacts {
+            count: 7,
+            total_s: 4.0 * share,
+            longest_s: 0.2,
+            share,
+            held: 140,
+            threshold_s: 0.01,
+        }),
+        ..closed_loop(20, 0.0004, 4.0)
+    };
+    let is_stalls =
+        |f: &qpslab_doctor::Finding| matches!(f.cause, Some(qpslab_doctor::Cause::Stalls { .. }));
+    let run = two_sides(30, 30, 4, |_| 20_000);
+    let (f, e) = run.diagnose(&with_load(stops(0.3)));
+    assert_eq!(f[0].name, "latency-bound", "{f:?}");
+    assert_eq!(
+        f[0].cause,
+        Some(qpslab_doctor::Cause::Stalls { count: 7, share: 0.3, longest_ms: 200.0 })
+    );
+    assert!(
+        f[0].summary.contains(
+            "stopped answering as a whole 7 time(s), for up to 200.0 ms (30% of the window)"
+        ),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].summary.contains("about 1.43x"), "{}", f[0].summary);
+    assert_eq!(f.iter().filter(|x| is_stalls(x)).count(), 1, "said once: {f:?}");
+    assert!(
+        e.chain.iter().any(|c| c.starts_with("the server stopped: 7 stops of 10.0 ms or longer")),
+        "{:?}",
+        e.chain
+    );
+
+    let (f, _) = run.diagnose(&with_load(stops(0.05)));
+    assert_eq!(f[0].cause, Some(qpslab_doctor::Cause::RoundTrips), "{f:?}");
+    let beside = f.iter().find(|x| x.name == "stalls").expect("said beside");
+    assert_eq!(beside.severity, Severity::Info, "{beside:?}");
+
+    let (f, _) = run.diagnose(&with_load(stops(0.01)));
+    assert!(f.iter().all(|x| !is_stalls(x)), "{f:?}");
+
+    let busy = two_sides(30, 97, 4, |_| 20_000);
+    let (f, _) = busy.diagnose(&with_load(stops(0.3)));
+    assert!(f.iter().any(|x| x.name == "server-bound"), "{f:?}");
+    assert!(f.iter().all(|x| x.name != "latency-bound"), "{f:?}");
+    let beside = f.iter().find(|x| x.name == "stalls").expect("said beside the bound");
+    assert_eq!(beside.severity, Severity::Warning, "{beside:?}");
+
+    let generator = two_sides(97, 30, 4, |_| 20_000);
+    let (f, _) = generator.diagnose(&with_load(stops(0.3)));
+    assert_eq!(f[0].name, "client-bound", "{f:?}");
+    assert!(f.iter().all(|x| !is_stalls(x)), "{f:?}");
+}
+
 /// A VM whose hypervisor runs other guests on its CPUs: steal is named with its share, a
 /// warning from 20% when a side was short of CPU (a server pinned to CPU 0 at 95% of it), info
 /// at 23% when none was, and at 9%, and nothing at 0.5%.

@@ -19,6 +19,7 @@ pub mod report;
 mod seed;
 mod session;
 pub mod source;
+pub mod stalls;
 pub mod stats;
 pub mod target;
 pub mod targets;
@@ -203,6 +204,10 @@ pub struct RunResult {
     /// A cgroup CPU quota over this process, and how often it held the run back: a throttled
     /// generator's threads wait instead of running, so its busy share alone looks idle.
     pub throttling: Option<qpslab_sys::cgroup::Throttling>,
+    /// The stretches of the window with no response on any connection while requests were
+    /// out, 2 ms or longer ([`stalls`]); the report keeps those long enough to be stalls.
+    #[serde(default)]
+    pub stalls: Vec<stalls::Gap>,
 }
 
 /// The connect phase before a keep-alive run: every connection is opened (or has failed once)
@@ -426,7 +431,9 @@ fn merge(
         }
     }
     let duration = ended.saturating_duration_since(clock.measure_start);
+    let logs = outcomes.iter().map(|o| &o.rec.stalls).filter(|l| l.answered());
     RunResult {
+        stalls: stalls::common(logs.map(|l| &l.gaps[..])),
         intervals: second_rows(&rec, duration),
         rec,
         in_flight_at_stop,

@@ -233,6 +233,10 @@ pub struct Recorder {
     /// per-second rows, exact because they are this recorder's own counts.
     #[serde(skip)]
     pub seconds: Vec<[u64; 3]>,
+    /// The stretches with no response while a request was out (the thread's own; the run
+    /// keeps those every thread saw).
+    #[serde(skip)]
+    pub stalls: crate::stalls::StallLog,
 }
 
 impl Default for Recorder {
@@ -273,6 +277,7 @@ impl Default for Recorder {
             message_gaps: new_histogram(),
             interval_base: None,
             seconds: Vec::new(),
+            stalls: Default::default(),
         }
     }
 }

@@ -104,6 +104,26 @@ fn counts_at(p: &RunResult, t: f64) -> [f64; 3] {
     prev.1
 }
 
+/// The stretches with no response that every agent saw, on the clock of the first to start:
+/// each agent's are shifted by how much later it started (wall clocks; agents on machines
+/// whose clocks disagree see fewer common stretches, never invented ones).
+fn common_stalls(parts: &[RunResult], start: SystemTime) -> Vec<crate::stalls::Gap> {
+    let shifted: Vec<Vec<crate::stalls::Gap>> = parts
+        .iter()
+        .filter(|p| p.rec.completed > 0)
+        .map(|p| {
+            let by = p.started_at.duration_since(start).unwrap_or_default().as_micros() as u64;
+            let shift = |g: &crate::stalls::Gap| crate::stalls::Gap {
+                begin_us: g.begin_us + by,
+                end_us: g.end_us + by,
+                held: g.held,
+            };
+            p.stalls.iter().map(shift).collect()
+        })
+        .collect();
+    crate::stalls::common(shifted.iter().map(Vec::as_slice))
+}
+
 /// Adds the results of several agents that ran the same load together: counts and histograms
 /// add; the run lasts as long as the longest agent's window; the per-second rows are the
 /// agents' counts read at the same whole seconds, added.
@@ -128,7 +148,9 @@ pub fn merge_parts(parts: &[RunResult]) -> RunResult {
         setup: None,
         throttling: None,
         waiting: crate::Waiting::default(),
+        stalls: Vec::new(),
     };
+    out.stalls = common_stalls(parts, out.started_at);
     for p in parts {
         rec.merge(&p.rec);
         out.waiting.absorb(&p.waiting);
@@ -235,6 +257,7 @@ mod tests {
             setup: None,
             throttling: None,
             waiting: crate::Waiting::default(),
+            stalls: Vec::new(),
         }
     }
 

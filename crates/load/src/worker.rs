@@ -526,6 +526,7 @@ impl<'a> Worker<'a> {
     fn begin(&mut self, clock: &Clock) -> Instant {
         let now = Instant::now();
         self.measure_start = clock.measure_start;
+        self.rec.stalls.open(clock.measure_start);
         self.pacer.begin(clock.start);
         self.log_next = clock.measure_start + LOG_INTERVAL;
         self.measuring = now >= clock.measure_start;
@@ -1266,9 +1267,15 @@ impl Shared<'_> {
             if let Some(&g) = self.target_group.get(req.target as usize) {
                 rec.group_latency(g as usize, us);
             }
-            if self.cfg.rate.is_some() {
-                rec.uncorrected(now.saturating_duration_since(req.sent_at).as_micros() as u64);
-            }
+            // A closed loop's request is due when written: its latency is from the write.
+            let from_sent = if self.cfg.rate.is_some() {
+                let u = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+                rec.uncorrected(u);
+                u
+            } else {
+                us
+            };
+            rec.stalls.response(now, req.sent_at, from_sent);
         }
     }
 }

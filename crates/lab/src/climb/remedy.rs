@@ -703,6 +703,7 @@ fn no_knob(cause: &Cause) -> &'static str {
             "TLS handshakes per response: keep-alive or session resumption (--tls-reuse)"
         }
         Cause::Clocksource { .. } => "the clocksource is the host's: `qpslab tune apply`",
+        Cause::Stalls { .. } => "the server stops as a whole (a pause in its code or runtime: a collection, a blocking call, a lock): its code, not a knob",
         _ => "no change of the climb's answers it: see the finding's remedy",
     }
 }

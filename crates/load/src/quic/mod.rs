@@ -333,6 +333,7 @@ impl<'a, S: Stack> Thread<'a, S> {
         self.started = true;
         self.measuring = Instant::now() >= clock.measure_start;
         self.measure_start = clock.measure_start;
+        self.rec.stalls.open(clock.measure_start);
         self.pacer.begin(clock.start);
         if self.pacer.is_open() {
             // The kernel lets a timed wait run up to the thread's timer slack late; a schedule

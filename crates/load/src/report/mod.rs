@@ -88,6 +88,9 @@ pub struct Report {
     /// coordinated omission), the write in closed loop.
     pub latency_us: Latency,
     /// Open loop only: from the actual write; a stall hides here and shows in `latency_us`.
+    /// Stretches with no response on any connection while requests waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<StallReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_uncorrected_us: Option<Latency>,
     /// Open loop only: actual write minus intended send time.
@@ -629,6 +632,42 @@ impl Starved {
     }
 }
 
+/// Stretches of the window in which no response came on any connection while requests
+/// waited: the server stopped as a whole. Each is `threshold_ms` long at least (10 ms and four
+/// times the median latency) and held two requests at least. The percentiles hide them in a
+/// closed loop (only the requests in flight wait); these do not.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StallReport {
+    pub count: u64,
+    pub total_ms: f64,
+    pub longest_ms: f64,
+    /// When the longest began, in seconds from the start of measurement.
+    pub longest_at_s: f64,
+    /// `total_ms` over the window: about the share of the rate they cost a closed loop.
+    pub share_of_window: f64,
+    /// Requests out through a whole stall, summed over the stalls.
+    pub requests_held: u64,
+    pub threshold_ms: f64,
+}
+
+impl StallReport {
+    fn new(result: &RunResult, median_us: u64) -> Option<Self> {
+        let (threshold, stalls) = crate::stalls::stalls(&result.stalls, median_us);
+        let longest = stalls.iter().max_by_key(|g| g.len_us())?;
+        let total_us: u64 = stalls.iter().map(crate::stalls::Gap::len_us).sum();
+        let window_us = result.duration.as_micros().max(1) as f64;
+        Some(StallReport {
+            count: stalls.len() as u64,
+            total_ms: total_us as f64 / 1e3,
+            longest_ms: longest.len_us() as f64 / 1e3,
+            longest_at_s: longest.begin_us as f64 / 1e6,
+            share_of_window: (total_us as f64 / window_us).min(1.0),
+            requests_held: stalls.iter().map(|g| g.held).sum(),
+            threshold_ms: threshold as f64 / 1e3,
+        })
+    }
+}
+
 /// The TLS handshakes of an https run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TlsReport {
@@ -1002,6 +1041,7 @@ impl Report {
                 H3Report::new(cfg, &rec.quic.unwrap_or_default(), rec.tls_full + rec.tls_resumed)
             }),
             setup: result.setup.as_ref().map(|s| SetupReport::new(s, result.port_budget.as_ref())),
+            stalls: StallReport::new(result, latency_us.p50),
             latency_us,
             latency_uncorrected_us: open.then(|| Latency::from_histogram(&rec.latency_uncorrected)),
             send_lag_us: open.then(|| Latency::from_histogram(&rec.send_lag)),
@@ -1394,6 +1434,7 @@ mod tests {
             }),
             throttling: None,
             waiting: crate::Waiting::default(),
+            stalls: Vec::new(),
         };
         (cfg, result)
     }
@@ -1418,6 +1459,32 @@ mod tests {
         let (cfg, result) = fixed_result(4.0);
         let report = Report::new(&cfg, &result, &meta());
         insta::assert_json_snapshot!(report);
+    }
+
+    /// The stretches long enough to be stalls are reported, with what they cost the window;
+    /// a shorter one, and one that held a single request, are not.
+    #[test]
+    fn stalls_are_the_long_stretches_that_held_requests() {
+        let (cfg, mut result) = fixed_result(4.0);
+        let gap = |b: u64, e: u64, held: u64| crate::stalls::Gap { begin_us: b, end_us: e, held };
+        result.stalls = vec![
+            gap(1_000_000, 1_200_000, 20),
+            gap(2_000_000, 2_004_000, 20),
+            gap(3_000_000, 3_100_000, 1),
+            gap(5_000_000, 5_300_000, 20),
+        ];
+        let report = Report::new(&cfg, &result, &meta());
+        let st = report.stalls.as_ref().unwrap();
+        assert_eq!((st.count, st.requests_held), (2, 40), "{st:?}");
+        assert_eq!((st.total_ms, st.longest_ms, st.longest_at_s), (500.0, 300.0, 5.0));
+        assert!((st.share_of_window - 0.05).abs() < 1e-9, "{st:?}");
+        let text = report.render_text();
+        assert!(
+            text.contains("Stalls: 2 stretches without a response on any connection"),
+            "{text}"
+        );
+        result.stalls.truncate(0);
+        assert!(Report::new(&cfg, &result, &meta()).stalls.is_none());
     }
 
     #[test]

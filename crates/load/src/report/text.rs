@@ -88,6 +88,20 @@ fn latency(r: &Report, s: &mut String) {
     );
     let _ = writeln!(s, "  Latency Distribution");
     l.write_distribution(s);
+    if let Some(st) = &r.stalls {
+        let _ = writeln!(
+            s,
+            "  Stalls: {} {} without a response on any connection (each {} or longer) while requests waited: {} in all, {:.1}% of the run, the longest {} at {:.1}s; {} requests held through them",
+            st.count,
+            plural(st.count, "stretch", "stretches"),
+            fmt_us(st.threshold_ms * 1e3),
+            fmt_us(st.total_ms * 1e3),
+            st.share_of_window * 100.0,
+            fmt_us(st.longest_ms * 1e3),
+            st.longest_at_s,
+            st.requests_held
+        );
+    }
 }
 
 /// Requests and bytes, the rates, TOTALS, retries, setup and statuses.
