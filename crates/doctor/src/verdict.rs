@@ -8,7 +8,9 @@
 //! short to have made the rate; otherwise it is said as `info`. A run with no response,
 //! too short, or failed gets no bound at all.
 
-use super::explain::{fmt_ms, Explanation, FlowFacts, LoadFacts, StallFacts, IN_SERVICE_LOW};
+use super::explain::{
+    fmt_ms, Explanation, FlowFacts, LoadFacts, StallFacts, StreamLimit, IN_SERVICE_LOW,
+};
 use super::summary::{pct, CpuShare, ProcSummary, Summary};
 use super::{
     Cause, Context, Finding, Generator, Severity, CONTENDED_CPU, CONTENDED_SHARE, CPU_WAITS,
@@ -998,6 +1000,34 @@ fn flow_held(l: &LoadFacts, ex: &Explanation, f: &FlowFacts, evidence: Vec<Strin
     }
 }
 
+/// latency-bound under the server's HTTP/2 stream limit: connections x its limit is the
+/// concurrency Little's law relates to the latency.
+fn stream_limited(
+    l: &LoadFacts,
+    ex: &Explanation,
+    k: StreamLimit,
+    evidence: Vec<String>,
+) -> Finding {
+    Finding {
+        name: "latency-bound",
+        severity: Severity::Info,
+        summary: format!(
+            "no resource is saturated: the server's HTTP/2 stream limit set the concurrency: {} request(s) in flight ({} connection(s) x {} stream(s) it allows, of the {} asked) over {} each (Little's law)",
+            l.concurrency,
+            l.connections,
+            k.server,
+            k.asked,
+            ex.latency_ms.map_or("-".into(), fmt_ms)
+        ),
+        evidence,
+        remedy: format!(
+            "more connections (-c): the server allows {} concurrent stream(s) per connection (SETTINGS_MAX_CONCURRENT_STREAMS), so streams past it add nothing; or raise its limit (nginx: http2_max_concurrent_streams)",
+            k.server
+        ),
+        cause: Some(Cause::StreamLimit { server: k.server, asked: k.asked }),
+    }
+}
+
 /// latency-bound (a closed loop: Little's law explains the rate), paced (an open loop: the
 /// schedule set it), or, without the load's facts, latency-bound or no-single-bottleneck by how
 /// flat the packet rate was.
@@ -1037,24 +1067,7 @@ fn neither_saturated(
             return Some(flow_held(l, ex, &f, evidence));
         }
         if let Some(k) = l.stream_limit {
-            return Some(Finding {
-                name: "latency-bound",
-                severity: Severity::Info,
-                summary: format!(
-                    "no resource is saturated: the server's HTTP/2 stream limit set the concurrency: {} request(s) in flight ({} connection(s) x {} stream(s) it allows, of the {} asked) over {} each (Little's law)",
-                    l.concurrency,
-                    l.connections,
-                    k.server,
-                    k.asked,
-                    ex.latency_ms.map_or("-".into(), fmt_ms)
-                ),
-                evidence,
-                remedy: format!(
-                    "more connections (-c): the server allows {} concurrent stream(s) per connection (SETTINGS_MAX_CONCURRENT_STREAMS), so streams past it add nothing; or raise its limit (nginx: http2_max_concurrent_streams)",
-                    k.server
-                ),
-                cause: Some(Cause::StreamLimit { server: k.server, asked: k.asked }),
-            });
+            return Some(stream_limited(l, ex, k, evidence));
         }
         return Some(Finding {
             name: "latency-bound",
