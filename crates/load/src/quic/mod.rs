@@ -52,6 +52,8 @@ const SECOND: Duration = Duration::from_secs(1);
 const BACKOFF: Duration = Duration::from_millis(100);
 /// How long the connections' closes may take to go out at the end of the run.
 const CLOSE_WAIT: Duration = Duration::from_millis(100);
+/// The least an answered connection waits for a session ticket (see `ticket_wait`).
+const TICKET_WAIT_MIN: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -778,7 +780,9 @@ impl<'a, S: Stack> Thread<'a, S> {
     /// A connection per request with `--tls-reuse`, answered, waits before it closes for a
     /// session ticket when none is held for the next connection (the server sends its
     /// tickets once the handshake is done, which with 0-RTT is after the answer): until one
-    /// comes or for as long as its handshake took (at least a millisecond). Without the
+    /// comes or for four times as long as its handshake took, at least 5 ms (the ticket is
+    /// a round trip and the server's turn away, and a busy server's turn comes late: with
+    /// once the handshake's time, a CI run's loaded aioquic missed a third). Without the
     /// wait, every connection after a 0-RTT one went in full. When it may close: None.
     fn ticket_wait(&self, idx: usize, now: Instant) -> Option<Instant> {
         let c = &self.conns[idx];
@@ -786,7 +790,7 @@ impl<'a, S: Stack> Thread<'a, S> {
         if c.ticket_came || tls.tickets_held() > 0 {
             return None;
         }
-        let until = c.answered_at? + c.handshake.max(Duration::from_millis(1));
+        let until = c.answered_at? + (c.handshake * 4).max(TICKET_WAIT_MIN);
         (now < until).then_some(until)
     }
 
