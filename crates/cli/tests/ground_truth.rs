@@ -1608,6 +1608,60 @@ asyncio.run(main())
     python_on_a_port(&script)
 }
 
+/// A generator whose connects search its own TIME_WAIT ports: HTTP/2 with a connection per
+/// request, where the server keeps the connection, so the generator closes first and holds
+/// every closed connection's port in TIME_WAIT; each new connect searches the range for a
+/// usable one (13k connections/s here, the generator's CPU 60% in `__inet_hash_connect` and
+/// `__inet_check_established`). With `--profile` the doctor names it: connection-bound on the
+/// generator with its TIME_WAIT ports as evidence and the reset close as the remedy, which
+/// the client-bound headline's remedy leads with; the stretches the saturated generator read
+/// without a response are not called the server's stops. The look-alike: the same run closing
+/// with a reset goes faster (42k/s here) and its connection-bound (a connection per request
+/// still costs) neither says TIME_WAIT nor asks for the reset it already makes.
+#[test]
+fn a_generator_whose_connects_search_its_time_wait_ports_is_named() {
+    let _one = one_at_a_time();
+    let run = |extra: &[&str]| {
+        let out = qpslab_command()
+            .args(["bench", "--target", "builtin", "--h2", "--conn-per-request", "--profile"])
+            .args(["-d", "1s", "--warmup", "300ms", "--no-save", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    let closing = run(&[]);
+    let f = findings(&closing);
+    let c = named(&f, "connection-bound").expect("connection-bound");
+    let text = text_of(c);
+    assert!(text.contains("the generator spends"), "{c:#}");
+    assert!(text.contains("in TIME_WAIT") && text.contains("closed within the window"), "{c:#}");
+    assert!(
+        text.contains("__inet_hash_connect") || text.contains("__inet_check_established"),
+        "{c:#}"
+    );
+    assert!(c["remedy"].as_str().unwrap().contains("--rst-close"), "{c:#}");
+    let bound = named(&f, "client-bound").expect("client-bound");
+    assert!(bound["remedy"].as_str().unwrap().starts_with("keep connections alive"), "{bound:#}");
+    assert!(named(&f, "stalls").is_none(), "{f:#?}");
+    let chain = closing["doctor"]["explanation"]["chain"].to_string();
+    assert!(!chain.contains("the server stopped"), "{chain}");
+    assert!(
+        !f.iter().any(|x| x["name"] == "syscall-bound" && text_of(x).contains("generator")),
+        "{f:#?}"
+    );
+
+    let reset = run(&["--rst-close"]);
+    let rate = |v: &Value| v["load"]["throughput_rps"].as_f64().unwrap();
+    assert!(rate(&reset) > 1.5 * rate(&closing), "{} {}", rate(&reset), rate(&closing));
+    let f = findings(&reset);
+    for x in f.iter().filter(|x| x["name"] == "connection-bound") {
+        assert!(!text_of(x).contains("TIME_WAIT"), "{x:#}");
+        assert!(!x["remedy"].as_str().unwrap().contains("--rst-close"), "{x:#}");
+    }
+}
+
 /// A server that stops as a whole: its event loop blocked 200 ms every 500 ms (about 28% of
 /// the window). Closed-loop percentiles hide it (20 connections: 20 slow responses of about
 /// 100,000); the stops do not: the headline is latency-bound with the stops as its cause,

@@ -546,9 +546,16 @@ pub fn explain(host: &Host, s: &Summary, ctx: &super::Context) -> Explanation {
     let path_ms = load.and_then(|l| l.path_rtt_s).map(|s| s * 1e3);
     chain.extend(costs_line(&resources));
     chain.extend(load.and_then(|l| flow_line(l, latency_ms)));
-    chain.extend(
-        load.and_then(|l| l.stalls).map(|s| format!("the server stopped: {}", s.describe())),
-    );
+    // A saturated generator reads no response while it is busy elsewhere (connecting,
+    // sending): its own turns read as stops, which are then not the server's to claim.
+    let generator_bound = resources.iter().any(|r| r.kind == "generator-cpu" && bounds(r, waited));
+    chain.extend(load.and_then(|l| l.stalls).map(|s| match generator_bound {
+        false => format!("the server stopped: {}", s.describe()),
+        true => format!(
+            "stretches without a response, the generator saturated (its own busy turns read so; the server's stops cannot be told from them): {}",
+            s.describe()
+        ),
+    }));
     chain.push(match &bound {
         Some(_) => bound_line(&resources, waited),
         None => {

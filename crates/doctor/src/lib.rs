@@ -89,6 +89,9 @@ pub const CLOCK_SHARE: f64 = 0.05;
 pub const SYSCALL_SHARE: f64 = 0.25;
 /// Share of a followed process's samples copying memory from which it is called copy-bound.
 pub const COPY_SHARE: f64 = 0.20;
+/// Share of a followed process's samples opening and closing connections from which it is
+/// called connection-bound.
+pub const CONNECTION_SHARE: f64 = 0.25;
 /// A CPU this busy (1 - idle) has a profile worth reading.
 pub const PROFILE_BUSY: f64 = 0.50;
 
@@ -246,8 +249,8 @@ pub fn run_marks<'a>(findings: impl IntoIterator<Item = (&'a str, &'a str)>) -> 
 /// Every finding the doctor can give.
 /// The findings only a profile gives (`--profile`): a run without one cannot have them, so
 /// comparing it with a profiled run says nothing of them.
-pub const PROFILE_FINDINGS: [&str; 4] =
-    ["lock-contention", "slow-clocksource", "syscall-bound", "copy-bound"];
+pub const PROFILE_FINDINGS: [&str; 5] =
+    ["lock-contention", "slow-clocksource", "syscall-bound", "copy-bound", "connection-bound"];
 
 pub const RULES: &[Rule] = &[
     Rule {
@@ -591,6 +594,12 @@ pub const RULES: &[Rule] = &[
         catches: "a side spends its CPU copying memory between the kernel and user space: large bodies",
         threshold: "with --profile: 20% or more of a followed process's samples copying memory",
         remedy: "copy less: sendfile or splice for static bodies, MSG_ZEROCOPY, smaller responses, or more CPUs for that side",
+    },
+    Rule {
+        name: "connection-bound",
+        catches: "a side spends its CPU opening and closing connections: socket setup, accept, close, and a connect's search for a source port among the TIME_WAIT sockets the side that closes first holds",
+        threshold: "with --profile: 25% or more of a followed process's samples in connection setup and teardown (the generator's evidence adds its TIME_WAIT sockets to the destination)",
+        remedy: "keep connections alive; the generator with a connection per request closes with a reset (--rst-close) or spreads its connects over more source addresses (--source); the server spreads accepts (SO_REUSEPORT) and resumes TLS sessions",
     },
 ];
 

@@ -7,8 +7,8 @@ use qpslab_profile::{Category, CpuProfile, ProcessProfile, Profile, Share};
 
 use super::summary::{pct, CpuShare, Summary};
 use super::{
-    Cause, Context, Finding, Severity, CLOCK_SHARE, COPY_SHARE, LOCK_SHARE, PROFILE_BUSY,
-    SYSCALL_SHARE,
+    Cause, Context, Finding, Severity, CLOCK_SHARE, CONNECTION_SHARE, COPY_SHARE, LOCK_SHARE,
+    PROFILE_BUSY, SYSCALL_SHARE,
 };
 use qpslab_host::host::Host;
 
@@ -20,7 +20,7 @@ pub(super) fn rules(host: &Host, s: &Summary, ctx: &Context, out: &mut Vec<Findi
     lock_contention(host, s, ctx, p, out);
     slow_clocksource(host, s, p, out);
     for proc in p.processes.iter().filter(|x| x.role == "server" || x.role == "generator") {
-        side_bound(proc, out);
+        side_bound(s, proc, out);
     }
 }
 
@@ -168,7 +168,7 @@ fn slow_clocksource(host: &Host, s: &Summary, p: &Profile, out: &mut Vec<Finding
 
 /// A category that, past its share of a followed process's samples, is a finding:
 /// (category, share, finding, what the process does, what its evidence lists).
-const SIDE_RULES: [(Category, f64, &str, &str, &str); 2] = [
+const SIDE_RULES: [(Category, f64, &str, &str, &str); 3] = [
     (
         Category::Syscall,
         SYSCALL_SHARE,
@@ -177,12 +177,23 @@ const SIDE_RULES: [(Category, f64, &str, &str, &str); 2] = [
         "its top kernel symbols there",
     ),
     (Category::Copy, COPY_SHARE, "copy-bound", "copying memory", "its top copy symbols"),
+    (
+        Category::Connection,
+        CONNECTION_SHARE,
+        "connection-bound",
+        "opening and closing connections",
+        "its top connection symbols",
+    ),
 ];
 
 /// The remedy that fits the side and the program: a generator flag only for the generator,
-/// an engine only where the server has one.
-fn side_remedy(finding: &str, x: &ProcessProfile) -> &'static str {
+/// an engine only where the server has one; `time_wait`: the generator's connects searched
+/// ports its own TIME_WAIT sockets held.
+fn side_remedy(finding: &str, x: &ProcessProfile, time_wait: bool) -> &'static str {
     match (finding, x.role.as_str(), x.comm.as_str()) {
+        ("connection-bound", "generator", _) if !time_wait => {
+            "keep connections alive where the test allows (drop --conn-per-request); a connection per request costs the generator this much of its CPU on its own: more generator threads on free CPUs, or more client machines"
+        }
         ("syscall-bound", "generator", _) => {
             "fewer system calls per request on the generator: pipelining (`qpslab load --pipeline`), `--io uring`, or HTTP/2 streams (`--h2 --streams`)"
         }
@@ -195,6 +206,12 @@ fn side_remedy(finding: &str, x: &ProcessProfile) -> &'static str {
         ("syscall-bound", _, _) => {
             "fewer system calls per request in the server: keep-alive, batched writes, an io_uring engine where the server has one"
         }
+        ("connection-bound", "generator", _) => {
+            "keep connections alive where the test allows (drop --conn-per-request); with a connection per request, close with a reset (`--rst-close`: no TIME_WAIT on the generator, the server sees a reset), or spread the connects over more source addresses (`--source`, e.g. 127.0.0.2-127.0.0.254 on loopback): each connect searches the port range for a port its TIME_WAIT sockets do not hold, and the side that closes first (the generator on HTTP/2, where the server keeps the connection) holds them"
+        }
+        ("connection-bound", _, _) => {
+            "keep connections alive (keep-alive, a higher keepalive_requests, HTTP/2); for the accepts themselves, a listening socket per worker (SO_REUSEPORT) and TLS session resumption"
+        }
         ("copy-bound", "generator", _) => {
             "the generator copies what it reads: smaller responses, or more generator CPUs"
         }
@@ -204,8 +221,8 @@ fn side_remedy(finding: &str, x: &ProcessProfile) -> &'static str {
     }
 }
 
-/// syscall-bound and copy-bound for one followed process.
-fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
+/// syscall-bound, copy-bound and connection-bound for one followed process.
+fn side_bound(s: &Summary, x: &ProcessProfile, out: &mut Vec<Finding>) {
     if x.samples < MIN_SAMPLES {
         return;
     }
@@ -216,22 +233,59 @@ fn side_bound(x: &ProcessProfile, out: &mut Vec<Finding>) {
         if share < threshold {
             continue;
         }
+        let mut evidence = vec![
+            format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", ")),
+            format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
+        ];
+        let held = (cat == Category::Connection && x.role == "generator")
+            .then(|| time_wait_held(s))
+            .flatten();
+        evidence.extend(held.clone());
         out.push(Finding {
             name,
             severity: Severity::Info,
             summary: format!("the {} spends {} of its CPU {doing}", x.role, pct(share)),
-            evidence: vec![
-                format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", ")),
-                format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
-            ],
-            remedy: side_remedy(name, x).into(),
+            evidence,
+            remedy: side_remedy(name, x, held.is_some()).into(),
             cause: Some(Cause::CpuWork {
                 side: x.role.clone(),
-                work: if cat == Category::Copy { "copy" } else { "syscall" }.into(),
+                work: match cat {
+                    Category::Copy => "copy",
+                    Category::Connection => "connection",
+                    _ => "syscall",
+                }
+                .into(),
                 share,
             }),
         });
     }
+}
+
+/// The side rule a followed side of `role` passes (`connection-bound`, ...) and its remedy,
+/// for the verdict: where its CPU went is what less of it needs.
+pub(super) fn bound_by(
+    s: &Summary,
+    ctx: &Context,
+    role: &str,
+) -> Option<(&'static str, &'static str)> {
+    let p = ctx.profile.as_ref().filter(|p| p.available)?;
+    p.with_role(role).filter(|x| x.samples >= MIN_SAMPLES).find_map(|x| {
+        SIDE_RULES.iter().find_map(|&(cat, threshold, name, _, _)| {
+            let share = x.categories.iter().find(|s| s.name == cat.name()).map_or(0.0, |s| s.share);
+            let time_wait = cat == Category::Connection && time_wait_held(s).is_some();
+            (share >= threshold).then(|| (name, side_remedy(name, x, time_wait)))
+        })
+    })
+}
+
+/// The destination whose ephemeral ports were most held in TIME_WAIT by connections closed
+/// within the window, as the connects to it search them: `127.0.0.1:80: 28190 of its ports in TIME_WAIT (9120 under 1 s old), ...`.
+fn time_wait_held(s: &Summary) -> Option<String> {
+    let d = s.dest_ports.iter().filter(|d| d.tw_in_window > 0).max_by_key(|d| d.time_wait)?;
+    Some(format!(
+        "{}: {} of its source ports in TIME_WAIT at most ({} of them under 1 s old, {} closed within the window), {} open: each connect to it searched among them",
+        d.dest, d.time_wait, d.tw_young, d.tw_in_window, d.open
+    ))
 }
 
 /// Where a followed side's CPU went, for the verdict's evidence: `generator qpslab (pid 7):

@@ -805,6 +805,12 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
             ),
             _ => "no CPU is idle for more workers: less work per request on the server (its configuration: see nginx-config when it is nginx), or more CPUs or server hosts; moving interrupt work off its CPUs helps when they take it (`qpslab tune plan`)".to_string(),
         }
+    } else if name == "client-bound" && matches!(client, Some(Held::Own | Held::Serial)) {
+        // With a profile, where the generator's CPU went is what less of it needs.
+        match super::profiled::bound_by(s, ctx, "generator") {
+            Some((finding, r)) => format!("{r} (see {finding}); or {remedy}"),
+            None => remedy.to_string(),
+        }
     } else {
         remedy.to_string()
     };

@@ -30,6 +30,9 @@ pub enum Category {
     Clock,
     /// Copies to and from user space, memcpy.
     Copy,
+    /// Opening and closing connections: the socket's setup, the connect's search for a free
+    /// source port (among TIME_WAIT sockets), accept, close and TIME_WAIT.
+    Connection,
     /// User space (the process's own code and its libraries).
     User,
     /// Kernel work of no category above.
@@ -38,7 +41,7 @@ pub enum Category {
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 12] = [
+    pub const ALL: [Category; 13] = [
         Category::SoftirqNetRx,
         Category::TcpReceive,
         Category::TcpTransmit,
@@ -49,6 +52,7 @@ impl Category {
         Category::Idle,
         Category::Clock,
         Category::Copy,
+        Category::Connection,
         Category::User,
         Category::OtherKernel,
     ];
@@ -66,6 +70,7 @@ impl Category {
             Category::Idle => "idle",
             Category::Clock => "clock",
             Category::Copy => "copy",
+            Category::Connection => "connection",
             Category::User => "user",
             Category::OtherKernel => "other-kernel",
         }
@@ -278,6 +283,61 @@ const KERNEL: &[(Category, &[Pat])] = &[
         ],
     ),
     (
+        Category::Connection,
+        &[
+            Is("__inet_hash_connect"),
+            Is("inet_hash_connect"),
+            Starts("__inet_check_established"),
+            Starts("__inet6_check_established"),
+            Is("tcp_twsk_unique"),
+            Starts("inet_twsk_"),
+            Starts("inet_bind"),
+            Starts("__inet_bind"),
+            Starts("inet_bhash2_"),
+            Is("inet_csk_get_port"),
+            Starts("inet_csk_bind_conflict"),
+            Is("tcp_v4_connect"),
+            Is("tcp_v6_connect"),
+            Starts("__inet_stream_connect"),
+            Is("inet_stream_connect"),
+            Starts("__sys_connect"),
+            Is("io_connect"),
+            Starts("inet_csk_accept"),
+            Starts("do_accept"),
+            Starts("__sys_accept"),
+            Is("inet_accept"),
+            Is("io_accept"),
+            Is("tcp_conn_request"),
+            Is("tcp_v4_syn_recv_sock"),
+            Is("tcp_v6_syn_recv_sock"),
+            Is("tcp_create_openreq_child"),
+            Starts("inet_csk_clone"),
+            Is("sk_clone_lock"),
+            Starts("inet_ehash_"),
+            Is("__inet_hash"),
+            Is("inet_hash"),
+            Is("inet_unhash"),
+            Starts("__sys_socket"),
+            Starts("__sock_create"),
+            Is("inet_create"),
+            Is("tcp_v4_init_sock"),
+            Is("tcp_init_sock"),
+            Is("sk_alloc"),
+            Is("sk_prot_alloc"),
+            Is("tcp_close"),
+            Is("__tcp_close"),
+            Is("tcp_time_wait"),
+            Is("tcp_done"),
+            Starts("inet_csk_destroy_sock"),
+            Is("tcp_v4_destroy_sock"),
+            Is("inet_release"),
+            Starts("__sock_release"),
+            Is("sock_close"),
+            Starts("__sk_destruct"),
+            Is("sk_free"),
+        ],
+    ),
+    (
         Category::Scheduler,
         &[
             Is("schedule"),
@@ -414,6 +474,20 @@ mod tests {
         assert_eq!(c(&["ep_poll", "do_epoll_wait", "do_syscall_64"]), Category::Epoll);
         assert_eq!(c(&["read_tsc", "ktime_get", "tcp_sendmsg"]), Category::Clock);
         assert_eq!(c(&["something_new"]), Category::OtherKernel);
+        // A connect searching the port range among TIME_WAIT sockets, its lock included; the
+        // SYN it sends is transmit work.
+        assert_eq!(
+            c(&["__inet_check_established", "__inet_hash_connect", "tcp_v4_connect"]),
+            Category::Connection
+        );
+        assert_eq!(
+            c(&["_raw_spin_lock_bh", "__inet_hash_connect", "__x64_sys_connect"]),
+            Category::Connection
+        );
+        assert_eq!(
+            c(&["__tcp_transmit_skb", "tcp_connect", "tcp_v4_connect", "__sys_connect"]),
+            Category::TcpTransmit
+        );
         assert_eq!(classify(&[], Some("ngx_http_process_request")), Category::User);
         assert_eq!(classify(&[], Some("__vdso_clock_gettime")), Category::Clock);
     }

@@ -275,6 +275,7 @@ fn short(c: Category) -> &'static str {
         Category::Idle => "idle",
         Category::Clock => "clock",
         Category::Copy => "copy",
+        Category::Connection => "conn",
         Category::User => "user",
         Category::OtherKernel => "other",
     }
