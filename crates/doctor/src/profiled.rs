@@ -280,7 +280,7 @@ pub(super) fn bound_by(
 
 /// The destination whose ephemeral ports were most held in TIME_WAIT by connections closed
 /// within the window, as the connects to it search them: `127.0.0.1:80: 28190 of its ports in TIME_WAIT (9120 under 1 s old), ...`.
-fn time_wait_held(s: &Summary) -> Option<String> {
+pub(super) fn time_wait_held(s: &Summary) -> Option<String> {
     let d = s.dest_ports.iter().filter(|d| d.tw_in_window > 0).max_by_key(|d| d.time_wait)?;
     Some(format!(
         "{}: {} of its source ports in TIME_WAIT at most ({} of them under 1 s old, {} closed within the window), {} open: each connect to it searched among them",

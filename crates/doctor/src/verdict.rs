@@ -815,7 +815,15 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
         remedy.to_string()
     };
     if sides.client_sat {
-        evidence.extend(super::profiled::where_it_went(ctx, "generator"));
+        let went = super::profiled::where_it_went(ctx, "generator");
+        if went.is_empty() {
+            // Without a profile: the ports its connects had to search, when it closed
+            // connections in the window (the profile tells whether its CPU went there).
+            evidence.extend(super::profiled::time_wait_held(s).map(|t| {
+                format!("{t} (`--profile` shows whether the generator's CPU went to that search)")
+            }));
+        }
+        evidence.extend(went);
     }
     if sides.server_sat {
         evidence.extend(super::profiled::where_it_went(ctx, "server"));
