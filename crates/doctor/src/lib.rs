@@ -598,8 +598,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "connection-bound",
         catches: "a side spends its CPU opening and closing connections: socket setup, accept, close, and a connect's search for a source port among the TIME_WAIT sockets the side that closes first holds",
-        threshold: "with --profile: 25% or more of a followed process's samples in connection setup and teardown (the generator's evidence adds its TIME_WAIT sockets to the destination)",
-        remedy: "keep connections alive; the generator with a connection per request closes with a reset (--rst-close) or spreads its connects over more source addresses (--source); the server spreads accepts (SO_REUSEPORT) and resumes TLS sessions",
+        threshold: "with --profile: 25% or more of a followed process's samples in connection setup and teardown; the generator's connects searched when 10% of its samples are the port search (`__inet_hash_connect`, `__inet_check_established`, `tcp_twsk_unique`) and connections it closed in the window hold ephemeral ports in TIME_WAIT",
+        remedy: "keep connections alive; a generator whose connects searched the port range binds ports outside the ephemeral range (--source ADDR:LO-HI), closes with a reset (--rst-close) or spreads its connects over more source addresses (--source); the server spreads accepts (SO_REUSEPORT) and resumes TLS sessions",
     },
 ];
 

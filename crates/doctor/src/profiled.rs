@@ -187,11 +187,11 @@ const SIDE_RULES: [(Category, f64, &str, &str, &str); 3] = [
 ];
 
 /// The remedy that fits the side and the program: a generator flag only for the generator,
-/// an engine only where the server has one; `time_wait`: the generator's connects searched
-/// ports its own TIME_WAIT sockets held.
-fn side_remedy(finding: &str, x: &ProcessProfile, time_wait: bool) -> &'static str {
+/// an engine only where the server has one; `searched`: the generator's connects searched
+/// the port range past the TIME_WAIT sockets it held.
+fn side_remedy(finding: &str, x: &ProcessProfile, searched: bool) -> &'static str {
     match (finding, x.role.as_str(), x.comm.as_str()) {
-        ("connection-bound", "generator", _) if !time_wait => {
+        ("connection-bound", "generator", _) if !searched => {
             "keep connections alive where the test allows (drop --conn-per-request); a connection per request costs the generator this much of its CPU on its own: more generator threads on free CPUs, or more client machines"
         }
         ("syscall-bound", "generator", _) => {
@@ -207,7 +207,7 @@ fn side_remedy(finding: &str, x: &ProcessProfile, time_wait: bool) -> &'static s
             "fewer system calls per request in the server: keep-alive, batched writes, an io_uring engine where the server has one"
         }
         ("connection-bound", "generator", _) => {
-            "keep connections alive where the test allows (drop --conn-per-request); with a connection per request, close with a reset (`--rst-close`: no TIME_WAIT on the generator, the server sees a reset), or spread the connects over more source addresses (`--source`, e.g. 127.0.0.2-127.0.0.254 on loopback): each connect searches the port range for a port its TIME_WAIT sockets do not hold, and the side that closes first (the generator on HTTP/2, where the server keeps the connection) holds them"
+            "keep connections alive where the test allows (drop --conn-per-request); with a connection per request the generator closes first (always on HTTP/2, where the server keeps the connection), holds the TIME_WAIT sockets and its connects search the port range past them: bind ports outside the kernel's ephemeral range (`--source 127.0.0.1:10000-32767`: a bound port's tuple in TIME_WAIT is taken again at once), close with a reset (`--rst-close`: no TIME_WAIT, the server sees a reset), or spread the connects over more source addresses (`--source 127.0.0.2-127.0.0.254` on loopback)"
         }
         ("connection-bound", _, _) => {
             "keep connections alive (keep-alive, a higher keepalive_requests, HTTP/2); for the accepts themselves, a listening socket per worker (SO_REUSEPORT) and TLS session resumption"
@@ -233,20 +233,25 @@ fn side_bound(s: &Summary, x: &ProcessProfile, out: &mut Vec<Finding>) {
         if share < threshold {
             continue;
         }
-        let mut evidence = vec![
-            format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", ")),
-            format!("{listed}: {}", symbols_of(&x.top_kernel, cat)),
-        ];
-        let held = (cat == Category::Connection && x.role == "generator")
-            .then(|| time_wait_held(s))
-            .flatten();
-        evidence.extend(held.clone());
+        let mut evidence =
+            vec![format!("{} (pid {}, {}): {}", x.comm, x.pid, x.role, cats.join(", "))];
+        let searched = cat == Category::Connection && searched(s, x);
+        if searched {
+            let (share, symbols) = port_search(x);
+            evidence.push(format!(
+                "its connects searched for a free source port: {symbols} ({} of its samples)",
+                pct(share)
+            ));
+            evidence.extend(time_wait_held(s));
+        } else {
+            evidence.push(format!("{listed}: {}", symbols_of(&x.top_kernel, cat)));
+        }
         out.push(Finding {
             name,
             severity: Severity::Info,
             summary: format!("the {} spends {} of its CPU {doing}", x.role, pct(share)),
             evidence,
-            remedy: side_remedy(name, x, held.is_some()).into(),
+            remedy: side_remedy(name, x, searched).into(),
             cause: Some(Cause::CpuWork {
                 side: x.role.clone(),
                 work: match cat {
@@ -272,18 +277,44 @@ pub(super) fn bound_by(
     p.with_role(role).filter(|x| x.samples >= MIN_SAMPLES).find_map(|x| {
         SIDE_RULES.iter().find_map(|&(cat, threshold, name, _, _)| {
             let share = x.categories.iter().find(|s| s.name == cat.name()).map_or(0.0, |s| s.share);
-            let time_wait = cat == Category::Connection && time_wait_held(s).is_some();
-            (share >= threshold).then(|| (name, side_remedy(name, x, time_wait)))
+            // A connection's own cost is the headline's remedy already (more generator CPU).
+            let searched = cat == Category::Connection && searched(s, x);
+            let own_cost = cat == Category::Connection && !searched;
+            (share >= threshold && !own_cost).then(|| (name, side_remedy(name, x, searched)))
         })
     })
 }
 
+/// The kernel's search for a free source port at connect (`__inet_hash_connect` walks the
+/// range, `__inet_check_established` and `tcp_twsk_unique` test each port's tuples).
+const PORT_SEARCH: [&str; 3] =
+    ["__inet_hash_connect", "__inet_check_established", "tcp_twsk_unique"];
+
+/// Share of a followed generator's samples in the port search from which its connects are
+/// said to have searched.
+const PORT_SEARCH_SHARE: f64 = 0.10;
+
+/// The share of `x`'s samples whose leaf is the port search, and those leaves.
+fn port_search(x: &ProcessProfile) -> (f64, String) {
+    let hits: Vec<&Share> =
+        x.top_kernel.iter().filter(|k| PORT_SEARCH.contains(&k.name.as_str())).collect();
+    let listed: Vec<String> = hits.iter().map(|k| format!("{} {}", k.name, pct(k.share))).collect();
+    (hits.iter().map(|k| k.share).sum(), listed.join(", "))
+}
+
+/// The generator's connects searched the port range past TIME_WAIT sockets of its own: the
+/// profile has the search, and connections it closed in the window hold ports in TIME_WAIT.
+fn searched(s: &Summary, x: &ProcessProfile) -> bool {
+    x.role == "generator" && port_search(x).0 >= PORT_SEARCH_SHARE && time_wait_held(s).is_some()
+}
+
 /// The destination whose ephemeral ports were most held in TIME_WAIT by connections closed
-/// within the window, as the connects to it search them: `127.0.0.1:80: 28190 of its ports in TIME_WAIT (9120 under 1 s old), ...`.
+/// within the window: `127.0.0.1:80: 28190 of the source ports to it in TIME_WAIT at most
+/// (9120 of them under 1 s old, ...), 0 open`.
 pub(super) fn time_wait_held(s: &Summary) -> Option<String> {
     let d = s.dest_ports.iter().filter(|d| d.tw_in_window > 0).max_by_key(|d| d.time_wait)?;
     Some(format!(
-        "{}: {} of its source ports in TIME_WAIT at most ({} of them under 1 s old, {} closed within the window), {} open: each connect to it searched among them",
+        "{}: {} of the ephemeral ports to it in TIME_WAIT at most ({} of them under 1 s old, {} closed within the window), {} open",
         d.dest, d.time_wait, d.tw_young, d.tw_in_window, d.open
     ))
 }

@@ -820,7 +820,7 @@ fn saturation(s: &Summary, sides: &Sides, ctx: &Context) -> Option<Finding> {
             // Without a profile: the ports its connects had to search, when it closed
             // connections in the window (the profile tells whether its CPU went there).
             evidence.extend(super::profiled::time_wait_held(s).map(|t| {
-                format!("{t} (`--profile` shows whether the generator's CPU went to that search)")
+                format!("{t}: a connect whose port the kernel picks searches the range past them (`--profile` shows whether the generator's CPU went there)")
             }));
         }
         evidence.extend(went);

@@ -364,6 +364,17 @@ impl LoadConfig {
 
     fn with_port_budgets(mut self, root: &Root) -> Self {
         self.port_budgets = self.compute_port_budgets(root);
+        // A port bound by hand leaves a bucket the kernel's own choice skips until its last
+        // socket is gone: a minute of TIME_WAIT after the run, when the generator closed.
+        if let Some((lo, hi)) = self.source.and_then(|r| r.ports) {
+            let (elo, ehi) = source::ephemeral_range(root);
+            if lo <= ehi && elo <= hi {
+                self.notes.push(format!(
+                    "--source ports {lo}-{hi} overlap the kernel's ephemeral range {elo}-{ehi}:                      while this run's closed connections are in TIME_WAIT (a minute), other                      programs' connects on this host skip those ports and may find none; a                      range outside it (e.g. 10000-{}) avoids that",
+                    elo.saturating_sub(1).max(10000)
+                ));
+            }
+        }
         self
     }
 

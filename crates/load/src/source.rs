@@ -246,11 +246,17 @@ impl PortBudget {
 /// The kernel's ephemeral port count (ip_local_port_range under `root`), or Linux's default when
 /// unreadable.
 pub fn ephemeral_ports(root: &Root) -> u64 {
+    let (lo, hi) = ephemeral_range(root);
+    u64::from(hi - lo) + 1
+}
+
+/// The kernel's ip_local_port_range (its default when unreadable).
+pub fn ephemeral_range(root: &Root) -> (u16, u16) {
     let text = root.read_opt("proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-    let mut it = text.split_whitespace().filter_map(|w| w.parse::<u64>().ok());
+    let mut it = text.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
     match (it.next(), it.next()) {
-        (Some(lo), Some(hi)) if hi >= lo => hi - lo + 1,
-        _ => 60999 - 32768 + 1,
+        (Some(lo), Some(hi)) if hi >= lo => (lo, hi),
+        _ => (32768, 60999),
     }
 }
 

@@ -218,6 +218,8 @@ struct Conn {
     send_error: Option<stdio::Error>,
     opened_at: Instant,
     retry_at: Option<Instant>,
+    /// Connects in a row that found the port of our choosing taken.
+    port_tries: u32,
     ever_connected: bool,
     /// Bytes arrived since the connection opened (its first tell the server's protocol).
     heard: bool,
@@ -339,6 +341,7 @@ impl<'a> Worker<'a> {
                 send_error: None,
                 opened_at: now,
                 retry_at: None,
+                port_tries: 0,
                 ever_connected: false,
                 heard: false,
                 answered: 0,
@@ -775,33 +778,22 @@ impl<'a> Worker<'a> {
     fn connect(&mut self, idx: usize, now: Instant) {
         let cfg = self.shared.cfg;
         let peer = &self.shared.groups[self.conns[idx].s.group()].peer;
-        let tcp = !peer.is_unix();
-        let local = cfg.source.map(|r| {
-            self.source_n += 1;
-            r.pick(self.index, cfg.threads, self.source_start, self.source_n - 1)
-        });
-        let opened = (|| {
-            let protocol = tcp.then_some(Protocol::TCP);
-            let sock = Socket::new(peer.domain(), Type::STREAM.nonblocking().cloexec(), protocol)?;
-            if !tcp {
-                // A unix socket: no Nagle, no handshake, no TIME_WAIT, no source address.
-                return Ok(sock);
+        // A port another socket holds (a listener, a connection without SO_REUSEADDR) is
+        // skipped for the next one of the thread's share.
+        let mut tries = 0;
+        let opened = loop {
+            let local = self.pick_local();
+            match open_socket(cfg, peer, local) {
+                Err(e)
+                    if local.is_some_and(|l| l.port() != 0)
+                        && port_taken(&e)
+                        && tries < PORT_TRIES =>
+                {
+                    tries += 1;
+                }
+                r => break r,
             }
-            sock.set_nodelay(true)?;
-            if cfg.conn_per_request {
-                // The handshake's last ACK waits for the request and leaves with it: one
-                // packet fewer per connection for both sides (h1load's -F).
-                sock.set_quickack(false)?;
-            }
-            if cfg.rst_close {
-                // Closing sends a reset instead of a FIN: no TIME_WAIT on this side.
-                sock.set_linger(Some(Duration::ZERO))?;
-            }
-            if let Some(local) = local {
-                bind_source(&sock, local)?;
-            }
-            Ok(sock)
-        })();
+        };
         let sock = match opened {
             Ok(s) => s,
             Err(e) => return self.fail(idx, ErrorClass::Connect, &e, now),
@@ -813,12 +805,45 @@ impl<'a> Worker<'a> {
         self.ops.push(Op::Connect(self.conn_id(idx)));
     }
 
+    /// The local address the next connection binds to: the next of `--source`; None: the
+    /// kernel chooses at connect.
+    fn pick_local(&mut self) -> Option<std::net::SocketAddr> {
+        let cfg = self.shared.cfg;
+        let range = cfg.source?;
+        self.source_n += 1;
+        Some(range.pick(self.index, cfg.threads, self.source_start, self.source_n - 1))
+    }
+
+    /// A connect to a port of our choosing found its tuple taken (a TIME_WAIT that may not be
+    /// reused yet, or another socket's): opened again on the next port, up to [`PORT_TRIES`]
+    /// times in a row. Whether it was.
+    fn connect_on_next_port(&mut self, idx: usize, e: &stdio::Error, now: Instant) -> bool {
+        let cfg = self.shared.cfg;
+        let chosen = cfg.source.is_some_and(|r| r.ports.is_some());
+        let c = &mut self.conns[idx];
+        if !chosen || !port_taken(e) || c.port_tries >= PORT_TRIES {
+            return false;
+        }
+        c.port_tries += 1;
+        self.drop_socket(idx);
+        let c = &mut self.conns[idx];
+        c.gen = c.gen.wrapping_add(1);
+        c.phase = Phase::Closed;
+        self.connect(idx, now);
+        true
+    }
+
     /// A connect finished with `status`.
     fn connected(&mut self, idx: usize, status: stdio::Result<()>) {
         let now = Instant::now();
         if let Err(e) = status {
+            if self.connect_on_next_port(idx, &e, now) {
+                return;
+            }
+            self.conns[idx].port_tries = 0;
             return self.fail(idx, ErrorClass::Connect, &e, now);
         }
+        self.conns[idx].port_tries = 0;
         self.conns[idx].phase = Phase::Open;
         self.open += 1;
         self.ops.push(Op::Receive(self.conn_id(idx)));
@@ -1224,6 +1249,45 @@ pub(crate) fn first_position(cfg: &LoadConfig, index: usize, len: usize) -> usiz
 /// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks
 /// one free for this destination (IP_BIND_ADDRESS_NO_PORT), so each source address gives the
 /// whole ephemeral range to every destination.
+/// A new socket for a connection to `peer`, bound to `local` when given.
+fn open_socket(
+    cfg: &LoadConfig,
+    peer: &SockAddr,
+    local: Option<std::net::SocketAddr>,
+) -> stdio::Result<Socket> {
+    let tcp = !peer.is_unix();
+    let protocol = tcp.then_some(Protocol::TCP);
+    let sock = Socket::new(peer.domain(), Type::STREAM.nonblocking().cloexec(), protocol)?;
+    if !tcp {
+        // A unix socket: no Nagle, no handshake, no TIME_WAIT, no source address.
+        return Ok(sock);
+    }
+    sock.set_nodelay(true)?;
+    if cfg.conn_per_request {
+        // The handshake's last ACK waits for the request and leaves with it: one packet
+        // fewer per connection for both sides (h1load's -F).
+        sock.set_quickack(false)?;
+    }
+    if cfg.rst_close {
+        // Closing sends a reset instead of a FIN: no TIME_WAIT on this side.
+        sock.set_linger(Some(Duration::ZERO))?;
+    }
+    if let Some(local) = local {
+        bind_source(&sock, local)?;
+    }
+    Ok(sock)
+}
+
+/// Tries in a row for a port of our choosing before the connect fails: the ports a thread
+/// takes in turn are the ones longest since their last use, so more than a few taken in a
+/// row means the range is used up.
+const PORT_TRIES: u32 = 16;
+
+/// The error of a bind or connect whose port or tuple is taken.
+fn port_taken(e: &stdio::Error) -> bool {
+    matches!(e.kind(), stdio::ErrorKind::AddrInUse | stdio::ErrorKind::AddrNotAvailable)
+}
+
 fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> stdio::Result<()> {
     if local.port() == 0 {
         qpslab_sys::net::bind_address_no_port(sock)?;

@@ -15,6 +15,7 @@ mod load_models;
 mod memory;
 mod profile;
 mod prometheus;
+mod source_ports;
 mod tls;
 mod tune;
 mod unix;
