@@ -1658,7 +1658,8 @@ fn a_generator_whose_connects_search_its_time_wait_ports_is_named() {
     );
 
     let rate = |v: &Value| v["load"]["throughput_rps"].as_f64().unwrap();
-    for remedy in [&["--source", "127.0.0.1:10000-32767"][..], &["--rst-close"]] {
+    // Above the ephemeral range, where no other test's server listens.
+    for remedy in [&["--source", "127.0.0.1:61000-65535"][..], &["--rst-close"]] {
         let mut args = vec!["--profile"];
         args.extend(remedy);
         let v = run(&args);
