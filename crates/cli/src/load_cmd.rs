@@ -42,12 +42,13 @@ pub fn run(a: LoadArgs) -> anyhow::Result<Outcome> {
         return over_agents(list, ssh.as_deref(), agent_exe, &opts, (&keep, ci), &live_args);
     }
     let cfg = LoadConfig::from_options(&opts).map_err(|e| UsageError(e.to_string()))?;
-    for note in &cfg.notes {
-        eprintln!("qpslab: note: {note}");
-    }
     // A taken --live address is refused before the target is even contacted.
     let live = live_cmd::start(&live_args, RunInfo::new("load", &opts.urls, false))?;
     qpslab_load::preflight(&cfg).map_err(|e| UsageError(e.to_string()))?;
+    // Notes once the run will go: a refusal is its one line.
+    for note in &cfg.notes {
+        eprintln!("qpslab: note: {note}");
+    }
     if let Some(w) = cfg.port_budgets().first().and_then(|b| b.warning()) {
         eprintln!("qpslab: warning: {w}");
     }
