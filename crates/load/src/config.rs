@@ -370,8 +370,10 @@ impl LoadConfig {
             let (elo, ehi) = source::ephemeral_range(root);
             if lo <= ehi && elo <= hi {
                 self.notes.push(format!(
-                    "--source ports {lo}-{hi} overlap the kernel's ephemeral range {elo}-{ehi}:                      while this run's closed connections are in TIME_WAIT (a minute), other                      programs' connects on this host skip those ports and may find none; a                      range outside it (e.g. 10000-{}) avoids that",
-                    elo.saturating_sub(1).max(10000)
+                    "--source ports {lo}-{hi} overlap the kernel's ephemeral range {elo}-{ehi}: \
+                     while this run's closed connections are in TIME_WAIT (a minute), other \
+                     programs' connects on this host skip those ports and may find none; ports \
+                     below {elo} or above {ehi} avoid that"
                 ));
             }
         }

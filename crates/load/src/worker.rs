@@ -1246,9 +1246,6 @@ pub(crate) fn first_position(cfg: &LoadConfig, index: usize, len: usize) -> usiz
     (before % len.max(1) as u64) as usize
 }
 
-/// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks
-/// one free for this destination (IP_BIND_ADDRESS_NO_PORT), so each source address gives the
-/// whole ephemeral range to every destination.
 /// A new socket for a connection to `peer`, bound to `local` when given.
 fn open_socket(
     cfg: &LoadConfig,
@@ -1288,6 +1285,9 @@ fn port_taken(e: &stdio::Error) -> bool {
     matches!(e.kind(), stdio::ErrorKind::AddrInUse | stdio::ErrorKind::AddrNotAvailable)
 }
 
+/// Binds a socket to its `--source` address; port 0 leaves the port to connect(), which picks
+/// one free for this destination (IP_BIND_ADDRESS_NO_PORT), so each source address gives the
+/// whole ephemeral range to every destination.
 fn bind_source(sock: &Socket, local: std::net::SocketAddr) -> stdio::Result<()> {
     if local.port() == 0 {
         qpslab_sys::net::bind_address_no_port(sock)?;
